@@ -1,0 +1,1 @@
+"""The `synapse` command line."""

@@ -1,0 +1,178 @@
+"""Bytes ⇄ typed messages, and one-call builders.
+
+`decode_message` goes from bytes to the typed envelope with its typed payload in one msgspec
+pass (the tag `type` picks the payload struct). Errors name the JSON path of the bad field and
+map to `message_format_invalid` (the envelope) or `invalid_params` (the payload).
+
+The transport needs the checks in CONTRACT §4's order (the envelope is judged before the sender
+is authenticated, the payload after), so `decode_head` decodes the envelope alone, leaving the
+payload as raw bytes.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import msgspec
+
+from synapse.types.enums import MessageType
+from synapse.types.errors import ErrorCode, SynapseError
+from synapse.types.ijson import parse_i_json
+from synapse.types.messages import (
+    PROTOCOL_VERSION,
+    SUPPORTED_MAJOR,
+    Envelope,
+    Message,
+    MessageId,
+    Recipient,
+    Sender,
+    Version,
+)
+from synapse.types.payloads import Timestamp
+
+
+class EnvelopeHead(msgspec.Struct, frozen=True, kw_only=True):
+    """The envelope with its payload left undecoded (CONTRACT §4's order of checks)."""
+
+    version: Version
+    id: MessageId
+    type: MessageType
+    from_: Sender = msgspec.field(name="from")
+    to: Recipient
+    timestamp: Timestamp
+    reply_to: MessageId | None = None
+    payload: msgspec.Raw
+    signature: str | None = None
+
+
+_message_decoder = msgspec.json.Decoder(Message)
+_head_decoder = msgspec.json.Decoder(EnvelopeHead)
+_encoder = msgspec.json.Encoder()
+_PATH = re.compile(r" - at `(\$[^`]*)`$")
+
+SUPPORTED_VERSIONS = [f"{SUPPORTED_MAJOR}.x"]
+
+M = TypeVar("M", bound=Envelope[Any])
+
+
+def _error(code: ErrorCode, exc: msgspec.ValidationError | msgspec.DecodeError) -> SynapseError:
+    text = str(exc)
+    match = _PATH.search(text)
+    details: dict[str, Any] = {}
+    if match:
+        details["path"] = match.group(1)
+        text = text[: match.start()]
+    return SynapseError(code, text, details or None)
+
+
+def check_version(version: str) -> None:
+    """Refuse another major version: never a silent downgrade."""
+    major = version.split(".", 1)[0]
+    if major != str(SUPPORTED_MAJOR):
+        raise SynapseError(
+            ErrorCode.MESSAGE_FORMAT_INVALID,
+            f"unsupported protocol version {version}",
+            {"supported_versions": SUPPORTED_VERSIONS, "path": "$.version"},
+        )
+
+
+def decode_head(data: bytes) -> EnvelopeHead:
+    """Decode and check the envelope (shape and version), not the payload."""
+    try:
+        head = _head_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise _error(ErrorCode.MESSAGE_FORMAT_INVALID, exc) from None
+    check_version(head.version)
+    if bytes(head.payload)[:1] != b"{":
+        raise SynapseError(
+            ErrorCode.MESSAGE_FORMAT_INVALID,
+            "Expected `object`",
+            {"path": "$.payload"},
+        )
+    return head
+
+
+def decode_typed(data: bytes) -> Message:
+    """Decode bytes into the typed message without the I-JSON pass (see `decode_message`)."""
+    try:
+        message = _message_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        # Was it the envelope or the payload? Judge the envelope first.
+        decode_head(data)
+        raise _error(ErrorCode.INVALID_PARAMS, exc) from None
+    check_version(message.version)
+    return message
+
+
+def decode_message(data: bytes) -> Message:
+    """Decode `data` (one JSON envelope) into its typed message class.
+
+    Raises `SynapseError` with `message_format_invalid` (not I-JSON, not an envelope, unknown
+    type, unsupported major version) or `invalid_params` (the payload fails its type); the
+    details carry the JSON `path` of the bad field where there is one.
+    """
+    parse_i_json(data)
+    return decode_typed(data)
+
+
+def encode_message(message: Envelope[Any]) -> bytes:
+    """The JSON bytes of `message`."""
+    return _encoder.encode(message)
+
+
+# --- builders -----------------------------------------------------------------------------
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_message_id() -> str:
+    return f"msg-{uuid.uuid4().hex}"
+
+
+def new_task_id() -> str:
+    return f"task-{uuid.uuid4().hex}"
+
+
+def build_message(
+    cls: type[M],
+    payload: Any,
+    *,
+    sender: Sender,
+    to: str,
+    reply_to: str | None = None,
+    message_id: str | None = None,
+    timestamp: datetime | None = None,
+) -> M:
+    """A message of class `cls` with `version`, `id` and `timestamp` filled in."""
+    return cls(
+        version=PROTOCOL_VERSION,
+        id=message_id or new_message_id(),
+        from_=sender,
+        to=Recipient(agent_id=to),
+        timestamp=timestamp or utc_now(),
+        reply_to=reply_to,
+        payload=payload,
+    )
+
+
+def build_reply(cls: type[M], payload: Any, *, request: Envelope[Any], sender: Sender) -> M:
+    """A reply of class `cls` to `request` (`reply_to` = its id, `to` = its sender)."""
+    return build_message(
+        cls, payload, sender=sender, to=request.from_.agent_id, reply_to=request.id
+    )
+
+
+def refreshed(message: M, timestamp: datetime | None = None) -> M:
+    """The same message (same `id`) with a new `timestamp`, for a retry."""
+    return msgspec.structs.replace(message, timestamp=timestamp or utc_now(), signature=None)
+
+
+def format_timestamp(value: datetime) -> str:
+    """RFC 3339 UTC with `Z`, as on the wire."""
+    text: str = msgspec.json.decode(_encoder.encode(value.astimezone(UTC)))
+    return text

@@ -1,0 +1,89 @@
+"""I-JSON (RFC 7493) parsing: the only JSON CONTRACT §3 accepts, in either signing mode.
+
+Refused: invalid UTF-8, duplicate member names, lone surrogates, non-finite numbers and
+integers beyond ±(2⁵³−1). The parsed value is what body-mode signatures and deduplication
+fingerprints are computed on, so the transport parses once and reuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import msgspec
+
+from synapse.types.errors import ErrorCode, SynapseError
+
+MAX_SAFE_INTEGER = 2**53 - 1
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class _Violation(ValueError):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Violation(f"duplicate member name {key!r}")
+            seen.add(key)
+    return obj
+
+
+def _int(text: str) -> int:
+    value = int(text)
+    if len(text) > 15 and not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        raise _Violation(f"integer {text[:40]} is beyond ±(2**53-1)")
+    return value
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _Violation(f"number {text[:40]} is not finite")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise _Violation(f"{text} is not a JSON number")
+
+
+def _refuse(reason: str) -> SynapseError:
+    return SynapseError(
+        ErrorCode.MESSAGE_FORMAT_INVALID, f"body is not I-JSON: {reason}", {"reason": reason}
+    )
+
+
+def parse_i_json(data: bytes) -> Any:
+    """Parse `data` as I-JSON and return the value; raise `SynapseError` (400) otherwise."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _refuse("invalid UTF-8") from None
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_pairs,
+            parse_int=_int,
+            parse_float=_float,
+            parse_constant=_constant,
+        )
+    except _Violation as exc:
+        raise _refuse(str(exc)) from None
+    except RecursionError:
+        raise _refuse("nested too deeply") from None
+    except ValueError as exc:
+        raise SynapseError(
+            ErrorCode.MESSAGE_FORMAT_INVALID, f"body is not JSON: {exc}", {"reason": "not JSON"}
+        ) from None
+    # The stdlib parser lets lone surrogate escapes through; msgspec refuses them.
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            raise _refuse("lone surrogate in a string") from None
+    return value

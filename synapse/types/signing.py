@@ -1,0 +1,80 @@
+"""HMAC-SHA256 signing primitives of CONTRACT §3 (pure functions, no I/O).
+
+Header mode signs the raw HTTP body; body mode signs the RFC 8785 (JCS) canonical form of the
+envelope as received, without its `signature` member. Several secrets may be valid for one
+partner (rotation): sign with the newest, accept any. Every comparison is constant-time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import rfc8785
+
+SIGNATURE_HEADER = "X-Synapse-Signature"
+SIGNATURE_PREFIX = "sha256="
+#: More candidate signatures than this in one header are ignored (bounds the work per request).
+MAX_HEADER_SIGNATURES = 8
+
+Secret = str | bytes
+
+
+def secret_bytes(secret: Secret) -> bytes:
+    return secret.encode("utf-8") if isinstance(secret, str) else secret
+
+
+def hmac_signature(secret: Secret, data: bytes) -> str:
+    """`sha256=<lowercase hex HMAC-SHA256 of data>`."""
+    digest = hmac.new(secret_bytes(secret), data, hashlib.sha256).hexdigest()
+    return SIGNATURE_PREFIX + digest
+
+
+def _matches(candidates: Sequence[str], secrets: Iterable[Secret], data: bytes) -> bool:
+    expected = [hmac_signature(s, data).encode("ascii") for s in secrets]
+    found = False
+    for candidate in candidates:
+        given = candidate.encode("utf-8", "surrogateescape")
+        for want in expected:
+            # No early exit: the time taken does not tell which candidate matched.
+            found |= hmac.compare_digest(given, want)
+    return found
+
+
+# --- header mode ----------------------------------------------------------------------------
+
+
+def header_signature(secret: Secret, body: bytes) -> str:
+    """The `X-Synapse-Signature` value for `body`."""
+    return hmac_signature(secret, body)
+
+
+def verify_header_signature(secrets: Iterable[Secret], body: bytes, header: str) -> bool:
+    """True if one of the space-separated signatures in `header` matches one secret."""
+    candidates = header.split(" ")[:MAX_HEADER_SIGNATURES]
+    return _matches(candidates, secrets, body)
+
+
+# --- body mode ------------------------------------------------------------------------------
+
+
+def canonical_form(envelope: Mapping[str, Any]) -> bytes:
+    """RFC 8785 canonical bytes of `envelope` without its `signature` member."""
+    unsigned = {k: v for k, v in envelope.items() if k != "signature"}
+    canonical: bytes = rfc8785.dumps(unsigned)
+    return canonical
+
+
+def body_signature(secret: Secret, envelope: Mapping[str, Any]) -> str:
+    """The `signature` member value for `envelope` (a parsed JSON object)."""
+    return hmac_signature(secret, canonical_form(envelope))
+
+
+def verify_body_signature(secrets: Iterable[Secret], envelope: Mapping[str, Any]) -> bool:
+    """True if `envelope["signature"]` matches the canonical form under one secret."""
+    signature = envelope.get("signature")
+    if not isinstance(signature, str):
+        return False
+    return _matches([signature], secrets, canonical_form(envelope))
