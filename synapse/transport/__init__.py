@@ -1,0 +1,1 @@
+"""HTTP transport (aiohttp): server, client with retries, partners."""
