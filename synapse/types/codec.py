@@ -61,11 +61,19 @@ M = TypeVar("M", bound=Envelope[Any])
 def _error(code: ErrorCode, exc: msgspec.ValidationError | msgspec.DecodeError) -> SynapseError:
     text = str(exc)
     match = _PATH.search(text)
-    details: dict[str, Any] = {}
+    # msgspec names no path for the document itself (not an object, a missing top-level field).
+    path = "$"
     if match:
-        details["path"] = match.group(1)
+        path = match.group(1)
         text = text[: match.start()]
-    return SynapseError(code, text, details or None)
+    return SynapseError(code, text, {"path": path})
+
+
+class _VersionOnly(msgspec.Struct):
+    version: str
+
+
+_version_decoder = msgspec.json.Decoder(_VersionOnly)
 
 
 def check_version(version: str) -> None:
@@ -84,6 +92,14 @@ def decode_head(data: bytes) -> EnvelopeHead:
     try:
         head = _head_decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        # A newer major may change the envelope itself (a new `type`, say): its sender still
+        # deserves `supported_versions` rather than a complaint about some field.
+        try:
+            version = _version_decoder.decode(data).version
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            version = None
+        if version is not None:
+            check_version(version)
         raise _error(ErrorCode.MESSAGE_FORMAT_INVALID, exc) from None
     check_version(head.version)
     if bytes(head.payload)[:1] != b"{":

@@ -35,8 +35,13 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _int(text: str) -> int:
+    # Judge the length first: Python refuses to convert very long digit strings at all, and
+    # that ValueError would pass for "not JSON" instead of "not I-JSON".
+    digits = len(text) - text.startswith("-")
+    if digits > len(str(MAX_SAFE_INTEGER)):
+        raise _Violation(f"integer {text[:40]} is beyond ±(2**53-1)")
     value = int(text)
-    if len(text) > 15 and not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+    if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
         raise _Violation(f"integer {text[:40]} is beyond ±(2**53-1)")
     return value
 

@@ -36,7 +36,8 @@ def _matches(candidates: Sequence[str], secrets: Iterable[Secret], data: bytes) 
     expected = [hmac_signature(s, data).encode("ascii") for s in secrets]
     found = False
     for candidate in candidates:
-        given = candidate.encode("utf-8", "surrogateescape")
+        # A header may hold any text; what cannot be encoded cannot match a hex digest either.
+        given = candidate.encode("utf-8", "backslashreplace")
         for want in expected:
             # No early exit: the time taken does not tell which candidate matched.
             found |= hmac.compare_digest(given, want)
