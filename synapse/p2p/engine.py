@@ -1,0 +1,1131 @@
+"""The sans-IO protocol engine: decoded messages and the clock in, messages and actions out.
+
+`Engine` holds every task of one peer, in either role, and applies the transition table of
+`synapse.p2p.states`. It never touches a socket, a timer or a disk: each call returns a `Step`
+saying what to answer, what to POST, what the handler runner should do and which transitions
+happened. The asyncio runtime (`synapse.p2p.protocol`) and the transport drive it; tests drive
+it with a fake clock.
+
+Time is wall-clock seconds since the epoch (`now: float`), the clock message timestamps and
+deadlines are written in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeAlias, TypeVar
+
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.states import Event, Role, TransitionError, next_state
+from synapse.p2p.timers import TimerQueue
+from synapse.types import (
+    EXECUTOR_TO_REQUESTER,
+    Ack,
+    AckPayload,
+    Alternatives,
+    Capability,
+    CapabilityQuery,
+    CapabilityQueryPayload,
+    CapabilityResponse,
+    CapabilityResponsePayload,
+    DecidedBy,
+    Decision,
+    DecisionAction,
+    Envelope,
+    ErrorCode,
+    Heartbeat,
+    HeartbeatPayload,
+    HeartbeatStatus,
+    HumanContext,
+    HumanDecision,
+    HumanDecisionPayload,
+    HumanOption,
+    LocalProtocolError,
+    Message,
+    MissingField,
+    Nack,
+    NackPayload,
+    Priority,
+    Reason,
+    Sender,
+    SynapseError,
+    TaskAck,
+    TaskAckPayload,
+    TaskCancel,
+    TaskCancelPayload,
+    TaskComplete,
+    TaskCompletePayload,
+    TaskConfirm,
+    TaskConfirmPayload,
+    TaskContext,
+    TaskError,
+    TaskFailed,
+    TaskFailedPayload,
+    TaskInfoProvided,
+    TaskInfoProvidedPayload,
+    TaskNeedHuman,
+    TaskNeedHumanPayload,
+    TaskNeedInfo,
+    TaskNeedInfoPayload,
+    TaskReject,
+    TaskRejectPayload,
+    TaskRequest,
+    TaskRequestPayload,
+    TaskResult,
+    TaskSpec,
+    TaskState,
+    TaskStatusUpdate,
+    TaskStatusUpdatePayload,
+    build_message,
+    build_reply,
+    new_task_id,
+)
+
+# --- values the engine hands out ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskKey:
+    """A task is keyed by its requester's agent id and the `task.id` it chose (CONTRACT §2)."""
+
+    requester: str
+    task_id: str
+
+    def __str__(self) -> str:
+        return f"{self.requester}/{self.task_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One state change of one task, as logged and stored."""
+
+    key: TaskKey
+    role: Role
+    from_state: TaskState
+    to_state: TaskState
+    event: Event
+    message_id: str | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A message to POST to `partner` (a request or a callback, never a reply).
+
+    Messages about one task (`key` set) are delivered one at a time, in order.
+    """
+
+    partner: str
+    message: Message
+    key: TaskKey | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartExecution:
+    """Run the handler's `execute_task` for this task."""
+
+    key: TaskKey
+    task_type: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeExecution:
+    """Wake the handler waiting on `need_info` (value: the fields) or `need_human` (decision)."""
+
+    key: TaskKey
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CancelExecution:
+    """Stop the handler: the task was cancelled, timed out or failed."""
+
+    key: TaskKey
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropQueued:
+    """Discard callbacks still queued for this task (it was cancelled)."""
+
+    key: TaskKey
+
+
+@dataclass(frozen=True, slots=True)
+class PartnerReachability:
+    """A partner became unreachable (missed heartbeats) or answered again."""
+
+    partner: str
+    reachable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """Something the requester's handle should see: a message about the task, or a note.
+
+    `kind` is the message type (`p2p:task_status_update`, …) or one of `partner_unreachable`,
+    `partner_reachable`, `undeliverable`, `refused`.
+    """
+
+    key: TaskKey
+    kind: str
+    state: TaskState
+    message: Message | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The partner answered one of our POSTs with a `nack`."""
+
+    key: TaskKey | None
+    sent: Message
+    nack: NackPayload
+
+
+Action: TypeAlias = (
+    StartExecution
+    | ResumeExecution
+    | CancelExecution
+    | DropQueued
+    | PartnerReachability
+    | TaskEvent
+    | Refusal
+)
+
+
+@dataclass(slots=True)
+class Step:
+    """What one engine call decided."""
+
+    reply: Message | None = None
+    outgoing: list[Outgoing] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
+    #: True when a handler's late call was ignored because its task is already final.
+    discarded: bool = False
+
+
+# --- what the handler tells the engine ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    """The answer of `TaskHandler.validate_task` (seed §5.2: missing fields and can-handle)."""
+
+    ok: bool = True
+    missing_fields: Sequence[MissingField] = ()
+    question: str = ""
+    required_by: datetime | None = None
+    #: Why the task is refused when `ok` is false (default: `invalid_params`).
+    reason: Reason | None = None
+    estimated_duration: int | None = None
+
+    @classmethod
+    def coerce(cls, value: Validation | tuple[Sequence[MissingField], bool]) -> Validation:
+        """Accept the seed's `([]MissingField, bool)` shape as well."""
+        if isinstance(value, Validation):
+            return value
+        missing, ok = value
+        return cls(ok=ok, missing_fields=tuple(missing))
+
+
+Validator: TypeAlias = Callable[
+    [str, dict[str, Any]], "Validation | tuple[Sequence[MissingField], bool]"
+]
+CapabilityProvider: TypeAlias = Callable[[], Sequence["str | Capability"]]
+
+
+def as_capability(value: str | Capability) -> Capability:
+    return value if isinstance(value, Capability) else Capability(name=value)
+
+
+# --- task records ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    """Everything one peer knows about one task, in one role."""
+
+    key: TaskKey
+    role: Role
+    partner: str
+    task: TaskSpec
+    context: TaskContext | None
+    request_id: str
+    created_at: float
+    state: TaskState = TaskState.IDLE
+    updated_at: float = 0.0
+    history: list[Transition] = field(default_factory=list)
+    #: E: the synchronous answer to the task_request, repeated for a same-task re-request.
+    decision: TaskConfirmPayload | TaskRejectPayload | TaskNeedInfoPayload | None = None
+    result: TaskResult | None = None
+    error: TaskError | None = None
+    reject: TaskRejectPayload | None = None
+    refusal: NackPayload | None = None
+    progress: float | None = None
+    status_message: str = ""
+    need_info: TaskNeedInfoPayload | None = None
+    need_human: TaskNeedHumanPayload | None = None
+    need_human_id: str | None = None
+    provided: dict[str, Any] = field(default_factory=dict)
+    executing_since: float | None = None
+    executed_time: float = 0.0
+    handler_started: bool = False
+    cancel_requested: bool = False
+    cancel_reason: str | None = None
+    cancel_sent: bool = False
+
+    @property
+    def task_id(self) -> str:
+        return self.key.task_id
+
+    @property
+    def is_final(self) -> bool:
+        return self.state.is_final
+
+
+@dataclass(slots=True)
+class _PartnerLiveness:
+    last_heard: float
+    reachable: bool = True
+
+
+M = TypeVar("M", bound=Envelope[Any])
+_TimerKey: TypeAlias = tuple[str, TaskKey | str]
+_TIMEOUT = "timeout"
+_DEADLINE = "deadline"
+_WAIT = "wait"
+_HEARTBEAT = "heartbeat"
+
+_REPLY_EVENTS: Mapping[type[Envelope[Any]], Event] = {
+    TaskConfirm: Event.RECV_TASK_CONFIRM,
+    TaskReject: Event.RECV_TASK_REJECT,
+    TaskNeedInfo: Event.RECV_TASK_NEED_INFO,
+}
+
+
+def _epoch(value: datetime) -> float:
+    return value.timestamp()
+
+
+def _at(now: float) -> datetime:
+    return datetime.fromtimestamp(now, UTC)
+
+
+def _not_found(task_id: str) -> SynapseError:
+    return SynapseError(
+        ErrorCode.TASK_NOT_FOUND, f"no task {task_id!r} with this sender", {"task_id": task_id}
+    )
+
+
+class Engine:
+    """All tasks of one peer (`agent_id`, reachable at `endpoint`), as requester and executor."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        endpoint: str,
+        config: P2PConfig | None = None,
+        validator: Validator | None = None,
+        capabilities: CapabilityProvider | None = None,
+    ) -> None:
+        self.agent_id = agent_id
+        self.endpoint = endpoint
+        self.config = config or P2PConfig()
+        self.sender = Sender(agent_id=agent_id, endpoint=endpoint)
+        self.validator: Validator = validator or (lambda _t, _p: Validation())
+        self.capabilities: CapabilityProvider = capabilities or (lambda: ())
+        self.tasks: dict[TaskKey, TaskRecord] = {}
+        self.ready = True
+        self.draining = False
+        self._timers: TimerQueue[_TimerKey] = TimerQueue()
+        self._partners: dict[str, _PartnerLiveness] = {}
+        self._in_flight: dict[str, int] = {}  # partner → non-final tasks with it
+        self._executing = 0  # non-final executor tasks (capacity)
+
+    # --- queries --------------------------------------------------------------------------
+
+    def get(self, key: TaskKey) -> TaskRecord | None:
+        return self.tasks.get(key)
+
+    def active_executor_tasks(self) -> int:
+        return self._executing
+
+    def in_flight_with(self, partner: str) -> int:
+        return self._in_flight.get(partner, 0)
+
+    def is_reachable(self, partner: str) -> bool:
+        liveness = self._partners.get(partner)
+        return liveness is None or liveness.reachable
+
+    def heartbeat_status(self) -> HeartbeatStatus:
+        if self.draining or not self.ready:
+            return HeartbeatStatus.DRAINING
+        if self._executing >= self.config.max_concurrent_tasks:
+            return HeartbeatStatus.BUSY
+        return HeartbeatStatus.OK
+
+    def next_deadline(self) -> float | None:
+        """When `on_timer` should next be called."""
+        return self._timers.next_deadline()
+
+    # --- building messages ------------------------------------------------------------------
+
+    def _message(self, cls: type[M], payload: Any, to: str, now: float) -> M:
+        return build_message(cls, payload, sender=self.sender, to=to, timestamp=_at(now))
+
+    def _reply(self, cls: type[M], payload: Any, request: Envelope[Any]) -> M:
+        return build_reply(cls, payload, request=request, sender=self.sender)
+
+    def _callback(
+        self, rec: TaskRecord, cls: type[Envelope[Any]], payload: Any, now: float
+    ) -> Outgoing:
+        message: Any = self._message(cls, payload, rec.partner, now)
+        return Outgoing(rec.partner, message, rec.key)
+
+    def task_ack(self, request: Envelope[Any], rec: TaskRecord) -> TaskAck:
+        return self._reply(TaskAck, TaskAckPayload(task_id=rec.task_id, state=rec.state), request)
+
+    def heartbeat(self, partner: str, now: float) -> Heartbeat:
+        payload = HeartbeatPayload(
+            status=self.heartbeat_status(), active_tasks=self.in_flight_with(partner)
+        )
+        message: Heartbeat = self._message(Heartbeat, payload, partner, now)
+        return message
+
+    def capability_query(self, partner: str, task_type: str | None, now: float) -> CapabilityQuery:
+        message: CapabilityQuery = self._message(
+            CapabilityQuery, CapabilityQueryPayload(task_type=task_type), partner, now
+        )
+        return message
+
+    # --- transitions ------------------------------------------------------------------------
+
+    def _move(
+        self, rec: TaskRecord, event: Event, now: float, message_id: str | None, step: Step
+    ) -> TaskState:
+        """Apply `event` to `rec` (or raise `TransitionError` and change nothing)."""
+        old = rec.state
+        new = next_state(rec.role, old, event)
+        executor = rec.role is Role.EXECUTOR
+        if old is TaskState.EXECUTING and new is not TaskState.EXECUTING:
+            rec.executed_time += now - (rec.executing_since or now)
+            rec.executing_since = None
+            self._timers.cancel((_TIMEOUT, rec.key))
+        if new is TaskState.EXECUTING and old is not TaskState.EXECUTING:
+            rec.executing_since = now
+            if executor:
+                remaining = max(0.0, self.config.task_timeout - rec.executed_time)
+                self._timers.set((_TIMEOUT, rec.key), now + remaining)
+        if old in (TaskState.INFO_NEEDED, TaskState.NEED_HUMAN) and new is not old:
+            self._timers.cancel((_WAIT, rec.key))
+        rec.state = new
+        rec.updated_at = now
+        transition = Transition(rec.key, rec.role, old, new, event, message_id, now)
+        rec.history.append(transition)
+        step.transitions.append(transition)
+        if new.is_final and not old.is_final:
+            self._finished(rec)
+        return new
+
+    def _track(self, rec: TaskRecord, now: float) -> None:
+        """A new non-final task: count it, and heartbeat its partner while it is in flight."""
+        self.tasks[rec.key] = rec
+        self._in_flight[rec.partner] = self._in_flight.get(rec.partner, 0) + 1
+        if rec.role is Role.EXECUTOR:
+            self._executing += 1
+        self._partners.setdefault(rec.partner, _PartnerLiveness(last_heard=now))
+        heartbeat_key = (_HEARTBEAT, rec.partner)
+        if heartbeat_key not in self._timers:
+            self._timers.set(heartbeat_key, now + self.config.heartbeat_interval)
+
+    def _finished(self, rec: TaskRecord) -> None:
+        for kind in (_TIMEOUT, _DEADLINE, _WAIT):
+            self._timers.cancel((kind, rec.key))
+        left = self._in_flight.get(rec.partner, 0) - 1
+        if left > 0:
+            self._in_flight[rec.partner] = left
+        else:
+            self._in_flight.pop(rec.partner, None)
+        if rec.role is Role.EXECUTOR:
+            self._executing -= 1
+
+    # --- receiving POSTed requests and callbacks -----------------------------------------------
+
+    def receive(self, message: Message, now: float) -> Step:
+        """Apply a POSTed message from an authenticated partner; `step.reply` answers it.
+
+        Raises `SynapseError` (and changes nothing) when the message is refused.
+        """
+        self.heard(message.from_.agent_id, now, step := Step())
+        if isinstance(message, TaskRequest):
+            self._on_task_request(message, now, step)
+        elif isinstance(message, TaskInfoProvided | TaskCancel | HumanDecision):
+            self._on_requester_message(message, now, step)
+        elif message.message_type in EXECUTOR_TO_REQUESTER:
+            self._on_executor_callback(message, now, step)
+        elif isinstance(message, Heartbeat):
+            reply = self.heartbeat(message.from_.agent_id, now)
+            step.reply = build_reply(Heartbeat, reply.payload, request=message, sender=self.sender)
+        elif isinstance(message, CapabilityQuery):
+            step.reply = self._capability_response(message)
+        else:
+            raise SynapseError(
+                ErrorCode.INVALID_PARAMS,
+                f"{message.message_type.value} is only ever a synchronous reply",
+                {"reason": "reply_only_type"},
+            )
+        return step
+
+    def _capability_response(self, query: CapabilityQuery) -> CapabilityResponse:
+        wanted = query.payload.task_type
+        caps = [as_capability(c) for c in self.capabilities()]
+        if wanted is not None:
+            caps = [c for c in caps if c.name == wanted]
+        payload = CapabilityResponsePayload(
+            agent_id=self.agent_id,
+            capabilities=caps,
+            max_concurrent_tasks=self.config.max_concurrent_tasks,
+        )
+        response: CapabilityResponse = self._reply(CapabilityResponse, payload, query)
+        return response
+
+    # executor side ---------------------------------------------------------------------------
+
+    def _on_task_request(self, message: TaskRequest, now: float, step: Step) -> None:
+        spec = message.payload.task
+        key = TaskKey(message.from_.agent_id, spec.id)
+        existing = self.tasks.get(key)
+        if existing is not None:
+            if existing.role is Role.EXECUTOR and existing.task == spec:
+                step.reply = self._decision_reply(existing, message)
+                return
+            if existing.is_final:
+                raise SynapseError(
+                    ErrorCode.TASK_ALREADY_COMPLETED,
+                    f"task {spec.id!r} is already {existing.state.value}",
+                    {"state": existing.state.value, "task_id": spec.id},
+                )
+            raise SynapseError(
+                ErrorCode.INVALID_PARAMS,
+                f"task id {spec.id!r} is already in use for another task",
+                {"reason": "task_id_in_use", "task_id": spec.id},
+            )
+        if not self.ready or self.draining:
+            raise SynapseError(
+                ErrorCode.AGENT_NOT_READY,
+                "draining: not accepting new tasks" if self.draining else "starting up",
+                {"reason": "draining" if self.draining else "starting"},
+            )
+        rec = TaskRecord(
+            key=key,
+            role=Role.EXECUTOR,
+            partner=message.from_.agent_id,
+            task=spec,
+            context=message.payload.context,
+            request_id=message.id,
+            created_at=now,
+            updated_at=now,
+        )
+        verdict = self._judge(spec, now)
+        self._track(rec, now)
+        if isinstance(verdict, TaskRejectPayload):
+            rec.decision = rec.reject = verdict
+            self._move(rec, Event.SEND_TASK_REJECT, now, message.id, step)
+        elif isinstance(verdict, TaskNeedInfoPayload):
+            rec.decision = rec.need_info = verdict
+            self._move(rec, Event.SEND_TASK_NEED_INFO, now, message.id, step)
+            self._arm_wait(rec, verdict.required_by)
+        else:
+            rec.decision = verdict
+            self._move(rec, Event.SEND_TASK_CONFIRM, now, message.id, step)
+            self._start(rec, now, step, spec.payload)
+        if spec.deadline is not None and not rec.is_final:
+            self._timers.set((_DEADLINE, key), _epoch(spec.deadline))
+        step.reply = self._decision_reply(rec, message)
+
+    def _judge(
+        self, spec: TaskSpec, now: float
+    ) -> TaskConfirmPayload | TaskRejectPayload | TaskNeedInfoPayload:
+        """Decide the synchronous answer to a new task (CONTRACT §4, §5)."""
+
+        def reject(code: ErrorCode, text: str, retry_after: int | None = None) -> TaskRejectPayload:
+            alternatives = Alternatives(retry_after=retry_after) if retry_after else None
+            return TaskRejectPayload(
+                task_id=spec.id,
+                reason=Reason(code=code.value, message=text),
+                alternatives=alternatives,
+            )
+
+        if spec.deadline is not None and _epoch(spec.deadline) <= now:
+            return reject(ErrorCode.EXECUTION_TIMEOUT, "the task's deadline has already passed")
+        names = {as_capability(c).name for c in self.capabilities()}
+        if spec.type not in names:
+            return reject(ErrorCode.CAPABILITY_LACKING, f"task type {spec.type!r} is not offered")
+        if self._executing >= self.config.max_concurrent_tasks:
+            return reject(
+                ErrorCode.RATE_LIMITED,
+                "at max concurrent tasks",
+                self.config.capacity_retry_after,
+            )
+        try:
+            validation = Validation.coerce(self.validator(spec.type, dict(spec.payload)))
+        except Exception as exc:  # the handler's bug must not become a 500
+            return reject(ErrorCode.EXECUTION_FAILED, f"validate_task raised: {exc!r}")
+        if not validation.ok:
+            reason = validation.reason or Reason(
+                code=ErrorCode.INVALID_PARAMS.value, message="task payload not acceptable"
+            )
+            return TaskRejectPayload(task_id=spec.id, reason=reason)
+        if validation.missing_fields:
+            return TaskNeedInfoPayload(
+                task_id=spec.id,
+                missing_fields=list(validation.missing_fields),
+                question=validation.question,
+                required_by=validation.required_by,
+            )
+        return TaskConfirmPayload(
+            task_id=spec.id,
+            confirmed=True,
+            estimated_duration=validation.estimated_duration,
+            capabilities_used=[spec.type],
+        )
+
+    def _decision_reply(self, rec: TaskRecord, request: TaskRequest) -> Message:
+        decision = rec.decision
+        if isinstance(decision, TaskRejectPayload):
+            reply: Message = self._reply(TaskReject, decision, request)
+        elif isinstance(decision, TaskNeedInfoPayload):
+            reply = self._reply(TaskNeedInfo, decision, request)
+        else:
+            reply = self._reply(TaskConfirm, decision, request)
+        return reply
+
+    def _arm_wait(self, rec: TaskRecord, until: datetime | None) -> None:
+        if until is not None:
+            self._timers.set((_WAIT, rec.key), _epoch(until))
+
+    def _start(self, rec: TaskRecord, now: float, step: Step, payload: dict[str, Any]) -> None:
+        """Enter `executing` and tell R so (its first callback is a status update)."""
+        self._move(rec, Event.START_EXECUTION, now, None, step)
+        self._status_callback(rec, now, step, message="executing")
+        if rec.handler_started:
+            return
+        rec.handler_started = True
+        step.actions.append(StartExecution(rec.key, rec.task.type, payload))
+
+    def _status_callback(
+        self,
+        rec: TaskRecord,
+        now: float,
+        step: Step,
+        *,
+        progress: float | None = None,
+        message: str = "",
+        intermediate_result: Any = None,
+    ) -> None:
+        payload = TaskStatusUpdatePayload(
+            task_id=rec.task_id,
+            status=rec.state,
+            progress=progress,
+            message=message,
+            intermediate_result=intermediate_result,
+        )
+        step.outgoing.append(self._callback(rec, TaskStatusUpdate, payload, now))
+
+    def _executor_record(self, message: Message, task_id: str) -> TaskRecord:
+        rec = self.tasks.get(TaskKey(message.from_.agent_id, task_id))
+        if rec is None or rec.role is not Role.EXECUTOR:
+            raise _not_found(task_id)
+        return rec
+
+    def _on_requester_message(
+        self, message: TaskInfoProvided | TaskCancel | HumanDecision, now: float, step: Step
+    ) -> None:
+        rec = self._executor_record(message, message.payload.task_id)
+        if isinstance(message, TaskCancel):
+            self._move(rec, Event.RECV_TASK_CANCEL, now, message.id, step)
+            step.reply = self.task_ack(message, rec)
+            step.actions += [CancelExecution(rec.key, "cancelled"), DropQueued(rec.key)]
+        elif isinstance(message, TaskInfoProvided):
+            self._move(rec, Event.RECV_TASK_INFO_PROVIDED, now, message.id, step)
+            step.reply = self.task_ack(message, rec)
+            rec.provided.update(message.payload.fields)
+            self._after_info(rec, message.payload.fields, now, step)
+        else:
+            decision = message.payload.decision
+            approve = decision.action is DecisionAction.APPROVE
+            event = Event.RECV_HUMAN_APPROVE if approve else Event.RECV_HUMAN_REJECT
+            next_state(rec.role, rec.state, event)  # refuse a wrong state before the payload
+            if message.payload.reply_to != rec.need_human_id:
+                raise SynapseError(
+                    ErrorCode.INVALID_PARAMS,
+                    "human_decision.reply_to is not the pending task_need_human",
+                    {"reason": "reply_to_mismatch", "expected": rec.need_human_id},
+                )
+            self._move(rec, event, now, message.id, step)
+            step.reply = self.task_ack(message, rec)
+            if approve:
+                self._start(rec, now, step, {})
+                step.actions.append(ResumeExecution(rec.key, message.payload))
+            else:
+                reason = decision.rejection_reason or "a person rejected the task"
+                error = TaskError(
+                    code=ErrorCode.PERMISSION_DENIED.value, message=reason, recoverable=False
+                )
+                self._fail(rec, error, now, step)
+
+    def _after_info(
+        self, rec: TaskRecord, fields: Mapping[str, Any], now: float, step: Step
+    ) -> None:
+        if rec.handler_started:
+            self._start(rec, now, step, {})
+            step.actions.append(ResumeExecution(rec.key, dict(fields)))
+            return
+        # The information answered the synchronous task_need_info: judge the task again.
+        payload = {**rec.task.payload, **rec.provided}
+        try:
+            validation = Validation.coerce(self.validator(rec.task.type, dict(payload)))
+        except Exception as exc:
+            validation = Validation(
+                ok=False, reason=Reason(code="execution_failed", message=repr(exc))
+            )
+        if not validation.ok:
+            reason = validation.reason or Reason(
+                code=ErrorCode.INVALID_PARAMS.value, message="task payload not acceptable"
+            )
+            error = TaskError(code=reason.code, message=reason.message, recoverable=False)
+            self._fail(rec, error, now, step)
+        elif validation.missing_fields:
+            need = TaskNeedInfoPayload(
+                task_id=rec.task_id,
+                missing_fields=list(validation.missing_fields),
+                question=validation.question,
+                required_by=validation.required_by,
+            )
+            rec.need_info = need
+            self._move(rec, Event.SEND_TASK_NEED_INFO, now, None, step)
+            step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
+            self._arm_wait(rec, need.required_by)
+        else:
+            self._start(rec, now, step, payload)
+
+    def _fail(self, rec: TaskRecord, error: TaskError, now: float, step: Step) -> None:
+        rec.error = error
+        self._move(rec, Event.SEND_TASK_FAILED, now, None, step)
+        failed = TaskFailedPayload(task_id=rec.task_id, error=error)
+        step.outgoing.append(self._callback(rec, TaskFailed, failed, now))
+        step.actions.append(CancelExecution(rec.key, error.code))
+
+    # requester side --------------------------------------------------------------------------
+
+    def _requester_record(self, message: Message, task_id: str) -> TaskRecord:
+        rec = self.tasks.get(TaskKey(self.agent_id, task_id))
+        if rec is None or rec.role is not Role.REQUESTER or rec.partner != message.sender_id:
+            raise _not_found(task_id)
+        return rec
+
+    def _on_executor_callback(self, message: Message, now: float, step: Step) -> None:
+        payload: Any = message.payload
+        rec = self._requester_record(message, payload.task_id)
+        if isinstance(message, TaskStatusUpdate):
+            self._move(rec, Event.RECV_TASK_STATUS_UPDATE, now, message.id, step)
+            if message.payload.progress is not None:
+                rec.progress = message.payload.progress
+            rec.status_message = message.payload.message
+            step.reply = self._reply(Ack, AckPayload(), message)
+        elif isinstance(message, TaskNeedInfo):
+            self._move(rec, Event.RECV_TASK_NEED_INFO, now, message.id, step)
+            rec.need_info = message.payload
+            step.reply = self._reply(Ack, AckPayload(), message)
+        elif isinstance(message, TaskNeedHuman):
+            self._move(rec, Event.RECV_TASK_NEED_HUMAN, now, message.id, step)
+            rec.need_human, rec.need_human_id = message.payload, message.id
+            step.reply = self._reply(Ack, AckPayload(), message)
+        elif isinstance(message, TaskComplete):
+            self._move(rec, Event.RECV_TASK_COMPLETE, now, message.id, step)
+            rec.result = message.payload.result
+            step.reply = self.task_ack(message, rec)
+        elif isinstance(message, TaskFailed):
+            self._move(rec, Event.RECV_TASK_FAILED, now, message.id, step)
+            rec.error = message.payload.error
+            step.reply = self.task_ack(message, rec)
+        step.actions.append(TaskEvent(rec.key, message.message_type.value, rec.state, message))
+
+    # --- replies to what we POSTed --------------------------------------------------------------
+
+    def on_reply(self, sent: Message, reply: Message, now: float) -> Step:
+        """Apply the synchronous reply to a message we POSTed (delivered or refused)."""
+        step = Step()
+        self.heard(sent.to.agent_id, now, step)
+        if isinstance(reply, Nack):
+            self._on_nack(sent, reply.payload, now, step)
+            return step
+        if isinstance(sent, TaskRequest):
+            rec = self.tasks.get(TaskKey(self.agent_id, sent.payload.task.id))
+            event = _REPLY_EVENTS.get(type(reply))
+            if rec is None or event is None:
+                return step
+            if rec.state is TaskState.PENDING:
+                self._move(rec, event, now, reply.id, step)
+                if isinstance(reply, TaskReject):
+                    rec.reject = reply.payload
+                elif isinstance(reply, TaskNeedInfo):
+                    rec.need_info = reply.payload
+                step.actions.append(TaskEvent(rec.key, reply.message_type.value, rec.state, reply))
+            # Otherwise a callback overtook this reply and implicitly confirmed the task.
+            self._send_requested_cancel(rec, now, step)
+        elif isinstance(sent, TaskCancel) and isinstance(reply, TaskAck):
+            rec = self.tasks.get(TaskKey(self.agent_id, sent.payload.task_id))
+            if rec is not None and not rec.is_final and reply.payload.state is TaskState.CANCELLED:
+                self._move(rec, Event.RECV_CANCEL_ACK, now, reply.id, step)
+                step.actions.append(TaskEvent(rec.key, reply.message_type.value, rec.state, reply))
+        return step
+
+    def _on_nack(self, sent: Message, nack: NackPayload, now: float, step: Step) -> None:
+        key = self._key_of(sent)
+        step.actions.append(Refusal(key, sent, nack))
+        rec = self.tasks.get(key) if key is not None else None
+        if rec is None or rec.role is not Role.REQUESTER:
+            return
+        if isinstance(sent, TaskRequest) and rec.state is TaskState.PENDING:
+            rec.refusal = nack
+            self._move(rec, Event.REQUEST_REFUSED, now, None, step)
+            step.actions.append(TaskEvent(rec.key, "refused", rec.state, None, nack.message))
+        elif not rec.is_final:
+            # 409 on a cancel: E finished first; its final callback is on its way.
+            step.actions.append(TaskEvent(rec.key, "refused", rec.state, None, nack.message))
+
+    def _key_of(self, sent: Message) -> TaskKey | None:
+        if isinstance(sent, TaskRequest):
+            return TaskKey(self.agent_id, sent.payload.task.id)
+        task_id = getattr(sent.payload, "task_id", None)
+        if task_id is None:
+            return None
+        if sent.message_type in EXECUTOR_TO_REQUESTER:
+            return TaskKey(sent.to.agent_id, task_id)
+        return TaskKey(self.agent_id, task_id)
+
+    def on_undeliverable(self, sent: Message, now: float) -> Step:
+        """Retries of `sent` ran out; it stays queued until the partner answers again."""
+        step = Step()
+        key = self._key_of(sent)
+        rec = self.tasks.get(key) if key is not None else None
+        if rec is not None and rec.role is Role.REQUESTER:
+            step.actions.append(
+                TaskEvent(rec.key, "undeliverable", rec.state, sent, "partner did not answer")
+            )
+        return step
+
+    # --- requester commands ---------------------------------------------------------------------
+
+    def submit(
+        self,
+        partner: str,
+        task_type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        now: float,
+        task_id: str | None = None,
+        priority: Priority = Priority.NORMAL,
+        deadline: datetime | None = None,
+        context: TaskContext | None = None,
+    ) -> tuple[TaskKey, Step]:
+        """Create a task as requester and queue its `task_request` to `partner`."""
+        spec = TaskSpec(
+            id=task_id or new_task_id(),
+            type=task_type,
+            priority=priority,
+            deadline=deadline,
+            payload=dict(payload or {}),
+        )
+        key = TaskKey(self.agent_id, spec.id)
+        if key in self.tasks:
+            raise LocalProtocolError(f"task id {spec.id!r} is already used")
+        message: TaskRequest = self._message(
+            TaskRequest, TaskRequestPayload(task=spec, context=context), partner, now
+        )
+        rec = TaskRecord(
+            key=key,
+            role=Role.REQUESTER,
+            partner=partner,
+            task=spec,
+            context=context,
+            request_id=message.id,
+            created_at=now,
+            updated_at=now,
+        )
+        self._track(rec, now)
+        step = Step()
+        self._move(rec, Event.SEND_TASK_REQUEST, now, message.id, step)
+        step.outgoing.append(Outgoing(partner, message, key))
+        return key, step
+
+    def _requester(self, key: TaskKey) -> TaskRecord:
+        rec = self.tasks.get(key)
+        if rec is None or rec.role is not Role.REQUESTER:
+            raise LocalProtocolError(f"no task {key} of ours as requester")
+        return rec
+
+    def _local(
+        self, rec: TaskRecord, event: Event, now: float, step: Step, mid: str | None
+    ) -> None:
+        try:
+            self._move(rec, event, now, mid, step)
+        except TransitionError as exc:
+            raise LocalProtocolError(f"{event.value} in state {rec.state.value}") from exc
+
+    def provide_info(
+        self, key: TaskKey, fields: Mapping[str, Any], *, now: float, notes: str | None = None
+    ) -> Step:
+        rec = self._requester(key)
+        payload = TaskInfoProvidedPayload(task_id=rec.task_id, fields=dict(fields), notes=notes)
+        out = self._callback(rec, TaskInfoProvided, payload, now)
+        step = Step()
+        self._local(rec, Event.SEND_TASK_INFO_PROVIDED, now, step, out.message.id)
+        step.outgoing.append(out)
+        return step
+
+    def start_deciding(self, key: TaskKey, *, now: float) -> Step:
+        """A person at R started to decide on a `task_need_human` (R only)."""
+        rec = self._requester(key)
+        step = Step()
+        self._local(rec, Event.HUMAN_DECIDING, now, step, None)
+        return step
+
+    def decide(
+        self,
+        key: TaskKey,
+        action: DecisionAction,
+        *,
+        now: float,
+        decided_by: DecidedBy,
+        decision_id: str,
+        approved_fields: Mapping[str, Any] | None = None,
+        rejection_reason: str = "",
+        notes: str = "",
+    ) -> Step:
+        rec = self._requester(key)
+        if rec.need_human_id is None:
+            raise LocalProtocolError(f"task {key} has no pending task_need_human")
+        payload = HumanDecisionPayload(
+            task_id=rec.task_id,
+            decision_id=decision_id,
+            reply_to=rec.need_human_id,
+            decided_by=decided_by,
+            decision=Decision(
+                action=action,
+                approved_fields=dict(approved_fields or {}),
+                rejection_reason=rejection_reason,
+            ),
+            notes=notes,
+            timestamp=_at(now),
+        )
+        out = self._callback(rec, HumanDecision, payload, now)
+        event = (
+            Event.SEND_HUMAN_APPROVE
+            if action is DecisionAction.APPROVE
+            else Event.SEND_HUMAN_REJECT
+        )
+        step = Step()
+        self._local(rec, event, now, step, out.message.id)
+        step.outgoing.append(out)
+        return step
+
+    def cancel(self, key: TaskKey, *, now: float, reason: str | None = None) -> Step:
+        """Ask E to cancel. Sent once R has the reply to its request (CONTRACT §6)."""
+        rec = self._requester(key)
+        step = Step()
+        if rec.is_final or rec.cancel_requested:
+            return step
+        rec.cancel_requested, rec.cancel_reason = True, reason
+        self._send_requested_cancel(rec, now, step)
+        return step
+
+    def _send_requested_cancel(self, rec: TaskRecord, now: float, step: Step) -> None:
+        if not rec.cancel_requested or rec.cancel_sent or rec.is_final:
+            return
+        if rec.state is TaskState.PENDING:
+            return  # wait for the reply to the task_request
+        rec.cancel_sent = True
+        payload = TaskCancelPayload(task_id=rec.task_id, reason=rec.cancel_reason)
+        step.outgoing.append(self._callback(rec, TaskCancel, payload, now))
+
+    # --- executor commands (from the running handler) -------------------------------------------
+
+    def _executor(self, key: TaskKey, step: Step) -> TaskRecord | None:
+        rec = self.tasks.get(key)
+        if rec is None or rec.role is not Role.EXECUTOR:
+            raise LocalProtocolError(f"no task {key} of ours as executor")
+        if rec.is_final:
+            step.discarded = True  # a late call after cancel or timeout: dropped by design
+            return None
+        return rec
+
+    def _handler_move(self, rec: TaskRecord, event: Event, now: float, step: Step) -> None:
+        try:
+            self._move(rec, event, now, None, step)
+        except TransitionError as exc:
+            raise LocalProtocolError(
+                f"handler asked for {event.value} in state {rec.state.value}"
+            ) from exc
+
+    def report_status(
+        self,
+        key: TaskKey,
+        *,
+        now: float,
+        progress: float | None = None,
+        message: str = "",
+        intermediate_result: Any = None,
+    ) -> Step:
+        step = Step()
+        rec = self._executor(key, step)
+        if rec is None:
+            return step
+        self._handler_move(rec, Event.SEND_TASK_STATUS_UPDATE, now, step)
+        self._status_callback(
+            rec,
+            now,
+            step,
+            progress=progress,
+            message=message,
+            intermediate_result=intermediate_result,
+        )
+        return step
+
+    def request_info(
+        self,
+        key: TaskKey,
+        missing_fields: Iterable[MissingField],
+        *,
+        now: float,
+        question: str = "",
+        required_by: datetime | None = None,
+    ) -> Step:
+        step = Step()
+        rec = self._executor(key, step)
+        if rec is None:
+            return step
+        need = TaskNeedInfoPayload(
+            task_id=rec.task_id,
+            missing_fields=list(missing_fields),
+            question=question,
+            required_by=required_by,
+        )
+        self._handler_move(rec, Event.SEND_TASK_NEED_INFO, now, step)
+        rec.need_info = need
+        step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
+        self._arm_wait(rec, required_by)
+        return step
+
+    def request_human(
+        self,
+        key: TaskKey,
+        reason: Reason,
+        *,
+        now: float,
+        context: HumanContext | None = None,
+        options: Iterable[HumanOption] = (),
+        escalation_level: int = 1,
+        deadline: datetime | None = None,
+    ) -> Step:
+        step = Step()
+        rec = self._executor(key, step)
+        if rec is None:
+            return step
+        need = TaskNeedHumanPayload(
+            task_id=rec.task_id,
+            reason=reason,
+            context=context,
+            options=list(options),
+            escalation_level=escalation_level,
+            deadline=deadline,
+        )
+        self._handler_move(rec, Event.SEND_TASK_NEED_HUMAN, now, step)
+        out = self._callback(rec, TaskNeedHuman, need, now)
+        rec.need_human, rec.need_human_id = need, out.message.id
+        step.outgoing.append(out)
+        self._arm_wait(rec, deadline)
+        return step
+
+    def complete(self, key: TaskKey, result: TaskResult, *, now: float, summary: str = "") -> Step:
+        step = Step()
+        rec = self._executor(key, step)
+        if rec is None:
+            return step
+        self._handler_move(rec, Event.SEND_TASK_COMPLETE, now, step)
+        rec.result = result
+        payload = TaskCompletePayload(task_id=rec.task_id, result=result, summary=summary)
+        step.outgoing.append(self._callback(rec, TaskComplete, payload, now))
+        return step
+
+    def fail(self, key: TaskKey, error: TaskError, *, now: float) -> Step:
+        step = Step()
+        rec = self._executor(key, step)
+        if rec is None:
+            return step
+        self._fail(rec, error, now, step)
+        return step
+
+    # --- clock ---------------------------------------------------------------------------------
+
+    def on_timer(self, now: float) -> Step:
+        """Fire every timer due at `now`: task timeouts, deadlines, heartbeats."""
+        step = Step()
+        for kind, target in list(self._timers.pop_due(now)):
+            if kind == _HEARTBEAT:
+                assert isinstance(target, str)
+                self._heartbeat_due(target, now, step)
+                continue
+            assert isinstance(target, TaskKey)
+            rec = self.tasks.get(target)
+            if rec is None or rec.is_final or rec.role is not Role.EXECUTOR:
+                continue
+            text = {
+                _TIMEOUT: f"TaskTimeout of {self.config.task_timeout:g} s passed",
+                _DEADLINE: "the task's deadline passed",
+                _WAIT: "no answer before the requested time",
+            }[kind]
+            error = TaskError(
+                code=ErrorCode.EXECUTION_TIMEOUT.value, message=text, recoverable=True
+            )
+            self._fail(rec, error, now, step)
+        return step
+
+    def _heartbeat_due(self, partner: str, now: float, step: Step) -> None:
+        if not self.in_flight_with(partner):
+            return  # nothing in flight: stop heartbeating until the next task
+        liveness = self._partners.setdefault(partner, _PartnerLiveness(last_heard=now))
+        silent_for = now - liveness.last_heard
+        limit = self.config.missed_heartbeat_limit * self.config.heartbeat_interval
+        if liveness.reachable and silent_for >= limit:
+            liveness.reachable = False
+            step.actions.append(PartnerReachability(partner, reachable=False))
+            self._partner_events(partner, "partner_unreachable", step)
+        step.outgoing.append(Outgoing(partner, self.heartbeat(partner, now)))
+        self._timers.set((_HEARTBEAT, partner), now + self.config.heartbeat_interval)
+
+    def heard(self, partner: str, now: float, step: Step | None = None) -> Step:
+        """`partner` proved alive (an authenticated message, or a reply to us)."""
+        step = step if step is not None else Step()
+        liveness = self._partners.get(partner)
+        if liveness is None:
+            self._partners[partner] = _PartnerLiveness(last_heard=now)
+            return step
+        liveness.last_heard = now
+        if not liveness.reachable:
+            liveness.reachable = True
+            step.actions.append(PartnerReachability(partner, reachable=True))
+            self._partner_events(partner, "partner_reachable", step)
+        return step
+
+    def _partner_events(self, partner: str, kind: str, step: Step) -> None:
+        for rec in self.tasks.values():
+            if rec.partner == partner and rec.role is Role.REQUESTER and not rec.is_final:
+                step.actions.append(TaskEvent(rec.key, kind, rec.state))

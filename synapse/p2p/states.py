@@ -1,0 +1,271 @@
+"""The task state machine as data: one transition table per role over the 14 states.
+
+`TRANSITIONS[role][state][event]` is the next state. A pair that is not in the table is not
+allowed; `next_state` raises at one place. `specs/state-machine.md` is printed from this table
+(`python -m synapse.p2p.states`), and a test fails when the checked-in copy is stale.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from enum import StrEnum
+
+from synapse.types import ErrorCode, MessageType, SynapseError, TaskState
+
+S = TaskState
+
+
+class Role(StrEnum):
+    """Which side of a task this peer is."""
+
+    REQUESTER = "requester"
+    """R: submitted the task (seed: 请求方)."""
+    EXECUTOR = "executor"
+    """E: runs the task (seed: 执行方)."""
+
+
+class Event(StrEnum):
+    """What moves a task: a message sent or received, or a local step."""
+
+    SEND_TASK_REQUEST = "send task_request"
+    RECV_TASK_CONFIRM = "recv task_confirm"
+    RECV_TASK_REJECT = "recv task_reject"
+    RECV_TASK_NEED_INFO = "recv task_need_info"
+    RECV_TASK_STATUS_UPDATE = "recv task_status_update"
+    RECV_TASK_NEED_HUMAN = "recv task_need_human"
+    RECV_TASK_COMPLETE = "recv task_complete"
+    RECV_TASK_FAILED = "recv task_failed"
+    SEND_TASK_INFO_PROVIDED = "send task_info_provided"
+    HUMAN_DECIDING = "human deciding"
+    SEND_HUMAN_APPROVE = "send human_decision(approve)"
+    SEND_HUMAN_REJECT = "send human_decision(reject)"
+    RECV_CANCEL_ACK = "recv task_ack(cancelled)"
+    REQUEST_REFUSED = "recv nack to task_request"
+
+    SEND_TASK_CONFIRM = "send task_confirm"
+    SEND_TASK_REJECT = "send task_reject"
+    SEND_TASK_NEED_INFO = "send task_need_info"
+    START_EXECUTION = "start execution"
+    SEND_TASK_STATUS_UPDATE = "send task_status_update"
+    SEND_TASK_NEED_HUMAN = "send task_need_human"
+    SEND_TASK_COMPLETE = "send task_complete"
+    SEND_TASK_FAILED = "send task_failed"
+    RECV_TASK_INFO_PROVIDED = "recv task_info_provided"
+    RECV_HUMAN_APPROVE = "recv human_decision(approve)"
+    RECV_HUMAN_REJECT = "recv human_decision(reject)"
+    RECV_TASK_CANCEL = "recv task_cancel"
+
+    @property
+    def message_type(self) -> MessageType | None:
+        """The message type a `recv …` event stands for (None for local steps)."""
+        return _EVENT_MESSAGE.get(self)
+
+
+_EVENT_MESSAGE: dict[Event, MessageType] = {
+    Event.RECV_TASK_CONFIRM: MessageType.TASK_CONFIRM,
+    Event.RECV_TASK_REJECT: MessageType.TASK_REJECT,
+    Event.RECV_TASK_NEED_INFO: MessageType.TASK_NEED_INFO,
+    Event.RECV_TASK_STATUS_UPDATE: MessageType.TASK_STATUS_UPDATE,
+    Event.RECV_TASK_NEED_HUMAN: MessageType.TASK_NEED_HUMAN,
+    Event.RECV_TASK_COMPLETE: MessageType.TASK_COMPLETE,
+    Event.RECV_TASK_FAILED: MessageType.TASK_FAILED,
+    Event.RECV_CANCEL_ACK: MessageType.TASK_ACK,
+    Event.RECV_TASK_INFO_PROVIDED: MessageType.TASK_INFO_PROVIDED,
+    Event.RECV_HUMAN_APPROVE: MessageType.HUMAN_DECISION,
+    Event.RECV_HUMAN_REJECT: MessageType.HUMAN_DECISION,
+    Event.RECV_TASK_CANCEL: MessageType.TASK_CANCEL,
+}
+
+# What a callback from E does at R once R has the task confirmed (or implicitly confirmed).
+_R_CALLBACKS: dict[Event, TaskState] = {
+    Event.RECV_TASK_STATUS_UPDATE: S.EXECUTING,
+    Event.RECV_TASK_NEED_INFO: S.INFO_NEEDED,
+    Event.RECV_TASK_NEED_HUMAN: S.NEED_HUMAN,
+    Event.RECV_TASK_COMPLETE: S.COMPLETED,
+    Event.RECV_TASK_FAILED: S.FAILED,
+    Event.RECV_CANCEL_ACK: S.CANCELLED,
+}
+# Ways out of every non-final state at E: R cancels, or E fails the task (timeout, error).
+_E_EXITS: dict[Event, TaskState] = {
+    Event.RECV_TASK_CANCEL: S.CANCELLED,
+    Event.SEND_TASK_FAILED: S.FAILED,
+}
+
+TRANSITIONS: Mapping[Role, Mapping[TaskState, Mapping[Event, TaskState]]] = {
+    Role.REQUESTER: {
+        S.IDLE: {Event.SEND_TASK_REQUEST: S.PENDING},
+        S.PENDING: {
+            Event.RECV_TASK_CONFIRM: S.CONFIRMED,
+            Event.RECV_TASK_REJECT: S.REJECTED,
+            Event.RECV_TASK_NEED_INFO: S.INFO_NEEDED,
+            Event.REQUEST_REFUSED: S.REJECTED,
+            # A callback that overtakes the synchronous reply counts as an implicit confirm.
+            Event.RECV_TASK_STATUS_UPDATE: S.EXECUTING,
+            Event.RECV_TASK_NEED_HUMAN: S.NEED_HUMAN,
+            Event.RECV_TASK_COMPLETE: S.COMPLETED,
+            Event.RECV_TASK_FAILED: S.FAILED,
+        },
+        S.CONFIRMED: dict(_R_CALLBACKS),
+        S.EXECUTING: dict(_R_CALLBACKS),
+        S.INFO_NEEDED: {
+            Event.SEND_TASK_INFO_PROVIDED: S.INFO_PROVIDED,
+            Event.RECV_TASK_FAILED: S.FAILED,
+            Event.RECV_CANCEL_ACK: S.CANCELLED,
+        },
+        S.INFO_PROVIDED: dict(_R_CALLBACKS),
+        S.NEED_HUMAN: {
+            Event.HUMAN_DECIDING: S.HUMAN_DECIDING,
+            Event.SEND_HUMAN_APPROVE: S.HUMAN_APPROVED,
+            Event.SEND_HUMAN_REJECT: S.HUMAN_REJECTED,
+            Event.RECV_TASK_FAILED: S.FAILED,
+            Event.RECV_CANCEL_ACK: S.CANCELLED,
+        },
+        S.HUMAN_DECIDING: {
+            Event.SEND_HUMAN_APPROVE: S.HUMAN_APPROVED,
+            Event.SEND_HUMAN_REJECT: S.HUMAN_REJECTED,
+            Event.RECV_TASK_FAILED: S.FAILED,
+            Event.RECV_CANCEL_ACK: S.CANCELLED,
+        },
+        S.HUMAN_APPROVED: dict(_R_CALLBACKS),
+        S.HUMAN_REJECTED: {
+            Event.RECV_TASK_FAILED: S.FAILED,
+            Event.RECV_CANCEL_ACK: S.CANCELLED,
+        },
+        S.COMPLETED: {},
+        S.FAILED: {},
+        S.CANCELLED: {},
+        S.REJECTED: {},
+    },
+    Role.EXECUTOR: {
+        S.IDLE: {
+            Event.SEND_TASK_CONFIRM: S.CONFIRMED,
+            Event.SEND_TASK_REJECT: S.REJECTED,
+            Event.SEND_TASK_NEED_INFO: S.INFO_NEEDED,
+        },
+        S.CONFIRMED: {Event.START_EXECUTION: S.EXECUTING, **_E_EXITS},
+        S.EXECUTING: {
+            Event.SEND_TASK_STATUS_UPDATE: S.EXECUTING,
+            Event.SEND_TASK_NEED_INFO: S.INFO_NEEDED,
+            Event.SEND_TASK_NEED_HUMAN: S.NEED_HUMAN,
+            Event.SEND_TASK_COMPLETE: S.COMPLETED,
+            **_E_EXITS,
+        },
+        S.INFO_NEEDED: {Event.RECV_TASK_INFO_PROVIDED: S.INFO_PROVIDED, **_E_EXITS},
+        S.INFO_PROVIDED: {
+            Event.START_EXECUTION: S.EXECUTING,
+            # The information given is still not enough: ask again.
+            Event.SEND_TASK_NEED_INFO: S.INFO_NEEDED,
+            **_E_EXITS,
+        },
+        S.NEED_HUMAN: {
+            Event.RECV_HUMAN_APPROVE: S.HUMAN_APPROVED,
+            Event.RECV_HUMAN_REJECT: S.HUMAN_REJECTED,
+            **_E_EXITS,
+        },
+        S.HUMAN_APPROVED: {Event.START_EXECUTION: S.EXECUTING, **_E_EXITS},
+        S.HUMAN_REJECTED: dict(_E_EXITS),
+        S.COMPLETED: {},
+        S.FAILED: {},
+        S.CANCELLED: {},
+        S.REJECTED: {},
+    },
+}
+
+
+class TransitionError(SynapseError):
+    """A received message that the task's current state does not allow (the peer's fault)."""
+
+    def __init__(self, role: Role, state: TaskState, event: Event) -> None:
+        if state.is_final:
+            super().__init__(
+                ErrorCode.TASK_ALREADY_COMPLETED,
+                f"task is already {state.value}",
+                {"state": state.value},
+            )
+        else:
+            super().__init__(
+                ErrorCode.INVALID_PARAMS,
+                f"{event.message_type or event.value} is not allowed in state {state.value}",
+                {"state": state.value, "allowed": allowed_messages(role, state)},
+            )
+        self.role = role
+        self.state = state
+        self.event = event
+
+
+def next_state(role: Role, state: TaskState, event: Event) -> TaskState:
+    """The state after `event`, or `TransitionError` if the table does not allow it."""
+    try:
+        return TRANSITIONS[role][state][event]
+    except KeyError:
+        raise TransitionError(role, state, event) from None
+
+
+def allowed_events(role: Role, state: TaskState) -> list[Event]:
+    return list(TRANSITIONS[role][state])
+
+
+def allowed_messages(role: Role, state: TaskState) -> list[str]:
+    """Message types that may be received in `state` (for `nack.details.allowed`)."""
+    found: list[str] = []
+    for event in TRANSITIONS[role][state]:
+        if event.value.startswith("recv ") and event.message_type is not None:
+            name = event.message_type.value
+            if name not in found:
+                found.append(name)
+    return found
+
+
+# --- documentation --------------------------------------------------------------------------
+
+
+def mermaid(role: Role) -> str:
+    """A Mermaid state diagram of `role`'s table."""
+    lines = ["stateDiagram-v2", f"    [*] --> {S.IDLE.value}"]
+    for state, moves in TRANSITIONS[role].items():
+        for event, target in moves.items():
+            lines.append(f"    {state.value} --> {target.value}: {event.value}")
+        if state.is_final:
+            lines.append(f"    {state.value} --> [*]")
+    return "\n".join(lines)
+
+
+def table_markdown(role: Role) -> str:
+    rows = ["| state | event | next state |", "| --- | --- | --- |"]
+    for state, moves in TRANSITIONS[role].items():
+        if not moves:
+            rows.append(f"| `{state.value}` | — (final) | |")
+        for event, target in moves.items():
+            rows.append(f"| `{state.value}` | {event.value} | `{target.value}` |")
+    return "\n".join(rows)
+
+
+def render_spec() -> str:
+    """The text of `specs/state-machine.md`."""
+    parts = [
+        "# Task state machine",
+        "",
+        "Generated from `synapse/p2p/states.py` by `python -m synapse.p2p.states`; do not edit.",
+        "A task has one state per side: the requester (R) and the executor (E) each follow their",
+        "own table below. A received message that its table does not allow is refused with",
+        "`invalid_params` (`details.state`, `details.allowed`), or `task_already_completed` once",
+        "the task is final; a refused message changes no state. Final states have no way out.",
+        "",
+    ]
+    for role in Role:
+        parts += [
+            f"## {role.value.capitalize()}",
+            "",
+            "```mermaid",
+            mermaid(role),
+            "```",
+            "",
+            table_markdown(role),
+            "",
+        ]
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.stdout.write(render_spec())

@@ -1,0 +1,64 @@
+"""One timer queue for every task and partner: a heap with lazy cancellation.
+
+10,000 tasks in flight cost 10,000 heap entries, not 10,000 sleeping coroutines; the driver
+sleeps once, until `next_deadline()`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Hashable, Iterator
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class TimerQueue(Generic[K]):
+    """Timers keyed by `K`; setting a key again replaces its previous deadline."""
+
+    __slots__ = ("_armed", "_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, K]] = []
+        self._armed: dict[K, int] = {}
+        self._seq = itertools.count()
+
+    def set(self, key: K, when: float) -> None:
+        seq = next(self._seq)
+        self._armed[key] = seq
+        heapq.heappush(self._heap, (when, seq, key))
+        # Replaced and cancelled entries stay in the heap until popped; compact when they
+        # clearly outnumber the live ones so memory stays proportional to live timers.
+        if len(self._heap) > 64 and len(self._heap) > 4 * len(self._armed):
+            self._heap = [e for e in self._heap if self._armed.get(e[2]) == e[1]]
+            heapq.heapify(self._heap)
+
+    def cancel(self, key: K) -> None:
+        self._armed.pop(key, None)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._armed
+
+    def __len__(self) -> int:
+        return len(self._armed)
+
+    def _drop_stale(self) -> None:
+        heap = self._heap
+        while heap and self._armed.get(heap[0][2]) != heap[0][1]:
+            heapq.heappop(heap)
+
+    def next_deadline(self) -> float | None:
+        self._drop_stale()
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now: float) -> Iterator[K]:
+        """Yield (and disarm) every key whose deadline is at or before `now`, earliest first."""
+        heap = self._heap
+        while True:
+            self._drop_stale()
+            if not heap or heap[0][0] > now:
+                return
+            _, _, key = heapq.heappop(heap)
+            del self._armed[key]
+            yield key
