@@ -1,0 +1,282 @@
+"""Authentication of an incoming POST: CONTRACT §4's order of checks, up to deduplication.
+
+Pure: bytes, the signature header and "now" in; an `Inbound` (authenticated, not yet
+deduplicated, payload not yet decoded) or a `Refused` out. The first failing check answers:
+
+    size → JSON / I-JSON → envelope shape and version → partner known → signature →
+    staleness → `to` → endpoint → reply-only type or `reply_to`
+
+CONTRACT §3: every refusal before the signature verified, and every 403, is answered with an
+unsigned nack, so that a forger never obtains a signed envelope. Only the last check (a reply
+replayed as a request) comes after verification and is not a 403: `Refused.sign_with` carries
+the partner for it, and is None for every other refusal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from synapse.p2p.config import P2PConfig
+from synapse.transport.partners import Partner, PartnerRegistry
+from synapse.types.codec import (
+    EnvelopeHead,
+    build_message,
+    check_version,
+    decode_head,
+    encode_message,
+    format_timestamp,
+)
+from synapse.types.enums import REPLY_ONLY_TYPES
+from synapse.types.errors import ErrorCode, SynapseError
+from synapse.types.ijson import parse_i_json
+from synapse.types.messages import Envelope, Nack, Sender
+from synapse.types.payloads import NackPayload
+from synapse.types.signing import (
+    SIGNATURE_HEADER,
+    canonical_form,
+    header_signature,
+    verify_body_signature,
+    verify_header_signature,
+)
+
+#: How the request's signature was checked: header, body `signature`, or not at all (a
+#: partner configured without secrets).
+SignatureMode = Literal["header", "body", "none"]
+
+#: `to.agent_id` of a nack whose request did not name a sender we could read.
+UNKNOWN_RECIPIENT = "unknown"
+
+_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """An authenticated incoming message, ready for deduplication and payload decoding."""
+
+    head: EnvelopeHead
+    #: The parsed I-JSON value of `body` (a JSON object), unknown members included.
+    value: dict[str, Any]
+    body: bytes
+    partner: Partner
+    signed_by: SignatureMode
+    #: SHA-256 of the envelope's canonical form without `timestamp` and `signature`: equal for
+    #: a retry of the same message, different for another message reusing its id.
+    fingerprint: bytes
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The deduplication key (`from.agent_id`, `id`)."""
+        return (self.head.from_.agent_id, self.head.id)
+
+
+class Refused(Exception):
+    """An incoming POST refused by one of the checks; answer with a nack built from `error`.
+
+    `sign_with` is the partner whose secret signs that nack, or None when it must go
+    unsigned. `request_id` and `sender_id` are what the request claimed, when readable.
+    """
+
+    def __init__(
+        self,
+        error: SynapseError,
+        sign_with: Partner | None = None,
+        *,
+        request_id: str | None = None,
+        sender_id: str | None = None,
+    ) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.sign_with = sign_with
+        self.request_id = request_id
+        self.sender_id = sender_id
+
+    @property
+    def http_status(self) -> int:
+        return self.error.http_status
+
+    def nack(self, *, agent_id: str, endpoint: str, now: datetime | None = None) -> Nack:
+        """The nack answering the refused request."""
+        return nack_for(
+            self.error,
+            agent_id=agent_id,
+            endpoint=endpoint,
+            request_id=self.request_id,
+            to=self.sender_id,
+            now=now,
+        )
+
+    def __repr__(self) -> str:
+        return f"Refused({self.error!r}, sign_with={self.sign_with!r})"
+
+
+def message_fingerprint(value: dict[str, Any]) -> bytes:
+    """Content hash of an envelope apart from `timestamp` and `signature` (CONTRACT §4)."""
+    rest = {k: v for k, v in value.items() if k != "timestamp"}
+    return hashlib.sha256(canonical_form(rest)).digest()
+
+
+def _denied(reason: str, message: str, **details: Any) -> SynapseError:
+    return SynapseError(ErrorCode.PERMISSION_DENIED, message, {"reason": reason, **details})
+
+
+def _claims(value: Any) -> tuple[str | None, str | None]:
+    """The `id` and `from.agent_id` a request claims, if they can go into a nack as they are."""
+    if not isinstance(value, dict):
+        return None, None
+    request_id = value.get("id")
+    if not (isinstance(request_id, str) and 1 <= len(request_id) <= 128):
+        request_id = None
+    sender = value.get("from")
+    sender_id = sender.get("agent_id") if isinstance(sender, dict) else None
+    if not (isinstance(sender_id, str) and sender_id):
+        sender_id = None
+    return request_id, sender_id
+
+
+def _check_signature(
+    partner: Partner, body: bytes, value: dict[str, Any], header: str | None
+) -> SignatureMode:
+    if not partner.secrets:
+        # Configured without a shared secret: unsigned by agreement; a signature is ignored.
+        return "none"
+    if header is not None and header.strip():
+        if verify_header_signature(partner.secrets, body, header.strip()):
+            return "header"
+        raise _denied("bad_signature", f"bad {SIGNATURE_HEADER} header")
+    if value.get("signature") is None:
+        raise _denied("missing_signature", "the message is not signed")
+    if verify_body_signature(partner.secrets, value):
+        return "body"
+    raise _denied("bad_signature", "bad body signature")
+
+
+def authenticate(
+    body: bytes,
+    signature_header: str | None,
+    *,
+    partners: PartnerRegistry,
+    agent_id: str,
+    now: datetime,
+    config: P2PConfig,
+) -> Inbound:
+    """Run the checks of an incoming POST, in order; raise `Refused` at the first failure.
+
+    `signature_header` is the `X-Synapse-Signature` value (None when absent); `agent_id` is
+    ours; `now` is our clock (timezone-aware).
+    """
+    if len(body) > config.max_body_size:
+        raise Refused(
+            SynapseError(
+                ErrorCode.MESSAGE_FORMAT_INVALID,
+                f"body of {len(body)} bytes exceeds the limit of {config.max_body_size}",
+                {"reason": "too_large", "max_body_size": config.max_body_size},
+                http_status=413,
+            )
+        )
+    try:
+        value = parse_i_json(body)
+    except SynapseError as exc:
+        raise Refused(exc) from None
+    request_id, sender_id = _claims(value)
+    try:
+        # Judge the major version before the shape: a 2.x envelope may be shaped otherwise,
+        # and its sender must learn which versions we speak.
+        version = value.get("version") if isinstance(value, dict) else None
+        if isinstance(version, str) and _VERSION.match(version):
+            check_version(version)
+        head = decode_head(body)
+    except SynapseError as exc:
+        raise Refused(exc, request_id=request_id, sender_id=sender_id) from None
+    assert isinstance(value, dict)  # decode_head accepted an object
+
+    def refuse(error: SynapseError, sign_with: Partner | None = None) -> Refused:
+        return Refused(error, sign_with, request_id=head.id, sender_id=head.from_.agent_id)
+
+    partner = partners.get(head.from_.agent_id)
+    if partner is None:
+        raise refuse(_denied("unknown_partner", f"unknown partner {head.from_.agent_id!r}"))
+    try:
+        signed_by = _check_signature(partner, body, value, signature_header)
+    except SynapseError as exc:
+        raise refuse(exc) from None
+    age = (now - head.timestamp).total_seconds()
+    if abs(age) > config.replay_window:
+        raise refuse(
+            _denied(
+                "stale",
+                f"timestamp is {abs(age):.0f} s {'old' if age > 0 else 'ahead'}, "
+                f"beyond the replay window of {config.replay_window:g} s",
+                server_time=format_timestamp(now),
+            )
+        )
+    if head.to.agent_id != agent_id:
+        raise refuse(_denied("wrong_recipient", f"message is for {head.to.agent_id!r}"))
+    if not partner.is_endpoint(head.from_.endpoint):
+        raise refuse(
+            _denied("endpoint_mismatch", "from.endpoint is not the partner's registered endpoint")
+        )
+    # Verified from here on: this refusal is signed (CONTRACT §3).
+    if head.type in REPLY_ONLY_TYPES:
+        raise refuse(
+            SynapseError(
+                ErrorCode.INVALID_PARAMS,
+                f"{head.type.value} is only ever a reply, never a request",
+                {"reason": "reply_only_type", "path": "$.type"},
+            ),
+            partner,
+        )
+    if head.reply_to is not None:
+        raise refuse(
+            SynapseError(
+                ErrorCode.INVALID_PARAMS,
+                "a request never carries reply_to",
+                {"reason": "reply_to_on_request", "path": "$.reply_to"},
+            ),
+            partner,
+        )
+    return Inbound(
+        head=head,
+        value=value,
+        body=body,
+        partner=partner,
+        signed_by=signed_by,
+        fingerprint=message_fingerprint(value),
+    )
+
+
+def nack_for(
+    error: SynapseError,
+    *,
+    agent_id: str,
+    endpoint: str,
+    request_id: str | None,
+    to: str | None,
+    now: datetime | None = None,
+) -> Nack:
+    """The nack carrying `error`, from us (`agent_id`, `endpoint`) to the claimed sender.
+
+    `reply_to` is the refused request's id when known; `to` is "unknown" when not.
+    """
+    return build_message(
+        Nack,
+        NackPayload(code=error.code.value, message=error.message, details=error.details),
+        sender=Sender(agent_id=agent_id, endpoint=endpoint),
+        to=to or UNKNOWN_RECIPIENT,
+        reply_to=request_id,
+        timestamp=now,
+    )
+
+
+def encode_reply(message: Envelope[Any], sign_with: Partner | None) -> tuple[bytes, dict[str, str]]:
+    """The HTTP body and headers of a synchronous reply: header-mode signed with the
+    partner's newest secret, or unsigned when `sign_with` is None (or shares no secret)."""
+    body = encode_message(message)
+    headers = {"Content-Type": "application/json"}
+    secret = sign_with.signing_secret if sign_with is not None else None
+    if secret is not None:
+        headers[SIGNATURE_HEADER] = header_signature(secret, body)
+    return body, headers
