@@ -233,10 +233,9 @@ class Validation:
         return cls(ok=ok, missing_fields=tuple(missing))
 
 
-Validator: TypeAlias = Callable[
-    [str, dict[str, Any]], "Validation | tuple[Sequence[MissingField], bool]"
-]
-CapabilityProvider: TypeAlias = Callable[[], Sequence["str | Capability"]]
+ValidationResult: TypeAlias = Validation | tuple[Sequence[MissingField], bool]
+Validator: TypeAlias = Callable[[str, dict[str, Any]], ValidationResult]
+CapabilityProvider: TypeAlias = Callable[[], Sequence[str | Capability]]
 
 
 def as_capability(value: str | Capability) -> Capability:
@@ -347,6 +346,7 @@ class Engine:
         self._partners: dict[str, _PartnerLiveness] = {}
         self._in_flight: dict[str, int] = {}  # partner → non-final tasks with it
         self._executing = 0  # non-final executor tasks (capacity)
+        self._backlog: set[str] = set()  # partners holding messages we could not deliver
 
     # --- queries --------------------------------------------------------------------------
 
@@ -1098,8 +1098,17 @@ class Engine:
             self._fail(rec, error, now, step)
         return step
 
+    def keep_heartbeat(self, partner: str, now: float) -> None:
+        """Heartbeat `partner` even with no task in flight: messages to it are waiting.
+
+        Delivery resumes after its next successful heartbeat (CONTRACT §4).
+        """
+        self._backlog.add(partner)
+        if (_HEARTBEAT, partner) not in self._timers:
+            self._timers.set((_HEARTBEAT, partner), now + self.config.heartbeat_interval)
+
     def _heartbeat_due(self, partner: str, now: float, step: Step) -> None:
-        if not self.in_flight_with(partner):
+        if not self.in_flight_with(partner) and partner not in self._backlog:
             return  # nothing in flight: stop heartbeating until the next task
         liveness = self._partners.setdefault(partner, _PartnerLiveness(last_heard=now))
         silent_for = now - liveness.last_heard
@@ -1114,6 +1123,7 @@ class Engine:
     def heard(self, partner: str, now: float, step: Step | None = None) -> Step:
         """`partner` proved alive (an authenticated message, or a reply to us)."""
         step = step if step is not None else Step()
+        self._backlog.discard(partner)
         liveness = self._partners.get(partner)
         if liveness is None:
             self._partners[partner] = _PartnerLiveness(last_heard=now)

@@ -1,0 +1,593 @@
+"""`P2PProtocol` (seed §5.1): the asyncio runtime that drives the sans-IO `Engine`.
+
+It runs handlers as tasks, delivers each task's outgoing messages one at a time and in order
+through a `CallbackSender`, fires the engine's timers from one sleeping coroutine, and gives
+requesters `TaskHandle`s. It does no network I/O itself: the transport plugs in below it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Generator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.engine import (
+    CancelExecution,
+    DropQueued,
+    Engine,
+    Outgoing,
+    PartnerReachability,
+    Refusal,
+    ResumeExecution,
+    StartExecution,
+    Step,
+    TaskEvent,
+    TaskKey,
+    TaskRecord,
+    Validation,
+)
+from synapse.p2p.handler import ExecutionContext, TaskHandler, as_result
+from synapse.p2p.sender import CallbackSender, DeliveryError
+from synapse.types import (
+    CapabilityResponse,
+    CapabilityResponsePayload,
+    DecidedBy,
+    DecisionAction,
+    ErrorCode,
+    Heartbeat,
+    HeartbeatPayload,
+    LocalProtocolError,
+    Message,
+    Nack,
+    NackPayload,
+    Priority,
+    Sender,
+    SynapseError,
+    TaskContext,
+    TaskError,
+    TaskRejectPayload,
+    TaskResult,
+    TaskState,
+    new_message_id,
+)
+
+log = structlog.get_logger("synapse.p2p")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a task we requested ended."""
+
+    state: TaskState
+    result: TaskResult | None = None
+    error: TaskError | None = None
+    reject: TaskRejectPayload | None = None
+    #: The `nack` the executor answered our `task_request` with, if it refused it.
+    refusal: NackPayload | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state is TaskState.COMPLETED
+
+    @classmethod
+    def of(cls, rec: TaskRecord) -> Outcome:
+        return cls(rec.state, rec.result, rec.error, rec.reject, rec.refusal)
+
+
+class TaskHandle:
+    """A task we requested: await it, iterate its events, answer it, cancel it."""
+
+    def __init__(self, runtime: P2PProtocol, key: TaskKey, partner: str) -> None:
+        self._runtime = runtime
+        self.key = key
+        self.partner = partner
+        self._events: asyncio.Queue[TaskEvent] = asyncio.Queue()
+        self._done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+
+    @property
+    def task_id(self) -> str:
+        return self.key.task_id
+
+    @property
+    def record(self) -> TaskRecord:
+        rec = self._runtime.engine.get(self.key)
+        assert rec is not None
+        return rec
+
+    @property
+    def state(self) -> TaskState:
+        return self.record.state
+
+    def _push(self, event: TaskEvent) -> None:
+        self._events.put_nowait(event)
+
+    def _settle(self) -> None:
+        if not self._done.done():
+            self._done.set_result(Outcome.of(self.record))
+
+    async def result(self, timeout: float | None = None) -> Outcome:
+        """Wait for the task to reach a final state."""
+        return await asyncio.wait_for(asyncio.shield(self._done), timeout)
+
+    def __await__(self) -> Generator[Any, None, Outcome]:
+        return self.result().__await__()
+
+    async def events(self) -> AsyncIterator[TaskEvent]:
+        """Every event of the task, in order, ending with the one that made it final."""
+        while True:
+            if self._events.empty() and self._done.done():
+                return
+            getter: asyncio.Future[TaskEvent] = asyncio.ensure_future(self._events.get())
+            waiting: set[asyncio.Future[Any]] = {getter, self._done}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                event = getter.result()
+                yield event
+                if event.state.is_final:
+                    return
+            else:
+                getter.cancel()
+
+    def __aiter__(self) -> AsyncIterator[TaskEvent]:
+        return self.events()
+
+    async def provide_info(self, fields: Mapping[str, Any], notes: str | None = None) -> None:
+        """Answer `task_need_info`."""
+        rt = self._runtime
+        rt.apply(rt.engine.provide_info(self.key, fields, now=rt.clock(), notes=notes))
+
+    async def start_deciding(self) -> None:
+        """Note that a person is deciding (`need_human → human_deciding`)."""
+        rt = self._runtime
+        rt.apply(rt.engine.start_deciding(self.key, now=rt.clock()))
+
+    async def decide(
+        self,
+        action: DecisionAction,
+        *,
+        approved_fields: Mapping[str, Any] | None = None,
+        rejection_reason: str = "",
+        notes: str = "",
+        decided_by: DecidedBy | None = None,
+    ) -> None:
+        """Answer `task_need_human` with a `human_decision`."""
+        rt = self._runtime
+        rt.apply(
+            rt.engine.decide(
+                self.key,
+                action,
+                now=rt.clock(),
+                decided_by=decided_by or DecidedBy(user_id=rt.engine.agent_id),
+                decision_id=f"dec-{new_message_id()[4:]}",
+                approved_fields=approved_fields,
+                rejection_reason=rejection_reason,
+                notes=notes,
+            )
+        )
+
+    async def approve(self, approved_fields: Mapping[str, Any] | None = None, **kw: Any) -> None:
+        await self.decide(DecisionAction.APPROVE, approved_fields=approved_fields, **kw)
+
+    async def reject(self, reason: str = "", **kw: Any) -> None:
+        await self.decide(DecisionAction.REJECT, rejection_reason=reason, **kw)
+
+    async def cancel(self, reason: str | None = None) -> None:
+        """Send `task_cancel` (once the request has its reply); await `result()` for the end."""
+        rt = self._runtime
+        rt.apply(rt.engine.cancel(self.key, now=rt.clock(), reason=reason))
+
+
+class P2PProtocol:
+    """The protocol handler of one peer (seed §5.1), transport-independent."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        endpoint: str,
+        config: P2PConfig | None = None,
+        handler: TaskHandler | None = None,
+        sender: CallbackSender | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config or P2PConfig()
+        self.engine = Engine(agent_id=agent_id, endpoint=endpoint, config=self.config)
+        self.clock = clock
+        self._handler: TaskHandler | None = None
+        self._sender = sender
+        self._handles: dict[TaskKey, TaskHandle] = {}
+        self._running: dict[TaskKey, asyncio.Task[None]] = {}
+        self._waiters: dict[TaskKey, asyncio.Future[Any]] = {}
+        self._queues: dict[TaskKey, deque[Outgoing]] = {}
+        self._workers: dict[TaskKey, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._heartbeat_ok: dict[str, asyncio.Event] = {}
+        self._timer_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._sleep_until = float("inf")
+        self._closed = False
+        if handler is not None:
+            self.set_task_handler(handler)
+
+    # --- seed §5.1 ------------------------------------------------------------------------
+
+    async def handle_message(self, message: Message) -> Message:
+        """Apply a POSTed message from an authenticated partner and return the reply.
+
+        Raises `SynapseError` when the message is refused (the transport answers a `nack`).
+        """
+        try:
+            step = self.engine.receive(message, self.clock())
+        except SynapseError as exc:
+            log.info(
+                "message_refused",
+                message_id=message.id,
+                type=message.message_type.value,
+                sender=message.sender_id,
+                task_id=getattr(message.payload, "task_id", None),
+                code=exc.code.value,
+                reason=exc.message,
+            )
+            raise
+        self.apply(step)
+        assert step.reply is not None
+        if isinstance(message, Heartbeat):
+            self._heartbeat_succeeded(message.sender_id)
+        return step.reply
+
+    def set_task_handler(self, handler: TaskHandler) -> None:
+        self._handler = handler
+        self.engine.validator = handler.validate_task
+        self.engine.capabilities = handler.get_capabilities
+
+    def set_callback_sender(self, sender: CallbackSender) -> None:
+        self._sender = sender
+
+    def agent_endpoint(self) -> Sender:
+        return self.engine.sender
+
+    def get_task_status(self, task_id: str, requester: str | None = None) -> TaskState | None:
+        """State of a task by id (as requester by default, else the given requester's)."""
+        rec = self.engine.get(TaskKey(requester or self.engine.agent_id, task_id))
+        if rec is None and requester is None:
+            for key, candidate in self.engine.tasks.items():
+                if key.task_id == task_id:
+                    return candidate.state
+        return rec.state if rec else None
+
+    def list_tasks(self) -> dict[str, TaskState]:
+        """Every task, keyed `requester/task_id`."""
+        return {str(key): rec.state for key, rec in self.engine.tasks.items()}
+
+    # --- requester API ----------------------------------------------------------------------
+
+    async def submit(
+        self,
+        partner: str,
+        task_type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        task_id: str | None = None,
+        priority: Priority = Priority.NORMAL,
+        deadline: datetime | None = None,
+        context: TaskContext | None = None,
+    ) -> TaskHandle:
+        """Request a task of `partner`; the handle follows it to its end."""
+        key, step = self.engine.submit(
+            partner,
+            task_type,
+            payload,
+            now=self.clock(),
+            task_id=task_id,
+            priority=priority,
+            deadline=deadline,
+            context=context,
+        )
+        handle = TaskHandle(self, key, partner)
+        self._handles[key] = handle
+        self.apply(step)
+        return handle
+
+    def handle(self, key: TaskKey) -> TaskHandle | None:
+        return self._handles.get(key)
+
+    async def query_capabilities(
+        self, partner: str, task_type: str | None = None
+    ) -> CapabilityResponsePayload:
+        """Send `capability_query` and return the partner's answer."""
+        reply = await self._exchange(
+            partner, self.engine.capability_query(partner, task_type, self.clock())
+        )
+        if not isinstance(reply, CapabilityResponse):
+            raise _unexpected(reply)
+        return reply.payload
+
+    async def ping(self, partner: str) -> tuple[HeartbeatPayload, float]:
+        """Send a heartbeat; return the partner's heartbeat and the round-trip time in seconds."""
+        started = time.perf_counter()
+        reply = await self._exchange(partner, self.engine.heartbeat(partner, self.clock()))
+        elapsed = time.perf_counter() - started
+        if not isinstance(reply, Heartbeat):
+            raise _unexpected(reply)
+        self._heartbeat_succeeded(partner)
+        return reply.payload, elapsed
+
+    async def _exchange(self, partner: str, message: Message) -> Message:
+        sender = self._require_sender()
+        log.info("message_out", message_id=message.id, type=message.message_type.value, to=partner)
+        reply = await sender.send_callback(partner, message)
+        self.apply(self.engine.on_reply(message, reply, self.clock()))
+        return reply
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._timer_task is None:
+            self._timer_task = asyncio.create_task(self._timer_loop(), name="synapse-timers")
+
+    async def drain(self, timeout: float) -> bool:
+        """Refuse new tasks, then wait up to `timeout` for queued messages to be delivered."""
+        self.engine.draining = True
+        deadline = time.monotonic() + timeout
+        while self._workers and time.monotonic() < deadline:
+            await asyncio.wait(
+                list(self._workers.values()), timeout=max(0.0, deadline - time.monotonic())
+            )
+        return not self._workers
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [*self._running.values(), *self._workers.values(), *self._background]
+        if self._timer_task is not None:
+            tasks.append(self._timer_task)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._timer_task = None
+
+    async def __aenter__(self) -> P2PProtocol:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def pending_deliveries(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    # --- applying engine steps ----------------------------------------------------------------
+
+    def apply(self, step: Step) -> None:
+        """Carry out what the engine decided. Never awaits: engine calls stay atomic."""
+        for transition in step.transitions:
+            log.info(
+                "transition",
+                task_id=transition.key.task_id,
+                requester=transition.key.requester,
+                role=transition.role.value,
+                from_state=transition.from_state.value,
+                to_state=transition.to_state.value,
+                trigger=transition.event.value,
+                message_id=transition.message_id,
+            )
+        for out in step.outgoing:
+            self._enqueue(out)
+        for action in step.actions:
+            self._act(action)
+        for transition in step.transitions:
+            if transition.to_state.is_final:
+                handle = self._handles.get(transition.key)
+                if handle is not None:
+                    handle._settle()
+        self._rearm_timer()
+
+    def _act(self, action: Any) -> None:
+        if isinstance(action, TaskEvent):
+            handle = self._handles.get(action.key)
+            if handle is not None:
+                handle._push(action)
+        elif isinstance(action, StartExecution):
+            self._start_handler(action)
+        elif isinstance(action, ResumeExecution):
+            waiter = self._waiters.pop(action.key, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(action.value)
+        elif isinstance(action, CancelExecution):
+            task = self._running.get(action.key)
+            if task is not None and task is not asyncio.current_task() and not task.done():
+                task.cancel()
+        elif isinstance(action, DropQueued):
+            self._drop_queued(action.key)
+        elif isinstance(action, PartnerReachability):
+            log.warning("partner_reachability", partner=action.partner, reachable=action.reachable)
+            if action.reachable:
+                self._heartbeat_succeeded(action.partner)
+        elif isinstance(action, Refusal):
+            log.warning(
+                "message_refused_by_partner",
+                task_id=action.key.task_id if action.key else None,
+                message_id=action.sent.id,
+                type=action.sent.message_type.value,
+                code=action.nack.code,
+                reason=action.nack.message,
+            )
+
+    def expect_resume(self, key: TaskKey) -> asyncio.Future[Any]:
+        """A future the next `ResumeExecution` for `key` resolves (used by the handler context)."""
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[key] = waiter
+        return waiter
+
+    # --- handlers -------------------------------------------------------------------------------
+
+    def _start_handler(self, action: StartExecution) -> None:
+        rec = self.engine.get(action.key)
+        assert rec is not None
+        task = asyncio.create_task(
+            self._run_handler(action, ExecutionContext(self, action.key, rec.task)),
+            name=f"synapse-task-{action.key}",
+        )
+        self._running[action.key] = task
+
+    async def _run_handler(self, action: StartExecution, ctx: ExecutionContext) -> None:
+        key = action.key
+        try:
+            if self._handler is None:
+                raise LocalProtocolError("no TaskHandler set")
+            value = await self._handler.execute_task(ctx, action.task_type, action.payload)
+        except asyncio.CancelledError:
+            if not self._closed:
+                log.info("handler_cancelled", task_id=key.task_id, requester=key.requester)
+            return
+        except Exception as exc:
+            log.warning("handler_failed", task_id=key.task_id, error=repr(exc))
+            error = TaskError(
+                code=ErrorCode.EXECUTION_FAILED.value,
+                message=str(exc) or type(exc).__name__,
+                recoverable=True,
+            )
+            self.apply(self.engine.fail(key, error, now=self.clock()))
+        else:
+            step = self.engine.complete(key, as_result(value), now=self.clock())
+            if step.discarded:
+                log.info("late_result_discarded", task_id=key.task_id, requester=key.requester)
+            self.apply(step)
+        finally:
+            self._running.pop(key, None)
+            self._waiters.pop(key, None)
+
+    # --- delivery -------------------------------------------------------------------------------
+
+    def _require_sender(self) -> CallbackSender:
+        if self._sender is None:
+            raise LocalProtocolError("no CallbackSender set")
+        return self._sender
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _enqueue(self, out: Outgoing) -> None:
+        if out.key is None:
+            self._spawn(self._send_once(out))
+            return
+        queue = self._queues.setdefault(out.key, deque())
+        queue.append(out)
+        if out.key not in self._workers:
+            self._workers[out.key] = asyncio.create_task(self._deliver(out.key))
+
+    def _drop_queued(self, key: TaskKey) -> None:
+        queue = self._queues.get(key)
+        if not queue:
+            return
+        keep = 1 if key in self._workers else 0  # the head may be on the wire already
+        dropped = len(queue) - keep
+        while len(queue) > keep:
+            queue.pop()
+        if dropped:
+            log.info(
+                "callbacks_dropped", task_id=key.task_id, requester=key.requester, count=dropped
+            )
+
+    async def _deliver(self, key: TaskKey) -> None:
+        """Deliver `key`'s messages one at a time, in order; each waits for its reply."""
+        queue = self._queues[key]
+        try:
+            while queue and not self._closed:
+                out = queue[0]
+                sender = self._require_sender()
+                try:
+                    log.info(
+                        "message_out",
+                        message_id=out.message.id,
+                        type=out.message.message_type.value,
+                        to=out.partner,
+                        task_id=key.task_id,
+                    )
+                    reply = await sender.send_callback(out.partner, out.message)
+                except DeliveryError as exc:
+                    if not exc.retryable:
+                        log.error(
+                            "delivery_failed",
+                            message_id=out.message.id,
+                            task_id=key.task_id,
+                            error=str(exc),
+                        )
+                        queue.popleft()
+                        continue
+                    log.warning("delivery_parked", message_id=out.message.id, partner=out.partner)
+                    self.apply(self.engine.on_undeliverable(out.message, self.clock()))
+                    self.engine.keep_heartbeat(out.partner, self.clock())
+                    self._rearm_timer()
+                    await self._await_heartbeat(out.partner)
+                    continue
+                queue.popleft()
+                self.apply(self.engine.on_reply(out.message, reply, self.clock()))
+        finally:
+            self._workers.pop(key, None)
+            if not queue:
+                self._queues.pop(key, None)
+
+    async def _send_once(self, out: Outgoing) -> None:
+        sender = self._require_sender()
+        try:
+            reply = await sender.send_callback(out.partner, out.message, retry=False)
+        except DeliveryError:
+            return  # a missed heartbeat: the engine notices the silence
+        if isinstance(reply, Heartbeat):
+            self._heartbeat_succeeded(out.partner)
+        self.apply(self.engine.on_reply(out.message, reply, self.clock()))
+
+    def _heartbeat_succeeded(self, partner: str) -> None:
+        event = self._heartbeat_ok.pop(partner, None)
+        if event is not None:
+            event.set()
+
+    async def _await_heartbeat(self, partner: str) -> None:
+        event = self._heartbeat_ok.setdefault(partner, asyncio.Event())
+        await event.wait()
+
+    # --- timers ---------------------------------------------------------------------------------
+
+    def _rearm_timer(self) -> None:
+        deadline = self.engine.next_deadline()
+        if deadline is not None and deadline < self._sleep_until:
+            self._wake.set()
+
+    async def _timer_loop(self) -> None:
+        while not self._closed:
+            deadline = self.engine.next_deadline()
+            self._sleep_until = deadline if deadline is not None else float("inf")
+            self._wake.clear()
+            timeout = None if deadline is None else max(0.0, deadline - self.clock())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self.apply(self.engine.on_timer(self.clock()))
+
+
+def _unexpected(reply: Message) -> SynapseError:
+    if isinstance(reply, Nack):
+        return SynapseError(_code(reply.payload.code), reply.payload.message, reply.payload.details)
+    return SynapseError(
+        ErrorCode.INVALID_PARAMS, f"unexpected reply {reply.message_type.value}", None
+    )
+
+
+def _code(code: str) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.INVALID_PARAMS
+
+
+__all__ = ["Outcome", "P2PProtocol", "TaskHandle", "Validation"]
