@@ -78,7 +78,7 @@ async def test_in_progress_waiters_get_the_same_reply() -> None:
     await asyncio.sleep(0)
     assert not waiting.done()
     store.complete(KEY, REPLY)
-    assert await waiting == [REPLY, REPLY]
+    assert list(await waiting) == [REPLY, REPLY]
     assert begin(store).outcome is Outcome.DUPLICATE
 
 

@@ -1,0 +1,431 @@
+"""The HTTP client side: POST one message to a partner, with CONTRACT §4's retries, and judge
+the envelope that comes back.
+
+Every attempt keeps the message `id` but gets a fresh `timestamp` and a fresh signature, so a
+long backoff never makes a message stale at the receiver, whose deduplication recognizes the
+retry. Retried: connection errors, timeouts, 429, 502, 503, 504, with exponential backoff from
+`retry_base_delay` (2, 4, 8, … s, jittered, capped at `retry_max_delay`) or the `Retry-After`
+the partner asked for (capped likewise). Anything else is final.
+
+A reply must be an envelope answering our message. It is trusted only with a valid header
+signature under a secret we share with the partner; the one exception is a `nack`, which
+CONTRACT §3 sends unsigned when the partner refused us before verifying our signature (it
+comes back with `Reply.verified` False and can never be mistaken for an acknowledgement).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from types import TracebackType
+from typing import Any, Literal
+
+import aiohttp
+import msgspec
+import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from synapse.p2p.config import P2PConfig
+from synapse.transport.partners import Partner, PartnerRegistry
+from synapse.types.codec import decode_typed, encode_message, refreshed, utc_now
+from synapse.types.enums import REPLY_ONLY_TYPES
+from synapse.types.errors import LocalProtocolError, SynapseError
+from synapse.types.ijson import parse_i_json
+from synapse.types.messages import Envelope, Message, Nack
+from synapse.types.signing import (
+    SIGNATURE_HEADER,
+    Secret,
+    body_signature,
+    header_signature,
+    verify_header_signature,
+)
+
+log = structlog.get_logger(__name__)
+
+#: Where the signature of a request goes (CONTRACT §3).
+SenderMode = Literal["header", "body"]
+#: HTTP statuses after which the same POST is tried again (CONTRACT §4).
+RETRYABLE_STATUSES: frozenset[int] = frozenset({429, 502, 503, 504})
+#: Each backoff delay is its nominal value times a factor drawn in [1 - JITTER, 1 + JITTER).
+JITTER = 0.25
+USER_AGENT = "synapse-p2p/0.1"
+
+Sleep = Callable[[float], Awaitable[None]]
+Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The envelope a partner answered one POST with."""
+
+    status: int
+    message: Message
+    #: True if the reply's header signature matched a secret shared with the partner. False
+    #: for an unsigned or badly signed `nack` (the only kind accepted so), and for every reply
+    #: of a partner configured without secrets.
+    verified: bool
+    body: bytes
+    #: Attempts it took, the first one included.
+    attempts: int = 1
+
+    @property
+    def is_nack(self) -> bool:
+        return isinstance(self.message, Nack)
+
+
+class DeliveryError(Exception):
+    """A POST that produced no acceptable reply.
+
+    `retryable`: retries ran out on a transient failure (connection error, timeout, 429,
+    502, 503, 504) and the message may be sent again later; False when the answer can never
+    be accepted (not an envelope, forged, not answering our message). `status` is the last
+    HTTP status (None if none came), `reply` the last reply's envelope if it was one (a 503
+    nack, say), and `__cause__` the last exception.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        attempts: int = 1,
+        reply: Reply | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+        self.attempts = attempts
+        self.reply = reply
+
+
+class _Transient(Exception):
+    """One attempt failed in a way worth retrying."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        reply: Reply | None = None,
+    ) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.retry_after = retry_after
+        self.reply = reply
+
+
+def encode_request(
+    message: Envelope[Any], secret: Secret | None, mode: SenderMode = "header"
+) -> tuple[bytes, dict[str, str]]:
+    """The HTTP body and headers of `message`, signed with `secret` in `mode` (unsigned if
+    `secret` is None)."""
+    headers = {"Content-Type": "application/json"}
+    if secret is None:
+        return encode_message(message), headers
+    if mode == "header":
+        body = encode_message(message)
+        headers[SIGNATURE_HEADER] = header_signature(secret, body)
+        return body, headers
+    # Body mode signs the JSON value the receiver will parse from these very bytes.
+    unsigned = msgspec.structs.replace(message, signature=None)
+    value = msgspec.json.decode(encode_message(unsigned))
+    signed = msgspec.structs.replace(message, signature=body_signature(secret, value))
+    return encode_message(signed), headers
+
+
+def parse_retry_after(value: str | None, now: datetime) -> float | None:
+    """Seconds to wait from a `Retry-After` value (delta-seconds or HTTP-date), or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP-date is always GMT
+        return None
+    return max(0.0, (when - now).total_seconds())
+
+
+def backoff_delay(retry: int, config: P2PConfig, jitter: float = 0.5) -> float:
+    """The delay before retry number `retry` (1-based): `retry_base_delay`·2^(retry−1),
+    times a jitter factor (`jitter` in [0, 1) maps to [1−JITTER, 1+JITTER)), capped."""
+    nominal = config.retry_base_delay * 2.0 ** min(retry - 1, 62)
+    return min(config.retry_max_delay, nominal * (1 - JITTER + 2 * JITTER * jitter))
+
+
+async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise DeliveryError(
+                f"reply body exceeds {limit} bytes", retryable=False, status=response.status
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def judge_reply(
+    partner: Partner,
+    sent: Envelope[Any],
+    status: int,
+    body: bytes,
+    signature: str | None,
+    *,
+    attempts: int = 1,
+) -> Reply:
+    """Decode and check the reply `body` to `sent`; raise `DeliveryError` if unacceptable."""
+
+    def refuse(reason: str) -> DeliveryError:
+        return DeliveryError(
+            f"reply from {partner.agent_id} refused: {reason}",
+            retryable=False,
+            status=status,
+            attempts=attempts,
+        )
+
+    try:
+        parse_i_json(body)
+        message = decode_typed(body)
+    except SynapseError as exc:
+        raise refuse(f"not an envelope ({exc})") from exc
+    verified = bool(partner.secrets) and (
+        signature is not None and verify_header_signature(partner.secrets, body, signature)
+    )
+    our_id = sent.from_.agent_id
+    if isinstance(message, Nack):
+        # Possibly unsigned (CONTRACT §3): the partner may not have read our id or name.
+        if message.reply_to not in (None, sent.id):
+            raise refuse("nack answers another message")
+        if message.to.agent_id not in (our_id, "unknown"):
+            raise refuse("nack is for another agent")
+    else:
+        if partner.secrets and not verified:
+            raise refuse("missing or bad signature" if signature else "unsigned")
+        if message.reply_to != sent.id:
+            raise refuse(f"reply_to {message.reply_to!r} is not {sent.id!r}")
+        if message.to.agent_id != our_id:
+            raise refuse(f"addressed to {message.to.agent_id!r}")
+        if message.from_.agent_id != partner.agent_id:
+            raise refuse(f"sent by {message.from_.agent_id!r}")
+        if not 200 <= status < 300:
+            raise refuse(f"HTTP {status} with a {message.type.value}, not a nack")
+    return Reply(status=status, message=message, verified=verified, body=body, attempts=attempts)
+
+
+class HttpClient:
+    """POSTs messages to partners over one shared, keep-alive `aiohttp.ClientSession`.
+
+    Use as `async with HttpClient(config) as client:` or call `start()` / `close()`; the
+    session is also created on first use. `sleep`, `clock` and `jitter` are injectable so that
+    tests run retries in milliseconds.
+    """
+
+    def __init__(
+        self,
+        config: P2PConfig | None = None,
+        *,
+        connection_limit: int = 100,
+        connection_limit_per_host: int = 0,
+        keepalive_timeout: float = 30.0,
+        sleep: Sleep = asyncio.sleep,
+        clock: Clock = utc_now,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.config = config or P2PConfig()
+        self._connection_limit = connection_limit
+        self._connection_limit_per_host = connection_limit_per_host
+        self._keepalive_timeout = keepalive_timeout
+        self._sleep = sleep
+        self._clock = clock
+        self._jitter = jitter
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        """Open the session (idempotent)."""
+        self._ensure_session()
+
+    async def close(self) -> None:
+        """Close the session and its connections (idempotent)."""
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            await session.close()
+
+    async def __aenter__(self) -> HttpClient:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._connection_limit,
+                limit_per_host=self._connection_limit_per_host,
+                keepalive_timeout=self._keepalive_timeout,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self.config.request_timeout),
+                headers={"User-Agent": USER_AGENT},
+            )
+        return self._session
+
+    async def exchange(
+        self, partner: Partner, message: Envelope[Any], *, sender_mode: SenderMode = "header"
+    ) -> Reply:
+        """POST `message` to `partner.endpoint`, retrying transient failures; return the reply.
+
+        A final HTTP error answered with a nack (4xx, 500) is returned as a `Reply` too: the
+        caller decides. Raises `DeliveryError` when retries run out (`retryable=True`) or the
+        answer is unacceptable (`retryable=False`), and `LocalProtocolError` if `message` may
+        not be POSTed to `partner` at all.
+        """
+        if message.to.agent_id != partner.agent_id:
+            raise LocalProtocolError(
+                f"message to {message.to.agent_id!r} cannot be POSTed to {partner.agent_id!r}"
+            )
+        if message.reply_to is not None or message.type in REPLY_ONLY_TYPES:
+            raise LocalProtocolError(f"{message.type.value} is a reply, never POSTed")
+        attempts = 0
+
+        async def attempt() -> Reply:
+            nonlocal attempts
+            attempts += 1
+            return await self._attempt(partner, message, sender_mode, attempts)
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Transient),
+            sleep=self._sleep,
+            before_sleep=self._before_sleep(message),
+            reraise=True,
+        )
+        try:
+            reply: Reply = await retrying(attempt)
+        except _Transient as exc:
+            raise DeliveryError(
+                f"no delivery to {partner.agent_id} after {attempts} attempts: {exc}",
+                retryable=True,
+                status=exc.status,
+                attempts=attempts,
+                reply=exc.reply,
+            ) from exc.__cause__
+        return reply
+
+    def _wait(self, state: RetryCallState) -> float:
+        failure = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(failure, _Transient) and failure.retry_after is not None:
+            return min(failure.retry_after, self.config.retry_max_delay)
+        return backoff_delay(state.attempt_number, self.config, self._jitter())
+
+    @staticmethod
+    def _before_sleep(message: Envelope[Any]) -> Callable[[RetryCallState], None]:
+        def before_sleep(state: RetryCallState) -> None:
+            delay = state.next_action.sleep if state.next_action is not None else None
+            log.info(
+                "post_retry",
+                message_id=message.id,
+                type=message.type.value,
+                attempt=state.attempt_number,
+                delay=delay,
+            )
+
+        return before_sleep
+
+    async def _attempt(
+        self, partner: Partner, message: Envelope[Any], mode: SenderMode, attempt: int
+    ) -> Reply:
+        session = self._ensure_session()
+        sent = refreshed(message, self._clock())
+        body, headers = encode_request(sent, partner.signing_secret, mode)
+        fields = {
+            "message_id": sent.id,
+            "type": sent.type.value,
+            "attempt": attempt,
+            "partner": partner.agent_id,
+        }
+        try:
+            async with session.post(
+                partner.endpoint, data=body, headers=headers, allow_redirects=False
+            ) as response:
+                status = response.status
+                raw = await _read_limited(response, self.config.max_body_size)
+                retry_after = response.headers.get("Retry-After")
+                signature = response.headers.get(SIGNATURE_HEADER)
+        except DeliveryError as exc:
+            log.info("post_attempt", **fields, status=exc.status, error=str(exc))
+            exc.attempts = attempt
+            raise
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            error = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            log.info("post_attempt", **fields, status=None, error=error)
+            raise _Transient(error) from exc
+        except aiohttp.ClientError as exc:
+            log.info("post_attempt", **fields, status=None, error=repr(exc))
+            raise DeliveryError(
+                f"cannot POST to {partner.endpoint}: {exc!r}", retryable=False, attempts=attempt
+            ) from exc
+        log.info("post_attempt", **fields, status=status)
+        if status in RETRYABLE_STATUSES:
+            try:
+                last: Reply | None = judge_reply(
+                    partner, sent, status, raw, signature, attempts=attempt
+                )
+            except DeliveryError:
+                last = None
+            raise _Transient(
+                f"HTTP {status}",
+                status=status,
+                retry_after=parse_retry_after(retry_after, self._clock()),
+                reply=last,
+            )
+        return judge_reply(partner, sent, status, raw, signature, attempts=attempt)
+
+
+class HttpCallbackSender:
+    """The seed's `CallbackSender` over `HttpClient`: POST a message to a registered partner."""
+
+    def __init__(
+        self,
+        client: HttpClient,
+        partners: PartnerRegistry,
+        *,
+        sender_mode: SenderMode = "header",
+    ) -> None:
+        self.client = client
+        self.partners = partners
+        self.sender_mode = sender_mode
+
+    def resolve(self, target: str | Partner) -> Partner:
+        """The registered partner named by agent id or registered endpoint URL."""
+        if isinstance(target, Partner):
+            return target
+        partner = self.partners.get(target) or self.partners.by_endpoint(target)
+        if partner is None:
+            # We only ever POST to registered endpoints (CONTRACT §4): asking otherwise is a bug.
+            raise LocalProtocolError(f"{target!r} is not a registered partner or endpoint")
+        return partner
+
+    async def send_callback(self, target: str | Partner, message: Envelope[Any]) -> Reply:
+        """POST `message` to the partner `target` (agent id, registered endpoint or Partner)."""
+        return await self.client.exchange(
+            self.resolve(target), message, sender_mode=self.sender_mode
+        )
