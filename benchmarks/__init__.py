@@ -1,0 +1,1 @@
+"""Micro-benchmarks, run as modules (`python -m benchmarks.codec`); never timed in tests."""
