@@ -203,13 +203,14 @@ def next_state(role: Role, state: TaskState, event: Event) -> TaskState:
 
 
 def allowed_events(role: Role, state: TaskState) -> list[Event]:
-    return list(TRANSITIONS[role][state])
+    # A role's table omits the states it never has (E: `pending`, `human_deciding`).
+    return list(TRANSITIONS[role].get(state, {}))
 
 
 def allowed_messages(role: Role, state: TaskState) -> list[str]:
     """Message types that may be received in `state` (for `nack.details.allowed`)."""
     found: list[str] = []
-    for event in TRANSITIONS[role][state]:
+    for event in TRANSITIONS[role].get(state, {}):
         if event.value.startswith("recv ") and event.message_type is not None:
             name = event.message_type.value
             if name not in found:
