@@ -288,9 +288,17 @@ class HttpClient:
         return self._session
 
     async def exchange(
-        self, partner: Partner, message: Envelope[Any], *, sender_mode: SenderMode = "header"
+        self,
+        partner: Partner,
+        message: Envelope[Any],
+        *,
+        sender_mode: SenderMode = "header",
+        retries: int | None = None,
     ) -> Reply:
         """POST `message` to `partner.endpoint`, retrying transient failures; return the reply.
+
+        `retries` overrides `config.max_retries` for this call (0: one attempt only, for a
+        caller such as a durable outbox that schedules its own retries).
 
         A final HTTP error answered with a nack (4xx, 500) is returned as a `Reply` too: the
         caller decides. Raises `DeliveryError` when retries run out (`retryable=True`) or the
@@ -303,6 +311,10 @@ class HttpClient:
             )
         if message.reply_to is not None or message.type in REPLY_ONLY_TYPES:
             raise LocalProtocolError(f"{message.type.value} is a reply, never POSTed")
+        if retries is None:
+            retries = self.config.max_retries
+        if retries < 0:
+            raise ValueError("retries must not be negative")
         attempts = 0
 
         async def attempt() -> Reply:
@@ -311,7 +323,7 @@ class HttpClient:
             return await self._attempt(partner, message, sender_mode, attempts)
 
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.config.max_retries + 1),
+            stop=stop_after_attempt(retries + 1),
             wait=self._wait,
             retry=retry_if_exception_type(_Transient),
             sleep=self._sleep,

@@ -388,6 +388,18 @@ async def test_no_retries_configured(sleeps: Sleeps, partner: tuple[FakePartner,
     assert info.value.attempts == 1 and sleeps.delays == []
 
 
+async def test_retries_overridden_per_call(
+    client: HttpClient, partner: tuple[FakePartner, Partner], sleeps: Sleeps
+) -> None:
+    fake, peer = partner
+    fake.default = nack(503, ErrorCode.AGENT_NOT_READY)
+    with pytest.raises(DeliveryError) as info:
+        await client.exchange(peer, heartbeat(), retries=1)
+    assert info.value.attempts == 2 == len(fake.received)
+    with pytest.raises(ValueError):
+        await client.exchange(peer, heartbeat(), retries=-1)
+
+
 # --- the reply is judged ------------------------------------------------------------------------
 
 
