@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
@@ -60,6 +60,20 @@ from synapse.types import (
 )
 
 log = structlog.get_logger("synapse.p2p")
+
+#: `in`: a POSTed message we received; `reply_out`: our synchronous reply to it;
+#: `out`: a message we POST; `reply_in`: the partner's synchronous reply to it.
+Direction = Literal["in", "reply_out", "out", "reply_in"]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEvent:
+    """A message crossing this peer, for observers (timelines, tracing, metrics)."""
+
+    direction: Direction
+    message: Message
+    #: The agent id of the other side.
+    partner: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +228,8 @@ class P2PProtocol:
         self._wake = asyncio.Event()
         self._sleep_until = float("inf")
         self._closed = False
+        #: Called synchronously for every message in or out; must not raise or block.
+        self.observers: list[Callable[[MessageEvent], None]] = []
         if handler is not None:
             self.set_task_handler(handler)
 
@@ -224,6 +240,7 @@ class P2PProtocol:
 
         Raises `SynapseError` when the message is refused (the transport answers a `nack`).
         """
+        self._observe("in", message, message.sender_id)
         try:
             step = self.engine.receive(message, self.clock())
         except SynapseError as exc:
@@ -239,6 +256,7 @@ class P2PProtocol:
             raise
         self.apply(step)
         assert step.reply is not None
+        self._observe("reply_out", step.reply, message.sender_id)
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
         return step.reply
@@ -323,7 +341,9 @@ class P2PProtocol:
     async def _exchange(self, partner: str, message: Message) -> Message:
         sender = self._require_sender()
         log.info("message_out", message_id=message.id, type=message.message_type.value, to=partner)
+        self._observe("out", message, partner)
         reply = await sender.send_callback(partner, message)
+        self._observe("reply_in", reply, partner)
         self.apply(self.engine.on_reply(message, reply, self.clock()))
         return reply
 
@@ -514,6 +534,7 @@ class P2PProtocol:
                         to=out.partner,
                         task_id=key.task_id,
                     )
+                    self._observe("out", out.message, out.partner)
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
                     if not exc.retryable:
@@ -532,6 +553,7 @@ class P2PProtocol:
                     await self._await_heartbeat(out.partner)
                     continue
                 queue.popleft()
+                self._observe("reply_in", reply, out.partner)
                 self.apply(self.engine.on_reply(out.message, reply, self.clock()))
         finally:
             self._workers.pop(key, None)
@@ -547,6 +569,10 @@ class P2PProtocol:
         if isinstance(reply, Heartbeat):
             self._heartbeat_succeeded(out.partner)
         self.apply(self.engine.on_reply(out.message, reply, self.clock()))
+
+    def _observe(self, direction: Direction, message: Message, partner: str) -> None:
+        for observer in self.observers:
+            observer(MessageEvent(direction, message, partner))
 
     def _heartbeat_succeeded(self, partner: str) -> None:
         event = self._heartbeat_ok.pop(partner, None)
@@ -590,4 +616,4 @@ def _code(code: str) -> ErrorCode:
         return ErrorCode.INVALID_PARAMS
 
 
-__all__ = ["Outcome", "P2PProtocol", "TaskHandle", "Validation"]
+__all__ = ["MessageEvent", "Outcome", "P2PProtocol", "TaskHandle", "Validation"]

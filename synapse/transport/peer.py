@@ -1,0 +1,226 @@
+"""`Peer`: engine, transport, partners and handler wired into one object.
+
+    async with Peer("agent-a", partners=[Partner("agent-b", url, ("secret",))],
+                    handler=MyHandler()) as peer:
+        handle = await peer.submit("agent-b", "echo", {"text": "hi"})
+        outcome = await handle
+
+A peer both serves its `TaskHandler` (on `POST /synapse/callback`) and submits tasks to its
+partners. It only ever POSTs to registered partner endpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.dedup import DedupStore
+from synapse.p2p.handler import TaskHandler
+from synapse.p2p.protocol import P2PProtocol, TaskHandle
+from synapse.p2p.sender import DeliveryError
+from synapse.transport.client import DeliveryError as HttpDeliveryError
+from synapse.transport.client import HttpClient, SenderMode
+from synapse.transport.partners import Partner, PartnerRegistry
+from synapse.transport.server import DEFAULT_PATH, SynapseServer
+from synapse.types import (
+    CapabilityResponsePayload,
+    HeartbeatPayload,
+    LocalProtocolError,
+    Message,
+    Priority,
+    TaskContext,
+)
+from synapse.types.signing import Secret
+
+log = structlog.get_logger("synapse.peer")
+
+
+class HttpSender:
+    """The runtime's `CallbackSender` over HTTP: registered partners only, retries included."""
+
+    def __init__(
+        self, client: HttpClient, partners: PartnerRegistry, mode: SenderMode = "header"
+    ) -> None:
+        self.client = client
+        self.partners = partners
+        self.mode = mode
+
+    async def send_callback(self, partner: str, message: Message, *, retry: bool = True) -> Message:
+        registered = self.partners.get(partner)
+        if registered is None:
+            raise LocalProtocolError(f"{partner!r} is not a registered partner")
+        try:
+            reply = await self.client.exchange(
+                registered, message, sender_mode=self.mode, retries=None if retry else 0
+            )
+        except HttpDeliveryError as exc:
+            raise DeliveryError(str(exc), retryable=exc.retryable, status=exc.status) from exc
+        return reply.message
+
+
+class Peer:
+    """One Synapse peer: an HTTP server for its handler and a client to its partners."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        *,
+        partners: Iterable[Partner] | PartnerRegistry = (),
+        handler: TaskHandler | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        path: str = DEFAULT_PATH,
+        endpoint: str | None = None,
+        config: P2PConfig | None = None,
+        signing_mode: SenderMode = "header",
+        dedup: DedupStore | None = None,
+        rate_limit: float | None = None,
+        serve: bool = True,
+    ) -> None:
+        self.agent_id = agent_id
+        self.partners = (
+            partners if isinstance(partners, PartnerRegistry) else PartnerRegistry(partners)
+        )
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.path = path
+        self._endpoint = endpoint
+        self.config = config or P2PConfig()
+        self.signing_mode: SenderMode = signing_mode
+        self.serve = serve
+        self._dedup = dedup
+        self._rate_limit = rate_limit
+        self.client = HttpClient(self.config)
+        self._runner: web.AppRunner | None = None
+        self._protocol: P2PProtocol | None = None
+        self._server: SynapseServer | None = None
+
+    # --- wiring -----------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """The URL this peer receives POSTs on (`from.endpoint`)."""
+        if self._endpoint is None:
+            raise LocalProtocolError("the endpoint is known once the peer is started")
+        return self._endpoint
+
+    @property
+    def protocol(self) -> P2PProtocol:
+        if self._protocol is None:
+            raise LocalProtocolError("start the peer first")
+        return self._protocol
+
+    @property
+    def server(self) -> SynapseServer:
+        if self._server is None:
+            raise LocalProtocolError("start the peer first")
+        return self._server
+
+    def add_partner(self, agent_id: str, endpoint: str, secrets: Iterable[Secret] = ()) -> Partner:
+        partner = Partner(agent_id, endpoint, tuple(secrets))
+        self.partners.add(partner)
+        return partner
+
+    def _build(self, endpoint: str) -> None:
+        self._endpoint = endpoint
+        self._protocol = P2PProtocol(
+            agent_id=self.agent_id,
+            endpoint=endpoint,
+            config=self.config,
+            handler=self.handler,
+            sender=HttpSender(self.client, self.partners, self.signing_mode),
+        )
+        self._server = SynapseServer(
+            self._protocol, self.partners, dedup=self._dedup, rate_limit=self._rate_limit
+        )
+
+    def attach(self, app: web.Application, endpoint: str) -> None:
+        """Mount this peer into an existing aiohttp `app` instead of serving on its own.
+
+        `endpoint` is the public URL of `self.path` in that app. Call `start()` afterwards.
+        """
+        self.serve = False
+        self._build(endpoint)
+        self.server.add_routes(app, self.path)
+
+    async def start(self) -> None:
+        await self.client.start()
+        if self.serve and self._runner is None:
+            # Bind first: with port 0 the endpoint is known only once bound.
+            app = web.Application(client_max_size=self.config.max_body_size + 1024)
+            app.router.add_post(self.path, self._dispatch)
+            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+            await site.start()
+            addresses = self._runner.addresses
+            self.port = int(addresses[0][1]) if addresses else self.port
+            if self._protocol is None:
+                self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
+            log.info("listening", url=self.endpoint, agent_id=self.agent_id)
+        elif self._protocol is None:
+            self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
+        await self.protocol.start()
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        return await self.server.handle(request)
+
+    async def close(self, drain_timeout: float = 2.0) -> None:
+        """Refuse new tasks, give queued callbacks `drain_timeout` s to go, then stop."""
+        if self._protocol is not None:
+            await self._protocol.drain(drain_timeout)
+            await self._protocol.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.client.close()
+
+    async def __aenter__(self) -> Peer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- requester API ----------------------------------------------------------------------
+
+    async def submit(
+        self,
+        partner: str,
+        task_type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        task_id: str | None = None,
+        priority: Priority = Priority.NORMAL,
+        deadline: datetime | None = None,
+        context: TaskContext | None = None,
+    ) -> TaskHandle:
+        """Request a task of `partner`; the handle follows it to its end."""
+        if partner not in self.partners:
+            raise LocalProtocolError(f"{partner!r} is not a registered partner")
+        return await self.protocol.submit(
+            partner,
+            task_type,
+            payload,
+            task_id=task_id,
+            priority=priority,
+            deadline=deadline,
+            context=context,
+        )
+
+    async def capabilities(
+        self, partner: str, task_type: str | None = None
+    ) -> CapabilityResponsePayload:
+        return await self.protocol.query_capabilities(partner, task_type)
+
+    async def ping(self, partner: str) -> tuple[HeartbeatPayload, float]:
+        return await self.protocol.ping(partner)
+
+
+__all__ = ["HttpSender", "Peer"]

@@ -1,0 +1,303 @@
+"""The aiohttp side that receives: `POST /synapse/callback` → checks → engine → signed reply.
+
+Every POST gets an envelope back: the synchronous reply of CONTRACT §4, or a `nack` with the
+HTTP status of CONTRACT §5, signed or not as CONTRACT §3 says. Never a bare 500, never a
+traceback: an unexpected failure inside is answered 503 `agent_not_ready` (the sender retries)
+and logged.
+
+The order of checks is CONTRACT §4's: size → JSON / I-JSON → envelope and version → partner →
+signature → staleness → `to` → endpoint → reply-only type or `reply_to` (all in
+`synapse.transport.inbound`) → rate limit → deduplication → payload shape → the engine (task
+exists, party to it, final, allowed in its state, capacity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import structlog
+from aiohttp import web
+
+from synapse.p2p.dedup import DedupStore, MemoryDedupStore, Outcome, StoredReply, is_storable
+from synapse.p2p.protocol import P2PProtocol
+from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
+from synapse.transport.partners import Partner, PartnerRegistry
+from synapse.types import (
+    ErrorCode,
+    Message,
+    SynapseError,
+    decode_typed,
+)
+
+log = structlog.get_logger("synapse.transport")
+
+DEFAULT_PATH = "/synapse/callback"
+
+
+class _TokenBucket:
+    """Requests per second allowed from one partner, with a burst."""
+
+    __slots__ = ("burst", "rate", "stamp", "tokens")
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate, self.burst, self.tokens, self.stamp = rate, burst, burst, time.monotonic()
+
+    def take(self) -> float:
+        """0 if a request may go now, else the seconds until one may."""
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+
+class SynapseServer:
+    """Serves one peer's callback endpoint; mount it into any aiohttp app with `add_routes`."""
+
+    def __init__(
+        self,
+        protocol: P2PProtocol,
+        partners: PartnerRegistry,
+        *,
+        dedup: DedupStore | None = None,
+        rate_limit: float | None = None,
+        rate_burst: float = 50.0,
+        utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.protocol = protocol
+        self.partners = partners
+        self.config = protocol.config
+        self.dedup: DedupStore = dedup or MemoryDedupStore(self.config.dedup_window)
+        self.rate_limit = rate_limit
+        self.rate_burst = rate_burst
+        self.utcnow = utcnow
+        self._buckets: dict[str, _TokenBucket] = {}
+        self._last_expiry = 0.0
+
+    @property
+    def agent_id(self) -> str:
+        return self.protocol.engine.agent_id
+
+    @property
+    def endpoint(self) -> str:
+        return self.protocol.engine.endpoint
+
+    def add_routes(self, app: web.Application, path: str = DEFAULT_PATH) -> None:
+        """Mount the callback endpoint into `app` (a user's own application, say)."""
+        app.router.add_post(path, self.handle)
+
+    def make_app(self, path: str = DEFAULT_PATH) -> web.Application:
+        # The body limit is enforced by `handle` (413 with a nack), not by aiohttp's default.
+        app = web.Application(client_max_size=self.config.max_body_size + 1024)
+        self.add_routes(app, path)
+        return app
+
+    # --- one POST ---------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.Response:
+        try:
+            return await self._handle(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never a bare 500: log it, let the sender retry
+            log.exception("internal_error", error=repr(exc))
+            error = SynapseError(
+                ErrorCode.AGENT_NOT_READY, "internal error; retry later", {"reason": "internal"}
+            )
+            return self._nack(error, None, None, None)
+
+    def _nack(
+        self,
+        error: SynapseError,
+        request_id: str | None,
+        to: str | None,
+        sign_with: Partner | None,
+        headers: dict[str, str] | None = None,
+    ) -> web.Response:
+        return _response(self._nack_reply(error, request_id, to, sign_with, headers))
+
+    def _nack_reply(
+        self,
+        error: SynapseError,
+        request_id: str | None,
+        to: str | None,
+        sign_with: Partner | None,
+        headers: dict[str, str] | None = None,
+    ) -> StoredReply:
+        nack = nack_for(
+            error,
+            agent_id=self.agent_id,
+            endpoint=self.endpoint,
+            request_id=request_id,
+            to=to,
+        )
+        # CONTRACT §3: a 403 is never signed.
+        body, reply_headers = encode_reply(nack, None if error.http_status == 403 else sign_with)
+        reply_headers.update(headers or {})
+        return StoredReply.of(error.http_status, body, reply_headers)
+
+    async def _read_body(self, request: web.Request) -> bytes | SynapseError:
+        limit = self.config.max_body_size
+        too_large = SynapseError(
+            ErrorCode.MESSAGE_FORMAT_INVALID,
+            f"body exceeds the limit of {limit} bytes",
+            {"reason": "too_large", "max_body_size": limit},
+            http_status=413,
+        )
+        if request.content_length is not None and request.content_length > limit:
+            return too_large
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            return SynapseError(
+                ErrorCode.MESSAGE_FORMAT_INVALID,
+                f"Content-Encoding {encoding!r} is not accepted",
+                {"reason": "content_encoding"},
+            )
+        content_type = request.headers.get("Content-Type")
+        if content_type is not None and not _is_json(request.content_type):
+            return SynapseError(
+                ErrorCode.MESSAGE_FORMAT_INVALID,
+                f"Content-Type must be application/json, not {request.content_type!r}",
+                {"reason": "content_type"},
+            )
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_chunked(65536):
+            size += len(chunk)
+            if size > limit:
+                return too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await self._read_body(request)
+        if isinstance(body, SynapseError):
+            log.info("message_refused", status=body.http_status, code=body.code.value)
+            return self._nack(body, None, None, None)
+        now = self.utcnow()
+        try:
+            inbound = authenticate(
+                body,
+                request.headers.get("X-Synapse-Signature"),
+                partners=self.partners,
+                agent_id=self.agent_id,
+                now=now,
+                config=self.config,
+            )
+        except Refused as refused:
+            log.info(
+                "message_refused",
+                message_id=refused.request_id,
+                sender=refused.sender_id,
+                status=refused.http_status,
+                code=refused.error.code.value,
+                reason=(refused.error.details or {}).get("reason", refused.error.message),
+            )
+            return self._nack(
+                refused.error, refused.request_id, refused.sender_id, refused.sign_with
+            )
+        head = inbound.head
+        wait = self._rate_wait(inbound.partner.agent_id)
+        if wait:
+            error = SynapseError(
+                ErrorCode.RATE_LIMITED, "too many requests", {"retry_after": round(wait, 3)}
+            )
+            retry_after = str(max(1, round(wait + 0.5)))
+            return self._nack(
+                error, head.id, head.from_.agent_id, inbound.partner, {"Retry-After": retry_after}
+            )
+        self._expire(now)
+        while True:
+            begun = self.dedup.begin(
+                inbound.key, inbound.fingerprint, now=now, timestamp=head.timestamp
+            )
+            if begun.outcome is Outcome.NEW:
+                break
+            if begun.outcome is Outcome.DUPLICATE:
+                assert begun.reply is not None
+                log.info("message_duplicate", message_id=head.id, sender=head.from_.agent_id)
+                return _response(begun.reply)
+            if begun.outcome is Outcome.REUSED:
+                error = SynapseError(
+                    ErrorCode.INVALID_PARAMS,
+                    f"message id {head.id!r} was already used for another message",
+                    {"reason": "id_reused"},
+                )
+                return self._nack(error, head.id, head.from_.agent_id, inbound.partner)
+            assert begun.waiter is not None
+            stored = await begun.waiter
+            if stored is not None:
+                return _response(stored)
+        try:
+            reply = await self._process(inbound)
+        except BaseException:
+            self.dedup.abandon(inbound.key)
+            raise
+        if is_storable(reply.status):
+            self.dedup.complete(inbound.key, reply)
+        else:
+            self.dedup.abandon(inbound.key)
+        return _response(reply)
+
+    async def _process(self, inbound: Inbound) -> StoredReply:
+        head = inbound.head
+        started = time.perf_counter()
+        try:
+            message = decode_typed(inbound.body)
+            reply: Message = await self.protocol.handle_message(message)
+        except SynapseError as error:
+            log.info(
+                "message_in",
+                message_id=head.id,
+                type=head.type.value,
+                sender=head.from_.agent_id,
+                status=error.http_status,
+                code=error.code.value,
+                reason=error.message,
+            )
+            return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
+        body, headers = encode_reply(reply, inbound.partner)
+        log.info(
+            "message_in",
+            message_id=head.id,
+            type=head.type.value,
+            sender=head.from_.agent_id,
+            task_id=getattr(message.payload, "task_id", None)
+            or getattr(getattr(message.payload, "task", None), "id", None),
+            reply=reply.message_type.value,
+            status=200,
+            signed_by=inbound.signed_by,
+            ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return StoredReply.of(200, body, headers)
+
+    def _rate_wait(self, partner: str) -> float:
+        if self.rate_limit is None:
+            return 0.0
+        bucket = self._buckets.get(partner)
+        if bucket is None:
+            bucket = self._buckets[partner] = _TokenBucket(self.rate_limit, self.rate_burst)
+        return bucket.take()
+
+    def _expire(self, now: datetime) -> None:
+        # Purging is cheap but need not run on every request.
+        tick = time.monotonic()
+        if tick - self._last_expiry >= 1.0:
+            self._last_expiry = tick
+            self.dedup.expire(now)
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+def _response(stored: StoredReply) -> web.Response:
+    return web.Response(status=stored.status, body=stored.body, headers=stored.header_dict)
+
+
+__all__ = ["DEFAULT_PATH", "SynapseServer"]
