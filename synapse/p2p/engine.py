@@ -260,7 +260,7 @@ class TaskRecord:
     updated_at: float = 0.0
     history: list[Transition] = field(default_factory=list)
     #: E: the synchronous answer to the task_request, repeated for a same-task re-request.
-    decision: TaskConfirmPayload | TaskRejectPayload | TaskNeedInfoPayload | None = None
+    decision: TaskConfirm | TaskReject | TaskNeedInfo | None = None
     result: TaskResult | None = None
     error: TaskError | None = None
     reject: TaskRejectPayload | None = None
@@ -300,6 +300,11 @@ _DEADLINE = "deadline"
 _WAIT = "wait"
 _HEARTBEAT = "heartbeat"
 
+_DECISIONS: Mapping[type[Any], type[TaskConfirm | TaskReject | TaskNeedInfo]] = {
+    TaskConfirmPayload: TaskConfirm,
+    TaskRejectPayload: TaskReject,
+    TaskNeedInfoPayload: TaskNeedInfo,
+}
 _REPLY_EVENTS: Mapping[type[Envelope[Any]], Event] = {
     TaskConfirm: Event.RECV_TASK_CONFIRM,
     TaskReject: Event.RECV_TASK_REJECT,
@@ -535,19 +540,19 @@ class Engine:
         verdict = self._judge(spec, now)
         self._track(rec, now)
         if isinstance(verdict, TaskRejectPayload):
-            rec.decision = rec.reject = verdict
+            rec.reject = verdict
             self._move(rec, Event.SEND_TASK_REJECT, now, message.id, step)
         elif isinstance(verdict, TaskNeedInfoPayload):
-            rec.decision = rec.need_info = verdict
+            rec.need_info = verdict
             self._move(rec, Event.SEND_TASK_NEED_INFO, now, message.id, step)
             self._arm_wait(rec, verdict.required_by)
         else:
-            rec.decision = verdict
             self._move(rec, Event.SEND_TASK_CONFIRM, now, message.id, step)
             self._start(rec, now, step, spec.payload)
         if spec.deadline is not None and not rec.is_final:
             self._timers.set((_DEADLINE, key), _epoch(spec.deadline))
-        step.reply = self._decision_reply(rec, message)
+        rec.decision = self._reply(_DECISIONS[type(verdict)], verdict, message)
+        step.reply = rec.decision
 
     def _judge(
         self, spec: TaskSpec, now: float
@@ -597,13 +602,10 @@ class Engine:
         )
 
     def _decision_reply(self, rec: TaskRecord, request: TaskRequest) -> Message:
+        """The original synchronous answer again, now answering `request`."""
         decision = rec.decision
-        if isinstance(decision, TaskRejectPayload):
-            reply: Message = self._reply(TaskReject, decision, request)
-        elif isinstance(decision, TaskNeedInfoPayload):
-            reply = self._reply(TaskNeedInfo, decision, request)
-        else:
-            reply = self._reply(TaskConfirm, decision, request)
+        assert decision is not None
+        reply: Message = self._reply(type(decision), decision.payload, request)
         return reply
 
     def _arm_wait(self, rec: TaskRecord, until: datetime | None) -> None:
