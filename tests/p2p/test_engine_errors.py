@@ -327,7 +327,7 @@ def test_human_decision_when_nobody_asked(pair: Pair) -> None:
     [
         lambda p, k: as_from(p.e.sender, Ack, AckPayload(), R_ID, p.now),
         lambda p, k: as_from(
-            p.e.sender, TaskAck, TaskAckPayload(task_id=k.task_id, state=S.CANCELLED), R_ID, 0
+            p.e.sender, TaskAck, TaskAckPayload(task_id=k.task_id, state=S.CANCELLED), R_ID, p.now
         ),
         lambda p, k: as_from(p.e.sender, Nack, NackPayload(code="invalid_params"), R_ID, p.now),
         lambda p, k: as_from(p.e.sender, TaskConfirm, pair_confirm_payload(k), R_ID, p.now),
