@@ -176,7 +176,11 @@ class MemoryDedupStore:
         del self._entries[key]
 
     def expire(self, now: datetime) -> int:
-        removed = 0
+        return len(self.expire_keys(now))
+
+    def expire_keys(self, now: datetime) -> list[DedupKey]:
+        """Like `expire`, returning the keys forgotten."""
+        removed: list[DedupKey] = []
         heap = self._heap
         while heap and heap[0][0] <= now:
             expires_at, key = heapq.heappop(heap)
@@ -187,5 +191,17 @@ class MemoryDedupStore:
                 entry.queued = False  # requeued by `complete`
                 continue
             del self._entries[key]
-            removed += 1
+            removed.append(key)
         return removed
+
+    def restore(
+        self, key: DedupKey, fingerprint: bytes, expires_at: datetime, reply: StoredReply
+    ) -> None:
+        """Put back an entry a durable store kept (at start-up)."""
+        self._entries[key] = _Entry(fingerprint, expires_at, reply)
+        heapq.heappush(self._heap, (expires_at, key))
+
+    def expiry_of(self, key: DedupKey) -> tuple[bytes, datetime] | None:
+        """The fingerprint and expiry of `key`, for a durable store to save with its reply."""
+        entry = self._entries.get(key)
+        return (entry.fingerprint, entry.expires_at) if entry is not None else None

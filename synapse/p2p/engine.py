@@ -277,6 +277,8 @@ class TaskRecord:
     cancel_requested: bool = False
     cancel_reason: str | None = None
     cancel_sent: bool = False
+    #: Ids of our messages about this task that were given up on (see `synapse outbox`).
+    dead_letters: list[str] = field(default_factory=list)
 
     @property
     def task_id(self) -> str:
@@ -548,7 +550,7 @@ class Engine:
             self._arm_wait(rec, verdict.required_by)
         else:
             self._move(rec, Event.SEND_TASK_CONFIRM, now, message.id, step)
-            self._start(rec, now, step, spec.payload)
+            self._start(rec, now, step)
         if spec.deadline is not None and not rec.is_final:
             self._timers.set((_DEADLINE, key), _epoch(spec.deadline))
         rec.decision = self._reply(_DECISIONS[type(verdict)], verdict, message)
@@ -612,14 +614,19 @@ class Engine:
         if until is not None:
             self._timers.set((_WAIT, rec.key), _epoch(until))
 
-    def _start(self, rec: TaskRecord, now: float, step: Step, payload: dict[str, Any]) -> None:
+    def _start(self, rec: TaskRecord, now: float, step: Step) -> None:
         """Enter `executing` and tell R so (its first callback is a status update)."""
         self._move(rec, Event.START_EXECUTION, now, None, step)
         self._status_callback(rec, now, step, message="executing")
         if rec.handler_started:
             return
         rec.handler_started = True
-        step.actions.append(StartExecution(rec.key, rec.task.type, payload))
+        step.actions.append(StartExecution(rec.key, rec.task.type, self._payload(rec)))
+
+    @staticmethod
+    def _payload(rec: TaskRecord) -> dict[str, Any]:
+        """The task's payload with every field the requester provided since."""
+        return {**rec.task.payload, **rec.provided}
 
     def _status_callback(
         self,
@@ -673,7 +680,7 @@ class Engine:
             self._move(rec, event, now, message.id, step)
             step.reply = self.task_ack(message, rec)
             if approve:
-                self._start(rec, now, step, {})
+                self._start(rec, now, step)
                 step.actions.append(ResumeExecution(rec.key, message.payload))
             else:
                 reason = decision.rejection_reason or "a person rejected the task"
@@ -686,11 +693,11 @@ class Engine:
         self, rec: TaskRecord, fields: Mapping[str, Any], now: float, step: Step
     ) -> None:
         if rec.handler_started:
-            self._start(rec, now, step, {})
+            self._start(rec, now, step)
             step.actions.append(ResumeExecution(rec.key, dict(fields)))
             return
         # The information answered the synchronous task_need_info: judge the task again.
-        payload = {**rec.task.payload, **rec.provided}
+        payload = self._payload(rec)
         try:
             validation = Validation.coerce(self.validator(rec.task.type, dict(payload)))
         except Exception as exc:
@@ -715,7 +722,7 @@ class Engine:
             step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
             self._arm_wait(rec, need.required_by)
         else:
-            self._start(rec, now, step, payload)
+            self._start(rec, now, step)
 
     def _fail(self, rec: TaskRecord, error: TaskError, now: float, step: Step) -> None:
         rec.error = error
@@ -1072,6 +1079,62 @@ class Engine:
         rec = self._executor(key, step)
         if rec is None:
             return step
+        self._fail(rec, error, now, step)
+        return step
+
+    # --- restart ---------------------------------------------------------------------------------
+
+    def restore(self, records: Iterable[TaskRecord], now: float) -> None:
+        """Take back the tasks a store kept, and re-arm their timers (at start-up)."""
+        for rec in records:
+            self.tasks[rec.key] = rec
+            if rec.is_final:
+                continue
+            self._track(rec, now)
+            executor = rec.role is Role.EXECUTOR
+            if executor and rec.task.deadline is not None:
+                self._timers.set((_DEADLINE, rec.key), _epoch(rec.task.deadline))
+            if rec.state is TaskState.EXECUTING:
+                rec.executing_since = now  # time spent down is not executing time
+                if executor:
+                    remaining = max(0.0, self.config.task_timeout - rec.executed_time)
+                    self._timers.set((_TIMEOUT, rec.key), now + remaining)
+            if executor and rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
+                self._arm_wait(rec, rec.need_info.required_by)
+            if executor and rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
+                self._arm_wait(rec, rec.need_human.deadline)
+
+    def recover(self, key: TaskKey, *, resumable: bool, now: float) -> Step:
+        """Decide the fate of an executor task whose handler a restart interrupted.
+
+        A resumable handler is started again from the beginning (with the fields provided
+        so far) if the task was running; otherwise the task fails with a recoverable
+        `execution_failed` ("interrupted by restart"). A task whose handler never started
+        (waiting on a synchronous `task_need_info`) just goes on waiting.
+        """
+        step = Step()
+        rec = self.tasks.get(key)
+        if rec is None or rec.is_final or rec.role is not Role.EXECUTOR:
+            return step
+        if not rec.handler_started:
+            return step
+        running = (
+            TaskState.CONFIRMED,
+            TaskState.EXECUTING,
+            TaskState.INFO_PROVIDED,
+            TaskState.HUMAN_APPROVED,
+        )
+        if resumable and rec.state in running:
+            if rec.state is not TaskState.EXECUTING:
+                self._move(rec, Event.START_EXECUTION, now, None, step)
+                self._status_callback(rec, now, step, message="executing")
+            step.actions.append(StartExecution(rec.key, rec.task.type, self._payload(rec)))
+            return step
+        error = TaskError(
+            code=ErrorCode.EXECUTION_FAILED.value,
+            message="interrupted by restart",
+            recoverable=True,
+        )
         self._fail(rec, error, now, step)
         return step
 

@@ -35,6 +35,7 @@ from synapse.p2p.engine import (
     Validation,
 )
 from synapse.p2p.handler import ExecutionContext, TaskHandler, as_result
+from synapse.p2p.persistence import MemoryStore, OutboxItem, Snapshot, TaskStore
 from synapse.p2p.sender import CallbackSender, DeliveryError
 from synapse.types import (
     CapabilityResponse,
@@ -56,6 +57,8 @@ from synapse.types import (
     TaskRejectPayload,
     TaskResult,
     TaskState,
+    decode_typed,
+    encode_message,
     new_message_id,
 )
 
@@ -74,6 +77,14 @@ class MessageEvent:
     message: Message
     #: The agent id of the other side.
     partner: str
+
+
+@dataclass(slots=True)
+class _Queued:
+    """An outgoing message in a task's delivery queue, with its outbox entry."""
+
+    out: Outgoing
+    item: OutboxItem
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +221,11 @@ class P2PProtocol:
         config: P2PConfig | None = None,
         handler: TaskHandler | None = None,
         sender: CallbackSender | None = None,
+        store: TaskStore | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config or P2PConfig()
+        self.store: TaskStore = store or MemoryStore()
         self.engine = Engine(agent_id=agent_id, endpoint=endpoint, config=self.config)
         self.clock = clock
         self._handler: TaskHandler | None = None
@@ -220,7 +233,7 @@ class P2PProtocol:
         self._handles: dict[TaskKey, TaskHandle] = {}
         self._running: dict[TaskKey, asyncio.Task[None]] = {}
         self._waiters: dict[TaskKey, asyncio.Future[Any]] = {}
-        self._queues: dict[TaskKey, deque[Outgoing]] = {}
+        self._queues: dict[TaskKey, deque[_Queued]] = {}
         self._workers: dict[TaskKey, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._heartbeat_ok: dict[str, asyncio.Event] = {}
@@ -235,10 +248,13 @@ class P2PProtocol:
 
     # --- seed §5.1 ------------------------------------------------------------------------
 
-    async def handle_message(self, message: Message) -> Message:
+    async def handle_message(self, message: Message, *, commit: bool = True) -> Message:
         """Apply a POSTed message from an authenticated partner and return the reply.
 
         Raises `SynapseError` when the message is refused (the transport answers a `nack`).
+        With `commit` (the default) its effects are durable when this returns; a transport
+        that also stores the reply for deduplication passes False and calls `commit()` once
+        both are written.
         """
         self._observe("in", message, message.sender_id)
         try:
@@ -256,10 +272,16 @@ class P2PProtocol:
             raise
         self.apply(step)
         assert step.reply is not None
+        if commit:
+            await self.store.commit()
         self._observe("reply_out", step.reply, message.sender_id)
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
         return step.reply
+
+    async def commit(self) -> None:
+        """Make every effect applied so far durable (see `TaskStore.commit`)."""
+        await self.store.commit()
 
     def set_task_handler(self, handler: TaskHandler) -> None:
         self._handler = handler
@@ -315,7 +337,14 @@ class P2PProtocol:
         return handle
 
     def handle(self, key: TaskKey) -> TaskHandle | None:
-        return self._handles.get(key)
+        """The handle of a task we requested (made anew for tasks restored at start-up)."""
+        handle = self._handles.get(key)
+        rec = self.engine.get(key)
+        if handle is None and rec is not None and rec.role.value == "requester":
+            handle = self._handles[key] = TaskHandle(self, key, rec.partner)
+            if rec.is_final:
+                handle._settle()
+        return handle
 
     async def query_capabilities(
         self, partner: str, task_type: str | None = None
@@ -348,6 +377,30 @@ class P2PProtocol:
         return reply
 
     # --- lifecycle --------------------------------------------------------------------------
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Take back what a store kept: tasks, their timers, and undelivered messages.
+
+        Executor tasks whose handler the restart interrupted are resumed (handlers with an
+        `is_resumable(task_type)` method returning true) or failed with a recoverable
+        `execution_failed`; requester tasks go on waiting for their callbacks.
+        """
+        now = self.clock()
+        self.engine.restore(snapshot.tasks, now)
+        for item in snapshot.outbox:
+            message = decode_typed(item.body)
+            self._queue(_Queued(Outgoing(item.partner, message, item.key), item))
+        resumable = getattr(self._handler, "is_resumable", None)
+        for rec in snapshot.tasks:
+            if rec.role.value == "executor" and not rec.is_final:
+                can_resume = bool(resumable(rec.task.type)) if callable(resumable) else False
+                self.apply(self.engine.recover(rec.key, resumable=can_resume, now=now))
+        log.info(
+            "restored",
+            tasks=len(snapshot.tasks),
+            outbox=len(snapshot.outbox),
+            dead_letters=len(snapshot.dead_letters),
+        )
 
     async def start(self) -> None:
         if self._timer_task is None:
@@ -384,6 +437,9 @@ class P2PProtocol:
     def pending_deliveries(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
+    async def close_store(self) -> None:
+        await self.store.close()
+
     # --- applying engine steps ----------------------------------------------------------------
 
     def apply(self, step: Step) -> None:
@@ -399,6 +455,8 @@ class P2PProtocol:
                 trigger=transition.event.value,
                 message_id=transition.message_id,
             )
+        if step.transitions:
+            self._persist(step)
         for out in step.outgoing:
             self._enqueue(out)
         for action in step.actions:
@@ -409,6 +467,15 @@ class P2PProtocol:
                 if handle is not None:
                     handle._settle()
         self._rearm_timer()
+
+    def _persist(self, step: Step) -> None:
+        by_task: dict[TaskKey, list[Any]] = {}
+        for transition in step.transitions:
+            by_task.setdefault(transition.key, []).append(transition)
+        for key, transitions in by_task.items():
+            rec = self.engine.get(key)
+            if rec is not None:
+                self.store.put_task(rec, transitions)
 
     def _act(self, action: Any) -> None:
         if isinstance(action, TaskEvent):
@@ -499,12 +566,26 @@ class P2PProtocol:
 
     def _enqueue(self, out: Outgoing) -> None:
         if out.key is None:
-            self._spawn(self._send_once(out))
+            self._spawn(self._send_once(out))  # heartbeats: the next one comes anyway
             return
-        queue = self._queues.setdefault(out.key, deque())
-        queue.append(out)
-        if out.key not in self._workers:
-            self._workers[out.key] = asyncio.create_task(self._deliver(out.key))
+        item = OutboxItem(
+            seq=self.store.next_seq(),
+            message_id=out.message.id,
+            partner=out.partner,
+            key=out.key,
+            body=encode_message(out.message),
+            created_at=self.clock(),
+        )
+        self.store.add_outbox(item)
+        self._queue(_Queued(out, item))
+
+    def _queue(self, queued: _Queued) -> None:
+        key = queued.out.key
+        assert key is not None
+        queue = self._queues.setdefault(key, deque())
+        queue.append(queued)
+        if key not in self._workers and not self._closed:
+            self._workers[key] = asyncio.create_task(self._deliver(key))
 
     def _drop_queued(self, key: TaskKey) -> None:
         queue = self._queues.get(key)
@@ -513,20 +594,30 @@ class P2PProtocol:
         keep = 1 if key in self._workers else 0  # the head may be on the wire already
         dropped = len(queue) - keep
         while len(queue) > keep:
-            queue.pop()
+            self.store.remove_outbox(queue.pop().item.message_id)
         if dropped:
             log.info(
                 "callbacks_dropped", task_id=key.task_id, requester=key.requester, count=dropped
             )
 
     async def _deliver(self, key: TaskKey) -> None:
-        """Deliver `key`'s messages one at a time, in order; each waits for its reply."""
+        """Deliver `key`'s messages one at a time, in order; each waits for its reply.
+
+        A message leaves the outbox only once answered (a refusal is an answer too). When
+        retries run out it waits for the partner's next successful heartbeat; past
+        `dead_letter_after` it becomes a dead letter, listed until a person retries or
+        drops it (`synapse outbox`).
+        """
         queue = self._queues[key]
         try:
             while queue and not self._closed:
-                out = queue[0]
+                queued = queue[0]
+                out = queued.out
                 sender = self._require_sender()
+                # What the partner is about to see must survive our crash.
+                await self.store.commit()
                 try:
+                    self._observe("out", out.message, out.partner)
                     log.info(
                         "message_out",
                         message_id=out.message.id,
@@ -534,31 +625,49 @@ class P2PProtocol:
                         to=out.partner,
                         task_id=key.task_id,
                     )
-                    self._observe("out", out.message, out.partner)
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
                     if not exc.retryable:
-                        log.error(
-                            "delivery_failed",
-                            message_id=out.message.id,
-                            task_id=key.task_id,
-                            error=str(exc),
-                        )
-                        queue.popleft()
+                        self._dead_letter(queue, f"unusable reply: {exc}")
+                        continue
+                    self.apply(self.engine.on_undeliverable(out.message, self.clock()))
+                    if self.clock() - queued.item.created_at >= self.config.dead_letter_after:
+                        self._dead_letter(queue, f"undeliverable: {exc}")
                         continue
                     log.warning("delivery_parked", message_id=out.message.id, partner=out.partner)
-                    self.apply(self.engine.on_undeliverable(out.message, self.clock()))
                     self.engine.keep_heartbeat(out.partner, self.clock())
                     self._rearm_timer()
                     await self._await_heartbeat(out.partner)
                     continue
-                queue.popleft()
+                if queue and queue[0] is queued:
+                    queue.popleft()
+                self.store.remove_outbox(out.message.id)
                 self._observe("reply_in", reply, out.partner)
                 self.apply(self.engine.on_reply(out.message, reply, self.clock()))
         finally:
             self._workers.pop(key, None)
             if not queue:
                 self._queues.pop(key, None)
+
+    def _dead_letter(self, queue: deque[_Queued], reason: str) -> None:
+        queued = queue.popleft()
+        message = queued.out.message
+        log.error(
+            "dead_letter",
+            message_id=message.id,
+            type=message.message_type.value,
+            partner=queued.out.partner,
+            reason=reason,
+        )
+        self.store.dead_letter(message.id, reason, self.clock())
+        key = queued.out.key
+        rec = self.engine.get(key) if key is not None else None
+        if key is not None and rec is not None:
+            rec.dead_letters.append(message.id)
+            self.store.put_task(rec, [])
+            handle = self._handles.get(key)
+            if handle is not None:
+                handle._push(TaskEvent(key, "dead_letter", rec.state, message, reason))
 
     async def _send_once(self, out: Outgoing) -> None:
         sender = self._require_sender()

@@ -21,6 +21,7 @@ from aiohttp import web
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupStore
 from synapse.p2p.handler import TaskHandler
+from synapse.p2p.persistence import MemoryStore, Snapshot, TaskStore
 from synapse.p2p.protocol import P2PProtocol, TaskHandle
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.client import DeliveryError as HttpDeliveryError
@@ -80,6 +81,7 @@ class Peer:
         signing_mode: SenderMode = "header",
         dedup: DedupStore | None = None,
         rate_limit: float | None = None,
+        store: TaskStore | None = None,
         serve: bool = True,
     ) -> None:
         self.agent_id = agent_id
@@ -96,10 +98,12 @@ class Peer:
         self.serve = serve
         self._dedup = dedup
         self._rate_limit = rate_limit
+        self.store: TaskStore = store or MemoryStore()
         self.client = HttpClient(self.config)
         self._runner: web.AppRunner | None = None
         self._protocol: P2PProtocol | None = None
         self._server: SynapseServer | None = None
+        self._snapshot: Snapshot | None = None
 
     # --- wiring -----------------------------------------------------------------------------
 
@@ -135,10 +139,18 @@ class Peer:
             config=self.config,
             handler=self.handler,
             sender=HttpSender(self.client, self.partners, self.signing_mode),
+            store=self.store,
         )
+        snapshot = self.store.load()
+        dedup = self._dedup
+        if dedup is None and self.store.durable:
+            from synapse.store.dedup import DurableDedupStore
+
+            dedup = DurableDedupStore(self.config.dedup_window, self.store, snapshot.dedup)
         self._server = SynapseServer(
-            self._protocol, self.partners, dedup=self._dedup, rate_limit=self._rate_limit
+            self._protocol, self.partners, dedup=dedup, rate_limit=self._rate_limit
         )
+        self._snapshot = snapshot
 
     def attach(self, app: web.Application, endpoint: str) -> None:
         """Mount this peer into an existing aiohttp `app` instead of serving on its own.
@@ -166,6 +178,9 @@ class Peer:
             log.info("listening", url=self.endpoint, agent_id=self.agent_id)
         elif self._protocol is None:
             self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
+        if self._snapshot is not None:
+            snapshot, self._snapshot = self._snapshot, None
+            self.protocol.restore(snapshot)
         await self.protocol.start()
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
@@ -180,6 +195,7 @@ class Peer:
             await self._runner.cleanup()
             self._runner = None
         await self.client.close()
+        await self.store.close()
 
     async def __aenter__(self) -> Peer:
         await self.start()

@@ -242,6 +242,8 @@ class SynapseServer:
             self.dedup.complete(inbound.key, reply)
         else:
             self.dedup.abandon(inbound.key)
+        # The message's effects and its stored reply are durable before anyone sees the reply.
+        await self.protocol.commit()
         return _response(reply)
 
     async def _process(self, inbound: Inbound) -> StoredReply:
@@ -249,7 +251,7 @@ class SynapseServer:
         started = time.perf_counter()
         try:
             message = decode_typed(inbound.body)
-            reply: Message = await self.protocol.handle_message(message)
+            reply: Message = await self.protocol.handle_message(message, commit=False)
         except SynapseError as error:
             log.info(
                 "message_in",

@@ -1,0 +1,140 @@
+"""What a task store keeps, the interface its backends implement, and the in-memory one.
+
+A store keeps tasks with their state history, the outbox of messages not yet acknowledged
+(with its dead letters) and the deduplication table. Writes are buffered by the synchronous
+`put_*` calls and made durable by `await commit()`: the runtime commits before it answers a
+message that depends on them, and before it POSTs a message it queued, so that an
+acknowledged message is never lost and a POSTed one is never forgotten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from synapse.p2p.dedup import DedupKey, StoredReply
+from synapse.p2p.engine import TaskKey, TaskRecord, Transition
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """A message we must POST, kept until the partner answers it."""
+
+    seq: int
+    message_id: str
+    partner: str
+    key: TaskKey | None
+    #: The encoded message (its `timestamp` and signature are refreshed at each attempt).
+    body: bytes
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An outbox message given up on: it stays listed until retried or dropped by a person."""
+
+    item: OutboxItem
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DedupEntry:
+    key: DedupKey
+    fingerprint: bytes
+    expires_at: float
+    reply: StoredReply
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything a store holds, as loaded at start-up."""
+
+    tasks: list[TaskRecord] = field(default_factory=list)
+    outbox: list[OutboxItem] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    dedup: list[DedupEntry] = field(default_factory=list)
+
+
+class TaskStore(Protocol):
+    """A durable (or not) home for tasks, the outbox and the deduplication table."""
+
+    #: True if what is committed survives a restart.
+    durable: bool
+
+    def load(self) -> Snapshot:
+        """Everything stored (called once, at start-up, before any write)."""
+        ...
+
+    def next_seq(self) -> int:
+        """A new outbox sequence number (increasing)."""
+        ...
+
+    def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
+        """Save `record` and append its new `transitions` to its history."""
+        ...
+
+    def add_outbox(self, item: OutboxItem) -> None: ...
+
+    def remove_outbox(self, message_id: str) -> None:
+        """The partner answered the message: forget it."""
+        ...
+
+    def dead_letter(self, message_id: str, reason: str, at: float) -> None:
+        """Give up on delivering `message_id`; keep it listed."""
+        ...
+
+    def put_dedup(self, entry: DedupEntry) -> None: ...
+
+    def delete_dedup(self, keys: Iterable[DedupKey]) -> None: ...
+
+    async def commit(self) -> None:
+        """Make every write so far durable."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryStore:
+    """Nothing survives a restart: tasks live in the engine; this lists the outbox."""
+
+    durable = False
+
+    def __init__(self) -> None:
+        self._seq = 0
+        self.outbox: dict[str, OutboxItem] = {}
+        self.dead_letters: dict[str, DeadLetter] = {}
+
+    def load(self) -> Snapshot:
+        return Snapshot()
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
+        pass
+
+    def add_outbox(self, item: OutboxItem) -> None:
+        self.outbox[item.message_id] = item
+
+    def remove_outbox(self, message_id: str) -> None:
+        self.outbox.pop(message_id, None)
+
+    def dead_letter(self, message_id: str, reason: str, at: float) -> None:
+        item = self.outbox.pop(message_id, None)
+        if item is not None:
+            self.dead_letters[message_id] = DeadLetter(item, reason, at)
+
+    def put_dedup(self, entry: DedupEntry) -> None:
+        pass
+
+    def delete_dedup(self, keys: Iterable[DedupKey]) -> None:
+        pass
+
+    async def commit(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass

@@ -1,0 +1,342 @@
+"""The SQLite store: the embedded default of `synapse serve`.
+
+What is synchronous, and why: writes are buffered on the event loop and handed, a batch per
+`commit()`, to one writer thread that owns the connection, so the loop never blocks on disk.
+The runtime awaits `commit()` before it answers a message whose effects must survive a crash
+and before it POSTs a queued message. The database runs in WAL mode with
+`synchronous=NORMAL` by default: a committed transaction survives the process being killed
+(SIGKILL), and only an operating-system crash or power loss may lose the last ones. Pass
+`synchronous="FULL"` to survive those too, at the cost of an fsync per commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from synapse.p2p.dedup import DedupKey, StoredReply
+from synapse.p2p.engine import TaskKey, TaskRecord, Transition
+from synapse.p2p.states import Event, Role
+from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot
+from synapse.types import TaskState
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (
+    requester TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    state TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    record BLOB NOT NULL,
+    PRIMARY KEY (requester, task_id)
+);
+CREATE TABLE IF NOT EXISTS transitions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    requester TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    from_state TEXT NOT NULL,
+    to_state TEXT NOT NULL,
+    event TEXT NOT NULL,
+    message_id TEXT,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS transitions_task ON transitions (requester, task_id);
+CREATE TABLE IF NOT EXISTS outbox (
+    seq INTEGER PRIMARY KEY,
+    message_id TEXT NOT NULL UNIQUE,
+    partner TEXT NOT NULL,
+    requester TEXT,
+    task_id TEXT,
+    body BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    dead_reason TEXT,
+    dead_at REAL
+);
+CREATE TABLE IF NOT EXISTS dedup (
+    sender TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    fingerprint BLOB NOT NULL,
+    expires_at REAL NOT NULL,
+    status INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    headers TEXT NOT NULL,
+    PRIMARY KEY (sender, message_id)
+);
+"""
+
+_Op = Callable[[sqlite3.Connection], object]
+_record_encoder = msgspec.json.Encoder()
+_record_decoder = msgspec.json.Decoder(TaskRecord)
+
+
+def connect(path: str | Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
+    """Open (and create or check) a store database."""
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("PRAGMA busy_timeout=5000")
+    conn.executescript(_SCHEMA)
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if row is None:
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+    elif int(row[0]) != SCHEMA_VERSION:
+        raise RuntimeError(f"{path}: store schema {row[0]}, this version reads {SCHEMA_VERSION}")
+    return conn
+
+
+def encode_record(record: TaskRecord) -> bytes:
+    """The record without its history (kept row by row in `transitions`)."""
+    return _record_encoder.encode(dataclasses.replace(record, history=[]))
+
+
+def _item(row: Sequence[Any]) -> OutboxItem:
+    seq, message_id, partner, requester, task_id, body, created_at = row[:7]
+    key = TaskKey(requester, task_id) if requester is not None else None
+    return OutboxItem(int(seq), message_id, partner, key, bytes(body), float(created_at))
+
+
+_OUTBOX_COLUMNS = "seq, message_id, partner, requester, task_id, body, created_at"
+
+
+def read_snapshot(conn: sqlite3.Connection) -> Snapshot:
+    snapshot = Snapshot()
+    history: dict[TaskKey, list[Transition]] = {}
+    for row in conn.execute(
+        "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
+        "FROM transitions ORDER BY id"
+    ):
+        key = TaskKey(row[0], row[1])
+        history.setdefault(key, []).append(
+            Transition(
+                key,
+                Role(row[2]),
+                TaskState(row[3]),
+                TaskState(row[4]),
+                Event(row[5]),
+                row[6],
+                row[7],
+            )
+        )
+    for (blob,) in conn.execute("SELECT record FROM tasks"):
+        record = _record_decoder.decode(blob)
+        record.history = history.get(record.key, [])
+        snapshot.tasks.append(record)
+    for row in conn.execute(
+        f"SELECT {_OUTBOX_COLUMNS}, dead_reason, dead_at FROM outbox ORDER BY seq"
+    ):
+        item = _item(row)
+        if row[7] is None:
+            snapshot.outbox.append(item)
+        else:
+            snapshot.dead_letters.append(DeadLetter(item, row[7], float(row[8])))
+    for sender, message_id, fingerprint, expires_at, status, body, headers in conn.execute(
+        "SELECT sender, message_id, fingerprint, expires_at, status, body, headers FROM dedup"
+    ):
+        reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
+        snapshot.dedup.append(
+            DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
+        )
+    return snapshot
+
+
+class SqliteStore:
+    """`TaskStore` in one SQLite file, written by one background thread."""
+
+    durable = True
+
+    def __init__(
+        self, path: str | Path, *, synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    ) -> None:
+        self.path = Path(path)
+        self._conn = connect(self.path, synchronous)
+        self._pending: list[_Op] = []
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synapse-store")
+        self._lock = threading.Lock()
+        row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM outbox").fetchone()
+        self._seq = int(row[0])
+        self.commits = 0
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def load(self) -> Snapshot:
+        with self._lock:
+            return read_snapshot(self._conn)
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # --- buffered writes --------------------------------------------------------------------
+
+    def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
+        blob = encode_record(record)
+        key, role, state, updated = (
+            record.key,
+            record.role.value,
+            record.state.value,
+            record.updated_at,
+        )
+        rows = [
+            (
+                key.requester,
+                key.task_id,
+                t.role.value,
+                t.from_state.value,
+                t.to_state.value,
+                t.event.value,
+                t.message_id,
+                t.at,
+            )
+            for t in transitions
+        ]
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO tasks (requester, task_id, role, state, updated_at, record) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (requester, task_id) DO UPDATE SET "
+                "role=excluded.role, state=excluded.state, updated_at=excluded.updated_at, "
+                "record=excluded.record",
+                (key.requester, key.task_id, role, state, updated, blob),
+            )
+            if rows:
+                conn.executemany(
+                    "INSERT INTO transitions (requester, task_id, role, from_state, to_state, "
+                    "event, message_id, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+
+        self._pending.append(op)
+
+    def add_outbox(self, item: OutboxItem) -> None:
+        key = item.key
+        params = (
+            item.seq,
+            item.message_id,
+            item.partner,
+            key.requester if key else None,
+            key.task_id if key else None,
+            item.body,
+            item.created_at,
+        )
+        self._pending.append(
+            lambda conn: conn.execute(
+                f"INSERT OR IGNORE INTO outbox ({_OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                params,
+            )
+        )
+
+    def remove_outbox(self, message_id: str) -> None:
+        self._pending.append(
+            lambda conn: conn.execute("DELETE FROM outbox WHERE message_id = ?", (message_id,))
+        )
+
+    def dead_letter(self, message_id: str, reason: str, at: float) -> None:
+        self._pending.append(
+            lambda conn: conn.execute(
+                "UPDATE outbox SET dead_reason = ?, dead_at = ? WHERE message_id = ?",
+                (reason, at, message_id),
+            )
+        )
+
+    def put_dedup(self, entry: DedupEntry) -> None:
+        params = (
+            entry.key[0],
+            entry.key[1],
+            entry.fingerprint,
+            entry.expires_at,
+            entry.reply.status,
+            entry.reply.body,
+            json.dumps(entry.reply.headers),
+        )
+        self._pending.append(
+            lambda conn: conn.execute(
+                "INSERT OR REPLACE INTO dedup (sender, message_id, fingerprint, expires_at, "
+                "status, body, headers) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                params,
+            )
+        )
+
+    def delete_dedup(self, keys: Iterable[DedupKey]) -> None:
+        rows = list(keys)
+        if rows:
+            self._pending.append(
+                lambda conn: conn.executemany(
+                    "DELETE FROM dedup WHERE sender = ? AND message_id = ?", rows
+                )
+            )
+
+    # --- committing -------------------------------------------------------------------------
+
+    def _write(self, ops: list[_Op]) -> None:  # in the writer thread
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for op in ops:
+                    op(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            self.commits += 1
+
+    async def commit(self) -> None:
+        """Write every buffered change in one transaction (in the writer thread).
+
+        The writer runs batches in order, so when this returns every earlier batch is durable
+        too; an empty batch still waits for the ones before it.
+        """
+        ops, self._pending = self._pending, []
+        loop = asyncio.get_running_loop()
+        if ops:
+            await loop.run_in_executor(self._writer, self._write, ops)
+        else:
+            await loop.run_in_executor(self._writer, _nothing)
+
+    def commit_now(self) -> None:
+        """Synchronous commit, for tools outside the event loop (`synapse outbox`)."""
+        ops, self._pending = self._pending, []
+        if ops:
+            self._write(ops)
+
+    async def close(self) -> None:
+        await self.commit()
+        self._writer.shutdown(wait=True)
+        with self._lock:
+            self._conn.close()
+
+    # --- maintenance (the `synapse outbox` command) -----------------------------------------
+
+    def retry_dead_letter(self, message_id: str) -> bool:
+        """Put a dead letter back in the outbox; delivered at the next start."""
+        with self._lock:
+            cur = self._conn.execute(
+                "UPDATE outbox SET dead_reason = NULL, dead_at = NULL "
+                "WHERE message_id = ? AND dead_reason IS NOT NULL",
+                (message_id,),
+            )
+            return cur.rowcount > 0
+
+    def drop_outbox(self, message_id: str) -> bool:
+        """Delete a pending message or dead letter for good."""
+        with self._lock:
+            cur = self._conn.execute("DELETE FROM outbox WHERE message_id = ?", (message_id,))
+            return cur.rowcount > 0
+
+
+def _nothing() -> None:
+    pass
