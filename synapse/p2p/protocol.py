@@ -671,10 +671,12 @@ class P2PProtocol:
 
     async def _send_once(self, out: Outgoing) -> None:
         sender = self._require_sender()
+        self._observe("out", out.message, out.partner)
         try:
             reply = await sender.send_callback(out.partner, out.message, retry=False)
         except DeliveryError:
             return  # a missed heartbeat: the engine notices the silence
+        self._observe("reply_in", reply, out.partner)
         if isinstance(reply, Heartbeat):
             self._heartbeat_succeeded(out.partner)
         self.apply(self.engine.on_reply(out.message, reply, self.clock()))
