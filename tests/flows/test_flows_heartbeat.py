@@ -1,0 +1,70 @@
+"""Heartbeats between two real peers: sent both ways while they have tasks in flight together,
+answered with the replier's own status, and no longer sent once nothing is in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from flowkit import FAST, WAIT, E, PairFactory, R, collect, eventually
+
+from synapse.types import HeartbeatStatus, TaskState
+
+INTERVAL = 0.05
+BEATING = dataclasses.replace(FAST, heartbeat_interval=INTERVAL)
+
+
+async def test_heartbeats_flow_both_ways_while_tasks_are_in_flight(
+    make_pair: PairFactory,
+) -> None:
+    async with make_pair("body", config=BEATING) as pair:
+        handle = await pair.r.submit(E, "slow", {"steps": 10, "delay": 0.05})
+        await eventually(lambda: len(pair.seen(R, "in", "heartbeat")) >= 3)
+        await eventually(lambda: len(pair.seen(E, "in", "heartbeat")) >= 3)
+        await collect(handle)
+        assert (await asyncio.wait_for(handle, WAIT)).ok
+
+        for receiver, sender in ((E, R), (R, E)):
+            beats = pair.seen(receiver, "in", "heartbeat")
+            replies = pair.seen(receiver, "reply_out", "heartbeat")
+            by_request = {r.message.reply_to: r for r in replies}
+            for beat in beats:
+                assert beat.message.from_.agent_id == sender
+                assert beat.message.payload.status is HeartbeatStatus.OK
+                # The replier answers with its own status, to the very heartbeat.
+                assert by_request[beat.message.id].message.payload.status is HeartbeatStatus.OK
+            # Sent while the task was in flight: one task with the recipient.
+            assert any(b.message.payload.active_tasks == 1 for b in beats)
+            # Every heartbeat a peer sent was seen leaving it and its reply coming back.
+            sent = pair.seen(sender, "out", "heartbeat")
+            assert {s.message.id for s in sent} >= {b.message.id for b in beats}
+            answered = {s.message.reply_to for s in pair.seen(sender, "reply_in", "heartbeat")}
+            assert answered >= {b.message.id for b in beats}
+        pair.assert_signed_in_mode()
+
+        # Nothing in flight any more: the heartbeats stop (one already due may still go).
+        await asyncio.sleep(3 * INTERVAL)
+        count = len(pair.seen(R, "in", "heartbeat")) + len(pair.seen(E, "in", "heartbeat"))
+        await asyncio.sleep(6 * INTERVAL)
+        assert len(pair.seen(R, "in", "heartbeat")) + len(pair.seen(E, "in", "heartbeat")) == count
+        assert pair.r.protocol.engine.in_flight_with(E) == 0
+        assert pair.e.protocol.engine.in_flight_with(R) == 0
+        pair.assert_states_agree(handle.task_id, TaskState.COMPLETED)
+
+
+async def test_ping_answers_with_the_partners_status(make_pair: PairFactory) -> None:
+    async with make_pair("header") as pair:
+        status, rtt = await asyncio.wait_for(pair.r.ping(E), WAIT)
+        assert status.status is HeartbeatStatus.OK and status.active_tasks == 0
+        assert 0 < rtt < WAIT
+        pair.e.protocol.engine.draining = True
+        status, _ = await asyncio.wait_for(pair.r.ping(E), WAIT)
+        assert status.status is HeartbeatStatus.DRAINING
+        pair.e.protocol.engine.draining = False
+        pair.assert_signed_in_mode()
+
+
+async def test_no_heartbeats_without_tasks_in_flight(make_pair: PairFactory) -> None:
+    async with make_pair("header", config=BEATING) as pair:
+        await asyncio.sleep(5 * INTERVAL)
+        assert [s for s in pair.timeline if s.type == "p2p:heartbeat"] == []
