@@ -192,6 +192,8 @@ class RawAgent:
         return await self.post(self.envelope(type_, payload, **kw), mode)
 
 
+#: What `CallbackSink.answer` returns: (type, payload) or (type, payload, HTTP status).
+Answer = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], int]
 _ACKED_BY_TASK_ACK = {"p2p:task_complete", "p2p:task_failed"}
 
 
@@ -201,7 +203,8 @@ class CallbackSink:
 
     A status update, need_info or need_human gets `ack`; complete and failed get `task_ack`;
     a heartbeat gets a heartbeat. `answer`, when set, may decide instead: it gets the message
-    and returns the reply's type and payload (None: the default answer).
+    and returns the reply's type and payload, and optionally its HTTP status (None: the default
+    answer).
     """
 
     agent_id: str
@@ -210,7 +213,7 @@ class CallbackSink:
     #: POSTs whose signature did not verify (answered 403, as a peer would).
     forged: int = 0
     endpoint: str = ""
-    answer: Callable[[dict[str, Any]], Awaitable[tuple[str, dict[str, Any]] | None]] | None = None
+    answer: Callable[[dict[str, Any]], Awaitable[Answer | None]] | None = None
     _runner: web.AppRunner | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -239,8 +242,10 @@ class CallbackSink:
         self._changed.set()
         kind = message["type"]
         answer = await self.answer(message) if self.answer is not None else None
+        status = 200
         if answer is not None:
             reply_type, payload = mtype(answer[0]), answer[1]
+            status = answer[2] if len(answer) == 3 else 200
         elif kind in _ACKED_BY_TASK_ACK:
             reply_type = "p2p:task_ack"
             state = "completed" if kind == "p2p:task_complete" else "failed"
@@ -260,7 +265,7 @@ class CallbackSink:
             "payload": payload,
         }
         out, headers = sign(reply, self.secret)
-        return web.Response(body=out, headers=headers)
+        return web.Response(status=status, body=out, headers=headers)
 
     def about(self, task_id: str) -> list[dict[str, Any]]:
         """The callbacks received about `task_id`, in order."""

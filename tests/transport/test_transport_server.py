@@ -13,7 +13,7 @@ import asyncio
 import gzip
 import json
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from rawpost import CallbackSink, RawAgent, RawReply, check_nack, eventually, sign
+from rawpost import Answer, CallbackSink, RawAgent, RawReply, check_nack, eventually, sign
 
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
@@ -884,24 +884,34 @@ class RequesterWorld:
     e: RawAgent
     x: RawAgent
     sink_e: CallbackSink
+    #: Lets the raw executor answer `task_request`s.
     release: asyncio.Event
+    #: The raw executor's answers by message type (what is not here gets the sink's default).
+    answers: dict[str, Callable[[dict[str, Any]], Awaitable[Answer | None]]]
+    replies_in: list[Any] = field(default_factory=list)
 
 
 @asynccontextmanager
 async def requester_world() -> AsyncIterator[RequesterWorld]:
     """The peer under test is "agent-r"; "agent-e" is a raw executor that holds its reply to a
-    `task_request` until `release` is set."""
+    `task_request` until `release` is set, and acknowledges a `task_cancel` with `cancelled`."""
     release = asyncio.Event()
 
-    async def answer(message: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-        task_id = message["payload"].get("task_id")
-        if message["type"] == "p2p:task_request":
-            await asyncio.wait_for(release.wait(), 5)
-            task_id = message["payload"]["task"]["id"]
-            return "task_confirm", {"task_id": task_id, "confirmed": True}
-        if message["type"] == "p2p:task_cancel":
-            return "task_ack", {"task_id": task_id, "state": "cancelled"}
-        return None
+    async def confirm(message: dict[str, Any]) -> Answer:
+        await asyncio.wait_for(release.wait(), 5)
+        return "task_confirm", {"task_id": message["payload"]["task"]["id"], "confirmed": True}
+
+    async def cancelled(message: dict[str, Any]) -> Answer:
+        return "task_ack", {"task_id": message["payload"]["task_id"], "state": "cancelled"}
+
+    answers: dict[str, Callable[[dict[str, Any]], Awaitable[Answer | None]]] = {
+        "p2p:task_request": confirm,
+        "p2p:task_cancel": cancelled,
+    }
+
+    async def answer(message: dict[str, Any]) -> Answer | None:
+        chosen = answers.get(message["type"])
+        return await chosen(message) if chosen is not None else None
 
     sink_e = CallbackSink(E, SECRET_R, answer=answer)
     sink_x = CallbackSink(X, SECRET_X)
@@ -920,7 +930,13 @@ async def requester_world() -> AsyncIterator[RequesterWorld]:
         async with aiohttp.ClientSession() as session, peer:
             e = RawAgent(session, E, sink_e.endpoint, SECRET_R, peer.endpoint, R)
             x = RawAgent(session, X, sink_x.endpoint, SECRET_X, peer.endpoint, R)
-            yield RequesterWorld(peer, e, x, sink_e, release)
+            rw = RequesterWorld(peer, e, x, sink_e, release, answers)
+            peer.protocol.observers.append(
+                lambda seen: (
+                    rw.replies_in.append(seen.message) if seen.direction == "reply_in" else None
+                )
+            )
+            yield rw
             release.set()
     finally:
         await sink_e.close()
@@ -936,12 +952,10 @@ async def test_a_callback_overtaking_the_confirm_counts_as_one() -> None:
         reply = await rw.e.send("task_status_update", update)
         assert reply.status == 200 and reply.type == "p2p:ack" and reply.signed_with(SECRET_R)
         assert handle.state is TaskState.EXECUTING
-        confirmed: list[Any] = []
-        rw.peer.protocol.observers.append(
-            lambda seen: confirmed.append(seen) if seen.direction == "reply_in" else None
-        )
         rw.release.set()
-        await eventually(lambda: bool(confirmed))
+        await eventually(
+            lambda: any(m.message_type.value == "p2p:task_confirm" for m in rw.replies_in)
+        )
         assert handle.state is TaskState.EXECUTING  # never backwards to `confirmed`
         result = {"output_type": "text", "output": "x"}
         reply = await rw.e.send("task_complete", {"task_id": "t-race", "result": result})
@@ -973,3 +987,50 @@ async def test_the_requester_refuses_callbacks_that_are_not_its_executors() -> N
         late = await rw.e.send("task_status_update", update)
         check_nack(late, 409, "task_already_completed", signed=True, secret=SECRET_R)
         assert (await asyncio.wait_for(handle, 5)).ok
+
+
+async def test_the_requester_keeps_its_state_until_the_cancel_is_acknowledged() -> None:
+    async with requester_world() as rw:
+        rw.release.set()
+        gate = asyncio.Event()
+
+        async def held(message: dict[str, Any]) -> Answer:
+            await asyncio.wait_for(gate.wait(), 5)
+            return "task_ack", {"task_id": message["payload"]["task_id"], "state": "cancelled"}
+
+        rw.answers["p2p:task_cancel"] = held
+        handle = await rw.peer.submit(E, "slow", {}, task_id="t-held")
+        await eventually(lambda: handle.state is TaskState.CONFIRMED)
+        await handle.cancel("stop")
+        await rw.sink_e.wait_for(lambda got: any(m["type"] == "p2p:task_cancel" for m in got))
+        assert handle.state is TaskState.CONFIRMED
+        gate.set()
+        assert (await asyncio.wait_for(handle, 5)).state is TaskState.CANCELLED
+
+
+async def test_a_cancel_answered_409_waits_for_the_final_callback_it_crossed() -> None:
+    async with requester_world() as rw:
+        rw.release.set()
+
+        async def too_late(message: dict[str, Any]) -> Answer:
+            nack = {
+                "code": "task_already_completed",
+                "message": "completed before the cancel arrived",
+                "details": {"state": "completed"},
+            }
+            return "nack", nack, 409
+
+        rw.answers["p2p:task_cancel"] = too_late
+        handle = await rw.peer.submit(E, "slow", {}, task_id="t-crossed")
+        update = {"task_id": "t-crossed", "status": "executing"}
+        await eventually(lambda: handle.state is TaskState.CONFIRMED)
+        assert (await rw.e.send("task_status_update", update)).status == 200
+        await handle.cancel()
+        await eventually(lambda: any(m.message_type.value == "p2p:nack" for m in rw.replies_in))
+        assert handle.state is TaskState.EXECUTING  # not final yet: the result is on its way
+        result = {"output_type": "text", "output": "finished anyway"}
+        reply = await rw.e.send("task_complete", {"task_id": "t-crossed", "result": result})
+        assert reply.status == 200 and reply.payload["state"] == "completed", reply
+        outcome = await asyncio.wait_for(handle, 5)
+        assert outcome.state is TaskState.COMPLETED and outcome.result is not None
+        assert outcome.result.output == "finished anyway"
