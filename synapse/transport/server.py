@@ -35,6 +35,10 @@ from synapse.types import (
 log = structlog.get_logger("synapse.transport")
 
 DEFAULT_PATH = "/synapse/callback"
+#: What an unexpected failure inside is answered with: never a bare 500; the sender retries.
+_INTERNAL = SynapseError(
+    ErrorCode.AGENT_NOT_READY, "internal error; retry later", {"reason": "internal"}
+)
 
 
 class _TokenBucket:
@@ -106,10 +110,7 @@ class SynapseServer:
             raise
         except Exception as exc:  # never a bare 500: log it, let the sender retry
             log.exception("internal_error", error=repr(exc))
-            error = SynapseError(
-                ErrorCode.AGENT_NOT_READY, "internal error; retry later", {"reason": "internal"}
-            )
-            return self._nack(error, None, None, None)
+            return self._nack(_INTERNAL, None, None, None)
 
     def _nack(
         self,
@@ -235,6 +236,11 @@ class SynapseServer:
                 return _response(stored)
         try:
             reply = await self._process(inbound)
+        except Exception as exc:
+            # Our bug, but the sender is authenticated: its 503 is addressed and signed.
+            self.dedup.abandon(inbound.key)
+            log.exception("internal_error", message_id=head.id, error=repr(exc))
+            return self._nack(_INTERNAL, head.id, head.from_.agent_id, inbound.partner)
         except BaseException:
             self.dedup.abandon(inbound.key)
             raise

@@ -52,8 +52,12 @@ class CountingHandler:
         self.inner = DemoHandler()
         self.validations: list[tuple[str, dict[str, Any]]] = []
         self.executions: list[tuple[str, str]] = []
+        #: Makes `get_capabilities` raise: a bug in the handler.
+        self.broken = False
 
     def get_capabilities(self) -> Sequence[Capability]:
+        if self.broken:
+            raise RuntimeError("a bug in the handler")
         return self.inner.get_capabilities()
 
     def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
@@ -849,6 +853,21 @@ async def test_not_ready_while_starting_is_503(w: World) -> None:
     finally:
         w.peer.protocol.engine.ready = True
     assert w.state("t-early") is None and w.handler.calls == (0, 0)
+
+
+async def test_an_internal_failure_is_a_signed_503_and_not_stored(w: World) -> None:
+    w.handler.broken = True
+    body, headers = w.r.sign(w.r.task_request("t-bug", "echo", {"text": "x"}))
+    reply = await w.r.post_bytes(body, headers)
+    details = signed(reply, 503, "agent_not_ready", json.loads(body)["id"])
+    assert details["reason"] == "internal"
+    assert reply.value["to"] == {"agent_id": R}
+    assert "Traceback" not in reply.body.decode()
+    assert w.state("t-bug") is None
+    # Not stored: once the bug is gone, the sender's retry is processed.
+    w.handler.broken = False
+    again = await w.r.post_bytes(body, headers)
+    assert again.status == 200 and again.type == "p2p:task_confirm", again
 
 
 async def test_mangled_requests_never_get_a_500(w: World) -> None:
