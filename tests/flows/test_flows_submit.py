@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 from flowkit import FAST, WAIT, E, Pair, PairFactory, R, collect, eventually
 
+from synapse.demo.handler import DemoHandler
+from synapse.transport.peer import Peer
 from synapse.types import HeartbeatStatus, TaskState
 
 
@@ -169,3 +171,23 @@ async def test_at_max_concurrent_tasks_a_new_one_is_rejected_rate_limited(
         # Room again: a new attempt is a new task, and it runs.
         again = await pair.r.submit(E, "echo", {"text": "room"})
         assert (await asyncio.wait_for(again, WAIT)).ok
+
+
+async def test_flows_work_midway_through_a_secret_rotation() -> None:
+    """R already signs with the new secret; E still signs with the old one and accepts both."""
+    old, new = "secret-2025", "secret-2026"
+    async with (
+        Peer(R, handler=DemoHandler(), config=FAST, signing_mode="body") as r,
+        Peer(E, handler=DemoHandler(), config=FAST) as e,
+    ):
+        r.add_partner(E, e.endpoint, (new, old))
+        e.add_partner(R, r.endpoint, (old, new))
+        handle = await r.submit(E, "slow", {"steps": 3, "delay": 0})
+        assert (await asyncio.wait_for(handle, WAIT)).ok
+        assert (await asyncio.wait_for(e.capabilities(R, "echo"), WAIT)).capabilities
+        # A peer that knows only the retired secret is refused.
+        e.add_partner(R, r.endpoint, ("secret-2024",))
+        refused = await r.submit(E, "echo", {"text": "x"})
+        outcome = await asyncio.wait_for(refused, WAIT)
+        assert outcome.state is TaskState.REJECTED and outcome.reject is None
+        assert outcome.refusal is not None and outcome.refusal.code == "permission_denied"
