@@ -21,6 +21,11 @@ class DurableDedupStore(MemoryDedupStore):
             if expires_at > now:
                 self.restore(entry.key, entry.fingerprint, expires_at, entry.reply)
 
+    def __bool__(self) -> bool:
+        # An empty table (`__len__` 0) is still this table: `dedup or MemoryDedupStore(...)`
+        # must never swap a fresh durable store for a memory one.
+        return True
+
     def complete(self, key: DedupKey, reply: StoredReply) -> None:
         kept = self.expiry_of(key)
         super().complete(key, reply)
