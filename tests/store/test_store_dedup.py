@@ -1,0 +1,93 @@
+"""`DurableDedupStore`: the deduplication table written through to the store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from aiohttp import web
+from storekit import R_ID, dedup_entry
+
+from synapse.p2p.dedup import Outcome, StoredReply
+from synapse.store import DurableDedupStore, SqliteStore
+from synapse.transport.peer import Peer
+
+NOW = datetime.now(UTC)
+REPLY = StoredReply.of(200, b'{"ok":1}', {"Content-Type": "application/json"})
+
+
+async def test_completed_replies_are_written_to_the_store(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "d.sqlite")
+    table = DurableDedupStore(600, store)
+    key = (R_ID, "m-1")
+    assert table.begin(key, b"f", now=NOW, timestamp=NOW).outcome is Outcome.NEW
+    table.complete(key, REPLY)
+    await store.commit()
+    await store.close()
+
+    again = SqliteStore(tmp_path / "d.sqlite")
+    [entry] = again.load().dedup
+    assert entry.key == key and entry.fingerprint == b"f" and entry.reply == REPLY
+    assert entry.expires_at == (NOW + timedelta(seconds=600)).timestamp()
+    restored = DurableDedupStore(600, again, again.load().dedup)
+    begun = restored.begin(key, b"f", now=NOW, timestamp=NOW)
+    assert begun.outcome is Outcome.DUPLICATE and begun.reply == REPLY
+    assert restored.begin(key, b"g", now=NOW, timestamp=NOW).outcome is Outcome.REUSED
+    await again.close()
+
+
+async def test_unstorable_and_abandoned_replies_are_not_written(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "d.sqlite")
+    table = DurableDedupStore(600, store)
+    for n, status in enumerate((429, 500, 503)):
+        key = (R_ID, f"m-{n}")
+        table.begin(key, b"f", now=NOW, timestamp=NOW)
+        table.complete(key, StoredReply.of(status, b"{}"))
+    table.begin((R_ID, "gone"), b"f", now=NOW, timestamp=NOW)
+    table.abandon((R_ID, "gone"))
+    await store.commit()
+    assert store.load().dedup == []
+    await store.close()
+
+
+async def test_expired_entries_are_not_restored(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "d.sqlite")
+    now = NOW.timestamp()
+    store.put_dedup(dedup_entry("old", now - 1))
+    store.put_dedup(dedup_entry("fresh", now + 60))
+    await store.commit()
+    table = DurableDedupStore(600, store, store.load().dedup)
+    assert len(table) == 1
+    assert (R_ID, "fresh") in table and (R_ID, "old") not in table
+    # The expired one is just another new message now.
+    begun = table.begin((R_ID, "old"), b"\x01" * 32, now=NOW, timestamp=NOW)
+    assert begun.outcome is Outcome.NEW
+    await store.close()
+
+
+async def test_expiry_deletes_from_the_store(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "d.sqlite")
+    table = DurableDedupStore(600, store)
+    for n in range(3):
+        key = (R_ID, f"m-{n}")
+        table.begin(key, b"f", now=NOW + timedelta(seconds=n), timestamp=NOW)
+        table.complete(key, REPLY)
+    await store.commit()
+    assert table.expire(NOW + timedelta(seconds=601.5)) == 2
+    await store.commit()
+    assert [e.key for e in store.load().dedup] == [(R_ID, "m-2")]
+    await store.close()
+
+
+async def test_an_empty_durable_table_is_the_one_the_server_uses(tmp_path: Path) -> None:
+    """Regression: `MemoryDedupStore` has `__len__`, so an empty durable table was falsy and
+    `SynapseServer` (`dedup or MemoryDedupStore(...)`) silently replaced it with a memory
+    one: on a fresh store nothing was deduplicated durably, and after a crash a retry was
+    processed again instead of getting its stored reply."""
+    store = SqliteStore(tmp_path / "d.sqlite")
+    table = DurableDedupStore(600, store)
+    assert len(table) == 0 and bool(table)
+    peer = Peer("agent-e", store=store, serve=False)
+    peer.attach(web.Application(), "http://127.0.0.1:9/synapse/callback")
+    assert isinstance(peer.server.dedup, DurableDedupStore)
+    await store.close()
