@@ -97,13 +97,37 @@ class Exchange:
 
 @dataclass
 class Snapshot:
-    """Every task's state and history length on one engine (to prove nothing changed)."""
+    """What a refused message must leave alone on one engine: every task's state, history and
+    bookkeeping, the engine's counters and its next timer."""
 
-    tasks: dict[TaskKey, tuple[TaskState, int]] = field(default_factory=dict)
+    tasks: dict[TaskKey, tuple[Any, ...]] = field(default_factory=dict)
+    counters: tuple[Any, ...] = ()
 
     @classmethod
     def of(cls, engine: Engine) -> Snapshot:
-        return cls({k: (r.state, len(r.history)) for k, r in engine.tasks.items()})
+        tasks = {
+            key: (
+                r.state,
+                tuple(r.history),
+                r.need_human_id,
+                dict(r.provided),
+                r.handler_started,
+                r.cancel_requested,
+                r.cancel_sent,
+                r.executed_time,
+                r.executing_since,
+                r.result,
+                r.error,
+            )
+            for key, r in engine.tasks.items()
+        }
+        partners = {r.partner for r in engine.tasks.values()}
+        counters = (
+            engine.active_executor_tasks(),
+            tuple(sorted((p, engine.in_flight_with(p)) for p in partners)),
+            engine.next_deadline(),
+        )
+        return cls(tasks, counters)
 
 
 class Pair:

@@ -575,19 +575,21 @@ def test_a_final_callback_before_the_reply(pair: Pair) -> None:
 
 
 def test_an_implicit_confirm_counts_as_the_reply_for_a_cancel(pair: Pair) -> None:
-    """A callback proves E has the task, so a cancel may go before the (late) reply; the late
-    reply then sends no second cancel."""
+    """A callback proves E has the task, so the engine queues a cancel asked after it at once;
+    per-task order (`Outgoing.key`) still holds it behind the request until its reply, which
+    then sends no second cancel."""
     key = pair.submit("slow")
     ex = pair.post(R_ID)
     pair.deliver(E_ID)  # implicit confirm
     pair.cancel(key)
     assert pair.queued(R_ID) == [T.TASK_CANCEL]
+    late = pair.answer(ex)
+    assert late.outgoing == [] and late.transitions == []
+    assert pair.queued(R_ID) == [T.TASK_CANCEL]
     cancel = pair.deliver(R_ID)
     assert isinstance(cancel.reply, TaskAck) and cancel.reply.payload.state is S.CANCELLED
     assert pair.states(key) == (S.CANCELLED, S.CANCELLED)
-    late = pair.answer(ex)
-    assert late.outgoing == [] and late.transitions == []
-    assert pair.states(key) == (S.CANCELLED, S.CANCELLED)
+    assert pair.outbox == {R_ID: [], E_ID: []}
 
 
 # --- capability query and heartbeat -----------------------------------------------------------
