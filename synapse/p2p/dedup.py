@@ -84,6 +84,11 @@ class DedupStore(Protocol):
         """Look up `key`; record it as in progress if it is NEW."""
         ...
 
+    def stage(self, key: DedupKey, reply: StoredReply) -> None:
+        """`reply` will answer the NEW message of `key`: write it with the message's effects
+        (before `complete`, and before the commit that makes both durable)."""
+        ...
+
     def complete(self, key: DedupKey, reply: StoredReply) -> None:
         """The NEW message of `key` was answered with `reply`: wake waiters, store if storable."""
         ...
@@ -160,6 +165,9 @@ class MemoryDedupStore:
             if not waiter.done():
                 waiter.set_result(reply)
         return entry
+
+    def stage(self, key: DedupKey, reply: StoredReply) -> None:
+        """Nothing to write ahead in memory."""
 
     def complete(self, key: DedupKey, reply: StoredReply) -> None:
         entry = self._finish(key, reply)

@@ -15,6 +15,7 @@ class DurableDedupStore(MemoryDedupStore):
     def __init__(self, window: float, store: TaskStore, entries: Iterable[DedupEntry] = ()) -> None:
         super().__init__(window)
         self._store = store
+        self._staged: set[DedupKey] = set()
         now = datetime.now(UTC)
         for entry in entries:
             expires_at = datetime.fromtimestamp(entry.expires_at, UTC)
@@ -26,12 +27,22 @@ class DurableDedupStore(MemoryDedupStore):
         # must never swap a fresh durable store for a memory one.
         return True
 
-    def complete(self, key: DedupKey, reply: StoredReply) -> None:
+    def stage(self, key: DedupKey, reply: StoredReply) -> None:
         kept = self.expiry_of(key)
-        super().complete(key, reply)
         if kept is not None and is_storable(reply.status):
             fingerprint, expires_at = kept
             self._store.put_dedup(DedupEntry(key, fingerprint, expires_at.timestamp(), reply))
+            self._staged.add(key)
+
+    def complete(self, key: DedupKey, reply: StoredReply) -> None:
+        if key not in self._staged:
+            self.stage(key, reply)  # written with the next commit
+        self._staged.discard(key)
+        super().complete(key, reply)
+
+    def abandon(self, key: DedupKey) -> None:
+        self._staged.discard(key)
+        super().abandon(key)
 
     def expire_keys(self, now: datetime) -> list[DedupKey]:
         removed = super().expire_keys(now)

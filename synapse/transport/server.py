@@ -76,7 +76,9 @@ class SynapseServer:
         self.protocol = protocol
         self.partners = partners
         self.config = protocol.config
-        self.dedup: DedupStore = dedup or MemoryDedupStore(self.config.dedup_window)
+        self.dedup: DedupStore = (
+            dedup if dedup is not None else MemoryDedupStore(self.config.dedup_window)
+        )
         self.rate_limit = rate_limit
         self.rate_burst = rate_burst
         self.utcnow = utcnow
@@ -244,12 +246,20 @@ class SynapseServer:
         except BaseException:
             self.dedup.abandon(inbound.key)
             raise
-        if is_storable(reply.status):
+        storable = is_storable(reply.status)
+        if storable:
+            self.dedup.stage(inbound.key, reply)
+        # The message's effects and its stored reply are durable before anyone sees the
+        # reply, a duplicate waiting for it included.
+        try:
+            await self.protocol.commit()
+        except BaseException:
+            self.dedup.abandon(inbound.key)
+            raise
+        if storable:
             self.dedup.complete(inbound.key, reply)
         else:
             self.dedup.abandon(inbound.key)
-        # The message's effects and its stored reply are durable before anyone sees the reply.
-        await self.protocol.commit()
         return _response(reply)
 
     async def _process(self, inbound: Inbound) -> StoredReply:
