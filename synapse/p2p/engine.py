@@ -446,9 +446,11 @@ class Engine:
         self._in_flight[rec.partner] = self._in_flight.get(rec.partner, 0) + 1
         if rec.role is Role.EXECUTOR:
             self._executing += 1
-        self._partners.setdefault(rec.partner, _PartnerLiveness(last_heard=now))
+        liveness = self._partners.setdefault(rec.partner, _PartnerLiveness(last_heard=now))
         heartbeat_key = (_HEARTBEAT, rec.partner)
         if heartbeat_key not in self._timers:
+            # Heartbeats (re)start now: count missed ones from here, not from an idle spell.
+            liveness.last_heard = max(liveness.last_heard, now)
             self._timers.set(heartbeat_key, now + self.config.heartbeat_interval)
 
     def _finished(self, rec: TaskRecord) -> None:

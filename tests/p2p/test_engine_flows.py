@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pairing import E_ID, R_ID, T0, Pair, at, style_missing
+from pairing import E_ID, R_ID, T0, Pair, at, nack_for, style_missing
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import (
@@ -28,6 +28,7 @@ from synapse.types import (
     MessageType,
     Nack,
     Reason,
+    SynapseError,
     TaskAck,
     TaskCancel,
     TaskComplete,
@@ -647,3 +648,40 @@ def test_both_roles_in_one_engine() -> None:
     assert pair.rec(R_ID, other).role is Role.EXECUTOR
     assert pair.rec(R_ID, key).role is Role.REQUESTER
     assert pair.e.in_flight_with(R_ID) == 2
+
+
+def test_a_cancel_asked_before_a_rejection_is_never_sent(pair: Pair) -> None:
+    rejected = pair.submit("translate")
+    pair.cancel(rejected)
+    pair.deliver(R_ID)
+    pair.e.draining = True
+    refused = pair.submit("echo")
+    pair.cancel(refused)
+    pair.deliver(R_ID)
+    assert pair.outbox == {R_ID: [], E_ID: []}
+    assert pair.states(rejected) == (S.REJECTED, S.REJECTED)
+    assert pair.states(refused) == (S.REJECTED, None)
+
+
+def test_undeliverable_messages_are_told_to_the_requester_only(pair: Pair) -> None:
+    key = confirmed_and_running(pair)
+    pair.cancel(key)
+    [cancel] = pair.drop(R_ID)
+    step = pair.r.on_undeliverable(cancel.message, pair.now)
+    assert step.actions == [
+        TaskEvent(key, "undeliverable", S.EXECUTING, cancel.message, "partner did not answer")
+    ]
+    assert step.transitions == [] and pair.states(key) == (S.EXECUTING, S.EXECUTING)
+    pair.report_status(key)
+    [update] = pair.drop(E_ID)
+    assert pair.e.on_undeliverable(update.message, pair.now).actions == []
+    beat = pair.r.heartbeat(E_ID, pair.now)
+    assert pair.r.on_undeliverable(beat, pair.now).actions == []
+
+
+def test_a_nack_to_a_message_about_no_task_is_a_bare_refusal(pair: Pair) -> None:
+    query = pair.r.capability_query(E_ID, None, pair.now)
+    nack = nack_for(pair.e, query, SynapseError(ErrorCode.RATE_LIMITED, "slow down"))
+    step = pair.r.on_reply(query, nack, pair.now)
+    assert [type(a) for a in step.actions] == [Refusal]
+    assert step.actions[0] == Refusal(None, query, nack.payload)

@@ -333,3 +333,20 @@ def test_a_reply_to_our_heartbeat_keeps_the_partner_reachable(pair: Pair) -> Non
         pair.drop(R_ID)  # R's heartbeats are lost, but E's reach R and are answered
         pair.deliver_all()
     assert pair.r.is_reachable(E_ID) and pair.e.is_reachable(R_ID)
+
+
+def test_silence_counts_from_when_heartbeats_start_not_from_an_idle_spell(pair: Pair) -> None:
+    """After a quiet spell with nothing in flight, a new task's partner gets the full
+    `missed_heartbeat_limit` intervals before it is called unreachable."""
+    key = running(pair)
+    pair.complete(key)
+    pair.deliver_all()
+    pair.advance(1_000)  # idle: no heartbeats, nobody is missing any
+    pair.submit("echo")  # … and E is down now: the request does not get through
+    pair.drop(R_ID)
+    for _ in range(2):
+        r_step, _ = pair.advance(30)
+        assert r_step.actions == []
+        pair.drop(R_ID)
+    r_step, _ = pair.advance(30)
+    assert r_step.actions[0] == PartnerReachability(E_ID, reachable=False)
