@@ -11,7 +11,7 @@ import sys
 from collections.abc import Mapping
 from enum import StrEnum
 
-from synapse.types import ErrorCode, MessageType, SynapseError, TaskState
+from synapse.types import REPLY_ONLY_TYPES, ErrorCode, MessageType, SynapseError, TaskState
 
 S = TaskState
 
@@ -208,11 +208,18 @@ def allowed_events(role: Role, state: TaskState) -> list[Event]:
 
 
 def allowed_messages(role: Role, state: TaskState) -> list[str]:
-    """Message types that may be received in `state` (for `nack.details.allowed`)."""
+    """Message types a partner may POST about a task in `state` (`nack.details.allowed`).
+
+    Synchronous replies (`task_confirm`, `task_ack`, …) move states too, but are never
+    POSTed, so they are not listed.
+    """
     found: list[str] = []
     for event in TRANSITIONS[role].get(state, {}):
-        if event.value.startswith("recv ") and event.message_type is not None:
-            name = event.message_type.value
+        message_type = event.message_type
+        if event.value.startswith("recv ") and message_type is not None:
+            if message_type in REPLY_ONLY_TYPES:
+                continue
+            name = message_type.value
             if name not in found:
                 found.append(name)
     return found
