@@ -637,7 +637,10 @@ class P2PProtocol:
                     log.warning("delivery_parked", message_id=out.message.id, partner=out.partner)
                     self.engine.keep_heartbeat(out.partner, self.clock())
                     self._rearm_timer()
-                    await self._await_heartbeat(out.partner)
+                    # Until the partner's next successful heartbeat, or until the message is
+                    # due to become a dead letter (one more round of attempts decides).
+                    due = queued.item.created_at + self.config.dead_letter_after - self.clock()
+                    await self._await_heartbeat(out.partner, timeout=due)
                     continue
                 if queue and queue[0] is queued:
                     queue.popleft()
@@ -690,9 +693,10 @@ class P2PProtocol:
         if event is not None:
             event.set()
 
-    async def _await_heartbeat(self, partner: str) -> None:
+    async def _await_heartbeat(self, partner: str, timeout: float | None = None) -> None:
         event = self._heartbeat_ok.setdefault(partner, asyncio.Event())
-        await event.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
 
     # --- timers ---------------------------------------------------------------------------------
 

@@ -104,3 +104,12 @@ def dedup_entry(message_id: str, expires_at: float, *, status: int = 200) -> Ded
         {"Content-Type": "application/json", "X-Synapse-Signature": "sha256=" + "ab" * 32},
     )
     return DedupEntry((R_ID, message_id), b"\x01" * 32, expires_at, reply)
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (to start a peer on the same port again later)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
