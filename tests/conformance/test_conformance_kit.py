@@ -1,0 +1,71 @@
+"""The kit against our own demo peer: every check passes, quickly, with a readable report."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from brokenpeers import DemoPeer, RunKit
+
+from synapse.conformance import CHECKS, Status
+
+SECTIONS = ("seed §4.1", "seed §4.2", "seed §4.3", "seed §4.4", "CONTRACT §")
+
+
+async def test_every_check_passes_against_our_demo_peer(run_kit: RunKit) -> None:
+    started = time.monotonic()
+    report = await run_kit()
+    elapsed = time.monotonic() - started
+    assert report.ok, report.table()
+    assert [r.id for r in report.results] == [c.id for c in CHECKS]
+    assert all(r.status is Status.PASS for r in report.results), report.table()
+    # Well under a minute: the checks run concurrently, every wait is bounded.
+    assert elapsed < 20, elapsed
+
+
+def test_checks_are_unique_and_cover_the_spec() -> None:
+    ids = [c.id for c in CHECKS]
+    assert len(ids) == len(set(ids))
+    for section in SECTIONS:
+        assert any(section in c.section for c in CHECKS), section
+    for check in CHECKS:
+        assert check.title and check.section, check.id
+    assert CHECKS[0].id == "setup"
+
+
+async def test_report_as_table_and_json(run_kit: RunKit) -> None:
+    report = await run_kit(only=["flow.echo", "heartbeat"])
+    assert [r.id for r in report.results] == ["setup", "heartbeat", "flow.echo"]
+    table = report.table()
+    assert "flow.echo" in table and "seed §4.1" in table and "PASS" in table
+    assert "CONFORMANT" in table.splitlines()[-1]
+    data = json.loads(report.to_json())
+    assert data["ok"] is True
+    assert data["counts"] == {"PASS": 3, "FAIL": 0, "SKIP": 0}
+    assert data["agent_id"] == report.agent_id
+    assert data["callback_url"].endswith("/synapse/callback")
+    echo = next(r for r in data["results"] if r["id"] == "flow.echo")
+    assert echo == {
+        "id": "flow.echo",
+        "title": echo["title"],
+        "section": "seed §4.1",
+        "status": "PASS",
+        "reason": None,
+        "duration": echo["duration"],
+    }
+
+
+async def test_a_target_that_does_not_know_the_kit_fails_setup_and_skips_the_rest(
+    run_kit: RunKit,
+) -> None:
+    class Stranger(DemoPeer):
+        def register_kit(self, url: str) -> None:
+            pass  # never told about the kit
+
+    report = await run_kit(Stranger)
+    assert not report.ok
+    setup = report.result("setup")
+    assert setup.status is Status.FAIL
+    assert setup.reason is not None and "does not know the kit's agent id" in setup.reason
+    assert {r.status for r in report.results[1:]} == {Status.SKIP}
+    assert "skipped" in report.table()
