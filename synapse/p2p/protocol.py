@@ -230,6 +230,8 @@ class P2PProtocol:
         self.clock = clock
         self._handler: TaskHandler | None = None
         self._sender = sender
+        #: Agent-id prefix → in-process sender for virtual partners (see `route_local`).
+        self._local_senders: dict[str, CallbackSender] = {}
         self._handles: dict[TaskKey, TaskHandle] = {}
         self._running: dict[TaskKey, asyncio.Task[None]] = {}
         self._waiters: dict[TaskKey, asyncio.Future[Any]] = {}
@@ -290,6 +292,15 @@ class P2PProtocol:
 
     def set_callback_sender(self, sender: CallbackSender) -> None:
         self._sender = sender
+
+    def route_local(self, prefix: str, sender: CallbackSender) -> None:
+        """Deliver messages for partners whose agent id starts with `prefix` to `sender`.
+
+        For virtual partners served in-process (the A2A binding's requesters): their
+        callbacks still go through the outbox, in order, with its retries and durability,
+        but reach `sender` instead of the transport.
+        """
+        self._local_senders[prefix] = sender
 
     def agent_endpoint(self) -> Sender:
         return self.engine.sender
@@ -368,7 +379,7 @@ class P2PProtocol:
         return reply.payload, elapsed
 
     async def _exchange(self, partner: str, message: Message) -> Message:
-        sender = self._require_sender()
+        sender = self._require_sender(partner)
         log.info("message_out", message_id=message.id, type=message.message_type.value, to=partner)
         self._observe("out", message, partner)
         reply = await sender.send_callback(partner, message)
@@ -554,7 +565,10 @@ class P2PProtocol:
 
     # --- delivery -------------------------------------------------------------------------------
 
-    def _require_sender(self) -> CallbackSender:
+    def _require_sender(self, partner: str) -> CallbackSender:
+        for prefix, local in self._local_senders.items():
+            if partner.startswith(prefix):
+                return local
         if self._sender is None:
             raise LocalProtocolError("no CallbackSender set")
         return self._sender
@@ -613,7 +627,7 @@ class P2PProtocol:
             while queue and not self._closed:
                 queued = queue[0]
                 out = queued.out
-                sender = self._require_sender()
+                sender = self._require_sender(out.partner)
                 # What the partner is about to see must survive our crash.
                 await self.store.commit()
                 try:
@@ -673,7 +687,7 @@ class P2PProtocol:
                 handle._push(TaskEvent(key, "dead_letter", rec.state, message, reason))
 
     async def _send_once(self, out: Outgoing) -> None:
-        sender = self._require_sender()
+        sender = self._require_sender(out.partner)
         self._observe("out", out.message, out.partner)
         try:
             reply = await sender.send_callback(out.partner, out.message, retry=False)

@@ -11,7 +11,7 @@ partners. It only ever POSTs to registered partner endpoints.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -104,6 +104,11 @@ class Peer:
         self._protocol: P2PProtocol | None = None
         self._server: SynapseServer | None = None
         self._snapshot: Snapshot | None = None
+        #: Called with the aiohttp app before it serves (`start()` or `attach()`): mount
+        #: extra routes here (the A2A binding does).
+        self.app_hooks: list[Callable[[web.Application], None]] = []
+        #: Called with the runtime as soon as it is built, before restored tasks resume.
+        self.protocol_hooks: list[Callable[[P2PProtocol], None]] = []
 
     # --- wiring -----------------------------------------------------------------------------
 
@@ -141,6 +146,8 @@ class Peer:
             sender=HttpSender(self.client, self.partners, self.signing_mode),
             store=self.store,
         )
+        for protocol_hook in self.protocol_hooks:
+            protocol_hook(self._protocol)
         snapshot = self.store.load()
         dedup = self._dedup
         if dedup is None and self.store.durable:
@@ -160,6 +167,8 @@ class Peer:
         self.serve = False
         self._build(endpoint)
         self.server.add_routes(app, self.path)
+        for app_hook in self.app_hooks:
+            app_hook(app)
 
     async def start(self) -> None:
         await self.client.start()
@@ -167,6 +176,8 @@ class Peer:
             # Bind first: with port 0 the endpoint is known only once bound.
             app = web.Application(client_max_size=self.config.max_body_size + 1024)
             app.router.add_post(self.path, self._dispatch)
+            for app_hook in self.app_hooks:
+                app_hook(app)
             self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
             await self._runner.setup()
             site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
