@@ -1,0 +1,88 @@
+"""Linux Foundation A2A v1.0 for Synapse peers: serve a `TaskHandler` to A2A clients
+(`enable_a2a`, `A2AServer`). See `docs/a2a.md`.
+
+    peer = Peer("agent-a", handler=DemoHandler(), port=8080)
+    enable_a2a(peer, default_task_type="echo", push_allowlist=["https://hooks.example/"])
+    await peer.start()          # also serves /.well-known/agent-card.json and POST /a2a
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
+from synapse.a2a.push import PushAllowlist
+from synapse.a2a.server import DEFAULT_PATH, A2AServer
+from synapse.a2a.wire import AGENT_CARD_PATH, PROTOCOL_VERSION, AgentProvider
+from synapse.types import LocalProtocolError
+from synapse.types.signing import Secret
+
+if TYPE_CHECKING:
+    from synapse.transport.peer import Peer
+
+
+def enable_a2a(
+    peer: Peer,
+    *,
+    default_task_type: str | None = "echo",
+    push_allowlist: Iterable[str] = (),
+    push_secret: Secret | None = None,
+    tokens: Mapping[str, str] | None = None,
+    path: str = DEFAULT_PATH,
+    public_url: str | None = None,
+    name: str | None = None,
+    description: str = "",
+    version: str | None = None,
+    provider: AgentProvider | None = None,
+) -> A2AServer:
+    """Make `peer` speak A2A v1.0 too, on its own aiohttp app. Call before `peer.start()`.
+
+    - `default_task_type`: the task type of a message without `metadata.task_type` (None:
+      such a message is refused with -32602).
+    - `push_allowlist`: URL prefixes push notifications may go to; empty turns them off
+      (and the card says `pushNotifications: false`).
+    - `push_secret`: signs every notification body (`X-Synapse-Signature`, HMAC-SHA256).
+    - `tokens`: bearer token → principal. When given, every JSON-RPC call must carry one
+      (the card declares the scheme) and each principal sees only its own tasks.
+    - `public_url`: the base URL clients reach (default: the origin of the peer's endpoint).
+    """
+    try:
+        peer.protocol  # noqa: B018 - raises until the peer is started
+    except LocalProtocolError:
+        pass
+    else:
+        raise LocalProtocolError("enable_a2a(peer) must be called before peer.start()")
+    from synapse import __version__
+
+    handler = peer.handler
+    server = A2AServer(
+        capabilities=(lambda: handler.get_capabilities()) if handler is not None else (lambda: ()),
+        config=peer.config,
+        default_task_type=default_task_type,
+        push_allowlist=push_allowlist,
+        push_secret=push_secret,
+        tokens=tokens,
+        path=path,
+        public_url=public_url,
+        name=name or peer.agent_id,
+        description=description,
+        version=version or __version__,
+        provider=provider,
+    )
+    peer.protocol_hooks.append(server.bind)
+    peer.app_hooks.append(server.add_routes)
+    return server
+
+
+__all__ = [
+    "AGENT_CARD_PATH",
+    "PROTOCOL_VERSION",
+    "A2ACode",
+    "A2AError",
+    "A2AServer",
+    "A2AVersionError",
+    "AgentProvider",
+    "PushAllowlist",
+    "enable_a2a",
+]

@@ -1,0 +1,248 @@
+"""A2A push notifications, delivered through the Synapse outbox.
+
+Each push configuration of a task is a virtual partner, `a2a-push:<task id>/<config id>`.
+When the A2A binding learns something about a task (a Synapse callback reached it, or a
+synchronous decision, or a cancel), it queues a copy of that Synapse message for each of
+the task's push configurations in the runtime's outbox. The outbox delivers them one at a
+time and in order, keeps them durably until acknowledged, parks them after the retries run
+out until the next heartbeat, and dead-letters them after `dead_letter_after`, exactly like
+callbacks to a real partner. `PushSender` is the `CallbackSender` behind that prefix: it
+turns each message into an A2A `StreamResponse` and POSTs it to the webhook with the
+configuration's token (`X-A2A-Notification-Token`), its `Authorization`, and an
+`X-Synapse-Signature` (HMAC-SHA256 of the body, CONTRACT §3 header mode) when the operator
+configured a push secret. The body carries the message id and timestamp in
+`metadata.synapse`, so a receiver can deduplicate retries and refuse stale replays.
+
+Only URLs the operator allowed receive notifications (`PushAllowlist`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import structlog
+
+from synapse.a2a import wire
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.sender import DeliveryError
+from synapse.transport.client import RETRYABLE_STATUSES, backoff_delay, parse_retry_after
+from synapse.types import (
+    Ack,
+    AckPayload,
+    Heartbeat,
+    HeartbeatPayload,
+    Message,
+    Sender,
+    build_reply,
+    format_timestamp,
+)
+from synapse.types.signing import SIGNATURE_HEADER, Secret, header_signature
+
+if TYPE_CHECKING:
+    from synapse.a2a.server import A2AServer
+
+log = structlog.get_logger("synapse.a2a.push")
+
+#: Agent-id prefix of the virtual partners that stand for push configurations.
+PUSH_PREFIX = "a2a-push:"
+USER_AGENT = "synapse-p2p-a2a-push/0.1"
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def push_partner(task_id: str, config_id: str) -> str:
+    return f"{PUSH_PREFIX}{task_id}/{config_id}"
+
+
+def _normalized(url: str) -> tuple[str, str, int, str] | None:
+    """(scheme, host, port, path) with RFC 3986 normalization, or None if not http(s)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if parts.username is not None or parts.password is not None:
+        return None
+    default = 443 if scheme == "https" else 80
+    return scheme, parts.hostname.lower(), port or default, parts.path or "/"
+
+
+class PushAllowlist:
+    """The webhook URLs the operator allows: each entry is a URL prefix (scheme, host and
+    port must match exactly, the path must start with the entry's path). Empty: push
+    notifications are off."""
+
+    def __init__(self, prefixes: Iterable[str] = ()) -> None:
+        self.prefixes = tuple(prefixes)
+        self._entries: list[tuple[str, str, int, str]] = []
+        for prefix in self.prefixes:
+            entry = _normalized(prefix)
+            if entry is None:
+                raise ValueError(f"push allowlist entry {prefix!r} is not an http(s) URL")
+            self._entries.append(entry)
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def allows(self, url: str) -> bool:
+        candidate = _normalized(url)
+        if candidate is None:
+            return False
+        scheme, host, port, path = candidate
+        for e_scheme, e_host, e_port, e_path in self._entries:
+            if (scheme, host, port) != (e_scheme, e_host, e_port):
+                continue
+            if path == e_path or path.startswith(e_path.rstrip("/") + "/") or e_path == "/":
+                return True
+        return False
+
+
+class PushSender:
+    """The `CallbackSender` for `a2a-push:` partners: POSTs A2A notifications to webhooks."""
+
+    def __init__(
+        self,
+        server: A2AServer,
+        config: P2PConfig,
+        *,
+        secret: Secret | None = None,
+        sleep: Sleep = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.server = server
+        self.config = config
+        self.secret = secret
+        self._sleep = sleep
+        self._jitter = jitter
+        self._session: aiohttp.ClientSession | None = None
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.config.request_timeout),
+                headers={"User-Agent": USER_AGENT},
+            )
+        return self._session
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            await session.close()
+
+    async def send_callback(self, partner: str, message: Message, *, retry: bool = True) -> Message:
+        me = Sender(agent_id=partner, endpoint="a2a://push")
+        if isinstance(message, Heartbeat):
+            # The webhook has no heartbeat: answering lets parked notifications try again.
+            return build_reply(Heartbeat, HeartbeatPayload(), request=message, sender=me)
+        found = self.server.push_target(partner, message)
+        if found is None:
+            log.info("push_dropped", partner=partner, message_id=message.id, reason="no config")
+            return build_reply(Ack, AckPayload(), request=message, sender=me)
+        target, event = found
+        await self._post(target, event, message, retries=self.config.max_retries if retry else 0)
+        return build_reply(Ack, AckPayload(), request=message, sender=me)
+
+    def body(self, event: wire.StreamResponse, message: Message) -> bytes:
+        """The JSON body: the event, with the message id and the attempt's time inside."""
+        stamp = {
+            "messageId": message.id,
+            "type": message.message_type.value,
+            "timestamp": format_timestamp(datetime.now(UTC)),
+        }
+        inner: Any = event.task or event.status_update or event.artifact_update
+        if inner is not None:
+            inner.metadata = {**(inner.metadata or {}), "synapse": stamp}
+        return wire.encode(event)
+
+    def headers(self, target: wire.TaskPushNotificationConfig, body: bytes) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if target.token:
+            headers[wire.NOTIFICATION_TOKEN_HEADER] = target.token
+        auth = target.authentication
+        if auth is not None and auth.scheme and auth.credentials:
+            headers["Authorization"] = f"{auth.scheme} {auth.credentials}"
+        if self.secret is not None:
+            headers[SIGNATURE_HEADER] = header_signature(self.secret, body)
+        return headers
+
+    async def _post(
+        self,
+        target: wire.TaskPushNotificationConfig,
+        event: wire.StreamResponse,
+        message: Message,
+        *,
+        retries: int,
+    ) -> None:
+        """POST with CONTRACT §4's retry policy; raise `DeliveryError` when it gives up."""
+        session = self._ensure_session()
+        last = ""
+        status: int | None = None
+        for attempt in range(1, retries + 2):
+            body = self.body(event, message)  # a fresh timestamp and signature each attempt
+            retry_after: float | None = None
+            try:
+                async with session.post(
+                    target.url,
+                    data=body,
+                    headers=self.headers(target, body),
+                    allow_redirects=False,
+                ) as response:
+                    status = response.status
+                    await response.read()
+                    retry_after = parse_retry_after(
+                        response.headers.get("Retry-After"), datetime.now(UTC)
+                    )
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+                status, last = None, f"{type(exc).__name__}: {exc}".rstrip(": ")
+            except aiohttp.ClientError as exc:
+                raise DeliveryError(
+                    f"cannot POST to {target.url}: {exc!r}", retryable=False
+                ) from exc
+            else:
+                if 200 <= status < 300:
+                    log.info(
+                        "push_delivered",
+                        task_id=target.task_id,
+                        config_id=target.id,
+                        message_id=message.id,
+                        attempt=attempt,
+                    )
+                    return
+                if status not in RETRYABLE_STATUSES:
+                    raise DeliveryError(
+                        f"push to {target.url} refused: HTTP {status}",
+                        retryable=False,
+                        status=status,
+                    )
+                last = f"HTTP {status}"
+            log.info(
+                "push_attempt",
+                task_id=target.task_id,
+                config_id=target.id,
+                message_id=message.id,
+                attempt=attempt,
+                error=last,
+            )
+            if attempt <= retries:
+                if retry_after is not None:
+                    delay = min(retry_after, self.config.retry_max_delay)
+                else:
+                    delay = backoff_delay(attempt, self.config, self._jitter())
+                await self._sleep(delay)
+        raise DeliveryError(
+            f"no push delivery to {target.url} after {retries + 1} attempts: {last}",
+            retryable=True,
+            status=status,
+        )
+
+
+__all__ = ["PUSH_PREFIX", "PushAllowlist", "PushSender", "push_partner"]
