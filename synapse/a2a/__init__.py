@@ -1,9 +1,14 @@
 """Linux Foundation A2A v1.0 for Synapse peers: serve a `TaskHandler` to A2A clients
-(`enable_a2a`, `A2AServer`). See `docs/a2a.md`.
+(`enable_a2a`, `A2AServer`) and call A2A agents with the handle API of Synapse tasks
+(`A2AClient`, `A2ATaskHandle`). See `docs/a2a.md`.
 
     peer = Peer("agent-a", handler=DemoHandler(), port=8080)
     enable_a2a(peer, default_task_type="echo", push_allowlist=["https://hooks.example/"])
     await peer.start()          # also serves /.well-known/agent-card.json and POST /a2a
+
+    async with A2AClient("http://127.0.0.1:8080") as client:
+        handle = await client.send({"text": "hi"}, task_type="echo")
+        outcome = await handle
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from synapse.a2a.client import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.a2a.push import PushAllowlist
 from synapse.a2a.server import DEFAULT_PATH, A2AServer
@@ -78,9 +84,13 @@ def enable_a2a(
 __all__ = [
     "AGENT_CARD_PATH",
     "PROTOCOL_VERSION",
+    "A2AClient",
     "A2ACode",
     "A2AError",
+    "A2AEvent",
+    "A2AOutcome",
     "A2AServer",
+    "A2ATaskHandle",
     "A2AVersionError",
     "AgentProvider",
     "PushAllowlist",

@@ -1,0 +1,807 @@
+"""Calling A2A v1.0 agents from Synapse code, with the handle API of Synapse tasks.
+
+    async with A2AClient("https://agent.example") as client:     # discovers the card
+        handle = await client.send({"prompt": "春天"}, task_type="text_generation")
+        async for event in handle:                                # follows the stream
+            if event.state == wire.INPUT_REQUIRED:
+                await handle.provide_info({"style": "现代"})
+        outcome = await handle                                    # A2AOutcome
+        print(outcome.state, outcome.result)
+
+`A2ATaskHandle` mirrors `synapse.p2p.protocol.TaskHandle`: await it for the outcome, iterate
+its events, answer INPUT_REQUIRED with `provide_info` / `approve` / `reject`, `cancel` it. A
+stream that breaks before the task ends is resumed with `SubscribeToTask` (which replays the
+task's current state first); an agent without streaming is polled with `GetTask`.
+
+The client speaks A2A 1.0 only: it sends `A2A-Version: 1.0` and refuses an agent whose card
+offers no 1.x JSON-RPC interface (`A2AVersionError`), never downgrading silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+import msgspec
+import structlog
+
+from synapse.a2a import mapping, wire
+from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
+from synapse.p2p.config import P2PConfig
+from synapse.transport.client import backoff_delay
+from synapse.types import DecisionAction, TaskError, TaskResult, TaskState
+
+log = structlog.get_logger("synapse.a2a.client")
+
+T = TypeVar("T")
+USER_AGENT = "synapse-p2p-a2a/0.1"
+
+
+# --- what a handle reports ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class A2AEvent:
+    """One event of an A2A task, as a handle sees it.
+
+    `kind`: `task`, `status_update`, `artifact_update`, `message` (a reply that is a message,
+    not a task), or `reconnected` (a broken stream was resumed). `state` is the task's A2A
+    state after the event; `text` and `data` are the event's status message or artifact.
+    """
+
+    kind: str
+    state: str
+    task_id: str
+    text: str = ""
+    data: Any = None
+    raw: wire.StreamResponse | None = None
+
+    @property
+    def final(self) -> bool:
+        return wire.is_terminal(self.state)
+
+    @property
+    def input_required(self) -> bool:
+        return self.state == wire.INPUT_REQUIRED
+
+
+@dataclass(frozen=True, slots=True)
+class A2AOutcome:
+    """How an A2A task ended (like `synapse.p2p.protocol.Outcome`)."""
+
+    a2a_state: str
+    task: wire.Task | None = None
+    #: The agent's reply when it answered with a message instead of a task.
+    message: wire.Message | None = None
+
+    @property
+    def state(self) -> TaskState:
+        """The Synapse final state this corresponds to."""
+        if self.task is None and self.message is not None:
+            return TaskState.COMPLETED
+        return mapping.FINAL_STATE_MAP.get(self.a2a_state, TaskState.FAILED)
+
+    @property
+    def ok(self) -> bool:
+        return self.state is TaskState.COMPLETED
+
+    @property
+    def result(self) -> TaskResult | None:
+        """The artifacts (or the reply message) as a Synapse `TaskResult`."""
+        if self.task is not None and self.ok:
+            return mapping.artifact_result(self.task.artifacts)
+        if self.message is not None:
+            parts = [wire.Artifact(artifact_id="message", parts=self.message.parts)]
+            return mapping.artifact_result(parts)
+        return None
+
+    @property
+    def error(self) -> TaskError | None:
+        if self.ok or self.task is None:
+            return None
+        return mapping.status_error(self.task.status)
+
+    @property
+    def text(self) -> str:
+        """Every text part of the artifacts (or of the reply message)."""
+        if self.task is not None:
+            parts = [p for a in self.task.artifacts for p in a.parts]
+        elif self.message is not None:
+            parts = list(self.message.parts)
+        else:
+            parts = []
+        return "".join(p.text for p in parts if isinstance(p.text, str))
+
+
+# --- the client ---------------------------------------------------------------------------------
+
+
+class A2AClient:
+    """A client of one A2A agent (JSON-RPC binding, A2A 1.0)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+        config: P2PConfig | None = None,
+        session: aiohttp.ClientSession | None = None,
+        poll_interval: float = 0.5,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.config = config or P2PConfig()
+        self.timeout = timeout
+        self.poll_interval = poll_interval
+        self.headers = {
+            wire.VERSION_HEADER: wire.PROTOCOL_VERSION,
+            "User-Agent": USER_AGENT,
+            **(headers or {}),
+        }
+        if token is not None:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self._session = session
+        self._own_session = session is None
+        self.card: wire.AgentCard | None = None
+        self.rpc_url: str | None = None
+
+    async def __aenter__(self) -> A2AClient:
+        try:
+            await self.discover()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if self._own_session and session is not None and not session.closed:
+            await session.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(headers=self.headers)
+            self._own_session = True
+        return self._session
+
+    # --- discovery ---------------------------------------------------------------------------
+
+    async def discover(self) -> wire.AgentCard:
+        """Fetch the agent card and pick its A2A 1.x JSON-RPC interface."""
+        url = self.url if self.url.endswith(".json") else self.url + wire.AGENT_CARD_PATH
+        try:
+            async with self._http().get(
+                url, timeout=aiohttp.ClientTimeout(total=self.timeout)
+            ) as response:
+                if response.status != 200:
+                    raise A2AError(
+                        A2ACode.INTERNAL_ERROR,
+                        f"no agent card at {url}: HTTP {response.status}",
+                        http_status=response.status,
+                    )
+                raw = await response.read()
+        except aiohttp.ClientError as exc:
+            raise A2AError(A2ACode.INTERNAL_ERROR, f"cannot fetch {url}: {exc!r}") from exc
+        card = parse_card(raw)
+        interface = card.interface(wire.JSONRPC_BINDING)
+        if interface is None:
+            offered = [
+                f"{i.protocol_binding} {i.protocol_version or '?'}"
+                for i in card.supported_interfaces
+            ]
+            raise A2AVersionError(
+                f"agent {card.name!r} offers no A2A 1.x JSON-RPC interface "
+                f"(offers: {', '.join(offered) or 'none'}); this client speaks A2A "
+                f"{wire.PROTOCOL_VERSION} and does not downgrade",
+                {"offered": ", ".join(offered)},
+            )
+        self.card, self.rpc_url = card, interface.url
+        return card
+
+    async def _rpc_url(self) -> str:
+        if self.rpc_url is None:
+            await self.discover()
+        assert self.rpc_url is not None
+        return self.rpc_url
+
+    @property
+    def streaming(self) -> bool:
+        return self.card is not None and self.card.capabilities.streaming
+
+    # --- JSON-RPC ---------------------------------------------------------------------------
+
+    async def call(self, method: str, params: Any) -> Any:
+        """One JSON-RPC call; the `result`, or `A2AError` for an `error`."""
+        rpc_id = str(uuid.uuid4())
+        body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
+        url = await self._rpc_url()
+        try:
+            async with self._http().post(
+                url,
+                data=body,
+                headers={"Content-Type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            ) as response:
+                raw = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise A2AError(
+                A2ACode.INTERNAL_ERROR, f"{method}: cannot reach {url}: {exc!r}"
+            ) from exc
+        return _judge(_json(raw, status), rpc_id, status)
+
+    async def stream(self, method: str, params: Any) -> AsyncIterator[wire.StreamResponse]:
+        """A streaming call: each server-sent event's `result`, as a `StreamResponse`."""
+        rpc_id = str(uuid.uuid4())
+        body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
+        url = await self._rpc_url()
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
+        try:
+            async with self._http().post(
+                url,
+                data=body,
+                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+                timeout=timeout,
+            ) as response:
+                if "text/event-stream" not in response.headers.get("Content-Type", ""):
+                    result = _judge(_json(await response.read(), response.status), rpc_id, 200)
+                    yield _convert(result, wire.StreamResponse)
+                    return
+                async for data in _sse(response):
+                    result = _judge(_json(data.encode(), response.status), rpc_id, 200)
+                    yield _convert(result, wire.StreamResponse)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise StreamBroken(f"{method}: stream from {url} broke: {exc!r}") from exc
+
+    # --- the methods of A2A v1.0 -------------------------------------------------------------
+
+    async def send_message(
+        self,
+        message: wire.Message,
+        *,
+        configuration: wire.SendMessageConfiguration | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> wire.SendMessageResponse:
+        request = wire.SendMessageRequest(
+            message=message, configuration=configuration, metadata=metadata
+        )
+        result = await self.call("SendMessage", wire.to_builtins(request))
+        return _convert(result, wire.SendMessageResponse)
+
+    def send_streaming_message(
+        self,
+        message: wire.Message,
+        *,
+        configuration: wire.SendMessageConfiguration | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> AsyncIterator[wire.StreamResponse]:
+        request = wire.SendMessageRequest(
+            message=message, configuration=configuration, metadata=metadata
+        )
+        return self.stream("SendStreamingMessage", wire.to_builtins(request))
+
+    async def get_task(self, task_id: str, *, history_length: int | None = None) -> wire.Task:
+        params = wire.to_builtins(wire.GetTaskRequest(id=task_id, history_length=history_length))
+        return _convert(await self.call("GetTask", params), wire.Task)
+
+    async def list_tasks(
+        self,
+        *,
+        context_id: str = "",
+        status: str = "",
+        page_size: int | None = None,
+        page_token: str = "",
+        history_length: int | None = None,
+        include_artifacts: bool = False,
+    ) -> wire.ListTasksResponse:
+        request = wire.ListTasksRequest(
+            context_id=context_id,
+            status=status,
+            page_size=page_size,
+            page_token=page_token,
+            history_length=history_length,
+            include_artifacts=include_artifacts,
+        )
+        result = await self.call("ListTasks", wire.to_builtins(request))
+        return _convert(result, wire.ListTasksResponse)
+
+    async def cancel_task(
+        self, task_id: str, *, metadata: dict[str, Any] | None = None
+    ) -> wire.Task:
+        params = wire.to_builtins(wire.CancelTaskRequest(id=task_id, metadata=metadata))
+        return _convert(await self.call("CancelTask", params), wire.Task)
+
+    def subscribe(self, task_id: str) -> AsyncIterator[wire.StreamResponse]:
+        """`SubscribeToTask`: the task's current state first, then its live events."""
+        return self.stream("SubscribeToTask", {"id": task_id})
+
+    async def create_push_config(
+        self,
+        task_id: str,
+        url: str,
+        *,
+        token: str = "",
+        config_id: str = "",
+        authentication: wire.AuthenticationInfo | None = None,
+    ) -> wire.TaskPushNotificationConfig:
+        config = wire.TaskPushNotificationConfig(
+            task_id=task_id, url=url, token=token, id=config_id, authentication=authentication
+        )
+        result = await self.call("CreateTaskPushNotificationConfig", wire.to_builtins(config))
+        return _convert(result, wire.TaskPushNotificationConfig)
+
+    async def get_push_config(
+        self, task_id: str, config_id: str = ""
+    ) -> wire.TaskPushNotificationConfig:
+        params = {"taskId": task_id, "id": config_id or task_id}
+        result = await self.call("GetTaskPushNotificationConfig", params)
+        return _convert(result, wire.TaskPushNotificationConfig)
+
+    async def list_push_configs(self, task_id: str) -> list[wire.TaskPushNotificationConfig]:
+        result = await self.call("ListTaskPushNotificationConfigs", {"taskId": task_id})
+        return _convert(result, wire.ListTaskPushNotificationConfigsResponse).configs
+
+    async def delete_push_config(self, task_id: str, config_id: str = "") -> None:
+        params = {"taskId": task_id, "id": config_id or task_id}
+        await self.call("DeleteTaskPushNotificationConfig", params)
+
+    async def get_extended_card(self) -> wire.AgentCard:
+        return parse_card(wire.encode(await self.call("GetExtendedAgentCard", {})))
+
+    # --- tasks as handles ---------------------------------------------------------------------
+
+    async def send(
+        self,
+        payload: Mapping[str, Any] | str | None = None,
+        *,
+        task_type: str | None = None,
+        context_id: str = "",
+        message: wire.Message | None = None,
+        push: wire.TaskPushNotificationConfig | None = None,
+        stream: bool | None = None,
+    ) -> A2ATaskHandle:
+        """Send a message and follow the task it starts.
+
+        `payload`: a mapping becomes a data part, a string a text part; `task_type` goes to
+        `metadata.task_type` (a skill id of a Synapse agent). Or pass a ready `message`.
+        `stream`: use `SendStreamingMessage` (default: when the card says it streams).
+        """
+        if self.card is None:
+            await self.discover()
+        if message is None:
+            message = user_message(payload, task_type=task_type, context_id=context_id)
+        handle = A2ATaskHandle(self)
+        configuration = wire.SendMessageConfiguration(task_push_notification_config=push)
+        await handle._begin(message, configuration, self.streaming if stream is None else stream)
+        return handle
+
+    async def attach(self, task_id: str) -> A2ATaskHandle:
+        """A handle on an existing task (its state now, then its events)."""
+        if self.card is None:
+            await self.discover()
+        handle = A2ATaskHandle(self)
+        handle._apply(wire.StreamResponse(task=await self.get_task(task_id)))
+        if not handle._settle_if_final():
+            handle._follow(None)
+        return handle
+
+
+class StreamBroken(A2AError):
+    """A stream ended by a network failure (not by the agent)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(A2ACode.INTERNAL_ERROR, message)
+
+
+def user_message(
+    payload: Mapping[str, Any] | str | None = None,
+    *,
+    task_type: str | None = None,
+    context_id: str = "",
+    task_id: str = "",
+) -> wire.Message:
+    """A user message: a mapping as a data part, a string as a text part."""
+    parts: list[wire.Part] = []
+    if isinstance(payload, str):
+        parts.append(wire.text_part(payload))
+    elif payload is not None:
+        parts.append(wire.data_part(dict(payload)))
+    return wire.Message(
+        message_id=mapping.new_id(),
+        role=wire.ROLE_USER,
+        parts=parts,
+        context_id=context_id,
+        task_id=task_id,
+        metadata={mapping.TASK_TYPE_KEY: task_type} if task_type else None,
+    )
+
+
+def parse_card(raw: bytes) -> wire.AgentCard:
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, f"agent card is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "agent card is not a JSON object")
+    if "supportedInterfaces" not in data:
+        version = data.get("protocolVersion", "0.3")
+        raise A2AVersionError(
+            f"agent card is A2A {version} (no supportedInterfaces); this client speaks A2A "
+            f"{wire.PROTOCOL_VERSION} and does not downgrade",
+            {"offered": str(version)},
+        )
+    return _convert(data, wire.AgentCard)
+
+
+class A2ATaskHandle:
+    """An A2A task we started: await it, iterate its events, answer it, cancel it."""
+
+    def __init__(self, client: A2AClient) -> None:
+        self.client = client
+        self.task: wire.Task | None = None
+        self.message: wire.Message | None = None
+        self._events: asyncio.Queue[A2AEvent] = asyncio.Queue()
+        self._done: asyncio.Future[A2AOutcome] = asyncio.get_running_loop().create_future()
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._follower: asyncio.Task[None] | None = None
+        #: Follow with streams (else by polling `GetTask`).
+        self._streaming = client.streaming
+
+    @property
+    def task_id(self) -> str:
+        return self.task.id if self.task is not None else ""
+
+    @property
+    def context_id(self) -> str:
+        return self.task.context_id if self.task is not None else ""
+
+    @property
+    def state(self) -> str:
+        """The task's A2A state as last seen."""
+        if self.task is None:
+            return wire.COMPLETED if self.message is not None else wire.SUBMITTED
+        return self.task.status.state
+
+    @property
+    def status_message(self) -> wire.Message | None:
+        return self.task.status.message if self.task is not None else None
+
+    @property
+    def input_required(self) -> wire.Message | None:
+        """What the agent asks for, while the task is INPUT_REQUIRED."""
+        return self.status_message if self.state == wire.INPUT_REQUIRED else None
+
+    # --- outcome and events ---------------------------------------------------------------------
+
+    async def result(self, timeout: float | None = None) -> A2AOutcome:
+        """Wait for the task to reach a terminal state."""
+        return await asyncio.wait_for(asyncio.shield(self._done), timeout)
+
+    def __await__(self) -> Generator[Any, None, A2AOutcome]:
+        return self.result().__await__()
+
+    async def events(self) -> AsyncIterator[A2AEvent]:
+        """Every event of the task, in order, ending with the terminal one."""
+        while True:
+            if self._events.empty() and self._done.done():
+                return
+            getter: asyncio.Future[A2AEvent] = asyncio.ensure_future(self._events.get())
+            waiting: set[asyncio.Future[Any]] = {getter, self._done}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                event = getter.result()
+                yield event
+                if event.final or event.kind == "message":
+                    return
+            else:
+                getter.cancel()
+
+    def __aiter__(self) -> AsyncIterator[A2AEvent]:
+        return self.events()
+
+    # --- answers ----------------------------------------------------------------------------------
+
+    async def reply(self, payload: Mapping[str, Any] | str) -> None:
+        """Send a follow-up message on this task (any content) and follow what it starts."""
+        if not self.task_id:
+            raise A2AError(A2ACode.UNSUPPORTED_OPERATION, "the agent answered with no task")
+        if self._follower is not None and not self._follower.done():
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError, A2AError):
+                await self._follower
+        message = user_message(payload, context_id=self.context_id, task_id=self.task_id)
+        configuration = wire.SendMessageConfiguration()
+        await self._begin(message, configuration, self._streaming)
+
+    async def provide_info(self, fields: Mapping[str, Any], notes: str | None = None) -> None:
+        """Answer INPUT_REQUIRED with the missing fields (a data part)."""
+        await self.reply(dict(fields))
+
+    async def start_deciding(self) -> None:
+        """A2A has no state for it: kept for the shape of `TaskHandle`."""
+
+    async def decide(
+        self,
+        action: DecisionAction,
+        *,
+        approved_fields: Mapping[str, Any] | None = None,
+        rejection_reason: str = "",
+        notes: str = "",
+        **_: Any,
+    ) -> None:
+        """Answer a person's decision (`{"action": "approve" | "reject", ...}`)."""
+        await self.reply(
+            {
+                "action": action.value,
+                "approved_fields": dict(approved_fields or {}),
+                "rejection_reason": rejection_reason,
+                "notes": notes,
+            }
+        )
+
+    async def approve(self, approved_fields: Mapping[str, Any] | None = None, **kw: Any) -> None:
+        await self.decide(DecisionAction.APPROVE, approved_fields=approved_fields, **kw)
+
+    async def reject(self, reason: str = "", **kw: Any) -> None:
+        await self.decide(DecisionAction.REJECT, rejection_reason=reason, **kw)
+
+    async def cancel(self, reason: str | None = None) -> None:
+        """`CancelTask`; await `result()` for the end."""
+        if not self.task_id or self._done.done():
+            return
+        metadata = {"reason": reason} if reason else None
+        try:
+            task = await self.client.cancel_task(self.task_id, metadata=metadata)
+        except A2AError as exc:
+            if exc.code != A2ACode.TASK_NOT_CANCELABLE:
+                raise
+            task = await self.client.get_task(self.task_id)  # it ended first
+        self._apply(wire.StreamResponse(task=task))
+        self._settle_if_final()
+
+    # --- following the task -------------------------------------------------------------
+
+    async def _begin(
+        self, message: wire.Message, configuration: wire.SendMessageConfiguration, stream: bool
+    ) -> None:
+        self._streaming = stream
+        if stream:
+            events = self.client.send_streaming_message(message, configuration=configuration)
+            self._follow(events)
+            # The first event names the task (or is the whole answer): errors surface here.
+            await asyncio.shield(self._ready)
+            return
+        configuration = msgspec.structs.replace(configuration, return_immediately=True)
+        response = await self.client.send_message(message, configuration=configuration)
+        self._apply(wire.StreamResponse(task=response.task, message=response.message))
+        if not self._settle_if_final() and self.state != wire.INPUT_REQUIRED:
+            self._follow(None)
+
+    def _follow(self, events: AsyncIterator[wire.StreamResponse] | None) -> None:
+        self._ready = asyncio.get_running_loop().create_future()
+        if events is None:
+            self._ready.set_result(None)
+        self._follower = asyncio.create_task(self._run(events), name=f"a2a-follow-{self.task_id}")
+
+    async def _run(self, events: AsyncIterator[wire.StreamResponse] | None) -> None:
+        attempt = 0
+        try:
+            while True:
+                if events is None:
+                    if not self._streaming:
+                        await self._poll()
+                        return
+                    events = self.client.subscribe(self.task_id)
+                try:
+                    async for event in events:
+                        attempt = 0
+                        self._apply(event)
+                        if not self._ready.done():
+                            self._ready.set_result(None)
+                        if self._settle_if_final() or self.state == wire.INPUT_REQUIRED:
+                            return
+                    if self.message is not None or self._settle_if_final():
+                        return
+                    if self.state == wire.INPUT_REQUIRED:
+                        return
+                except StreamBroken as exc:
+                    if not self.task_id:
+                        raise
+                    log.info("a2a_stream_broken", task_id=self.task_id, error=str(exc))
+                except A2AError as exc:
+                    if not self.task_id or exc.code != A2ACode.UNSUPPORTED_OPERATION:
+                        raise
+                    # Subscribing to a task that just ended: read its end instead.
+                    self._apply(wire.StreamResponse(task=await self.client.get_task(self.task_id)))
+                    if self._settle_if_final():
+                        return
+                # The stream ended before the task did: resume it (its state comes first).
+                attempt += 1
+                if attempt > self.client.config.max_retries + 1:
+                    raise A2AError(
+                        A2ACode.INTERNAL_ERROR,
+                        f"lost the stream of task {self.task_id} and could not resume it",
+                    )
+                if attempt > 1:
+                    await asyncio.sleep(backoff_delay(attempt - 1, self.client.config))
+                events = None
+                self._events.put_nowait(A2AEvent("reconnected", self.state, self.task_id, raw=None))
+        except asyncio.CancelledError:
+            raise
+        except A2AError as exc:
+            if not self._ready.done():
+                self._ready.set_exception(exc)
+            elif not self._done.done():
+                self._done.set_exception(exc)
+        except Exception as exc:  # a bug or an unexpected answer must not vanish silently
+            error = A2AError(A2ACode.INVALID_AGENT_RESPONSE, f"{type(exc).__name__}: {exc}")
+            if not self._ready.done():
+                self._ready.set_exception(error)
+            elif not self._done.done():
+                self._done.set_exception(error)
+
+    async def _poll(self) -> None:
+        while True:
+            task = await self.client.get_task(self.task_id)
+            before = (self.state, len(self.task.artifacts) if self.task else 0)
+            self._apply(
+                wire.StreamResponse(task=task),
+                quiet=before == (task.status.state, len(task.artifacts)),
+            )
+            if self._settle_if_final() or self.state == wire.INPUT_REQUIRED:
+                return
+            await asyncio.sleep(self.client.poll_interval)
+
+    def _apply(self, event: wire.StreamResponse, *, quiet: bool = False) -> None:
+        kind = "task"
+        text, data = "", None
+        if event.task is not None:
+            self.task = event.task
+            text, data = _content(event.task.status.message)
+        elif event.message is not None:
+            kind, self.message = "message", event.message
+            text, data = _content(event.message)
+        elif event.status_update is not None:
+            kind = "status_update"
+            update = event.status_update
+            self._ensure_task(update.task_id, update.context_id)
+            assert self.task is not None
+            self.task.status = update.status
+            text, data = _content(update.status.message)
+        elif event.artifact_update is not None:
+            kind = "artifact_update"
+            update2 = event.artifact_update
+            self._ensure_task(update2.task_id, update2.context_id)
+            assert self.task is not None
+            _merge_artifact(self.task, update2)
+            text, data = _content_parts(update2.artifact.parts)
+        else:
+            return
+        if not quiet:
+            self._events.put_nowait(A2AEvent(kind, self.state, self.task_id, text, data, event))
+
+    def _ensure_task(self, task_id: str, context_id: str) -> None:
+        if self.task is None:
+            self.task = wire.Task(
+                id=task_id, context_id=context_id, status=wire.TaskStatus(state=wire.SUBMITTED)
+            )
+
+    def _settle_if_final(self) -> bool:
+        if self._done.done():
+            return True
+        if self.task is None and self.message is not None:
+            self._done.set_result(A2AOutcome(wire.COMPLETED, None, self.message))
+            return True
+        if self.task is not None and wire.is_terminal(self.task.status.state):
+            self._done.set_result(A2AOutcome(self.task.status.state, self.task, None))
+            return True
+        return False
+
+    async def close(self) -> None:
+        """Stop following the task (it goes on at the agent)."""
+        if self._follower is not None and not self._follower.done():
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError, A2AError):
+                await self._follower
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _json(raw: bytes, status: int) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise A2AError(
+            A2ACode.INVALID_AGENT_RESPONSE,
+            f"HTTP {status}: not a JSON-RPC response: {raw[:200]!r}",
+            http_status=status,
+        ) from None
+
+
+def _judge(body: Any, rpc_id: str, status: int) -> Any:
+    if not isinstance(body, dict):
+        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "a JSON-RPC response must be an object")
+    if "error" in body and body["error"] is not None:
+        error = A2AError.from_json(body["error"])
+        error.http_status = status
+        raise error
+    if body.get("id") not in (rpc_id, None):
+        raise A2AError(
+            A2ACode.INVALID_AGENT_RESPONSE, f"response id {body.get('id')!r} is not ours"
+        )
+    if "result" not in body:
+        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "response has neither result nor error")
+    return body["result"]
+
+
+def _convert(value: Any, cls: type[T]) -> T:
+    try:
+        return msgspec.convert(value, cls)
+    except msgspec.ValidationError as exc:
+        raise A2AError(
+            A2ACode.INVALID_AGENT_RESPONSE, f"unexpected {cls.__name__} from the agent: {exc}"
+        ) from None
+
+
+async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
+    """The `data` of each server-sent event; an `error` event raises its JSON-RPC error."""
+    name, lines = "message", list[str]()
+    while True:
+        raw = await response.content.readline()
+        if not raw:
+            break
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if lines:
+                data = "\n".join(lines)
+                if name == "error":
+                    body = _json(data.encode(), response.status)
+                    raise A2AError.from_json(body.get("error") if isinstance(body, dict) else body)
+                yield data
+            name, lines = "message", list[str]()
+            continue
+        if line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if key == "event":
+            name = value
+        elif key == "data":
+            lines.append(value)
+    if lines:
+        yield "\n".join(lines)
+
+
+def _content_parts(parts: list[wire.Part]) -> tuple[str, Any]:
+    text = "".join(p.text for p in parts if isinstance(p.text, str))
+    data = next((p.data for p in parts if p.data is not msgspec.UNSET), None)
+    return text, data
+
+
+def _content(message: wire.Message | None) -> tuple[str, Any]:
+    return _content_parts(message.parts) if message is not None else ("", None)
+
+
+def _merge_artifact(task: wire.Task, update: wire.TaskArtifactUpdateEvent) -> None:
+    for i, known in enumerate(task.artifacts):
+        if known.artifact_id == update.artifact.artifact_id:
+            if update.append:
+                known.parts.extend(update.artifact.parts)
+            else:
+                task.artifacts[i] = update.artifact
+            return
+    task.artifacts.append(update.artifact)
+
+
+__all__ = ["A2AClient", "A2AEvent", "A2AOutcome", "A2ATaskHandle", "parse_card", "user_message"]
