@@ -477,6 +477,11 @@ class A2ATaskHandle:
         return self.task.status.message if self.task is not None else None
 
     @property
+    def _waiting(self) -> bool:
+        """The task waits for us (INPUT_REQUIRED, or AUTH_REQUIRED): stop following it."""
+        return self.state in wire.INTERRUPTED_STATES
+
+    @property
     def input_required(self) -> wire.Message | None:
         """What the agent asks for, while the task is INPUT_REQUIRED."""
         return self.status_message if self.state == wire.INPUT_REQUIRED else None
@@ -584,7 +589,7 @@ class A2ATaskHandle:
         configuration = msgspec.structs.replace(configuration, return_immediately=True)
         response = await self.client.send_message(message, configuration=configuration)
         self._apply(wire.StreamResponse(task=response.task, message=response.message))
-        if not self._settle_if_final() and self.state != wire.INPUT_REQUIRED:
+        if not self._settle_if_final() and not self._waiting:
             self._follow(None)
 
     def _follow(self, events: AsyncIterator[wire.StreamResponse] | None) -> None:
@@ -608,11 +613,11 @@ class A2ATaskHandle:
                         self._apply(event)
                         if not self._ready.done():
                             self._ready.set_result(None)
-                        if self._settle_if_final() or self.state == wire.INPUT_REQUIRED:
+                        if self._settle_if_final() or self._waiting:
                             return
                     if self.message is not None or self._settle_if_final():
                         return
-                    if self.state == wire.INPUT_REQUIRED:
+                    if self._waiting:
                         return
                 except StreamBroken as exc:
                     if not self.task_id:
@@ -658,7 +663,7 @@ class A2ATaskHandle:
                 wire.StreamResponse(task=task),
                 quiet=before == (task.status.state, len(task.artifacts)),
             )
-            if self._settle_if_final() or self.state == wire.INPUT_REQUIRED:
+            if self._settle_if_final() or self._waiting:
                 return
             await asyncio.sleep(self.client.poll_interval)
 
