@@ -1,29 +1,489 @@
-"""Entry point of the `synapse` command."""
+"""Entry point of the `synapse` command: argument parsing, settings, errors, exit statuses.
+
+Every subcommand takes `--help`; a flag means the same in every subcommand that has it, and
+each setting may also come from a `SYNAPSE_…` environment variable or the `--config` TOML
+file (flags > environment > file). Errors are one line on stderr, never a traceback, and the
+exit status says what happened (`synapse.cli.errors.Exit`; docs/cli.md).
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import os
 import sys
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
 
 from synapse import __version__
+from synapse.cli.errors import CliError, Exit
+from synapse.cli.logs import configure_logging
+from synapse.cli.settings import (
+    Settings,
+    parse_bool,
+    parse_count,
+    parse_listen,
+    parse_port,
+    parse_signing,
+    parse_url,
+)
+from synapse.types import MessageType, Priority
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="synapse", description="Synapse agent-to-agent P2P protocol engine."
+class Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as one line (and exit status 2) instead of usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{message} (see '{self.prog} --help')", Exit.USAGE)
+
+
+def _typed(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+
+    convert.__name__ = name
+    return convert
+
+
+PORT = _typed(parse_port, "port")
+URL = _typed(parse_url, "URL")
+LISTEN = _typed(parse_listen, "HOST:PORT")
+COUNT = _typed(parse_count, "count")
+SIGNING = _typed(parse_signing, "signing")
+
+EPILOG = "Exit status: 0 success, 1 task failed/rejected/cancelled, 2 usage or connection error."
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("output and settings")
+    group.add_argument(
+        "--config",
+        metavar="PATH",
+        help="TOML file with settings and [[peer]] tables ($SYNAPSE_CONFIG)",
+    )
+    group.add_argument(
+        "--log-json",
+        action="store_true",
+        default=None,
+        help="log JSON lines on stderr instead of console lines ($SYNAPSE_LOG_JSON)",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=None,
+        help="log every transition and HTTP attempt ($SYNAPSE_VERBOSE)",
+    )
+
+
+def _secrets(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--secret",
+        metavar="SECRET",
+        help="secret shared with every partner without a --peer-secret-file ($SYNAPSE_SECRET)",
+    )
+    group.add_argument(
+        "--peer-secret-file",
+        action="append",
+        metavar="PARTNER_ID=PATH",
+        help="that partner's secrets, one a line, newest first; repeatable "
+        "($SYNAPSE_PEER_SECRET_FILES, comma-separated)",
+    )
+
+
+def _signing(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--signing",
+        type=SIGNING,
+        metavar="{header,body}",
+        help="where our signatures go: X-Synapse-Signature header or body `signature` "
+        "(default header; $SYNAPSE_SIGNING)",
+    )
+    group.add_argument(
+        "--retries",
+        type=COUNT,
+        metavar="N",
+        help="retries of a POST after a connection error, timeout, 429 or 5xx "
+        "(default: 5 for serve, 2 for send/caps/ping; $SYNAPSE_RETRIES)",
+    )
+
+
+def _client(parser: argparse.ArgumentParser, *, listen_help: str) -> None:
+    group = parser.add_argument_group("who talks to whom")
+    group.add_argument(
+        "--target",
+        type=URL,
+        metavar="URL",
+        help="the executor's callback URL, e.g. http://127.0.0.1:8080/synapse/callback "
+        "($SYNAPSE_TARGET; or a [[peer]] of --config)",
+    )
+    group.add_argument(
+        "--agent-id",
+        metavar="ID",
+        help="the executor's agent id ($SYNAPSE_AGENT_ID; or the [[peer]] at --target)",
+    )
+    group.add_argument(
+        "--as",
+        dest="as_",
+        metavar="AGENT_ID",
+        help="our own agent id, as the executor knows us ($SYNAPSE_AS)",
+    )
+    _secrets(group)
+    group.add_argument("--listen", type=LISTEN, metavar="HOST:PORT", help=listen_help)
+    group.add_argument(
+        "--endpoint",
+        type=URL,
+        metavar="URL",
+        help="our callback URL as the executor has it, if not http://HOST:PORT/synapse/callback "
+        "of --listen ($SYNAPSE_ENDPOINT)",
+    )
+    _signing(group)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="synapse",
+        description="Synapse agent-to-agent P2P protocol: serve a peer, send it tasks, "
+        "watch the flows.",
+        epilog="Run 'synapse COMMAND --help' for a command's options. " + EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"synapse {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run a peer: serve POST /synapse/callback with a TaskHandler",
+        description="Run a peer that serves POST /synapse/callback on HOST:PORT with the demo "
+        "handler (or --handler), until SIGINT or SIGTERM. Logs go to stderr; the first line "
+        "is `listening` with the URL.",
+        epilog=EPILOG,
+    )
+    group = serve.add_argument_group("identity and partners")
+    group.add_argument("--agent-id", metavar="ID", help="our agent id ($SYNAPSE_AGENT_ID)")
+    group.add_argument("--port", type=PORT, help="port to listen on, 0 for any ($SYNAPSE_PORT)")
+    group.add_argument("--host", help="address to listen on (default 127.0.0.1; $SYNAPSE_HOST)")
+    group.add_argument(
+        "--endpoint",
+        type=URL,
+        metavar="URL",
+        help="our callback URL as partners see it (default http://HOST:PORT/synapse/callback; "
+        "$SYNAPSE_ENDPOINT)",
+    )
+    _secrets(group)
+    group.add_argument(
+        "--peer",
+        action="append",
+        metavar="PARTNER_ID=CALLBACK_URL",
+        help="a partner and the URL it receives POSTs on; repeatable "
+        "($SYNAPSE_PEERS, comma-separated)",
+    )
+    group = serve.add_argument_group("behaviour")
+    group.add_argument(
+        "--store",
+        metavar="PATH|memory",
+        help="where tasks, the outbox and dedup records live: an SQLite file, or memory "
+        "(default; $SYNAPSE_STORE)",
+    )
+    group.add_argument(
+        "--handler",
+        metavar="MODULE:ATTR",
+        help="the TaskHandler to run, a class or an instance (default: the demo handler; "
+        "$SYNAPSE_HANDLER)",
+    )
+    _signing(group)
+    _common(serve)
+    serve.set_defaults(run=_run_serve)
+
+    send = commands.add_parser(
+        "send",
+        help="request a task and follow it to its end",
+        description="Request one task of the executor at --target and follow it: progress, "
+        "questions (--field, --approve/--reject, else asked on the terminal or read from "
+        "stdin lines), and the result on stdout. Ctrl-C cancels the task.",
+        epilog="Exit status: 0 completed, 1 failed/rejected/cancelled, 2 usage or connection "
+        "error or refused request.",
+    )
+    send.add_argument("task_type", metavar="TASK_TYPE", help="e.g. echo, slow, text_generation")
+    send.add_argument(
+        "payload",
+        metavar="PAYLOAD_JSON",
+        nargs="?",
+        default="{}",
+        help="the task's payload, a JSON object (default {})",
+    )
+    _client(
+        send,
+        listen_help="where we receive the executor's callbacks: its --peer for us must be "
+        "http://HOST:PORT/synapse/callback ($SYNAPSE_LISTEN)",
+    )
+    group = send.add_argument_group("answers and task")
+    group.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="answer to a task_need_info field (VALUE as JSON if it parses, else text); repeatable",
+    )
+    decision = group.add_mutually_exclusive_group()
+    decision.add_argument(
+        "--approve",
+        action="store_const",
+        const="approve",
+        dest="decision",
+        help="approve a task_need_human without asking",
+    )
+    decision.add_argument(
+        "--reject",
+        action="store_const",
+        const="reject",
+        dest="decision",
+        help="reject a task_need_human without asking",
+    )
+    group.add_argument("--notes", default="", help="notes sent with --approve or --reject")
+    group.add_argument("--task-id", metavar="ID", help="the task's id (default: a new one)")
+    group.add_argument(
+        "--priority",
+        choices=[p.value for p in Priority],
+        default=Priority.NORMAL.value,
+        help="the task's priority (default normal)",
+    )
+    _common(send)
+    send.set_defaults(run=_run_send)
+
+    for name, summary in (
+        ("caps", "ask an executor for its capabilities (capability_query)"),
+        ("ping", "send a heartbeat; print the round trip and the partner's status"),
+    ):
+        sub = commands.add_parser(name, help=summary, description=summary + ".", epilog=EPILOG)
+        _client(
+            sub,
+            listen_help="our address, if our callback URL is http://HOST:PORT/synapse/callback "
+            "(nothing listens there: the answer is the HTTP reply; $SYNAPSE_LISTEN)",
+        )
+        if name == "caps":
+            sub.add_argument("--task-type", metavar="TYPE", help="only this capability")
+        _common(sub)
+        sub.set_defaults(run=_run_caps if name == "caps" else _run_ping)
+
+    schema = commands.add_parser(
+        "schema",
+        help="print the JSON Schema of the messages",
+        description="Print the JSON Schema of every message (the union, discriminated by "
+        "`type`), of one TYPE, or write one file per schema into --out DIR.",
+        epilog=EPILOG,
+    )
+    schema.add_argument(
+        "type", metavar="TYPE", nargs="?", help="one message type, e.g. task_request"
+    )
+    schema.add_argument("--out", metavar="DIR", help="write message.json and <type>.json here")
+    _common(schema)
+    schema.set_defaults(run=_run_schema)
+
+    demo = commands.add_parser(
+        "demo",
+        help="two peers in this process walk through every flow, printed as a timeline",
+        description="Start two peers on loopback ports and run the flows of seed §4 between "
+        "them (normal, progress, need_info, need_human, cancel), a failure and a rejection, "
+        "printing every message with each side's state. Takes about a second.",
+        epilog=EPILOG,
+    )
+    demo.add_argument(
+        "--signing", type=SIGNING, metavar="{header,body}", help="signature mode (default header)"
+    )
+    _common(demo)
+    demo.set_defaults(run=_run_demo)
+
+    try:  # `synapse conformance` lives with the conformance kit, which owns its flags
+        from synapse.conformance.cli import add_parser as add_conformance
+    except ImportError:
+        pass
+    else:
+        add_conformance(commands)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
-    return 0
+# --- commands -----------------------------------------------------------------------------
+
+
+class Context:
+    """What a command runs with: its arguments, settings and streams."""
+
+    def __init__(
+        self, args: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: TextIO
+    ) -> None:
+        self.args = args
+        self.env = env
+        self.out = out
+        self.err = err
+        self.settings = Settings.load(args, env)
+
+    def logging(self, *, quiet: bool) -> None:
+        """Logs on stderr; client commands stay quiet unless --verbose."""
+        verbose = self.settings.get("verbose", "SYNAPSE_VERBOSE", "verbose", parse_bool, False)
+        as_json = self.settings.get("log_json", "SYNAPSE_LOG_JSON", "log_json", parse_bool, False)
+        configure_logging(
+            json=bool(as_json),
+            verbose=bool(verbose),
+            quiet=quiet and not verbose,
+            stream=self.err,
+        )
+
+
+def _run_serve(ctx: Context) -> int:
+    from synapse.cli.serve import ServeOptions, run_serve
+
+    s = ctx.settings
+    options = ServeOptions(
+        agent_id=s.require("agent_id", "SYNAPSE_AGENT_ID", "agent_id", str, flag="--agent-id"),
+        host=s.get("host", "SYNAPSE_HOST", "host", str) or "127.0.0.1",
+        port=s.require("port", "SYNAPSE_PORT", "port", parse_port, flag="--port"),
+        endpoint=s.get("endpoint", "SYNAPSE_ENDPOINT", "endpoint", parse_url),
+        partners=s.partners(),
+        handler=s.get("handler", "SYNAPSE_HANDLER", "handler", str),
+        store=s.get("store", "SYNAPSE_STORE", "store", str) or "memory",
+        signing="body"
+        if s.get("signing", "SYNAPSE_SIGNING", "signing", parse_signing) == "body"
+        else "header",
+        config=s.p2p_config(),
+    )
+    if not options.partners:
+        raise CliError(
+            "no partner: give at least one --peer PARTNER_ID=CALLBACK_URL "
+            "(or SYNAPSE_PEERS, or [[peer]] in --config)"
+        )
+    ctx.logging(quiet=False)
+    return asyncio.run(run_serve(options))
+
+
+def _run_send(ctx: Context) -> int:
+    from synapse.cli.client import client_setup
+    from synapse.cli.send import SendOptions, parse_payload, run_send
+    from synapse.cli.terminal import parse_field
+
+    args = ctx.args
+    payload = parse_payload(args.payload)
+    fields = dict(parse_field(item) for item in args.field)
+    setup = client_setup(ctx.settings, listen_required=True)
+    options = SendOptions(
+        task_type=args.task_type,
+        payload=payload,
+        task_id=args.task_id,
+        priority=Priority(args.priority),
+        fields=fields,
+        decision=args.decision,
+        notes=args.notes,
+        as_json=bool(args.json),
+    )
+    ctx.logging(quiet=True)
+    return asyncio.run(run_send(setup, options, out=ctx.out, err=ctx.err))
+
+
+def _run_caps(ctx: Context) -> int:
+    from synapse.cli.client import client_setup
+    from synapse.cli.query import run_caps
+
+    setup = client_setup(ctx.settings, listen_required=False)
+    ctx.logging(quiet=True)
+    return asyncio.run(
+        run_caps(setup, ctx.out, task_type=ctx.args.task_type, as_json=bool(ctx.args.json))
+    )
+
+
+def _run_ping(ctx: Context) -> int:
+    from synapse.cli.client import client_setup
+    from synapse.cli.query import run_ping
+
+    setup = client_setup(ctx.settings, listen_required=False)
+    ctx.logging(quiet=True)
+    return asyncio.run(run_ping(setup, ctx.out, as_json=bool(ctx.args.json)))
+
+
+def _run_schema(ctx: Context) -> int:
+    from synapse.types.schema import UNION_FILE, message_schemas, render
+
+    schemas = message_schemas()
+    if ctx.args.out is not None:
+        directory = Path(ctx.args.out)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for name, schema in schemas.items():
+                (directory / name).write_text(render(schema), encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"cannot write schemas to {directory}: {exc.strerror or exc}") from exc
+        ctx.err.write(f"wrote {len(schemas)} schemas to {directory}\n")
+        return Exit.OK
+    name = UNION_FILE
+    if ctx.args.type is not None:
+        short = ctx.args.type.removeprefix("p2p:")
+        if f"p2p:{short}" not in {t.value for t in MessageType}:
+            known = ", ".join(t.short for t in MessageType)
+            raise CliError(f"unknown message type {ctx.args.type!r} (one of: {known})")
+        name = f"{short}.json"
+    ctx.out.write(render(schemas[name]))
+    return Exit.OK
+
+
+def _run_demo(ctx: Context) -> int:
+    from synapse.cli.demo import run_demo
+
+    ctx.logging(quiet=True)
+    signing = ctx.args.signing or "header"
+    return asyncio.run(run_demo(ctx.out, signing="body" if signing == "body" else "header"))
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    env = os.environ if env is None else env
+    verbose = False
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        verbose = bool(getattr(args, "verbose", False))
+        if args.command is None:
+            parser.print_help(err)
+            return Exit.USAGE
+        if not hasattr(args, "run"):  # a command that parses its own settings (conformance)
+            func: Callable[[argparse.Namespace], int] = args.func
+            return int(func(args))
+        run: Callable[[Context], int] = args.run
+        return int(run(Context(args, env, out, err)))
+    except CliError as exc:
+        err.write(f"synapse: {exc.message}\n")
+        return int(exc.status)
+    except KeyboardInterrupt:
+        err.write("synapse: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`synapse schema | head`): nothing left to say to anyone.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return Exit.OK
+    except Exception as exc:
+        if verbose:
+            traceback.print_exc(file=err)
+        err.write(
+            f"synapse: internal error: {type(exc).__name__}: {exc} "
+            "(run with --verbose for the traceback)\n"
+        )
+        return Exit.INTERNAL
 
 
 if __name__ == "__main__":

@@ -1,0 +1,160 @@
+"""What `send`, `caps` and `ping` share: who we are, whom we talk to, and the peer that does it.
+
+Each of them runs a short-lived requester `Peer` named `--as`, with one partner: the agent
+`--agent-id` at `--target`. The executor checks that our messages come from the callback URL it
+has registered for us, so that URL (`--endpoint`, default from `--listen HOST:PORT`) must match
+its `--peer` for us. The command line uses a small retry budget (2 retries from 0.2 s, instead
+of the contract's 5 from 2 s), so that an unreachable target is reported within a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from synapse.cli.errors import CliError
+from synapse.cli.settings import (
+    PeerEntry,
+    Settings,
+    callback_url,
+    parse_listen,
+    parse_signing,
+    parse_url,
+)
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.sender import DeliveryError
+from synapse.transport.client import SenderMode
+from synapse.transport.partners import Partner, same_endpoint
+from synapse.transport.peer import Peer
+from synapse.types import HTTP_STATUS, ErrorCode, SynapseError
+
+#: The command line's retry budget and timeouts (overridable: `--retries`, `[p2p]`).
+CLIENT_P2P: dict[str, Any] = {
+    "max_retries": 2,
+    "retry_base_delay": 0.2,
+    "retry_max_delay": 2.0,
+    "request_timeout": 10.0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSetup:
+    """A requester named `me`, reachable at `endpoint`, talking to `target`."""
+
+    me: str
+    target: Partner
+    endpoint: str
+    listen: tuple[str, int] | None
+    signing: SenderMode
+    config: P2PConfig
+
+    def peer(self, *, serve: bool) -> Peer:
+        host, port = self.listen or ("127.0.0.1", 0)
+        return Peer(
+            self.me,
+            partners=[self.target],
+            host=host,
+            port=port,
+            endpoint=self.endpoint,
+            config=self.config,
+            signing_mode=self.signing,
+            serve=serve,
+        )
+
+    @property
+    def where(self) -> str:
+        return f"{self.target.agent_id} at {self.target.endpoint}"
+
+
+def client_setup(settings: Settings, *, listen_required: bool) -> ClientSetup:
+    """Resolve the shared flags of `send`, `caps` and `ping` (flags > environment > file)."""
+    me = settings.require("as_", "SYNAPSE_AS", "as", str, flag="--as")
+    url = settings.get("target", "SYNAPSE_TARGET", "target", parse_url)
+    target_id = settings.get("agent_id", "SYNAPSE_AGENT_ID", "agent_id", str)
+    entries = settings.peer_entries()
+    # Either one can come from a configured partner: its endpoint, or the id at that URL.
+    if target_id is None and url is not None:
+        target_id = next(
+            (e.agent_id for e in entries.values() if e.endpoint and same_endpoint(e.endpoint, url)),
+            None,
+        )
+    if url is None and target_id is not None and target_id in entries:
+        url = entries[target_id].endpoint
+    if url is None:
+        raise CliError("missing --target URL (the executor's callback URL; or SYNAPSE_TARGET)")
+    if target_id is None:
+        raise CliError(
+            "missing --agent-id ID (the agent id of the executor at --target; or SYNAPSE_AGENT_ID)"
+        )
+    known = entries.get(target_id)
+    entry = PeerEntry(target_id, url, known.secrets if known else None)
+    target = settings.partner(entry, settings.own_secret_files(), settings.default_secret())
+
+    listen = settings.get("listen", "SYNAPSE_LISTEN", "listen", parse_listen)
+    endpoint = settings.get("endpoint", "SYNAPSE_ENDPOINT", "endpoint", parse_url)
+    if listen is None and (listen_required or endpoint is None):
+        raise CliError(
+            "missing --listen HOST:PORT (where the executor reaches us: its --peer "
+            f"{me}=URL must name this address)"
+        )
+    if endpoint is None:
+        assert listen is not None
+        endpoint = callback_url(*listen)
+    signing = settings.get("signing", "SYNAPSE_SIGNING", "signing", parse_signing) or "header"
+    return ClientSetup(
+        me=me,
+        target=target,
+        endpoint=endpoint,
+        listen=listen,
+        signing="body" if signing == "body" else "header",
+        config=settings.p2p_config(**CLIENT_P2P),
+    )
+
+
+async def start_peer(peer: Peer, listen: tuple[str, int] | None) -> None:
+    """Start `peer`; a port in use or a bad address is a usage error, not a traceback."""
+    try:
+        await peer.start()
+    except OSError as exc:
+        with contextlib.suppress(Exception):
+            await peer.close(0)
+        host, port = listen or (peer.host, peer.port)
+        if exc.errno == errno.EADDRINUSE:
+            raise CliError(f"cannot listen on {host}:{port}: address already in use") from exc
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+
+def refusal_line(code: str, message: str) -> str:
+    """How a `nack` reads: `403 permission_denied: <its message>`."""
+    try:
+        status = HTTP_STATUS[ErrorCode(code)]
+    except ValueError:
+        return f"{code}: {message}"
+    return f"{status} {code}: {message}"
+
+
+def exchange_error(exc: Exception, setup: ClientSetup) -> CliError:
+    """A refused or failed exchange with the target, as one line."""
+    if isinstance(exc, SynapseError):
+        return CliError(f"{exc.http_status} {exc.code.value}: {exc.message}")
+    if isinstance(exc, DeliveryError) and exc.retryable:
+        return CliError(f"cannot reach {setup.where}: {root_cause(exc)}")
+    return CliError(f"no usable answer from {setup.where}: {exc}")
+
+
+def root_cause(exc: BaseException) -> str:
+    """The innermost cause of a delivery failure (`Connect call failed …`, `HTTP 503`)."""
+    attempts = getattr(exc.__cause__, "attempts", None)
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = str(exc) or type(exc).__name__
+    return f"{text} (after {attempts} attempts)" if attempts else text
+
+
+def to_json(value: Any) -> str:
+    """One line of JSON (UTF-8 kept as is), for `--json` output."""
+    return msgspec.json.encode(msgspec.to_builtins(value)).decode()

@@ -1,0 +1,124 @@
+"""`synapse serve`: the reference peer of CONTRACT §7, until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import signal
+import sqlite3
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from synapse.cli.client import start_peer
+from synapse.cli.errors import CliError, Exit
+from synapse.demo.handler import DemoHandler
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.handler import TaskHandler
+from synapse.store import TaskStore, open_store
+from synapse.transport.client import SenderMode
+from synapse.transport.partners import Partner
+from synapse.transport.peer import Peer
+
+log = structlog.get_logger("synapse.cli")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    agent_id: str
+    host: str
+    port: int
+    endpoint: str | None
+    partners: list[Partner]
+    handler: str | None
+    store: str
+    signing: SenderMode
+    config: P2PConfig
+    drain_timeout: float = 5.0
+
+
+def load_handler(spec: str | None) -> TaskHandler:
+    """`MODULE:ATTR` → a `TaskHandler` (a class is instantiated); the demo handler by default."""
+    if spec is None:
+        return DemoHandler()
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(f"bad --handler {spec!r}: expected MODULE:ATTR, e.g. mypkg.handlers:Mine")
+    # Like other servers (uvicorn, gunicorn), find modules of the current directory too.
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CliError(f"cannot import handler module {module_name!r}: {exc}") from exc
+    except Exception as exc:
+        raise CliError(f"importing handler module {module_name!r} failed: {exc!r}") from exc
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise CliError(f"handler {spec!r}: {module_name} has no {attr!r}") from exc
+    if isinstance(target, type):
+        try:
+            target = target()
+        except Exception as exc:
+            raise CliError(f"handler {spec!r}: creating it failed: {exc!r}") from exc
+    if not isinstance(target, TaskHandler):
+        raise CliError(
+            f"handler {spec!r} is not a TaskHandler "
+            "(it needs execute_task, validate_task and get_capabilities)"
+        )
+    return target
+
+
+def open_task_store(spec: str) -> TaskStore:
+    try:
+        return open_store(spec)
+    except (sqlite3.Error, OSError) as exc:
+        raise CliError(f"cannot open store {spec!r}: {exc}") from exc
+
+
+async def run_serve(options: ServeOptions) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(signum: signal.Signals) -> None:
+        received.append(signum.name)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    handler = load_handler(options.handler)
+    store = open_task_store(options.store)
+    peer = Peer(
+        options.agent_id,
+        partners=options.partners,
+        handler=handler,
+        host=options.host,
+        port=options.port,
+        endpoint=options.endpoint,
+        config=options.config,
+        signing_mode=options.signing,
+        store=store,
+    )
+    try:
+        await start_peer(peer, (options.host, options.port))  # logs `listening` first
+        log.info(
+            "serving",
+            agent_id=options.agent_id,
+            partners=[p.agent_id for p in options.partners],
+            handler=options.handler or "synapse.demo.handler:DemoHandler",
+            store=options.store,
+            signing=options.signing,
+        )
+        await stop.wait()
+        log.info("shutting_down", signal=received[0] if received else None)
+        await peer.close(drain_timeout=options.drain_timeout)
+        log.info("stopped", agent_id=options.agent_id)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    return Exit.OK

@@ -1,0 +1,391 @@
+"""Settings of the command line from three sources: flags, then environment, then a TOML file.
+
+Every setting has one flag, one `SYNAPSE_…` environment variable and one key of the config file
+(`--config PATH` or `SYNAPSE_CONFIG`), and the first source that has it wins. Partners merge
+instead: the config file's `[[peer]]` entries, then `SYNAPSE_PEERS`, then `--peer` flags, a later
+source replacing an earlier one's entry for the same agent id. A partner's own secrets (a
+`--peer-secret-file`, `SYNAPSE_PEER_SECRET_FILES`, or the file's `secrets` / `secret_file`) beat
+the default secret (`--secret`, `SYNAPSE_SECRET`, `secret`), whatever their source.
+
+    agent_id = "agent-e"
+    port = 8080
+    secret = "shared-secret"
+
+    [send]                            # keys for one command only: [serve] [send] [caps] [ping]
+    as = "agent-e"
+
+    [[peer]]
+    agent_id = "agent-r"
+    endpoint = "http://127.0.0.1:9001/synapse/callback"
+    secrets = ["newest", "older"]     # or: secret = "…", or: secret_file = "r.secrets"
+
+    [p2p]                             # any P2PConfig field
+    max_retries = 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from synapse.cli.errors import CliError
+from synapse.p2p.config import P2PConfig
+from synapse.transport.partners import Partner, normalize_url
+from synapse.transport.server import DEFAULT_PATH
+
+T = TypeVar("T")
+
+# --- value parsers (shared by flags, environment and config file) ---------------------------
+
+
+def parse_port(text: str) -> int:
+    if not text.strip().isdigit() or int(text) > 65535:
+        raise ValueError(f"not a port number (0-65535): {text!r}")
+    return int(text)
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"not a yes/no value: {text!r}")
+
+
+def parse_count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise ValueError(f"not a non-negative integer: {text!r}")
+    return int(text)
+
+
+def parse_signing(text: str) -> str:
+    if text not in ("header", "body"):
+        raise ValueError(f"signing must be 'header' or 'body', not {text!r}")
+    return text
+
+
+def parse_url(text: str) -> str:
+    normalize_url(text)  # raises ValueError with a readable message
+    return text
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:PORT` for IPv6) → (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, parse_port(port)
+
+
+def parse_pair(text: str, what: str) -> tuple[str, str]:
+    """`NAME=VALUE` → (name, value); the name must not be empty."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ValueError(f"expected {what}, got {text!r}")
+    return name.strip(), value
+
+
+def callback_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:
+    """The URL a peer listening on `host:port` receives POSTs on."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}{path}"
+
+
+# --- the config file ---------------------------------------------------------------------------
+
+#: Top-level keys the config file may hold (a typo is an error, not a silently ignored key).
+CONFIG_KEYS = frozenset(
+    {
+        "agent_id",
+        "host",
+        "port",
+        "endpoint",
+        "secret",
+        "store",
+        "handler",
+        "signing",
+        "target",
+        "as",
+        "listen",
+        "retries",
+        "log_json",
+        "verbose",
+        "peer",
+        "p2p",
+    }
+)
+#: Tables whose keys apply to one command only, over the top-level ones (`[send]`, …).
+COMMAND_TABLES = frozenset({"serve", "send", "caps", "ping"})
+PEER_KEYS = frozenset({"agent_id", "endpoint", "secret", "secrets", "secret_file"})
+
+
+@dataclass(frozen=True, slots=True)
+class PeerEntry:
+    """A partner from one source: its endpoint and, if it has its own, its secrets."""
+
+    agent_id: str
+    endpoint: str | None = None
+    secrets: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFile:
+    path: Path | None = None
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    peers: tuple[PeerEntry, ...] = ()
+    p2p: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def read_secret_file(path: Path, partner: str) -> tuple[str, ...]:
+    """One secret a line, newest first; blank lines are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CliError(
+            f"cannot read the secret file of {partner!r}: {path}: {exc.strerror}"
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise CliError(f"secret file {path} of {partner!r} is not UTF-8 text") from exc
+    secrets = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if not secrets:
+        raise CliError(f"secret file {path} of {partner!r} holds no secret")
+    return secrets
+
+
+def load_config(path: str | None, command: str | None = None) -> ConfigFile:
+    """Read and check the TOML config file (an empty config when `path` is None).
+
+    The keys of the `[command]` table, if any, win over the top-level ones.
+    """
+    if path is None:
+        return ConfigFile()
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CliError(f"cannot read config file {file}: {exc.strerror}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CliError(f"config file {file} is not valid TOML: {exc}") from exc
+    unknown = sorted(set(data) - CONFIG_KEYS - COMMAND_TABLES)
+    if unknown:
+        raise CliError(f"config file {file}: unknown key {unknown[0]!r}")
+    for table in COMMAND_TABLES & set(data):
+        section = data[table]
+        if not isinstance(section, dict):
+            raise CliError(f"config file {file}: `{table}` must be a table ([{table}])")
+        unknown = sorted(set(section) - CONFIG_KEYS - {"peer", "p2p"})
+        if unknown or {"peer", "p2p"} & set(section):
+            bad = unknown[0] if unknown else sorted({"peer", "p2p"} & set(section))[0]
+            raise CliError(f"config file {file}: [{table}] cannot hold {bad!r}")
+    peers_raw = data.get("peer", [])
+    if not isinstance(peers_raw, list) or not all(isinstance(p, dict) for p in peers_raw):
+        raise CliError(f"config file {file}: `peer` must be an array of tables ([[peer]])")
+    peers = tuple(_config_peer(file, i, entry) for i, entry in enumerate(peers_raw))
+    p2p = data.get("p2p", {})
+    if not isinstance(p2p, dict):
+        raise CliError(f"config file {file}: `p2p` must be a table ([p2p])")
+    values = {k: v for k, v in data.items() if k in CONFIG_KEYS and k not in ("peer", "p2p")}
+    if command in data:
+        values.update(data[command])
+    return ConfigFile(path=file, values=values, peers=peers, p2p=p2p)
+
+
+def _config_peer(file: Path, index: int, entry: Mapping[str, Any]) -> PeerEntry:
+    where = f"config file {file}: [[peer]] #{index + 1}"
+    unknown = sorted(set(entry) - PEER_KEYS)
+    if unknown:
+        raise CliError(f"{where}: unknown key {unknown[0]!r}")
+    agent_id, endpoint = entry.get("agent_id"), entry.get("endpoint")
+    if not isinstance(agent_id, str) or not agent_id:
+        raise CliError(f"{where}: needs a string `agent_id`")
+    if not isinstance(endpoint, str):
+        raise CliError(f"{where} ({agent_id}): needs a string `endpoint`")
+    secrets: tuple[str, ...] | None = None
+    if "secrets" in entry:
+        raw = entry["secrets"]
+        if not isinstance(raw, list) or not raw or not all(isinstance(s, str) and s for s in raw):
+            raise CliError(f"{where} ({agent_id}): `secrets` must be a list of non-empty strings")
+        secrets = tuple(raw)
+    elif "secret" in entry:
+        if not isinstance(entry["secret"], str) or not entry["secret"]:
+            raise CliError(f"{where} ({agent_id}): `secret` must be a non-empty string")
+        secrets = (entry["secret"],)
+    elif "secret_file" in entry:
+        if not isinstance(entry["secret_file"], str):
+            raise CliError(f"{where} ({agent_id}): `secret_file` must be a path")
+        secret_path = file.parent / Path(entry["secret_file"]).expanduser()
+        secrets = read_secret_file(secret_path, agent_id)
+    return PeerEntry(agent_id, endpoint, secrets)
+
+
+# --- resolution ------------------------------------------------------------------------------
+
+
+class Settings:
+    """Looks each setting up in the flags, then the environment, then the config file."""
+
+    def __init__(
+        self, args: argparse.Namespace, env: Mapping[str, str], config: ConfigFile
+    ) -> None:
+        self.args = args
+        self.env = env
+        self.config = config
+
+    @classmethod
+    def load(cls, args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
+        path = getattr(args, "config", None) or env.get("SYNAPSE_CONFIG") or None
+        return cls(args, env, load_config(path, getattr(args, "command", None)))
+
+    def get(
+        self,
+        dest: str,
+        env: str | None,
+        key: str | None,
+        parse: Callable[[str], T],
+        default: T | None = None,
+    ) -> T | None:
+        """The setting `dest`: its flag, else `$env`, else the file's `key`, else `default`."""
+        value = getattr(self.args, dest, None)
+        if value is not None:
+            result: T = value
+            return result
+        if env is not None and self.env.get(env, "") != "":
+            try:
+                return parse(self.env[env])
+            except ValueError as exc:
+                raise CliError(f"environment variable {env}: {exc}") from exc
+        if key is not None and key in self.config.values:
+            raw = self.config.values[key]
+            try:
+                if isinstance(raw, str):
+                    return parse(raw)
+                if isinstance(raw, bool):
+                    return parse("true" if raw else "false")
+                if isinstance(raw, int):
+                    return parse(str(raw))
+            except ValueError as exc:
+                raise CliError(f"config file {self.config.path}: `{key}`: {exc}") from exc
+            raise CliError(f"config file {self.config.path}: `{key}` has the wrong type")
+        return default
+
+    def require(
+        self,
+        dest: str,
+        env: str | None,
+        key: str | None,
+        parse: Callable[[str], T],
+        *,
+        flag: str,
+    ) -> T:
+        value = self.get(dest, env, key, parse)
+        if value is None:
+            sources = [flag] + ([env] if env else []) + ([f"`{key}` in --config"] if key else [])
+            raise CliError(f"missing {flag} (set it with {', '.join(sources)})")
+        return value
+
+    def switch(self, dest: str, env: str, key: str) -> bool:
+        """A yes/no setting (its flag, declared with `default=None`, can only switch it on)."""
+        return bool(self.get(dest, env, key, parse_bool, False))
+
+    # --- partners --------------------------------------------------------------------------
+
+    def peer_entries(self) -> dict[str, PeerEntry]:
+        """Partners by agent id, merged: config file, then `SYNAPSE_PEERS`, then `--peer`."""
+        merged: dict[str, PeerEntry] = {p.agent_id: p for p in self.config.peers}
+
+        def add(text: str, where: str) -> None:
+            try:
+                agent_id, endpoint = parse_pair(text, "PARTNER_ID=CALLBACK_URL")
+                parse_url(endpoint)
+            except ValueError as exc:
+                raise CliError(f"bad {where} {text!r}: {exc}") from exc
+            old = merged.get(agent_id)
+            merged[agent_id] = PeerEntry(agent_id, endpoint, old.secrets if old else None)
+
+        for item in _split_list(self.env.get("SYNAPSE_PEERS", "")):
+            add(item, "SYNAPSE_PEERS entry")
+        for item in getattr(self.args, "peer", None) or ():
+            add(item, "--peer")
+        return merged
+
+    def own_secret_files(self) -> dict[str, Path]:
+        """`--peer-secret-file` flags, else `SYNAPSE_PEER_SECRET_FILES` (`ID=PATH,…`)."""
+        files: dict[str, Path] = {}
+        items: Sequence[tuple[str, str]] = [
+            ("SYNAPSE_PEER_SECRET_FILES entry", item)
+            for item in _split_list(self.env.get("SYNAPSE_PEER_SECRET_FILES", ""))
+        ] + [
+            ("--peer-secret-file", item)
+            for item in getattr(self.args, "peer_secret_file", None) or ()
+        ]
+        for where, item in items:
+            try:
+                agent_id, path = parse_pair(item, "PARTNER_ID=PATH")
+            except ValueError as exc:
+                raise CliError(f"bad {where}: {exc}") from exc
+            files[agent_id] = Path(path).expanduser()
+        return files
+
+    def default_secret(self) -> str | None:
+        return self.get("secret", "SYNAPSE_SECRET", "secret", str)
+
+    def partner(self, entry: PeerEntry, files: Mapping[str, Path], default: str | None) -> Partner:
+        """`entry` as a `Partner`, with its own secrets if it has any, else `default`."""
+        if entry.endpoint is None:
+            raise CliError(f"partner {entry.agent_id!r} has no endpoint")
+        if entry.agent_id in files:
+            secrets: tuple[str, ...] = read_secret_file(files[entry.agent_id], entry.agent_id)
+        elif entry.secrets is not None:
+            secrets = entry.secrets
+        elif default:
+            secrets = (default,)
+        else:
+            raise CliError(
+                f"no secret for partner {entry.agent_id!r}: give --secret "
+                f"(or SYNAPSE_SECRET) or --peer-secret-file {entry.agent_id}=PATH"
+            )
+        try:
+            return Partner(entry.agent_id, entry.endpoint, secrets)
+        except ValueError as exc:
+            raise CliError(f"partner {entry.agent_id!r}: {exc}") from exc
+
+    def partners(self) -> list[Partner]:
+        entries = self.peer_entries()
+        files = self.own_secret_files()
+        unknown = sorted(set(files) - set(entries))
+        if unknown:
+            raise CliError(
+                f"--peer-secret-file for {unknown[0]!r}, which is not a partner (add --peer)"
+            )
+        default = self.default_secret()
+        return [self.partner(entry, files, default) for entry in entries.values()]
+
+    # --- the engine's settings ---------------------------------------------------------------
+
+    def p2p_config(self, **base: Any) -> P2PConfig:
+        """`P2PConfig` from `base`, then the file's `[p2p]` table, then `--retries`."""
+        fields = {f.name for f in dataclasses.fields(P2PConfig)}
+        values = dict(base)
+        for name, value in self.config.p2p.items():
+            if name not in fields:
+                raise CliError(f"config file {self.config.path}: [p2p] has no setting {name!r}")
+            values[name] = value
+        retries = self.get("retries", "SYNAPSE_RETRIES", "retries", parse_count)
+        if retries is not None:
+            values["max_retries"] = retries
+        try:
+            return P2PConfig(**values)
+        except (TypeError, ValueError) as exc:
+            raise CliError(f"bad [p2p] settings: {exc}") from exc
+
+
+def _split_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
