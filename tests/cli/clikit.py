@@ -1,0 +1,199 @@
+"""Running `synapse` as a real subprocess on real 127.0.0.1 ports, with timeouts and cleanup."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+SECRET = "cli-test-secret"
+EXECUTOR = "exec"
+REQUESTER = "req"
+#: Every subprocess gets this long at most.
+TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    """A port nobody listens on right now (bind port 0, read it, release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/synapse/callback"
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment without any SYNAPSE_… setting of the person running the tests."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNAPSE_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "synapse.cli.main", *args]
+
+
+def run(
+    *args: str,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = TIMEOUT,
+    cwd: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `synapse ARGS` to its end; stdin is empty unless `input` is given."""
+    return subprocess.run(
+        command(*args),
+        input=input if input is not None else "",
+        capture_output=True,
+        text=True,
+        env=clean_env(env),
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
+@dataclass
+class Server:
+    """A `synapse serve` process; `lines` collects its stderr (its log) as it comes."""
+
+    process: subprocess.Popen[str]
+    port: int
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return url(self.port)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+            raise
+
+
+def _first_line(process: subprocess.Popen[str], timeout: float) -> str:
+    assert process.stderr is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stderr], [], [], 0.1)
+        if ready:
+            return process.stderr.readline()
+        if process.poll() is not None:
+            return process.stderr.readline()
+    raise TimeoutError("serve printed nothing")
+
+
+@contextlib.contextmanager
+def serve(
+    *args: str,
+    port: int | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    port_flag: bool = True,
+) -> Iterator[Server]:
+    """`synapse serve --port PORT ARGS`, once its first log line (`listening`) is out.
+
+    With `port_flag=False` the port must come from the environment or a config file.
+    """
+    port = port or free_port()
+    flags = ["--port", str(port)] if port_flag else []
+    process = subprocess.Popen(
+        command("serve", *flags, *args),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(env),
+        cwd=cwd,
+    )
+    server = Server(process, port)
+    try:
+        first = _first_line(process, TIMEOUT)
+        server.lines.append(first)
+
+        def drain() -> None:
+            assert process.stderr is not None
+            for line in process.stderr:
+                server.lines.append(line)
+
+        threading.Thread(target=drain, daemon=True).start()
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+
+def executor_args(requester_port: int, *extra: str) -> list[str]:
+    """The executor's flags: agent `exec`, partner `req` at `requester_port`."""
+    return [
+        "--agent-id",
+        EXECUTOR,
+        "--secret",
+        SECRET,
+        "--peer",
+        f"{REQUESTER}={url(requester_port)}",
+        *extra,
+    ]
+
+
+def client_args(server: Server, requester_port: int, *, secret: str = SECRET) -> list[str]:
+    """`send`/`caps`/`ping` flags to talk to `server` as `req` listening on `requester_port`."""
+    return [
+        "--target",
+        server.url,
+        "--agent-id",
+        EXECUTOR,
+        "--as",
+        REQUESTER,
+        "--secret",
+        secret,
+        "--listen",
+        f"127.0.0.1:{requester_port}",
+    ]
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The lines of stderr that are `synapse: …` errors."""
+    return [line for line in stderr.splitlines() if line.startswith("synapse: ")]
+
+
+def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+__all__: Sequence[str] = [
+    "EXECUTOR",
+    "REQUESTER",
+    "SECRET",
+    "Server",
+    "client_args",
+    "command",
+    "error_lines",
+    "executor_args",
+    "free_port",
+    "no_traceback",
+    "run",
+    "serve",
+    "url",
+]

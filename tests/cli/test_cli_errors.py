@@ -1,0 +1,172 @@
+"""Every user error is one readable line on stderr, a meaningful exit status, no traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+import pytest
+from clikit import (
+    EXECUTOR,
+    REQUESTER,
+    SECRET,
+    Server,
+    client_args,
+    error_lines,
+    free_port,
+    no_traceback,
+    run,
+    url,
+)
+
+
+def one_error(result: subprocess.CompletedProcess[str], status: int = 2) -> str:
+    no_traceback(result)
+    assert result.returncode == status, result.stderr
+    [line] = error_lines(result.stderr)
+    return line
+
+
+def test_wrong_secret_is_403_permission_denied(executor: Server, requester_port: int) -> None:
+    result = run(
+        "send", *client_args(executor, requester_port, secret="wrong"), "echo", '{"text": "x"}'
+    )
+    line = one_error(result)
+    assert line.startswith("synapse: 403 permission_denied: "), line
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["send", "caps", "ping"])
+def test_unreachable_target_is_reported_quickly(command: str) -> None:
+    dead = free_port()  # nobody listens there
+    args = [
+        "--target",
+        url(dead),
+        "--agent-id",
+        EXECUTOR,
+        "--as",
+        REQUESTER,
+        "--secret",
+        SECRET,
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+    ]
+    extra = ["echo", '{"text": "x"}'] if command == "send" else []
+    started = time.monotonic()
+    result = run(command, *args, *extra)
+    elapsed = time.monotonic() - started
+    line = one_error(result)
+    assert line.startswith(f"synapse: cannot reach {EXECUTOR} at {url(dead)}: "), line
+    assert "after 3 attempts" in line
+    assert elapsed < 8, elapsed  # the CLI's small retry budget, not the contract's 62 s
+
+
+def test_retries_flag_sets_the_budget() -> None:
+    result = run(
+        "ping",
+        "--target",
+        url(free_port()),
+        "--agent-id",
+        EXECUTOR,
+        "--as",
+        REQUESTER,
+        "--secret",
+        SECRET,
+        "--listen",
+        "127.0.0.1:9",
+        "--retries",
+        "0",
+    )
+    assert "after 1 attempts" in one_error(result)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--field", "nameless", "echo", "{}"],
+            "malformed --field 'nameless': expected NAME=VALUE",
+        ),
+        (["--field", "=x", "echo", "{}"], "malformed --field '=x': expected NAME=VALUE"),
+        (["echo", '{"text": '], "bad PAYLOAD_JSON '{\"text\": ': Expecting value"),
+        (["echo", "[1, 2]"], "bad PAYLOAD_JSON '[1, 2]': expected a JSON object"),
+        (["echo", '{"n": NaN}'], "bad PAYLOAD_JSON '{\"n\": NaN}': NaN is not JSON"),
+    ],
+)
+def test_malformed_input_is_refused_before_anything_is_sent(
+    executor: Server, requester_port: int, args: list[str], message: str
+) -> None:
+    line = one_error(run("send", *client_args(executor, requester_port), *args))
+    assert line.startswith(f"synapse: {message}"), line
+
+
+def test_port_in_use_for_listen(executor: Server) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("send", *client_args(executor, port), "echo", '{"text": "x"}')
+    line = one_error(result)
+    assert line == f"synapse: cannot listen on 127.0.0.1:{port}: address already in use"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "missing --as"),
+        (["--as", "me"], "missing --target URL"),
+        (["--as", "me", "--target", "http://127.0.0.1:9/x"], "missing --agent-id ID"),
+        (
+            ["--as", "me", "--target", "http://127.0.0.1:9/x", "--agent-id", "e"],
+            "no secret for partner 'e'",
+        ),
+        (
+            ["--as", "me", "--target", "http://127.0.0.1:9/x", "--agent-id", "e", "--secret", "s"],
+            "missing --listen HOST:PORT",
+        ),
+        (["--target", "not a url"], "argument --target: not an absolute URL"),
+        (["--listen", "nowhere"], "argument --listen: expected HOST:PORT"),
+        (["--signing", "both"], "argument --signing: signing must be 'header' or 'body'"),
+        (["--approve", "--reject"], "argument --reject: not allowed with argument --approve"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_send_usage_errors(args: list[str], message: str) -> None:
+    line = one_error(run("send", *args, "echo", '{"text": "x"}'))
+    assert line.startswith(f"synapse: {message}"), line
+
+
+def test_no_command_prints_help_and_exits_2() -> None:
+    result = run()
+    assert result.returncode == 2
+    assert "usage: synapse" in result.stderr
+
+
+def test_help_everywhere() -> None:
+    for command in ("serve", "send", "caps", "ping", "schema", "demo"):
+        result = run(command, "--help")
+        assert result.returncode == 0, command
+        assert f"usage: synapse {command}" in result.stdout
+
+
+def test_a_bad_config_file_is_one_line(tmp_path: object) -> None:
+    from pathlib import Path
+
+    config = Path(str(tmp_path)) / "bad.toml"
+    config.write_text("agent_id = \n")
+    line = one_error(run("serve", "--config", str(config)))
+    assert line.startswith(f"synapse: config file {config} is not valid TOML"), line
+    config.write_text('agent_idd = "x"\n')
+    line = one_error(run("serve", "--config", str(config)))
+    assert line == f"synapse: config file {config}: unknown key 'agent_idd'"
+    line = one_error(run("serve", "--config", str(config.parent / "missing.toml")))
+    assert line.startswith("synapse: cannot read config file"), line
+
+
+def test_a_bad_environment_variable_is_one_line() -> None:
+    result = run("serve", "--agent-id", "e", env={"SYNAPSE_PORT": "eighty"})
+    line = one_error(result)
+    assert (
+        line == "synapse: environment variable SYNAPSE_PORT: not a port number (0-65535): 'eighty'"
+    )

@@ -1,0 +1,231 @@
+"""`synapse send` against a real `synapse serve`, for every demo task type, each a subprocess."""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import subprocess
+import time
+
+import pytest
+from clikit import (
+    Server,
+    clean_env,
+    client_args,
+    command,
+    error_lines,
+    no_traceback,
+    run,
+)
+
+
+def send(
+    executor: Server, port: int, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    result = run("send", *client_args(executor, port), *args, input=input)
+    no_traceback(result)
+    return result
+
+
+def test_echo_prints_the_text(executor: Server, requester_port: int) -> None:
+    result = send(executor, requester_port, "echo", '{"text": "hello, exec"}')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "hello, exec\n"
+    assert "✓ confirmed" in result.stderr
+    assert "✓ completed" in result.stderr
+
+
+def test_slow_reports_progress_as_plain_lines_off_a_tty(
+    executor: Server, requester_port: int
+) -> None:
+    result = send(executor, requester_port, "slow", '{"steps": 4, "delay": 0.01}')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "done after 4 steps\n"
+    progress = [line for line in result.stderr.splitlines() if line.startswith("progress")]
+    assert progress == [
+        "progress 25% step 1/4",
+        "progress 50% step 2/4",
+        "progress 75% step 3/4",
+        "progress 100% step 4/4",
+    ]
+
+
+def test_need_info_answered_through_stdin(executor: Server, requester_port: int) -> None:
+    result = send(executor, requester_port, "text_generation", '{"prompt": "春天"}', input="现代\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "《春天》(现代风格)\n"
+    # The question, its reason, the suggested value and the alternatives were shown.
+    assert "请选择生成风格" in result.stderr
+    assert "未指定生成风格" in result.stderr
+    assert "[古典]" in result.stderr
+    assert "现代, 浪漫" in result.stderr
+
+
+def test_need_info_empty_answer_takes_the_suggested_value(
+    executor: Server, requester_port: int
+) -> None:
+    result = send(executor, requester_port, "text_generation", '{"prompt": "p"}', input="\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "《p》(古典风格)\n"
+
+
+def test_need_info_answered_with_field(executor: Server, requester_port: int) -> None:
+    result = send(
+        executor, requester_port, "--field", "style=浪漫", "text_generation", '{"prompt": "p"}'
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "《p》(浪漫风格)\n"
+    assert "请选择生成风格" not in result.stderr  # nothing was asked
+
+
+def test_need_info_without_an_answer_cancels_and_says_how(
+    executor: Server, requester_port: int
+) -> None:
+    result = send(executor, requester_port, "text_generation", '{"prompt": "p"}', input="")
+    assert result.returncode == 2
+    assert error_lines(result.stderr) == [
+        "synapse: no answer for `style`: stdin is closed (answer with --field style=VALUE)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "stdout", "error"),
+    [
+        (["--approve"], 0, "portrait of Ada\n", None),
+        (["--reject", "--notes", "no consent"], 1, "", "failed: permission_denied: no consent"),
+    ],
+    ids=["approve", "reject"],
+)
+def test_need_human_answered_with_flags(
+    executor: Server,
+    requester_port: int,
+    answer: list[str],
+    status: int,
+    stdout: str,
+    error: str | None,
+) -> None:
+    result = send(executor, requester_port, *answer, "portrait", '{"subject": "Ada"}')
+    assert result.returncode == status, result.stderr
+    assert result.stdout == stdout
+    assert "[ethical_decision] 涉及伦理决策需要人工审核" in result.stderr
+    if error:
+        assert error_lines(result.stderr) == [f"synapse: {error}"]
+
+
+@pytest.mark.parametrize(
+    ("lines", "status", "stdout"),
+    [("a\nlooks fine\n", 0, "portrait of Ada\n"), ("reject\nnot today\n", 1, "")],
+    ids=["approve", "reject"],
+)
+def test_need_human_answered_through_stdin(
+    executor: Server, requester_port: int, lines: str, status: int, stdout: str
+) -> None:
+    result = send(executor, requester_port, "portrait", '{"subject": "Ada"}', input=lines)
+    assert result.returncode == status, result.stderr
+    assert result.stdout == stdout
+    # Reason, context, progress and the option were all shown before the question.
+    for shown in (
+        "涉及伦理决策需要人工审核",
+        "task: 生成一张人物肖像: Ada",
+        "progress: 30%",
+        "blocked: 需要确认肖像使用授权",
+        "option: authorized = true",
+        "approve or reject? [a/r]:",
+    ):
+        assert shown in result.stderr
+    if status:
+        assert error_lines(result.stderr) == ["synapse: failed: permission_denied: not today"]
+
+
+def test_fail_exits_1_with_the_error(executor: Server, requester_port: int) -> None:
+    result = send(executor, requester_port, "fail")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert error_lines(result.stderr) == [
+        "synapse: failed: execution_failed: the demo task `fail` always fails (recoverable)"
+    ]
+
+
+def test_unknown_task_type_is_rejected(executor: Server, requester_port: int) -> None:
+    result = send(executor, requester_port, "translate", '{"text": "hi"}')
+    assert result.returncode == 1
+    assert error_lines(result.stderr) == [
+        "synapse: rejected: capability_lacking: task type 'translate' is not offered"
+    ]
+
+
+def test_json_prints_one_event_per_line_and_the_outcome(
+    executor: Server, requester_port: int
+) -> None:
+    result = send(
+        executor,
+        requester_port,
+        "--json",
+        "--task-id",
+        "cli-json-1",
+        "--field",
+        "style=现代",
+        "text_generation",
+        '{"prompt": "p"}',
+    )
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "submitted"
+    assert kinds[1:3] == ["task_need_info", "info_provided"]
+    assert kinds[-2:] == ["task_complete", "outcome"]
+    assert {e["task_id"] for e in events[:-1]} == {"cli-json-1"}
+    assert events[1]["payload"]["missing_fields"][0]["field"] == "style"
+    assert events[-1] == {
+        "event": "outcome",
+        "state": "completed",
+        "result": {
+            "output_type": "text",
+            "output": "《p》(现代风格)",
+            "metadata": {"prompt": "p", "style": "现代"},
+        },
+    }
+    assert result.stderr == ""  # no narrative with --json
+
+
+def test_body_signing(executor: Server, requester_port: int) -> None:
+    result = send(executor, requester_port, "--signing", "body", "echo", '{"text": "signed"}')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "signed\n"
+    assert any("signed_by=body" in line for line in executor.lines)
+
+
+def test_ctrl_c_cancels_the_task(executor: Server, requester_port: int) -> None:
+    process = subprocess.Popen(
+        command(
+            "send",
+            *client_args(executor, requester_port),
+            "slow",
+            '{"steps": 100, "delay": 0.1}',
+        ),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert process.stderr is not None
+        seen = ""
+        deadline = time.monotonic() + 20
+        while "progress" not in seen and time.monotonic() < deadline:  # it is executing
+            if select.select([process.stderr], [], [], 0.2)[0]:
+                seen += process.stderr.readline()
+        assert "progress" in seen, seen
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    assert process.returncode == 1, seen + err
+    assert "cancelling" in err
+    assert error_lines(err) == ["synapse: cancelled"]
+    assert out == ""
+    assert any("p2p:task_cancel" in line and "task_ack" in line for line in executor.lines)

@@ -1,0 +1,198 @@
+"""`synapse serve` as a process: first log line, signals, settings from everywhere, handlers."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import textwrap
+from pathlib import Path
+
+import pytest
+from clikit import (
+    EXECUTOR,
+    REQUESTER,
+    SECRET,
+    client_args,
+    error_lines,
+    executor_args,
+    free_port,
+    no_traceback,
+    run,
+    serve,
+    url,
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_listening_is_the_first_line_and_a_signal_exits_0(sig: signal.Signals) -> None:
+    port = free_port()
+    with serve(*executor_args(free_port()), port=port) as server:
+        assert "listening" in server.lines[0]
+        assert url(port) in server.lines[0]
+        assert server.stop(sig) == 0
+    log = "".join(server.lines)
+    assert "shutting_down" in log and "stopped" in log
+    assert "Traceback" not in log
+
+
+def test_log_json_is_one_object_a_line_listening_first() -> None:
+    requester_port = free_port()
+    with serve(*executor_args(requester_port), "--log-json") as server:
+        result = run("ping", *client_args(server, requester_port))
+        assert result.returncode == 0, result.stderr
+        assert server.stop() == 0
+    events = [json.loads(line) for line in server.lines]
+    assert events[0]["event"] == "listening"
+    assert events[0]["url"] == server.url
+    received = [e for e in events if e["event"] == "message_in"]
+    assert [e["type"] for e in received] == ["p2p:heartbeat"]  # one line per message
+    assert received[0]["sender"] == REQUESTER
+
+
+def test_settings_from_the_environment() -> None:
+    requester_port, port = free_port(), free_port()
+    env = {
+        "SYNAPSE_AGENT_ID": EXECUTOR,
+        "SYNAPSE_PORT": str(port),
+        "SYNAPSE_SECRET": SECRET,
+        "SYNAPSE_PEERS": f"someone=http://127.0.0.1:1/x,{REQUESTER}={url(requester_port)}",
+    }
+    with serve(port=port, env=env, port_flag=False) as server:
+        assert url(port) in server.lines[0]
+        result = run("send", *client_args(server, requester_port), "echo", '{"text": "env"}')
+        assert (result.returncode, result.stdout) == (0, "env\n"), result.stderr
+
+
+def test_settings_from_a_config_file_with_per_partner_secrets(tmp_path: Path) -> None:
+    requester_port, port = free_port(), free_port()
+    (tmp_path / "req.secrets").write_text("newest-secret\nolder-secret\n")
+    config = tmp_path / "exec.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            agent_id = "{EXECUTOR}"
+            secret = "the-default-secret"
+
+            [serve]
+            port = {port}
+
+            [[peer]]
+            agent_id = "{REQUESTER}"
+            endpoint = "{url(requester_port)}"
+            secret_file = "req.secrets"
+
+            [p2p]
+            max_concurrent_tasks = 7
+            """
+        )
+    )
+    with serve("--config", str(config), port=port, port_flag=False) as server:
+        args = client_args(server, requester_port)
+        # req signs with the older secret (its first): the executor accepts any of req's.
+        (tmp_path / "exec.secrets").write_text("older-secret\nnewest-secret\n")
+        rotated = [*args, "--peer-secret-file", f"{EXECUTOR}={tmp_path / 'exec.secrets'}"]
+        result = run("caps", *rotated)
+        assert result.returncode == 0, result.stderr
+        assert "at most 7 tasks at once" in result.stdout
+        result = run("caps", *args)  # the default secret is not req's
+        assert result.returncode == 2
+        assert error_lines(result.stderr)[0].startswith("synapse: 403 permission_denied: ")
+
+
+def test_a_flag_beats_the_environment() -> None:
+    requester_port, port = free_port(), free_port()
+    env = {"SYNAPSE_PORT": "1", "SYNAPSE_AGENT_ID": "not-this-one"}
+    with serve(*executor_args(requester_port), port=port, env=env) as server:
+        assert url(port) in server.lines[0]
+        assert f"agent_id={EXECUTOR}" in server.lines[0]
+
+
+HANDLER = """
+from synapse.types import Capability
+
+
+class Upper:
+    def get_capabilities(self):
+        return [Capability(name="upper", description="uppercases text", version="2.0")]
+
+    def validate_task(self, task_type, payload):
+        return [], True
+
+    async def execute_task(self, ctx, task_type, payload):
+        return payload["text"].upper()
+"""
+
+
+def test_handler_names_another_task_handler(tmp_path: Path) -> None:
+    (tmp_path / "myhandler.py").write_text(HANDLER)
+    requester_port = free_port()
+    with serve(
+        *executor_args(requester_port, "--handler", "myhandler:Upper"), cwd=str(tmp_path)
+    ) as server:
+        result = run("send", *client_args(server, requester_port), "upper", '{"text": "abc"}')
+        assert (result.returncode, result.stdout) == (0, "ABC\n"), result.stderr
+        caps = run("caps", *client_args(server, requester_port), "--json")
+        assert [c["name"] for c in json.loads(caps.stdout)["capabilities"]] == ["upper"]
+
+
+@pytest.mark.parametrize(
+    ("handler", "message"),
+    [
+        ("nomodule_here:Thing", "cannot import handler module 'nomodule_here'"),
+        ("json:NoSuchThing", "handler 'json:NoSuchThing': json has no 'NoSuchThing'"),
+        ("json:dumps", "handler 'json:dumps' is not a TaskHandler"),
+        ("json", "bad --handler 'json': expected MODULE:ATTR"),
+    ],
+)
+def test_a_bad_handler_is_one_line(handler: str, message: str) -> None:
+    result = run("serve", "--port", "0", *executor_args(free_port()), "--handler", handler)
+    no_traceback(result)
+    assert result.returncode == 2
+    [line] = error_lines(result.stderr)
+    assert line.startswith(f"synapse: {message}"), line
+
+
+def test_store_path_keeps_tasks_in_sqlite(tmp_path: Path) -> None:
+    requester_port = free_port()
+    db = tmp_path / "exec.sqlite"
+    with serve(*executor_args(requester_port, "--store", str(db))) as server:
+        result = run(
+            "send", *client_args(server, requester_port), "--task-id", "kept", "echo", "{}"
+        )
+        assert result.returncode == 1  # echo needs `text`: rejected, which is a task too
+        assert server.stop() == 0
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT task_id, state FROM tasks").fetchall()
+    assert rows == [("kept", "rejected")]
+
+
+def test_port_in_use_is_one_line() -> None:
+    requester_port = free_port()
+    with serve(*executor_args(requester_port)) as server:
+        result = run("serve", "--port", str(server.port), *executor_args(requester_port))
+        no_traceback(result)
+        assert result.returncode == 2
+        assert error_lines(result.stderr) == [
+            f"synapse: cannot listen on 127.0.0.1:{server.port}: address already in use"
+        ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "0", "--secret", "s", "--peer", "r=http://h/"], "missing --agent-id"),
+        (["--agent-id", "e", "--secret", "s", "--peer", "r=http://h/"], "missing --port"),
+        (["--agent-id", "e", "--port", "0", "--secret", "s"], "no partner"),
+        (["--agent-id", "e", "--port", "0", "--peer", "r=http://h/"], "no secret for partner"),
+        (["--agent-id", "e", "--port", "0", "--secret", "s", "--peer", "r"], "bad --peer 'r'"),
+        (["--agent-id", "e", "--port", "x"], "argument --port: not a port number"),
+    ],
+)
+def test_serve_usage_errors(args: list[str], message: str) -> None:
+    result = run("serve", *args)
+    no_traceback(result)
+    assert result.returncode == 2
+    [line] = error_lines(result.stderr)
+    assert line.startswith(f"synapse: {message}"), line
+    assert result.stderr.count("\n") == 1
