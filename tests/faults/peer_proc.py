@@ -1,0 +1,234 @@
+"""One `Peer` in its own process, for the fault tests (independent of `synapse serve`).
+
+    python tests/faults/peer_proc.py --agent-id agent-e --port 8001 --store e.sqlite \\
+        --peer agent-r=http://127.0.0.1:8002/synapse/callback --secret s3cret [--fast] ...
+
+It serves the Synapse endpoint `POST /synapse/callback` and, beside it, a small control API
+the tests drive it with (`/control/submit`, `/control/tasks`, `/control/stats`). Once it
+accepts connections, with its tasks restored from the store, it prints its endpoint as the
+first line of stdout. It logs (structlog, JSON lines) to stderr only, and exits cleanly on
+SIGTERM or SIGINT; the tests also SIGKILL it.
+
+With `--executions-log PATH` every start of a handler appends `requester/task_id` to PATH and
+flushes, so that a test can count executions across a SIGKILL and a restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from synapse.demo.handler import DemoHandler
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.engine import TaskRecord, Validation
+from synapse.p2p.handler import ExecutionContext
+from synapse.p2p.persistence import MemoryStore, TaskStore
+from synapse.store import SqliteStore
+from synapse.transport.partners import Partner
+from synapse.transport.peer import Peer
+from synapse.types import Capability
+
+PATH = "/synapse/callback"
+
+
+class CountingHandler:
+    """The demo handler, counting (and optionally logging) every handler start."""
+
+    def __init__(self, *, resumable: bool, log_path: str | None) -> None:
+        self.inner = DemoHandler()
+        self.resumable = resumable
+        self.executions: Counter[str] = Counter()
+        self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
+
+    def get_capabilities(self) -> Sequence[Capability]:
+        return self.inner.get_capabilities()
+
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
+        return self.inner.validate_task(task_type, payload)
+
+    def is_resumable(self, task_type: str) -> bool:
+        return self.resumable
+
+    async def execute_task(
+        self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
+    ) -> Any:
+        key = str(ctx.key)
+        self.executions[key] += 1
+        if self._log is not None:
+            self._log.write(key + "\n")
+            self._log.flush()
+        return await self.inner.execute_task(ctx, task_type, payload)
+
+
+def _record(rec: TaskRecord, *, history: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "key": str(rec.key),
+        "requester": rec.key.requester,
+        "task_id": rec.key.task_id,
+        "role": rec.role.value,
+        "state": rec.state.value,
+        "error": (
+            {
+                "code": rec.error.code,
+                "message": rec.error.message,
+                "recoverable": rec.error.recoverable,
+            }
+            if rec.error
+            else None
+        ),
+        "output": rec.result.output if rec.result else None,
+        "dead_letters": list(rec.dead_letters),
+    }
+    if history:
+        out["history"] = [
+            [t.from_state.value, t.to_state.value, t.event.value, t.message_id] for t in rec.history
+        ]
+    return out
+
+
+def _config(args: argparse.Namespace) -> P2PConfig:
+    if not args.fast:
+        return P2PConfig(max_concurrent_tasks=args.max_concurrent_tasks)
+    return P2PConfig(
+        max_retries=args.max_retries,
+        retry_base_delay=0.05,
+        retry_max_delay=0.2,
+        heartbeat_interval=args.heartbeat_interval,
+        request_timeout=5.0,
+        max_concurrent_tasks=args.max_concurrent_tasks,
+        dead_letter_after=args.dead_letter_after,
+    )
+
+
+def _routes(peer: Peer, handler: CountingHandler) -> list[web.RouteDef]:
+    async def submit(request: web.Request) -> web.Response:
+        body = await request.json()
+        count = int(body.get("count", 1))
+        prefix = body.get("prefix")
+        ids = []
+        for i in range(count):
+            handle = await peer.submit(
+                body["partner"],
+                body["task_type"],
+                body.get("payload") or {},
+                task_id=f"{prefix}-{i}" if prefix else None,
+            )
+            ids.append(handle.task_id)
+        return web.json_response({"task_ids": ids})
+
+    async def tasks(request: web.Request) -> web.Response:
+        engine = peer.protocol.engine
+        if request.query.get("summary"):
+            states = Counter(rec.state.value for rec in engine.tasks.values())
+            return web.json_response({"states": dict(states), "total": len(engine.tasks)})
+        history = request.query.get("history", "1") != "0"
+        return web.json_response(
+            {"tasks": [_record(rec, history=history) for rec in engine.tasks.values()]}
+        )
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "executions": dict(handler.executions),
+                "pending_deliveries": peer.protocol.pending_deliveries,
+            }
+        )
+
+    return [
+        web.post("/control/submit", submit),
+        web.get("/control/tasks", tasks),
+        web.get("/control/stats", stats),
+    ]
+
+
+def _store(spec: str) -> TaskStore:
+    return MemoryStore() if spec == "memory" else SqliteStore(spec)
+
+
+async def run(args: argparse.Namespace) -> None:
+    config = _config(args)
+    partners = []
+    for item in args.peer:
+        agent_id, _, url = item.partition("=")
+        partners.append(Partner(agent_id, url, (args.secret,)))
+    handler = CountingHandler(resumable=args.resumable, log_path=args.executions_log)
+    peer = Peer(
+        args.agent_id,
+        partners=partners,
+        handler=handler,
+        config=config,
+        store=_store(args.store),
+        serve=False,
+    )
+    app = web.Application(client_max_size=config.max_body_size + 1024)
+    endpoint = f"http://{args.host}:{args.port}{PATH}"
+    peer.attach(app, endpoint)
+    app.add_routes(_routes(peer, handler))
+    # Restore before accepting connections: nothing may reach a half-restored peer.
+    await peer.start()
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port, reuse_address=True)
+    await site.start()
+    print(endpoint, flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await peer.close(drain_timeout=args.drain_timeout)
+    await runner.cleanup()
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agent-id", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--store", default="memory", help="PATH of an SQLite file, or memory")
+    parser.add_argument("--peer", action="append", default=[], help="PARTNER_ID=CALLBACK_URL")
+    parser.add_argument("--secret", required=True)
+    parser.add_argument("--fast", action="store_true", help="short retries and heartbeats")
+    parser.add_argument("--max-retries", type=int, default=2)
+    parser.add_argument("--heartbeat-interval", type=float, default=0.3)
+    parser.add_argument("--dead-letter-after", type=float, default=3600.0)
+    parser.add_argument("--max-concurrent-tasks", type=int, default=100)
+    parser.add_argument("--resumable", action="store_true", help="handlers resume on restart")
+    parser.add_argument("--executions-log", default=None)
+    parser.add_argument("--drain-timeout", type=float, default=0.5)
+    parser.add_argument("--log-level", default="warning")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    level = logging.getLevelNamesMapping()[args.log_level.upper()]
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    if args.store != "memory":
+        Path(args.store).parent.mkdir(parents=True, exist_ok=True)
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
