@@ -131,7 +131,11 @@ class Context:
             state = exchange.payload.get("state")
             if isinstance(state, str):
                 trace.observe(
-                    state, exchange.sent_at, exchange.received_at, f"task_ack to {exchange.label}"
+                    state,
+                    exchange.sent_at,
+                    exchange.received_at,
+                    f"task_ack to {exchange.label}",
+                    by_requester=True,
                 )
                 if state == "cancelled":
                     trace.finalize(exchange.received_at)
@@ -500,6 +504,24 @@ async def flow_invalid_task(ctx: Context) -> None:
         reason = exchange.payload.get("reason") or {}
         if reason.get("code") != "invalid_params":
             raise CheckFailed(f"slow {payload}: task_reject {reason!r}, expected invalid_params")
+
+
+@check(
+    "flow.deadline_passed",
+    "a task whose deadline has already passed gets task_reject execution_timeout",
+    "CONTRACT §6",
+)
+async def flow_deadline_passed(ctx: Context) -> None:
+    task_id = ctx.new_task_id("deadline")
+    trace = ctx.listener.trace(task_id)
+    value = ctx.client.task_request(task_id, "echo", {"text": "too late"})
+    value["payload"]["task"]["deadline"] = format_timestamp(utc_now() - timedelta(seconds=60))
+    exchange = await ctx.client.post(value, label="task_request(echo, deadline passed)")
+    ctx.observe_decision(trace, exchange)
+    ctx.client.expect(exchange, "task_reject")
+    reason = exchange.payload.get("reason") or {}
+    if reason.get("code") != "execution_timeout":
+        raise CheckFailed(f"task_reject reason {reason!r}, expected execution_timeout")
 
 
 # --- signatures and authentication (CONTRACT §3, §4) --------------------------------------------

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
-from typing import Any, TextIO
+from collections.abc import Iterator
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -108,7 +110,23 @@ def _setting(args: argparse.Namespace, name: str, env: str, default: str | None 
     return value
 
 
-def _configure_logging(verbose: bool, stream: TextIO) -> None:
+class _Stderr:
+    """`sys.stderr` as it is when written to (a test may swap it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def _logging(verbose: bool) -> Iterator[None]:
+    """Kit events on stderr (warnings only unless `verbose`) for the run, unless the calling
+    program configured structlog itself; the configuration is put back afterwards."""
+    if structlog.is_configured():
+        yield
+        return
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -118,9 +136,13 @@ def _configure_logging(verbose: bool, stream: TextIO) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.INFO if verbose else logging.WARNING
         ),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        logger_factory=structlog.PrintLoggerFactory(cast(TextIO, _Stderr())),
         cache_logger_on_first_use=False,
     )
+    try:
+        yield
+    finally:
+        structlog.reset_defaults()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,20 +173,20 @@ def run(args: argparse.Namespace) -> int:
     if not str(target).startswith(("http://", "https://")):
         err.write(f"synapse conformance: error: --target must be an http(s) URL: {target!r}\n")
         return USAGE_ERROR
-    _configure_logging(bool(getattr(args, "verbose", False)), err)
     timing = Timing(callback_timeout=float(getattr(args, "timeout", Timing.callback_timeout)))
     try:
-        report = asyncio.run(
-            run_conformance(
-                target,
-                agent_id,
-                secret,
-                kit_id=kit_id,
-                listen=listen,
-                timing=timing,
-                only=tuple(getattr(args, "only", None) or ()),
+        with _logging(bool(getattr(args, "verbose", False))):
+            report = asyncio.run(
+                run_conformance(
+                    target,
+                    agent_id,
+                    secret,
+                    kit_id=kit_id,
+                    listen=listen,
+                    timing=timing,
+                    only=tuple(getattr(args, "only", None) or ()),
+                )
             )
-        )
     except OSError as exc:  # the listen address is taken or not ours
         err.write(f"synapse conformance: error: cannot listen on {listen}: {exc}\n")
         return USAGE_ERROR

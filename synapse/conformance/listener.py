@@ -118,8 +118,10 @@ class TaskTrace:
     cursor: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def observe(self, state: str, start: int, end: int, source: str) -> None:
-        self.observations.append(Observation(state, start, end, source))
+    def observe(
+        self, state: str, start: int, end: int, source: str, *, by_requester: bool = False
+    ) -> None:
+        self.observations.append(Observation(state, start, end, source, by_requester))
 
     def finalize(self, at: int) -> None:
         if self.final_at is None:

@@ -10,8 +10,10 @@ request somewhere in between and a callback may cross it.
 
 "Never backwards" over a graph with loops (executing → info_needed → info_provided →
 executing) means: whenever one observation certainly precedes another, the later state is
-reachable from the earlier one in the executor's graph below (seed §3, CONTRACT §6). The graph
-is the kit's own, written from the contract, not imported from the engine it may be checking.
+reachable from the earlier one in the executor's graph below (seed §3, CONTRACT §6) — through
+the moves that need a message of the requester's (info, decision, cancel) only if the kit sent
+one in between. The graph is the kit's own, written from the contract, not imported from the
+engine it may be checking.
 """
 
 from __future__ import annotations
@@ -38,9 +40,26 @@ FINAL = frozenset({"completed", "failed", "cancelled", "rejected"})
 _EXITS = frozenset({"failed", "cancelled"})
 
 
-def _closure() -> dict[str, frozenset[str]]:
+#: Moves the executor makes only on a message of the requester's (`task_info_provided`,
+#: `human_decision`, `task_cancel`): between two observations without any such message from
+#: the kit in between, they cannot have happened.
+REQUESTER_MOVES: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("info_needed", "info_provided"),
+        ("need_human", "human_approved"),
+        ("need_human", "human_rejected"),
+    }
+    | {(state, "cancelled") for state in EXECUTOR_MOVES if state not in FINAL}
+)
+
+
+def _closure(*, aided: bool) -> dict[str, frozenset[str]]:
     moves = {
-        state: (targets | _EXITS if state not in FINAL else targets)
+        state: frozenset(
+            target
+            for target in (targets | _EXITS if state not in FINAL else targets)
+            if aided or (state, target) not in REQUESTER_MOVES
+        )
         for state, targets in EXECUTOR_MOVES.items()
     }
     reach: dict[str, frozenset[str]] = {}
@@ -58,7 +77,9 @@ def _closure() -> dict[str, frozenset[str]]:
 
 #: `REACHABLE[a]`: every state the executor may be in at some time after being in `a`
 #: (`a` itself included).
-REACHABLE: Mapping[str, frozenset[str]] = _closure()
+REACHABLE: Mapping[str, frozenset[str]] = _closure(aided=True)
+#: `UNAIDED[a]`: the same without any message from the requester meanwhile.
+UNAIDED: Mapping[str, frozenset[str]] = _closure(aided=False)
 
 #: The state a callback type says the executor is in (`task_status_update` says it itself).
 CALLBACK_STATES: Mapping[str, str] = {
@@ -86,6 +107,9 @@ class Observation:
     end: int
     #: What told it, for reasons ("task_ack to task_cancel", "task_status_update").
     source: str
+    #: True for the `task_ack` to a message of the kit's own (info, decision, cancel): the
+    #: executor applied that message between `start` and `end`.
+    by_requester: bool = False
 
     @property
     def is_final(self) -> bool:
@@ -108,13 +132,18 @@ def backwards(observations: Sequence[Observation]) -> list[str]:
     for obs in considered:
         if obs.state not in REACHABLE:
             problems.append(f"{obs.source} names no executor state: {obs.state!r}")
+    aids = [o for o in observations if o.by_requester]
     for i, earlier in enumerate(considered):
         for later in considered[i + 1 :]:
-            if earlier.end >= later.start:
+            if earlier.end >= later.start or earlier.state not in REACHABLE:
                 continue  # they overlap: either order is possible
-            if earlier.state in REACHABLE and later.state not in REACHABLE[earlier.state]:
+            # Could one of the kit's messages have been applied between the two?
+            aided = any(o.end > earlier.start and o.start < later.end for o in aids)
+            reach = REACHABLE if aided else UNAIDED
+            if later.state not in reach[earlier.state]:
                 problems.append(
                     f"{earlier.state} ({earlier.source}) then {later.state} ({later.source})"
+                    + ("" if aided else " with no message of the requester in between")
                 )
     return problems
 
@@ -125,6 +154,8 @@ __all__ = [
     "EXECUTOR_MOVES",
     "FINAL",
     "REACHABLE",
+    "REQUESTER_MOVES",
+    "UNAIDED",
     "Observation",
     "backwards",
 ]

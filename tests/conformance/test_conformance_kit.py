@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from brokenpeers import DemoPeer, RunKit
 
@@ -31,6 +32,12 @@ def test_checks_are_unique_and_cover_the_spec() -> None:
     for check in CHECKS:
         assert check.title and check.section, check.id
     assert CHECKS[0].id == "setup"
+
+
+def test_the_docs_list_every_check_with_its_section_and_title() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "conformance.md").read_text()
+    for check in CHECKS:
+        assert f"| `{check.id}` | {check.section} | {check.title} |" in docs, check.id
 
 
 async def test_report_as_table_and_json(run_kit: RunKit) -> None:
