@@ -134,20 +134,24 @@ class Follower:
         self.interrupts += 1
         self.interrupted.set()
 
-    async def _race(self, awaitable: Awaitable[T]) -> T | None:
-        """`awaitable`'s result, or None if the person interrupts first."""
+    async def _race(self, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
+        """(True, `awaitable`'s result), or (False, None) if, first, the person interrupts
+        or the task ends (a deadline, the executor gave up): the answer is no longer needed."""
         task = asyncio.ensure_future(awaitable)
-        stop = asyncio.ensure_future(self.interrupted.wait())
+        stops: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.interrupted.wait())]
+        if self.handle is not None:
+            stops.append(asyncio.ensure_future(self.handle.result()))
         try:
-            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, *stops}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stop.cancel()
+            for stop in stops:
+                stop.cancel()
         if task.done():
-            return task.result()
+            return True, task.result()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        return None
+        return False, None
 
     async def cancel(self, reason: str) -> None:
         if self.handle is None or self.cancel_sent or self.handle.state.is_final:
@@ -265,10 +269,10 @@ class Follower:
     # --- questions ---------------------------------------------------------------------------
 
     async def _answer(self, prompt: str) -> str | None:
-        """One line from the person; None if interrupted. Raises NoAnswer at end of input."""
+        """One line from the person; None if no longer needed. Raises NoAnswer at end of input."""
         self.console.ask(prompt)
-        line = await self._race(self.reader.readline())
-        if self.interrupted.is_set():
+        answered, line = await self._race(self.reader.readline())
+        if not answered:
             self.console.say("")
             return None
         if line is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import select
 import signal
@@ -62,6 +63,16 @@ def run(
         timeout=timeout,
         cwd=cwd,
     )
+
+
+def run_here(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+    """`synapse ARGS` in this process (for errors found before anything starts): the exit
+    status, stdout and stderr."""
+    from synapse.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    status = main(list(args), env=clean_env(env), out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
 
 
 @dataclass
@@ -194,6 +205,7 @@ __all__: Sequence[str] = [
     "free_port",
     "no_traceback",
     "run",
+    "run_here",
     "serve",
     "url",
 ]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
+import structlog
 from clikit import Server, executor_args, free_port, serve
 
 
@@ -19,3 +21,15 @@ def executor(requester_port: int) -> Iterator[Server]:
     """A `synapse serve` running the demo handler, agent `exec`, partner `req`."""
     with serve(*executor_args(requester_port)) as server:
         yield server
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Commands run in this process configure structlog and logging: undo it afterwards."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.configure(**saved)
+    root.handlers, root.level = handlers, level
+    logging.captureWarnings(False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from clikit import (
@@ -17,6 +18,7 @@ from clikit import (
     free_port,
     no_traceback,
     run,
+    run_here,
     url,
 )
 
@@ -81,17 +83,21 @@ def test_retries_flag_sets_the_budget() -> None:
     assert "after 1 attempts" in one_error(result)
 
 
+def here_error(*args: str, env: dict[str, str] | None = None) -> str:
+    """Run in this process an invocation that fails before anything starts; its one line."""
+    status, out, err = run_here(*args, env=env)
+    assert status == 2, err
+    assert out == ""
+    [line] = err.splitlines()
+    assert line.startswith("synapse: "), line
+    return line
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (
-            ["--field", "nameless", "echo", "{}"],
-            "malformed --field 'nameless': expected NAME=VALUE",
-        ),
-        (["--field", "=x", "echo", "{}"], "malformed --field '=x': expected NAME=VALUE"),
+        (["--field", "x", "echo", "{}"], "malformed --field 'x': expected NAME=VALUE"),
         (["echo", '{"text": '], "bad PAYLOAD_JSON '{\"text\": ': Expecting value"),
-        (["echo", "[1, 2]"], "bad PAYLOAD_JSON '[1, 2]': expected a JSON object"),
-        (["echo", '{"n": NaN}'], "bad PAYLOAD_JSON '{\"n\": NaN}': NaN is not JSON"),
     ],
 )
 def test_malformed_input_is_refused_before_anything_is_sent(
@@ -99,6 +105,18 @@ def test_malformed_input_is_refused_before_anything_is_sent(
 ) -> None:
     line = one_error(run("send", *client_args(executor, requester_port), *args))
     assert line.startswith(f"synapse: {message}"), line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--field", "=x", "echo", "{}"], "malformed --field '=x': expected NAME=VALUE"),
+        (["echo", "[1, 2]"], "bad PAYLOAD_JSON '[1, 2]': expected a JSON object"),
+        (["echo", '{"n": NaN}'], "bad PAYLOAD_JSON '{\"n\": NaN}': NaN is not JSON"),
+    ],
+)
+def test_more_malformed_input(args: list[str], message: str) -> None:
+    assert here_error("send", *args).startswith(f"synapse: {message}")
 
 
 def test_port_in_use_for_listen(executor: Server) -> None:
@@ -133,40 +151,47 @@ def test_port_in_use_for_listen(executor: Server) -> None:
     ],
 )
 def test_send_usage_errors(args: list[str], message: str) -> None:
-    line = one_error(run("send", *args, "echo", '{"text": "x"}'))
+    line = here_error("send", *args, "echo", '{"text": "x"}')
     assert line.startswith(f"synapse: {message}"), line
 
 
+def test_a_usage_error_in_a_real_process_is_one_line_too() -> None:
+    result = run("send", "--bogus", "echo")
+    assert one_error(result).startswith("synapse: unrecognized arguments: --bogus")
+    assert result.stderr.count("\n") == 1
+
+
 def test_no_command_prints_help_and_exits_2() -> None:
-    result = run()
-    assert result.returncode == 2
-    assert "usage: synapse" in result.stderr
+    status, _out, err = run_here()
+    assert status == 2
+    assert "usage: synapse" in err
 
 
-def test_help_everywhere() -> None:
-    for command in ("serve", "send", "caps", "ping", "schema", "demo"):
-        result = run(command, "--help")
-        assert result.returncode == 0, command
-        assert f"usage: synapse {command}" in result.stdout
+@pytest.mark.parametrize("command", ["serve", "send", "caps", "ping", "schema", "demo"])
+def test_help_everywhere(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit:
+        run_here(command, "--help")
+    assert exit.value.code == 0
+    assert f"usage: synapse {command}" in capsys.readouterr().out
 
 
-def test_a_bad_config_file_is_one_line(tmp_path: object) -> None:
-    from pathlib import Path
-
-    config = Path(str(tmp_path)) / "bad.toml"
+def test_a_bad_config_file_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
     config.write_text("agent_id = \n")
-    line = one_error(run("serve", "--config", str(config)))
+    line = here_error("serve", "--config", str(config))
     assert line.startswith(f"synapse: config file {config} is not valid TOML"), line
     config.write_text('agent_idd = "x"\n')
-    line = one_error(run("serve", "--config", str(config)))
+    line = here_error("serve", "--config", str(config))
     assert line == f"synapse: config file {config}: unknown key 'agent_idd'"
-    line = one_error(run("serve", "--config", str(config.parent / "missing.toml")))
+    line = here_error("serve", "--config", str(config.parent / "missing.toml"))
     assert line.startswith("synapse: cannot read config file"), line
+    config.write_text("port = true\n")
+    line = here_error("serve", "--config", str(config), "--agent-id", "e")
+    assert line == f"synapse: config file {config}: `port`: not a port number (0-65535): 'true'"
 
 
 def test_a_bad_environment_variable_is_one_line() -> None:
-    result = run("serve", "--agent-id", "e", env={"SYNAPSE_PORT": "eighty"})
-    line = one_error(result)
+    line = here_error("serve", "--agent-id", "e", env={"SYNAPSE_PORT": "eighty"})
     assert (
         line == "synapse: environment variable SYNAPSE_PORT: not a port number (0-65535): 'eighty'"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clikit import Server, client_args, error_lines, no_traceback, run
+from clikit import Server, client_args, error_lines, no_traceback, run, run_here
 
 DEMO_TYPES = ["echo", "slow", "text_generation", "portrait", "fail"]
 
@@ -70,12 +70,12 @@ def test_schema_prints_the_union() -> None:
 
 def test_schema_of_one_type() -> None:
     for name in ("task_request", "p2p:task_request"):
-        result = run("schema", name)
-        assert result.returncode == 0
-        assert json.loads(result.stdout)["title"] == "p2p:task_request"
-    result = run("schema", "task_teleport")
-    assert result.returncode == 2
-    assert error_lines(result.stderr)[0].startswith("synapse: unknown message type")
+        status, out, _err = run_here("schema", name)
+        assert status == 0
+        assert json.loads(out)["title"] == "p2p:task_request"
+    status, _out, err = run_here("schema", "task_teleport")
+    assert status == 2
+    assert err.startswith("synapse: unknown message type 'task_teleport' (one of: task_request,")
 
 
 def test_schema_out_writes_every_file(tmp_path: Path) -> None:

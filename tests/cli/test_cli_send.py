@@ -229,3 +229,67 @@ def test_ctrl_c_cancels_the_task(executor: Server, requester_port: int) -> None:
     assert error_lines(err) == ["synapse: cancelled"]
     assert out == ""
     assert any("p2p:task_cancel" in line and "task_ack" in line for line in executor.lines)
+
+
+def _converse(
+    args: list[str], answers: dict[bytes, str], timeout: float = 20
+) -> tuple[int, str, str]:
+    """Run `synapse send ARGS` with stdin and stderr on a pseudo-terminal; type each answer
+    once its prompt appears. Returns (status, stdout, what the terminal showed)."""
+    pty = pytest.importorskip("pty")
+    import os
+
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        command("send", *args),
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=clean_env(),
+        text=True,
+    )
+    os.close(slave)
+    shown, pending = b"", dict(answers)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([master], [], [], 0.2)[0]:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+            for prompt in [p for p in pending if p in shown]:
+                os.write(master, pending.pop(prompt).encode())
+        assert process.stdout is not None
+        out = process.stdout.read()
+        status = process.wait(10)
+    finally:
+        os.close(master)
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    return status, out, shown.decode()
+
+
+def test_on_a_terminal_a_person_answers_and_sees_a_progress_bar(
+    executor: Server, requester_port: int
+) -> None:
+    args = client_args(executor, requester_port)
+    status, out, shown = _converse(
+        [*args, "text_generation", '{"prompt": "p"}'], {"style [古典]: ".encode(): "浪漫\n"}
+    )
+    assert (status, out) == (0, "《p》(浪漫风格)\n"), shown
+    status, out, shown = _converse([*args, "slow", '{"steps": 2, "delay": 0.01}'], {})
+    assert (status, out) == (0, "done after 2 steps\n"), shown
+    assert "\r\x1b[2K[" in shown and "░] 50% step 1/2" in shown and "█] 100% step 2/2" in shown
+    status, out, shown = _converse(
+        [*args, "portrait", '{"subject": "Ada"}'],
+        {b"[a/r]: ": "a\n", b"notes (optional): ": "\n"},
+    )
+    assert (status, out) == (0, "portrait of Ada\n"), shown

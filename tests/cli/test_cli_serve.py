@@ -19,6 +19,7 @@ from clikit import (
     free_port,
     no_traceback,
     run,
+    run_here,
     serve,
     url,
 )
@@ -146,10 +147,9 @@ def test_handler_names_another_task_handler(tmp_path: Path) -> None:
     ],
 )
 def test_a_bad_handler_is_one_line(handler: str, message: str) -> None:
-    result = run("serve", "--port", "0", *executor_args(free_port()), "--handler", handler)
-    no_traceback(result)
-    assert result.returncode == 2
-    [line] = error_lines(result.stderr)
+    status, _out, err = run_here("serve", "--port", "0", *executor_args(1), "--handler", handler)
+    assert status == 2
+    [line] = err.splitlines()
     assert line.startswith(f"synapse: {message}"), line
 
 
@@ -190,9 +190,7 @@ def test_port_in_use_is_one_line() -> None:
     ],
 )
 def test_serve_usage_errors(args: list[str], message: str) -> None:
-    result = run("serve", *args)
-    no_traceback(result)
-    assert result.returncode == 2
-    [line] = error_lines(result.stderr)
+    status, _out, err = run_here("serve", *args)
+    assert status == 2
+    [line] = err.splitlines()
     assert line.startswith(f"synapse: {message}"), line
-    assert result.stderr.count("\n") == 1
