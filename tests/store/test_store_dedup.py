@@ -12,15 +12,15 @@ from synapse.p2p.dedup import Outcome, StoredReply
 from synapse.store import DurableDedupStore, SqliteStore
 from synapse.transport.peer import Peer
 
-NOW = datetime.now(UTC)
 REPLY = StoredReply.of(200, b'{"ok":1}', {"Content-Type": "application/json"})
 
 
 async def test_completed_replies_are_written_to_the_store(tmp_path: Path) -> None:
+    at = datetime.now(UTC)  # per test: a long session must not age it
     store = SqliteStore(tmp_path / "d.sqlite")
     table = DurableDedupStore(600, store)
     key = (R_ID, "m-1")
-    assert table.begin(key, b"f", now=NOW, timestamp=NOW).outcome is Outcome.NEW
+    assert table.begin(key, b"f", now=at, timestamp=at).outcome is Outcome.NEW
     table.complete(key, REPLY)
     await store.commit()
     await store.close()
@@ -28,22 +28,23 @@ async def test_completed_replies_are_written_to_the_store(tmp_path: Path) -> Non
     again = SqliteStore(tmp_path / "d.sqlite")
     [entry] = again.load().dedup
     assert entry.key == key and entry.fingerprint == b"f" and entry.reply == REPLY
-    assert entry.expires_at == (NOW + timedelta(seconds=600)).timestamp()
+    assert entry.expires_at == (at + timedelta(seconds=600)).timestamp()
     restored = DurableDedupStore(600, again, again.load().dedup)
-    begun = restored.begin(key, b"f", now=NOW, timestamp=NOW)
+    begun = restored.begin(key, b"f", now=at, timestamp=at)
     assert begun.outcome is Outcome.DUPLICATE and begun.reply == REPLY
-    assert restored.begin(key, b"g", now=NOW, timestamp=NOW).outcome is Outcome.REUSED
+    assert restored.begin(key, b"g", now=at, timestamp=at).outcome is Outcome.REUSED
     await again.close()
 
 
 async def test_unstorable_and_abandoned_replies_are_not_written(tmp_path: Path) -> None:
+    at = datetime.now(UTC)  # per test: a long session must not age it
     store = SqliteStore(tmp_path / "d.sqlite")
     table = DurableDedupStore(600, store)
     for n, status in enumerate((429, 500, 503)):
         key = (R_ID, f"m-{n}")
-        table.begin(key, b"f", now=NOW, timestamp=NOW)
+        table.begin(key, b"f", now=at, timestamp=at)
         table.complete(key, StoredReply.of(status, b"{}"))
-    table.begin((R_ID, "gone"), b"f", now=NOW, timestamp=NOW)
+    table.begin((R_ID, "gone"), b"f", now=at, timestamp=at)
     table.abandon((R_ID, "gone"))
     await store.commit()
     assert store.load().dedup == []
@@ -51,8 +52,9 @@ async def test_unstorable_and_abandoned_replies_are_not_written(tmp_path: Path) 
 
 
 async def test_expired_entries_are_not_restored(tmp_path: Path) -> None:
+    at = datetime.now(UTC)  # per test: a long session must not age it
     store = SqliteStore(tmp_path / "d.sqlite")
-    now = NOW.timestamp()
+    now = at.timestamp()
     store.put_dedup(dedup_entry("old", now - 1))
     store.put_dedup(dedup_entry("fresh", now + 60))
     await store.commit()
@@ -60,20 +62,21 @@ async def test_expired_entries_are_not_restored(tmp_path: Path) -> None:
     assert len(table) == 1
     assert (R_ID, "fresh") in table and (R_ID, "old") not in table
     # The expired one is just another new message now.
-    begun = table.begin((R_ID, "old"), b"\x01" * 32, now=NOW, timestamp=NOW)
+    begun = table.begin((R_ID, "old"), b"\x01" * 32, now=at, timestamp=at)
     assert begun.outcome is Outcome.NEW
     await store.close()
 
 
 async def test_expiry_deletes_from_the_store(tmp_path: Path) -> None:
+    at = datetime.now(UTC)  # per test: a long session must not age it
     store = SqliteStore(tmp_path / "d.sqlite")
     table = DurableDedupStore(600, store)
     for n in range(3):
         key = (R_ID, f"m-{n}")
-        table.begin(key, b"f", now=NOW + timedelta(seconds=n), timestamp=NOW)
+        table.begin(key, b"f", now=at + timedelta(seconds=n), timestamp=at)
         table.complete(key, REPLY)
     await store.commit()
-    assert table.expire(NOW + timedelta(seconds=601.5)) == 2
+    assert table.expire(at + timedelta(seconds=601.5)) == 2
     await store.commit()
     assert [e.key for e in store.load().dedup] == [(R_ID, "m-2")]
     await store.close()
