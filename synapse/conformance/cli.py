@@ -83,6 +83,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help=f"where the kit receives callbacks [env SYNAPSE_LISTEN; {DEFAULT_LISTEN}]",
     )
     parser.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="the callback URL the peer registered for the kit, when it reaches the kit "
+        "another way than http://LISTEN/synapse/callback (a container, a proxy)",
+    )
+    parser.add_argument(
         "--only",
         metavar="PATTERN",
         action="append",
@@ -183,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
                     secret,
                     kit_id=kit_id,
                     listen=listen,
+                    endpoint=getattr(args, "endpoint", None),
                     timing=timing,
                     only=tuple(getattr(args, "only", None) or ()),
                 )

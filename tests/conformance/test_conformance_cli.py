@@ -119,9 +119,12 @@ def test_list_prints_every_check(capsys: pytest.CaptureFixture[str]) -> None:
 def test_add_parser_hooks_into_a_parent_command() -> None:
     parser = argparse.ArgumentParser(prog="synapse")
     cli.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["conformance", "--target", "http://h/", "--as", "me", "--json"])
+    args = parser.parse_args(
+        ["conformance", "--target", "http://h/", "--as", "me", "--json", "--endpoint", "http://e/"]
+    )
     assert args.func is cli.run
     assert (args.target, args.as_agent, args.json, args.listen) == ("http://h/", "me", True, None)
+    assert args.endpoint == "http://e/"
 
 
 def test_python_dash_m_runs_the_command() -> None:

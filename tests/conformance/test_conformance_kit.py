@@ -76,3 +76,10 @@ async def test_a_target_that_does_not_know_the_kit_fails_setup_and_skips_the_res
     assert setup.reason is not None and "does not know the kit's agent id" in setup.reason
     assert {r.status for r in report.results[1:]} == {Status.SKIP}
     assert "skipped" in report.table()
+
+
+async def test_callback_checks_skip_when_no_task_was_requested(run_kit: RunKit) -> None:
+    report = await run_kit(only=["heartbeat", "callbacks.*"])
+    assert report.ok, report.table()
+    assert report.result("callbacks.authenticated").status is Status.SKIP
+    assert report.result("callbacks.one_at_a_time").status is Status.PASS
