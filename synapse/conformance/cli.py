@@ -102,6 +102,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=Timing.callback_timeout,
         help="the longest wait for one callback [%(default)g]",
     )
+    parser.add_argument(
+        "--concurrency",
+        metavar="N",
+        type=int,
+        default=0,
+        help="checks running at once, 0 for all; lower it for a peer that takes few tasks "
+        "at a time [%(default)s]",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
     parser.add_argument(
@@ -192,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
                     endpoint=getattr(args, "endpoint", None),
                     timing=timing,
                     only=tuple(getattr(args, "only", None) or ()),
+                    concurrency=max(0, int(getattr(args, "concurrency", 0) or 0)),
                 )
             )
     except OSError as exc:  # the listen address is taken or not ours

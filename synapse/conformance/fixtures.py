@@ -58,6 +58,7 @@ class ConformanceRunner(Protocol):
         listen: str = ...,
         only: Sequence[str] = ...,
         timing: Timing | None = ...,
+        concurrency: int = ...,
     ) -> Awaitable[Report]: ...
 
 
@@ -124,6 +125,7 @@ async def synapse_conformance(synapse_secret: str) -> ConformanceRunner:
         listen: str = "127.0.0.1:0",
         only: Sequence[str] = (),
         timing: Timing | None = None,
+        concurrency: int = 0,
     ) -> Report:
         on_listening: Callable[[str], Any] | None = None
         if isinstance(target, Peer):
@@ -146,6 +148,7 @@ async def synapse_conformance(synapse_secret: str) -> ConformanceRunner:
             listen=listen,
             only=only,
             timing=timing,
+            concurrency=concurrency,
             on_listening=on_listening,
         )
 

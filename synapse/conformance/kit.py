@@ -62,6 +62,9 @@ class KitConfig:
     timing: Timing = field(default_factory=Timing)
     #: Only the checks whose id matches one of these `fnmatch` patterns (all when empty).
     only: tuple[str, ...] = ()
+    #: Checks running at once (0: all of them). Each holds at most two tasks of the target's
+    #: at a time; lower it for a target with a small `max_concurrent_tasks`.
+    concurrency: int = 0
 
     def selected(self, checks: Sequence[Check]) -> list[Check]:
         if not self.only:
@@ -151,7 +154,13 @@ class ConformanceKit:
                 )
         else:
             main = [c for c in rest if c.phase == "main"]
-            done = await asyncio.gather(*(self._run_one(c, ctx) for c in main))
+            limit = asyncio.Semaphore(self.config.concurrency or len(main) or 1)
+
+            async def bounded(check: Check) -> CheckResult:
+                async with limit:
+                    return await self._run_one(check, ctx)
+
+            done = await asyncio.gather(*(bounded(c) for c in main))
             results.update((r.id, r) for r in done)
             await asyncio.sleep(timing.settle)
             for check in (c for c in rest if c.phase == "final"):
@@ -199,6 +208,7 @@ async def run_conformance(
     endpoint: str | None = None,
     timing: Timing | None = None,
     only: Sequence[str] = (),
+    concurrency: int = 0,
     on_listening: OnListening | None = None,
 ) -> Report:
     """Run the conformance checks against the peer at `target_url` (agent id `agent_id`).
@@ -206,7 +216,8 @@ async def run_conformance(
     The target must have `kit_id` registered as a partner with the kit's callback URL and
     `secret`. With `listen` on port 0 the URL is only known once listening: `on_listening(url)`
     is called (and awaited if it returns an awaitable) before any check runs, so that an
-    in-process target can register the kit then.
+    in-process target can register the kit then. `concurrency` bounds the checks running at
+    once (0: all), `only` selects checks by id (`fnmatch` patterns).
     """
     host, port = parse_listen(listen)
     config = KitConfig(
@@ -219,6 +230,7 @@ async def run_conformance(
         endpoint=endpoint,
         timing=timing or Timing(),
         only=tuple(only),
+        concurrency=concurrency,
     )
     async with ConformanceKit(config) as kit:
         if on_listening is not None:

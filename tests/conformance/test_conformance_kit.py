@@ -9,6 +9,7 @@ from pathlib import Path
 from brokenpeers import DemoPeer, RunKit
 
 from synapse.conformance import CHECKS, Status
+from synapse.p2p.config import P2PConfig
 
 SECTIONS = ("seed §4.1", "seed §4.2", "seed §4.3", "seed §4.4", "CONTRACT §")
 
@@ -83,3 +84,14 @@ async def test_callback_checks_skip_when_no_task_was_requested(run_kit: RunKit) 
     assert report.ok, report.table()
     assert report.result("callbacks.authenticated").status is Status.SKIP
     assert report.result("callbacks.one_at_a_time").status is Status.PASS
+
+
+async def test_one_check_at_a_time_passes_against_a_peer_taking_two_tasks(
+    run_kit: RunKit,
+) -> None:
+    class Small(DemoPeer):
+        def __init__(self) -> None:
+            super().__init__(config=P2PConfig(max_concurrent_tasks=2))
+
+    report = await run_kit(Small, only=["flow.*", "sig.bad", "dedup.*"], concurrency=1)
+    assert report.ok, report.table()
