@@ -90,7 +90,7 @@ FLOWS: tuple[Flow, ...] = (
         "alice sends task_cancel; bob stops the task and acknowledges with task_ack "
         "(state cancelled). Nothing more is sent about it.",
         "slow",
-        {"steps": 5, "delay": 0.3},
+        {"steps": 5, "delay": 0.5},
         "demo-cancel",
     ),
     Flow(

@@ -195,3 +195,20 @@ def test_a_bad_environment_variable_is_one_line() -> None:
     assert (
         line == "synapse: environment variable SYNAPSE_PORT: not a port number (0-65535): 'eighty'"
     )
+
+
+def test_the_installed_entry_point() -> None:
+    import shutil
+    import sys
+
+    script = Path(sys.executable).parent / "synapse"
+    if not script.exists():
+        found = shutil.which("synapse")
+        if found is None:
+            pytest.skip("the `synapse` script is not installed")
+        script = Path(found)
+    result = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("synapse ")
