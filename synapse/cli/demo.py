@@ -10,6 +10,7 @@ every run. Nothing waits for a person: alice's answers are scripted.
 from __future__ import annotations
 
 import asyncio
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -190,7 +191,8 @@ async def run_demo(out: TextIO, *, signing: SenderMode = "header") -> int:
         outcomes: list[tuple[Flow, Outcome]] = []
         for flow in FLOWS:
             timeline.clear()
-            write(f"{flow.title}\n   {flow.explain}\n")
+            explain = textwrap.fill(flow.explain, 92, initial_indent="   ", subsequent_indent="   ")
+            write(f"{flow.title}\n{explain}\n")
             handle = await alice.submit(
                 EXECUTOR, flow.task_type, flow.payload, task_id=flow.task_id
             )
