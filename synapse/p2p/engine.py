@@ -217,15 +217,26 @@ class Validation:
     """The answer of `TaskHandler.validate_task` (seed §5.2: missing fields and can-handle)."""
 
     ok: bool = True
-    missing_fields: Sequence[MissingField] = ()
+    #: What is missing; a plain field name stands for `MissingField(field=name)`.
+    missing_fields: Sequence[MissingField | str] = ()
     question: str = ""
     required_by: datetime | None = None
     #: Why the task is refused when `ok` is false (default: `invalid_params`).
     reason: Reason | None = None
     estimated_duration: int | None = None
 
+    def __post_init__(self) -> None:
+        fields = tuple(
+            f if isinstance(f, MissingField) else MissingField(field=f) for f in self.missing_fields
+        )
+        object.__setattr__(self, "missing_fields", fields)
+
+    @property
+    def missing(self) -> list[MissingField]:
+        return [f for f in self.missing_fields if isinstance(f, MissingField)]
+
     @classmethod
-    def coerce(cls, value: Validation | tuple[Sequence[MissingField], bool]) -> Validation:
+    def coerce(cls, value: Validation | tuple[Sequence[MissingField | str], bool]) -> Validation:
         """Accept the seed's `([]MissingField, bool)` shape as well."""
         if isinstance(value, Validation):
             return value
@@ -233,7 +244,7 @@ class Validation:
         return cls(ok=ok, missing_fields=tuple(missing))
 
 
-ValidationResult: TypeAlias = Validation | tuple[Sequence[MissingField], bool]
+ValidationResult: TypeAlias = Validation | tuple[Sequence[MissingField | str], bool]
 Validator: TypeAlias = Callable[[str, dict[str, Any]], ValidationResult]
 CapabilityProvider: TypeAlias = Callable[[], Sequence[str | Capability]]
 
@@ -594,7 +605,7 @@ class Engine:
         if validation.missing_fields:
             return TaskNeedInfoPayload(
                 task_id=spec.id,
-                missing_fields=list(validation.missing_fields),
+                missing_fields=validation.missing,
                 question=validation.question,
                 required_by=validation.required_by,
             )
@@ -715,7 +726,7 @@ class Engine:
         elif validation.missing_fields:
             need = TaskNeedInfoPayload(
                 task_id=rec.task_id,
-                missing_fields=list(validation.missing_fields),
+                missing_fields=validation.missing,
                 question=validation.question,
                 required_by=validation.required_by,
             )

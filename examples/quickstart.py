@@ -1,0 +1,61 @@
+"""Two peers in one process: an executor with its own TaskHandler, and a requester.
+
+Run it: `python examples/quickstart.py` (the README shows this file).
+"""
+
+import asyncio
+import logging
+
+import structlog
+
+from synapse import ExecutionContext, Partner, Peer, Validation
+
+# The engine logs every message and transition; keep this demo's output to its own prints.
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+SECRET = "s3cret"
+EXECUTOR_URL = "http://127.0.0.1:18001/synapse/callback"
+REQUESTER_URL = "http://127.0.0.1:18002/synapse/callback"
+
+
+class Summarizer:
+    """A TaskHandler: what it offers, what it accepts, how it runs a task."""
+
+    def get_capabilities(self) -> list[str]:
+        return ["summarize"]
+
+    def validate_task(self, task_type: str, payload: dict) -> Validation:
+        if "text" not in payload:  # answered synchronously with task_need_info
+            return Validation(missing_fields=["text"], question="What should I summarize?")
+        return Validation()
+
+    async def execute_task(self, ctx: ExecutionContext, task_type: str, payload: dict) -> str:
+        await ctx.progress(50, "reading")
+        if "style" not in payload:  # ask during execution, and wait for the answer
+            answer = await ctx.need_info(["style"], question="Which style?")
+            payload = {**payload, **answer}
+        return f"[{payload['style']}] {payload['text'][:40]}"  # becomes task_complete.result
+
+
+async def main() -> None:
+    executor = Peer(
+        "agent-e",
+        port=18001,
+        handler=Summarizer(),
+        partners=[Partner("agent-r", REQUESTER_URL, (SECRET,))],
+    )
+    requester = Peer("agent-r", port=18002, partners=[Partner("agent-e", EXECUTOR_URL, (SECRET,))])
+    async with executor, requester:
+        handle = await requester.submit("agent-e", "summarize", {})
+        answers = {"text": "Synapse peers delegate tasks.", "style": "terse"}
+        async for event in handle:  # every message about the task, in order
+            print(event.kind, "→", event.state)
+            if event.kind == "p2p:task_need_info":
+                asked = event.message.payload.missing_fields
+                await handle.provide_info({f.field: answers[f.field] for f in asked})
+        outcome = await handle
+        print(outcome.state, outcome.result.output if outcome.result else outcome.error)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
