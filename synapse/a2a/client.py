@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Generator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ import structlog
 from synapse.a2a import mapping, wire
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.stream import EventStream
 from synapse.transport.client import backoff_delay
 from synapse.types import DecisionAction, TaskError, TaskResult, TaskState
 
@@ -443,15 +444,14 @@ def parse_card(raw: bytes) -> wire.AgentCard:
     return _convert(data, wire.AgentCard)
 
 
-class A2ATaskHandle:
+class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
     """An A2A task we started: await it, iterate its events, answer it, cancel it."""
 
     def __init__(self, client: A2AClient) -> None:
+        super().__init__()
         self.client = client
         self.task: wire.Task | None = None
         self.message: wire.Message | None = None
-        self._events: asyncio.Queue[A2AEvent] = asyncio.Queue()
-        self._done: asyncio.Future[A2AOutcome] = asyncio.get_running_loop().create_future()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._follower: asyncio.Task[None] | None = None
         #: Follow with streams (else by polling `GetTask`).
@@ -488,31 +488,8 @@ class A2ATaskHandle:
 
     # --- outcome and events ---------------------------------------------------------------------
 
-    async def result(self, timeout: float | None = None) -> A2AOutcome:
-        """Wait for the task to reach a terminal state."""
-        return await asyncio.wait_for(asyncio.shield(self._done), timeout)
-
-    def __await__(self) -> Generator[Any, None, A2AOutcome]:
-        return self.result().__await__()
-
-    async def events(self) -> AsyncIterator[A2AEvent]:
-        """Every event of the task, in order, ending with the terminal one."""
-        while True:
-            if self._events.empty() and self._done.done():
-                return
-            getter: asyncio.Future[A2AEvent] = asyncio.ensure_future(self._events.get())
-            waiting: set[asyncio.Future[Any]] = {getter, self._done}
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                event = getter.result()
-                yield event
-                if event.final or event.kind == "message":
-                    return
-            else:
-                getter.cancel()
-
-    def __aiter__(self) -> AsyncIterator[A2AEvent]:
-        return self.events()
+    def _is_last(self, event: A2AEvent) -> bool:
+        return event.final or event.kind == "message"
 
     # --- answers ----------------------------------------------------------------------------------
 
@@ -562,7 +539,7 @@ class A2ATaskHandle:
 
     async def cancel(self, reason: str | None = None) -> None:
         """`CancelTask`; await `result()` for the end."""
-        if not self.task_id or self._done.done():
+        if not self.task_id or self.settled:
             return
         metadata = {"reason": reason} if reason else None
         try:
@@ -640,20 +617,20 @@ class A2ATaskHandle:
                 if attempt > 1:
                     await asyncio.sleep(backoff_delay(attempt - 1, self.client.config))
                 events = None
-                self._events.put_nowait(A2AEvent("reconnected", self.state, self.task_id, raw=None))
+                self._push(A2AEvent("reconnected", self.state, self.task_id, raw=None))
         except asyncio.CancelledError:
             raise
         except A2AError as exc:
             if not self._ready.done():
                 self._ready.set_exception(exc)
-            elif not self._done.done():
-                self._done.set_exception(exc)
+            else:
+                self._fail_with(exc)
         except Exception as exc:  # a bug or an unexpected answer must not vanish silently
             error = A2AError(A2ACode.INVALID_AGENT_RESPONSE, f"{type(exc).__name__}: {exc}")
             if not self._ready.done():
                 self._ready.set_exception(error)
-            elif not self._done.done():
-                self._done.set_exception(error)
+            else:
+                self._fail_with(error)
 
     async def _poll(self) -> None:
         while True:
@@ -693,7 +670,7 @@ class A2ATaskHandle:
         else:
             return
         if not quiet:
-            self._events.put_nowait(A2AEvent(kind, self.state, self.task_id, text, data, event))
+            self._push(A2AEvent(kind, self.state, self.task_id, text, data, event))
 
     def _ensure_task(self, task_id: str, context_id: str) -> None:
         if self.task is None:
@@ -702,13 +679,13 @@ class A2ATaskHandle:
             )
 
     def _settle_if_final(self) -> bool:
-        if self._done.done():
+        if self.settled:
             return True
         if self.task is None and self.message is not None:
-            self._done.set_result(A2AOutcome(wire.COMPLETED, None, self.message))
+            self._settle_with(A2AOutcome(wire.COMPLETED, None, self.message))
             return True
         if self.task is not None and wire.is_terminal(self.task.status.state):
-            self._done.set_result(A2AOutcome(self.task.status.state, self.task, None))
+            self._settle_with(A2AOutcome(self.task.status.state, self.task, None))
             return True
         return False
 

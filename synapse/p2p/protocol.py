@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -37,6 +37,7 @@ from synapse.p2p.engine import (
 from synapse.p2p.handler import ExecutionContext, TaskHandler, as_result
 from synapse.p2p.persistence import MemoryStore, OutboxItem, Snapshot, TaskStore
 from synapse.p2p.sender import CallbackSender, DeliveryError
+from synapse.p2p.stream import EventStream
 from synapse.types import (
     CapabilityResponse,
     CapabilityResponsePayload,
@@ -107,15 +108,14 @@ class Outcome:
         return cls(rec.state, rec.result, rec.error, rec.reject, rec.refusal)
 
 
-class TaskHandle:
+class TaskHandle(EventStream[TaskEvent, "Outcome"]):
     """A task we requested: await it, iterate its events, answer it, cancel it."""
 
     def __init__(self, runtime: P2PProtocol, key: TaskKey, partner: str) -> None:
+        super().__init__()
         self._runtime = runtime
         self.key = key
         self.partner = partner
-        self._events: asyncio.Queue[TaskEvent] = asyncio.Queue()
-        self._done: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
 
     @property
     def task_id(self) -> str:
@@ -131,38 +131,11 @@ class TaskHandle:
     def state(self) -> TaskState:
         return self.record.state
 
-    def _push(self, event: TaskEvent) -> None:
-        self._events.put_nowait(event)
+    def _is_last(self, event: TaskEvent) -> bool:
+        return event.state.is_final
 
     def _settle(self) -> None:
-        if not self._done.done():
-            self._done.set_result(Outcome.of(self.record))
-
-    async def result(self, timeout: float | None = None) -> Outcome:
-        """Wait for the task to reach a final state."""
-        return await asyncio.wait_for(asyncio.shield(self._done), timeout)
-
-    def __await__(self) -> Generator[Any, None, Outcome]:
-        return self.result().__await__()
-
-    async def events(self) -> AsyncIterator[TaskEvent]:
-        """Every event of the task, in order, ending with the one that made it final."""
-        while True:
-            if self._events.empty() and self._done.done():
-                return
-            getter: asyncio.Future[TaskEvent] = asyncio.ensure_future(self._events.get())
-            waiting: set[asyncio.Future[Any]] = {getter, self._done}
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                event = getter.result()
-                yield event
-                if event.state.is_final:
-                    return
-            else:
-                getter.cancel()
-
-    def __aiter__(self) -> AsyncIterator[TaskEvent]:
-        return self.events()
+        self._settle_with(Outcome.of(self.record))
 
     async def provide_info(self, fields: Mapping[str, Any], notes: str | None = None) -> None:
         """Answer `task_need_info`."""
