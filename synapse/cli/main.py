@@ -272,6 +272,33 @@ def build_parser() -> Parser:
         _common(sub)
         sub.set_defaults(run=_run_caps if name == "caps" else _run_ping)
 
+    outbox = commands.add_parser(
+        "outbox",
+        help="list, retry or drop the undelivered messages of a --store file",
+        description="Work on the outbox of a peer's SQLite store, offline (the peer need not "
+        "run): `list` (the default) shows the messages not yet delivered and the dead letters; "
+        "`retry MESSAGE_ID` makes a dead letter pending again (delivered at the peer's next "
+        "start); `drop MESSAGE_ID` deletes a pending message or a dead letter for good.",
+        epilog="Exit status: 0 done, 2 usage error, no store at PATH or an unknown MESSAGE_ID.",
+    )
+    outbox.add_argument(
+        "action",
+        nargs="?",
+        choices=("list", "retry", "drop"),
+        default="list",
+        metavar="{list,retry,drop}",
+        help="what to do (default list)",
+    )
+    outbox.add_argument("message_id", nargs="?", metavar="MESSAGE_ID", help="for retry and drop")
+    outbox.add_argument(
+        "--store",
+        metavar="PATH",
+        help="the SQLite file of `synapse serve --store PATH` ($SYNAPSE_STORE)",
+    )
+    outbox.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    _common(outbox)
+    outbox.set_defaults(run=_run_outbox)
+
     schema = commands.add_parser(
         "schema",
         help="print the JSON Schema of the messages",
@@ -403,6 +430,21 @@ def _run_ping(ctx: Context) -> int:
     setup = client_setup(ctx.settings, listen_required=False)
     ctx.logging(quiet=True)
     return asyncio.run(run_ping(setup, ctx.out, as_json=bool(ctx.args.json)))
+
+
+def _run_outbox(ctx: Context) -> int:
+    from synapse.cli.outbox import run_outbox
+
+    args = ctx.args
+    if args.action == "list" and args.message_id is not None:
+        raise CliError(f"`list` takes no MESSAGE_ID (did you mean `retry {args.message_id}`?)")
+    if args.action != "list" and args.message_id is None:
+        raise CliError(f"`{args.action}` needs the MESSAGE_ID of a message `list` shows")
+    store = ctx.settings.require("store", "SYNAPSE_STORE", "store", str, flag="--store")
+    ctx.logging(quiet=True)
+    return asyncio.run(
+        run_outbox(store, args.action, args.message_id, out=ctx.out, as_json=bool(args.json))
+    )
 
 
 def _run_schema(ctx: Context) -> int:

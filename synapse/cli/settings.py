@@ -11,7 +11,7 @@ the default secret (`--secret`, `SYNAPSE_SECRET`, `secret`), whatever their sour
     port = 8080
     secret = "shared-secret"
 
-    [send]                            # keys for one command only: [serve] [send] [caps] [ping]
+    [send]                            # for one command: [serve] [send] [caps] [ping] [outbox]
     as = "agent-e"
 
     [[peer]]
@@ -123,7 +123,7 @@ CONFIG_KEYS = frozenset(
     }
 )
 #: Tables whose keys apply to one command only, over the top-level ones (`[send]`, …).
-COMMAND_TABLES = frozenset({"serve", "send", "caps", "ping"})
+COMMAND_TABLES = frozenset({"serve", "send", "caps", "ping", "outbox"})
 PEER_KEYS = frozenset({"agent_id", "endpoint", "secret", "secrets", "secret_file"})
 
 
