@@ -16,21 +16,27 @@ import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import configure_logging
 from synapse.cli.settings import (
     Settings,
+    parse_a2a_token,
     parse_bool,
     parse_count,
+    parse_http_url,
     parse_listen,
     parse_port,
     parse_signing,
     parse_url,
 )
 from synapse.types import MessageType, Priority
+
+if TYPE_CHECKING:
+    from synapse.cli.conversation import SendOptions
+    from synapse.cli.serve import A2AOptions
 
 
 class Parser(argparse.ArgumentParser):
@@ -53,6 +59,7 @@ def _typed(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
 
 PORT = _typed(parse_port, "port")
 URL = _typed(parse_url, "URL")
+HTTP_URL = _typed(parse_http_url, "URL")
 LISTEN = _typed(parse_listen, "HOST:PORT")
 COUNT = _typed(parse_count, "count")
 SIGNING = _typed(parse_signing, "signing")
@@ -198,6 +205,42 @@ def build_parser() -> Parser:
         "$SYNAPSE_HANDLER)",
     )
     _signing(group)
+    group = serve.add_argument_group("A2A (docs/a2a.md)")
+    group.add_argument(
+        "--a2a",
+        action="store_true",
+        default=None,
+        help="also speak Linux Foundation A2A v1.0: GET /.well-known/agent-card.json and "
+        "JSON-RPC at POST /a2a ($SYNAPSE_A2A)",
+    )
+    group.add_argument(
+        "--a2a-push-allow",
+        action="append",
+        type=HTTP_URL,
+        metavar="URL_PREFIX",
+        help="a URL prefix push notifications may go to, signed with --secret; repeatable; "
+        "none: push notifications off ($SYNAPSE_A2A_PUSH_ALLOW, comma-separated)",
+    )
+    group.add_argument(
+        "--a2a-token",
+        action="append",
+        metavar="TOKEN[=NAME]",
+        help="a bearer token A2A clients must present, and the name of whom it identifies; "
+        "repeatable; none: no authentication ($SYNAPSE_A2A_TOKENS, comma-separated)",
+    )
+    group.add_argument(
+        "--a2a-default-task-type",
+        metavar="TYPE",
+        help="the task type of a message without metadata.task_type (default echo; '' refuses "
+        "such messages; $SYNAPSE_A2A_DEFAULT_TASK_TYPE)",
+    )
+    group.add_argument(
+        "--a2a-public-url",
+        type=URL,
+        metavar="URL",
+        help="the base URL A2A clients reach us at, for the card (default: the origin of "
+        "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
+    )
     _common(serve)
     serve.set_defaults(run=_run_serve)
 
@@ -251,8 +294,26 @@ def build_parser() -> Parser:
     group.add_argument(
         "--priority",
         choices=[p.value for p in Priority],
-        default=Priority.NORMAL.value,
         help="the task's priority (default normal)",
+    )
+    group = send.add_argument_group(
+        "A2A (docs/a2a.md)",
+        "With --a2a URL the task goes to that A2A v1.0 agent instead: --target, --agent-id, "
+        "--as, --secret, --peer-secret-file, --listen, --endpoint, --signing, --task-id and "
+        "--priority have no meaning there and are refused as flags (their environment and "
+        "config values are ignored).",
+    )
+    group.add_argument(
+        "--a2a",
+        type=URL,
+        metavar="URL",
+        dest="a2a_url",
+        help="send to the A2A agent at URL (its base URL or its agent card's URL)",
+    )
+    group.add_argument(
+        "--a2a-token",
+        metavar="TOKEN",
+        help="the bearer token the A2A agent expects ($SYNAPSE_A2A_TOKEN)",
     )
     _common(send)
     send.set_defaults(run=_run_send)
@@ -367,6 +428,7 @@ def _run_serve(ctx: Context) -> int:
     from synapse.cli.serve import ServeOptions, run_serve
 
     s = ctx.settings
+    a2a = _a2a_serve_options(s)
     options = ServeOptions(
         agent_id=s.require("agent_id", "SYNAPSE_AGENT_ID", "agent_id", str, flag="--agent-id"),
         host=s.get("host", "SYNAPSE_HOST", "host", str) or "127.0.0.1",
@@ -379,37 +441,126 @@ def _run_serve(ctx: Context) -> int:
         if s.get("signing", "SYNAPSE_SIGNING", "signing", parse_signing) == "body"
         else "header",
         config=s.p2p_config(),
+        a2a=a2a,
     )
-    if not options.partners:
+    if not options.partners and a2a is None:
         raise CliError(
             "no partner: give at least one --peer PARTNER_ID=CALLBACK_URL "
-            "(or SYNAPSE_PEERS, or [[peer]] in --config)"
+            "(or SYNAPSE_PEERS, or [[peer]] in --config), or serve A2A clients only with --a2a"
         )
     ctx.logging(quiet=False)
     return asyncio.run(run_serve(options))
 
 
+#: `serve`'s A2A flags, which mean nothing without `--a2a`.
+A2A_SERVE_FLAGS = {
+    "a2a_push_allow": "--a2a-push-allow",
+    "a2a_token": "--a2a-token",
+    "a2a_default_task_type": "--a2a-default-task-type",
+    "a2a_public_url": "--a2a-public-url",
+}
+
+
+def _a2a_serve_options(s: Settings) -> A2AOptions | None:
+    """`serve`'s A2A settings, or None without `--a2a` (or `SYNAPSE_A2A`, or `a2a = true`)."""
+    from synapse.cli.serve import A2AOptions
+
+    if not s.switch("a2a", "SYNAPSE_A2A", "a2a"):
+        for dest, flag in A2A_SERVE_FLAGS.items():
+            if getattr(s.args, dest, None) is not None:
+                raise CliError(f"{flag} needs --a2a")
+        return None
+    push_allow = s.get_list(
+        "a2a_push_allow",
+        "SYNAPSE_A2A_PUSH_ALLOW",
+        "a2a_push_allow",
+        parse_http_url,
+        flag="--a2a-push-allow",
+    )
+    tokens = dict(
+        s.get_list(
+            "a2a_token", "SYNAPSE_A2A_TOKENS", "a2a_tokens", parse_a2a_token, flag="--a2a-token"
+        )
+    )
+    default = s.get(
+        "a2a_default_task_type", "SYNAPSE_A2A_DEFAULT_TASK_TYPE", "a2a_default_task_type", str
+    )
+    secret = s.default_secret()
+    if push_allow and not secret:
+        raise CliError(
+            "--a2a-push-allow needs --secret (or SYNAPSE_SECRET): it signs every push notification"
+        )
+    return A2AOptions(
+        default_task_type="echo" if default is None else (default.strip() or None),
+        push_allow=tuple(push_allow),
+        push_secret=secret if push_allow else None,
+        tokens=tokens,
+        public_url=s.get("a2a_public_url", "SYNAPSE_A2A_PUBLIC_URL", "a2a_public_url", parse_url),
+    )
+
+
 def _run_send(ctx: Context) -> int:
-    from synapse.cli.client import client_setup
-    from synapse.cli.send import SendOptions, parse_payload, run_send
+    from synapse.cli.send import SendOptions, parse_payload
     from synapse.cli.terminal import parse_field
 
     args = ctx.args
     payload = parse_payload(args.payload)
     fields = dict(parse_field(item) for item in args.field)
-    setup = client_setup(ctx.settings, listen_required=True)
     options = SendOptions(
         task_type=args.task_type,
         payload=payload,
         task_id=args.task_id,
-        priority=Priority(args.priority),
+        priority=Priority(args.priority or Priority.NORMAL.value),
         fields=fields,
         decision=args.decision,
         notes=args.notes,
         as_json=bool(args.json),
     )
+    if args.a2a_url is not None:
+        return _run_send_a2a(ctx, options)
+    if args.a2a_token is not None:
+        raise CliError("--a2a-token needs --a2a URL")
+
+    from synapse.cli.client import client_setup
+    from synapse.cli.send import run_send
+
+    setup = client_setup(ctx.settings, listen_required=True)
     ctx.logging(quiet=True)
     return asyncio.run(run_send(setup, options, out=ctx.out, err=ctx.err))
+
+
+#: `send`'s flags that name the Synapse side of a task, refused with `--a2a`.
+SYNAPSE_SEND_FLAGS = {
+    "target": "--target",
+    "agent_id": "--agent-id",
+    "as_": "--as",
+    "secret": "--secret",
+    "peer_secret_file": "--peer-secret-file",
+    "listen": "--listen",
+    "endpoint": "--endpoint",
+    "signing": "--signing",
+    "task_id": "--task-id",
+    "priority": "--priority",
+}
+
+
+def _run_send_a2a(ctx: Context, options: SendOptions) -> int:
+    from synapse.cli.client import CLIENT_P2P
+    from synapse.cli.send_a2a import run_send_a2a
+
+    for dest, flag in SYNAPSE_SEND_FLAGS.items():
+        if getattr(ctx.args, dest, None) not in (None, []):
+            raise CliError(
+                f"{flag} does not apply to --a2a (an A2A agent needs only its URL, and "
+                "--a2a-token if it asks for one)"
+            )
+    s = ctx.settings
+    token = s.get("a2a_token", "SYNAPSE_A2A_TOKEN", "a2a_token", str)
+    config = s.p2p_config(**CLIENT_P2P)
+    ctx.logging(quiet=True)
+    return asyncio.run(
+        run_send_a2a(ctx.args.a2a_url, token, options, config=config, out=ctx.out, err=ctx.err)
+    )
 
 
 def _run_caps(ctx: Context) -> int:

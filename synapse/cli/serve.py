@@ -7,8 +7,10 @@ import importlib
 import signal
 import sqlite3
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -22,7 +24,23 @@ from synapse.transport.client import SenderMode
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 
+if TYPE_CHECKING:
+    from synapse.a2a import A2AServer
+
 log = structlog.get_logger("synapse.cli")
+
+
+@dataclass(frozen=True, slots=True)
+class A2AOptions:
+    """`serve --a2a`: the arguments of `synapse.a2a.enable_a2a` (docs/a2a.md)."""
+
+    default_task_type: str | None = "echo"
+    push_allow: tuple[str, ...] = ()
+    #: Signs push notifications: the serve secret (`--secret`).
+    push_secret: str | None = None
+    #: Bearer token → principal name; empty: no authentication.
+    tokens: Mapping[str, str] = field(default_factory=dict)
+    public_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +54,7 @@ class ServeOptions:
     store: str
     signing: SenderMode
     config: P2PConfig
+    a2a: A2AOptions | None = None
     drain_timeout: float = 5.0
 
 
@@ -80,6 +99,23 @@ def open_task_store(spec: str) -> TaskStore:
         raise CliError(f"cannot open store {spec!r}: {exc}") from exc
 
 
+def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
+    """`enable_a2a(peer, ...)`, before the peer starts; a bad setting is one line."""
+    from synapse.a2a import enable_a2a
+
+    try:
+        return enable_a2a(
+            peer,
+            default_task_type=options.default_task_type,
+            push_allowlist=options.push_allow,
+            push_secret=options.push_secret,
+            tokens=dict(options.tokens) or None,
+            public_url=options.public_url,
+        )
+    except ValueError as exc:
+        raise CliError(f"bad A2A settings: {exc}") from exc
+
+
 async def run_serve(options: ServeOptions) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -105,6 +141,7 @@ async def run_serve(options: ServeOptions) -> int:
         store=store,
     )
     try:
+        a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
         log.info(
             "serving",
@@ -114,6 +151,17 @@ async def run_serve(options: ServeOptions) -> int:
             store=options.store,
             signing=options.signing,
         )
+        if a2a is not None and options.a2a is not None:
+            from synapse.a2a import AGENT_CARD_PATH
+
+            log.info(
+                "serving_a2a",
+                url=a2a.url,
+                card=a2a.url.removesuffix(a2a.path) + AGENT_CARD_PATH,
+                default_task_type=options.a2a.default_task_type,
+                push_allow=list(options.a2a.push_allow),
+                principals=sorted(set(options.a2a.tokens.values())) or None,
+            )
         await stop.wait()
         log.info("shutting_down", signal=received[0] if received else None)
         await peer.close(drain_timeout=options.drain_timeout)

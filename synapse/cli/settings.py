@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from synapse.cli.errors import CliError
 from synapse.p2p.config import P2PConfig
@@ -75,6 +77,14 @@ def parse_url(text: str) -> str:
     return text
 
 
+def parse_http_url(text: str) -> str:
+    """An http or https URL (where push notifications may go)."""
+    parse_url(text)
+    if urlsplit(text.strip()).scheme.lower() not in ("http", "https"):
+        raise ValueError(f"not an http(s) URL: {text!r}")
+    return text
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     """`HOST:PORT` (`[::1]:PORT` for IPv6) → (host, port)."""
     host, sep, port = text.rpartition(":")
@@ -91,6 +101,25 @@ def parse_pair(text: str, what: str) -> tuple[str, str]:
     if not sep or not name.strip():
         raise ValueError(f"expected {what}, got {text!r}")
     return name.strip(), value
+
+
+def parse_a2a_token(text: str) -> tuple[str, str]:
+    """`--a2a-token TOKEN[=NAME]` → (token, principal name).
+
+    NAME is what follows the last `=`, if anything does (a base64 token's `==` padding stays
+    in the token); without a name the principal is `token-` and the first 8 hex digits of the
+    token's SHA-256: stable across restarts (tasks in a durable store keep their principal),
+    and never the token itself, which would end up in logs.
+    """
+    token, sep, name = text.rpartition("=")
+    if not sep or not name.strip():
+        token, name = text, ""
+    token, name = token.strip(), name.strip()
+    if not token:
+        raise ValueError(f"expected TOKEN or TOKEN=NAME, got {text!r}")
+    if not name:
+        name = "token-" + hashlib.sha256(token.encode()).hexdigest()[:8]
+    return token, name
 
 
 def callback_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:
@@ -118,6 +147,12 @@ CONFIG_KEYS = frozenset(
         "retries",
         "log_json",
         "verbose",
+        "a2a",
+        "a2a_push_allow",
+        "a2a_tokens",
+        "a2a_token",
+        "a2a_default_task_type",
+        "a2a_public_url",
         "peer",
         "p2p",
     }
@@ -290,6 +325,35 @@ class Settings:
             sources = [flag] + ([env] if env else []) + ([f"`{key}` in --config"] if key else [])
             raise CliError(f"missing {flag} (set it with {', '.join(sources)})")
         return value
+
+    def get_list(
+        self, dest: str, env: str, key: str, parse: Callable[[str], T], *, flag: str
+    ) -> list[T]:
+        """A repeatable setting: its flags, else `$env` (comma-separated), else the file's
+        `key` (a list of strings, or one comma-separated string); each item `parse`d."""
+        items: list[tuple[str, str]]
+        flags = getattr(self.args, dest, None)
+        if flags:
+            items = [(flag, str(item)) for item in flags]
+        elif self.env.get(env, "").strip():
+            items = [(f"{env} entry", item) for item in _split_list(self.env[env])]
+        elif key in self.config.values:
+            raw = self.config.values[key]
+            where = f"config file {self.config.path}: `{key}`"
+            if isinstance(raw, str):
+                raw = _split_list(raw)
+            if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+                raise CliError(f"{where} must be a list of strings")
+            items = [(where, item) for item in raw]
+        else:
+            return []
+        values: list[T] = []
+        for where, item in items:
+            try:
+                values.append(parse(item))
+            except ValueError as exc:
+                raise CliError(f"bad {where} {item!r}: {exc}") from exc
+        return values
 
     def switch(self, dest: str, env: str, key: str) -> bool:
         """A yes/no setting (its flag, declared with `default=None`, can only switch it on)."""

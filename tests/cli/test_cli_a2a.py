@@ -1,0 +1,334 @@
+"""`synapse serve --a2a` and `synapse send --a2a URL`, each a subprocess on 127.0.0.1.
+
+The server is checked with plain HTTP (card, JSON-RPC `SendMessage` with the headers of
+docs/a2a.md); `send --a2a` holds the same conversation as `send` with a Synapse peer.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import subprocess
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from clikit import (
+    EXECUTOR,
+    SECRET,
+    Server,
+    clean_env,
+    command,
+    error_lines,
+    free_port,
+    no_traceback,
+    run,
+    run_here,
+    serve,
+)
+
+from synapse.cli.settings import parse_a2a_token
+
+TOKEN = "tok-for-cli-tests"
+
+
+@pytest.fixture(scope="module")
+def agent() -> Iterator[Server]:
+    """`synapse serve --a2a` with the demo handler and no Synapse partner at all."""
+    with serve("--agent-id", EXECUTOR, "--a2a") as server:
+        yield server
+
+
+def base(server: Server) -> str:
+    return f"http://127.0.0.1:{server.port}"
+
+
+def send(server: Server, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    result = run("send", "--a2a", base(server), *args, input=input)
+    no_traceback(result)
+    return result
+
+
+async def rpc(
+    server: Server, method: str, params: Any, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": "cli-1", "method": method, "params": params}
+    sent = {"Content-Type": "application/json", "A2A-Version": "1.0", **(headers or {})}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{base(server)}/a2a", json=body, headers=sent, timeout=aiohttp.ClientTimeout(10)
+        ) as response,
+    ):
+        assert response.status == 200
+        answer: dict[str, Any] = await response.json()
+        return answer
+
+
+def echo_message(text: str) -> dict[str, Any]:
+    return {
+        "message": {
+            "messageId": f"m-{time.monotonic_ns()}",
+            "role": "ROLE_USER",
+            "parts": [{"data": {"text": text}}],
+            "metadata": {"task_type": "echo"},
+        }
+    }
+
+
+# --- serve --a2a ---------------------------------------------------------------------------------
+
+
+def logged(server: Server, text: str, timeout: float = 5.0) -> str:
+    """The first log line of `server` holding `text` (lines after the first come later)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [line for line in list(server.lines) if text in line]
+        if found:
+            return found[0]
+        time.sleep(0.02)
+    raise AssertionError(f"no {text!r} in the log: {server.lines}")
+
+
+async def test_serve_a2a_serves_the_card_and_json_rpc(agent: Server) -> None:
+    line = logged(agent, "serving_a2a")
+    assert f"url={base(agent)}/a2a" in line
+    assert f"card={base(agent)}/.well-known/agent-card.json" in line
+    card_url = f"{base(agent)}/.well-known/agent-card.json"
+    async with aiohttp.ClientSession() as session, session.get(card_url) as response:
+        assert response.status == 200
+        card = await response.json()
+    assert card["name"] == EXECUTOR
+    assert [i["url"] for i in card["supportedInterfaces"]] == [f"{base(agent)}/a2a"]
+    assert card["supportedInterfaces"][0]["protocolVersion"] == "1.0"
+    assert card["capabilities"]["streaming"] is True
+    assert not card["capabilities"].get("pushNotifications")  # no --a2a-push-allow
+    assert "securitySchemes" not in card  # no --a2a-token
+    skills = {s["id"] for s in card["skills"]}
+    assert {"echo", "slow", "text_generation", "portrait", "fail"} <= skills
+
+    answer = await rpc(agent, "SendMessage", echo_message("hello over A2A"))
+    task = answer["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert [p["text"] for a in task["artifacts"] for p in a["parts"]] == ["hello over A2A"]
+    assert task["metadata"]["task_type"] == "echo"
+
+    answer = await rpc(agent, "SendMessage", echo_message("x"), {"A2A-Version": "0.3"})
+    assert answer["error"]["code"] == -32009  # never a silent downgrade
+
+
+def test_serve_a2a_settings_from_a_config_file(tmp_path: Path) -> None:
+    """Tokens and push prefixes from the file; send's token from the environment."""
+    port = free_port()
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            agent_id = "{EXECUTOR}"
+            secret = "{SECRET}"
+
+            [serve]
+            port = {port}
+            a2a = true
+            a2a_tokens = ["{TOKEN}=alice"]
+            a2a_push_allow = ["http://127.0.0.1:9/hooks/"]
+            a2a_default_task_type = "slow"
+            """
+        )
+    )
+    with serve("--config", str(config), port=port, port_flag=False) as server:
+        card = json.loads(run_card(server))
+        assert card["capabilities"]["pushNotifications"] is True
+        assert "bearer" in card["securitySchemes"]
+        extension = card["capabilities"]["extensions"][0]["params"]
+        assert extension["default_task_type"] == "slow"
+
+        result = send(server, "echo", '{"text": "no token"}')
+        assert result.returncode == 2
+        [line] = error_lines(result.stderr)
+        assert line.startswith("synapse: -32106 UNAUTHENTICATED: "), line
+
+        result = run(
+            "send",
+            "--a2a",
+            base(server),
+            "echo",
+            '{"text": "with a token"}',
+            env={"SYNAPSE_A2A_TOKEN": TOKEN},
+        )
+        assert (result.returncode, result.stdout) == (0, "with a token\n"), result.stderr
+        assert "principals=['alice']" in logged(server, "serving_a2a")
+
+
+def run_card(server: Server) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{base(server)}/.well-known/agent-card.json", timeout=10) as r:
+        text: str = r.read().decode()
+        return text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--a2a-token", "t"], "--a2a-token needs --a2a"),
+        (["--a2a-push-allow", "http://h/"], "--a2a-push-allow needs --a2a"),
+        (["--a2a", "--a2a-push-allow", "http://h/"], "--a2a-push-allow needs --secret"),
+        (["--a2a", "--a2a-push-allow", "ftp://h/"], "argument --a2a-push-allow: not an http(s)"),
+        ([], "no partner: give at least one --peer"),
+    ],
+)
+def test_serve_a2a_usage_errors(args: list[str], message: str) -> None:
+    status, _out, err = run_here("serve", "--agent-id", "e", "--port", "0", *args)
+    assert status == 2
+    [line] = err.splitlines()
+    assert line.startswith(f"synapse: {message}"), line
+
+
+@pytest.mark.parametrize(
+    ("text", "token", "name"),
+    [
+        ("s3cret=alice", "s3cret", "alice"),
+        ("YWJjZA==", "YWJjZA==", None),  # base64 padding stays in the token
+        ("YWJjZA===bob", "YWJjZA==", "bob"),
+        ("plain", "plain", None),
+    ],
+)
+def test_a2a_token_names(text: str, token: str, name: str | None) -> None:
+    got_token, got_name = parse_a2a_token(text)
+    assert got_token == token
+    if name is None:  # stable, and not the token itself
+        assert got_name == parse_a2a_token(token)[1] and got_name.startswith("token-")
+        assert token not in got_name
+    else:
+        assert got_name == name
+
+
+# --- send --a2a -----------------------------------------------------------------------------------
+
+
+def test_send_a2a_echo_completes(agent: Server) -> None:
+    result = send(agent, "echo", '{"text": "hello, A2A"}')
+    assert (result.returncode, result.stdout) == (0, "hello, A2A\n"), result.stderr
+    assert "(A2A)" in result.stderr and "✓ completed" in result.stderr
+
+
+def test_send_a2a_need_info_answered_with_field(agent: Server) -> None:
+    result = send(agent, "--field", "style=现代", "text_generation", '{"prompt": "春天"}')
+    assert (result.returncode, result.stdout) == (0, "《春天》(现代风格)\n"), result.stderr
+    assert "请选择生成风格" not in result.stderr  # nothing was asked
+    assert '→ provided style="现代"' in result.stderr
+
+
+def test_send_a2a_need_info_answered_through_stdin(agent: Server) -> None:
+    result = send(agent, "text_generation", '{"prompt": "p"}', input="浪漫\n")
+    assert (result.returncode, result.stdout) == (0, "《p》(浪漫风格)\n"), result.stderr
+    assert "请选择生成风格" in result.stderr and "[古典]" in result.stderr
+
+
+def test_send_a2a_need_human_rejected_fails(agent: Server) -> None:
+    result = send(agent, "--reject", "--notes", "no consent", "portrait", '{"subject": "Ada"}')
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    assert "[ethical_decision] 涉及伦理决策需要人工审核" in result.stderr
+    assert error_lines(result.stderr) == ["synapse: failed: permission_denied: no consent"]
+
+
+def test_send_a2a_need_human_approved_through_stdin(agent: Server) -> None:
+    result = send(agent, "portrait", '{"subject": "Ada"}', input="a\n\n")
+    assert (result.returncode, result.stdout) == (0, "portrait of Ada\n"), result.stderr
+    assert "approve or reject? [a/r]:" in result.stderr
+
+
+def test_send_a2a_unknown_task_type_is_rejected(agent: Server) -> None:
+    result = send(agent, "translate", '{"text": "hi"}')
+    assert result.returncode == 1
+    assert error_lines(result.stderr) == [
+        "synapse: rejected: capability_lacking: task type 'translate' is not offered"
+    ]
+
+
+def test_send_a2a_json(agent: Server) -> None:
+    result = send(agent, "--json", "--field", "style=现代", "text_generation", '{"prompt": "p"}')
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "submitted" and kinds[-1] == "outcome"
+    assert "info_provided" in kinds
+    asked = next(e for e in events if e.get("state") == "TASK_STATE_INPUT_REQUIRED")
+    assert asked["data"]["missing_fields"][0]["field"] == "style"
+    assert events[-1] == {
+        "event": "outcome",
+        "state": "completed",
+        "a2a_state": "TASK_STATE_COMPLETED",
+        "result": {
+            "output_type": "text",
+            "output": "《p》(现代风格)",
+            "metadata": {"prompt": "p", "style": "现代"},
+        },
+    }
+    assert result.stderr == ""
+
+
+def test_send_a2a_ctrl_c_cancels_the_task(agent: Server) -> None:
+    process = subprocess.Popen(
+        command("send", "--a2a", base(agent), "slow", '{"steps": 100, "delay": 0.1}'),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert process.stderr is not None
+        seen = ""
+        deadline = time.monotonic() + 20
+        while "progress" not in seen and time.monotonic() < deadline:
+            if select.select([process.stderr], [], [], 0.2)[0]:
+                seen += process.stderr.readline()
+        assert "progress" in seen, seen
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    assert process.returncode == 1, seen + err
+    assert "cancelling" in err
+    assert error_lines(err) == ["synapse: cancelled"]
+    assert out == ""
+
+
+def test_send_a2a_unreachable_agent_is_one_line() -> None:
+    result = run("send", "--a2a", f"http://127.0.0.1:{free_port()}", "echo", '{"text": "x"}')
+    no_traceback(result)
+    assert result.returncode == 2
+    [line] = error_lines(result.stderr)
+    assert line.startswith("synapse: cannot reach the A2A agent at http://127.0.0.1:"), line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--target", "http://h/"], "--target does not apply to --a2a"),
+        (["--as", "me"], "--as does not apply to --a2a"),
+        (["--listen", "127.0.0.1:1"], "--listen does not apply to --a2a"),
+        (["--task-id", "t"], "--task-id does not apply to --a2a"),
+        (["--priority", "high"], "--priority does not apply to --a2a"),
+    ],
+)
+def test_send_a2a_refuses_synapse_flags(args: list[str], message: str) -> None:
+    status, _out, err = run_here("send", "--a2a", "http://127.0.0.1:1", *args, "echo")
+    assert status == 2
+    [line] = err.splitlines()
+    assert line.startswith(f"synapse: {message}"), line
+
+
+def test_send_a2a_token_without_a2a_is_an_error() -> None:
+    status, _out, err = run_here("send", "--a2a-token", "t", "echo")
+    assert status == 2
+    assert err == "synapse: --a2a-token needs --a2a URL\n"
