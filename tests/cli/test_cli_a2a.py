@@ -6,7 +6,10 @@ docs/a2a.md); `send --a2a` holds the same conversation as `send` with a Synapse 
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import os
 import select
 import signal
 import subprocess
@@ -32,7 +35,11 @@ from clikit import (
     serve,
 )
 
+from synapse.a2a import wire
+from synapse.cli.conversation import SendOptions
+from synapse.cli.send_a2a import A2AFollower
 from synapse.cli.settings import parse_a2a_token
+from synapse.cli.terminal import Console, LineReader
 
 TOKEN = "tok-for-cli-tests"
 
@@ -332,3 +339,63 @@ def test_send_a2a_token_without_a2a_is_an_error() -> None:
     status, _out, err = run_here("send", "--a2a-token", "t", "echo")
     assert status == 2
     assert err == "synapse: --a2a-token needs --a2a URL\n"
+
+
+# --- another agent's INPUT_REQUIRED (no synapse_needs): in-process, with a stand-in handle ----
+
+
+class StandIn:
+    """What `A2AFollower.input_required` uses of an `A2ATaskHandle`, recording the replies."""
+
+    task_id = "t-1"
+
+    def __init__(self, question: str) -> None:
+        self.status_message = wire.Message(
+            message_id=f"q-{time.monotonic_ns()}",
+            role=wire.ROLE_AGENT,
+            parts=[wire.text_part(question)],
+        )
+        self.replies: list[Any] = []
+
+    async def reply(self, payload: Any) -> None:
+        self.replies.append(payload)
+
+    async def result(self) -> None:
+        """The task does not end while its question is asked."""
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize(
+    ("flags", "typed", "sent"),
+    [
+        ({"fields": {"city": "Paris"}}, "", {"city": "Paris"}),
+        ({"decision": "reject", "notes": "not now"}, "", "reject not now"),
+        ({}, "Lyon\n", "Lyon"),
+        ({}, '{"city": "Nice"}\n', {"city": "Nice"}),
+    ],
+    ids=["fields", "decision", "line", "json-line"],
+)
+async def test_another_agents_question_is_answered_with_one_reply(
+    flags: dict[str, Any], typed: str, sent: Any
+) -> None:
+    read, write = os.pipe()
+    os.write(write, typed.encode())
+    os.close(write)
+    err = io.StringIO()
+    follower = A2AFollower(
+        "http://agent.example",
+        SendOptions(task_type="book", payload={}, **flags),
+        out=io.StringIO(),
+        console=Console(err, live=False),
+        reader=LineReader(read),
+        interactive=False,
+    )
+    handle = StandIn("Which city?")
+    follower.handle = handle  # type: ignore[assignment]
+    try:
+        await follower.input_required()
+        await follower.input_required()  # the same question again (a resumed stream): once
+    finally:
+        os.close(read)
+    assert handle.replies == [sent]
+    assert "? http://agent.example asks: Which city?" in err.getvalue()
