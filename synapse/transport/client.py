@@ -27,7 +27,6 @@ from typing import Any, Literal
 import aiohttp
 import msgspec
 import structlog
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from synapse.p2p.config import P2PConfig
 from synapse.transport.partners import Partner, PartnerRegistry
@@ -315,52 +314,38 @@ class HttpClient:
             retries = self.config.max_retries
         if retries < 0:
             raise ValueError("retries must not be negative")
+        # A plain loop rather than a retry library: this runs once per message, and the
+        # first attempt, by far the most common path, should cost nothing extra.
         attempts = 0
-
-        async def attempt() -> Reply:
-            nonlocal attempts
+        while True:
             attempts += 1
-            return await self._attempt(partner, message, sender_mode, attempts)
+            try:
+                return await self._attempt(partner, message, sender_mode, attempts)
+            except _Transient as exc:
+                if attempts > retries:
+                    raise DeliveryError(
+                        f"no delivery to {partner.agent_id} after {attempts} attempts: {exc}",
+                        retryable=True,
+                        status=exc.status,
+                        attempts=attempts,
+                        reply=exc.reply,
+                    ) from exc.__cause__
+                delay = self._delay(exc, attempts)
+                log.info(
+                    "post_retry",
+                    message_id=message.id,
+                    type=message.type.value,
+                    attempt=attempts,
+                    delay=delay,
+                )
+                await self._sleep(delay)
 
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(_Transient),
-            sleep=self._sleep,
-            before_sleep=self._before_sleep(message),
-            reraise=True,
-        )
-        try:
-            reply: Reply = await retrying(attempt)
-        except _Transient as exc:
-            raise DeliveryError(
-                f"no delivery to {partner.agent_id} after {attempts} attempts: {exc}",
-                retryable=True,
-                status=exc.status,
-                attempts=attempts,
-                reply=exc.reply,
-            ) from exc.__cause__
-        return reply
-
-    def _wait(self, state: RetryCallState) -> float:
-        failure = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(failure, _Transient) and failure.retry_after is not None:
+    def _delay(self, failure: _Transient, attempt: int) -> float:
+        """The pause after failed attempt number `attempt`: the partner's `Retry-After`
+        (capped), else the jittered exponential backoff."""
+        if failure.retry_after is not None:
             return min(failure.retry_after, self.config.retry_max_delay)
-        return backoff_delay(state.attempt_number, self.config, self._jitter())
-
-    @staticmethod
-    def _before_sleep(message: Envelope[Any]) -> Callable[[RetryCallState], None]:
-        def before_sleep(state: RetryCallState) -> None:
-            delay = state.next_action.sleep if state.next_action is not None else None
-            log.info(
-                "post_retry",
-                message_id=message.id,
-                type=message.type.value,
-                attempt=state.attempt_number,
-                delay=delay,
-            )
-
-        return before_sleep
+        return backoff_delay(attempt, self.config, self._jitter())
 
     async def _attempt(
         self, partner: Partner, message: Envelope[Any], mode: SenderMode, attempt: int
