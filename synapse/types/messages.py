@@ -64,10 +64,14 @@ class Envelope(
     Generic[P],
     frozen=True,
     kw_only=True,
+    gc=False,
     omit_defaults=True,
     tag_field="type",
 ):
-    """Fields shared by every message. Not decoded directly: use a subclass or the codec."""
+    """Fields shared by every message. Not decoded directly: use a subclass or the codec.
+
+    Not tracked by the garbage collector (`gc=False`), like the payloads: see `Payload`.
+    """
 
     message_type: ClassVar[MessageType]
 

@@ -27,8 +27,13 @@ NonNegativeInt = Annotated[int, Meta(ge=0, le=2**53 - 1)]
 JsonObject = dict[str, Any]
 
 
-class Payload(msgspec.Struct, kw_only=True, frozen=True):
-    """Base of every payload and nested object: frozen value objects, keyword-only."""
+class Payload(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """Base of every payload and nested object: frozen value objects, keyword-only.
+
+    `gc=False`: instances are not tracked by the cyclic garbage collector (less work for it
+    per message, and 16 bytes less each). They hold JSON values only, which cannot form a
+    reference cycle back to them (such a message could not be encoded).
+    """
 
 
 # --- task_request -------------------------------------------------------------------------
