@@ -122,8 +122,12 @@ def message_fingerprint(value: dict[str, Any]) -> bytes:
     count as different content, which no retry of the same message produces.
     """
     rest = {k: v for k, v in value.items() if k != "timestamp" and k != "signature"}
-    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = _FINGERPRINT_ENCODER.encode(rest)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+#: `json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)`, built once.
+_FINGERPRINT_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _denied(reason: str, message: str, **details: Any) -> SynapseError:

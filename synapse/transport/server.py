@@ -146,14 +146,17 @@ class SynapseServer:
 
     async def _read_body(self, request: web.Request) -> bytes | SynapseError:
         limit = self.config.max_body_size
-        too_large = SynapseError(
-            ErrorCode.MESSAGE_FORMAT_INVALID,
-            f"body exceeds the limit of {limit} bytes",
-            {"reason": "too_large", "max_body_size": limit},
-            http_status=413,
-        )
+
+        def too_large() -> SynapseError:
+            return SynapseError(
+                ErrorCode.MESSAGE_FORMAT_INVALID,
+                f"body exceeds the limit of {limit} bytes",
+                {"reason": "too_large", "max_body_size": limit},
+                http_status=413,
+            )
+
         if request.content_length is not None and request.content_length > limit:
-            return too_large
+            return too_large()
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             return SynapseError(
@@ -173,7 +176,7 @@ class SynapseServer:
         async for chunk in request.content.iter_chunked(65536):
             size += len(chunk)
             if size > limit:
-                return too_large
+                return too_large()
             chunks.append(chunk)
         return b"".join(chunks)
 
