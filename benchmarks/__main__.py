@@ -1,0 +1,91 @@
+"""Run every benchmark, print their tables and write `docs/benchmarks.md` with its chart.
+
+    python -m benchmarks [--quick] [--only codec,e2e,memory,timers,a2a_sdk] [--no-write]
+
+The full run takes about four minutes (the timer benchmark alone watches 10,000 idle tasks
+for 30 s). `--quick` runs each benchmark with its smallest setting, in well under a minute,
+and writes nothing unless `--out` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks import a2a_sdk, codec, e2e, memory, report, timers
+from benchmarks._common import ROOT, Section, machine
+
+FULL: dict[str, Callable[[], Section]] = {
+    "codec": lambda: codec.run(seconds=6.0),
+    "e2e": lambda: e2e.run(seconds=4.0, warmup=1.0, rounds=2),
+    "memory": lambda: memory.run((10_000, 100_000), 10_000),
+    "timers": lambda: timers.run(tasks=10_000, seconds=30.0),
+    "a2a_sdk": lambda: a2a_sdk.run(seconds=4.0, warmup=1.0, rounds=1),
+}
+QUICK: dict[str, Callable[[], Section]] = {
+    "codec": lambda: codec.run(seconds=0.3),
+    "e2e": lambda: e2e.run(seconds=0.4, warmup=0.2, rounds=1),
+    "memory": lambda: memory.run((1_000,), 1_000),
+    "timers": lambda: timers.run(tasks=500, seconds=1.0),
+    "a2a_sdk": lambda: a2a_sdk.run(seconds=0.4, warmup=0.2),
+}
+
+#: What the figures mean beyond the tables: written once the targets were measured (issue 8).
+ANALYSIS = Path(__file__).with_name("analysis.md")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smallest settings (smoke run)")
+    parser.add_argument("--only", default="", help="comma-separated benchmark names")
+    parser.add_argument("--out", type=Path, default=None, help="where to write (docs/)")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    names = [n for n in args.only.split(",") if n] or list(plan)
+    unknown = set(names) - set(plan)
+    if unknown:
+        parser.error(f"unknown benchmarks: {', '.join(sorted(unknown))}")
+    started = time.monotonic()
+    info = machine()
+    sections = []
+    for name in names:
+        print(f"... {name}", file=sys.stderr, flush=True)
+        section = plan[name]()
+        sections.append(section)
+        print(section.text(), end="\n\n", flush=True)
+    elapsed = time.monotonic() - started
+    figures: dict[str, float] = {}
+    for section in sections:
+        figures |= section.figures
+    print(report.targets_table(figures).text())
+    out = args.out if args.out is not None else (None if args.quick else ROOT / "docs")
+    if out is None or args.no_write:
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    has_chart = report.chart(figures, out / "benchmarks.png")
+    command = "python -m benchmarks" + (" --quick" if args.quick else "")
+    if args.only:
+        command += f" --only {args.only}"
+    analysis = ANALYSIS.read_text(encoding="utf-8") if ANALYSIS.exists() else ""
+    text = report.markdown(
+        sections,
+        info,
+        command=command,
+        elapsed=elapsed,
+        chart_file="benchmarks.png" if has_chart else None,
+        analysis=analysis,
+    )
+    (out / "benchmarks.md").write_text(text, encoding="utf-8")
+    report.write_json(sections, info, out / "benchmarks.json")
+    print(f"\nwrote {out / 'benchmarks.md'}" + (", benchmarks.png" if has_chart else ""))
+    if not has_chart:
+        print("(no chart: matplotlib is not installed; pip install -e '.[bench]')")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
