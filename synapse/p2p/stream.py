@@ -19,7 +19,10 @@ class EventStream(Generic[EventT, OutcomeT]):
     """Events pushed by the runtime, consumed in order; an outcome settled once."""
 
     def __init__(self) -> None:
-        self._events: asyncio.Queue[EventT] = asyncio.Queue()
+        # A list and the futures of waiting readers rather than an `asyncio.Queue`: a handle
+        # lives as long as its task is kept, and a queue is five deques and an event more.
+        self._buffer: list[EventT] = []
+        self._readers: list[asyncio.Future[None]] = []
         self._done: asyncio.Future[OutcomeT] = asyncio.get_running_loop().create_future()
 
     def _is_last(self, event: EventT) -> bool:
@@ -27,7 +30,11 @@ class EventStream(Generic[EventT, OutcomeT]):
         raise NotImplementedError
 
     def _push(self, event: EventT) -> None:
-        self._events.put_nowait(event)
+        self._buffer.append(event)
+        readers, self._readers = self._readers, []
+        for reader in readers:
+            if not reader.done():
+                reader.set_result(None)
 
     def _settle_with(self, outcome: OutcomeT) -> None:
         if not self._done.done():
@@ -43,26 +50,32 @@ class EventStream(Generic[EventT, OutcomeT]):
 
     async def result(self, timeout: float | None = None) -> OutcomeT:
         """Wait for the outcome (at most `timeout` seconds)."""
+        if timeout is None:
+            return await asyncio.shield(self._done)
         return await asyncio.wait_for(asyncio.shield(self._done), timeout)
 
     def __await__(self) -> Generator[Any, None, OutcomeT]:
         return self.result().__await__()
 
     async def events(self) -> AsyncIterator[EventT]:
-        """Every event, in order, ending with the last one."""
+        """Every event, in order, ending with the last one. Several readers share them: each
+        event goes to one of them."""
         while True:
-            if self._events.empty() and self._done.done():
-                return
-            getter: asyncio.Future[EventT] = asyncio.ensure_future(self._events.get())
-            waiting: set[asyncio.Future[Any]] = {getter, self._done}
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                event = getter.result()
+            if self._buffer:
+                event = self._buffer.pop(0)
                 yield event
                 if self._is_last(event):
                     return
-            else:
-                getter.cancel()
+                continue
+            if self._done.done():
+                return
+            reader: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._readers.append(reader)
+            try:
+                waiting: set[asyncio.Future[Any]] = {reader, self._done}
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                reader.cancel()
 
     def __aiter__(self) -> AsyncIterator[EventT]:
         return self.events()
