@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import a2a_sdk, codec, e2e, memory, report, timers
-from benchmarks._common import ROOT, Section, machine
+from benchmarks._common import ROOT, Section, machine, quiet_logging
 
 FULL: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=6.0),
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(names) - set(plan)
     if unknown:
         parser.error(f"unknown benchmarks: {', '.join(sorted(unknown))}")
+    quiet_logging()
     started = time.monotonic()
     info = machine()
     sections = []

@@ -203,12 +203,10 @@ def machine() -> dict[str, Any]:
 # --- logging ----------------------------------------------------------------------------------
 
 
-def quiet_logging(level: int = logging.WARNING) -> None:
-    """structlog filtered at `level` (warnings and errors still go to stderr).
-
-    The benchmarks measure the protocol, not log rendering: a deployment that logs one line
-    per message pays for it on top (see the e2e benchmark's logging row).
-    """
+def quiet_logging(level: int = logging.WARNING, *, cache: bool = True, stdlib: bool = True) -> None:
+    """structlog filtered at `level` (warnings and errors still go to stderr), for a process
+    of its own (a worker, a command line): the benchmarks measure the protocol, not log
+    rendering."""
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -217,9 +215,22 @@ def quiet_logging(level: int = logging.WARNING) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache,
     )
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    if stdlib:
+        logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+
+
+@contextlib.contextmanager
+def quiet_structlog() -> Iterator[None]:
+    """`quiet_logging` for a while, in a process that is not ours (a test): the previous
+    configuration comes back afterwards, and no logger is cached meanwhile."""
+    previous = structlog.get_config()
+    quiet_logging(cache=False, stdlib=False)
+    try:
+        yield
+    finally:
+        structlog.configure(**previous)
 
 
 # --- child processes ----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import Section, Table, quiet_logging
+from benchmarks._common import Section, Table, quiet_logging, quiet_structlog
 
 R_ID, E_ID = "agent-r", "agent-e"
 R_URL, E_URL = "http://127.0.0.1:8001/synapse/callback", "http://127.0.0.1:8002/synapse/callback"
@@ -237,8 +237,12 @@ def _request(requester: Any, task_id: str, deadline: datetime) -> Any:
 
 
 def run(counts: tuple[int, ...] = (10_000, 100_000), in_flight: int = 10_000) -> Section:
+    with quiet_structlog():
+        return _run(counts, in_flight)
+
+
+def _run(counts: tuple[int, ...], in_flight: int) -> Section:
     started = time.monotonic()
-    quiet_logging()
     section = Section(
         "memory",
         "Memory: bytes per stored finished task and per in-flight task",
@@ -304,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.memory", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="1,000 tasks only (a smoke test)")
     args = parser.parse_args(argv)
+    quiet_logging()
     section = run((1_000,), 1_000) if args.quick else run()
     print(section.text())
     return 0
