@@ -16,7 +16,7 @@ import argparse
 import time
 from typing import Any
 
-from benchmarks._common import Section, Table, children, free_port, pct
+from benchmarks._common import Section, Table, children, free_port
 
 SECRET = "bench-secret-2026"
 
@@ -48,7 +48,7 @@ def run(*, tasks: int = 10_000, seconds: float = 30.0) -> Section:
         ["idle in-flight tasks", "window s", "executor CPU (% of one core)", "requester CPU"],
         title="CPU while idle (process_time over the window)",
     )
-    table.add(f"{tasks:,}", f"{seconds:g}", pct(e_share), pct(r_share))
+    table.add(f"{tasks:,}", f"{seconds:g}", f"{e_share * 100:.3f} %", f"{r_share * 100:.3f} %")
     section = Section(
         "timers",
         f"Timer scaling: {tasks:,} idle in-flight tasks",
