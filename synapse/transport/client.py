@@ -27,6 +27,7 @@ from typing import Any, Literal
 import aiohttp
 import msgspec
 import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from synapse.p2p.config import P2PConfig
 from synapse.transport.partners import Partner, PartnerRegistry
@@ -222,6 +223,12 @@ def judge_reply(
     return Reply(status=status, message=message, verified=verified, body=body, attempts=attempts)
 
 
+def _log_retry(message: Envelope[Any], attempt: int, delay: float | None) -> None:
+    log.info(
+        "post_retry", message_id=message.id, type=message.type.value, attempt=attempt, delay=delay
+    )
+
+
 class HttpClient:
     """POSTs messages to partners over one shared, keep-alive `aiohttp.ClientSession`.
 
@@ -314,31 +321,79 @@ class HttpClient:
             retries = self.config.max_retries
         if retries < 0:
             raise ValueError("retries must not be negative")
-        # A plain loop rather than a retry library: this runs once per message, and the
-        # first attempt, by far the most common path, should cost nothing extra.
-        attempts = 0
-        while True:
+        # The first attempt, by far the most common path, runs without any retry machinery
+        # (setting up a retrying controller per message cost ~75 µs of CPU an exchange).
+        try:
+            return await self._attempt(partner, message, sender_mode, 1)
+        except _Transient as failure:
+            if retries == 0:
+                raise self._exhausted(partner, failure, 1) from failure.__cause__
+            first = failure
+        return await self._retry(partner, message, sender_mode, retries, first)
+
+    async def _retry(
+        self,
+        partner: Partner,
+        message: Envelope[Any],
+        mode: SenderMode,
+        retries: int,
+        first: _Transient,
+    ) -> Reply:
+        """Up to `retries` more attempts after a transient failure, driven by tenacity:
+        exponential backoff with jitter from `retry_base_delay`, or the partner's
+        `Retry-After` (both capped at `retry_max_delay`)."""
+        attempts = 1
+        last = first
+
+        async def attempt() -> Reply:
+            nonlocal attempts, last
             attempts += 1
             try:
-                return await self._attempt(partner, message, sender_mode, attempts)
-            except _Transient as exc:
-                if attempts > retries:
-                    raise DeliveryError(
-                        f"no delivery to {partner.agent_id} after {attempts} attempts: {exc}",
-                        retryable=True,
-                        status=exc.status,
-                        attempts=attempts,
-                        reply=exc.reply,
-                    ) from exc.__cause__
-                delay = self._delay(exc, attempts)
-                log.info(
-                    "post_retry",
-                    message_id=message.id,
-                    type=message.type.value,
-                    attempt=attempts,
-                    delay=delay,
-                )
-                await self._sleep(delay)
+                return await self._attempt(partner, message, mode, attempts)
+            except _Transient as failure:
+                last = failure
+                raise
+
+        def wait(state: RetryCallState) -> float:
+            # `state` counts tenacity's own attempts; ours include the first one.
+            return self._delay(last, attempts)
+
+        def log_retry(state: RetryCallState) -> None:
+            delay = state.next_action.sleep if state.next_action is not None else None
+            _log_retry(message, attempts, delay)
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(retries),
+            wait=wait,
+            retry=retry_if_exception_type(_Transient),
+            sleep=self._sleep,
+            before_sleep=log_retry,
+            reraise=True,
+        )
+        first_delay = self._delay(first, 1)
+        log.info(
+            "post_retry",
+            message_id=message.id,
+            type=message.type.value,
+            attempt=1,
+            delay=first_delay,
+        )
+        await self._sleep(first_delay)
+        try:
+            reply: Reply = await retrying(attempt)
+        except _Transient:
+            raise self._exhausted(partner, last, attempts) from last.__cause__
+        return reply
+
+    @staticmethod
+    def _exhausted(partner: Partner, failure: _Transient, attempts: int) -> DeliveryError:
+        return DeliveryError(
+            f"no delivery to {partner.agent_id} after {attempts} attempts: {failure}",
+            retryable=True,
+            status=failure.status,
+            attempts=attempts,
+            reply=failure.reply,
+        )
 
     def _delay(self, failure: _Transient, attempt: int) -> float:
         """The pause after failed attempt number `attempt`: the partner's `Retry-After`
