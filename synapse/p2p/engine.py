@@ -381,6 +381,10 @@ class Engine:
         liveness = self._partners.get(partner)
         return liveness is None or liveness.reachable
 
+    def partner_status(self) -> dict[str, bool]:
+        """Reachability of every partner heard of (see `heard` and heartbeats)."""
+        return {partner: liveness.reachable for partner, liveness in self._partners.items()}
+
     def heartbeat_status(self) -> HeartbeatStatus:
         if self.draining or not self.ready:
             return HeartbeatStatus.DRAINING
@@ -822,6 +826,17 @@ class Engine:
         elif not rec.is_final:
             # 409 on a cancel: E finished first; its final callback is on its way.
             step.actions.append(TaskEvent(rec.key, "refused", rec.state, None, nack.message))
+
+    def incoming_key(self, message: Message) -> TaskKey | None:
+        """The key of the task a POSTed `message` is about (None if about no task)."""
+        if isinstance(message, TaskRequest):
+            return TaskKey(message.from_.agent_id, message.payload.task.id)
+        task_id = getattr(message.payload, "task_id", None)
+        if task_id is None:
+            return None
+        if message.message_type in EXECUTOR_TO_REQUESTER:
+            return TaskKey(self.agent_id, task_id)
+        return TaskKey(message.from_.agent_id, task_id)
 
     def _key_of(self, sent: Message) -> TaskKey | None:
         if isinstance(sent, TaskRequest):

@@ -287,6 +287,11 @@ class P2PProtocol:
                     return candidate.state
         return rec.state if rec else None
 
+    def partner_status(self) -> dict[str, bool]:
+        """Every partner we have heard of: True if reachable, False once it missed
+        `missed_heartbeat_limit` heartbeats (until it answers again)."""
+        return self.engine.partner_status()
+
     def list_tasks(self) -> dict[str, TaskState]:
         """Every task, keyed `requester/task_id`."""
         return {str(key): rec.state for key, rec in self.engine.tasks.items()}
@@ -605,12 +610,14 @@ class P2PProtocol:
                 await self.store.commit()
                 try:
                     self._observe("out", out.message, out.partner)
+                    rec = self.engine.get(key)
                     log.info(
                         "message_out",
                         message_id=out.message.id,
                         type=out.message.message_type.value,
                         to=out.partner,
                         task_id=key.task_id,
+                        state=rec.state.value if rec is not None else None,
                     )
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
@@ -633,7 +640,17 @@ class P2PProtocol:
                     queue.popleft()
                 self.store.remove_outbox(out.message.id)
                 self._observe("reply_in", reply, out.partner)
+                before = rec.state.value if rec is not None else None
                 self.apply(self.engine.on_reply(out.message, reply, self.clock()))
+                log.info(
+                    "reply_in",
+                    message_id=reply.id,
+                    reply_to=out.message.id,
+                    type=reply.message_type.value,
+                    task_id=key.task_id,
+                    from_state=before,
+                    to_state=rec.state.value if rec is not None else None,
+                )
         finally:
             self._workers.pop(key, None)
             if not queue:

@@ -22,6 +22,7 @@ import structlog
 from aiohttp import web
 
 from synapse.p2p.dedup import DedupStore, MemoryDedupStore, Outcome, StoredReply, is_storable
+from synapse.p2p.engine import TaskRecord
 from synapse.p2p.protocol import P2PProtocol
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
@@ -268,8 +269,12 @@ class SynapseServer:
     async def _process(self, inbound: Inbound) -> StoredReply:
         head = inbound.head
         started = time.perf_counter()
+        engine = self.protocol.engine
+        key = before = None
         try:
             message = decode_typed(inbound.body)
+            key = engine.incoming_key(message)
+            before = _state(engine.get(key)) if key is not None else None
             reply: Message = await self.protocol.handle_message(message, commit=False)
         except SynapseError as error:
             log.info(
@@ -277,6 +282,9 @@ class SynapseServer:
                 message_id=head.id,
                 type=head.type.value,
                 sender=head.from_.agent_id,
+                task_id=key.task_id if key is not None else None,
+                from_state=before,
+                to_state=before,  # a refused message changes nothing
                 status=error.http_status,
                 code=error.code.value,
                 reason=error.message,
@@ -288,8 +296,9 @@ class SynapseServer:
             message_id=head.id,
             type=head.type.value,
             sender=head.from_.agent_id,
-            task_id=getattr(message.payload, "task_id", None)
-            or getattr(getattr(message.payload, "task", None), "id", None),
+            task_id=key.task_id if key is not None else None,
+            from_state=before,
+            to_state=_state(engine.get(key)) if key is not None else None,
             reply=reply.message_type.value,
             status=200,
             signed_by=inbound.signed_by,
@@ -311,6 +320,10 @@ class SynapseServer:
         if tick - self._last_expiry >= 1.0:
             self._last_expiry = tick
             self.dedup.expire(now)
+
+
+def _state(record: TaskRecord | None) -> str | None:
+    return record.state.value if record is not None else None
 
 
 def _is_json(content_type: str) -> bool:

@@ -1,0 +1,73 @@
+"""Issue 3 item 10: every transition and every message in or out is one structlog event with
+task id, message id, type and the states around it; partner reachability is queryable."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+from flowkit import WAIT, E, Pair, R
+
+from synapse.types import TaskState
+
+
+async def test_one_event_per_transition_and_per_message(pair: Pair) -> None:
+    with structlog.testing.capture_logs() as logs:
+        handle = await pair.r.submit(E, "echo", {"text": "logged"})
+        outcome = await asyncio.wait_for(handle, WAIT)
+        await asyncio.sleep(0.05)  # the last reply_in is logged just after the outcome
+    assert outcome.state is TaskState.COMPLETED
+    task_logs = [e for e in logs if e.get("task_id") == handle.task_id]
+
+    transitions = [e for e in task_logs if e["event"] == "transition"]
+    assert {(e["role"], e["from_state"], e["to_state"]) for e in transitions} >= {
+        ("requester", "idle", "pending"),
+        ("requester", "pending", "confirmed"),
+        ("requester", "executing", "completed"),
+        ("executor", "idle", "confirmed"),
+        ("executor", "confirmed", "executing"),
+        ("executor", "executing", "completed"),
+    }
+    for event in transitions:
+        assert event["requester"] == R and event["trigger"]
+
+    received = [e for e in task_logs if e["event"] == "message_in"]
+    assert [e["type"] for e in received] == [
+        "p2p:task_request",  # at E
+        "p2p:task_status_update",  # at R
+        "p2p:task_complete",  # at R
+    ]
+    request, update, complete = received
+    assert (request["from_state"], request["to_state"]) == (None, "executing")
+    assert (update["from_state"], update["to_state"]) == ("confirmed", "executing")
+    assert (complete["from_state"], complete["to_state"]) == ("executing", "completed")
+    for event in received:
+        assert event["message_id"].startswith("msg-") and event["status"] == 200
+
+    sent = [e for e in task_logs if e["event"] == "message_out"]
+    assert [e["type"] for e in sent] == [
+        "p2p:task_request",
+        "p2p:task_status_update",
+        "p2p:task_complete",
+    ]
+    replies = [e for e in task_logs if e["event"] == "reply_in"]
+    assert [e["type"] for e in replies] == ["p2p:task_confirm", "p2p:ack", "p2p:task_ack"]
+    assert all(e["reply_to"] and e["message_id"] for e in replies)
+
+
+async def test_refused_messages_are_logged_with_an_unchanged_state(pair: Pair) -> None:
+    handle = await pair.r.submit(E, "echo", {"text": "once"})
+    await asyncio.wait_for(handle, WAIT)
+    with structlog.testing.capture_logs() as logs:
+        await handle.cancel()  # already final: nothing is sent
+        again = await pair.r.submit(E, "nope", {})
+        await asyncio.wait_for(again, WAIT)
+    [request] = [e for e in logs if e["event"] == "message_in" and e["task_id"] == again.task_id]
+    assert request["reply"] == "p2p:task_reject" and request["to_state"] == "rejected"
+
+
+async def test_partner_status_lists_who_is_reachable(pair: Pair) -> None:
+    handle = await pair.r.submit(E, "echo", {"text": "hello"})
+    await asyncio.wait_for(handle, WAIT)
+    assert pair.r.protocol.partner_status() == {E: True}
+    assert pair.e.protocol.partner_status() == {R: True}
