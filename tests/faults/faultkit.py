@@ -27,11 +27,11 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from rawpost import RawReply, sign
 
 from synapse.types import (
     SIGNATURE_HEADER,
     format_timestamp,
-    header_signature,
     new_message_id,
     utc_now,
     verify_header_signature,
@@ -280,48 +280,6 @@ class PeerProcess:
 
 
 # --- raw envelopes --------------------------------------------------------------------------
-
-
-def encode(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def sign(value: Mapping[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
-    body = encode(value)
-    return body, {
-        "Content-Type": "application/json",
-        SIGNATURE_HEADER: header_signature(secret, body),
-    }
-
-
-@dataclass(frozen=True)
-class RawReply:
-    status: int
-    body: bytes
-    headers: Mapping[str, str]
-
-    @property
-    def value(self) -> dict[str, Any]:
-        value = json.loads(self.body)
-        assert isinstance(value, dict), self.body
-        return value
-
-    @property
-    def type(self) -> str:
-        return str(self.value["type"])
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        payload = self.value["payload"]
-        assert isinstance(payload, dict)
-        return payload
-
-    @property
-    def signed(self) -> bool:
-        return SIGNATURE_HEADER in self.headers
-
-    def __repr__(self) -> str:
-        return f"RawReply({self.status}, {self.body[:300]!r})"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Raw envelopes for end-to-end transport tests: build, sign, POST, and judge the reply.
+"""Raw envelopes for end-to-end tests: build, sign, POST, and judge the reply.
 
 `RawAgent` speaks as one registered partner with hand-made JSON (so a test can send what no
 well-behaved peer would); `CallbackSink` is that partner's callback endpoint, a tiny aiohttp
@@ -93,6 +93,10 @@ class RawReply:
     @property
     def signature(self) -> str | None:
         return self.headers.get(SIGNATURE_HEADER)
+
+    @property
+    def signed(self) -> bool:
+        return SIGNATURE_HEADER in self.headers
 
     def signed_with(self, secret: str) -> bool:
         return self.signature is not None and verify_header_signature(
