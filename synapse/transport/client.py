@@ -31,6 +31,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from synapse.p2p.config import P2PConfig
 from synapse.transport.partners import Partner, PartnerRegistry
+from synapse.transport.tls import TLSConfig
 from synapse.types.codec import decode_typed, encode_message, refreshed, utc_now
 from synapse.types.enums import REPLY_ONLY_TYPES
 from synapse.types.errors import LocalProtocolError, SynapseError
@@ -247,8 +248,11 @@ class HttpClient:
         sleep: Sleep = asyncio.sleep,
         clock: Clock = utc_now,
         jitter: Callable[[], float] = random.random,
+        tls: TLSConfig | None = None,
     ) -> None:
         self.config = config or P2PConfig()
+        #: Verifies https partners (custom CA) and presents our client certificate.
+        self._ssl = tls.client_context() if tls is not None else None
         self._connection_limit = connection_limit
         self._connection_limit_per_host = connection_limit_per_host
         self._keepalive_timeout = keepalive_timeout
@@ -285,6 +289,7 @@ class HttpClient:
                 limit=self._connection_limit,
                 limit_per_host=self._connection_limit_per_host,
                 keepalive_timeout=self._keepalive_timeout,
+                ssl=self._ssl if self._ssl is not None else True,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,

@@ -152,6 +152,9 @@ class PartnerRegistry:
         """Register `partner`, replacing any partner with the same agent id."""
         self._partners[partner.agent_id] = partner
 
+    def remove(self, agent_id: str) -> None:
+        self._partners.pop(agent_id, None)
+
     def get(self, agent_id: str) -> Partner | None:
         return self._partners.get(agent_id)
 
@@ -176,3 +179,33 @@ class PartnerRegistry:
 
     def __repr__(self) -> str:
         return f"PartnerRegistry({sorted(self._partners)!r})"
+
+    def shared_secrets(self) -> list[tuple[str, ...]]:
+        """Groups of partners (agent ids, sorted) that have at least one secret in common.
+
+        A secret known to two partners lets either of them sign as the other: each group is
+        a partner that can impersonate another.
+        """
+        holders: dict[bytes, set[str]] = {}
+        for partner in self._partners.values():
+            for secret in partner.secrets:
+                raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+                holders.setdefault(raw, set()).add(partner.agent_id)
+        groups = {tuple(sorted(ids)) for ids in holders.values() if len(ids) > 1}
+        return sorted(groups)
+
+    def check_distinct_secrets(self, *, allow_shared: bool = False) -> None:
+        """Refuse (ValueError) partners that share a secret, unless `allow_shared`.
+
+        The secrets themselves never appear in the message: only who shares one.
+        """
+        if allow_shared:
+            return
+        groups = self.shared_secrets()
+        if groups:
+            named = "; ".join(", ".join(group) for group in groups)
+            raise ValueError(
+                f"partners share a secret ({named}): any of them could sign messages as "
+                "another; give each partner its own secret, or allow it explicitly "
+                "(allow_shared_secrets=True, `--allow-shared-secret`)"
+            )

@@ -28,6 +28,7 @@ from synapse.transport.client import DeliveryError as HttpDeliveryError
 from synapse.transport.client import HttpClient, SenderMode
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH, SynapseServer
+from synapse.transport.tls import TLSConfig
 from synapse.types import (
     CapabilityResponsePayload,
     HeartbeatPayload,
@@ -83,6 +84,8 @@ class Peer:
         rate_limit: float | None = None,
         store: TaskStore | None = None,
         serve: bool = True,
+        tls: TLSConfig | None = None,
+        allow_shared_secrets: bool = False,
     ) -> None:
         self.agent_id = agent_id
         self.partners = (
@@ -99,7 +102,11 @@ class Peer:
         self._dedup = dedup
         self._rate_limit = rate_limit
         self.store: TaskStore = store or MemoryStore()
-        self.client = HttpClient(self.config)
+        #: Certificates of what we serve and of our calls (`synapse.transport.tls`).
+        self.tls = tls
+        #: Partners sharing a secret can sign as each other: refused at start unless allowed.
+        self.allow_shared_secrets = allow_shared_secrets
+        self.client = HttpClient(self.config, tls=tls)
         self._runner: web.AppRunner | None = None
         self._protocol: P2PProtocol | None = None
         self._server: SynapseServer | None = None
@@ -133,7 +140,15 @@ class Peer:
 
     def add_partner(self, agent_id: str, endpoint: str, secrets: Iterable[Secret] = ()) -> Partner:
         partner = Partner(agent_id, endpoint, tuple(secrets))
+        previous = self.partners.get(agent_id)
         self.partners.add(partner)
+        try:
+            self.partners.check_distinct_secrets(allow_shared=self.allow_shared_secrets)
+        except ValueError:
+            self.partners.remove(agent_id)
+            if previous is not None:
+                self.partners.add(previous)
+            raise
         return partner
 
     def _build(self, endpoint: str) -> None:
@@ -170,7 +185,12 @@ class Peer:
         for app_hook in self.app_hooks:
             app_hook(app)
 
+    @property
+    def _scheme(self) -> str:
+        return "https" if self.tls is not None and self.tls.serves_tls else "http"
+
     async def start(self) -> None:
+        self.partners.check_distinct_secrets(allow_shared=self.allow_shared_secrets)
         await self.client.start()
         if self.serve and self._runner is None:
             # Bind first: with port 0 the endpoint is known only once bound.
@@ -180,15 +200,18 @@ class Peer:
                 app_hook(app)
             self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+            ssl_context = self.tls.server_context() if self.tls is not None else None
+            site = web.TCPSite(
+                self._runner, self.host, self.port, reuse_address=True, ssl_context=ssl_context
+            )
             await site.start()
             addresses = self._runner.addresses
             self.port = int(addresses[0][1]) if addresses else self.port
             if self._protocol is None:
-                self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
+                self._build(self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}")
             log.info("listening", url=self.endpoint, agent_id=self.agent_id)
         elif self._protocol is None:
-            self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
+            self._build(self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}")
         if self._snapshot is not None:
             snapshot, self._snapshot = self._snapshot, None
             self.protocol.restore(snapshot)

@@ -26,6 +26,7 @@ from synapse.p2p.engine import TaskRecord
 from synapse.p2p.protocol import P2PProtocol
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
+from synapse.transport.tls import check_partner_certificate
 from synapse.types import (
     ErrorCode,
     Message,
@@ -209,6 +210,13 @@ class SynapseServer:
                 refused.error, refused.request_id, refused.sender_id, refused.sign_with
             )
         head = inbound.head
+        # mTLS: a verified client certificate must name the partner the message claims to be.
+        mismatch = check_partner_certificate(request.transport, head.from_.agent_id)
+        if mismatch is not None:
+            denied = SynapseError(ErrorCode.PERMISSION_DENIED, mismatch, {"reason": "certificate"})
+            log.info("message_refused", message_id=head.id, sender=head.from_.agent_id,
+                     status=403, code=denied.code.value, reason="certificate")
+            return self._nack(denied, head.id, head.from_.agent_id, None)
         wait = self._rate_wait(inbound.partner.agent_id)
         if wait:
             error = SynapseError(

@@ -1,0 +1,57 @@
+"""Helpers of the security tests: a test CA (trustme), certificates per agent, free ports."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import trustme
+
+from synapse.transport.tls import TLSConfig
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Pki:
+    """A CA of the tests and the PEM files of its certificates, in `directory`."""
+
+    ca: trustme.CA
+    directory: Path
+
+    @property
+    def ca_file(self) -> Path:
+        path = self.directory / "ca.pem"
+        if not path.exists():
+            self.ca.cert_pem.write_to_path(str(path))
+        return path
+
+    def issue(self, name: str, *identities: str) -> tuple[Path, Path]:
+        """(cert, key) files for `name`: valid for 127.0.0.1 and `identities` (SANs)."""
+        cert = self.ca.issue_cert("127.0.0.1", *identities, common_name=name)
+        cert_file = self.directory / f"{name}.crt"
+        key_file = self.directory / f"{name}.key"
+        cert.cert_chain_pems[0].write_to_path(str(cert_file))
+        for extra in cert.cert_chain_pems[1:]:
+            extra.write_to_path(str(cert_file), append=True)
+        cert.private_key_pem.write_to_path(str(key_file))
+        return cert_file, key_file
+
+    def peer_tls(self, agent_id: str, *, require_clients: bool = True) -> TLSConfig:
+        """A peer's TLS: serves https with its own cert, requires client certs of this CA,
+        verifies servers against this CA and presents the same cert as a client."""
+        cert, key = self.issue(agent_id, agent_id)
+        return TLSConfig(
+            cert=cert,
+            key=key,
+            client_ca=self.ca_file if require_clients else None,
+            ca=self.ca_file,
+            client_cert=cert,
+            client_key=key,
+        )
