@@ -148,7 +148,16 @@ class PushSender:
             log.info("push_dropped", partner=partner, message_id=message.id, reason="no config")
             return build_reply(Ack, AckPayload(), request=message, sender=me)
         target, event = found
-        await self._post(target, event, message, retries=self.config.max_retries if retry else 0)
+
+        def current() -> wire.TaskPushNotificationConfig:
+            # Read the configuration again on each attempt: a token (or URL) rotated while
+            # this notification waits is the one it goes out with; nothing is dropped.
+            again = self.server.push_target(partner, message)
+            return again[0] if again is not None else target
+
+        await self._post(
+            target, event, message, retries=self.config.max_retries if retry else 0, current=current
+        )
         return build_reply(Ack, AckPayload(), request=message, sender=me)
 
     def body(self, event: wire.StreamResponse, message: Message) -> bytes:
@@ -181,12 +190,15 @@ class PushSender:
         message: Message,
         *,
         retries: int,
+        current: Callable[[], wire.TaskPushNotificationConfig] | None = None,
     ) -> None:
         """POST with CONTRACT §4's retry policy; raise `DeliveryError` when it gives up."""
         session = self._ensure_session()
         last = ""
         status: int | None = None
         for attempt in range(1, retries + 2):
+            if current is not None:
+                target = current()
             body = self.body(event, message)  # a fresh timestamp and signature each attempt
             retry_after: float | None = None
             try:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import configure_logging
+from synapse.cli.security_settings import add_secret_flags, add_tls_flags
 from synapse.cli.settings import (
     Settings,
     parse_a2a_token,
@@ -89,7 +90,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _secrets(group: argparse._ArgumentGroup) -> None:
+def _secrets(group: argparse._ArgumentGroup, *, serve: bool = False) -> None:
+    add_secret_flags(group, serve=serve)
     group.add_argument(
         "--secret",
         metavar="SECRET",
@@ -183,7 +185,7 @@ def build_parser() -> Parser:
         help="our callback URL as partners see it (default http://HOST:PORT/synapse/callback; "
         "$SYNAPSE_ENDPOINT)",
     )
-    _secrets(group)
+    _secrets(group, serve=True)
     group.add_argument(
         "--peer",
         action="append",
@@ -241,6 +243,7 @@ def build_parser() -> Parser:
         help="the base URL A2A clients reach us at, for the card (default: the origin of "
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
+    add_tls_flags(serve)
     _common(serve)
     serve.set_defaults(run=_run_serve)
 
@@ -425,6 +428,11 @@ class Context:
 
 
 def _run_serve(ctx: Context) -> int:
+    from synapse.cli.security_settings import (
+        allow_shared_secret,
+        secrets_on_command_line,
+        tls_config,
+    )
     from synapse.cli.serve import ServeOptions, run_serve
 
     s = ctx.settings
@@ -442,6 +450,9 @@ def _run_serve(ctx: Context) -> int:
         else "header",
         config=s.p2p_config(),
         a2a=a2a,
+        tls=tls_config(s, serving=True),
+        allow_shared_secrets=allow_shared_secret(s),
+        secret_flags=tuple(secrets_on_command_line(ctx.args)),
     )
     if not options.partners and a2a is None:
         raise CliError(

@@ -26,6 +26,7 @@ from synapse.transport.peer import Peer
 
 if TYPE_CHECKING:
     from synapse.a2a import A2AServer
+    from synapse.transport.tls import TLSConfig
 
 log = structlog.get_logger("synapse.cli")
 
@@ -56,6 +57,10 @@ class ServeOptions:
     config: P2PConfig
     a2a: A2AOptions | None = None
     drain_timeout: float = 5.0
+    tls: TLSConfig | None = None
+    allow_shared_secrets: bool = False
+    #: Flags of this run that carried a secret itself (warned about: `ps` shows them).
+    secret_flags: tuple[str, ...] = ()
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -139,6 +144,8 @@ async def run_serve(options: ServeOptions) -> int:
         config=options.config,
         signing_mode=options.signing,
         store=store,
+        tls=options.tls,
+        allow_shared_secrets=options.allow_shared_secrets,
     )
     try:
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
@@ -150,7 +157,15 @@ async def run_serve(options: ServeOptions) -> int:
             handler=options.handler or "synapse.demo.handler:DemoHandler",
             store=options.store,
             signing=options.signing,
+            tls=options.tls is not None and options.tls.serves_tls,
+            mtls=options.tls is not None and options.tls.requires_client_cert,
         )
+        for flag in options.secret_flags:
+            log.warning(
+                "secret_on_command_line",
+                flag=flag,
+                hint="any user of this machine can read it with ps: use a file or the environment",
+            )
         if a2a is not None and options.a2a is not None:
             from synapse.a2a import AGENT_CARD_PATH
 

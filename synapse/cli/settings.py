@@ -36,8 +36,16 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from synapse.cli.errors import CliError
+from synapse.cli.security_settings import (
+    PEER_SECURITY_KEYS,
+    SECURITY_KEYS,
+    allow_shared_secret,
+    peer_secret_envs,
+    secret_from_file,
+    secrets_from_env,
+)
 from synapse.p2p.config import P2PConfig
-from synapse.transport.partners import Partner, normalize_url
+from synapse.transport.partners import Partner, PartnerRegistry, normalize_url
 from synapse.transport.server import DEFAULT_PATH
 
 T = TypeVar("T")
@@ -131,35 +139,40 @@ def callback_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:
 # --- the config file ---------------------------------------------------------------------------
 
 #: Top-level keys the config file may hold (a typo is an error, not a silently ignored key).
-CONFIG_KEYS = frozenset(
-    {
-        "agent_id",
-        "host",
-        "port",
-        "endpoint",
-        "secret",
-        "store",
-        "handler",
-        "signing",
-        "target",
-        "as",
-        "listen",
-        "retries",
-        "log_json",
-        "verbose",
-        "a2a",
-        "a2a_push_allow",
-        "a2a_tokens",
-        "a2a_token",
-        "a2a_default_task_type",
-        "a2a_public_url",
-        "peer",
-        "p2p",
-    }
+CONFIG_KEYS = (
+    frozenset(
+        {
+            "agent_id",
+            "host",
+            "port",
+            "endpoint",
+            "secret",
+            "store",
+            "handler",
+            "signing",
+            "target",
+            "as",
+            "listen",
+            "retries",
+            "log_json",
+            "verbose",
+            "a2a",
+            "a2a_push_allow",
+            "a2a_tokens",
+            "a2a_token",
+            "a2a_default_task_type",
+            "a2a_public_url",
+            "peer",
+            "p2p",
+        }
+    )
+    | SECURITY_KEYS
 )
 #: Tables whose keys apply to one command only, over the top-level ones (`[send]`, …).
 COMMAND_TABLES = frozenset({"serve", "send", "caps", "ping", "outbox"})
-PEER_KEYS = frozenset({"agent_id", "endpoint", "secret", "secrets", "secret_file"})
+PEER_KEYS = (
+    frozenset({"agent_id", "endpoint", "secret", "secrets", "secret_file"}) | PEER_SECURITY_KEYS
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +182,8 @@ class PeerEntry:
     agent_id: str
     endpoint: str | None = None
     secrets: tuple[str, ...] | None = None
+    #: The environment variable holding its secrets (`secret_env` of its [[peer]] table).
+    secret_env: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +273,10 @@ def _config_peer(file: Path, index: int, entry: Mapping[str, Any]) -> PeerEntry:
             raise CliError(f"{where} ({agent_id}): `secret_file` must be a path")
         secret_path = file.parent / Path(entry["secret_file"]).expanduser()
         secrets = read_secret_file(secret_path, agent_id)
-    return PeerEntry(agent_id, endpoint, secrets)
+    secret_env = entry.get("secret_env")
+    if secret_env is not None and (not isinstance(secret_env, str) or secrets is not None):
+        raise CliError(f"{where} ({agent_id}): `secret_env` is a variable name, used alone")
+    return PeerEntry(agent_id, endpoint, secrets, secret_env)
 
 
 # --- resolution ------------------------------------------------------------------------------
@@ -372,7 +390,12 @@ class Settings:
             except ValueError as exc:
                 raise CliError(f"bad {where} {text!r}: {exc}") from exc
             old = merged.get(agent_id)
-            merged[agent_id] = PeerEntry(agent_id, endpoint, old.secrets if old else None)
+            merged[agent_id] = PeerEntry(
+                agent_id,
+                endpoint,
+                old.secrets if old else None,
+                old.secret_env if old else None,
+            )
 
         for item in _split_list(self.env.get("SYNAPSE_PEERS", "")):
             add(item, "SYNAPSE_PEERS entry")
@@ -399,14 +422,20 @@ class Settings:
         return files
 
     def default_secret(self) -> str | None:
-        return self.get("secret", "SYNAPSE_SECRET", "secret", str)
+        """`--secret` / `$SYNAPSE_SECRET`, else the secret file, else the file's `secret`."""
+        if getattr(self.args, "secret", None) or self.env.get("SYNAPSE_SECRET"):
+            return self.get("secret", "SYNAPSE_SECRET", "secret", str)
+        return secret_from_file(self) or self.get("secret", "SYNAPSE_SECRET", "secret", str)
 
     def partner(self, entry: PeerEntry, files: Mapping[str, Path], default: str | None) -> Partner:
         """`entry` as a `Partner`, with its own secrets if it has any, else `default`."""
         if entry.endpoint is None:
             raise CliError(f"partner {entry.agent_id!r} has no endpoint")
+        variable = peer_secret_envs(self).get(entry.agent_id) or entry.secret_env
         if entry.agent_id in files:
             secrets: tuple[str, ...] = read_secret_file(files[entry.agent_id], entry.agent_id)
+        elif variable:
+            secrets = secrets_from_env(self.env, variable, entry.agent_id)
         elif entry.secrets is not None:
             secrets = entry.secrets
         elif default:
@@ -430,7 +459,17 @@ class Settings:
                 f"--peer-secret-file for {unknown[0]!r}, which is not a partner (add --peer)"
             )
         default = self.default_secret()
-        return [self.partner(entry, files, default) for entry in entries.values()]
+        partners = [self.partner(entry, files, default) for entry in entries.values()]
+        groups = PartnerRegistry(partners).shared_secrets()
+        if groups and not allow_shared_secret(self):
+            named = "; ".join(", ".join(group) for group in groups)
+            raise CliError(
+                f"partners share a secret ({named}): any of them could sign messages as "
+                "another; give each its own (--peer-secret-file, --peer-secret-env, [[peer]] "
+                "secret_file) or accept it with --allow-shared-secret "
+                "(SYNAPSE_ALLOW_SHARED_SECRET=1, `allow_shared_secret = true`)"
+            )
+        return partners
 
     # --- the engine's settings ---------------------------------------------------------------
 

@@ -208,7 +208,9 @@ class Peer:
             addresses = self._runner.addresses
             self.port = int(addresses[0][1]) if addresses else self.port
             if self._protocol is None:
-                self._build(self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}")
+                self._build(
+                    self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}"
+                )
             log.info("listening", url=self.endpoint, agent_id=self.agent_id)
         elif self._protocol is None:
             self._build(self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}")

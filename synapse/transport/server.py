@@ -214,8 +214,14 @@ class SynapseServer:
         mismatch = check_partner_certificate(request.transport, head.from_.agent_id)
         if mismatch is not None:
             denied = SynapseError(ErrorCode.PERMISSION_DENIED, mismatch, {"reason": "certificate"})
-            log.info("message_refused", message_id=head.id, sender=head.from_.agent_id,
-                     status=403, code=denied.code.value, reason="certificate")
+            log.info(
+                "message_refused",
+                message_id=head.id,
+                sender=head.from_.agent_id,
+                status=403,
+                code=denied.code.value,
+                reason="certificate",
+            )
             return self._nack(denied, head.id, head.from_.agent_id, None)
         wait = self._rate_wait(inbound.partner.agent_id)
         if wait:

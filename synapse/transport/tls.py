@@ -18,7 +18,7 @@ Minimum version TLS 1.2 on both sides; Python's defaults choose the ciphers.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,7 +177,6 @@ def check_partner_certificate(transport: Any, agent_id: str) -> str | None:
         return None
     shown = certificate_identities(cert)
     return f"the client certificate ({', '.join(shown) or 'no identity'}) is not {agent_id!r}'s"
-
 
 
 __all__ = [

@@ -58,6 +58,8 @@ def test_settings_from_the_environment() -> None:
         "SYNAPSE_PORT": str(port),
         "SYNAPSE_SECRET": SECRET,
         "SYNAPSE_PEERS": f"someone=http://127.0.0.1:1/x,{REQUESTER}={url(requester_port)}",
+        # One default secret for two partners: accepted only when explicitly allowed.
+        "SYNAPSE_ALLOW_SHARED_SECRET": "1",
     }
     with serve(port=port, env=env, port_flag=False) as server:
         assert url(port) in server.lines[0]

@@ -70,6 +70,7 @@ def test_partners_merge_by_id_and_own_secrets_beat_the_default(tmp_path: Path) -
     env = {"SYNAPSE_PEERS": "b=http://b2.example/cb, d=http://d.example/cb"}
     argv = ["serve", "--config", config, "--peer", "c=http://c2.example/cb"]
     argv += ["--peer-secret-file", f"b={tmp_path / 'b.secrets'}", "--secret", "flag-default"]
+    argv += ["--allow-shared-secret"]  # c and d share the default
     partners = {p.agent_id: p for p in settings(argv, env).partners()}
     assert {k: p.endpoint for k, p in partners.items()} == {
         "a": "http://a.example/cb",
