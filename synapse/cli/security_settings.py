@@ -184,8 +184,8 @@ def tls_config(s: Settings, *, serving: bool) -> TLSConfig | None:
     from synapse.transport.tls import TLSConfig
 
     values: dict[str, str] = {}
-    for _flag, dest, env, key, _text in TLS_FLAGS:
-        value = s.get(dest, env, key, str)
+    for _flag, dest, env, config_key, _text in TLS_FLAGS:
+        value = s.get(dest, env, config_key, str)
         if value:
             values[dest] = value
     if not values:
