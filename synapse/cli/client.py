@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from synapse.cli.errors import CliError
+from synapse.cli.security_settings import tls_config
 from synapse.cli.settings import (
     PeerEntry,
     Settings,
@@ -30,6 +31,7 @@ from synapse.p2p.sender import DeliveryError
 from synapse.transport.client import SenderMode
 from synapse.transport.partners import Partner, same_endpoint
 from synapse.transport.peer import Peer
+from synapse.transport.tls import TLSConfig
 from synapse.types import HTTP_STATUS, ErrorCode, SynapseError
 
 #: The command line's retry budget and timeouts (overridable: `--retries`, `[p2p]`).
@@ -51,6 +53,7 @@ class ClientSetup:
     listen: tuple[str, int] | None
     signing: SenderMode
     config: P2PConfig
+    tls: TLSConfig | None = None
 
     def peer(self, *, serve: bool) -> Peer:
         host, port = self.listen or ("127.0.0.1", 0)
@@ -63,6 +66,7 @@ class ClientSetup:
             config=self.config,
             signing_mode=self.signing,
             serve=serve,
+            tls=self.tls,
         )
 
     @property
@@ -91,7 +95,9 @@ def client_setup(settings: Settings, *, listen_required: bool) -> ClientSetup:
             "missing --agent-id ID (the agent id of the executor at --target; or SYNAPSE_AGENT_ID)"
         )
     known = entries.get(target_id)
-    entry = PeerEntry(target_id, url, known.secrets if known else None)
+    entry = PeerEntry(
+        target_id, url, known.secrets if known else None, known.secret_env if known else None
+    )
     target = settings.partner(entry, settings.own_secret_files(), settings.default_secret())
 
     listen = settings.get("listen", "SYNAPSE_LISTEN", "listen", parse_listen)
@@ -101,9 +107,12 @@ def client_setup(settings: Settings, *, listen_required: bool) -> ClientSetup:
             "missing --listen HOST:PORT (where the executor reaches us: its --peer "
             f"{me}=URL must name this address)"
         )
+    tls = tls_config(settings, serving=True)
     if endpoint is None:
         assert listen is not None
         endpoint = callback_url(*listen)
+        if tls is not None and tls.serves_tls:
+            endpoint = "https://" + endpoint.removeprefix("http://")
     signing = settings.get("signing", "SYNAPSE_SIGNING", "signing", parse_signing) or "header"
     return ClientSetup(
         me=me,
@@ -112,6 +121,7 @@ def client_setup(settings: Settings, *, listen_required: bool) -> ClientSetup:
         listen=listen,
         signing="body" if signing == "body" else "header",
         config=settings.p2p_config(**CLIENT_P2P),
+        tls=tls,
     )
 
 

@@ -154,6 +154,7 @@ def _client(parser: argparse.ArgumentParser, *, listen_help: str) -> None:
     )
     _signing(group)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_tls_flags(parser)
 
 
 def build_parser() -> Parser:
