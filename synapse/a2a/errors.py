@@ -37,6 +37,9 @@ class A2ACode(IntEnum):
     AGENT_NOT_READY = -32101
     #: Seed 000's "Authentication Failed" (sent with HTTP 401).
     AUTHENTICATION_FAILED = -32106
+    #: Seed 000's "Authorization Failed" (sent with HTTP 403): a valid credential lacking a
+    #: scope or the right to a skill.
+    AUTHORIZATION_FAILED = -32107
 
     @property
     def reason(self) -> str:
@@ -61,6 +64,7 @@ _REASONS: dict[A2ACode, str] = {
     A2ACode.VERSION_NOT_SUPPORTED: "VERSION_NOT_SUPPORTED",
     A2ACode.AGENT_NOT_READY: "AGENT_NOT_READY",
     A2ACode.AUTHENTICATION_FAILED: "UNAUTHENTICATED",
+    A2ACode.AUTHORIZATION_FAILED: "PERMISSION_DENIED",
 }
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -43,6 +42,7 @@ from synapse.a2a.errors import (
     unsupported,
 )
 from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, push_partner
+from synapse.a2a.security import SecurityPolicy
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
 from synapse.p2p.protocol import P2PProtocol
@@ -241,6 +241,8 @@ class A2AServer:
         provider: wire.AgentProvider | None = None,
         documentation_url: str | None = None,
         keepalive: float = 15.0,
+        security: SecurityPolicy | None = None,
+        card_signer: Callable[[wire.AgentCard], wire.AgentCard] | None = None,
     ) -> None:
         if not path.startswith("/"):
             raise ValueError("the JSON-RPC path must start with '/'")
@@ -249,6 +251,10 @@ class A2AServer:
         self.default_task_type = default_task_type
         self.allowlist = PushAllowlist(push_allowlist)
         self.tokens = dict(tokens or {})
+        #: Who may call, and how (synapse.a2a.security); `tokens` alone is a bearer policy.
+        self.security = security or (SecurityPolicy.bearer_tokens(self.tokens) if tokens else None)
+        #: Signs each card served (synapse.a2a.card_signing.CardSigner.sign).
+        self.card_signer = card_signer
         self.path = path
         self._public_url = public_url
         self.name = name
@@ -308,7 +314,7 @@ class A2AServer:
 
     def card(self) -> wire.AgentCard:
         caps = [c if isinstance(c, Capability) else Capability(name=c) for c in self.capabilities()]
-        return build_card(
+        card = build_card(
             caps,
             name=self.name,
             description=self.description,
@@ -316,10 +322,13 @@ class A2AServer:
             version=self.version,
             default_task_type=self.default_task_type,
             push_notifications=self.push_enabled,
-            bearer=bool(self.tokens),
+            bearer=False,
             provider=self.provider,
             documentation_url=self.documentation_url,
         )
+        if self.security is not None:
+            card = self.security.declare(card)
+        return self.card_signer(card) if self.card_signer is not None else card
 
     # --- HTTP ---------------------------------------------------------------------------------
 
@@ -337,13 +346,15 @@ class A2AServer:
     async def handle_rpc(self, request: web.Request) -> web.StreamResponse:
         rpc_id: str | int | None = None
         try:
-            principal = self._authenticate(request)
+            principal = await self._authenticate(request)
             body = await self._read_json(request)
             rpc_id = _rpc_id(body)
             method, params = _parse_rpc(body)
             handler = self._methods.get(method)
             if handler is None:
                 raise A2AError(A2ACode.METHOD_NOT_FOUND, f"Method {method!r} not found")
+            if self.security is not None:
+                self.security.authorize_method(request, method)
             _check_version(request)
             return await handler(self, request, rpc_id, principal, params)
         except A2AError as exc:
@@ -358,25 +369,10 @@ class A2AServer:
             log.exception("a2a_internal_error", error=repr(exc))
             return _error_response(rpc_id, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
 
-    def _authenticate(self, request: web.Request) -> str:
-        if not self.tokens:
+    async def _authenticate(self, request: web.Request) -> str:
+        if self.security is None:
             return ANONYMOUS
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        principal: str | None = None
-        if scheme.lower() == "bearer" and token:
-            given = token.strip().encode("utf-8", "backslashreplace")
-            for candidate, name in self.tokens.items():
-                # No early exit: the time taken does not tell which token matched.
-                if hmac.compare_digest(given, candidate.encode("utf-8")):
-                    principal = name
-        if principal is None:
-            raise A2AError(
-                A2ACode.AUTHENTICATION_FAILED,
-                "a valid bearer token is required (see the agent card's securitySchemes)",
-                http_status=401,
-            )
-        return principal
+        return (await self.security.authenticate(request)).principal
 
     async def _read_json(self, request: web.Request) -> Any:
         limit = self.config.max_body_size
@@ -400,6 +396,7 @@ class A2AServer:
         req = _convert(params, wire.SendMessageRequest)
         configuration = req.configuration or wire.SendMessageConfiguration()
         _check_history_length(configuration.history_length)
+        await self._authorize_skill(request, req)
         view, queue = await self.submit(req, principal)
         try:
             if not configuration.return_immediately:
@@ -417,10 +414,18 @@ class A2AServer:
         req = _convert(params, wire.SendMessageRequest)
         configuration = req.configuration or wire.SendMessageConfiguration()
         _check_history_length(configuration.history_length)
+        await self._authorize_skill(request, req)
         view, queue = await self.submit(req, principal)
         # The snapshot holds every event published so far: the stream goes on after them.
         first = view.snapshot(history_length=configuration.history_length)
         return await self._stream(request, rpc_id, view, queue, first, view.seq, end_on_first=True)
+
+    async def _authorize_skill(self, request: web.Request, req: wire.SendMessageRequest) -> None:
+        """A new task's skill may have security requirements of its own (the card says)."""
+        if self.security is None or req.message.task_id:
+            return
+        skill = (req.message.metadata or {}).get("task_type") or self.default_task_type
+        await self.security.authorize_skill(request, skill if isinstance(skill, str) else None)
 
     async def _subscribe_to_task(
         self, request: web.Request, rpc_id: Any, principal: str, params: Any
@@ -540,7 +545,7 @@ class A2AServer:
         self, request: web.Request, rpc_id: Any, principal: str, params: Any
     ) -> web.StreamResponse:
         _convert(params, wire.GetExtendedAgentCardRequest)
-        if not self.tokens:
+        if self.security is None:
             raise unsupported("The agent does not support authenticated extended cards")
         # The caller is authenticated: the extended card is the full card.
         return _result(rpc_id, self.card())
@@ -1150,8 +1155,9 @@ def _result(rpc_id: Any, result: Any) -> web.Response:
 
 def _error_response(rpc_id: Any, error: A2AError) -> web.Response:
     headers = {}
-    if error.http_status == 401:
-        headers["WWW-Authenticate"] = 'Bearer realm="a2a"'
+    challenge = getattr(error, "www_authenticate", "")
+    if challenge or error.http_status == 401:
+        headers["WWW-Authenticate"] = challenge or 'Bearer realm="a2a"'
     return web.Response(
         status=error.http_status,
         body=_jsonrpc(rpc_id, error=error),
