@@ -16,9 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from synapse.a2a.card_signing import CardSignatureError, CardSigner, CardVerifier
 from synapse.a2a.client import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
+from synapse.a2a.client_auth import ClientCredentials, OAuthClient
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.a2a.push import PushAllowlist
+from synapse.a2a.security import SecurityPolicy
 from synapse.a2a.server import DEFAULT_PATH, A2AServer
 from synapse.a2a.wire import AGENT_CARD_PATH, PROTOCOL_VERSION, AgentProvider
 from synapse.types import LocalProtocolError
@@ -41,6 +44,8 @@ def enable_a2a(
     description: str = "",
     version: str | None = None,
     provider: AgentProvider | None = None,
+    security: SecurityPolicy | None = None,
+    card_signer: CardSigner | None = None,
 ) -> A2AServer:
     """Make `peer` speak A2A v1.0 too, on its own aiohttp app. Call before `peer.start()`.
 
@@ -52,6 +57,10 @@ def enable_a2a(
     - `tokens`: bearer token → principal. When given, every JSON-RPC call must carry one
       (the card declares the scheme) and each principal sees only its own tasks.
     - `public_url`: the base URL clients reach (default: the origin of the peer's endpoint).
+    - `security`: the A2A security schemes required (API key, Bearer, Basic, OAuth 2.0,
+      OpenID Connect, mTLS; per skill and per method), declared in the card and enforced
+      (`synapse.a2a.security`; `tokens` alone is a Bearer policy).
+    - `card_signer`: signs the served card (`synapse.a2a.card_signing.CardSigner`).
     """
     try:
         peer.protocol  # noqa: B018 - raises until the peer is started
@@ -75,6 +84,8 @@ def enable_a2a(
         description=description,
         version=version or __version__,
         provider=provider,
+        security=security,
+        card_signer=card_signer.sign if card_signer is not None else None,
     )
     peer.protocol_hooks.append(server.bind)
     peer.app_hooks.append(server.add_routes)
@@ -93,6 +104,12 @@ __all__ = [
     "A2ATaskHandle",
     "A2AVersionError",
     "AgentProvider",
+    "CardSignatureError",
+    "CardSigner",
+    "CardVerifier",
+    "ClientCredentials",
+    "OAuthClient",
     "PushAllowlist",
+    "SecurityPolicy",
     "enable_a2a",
 ]

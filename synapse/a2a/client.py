@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl as ssl_module
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ import msgspec
 import structlog
 
 from synapse.a2a import mapping, wire
+from synapse.a2a.card_signing import CardSignatureError, CardVerifier
+from synapse.a2a.client_auth import ClientCredentials, RequestAuth
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.stream import EventStream
@@ -136,6 +139,10 @@ class A2AClient:
         config: P2PConfig | None = None,
         session: aiohttp.ClientSession | None = None,
         poll_interval: float = 0.5,
+        credentials: ClientCredentials | None = None,
+        card_verifier: CardVerifier | None = None,
+        require_signed_card: bool = False,
+        ssl: ssl_module.SSLContext | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.config = config or P2PConfig()
@@ -150,6 +157,17 @@ class A2AClient:
             self.headers["Authorization"] = f"Bearer {token}"
         self._session = session
         self._own_session = session is None
+        #: What we present where the card asks (synapse.a2a.client_auth).
+        self.credentials = credentials
+        #: Checks the card's signatures (synapse.a2a.card_signing); with
+        #: `require_signed_card`, a card that does not verify is refused.
+        self.card_verifier = card_verifier
+        self.require_signed_card = require_signed_card
+        if require_signed_card and card_verifier is None:
+            raise ValueError("require_signed_card needs a card_verifier (pinned keys or JWKS)")
+        #: True once the card's signature verified under a trusted key.
+        self.card_verified = False
+        self._ssl = ssl
         self.card: wire.AgentCard | None = None
         self.rpc_url: str | None = None
 
@@ -171,7 +189,8 @@ class A2AClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(headers=self.headers)
+            connector = aiohttp.TCPConnector(ssl=self._ssl) if self._ssl is not None else None
+            self._session = aiohttp.ClientSession(headers=self.headers, connector=connector)
             self._own_session = True
         return self._session
 
@@ -194,6 +213,7 @@ class A2AClient:
         except aiohttp.ClientError as exc:
             raise A2AError(A2ACode.INTERNAL_ERROR, f"cannot fetch {url}: {exc!r}") from exc
         card = parse_card(raw)
+        await self._check_signature(raw, card)
         interface = card.interface(wire.JSONRPC_BINDING)
         if interface is None:
             offered = [
@@ -208,6 +228,32 @@ class A2AClient:
             )
         self.card, self.rpc_url = card, interface.url
         return card
+
+    async def _check_signature(self, raw: bytes, card: wire.AgentCard) -> None:
+        self.card_verified = False
+        if self.card_verifier is None:
+            return
+        try:
+            await self.card_verifier.verify(raw)
+        except CardSignatureError as exc:
+            if self.require_signed_card:
+                raise
+            log.warning("agent_card_unverified", agent=card.name, reason=exc.reason)
+            return
+        self.card_verified = True
+
+    async def _auth(self, method: str, params: Any) -> RequestAuth:
+        """The credentials this call needs (a new task's skill may need more)."""
+        if self.credentials is None or self.card is None:
+            return RequestAuth()
+        skill: str | None = None
+        message = params.get("message") if isinstance(params, dict) else None
+        if method in ("SendMessage", "SendStreamingMessage") and isinstance(message, dict):
+            metadata = message.get("metadata") or {}
+            if not message.get("taskId") and isinstance(metadata, dict):
+                found = metadata.get(mapping.TASK_TYPE_KEY)
+                skill = found if isinstance(found, str) else None
+        return await self.credentials.for_card(self.card, skill=skill)
 
     async def _rpc_url(self) -> str:
         if self.rpc_url is None:
@@ -226,11 +272,13 @@ class A2AClient:
         rpc_id = str(uuid.uuid4())
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
         url = await self._rpc_url()
+        auth = await self._auth(method, params)
         try:
             async with self._http().post(
                 url,
                 data=body,
-                headers={"Content-Type": "application/json"},
+                headers={"Content-Type": "application/json", **auth.header_items()},
+                params=auth.params or None,
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
             ) as response:
                 raw = await response.read()
@@ -247,11 +295,14 @@ class A2AClient:
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
         url = await self._rpc_url()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
+        auth = await self._auth(method, params)
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         try:
             async with self._http().post(
                 url,
                 data=body,
-                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+                headers={**headers, **auth.header_items()},
+                params=auth.params or None,
                 timeout=timeout,
             ) as response:
                 if "text/event-stream" not in response.headers.get("Content-Type", ""):

@@ -322,6 +322,15 @@ class AgentSkill(Wire):
     security_requirements: list[SecurityRequirement] = msgspec.field(default_factory=list)
 
 
+class AgentCardSignature(Wire):
+    """A JWS over the canonical card (A2A v1.0): base64url protected header and signature;
+    the payload is the RFC 8785 form of the card without `signatures` (not carried)."""
+
+    protected: str
+    signature: str
+    header: dict[str, Any] | None = None
+
+
 class AgentCard(Wire):
     name: str
     description: str = ""
@@ -336,6 +345,7 @@ class AgentCard(Wire):
     default_input_modes: list[str] = msgspec.field(default_factory=list)
     default_output_modes: list[str] = msgspec.field(default_factory=list)
     skills: list[AgentSkill] = msgspec.field(default_factory=list)
+    signatures: list[AgentCardSignature] = msgspec.field(default_factory=list)
     icon_url: str | None = None
 
     def interface(self, binding: str = JSONRPC_BINDING) -> AgentInterface | None:
@@ -403,6 +413,7 @@ __all__ = [
     "WORKING",
     "AgentCapabilities",
     "AgentCard",
+    "AgentCardSignature",
     "AgentExtension",
     "AgentInterface",
     "AgentProvider",
