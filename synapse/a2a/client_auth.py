@@ -205,14 +205,22 @@ class ClientCredentials:
             form = {"grant_type": "client_credentials"}
             if key[1]:
                 form["scope"] = " ".join(key[1])
-            basic = aiohttp.BasicAuth(self.oauth.client_id, self.oauth.client_secret)
+            # RFC 6749 §2.3.1: id and secret form-urlencoded, then HTTP Basic.
+            pair = (
+                f"{quote(self.oauth.client_id, safe='')}:{quote(self.oauth.client_secret, safe='')}"
+            )
+            basic = "Basic " + base64.b64encode(pair.encode()).decode()
             try:
                 async with (
                     aiohttp.ClientSession(
                         timeout=aiohttp.ClientTimeout(total=self.timeout)
                     ) as session,
                     session.post(
-                        token_url, data=form, auth=basic, ssl=self.ssl, allow_redirects=False
+                        token_url,
+                        data=form,
+                        headers={"Authorization": basic},
+                        ssl=self.ssl,
+                        allow_redirects=False,
                     ) as response,
                 ):
                     body = await response.read()

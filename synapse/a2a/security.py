@@ -48,8 +48,11 @@ from synapse.transport.tls import map_principal, peer_certificate
 
 log = structlog.get_logger("synapse.a2a.security")
 
-#: Where `SecurityPolicy.authenticate` keeps what it learnt about a request.
-REQUEST_KEY = "synapse.a2a.auth"
+#: Where `SecurityPolicy.authenticate` keeps what it learnt about a request (a typed
+#: `web.RequestKey` where aiohttp has them).
+REQUEST_KEY: Any = (
+    web.RequestKey("synapse.a2a.auth", object) if hasattr(web, "RequestKey") else "synapse.a2a.auth"
+)
 #: Algorithms accepted for access tokens unless a scheme says otherwise (no `none`, no HMAC:
 #: an issuer's public keys must not double as shared secrets).
 DEFAULT_JWT_ALGORITHMS: tuple[str, ...] = (
@@ -585,7 +588,8 @@ class SecurityPolicy:
                 f'scope="{" ".join(sorted(set(missing_scopes)))}"',
             )
         if seen.errors:
-            return next(iter(seen.errors.values()))
+            # The last scheme asked is the most specific one (Bearer before OAuth 2.0 …).
+            return list(seen.errors.values())[-1]
         if any(identity is not None for identity in seen.identities.values()):
             return AuthError(
                 f"{what} needs another credential (see the agent card)", forbidden=True

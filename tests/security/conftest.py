@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trustme
-from seckit import Pki
+from issuer import Issuer
+from seckit import AUDIENCE, Pki
 
 
 @pytest.fixture
@@ -20,3 +22,14 @@ def rogue_pki(tmp_path: Path) -> Pki:
     """Another CA, which nobody trusts."""
     (tmp_path / "rogue").mkdir()
     return Pki(trustme.CA(organization_name="Rogue CA"), tmp_path / "rogue")
+
+
+@pytest.fixture
+async def issuer() -> AsyncIterator[Issuer]:
+    """A local OAuth 2.0 / OpenID Connect issuer on loopback."""
+    running = Issuer(audience=AUDIENCE)
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()

@@ -10,6 +10,9 @@ import trustme
 
 from synapse.transport.tls import TLSConfig
 
+#: The audience the tests' issuer mints tokens for (our agent).
+AUDIENCE = "https://agent.test/a2a"
+
 
 def free_port() -> int:
     with socket.socket() as sock:
