@@ -1,0 +1,162 @@
+"""The official A2A SDK's client against our enforced schemes, where the SDK supports them.
+
+The SDK's `AuthInterceptor` reads the card's `securityRequirements` and sends, from a
+`CredentialService`, a Bearer token (HTTP Bearer, OAuth 2.0 and OpenID Connect schemes) or
+an API key in a header; it has nothing for query or cookie API keys, Basic or mTLS, which
+the SDK covers through its httpx client (headers, client certificate) instead.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.auth.credentials import CredentialService
+from a2a.client.auth.interceptor import AuthInterceptor
+from a2a.client.errors import A2AClientError
+from a2a.types.a2a_pb2 import Message, SendMessageRequest
+from google.protobuf.json_format import MessageToDict, ParseDict
+from issuer import Issuer
+from seckit import AUDIENCE, Pki
+
+from synapse.a2a import enable_a2a
+from synapse.a2a.security import (
+    ApiKeyScheme,
+    HttpBasicScheme,
+    HttpBearerScheme,
+    JwksSource,
+    JwtValidator,
+    MutualTlsScheme,
+    OAuth2Scheme,
+    OpenIdConnectScheme,
+    SecurityPolicy,
+)
+from synapse.demo.handler import DemoHandler
+from synapse.p2p.config import P2PConfig
+from synapse.transport.peer import Peer
+from synapse.transport.tls import TLSConfig
+
+FAST = P2PConfig(max_retries=1, retry_base_delay=0.01, request_timeout=5)
+
+
+class Fixed(CredentialService):
+    """One credential per scheme name, whatever the call context."""
+
+    def __init__(self, credentials: dict[str, str]) -> None:
+        self.credentials = credentials
+
+    async def get_credentials(self, name: str, context: ClientCallContext | None) -> str | None:
+        return self.credentials.get(name)
+
+
+def message(text: str = "hi") -> SendMessageRequest:
+    value = {"messageId": f"m-{text}", "role": "ROLE_USER", "parts": [{"text": text}]}
+    return SendMessageRequest(message=ParseDict(value, Message()))
+
+
+async def last_state(base_url: str, http: httpx.AsyncClient, interceptors: list[Any]) -> str:
+    config = ClientConfig(streaming=False, httpx_client=http)
+    client = await ClientFactory(config).create_from_url(base_url, interceptors=interceptors)
+    try:
+        events = [MessageToDict(event) async for event in client.send_message(message())]
+    finally:
+        await client.close()
+    state: str = events[-1]["task"]["status"]["state"]
+    return state
+
+
+@pytest.fixture
+async def secured(issuer: Issuer) -> AsyncIterator[str]:
+    validator = JwtValidator(
+        issuer=issuer.base, audience=AUDIENCE, jwks=JwksSource(issuer.jwks_url)
+    )
+    policy = SecurityPolicy(
+        {
+            "key": ApiKeyScheme({"sdk-key": "sdk-user"}, name="X-Agent-Key"),
+            "bearer": HttpBearerScheme({"sdk-token": "sdk-bearer"}),
+            "basic": HttpBasicScheme({"sdk": "sdk-pw"}),
+            "oauth": OAuth2Scheme(validator, token_url=issuer.token_url),
+            "oidc": OpenIdConnectScheme(issuer.discovery_url, audience=AUDIENCE),
+        }
+    )
+    peer = Peer("agent-sdk", handler=DemoHandler(), config=FAST)
+    enable_a2a(peer, security=policy)
+    async with peer:
+        yield f"http://127.0.0.1:{peer.port}"
+
+
+@pytest.mark.parametrize("scheme", ["key", "bearer", "oauth", "oidc"])
+async def test_the_sdk_auth_interceptor_meets_each_scheme_it_knows(
+    secured: str, issuer: Issuer, scheme: str
+) -> None:
+    credential = {
+        "key": "sdk-key",
+        "bearer": "sdk-token",
+        "oauth": issuer.mint(sub="sdk-oauth"),
+        "oidc": issuer.mint(sub="sdk-oidc"),
+    }[scheme]
+    async with httpx.AsyncClient(timeout=10) as http:
+        interceptor = AuthInterceptor(Fixed({scheme: credential}))
+        assert await last_state(secured, http, [interceptor]) == "TASK_STATE_COMPLETED"
+
+
+async def test_the_sdk_with_basic_credentials_in_its_http_client(secured: str) -> None:
+    async with httpx.AsyncClient(timeout=10, auth=("sdk", "sdk-pw")) as http:
+        assert await last_state(secured, http, []) == "TASK_STATE_COMPLETED"
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [{}, {"key": "wrong"}, {"bearer": "wrong"}, {"oauth": "e30.e30.e30"}],
+    ids=["none", "wrong-key", "wrong-bearer", "forged-token"],
+)
+async def test_the_sdk_is_refused_without_a_valid_credential(
+    secured: str, credentials: dict[str, str]
+) -> None:
+    async with httpx.AsyncClient(timeout=10) as http:
+        with pytest.raises(A2AClientError, match="HTTP Error 401"):
+            await last_state(secured, http, [AuthInterceptor(Fixed(credentials))])
+
+
+async def test_mutual_tls_scheme_with_the_sdk_client(pki: Pki, rogue_pki: Pki) -> None:
+    cert, key = pki.issue("agent-m", "agent-m")
+    tls = TLSConfig(cert=cert, key=key, client_ca=pki.ca_file)
+    policy = SecurityPolicy({"mtls": MutualTlsScheme({"partner-app": "app"})})
+    peer = Peer("agent-m", handler=DemoHandler(), config=FAST, tls=tls)
+    server = enable_a2a(peer, security=policy)
+    async with peer:
+        base = f"https://127.0.0.1:{peer.port}"
+        assert server.card().security_schemes == {
+            "mtls": {"mtlsSecurityScheme": {"description": MutualTlsScheme().description}}
+        }
+
+        def context(pair: tuple[Any, Any] | None) -> ssl.SSLContext:
+            ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+            if pair is not None:
+                ctx.load_cert_chain(str(pair[0]), str(pair[1]))
+            return ctx
+
+        app = pki.issue("app", "partner-app")
+        async with httpx.AsyncClient(timeout=10, verify=context(app)) as http:
+            assert await last_state(base, http, []) == "TASK_STATE_COMPLETED"
+        # A certificate of our CA that maps to no principal: 401.
+        stranger = pki.issue("stranger", "stranger")
+        async with httpx.AsyncClient(timeout=10, verify=context(stranger)) as http:
+            card = await http.get(base + "/.well-known/agent-card.json")
+            assert card.status_code == 200
+            refused = await http.post(
+                base + "/a2a",
+                json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}},
+                headers={"A2A-Version": "1.0"},
+            )
+            assert refused.status_code == 401
+            assert refused.json()["error"]["code"] == -32106
+        # No certificate, or one of another CA: the handshake fails.
+        for pair in (None, rogue_pki.issue("app", "partner-app")):
+            async with httpx.AsyncClient(timeout=10, verify=context(pair)) as http:
+                with pytest.raises(httpx.HTTPError):
+                    await http.get(base + "/.well-known/agent-card.json")
