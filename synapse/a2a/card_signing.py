@@ -34,7 +34,15 @@ from synapse.a2a.errors import A2ACode, A2AError
 log = structlog.get_logger("synapse.a2a.card_signing")
 
 #: Algorithms accepted in card signatures (asymmetric only: a card is public).
-CARD_ALGORITHMS: tuple[str, ...] = ("ES256", "ES384", "ES512", "EdDSA", "RS256", "PS256")
+CARD_ALGORITHMS: tuple[str, ...] = (
+    "ES256",
+    "ES384",
+    "ES512",
+    "Ed25519",
+    "EdDSA",
+    "RS256",
+    "PS256",
+)
 #: Nesting beyond this has no canonical form here (extension params are attacker-shaped).
 MAX_DEPTH = 64
 
@@ -118,7 +126,7 @@ def _default_alg(key: Any) -> str:
     if kty == "EC":
         return {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}[key.curve_name]
     if kty == "OKP":
-        return "EdDSA"
+        return "Ed25519" if key.curve_name == "Ed25519" else "EdDSA"  # RFC 9864 names
     return "RS256"
 
 

@@ -56,6 +56,7 @@ REQUEST_KEY: Any = (
 #: Algorithms accepted for access tokens unless a scheme says otherwise (no `none`, no HMAC:
 #: an issuer's public keys must not double as shared secrets).
 DEFAULT_JWT_ALGORITHMS: tuple[str, ...] = (
+    "Ed25519",
     "RS256",
     "RS384",
     "RS512",
