@@ -217,7 +217,8 @@ class CardVerifier:
         self._lock = asyncio.Lock()
 
     async def _key_sets(self, kids: set[str | None]) -> list[Any]:
-        sets = [self.pinned] if self.pinned.keys else []
+        # Pinned keys are tried one by one, whatever `kid` the card names: pinning is by key.
+        sets: list[Any] = list(self.pinned.keys)
         if self.jwks_url is None:
             return sets
         known = {k.kid for k in self._fetched.keys} if self._fetched is not None else set()

@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import configure_logging
-from synapse.cli.security_settings import add_secret_flags, add_tls_flags
+from synapse.cli.security_settings import (
+    A2A_CLIENT_FLAGS,
+    add_a2a_client_flags,
+    add_a2a_serve_flags,
+    add_secret_flags,
+    add_tls_flags,
+)
 from synapse.cli.settings import (
     Settings,
     parse_a2a_token,
@@ -244,6 +250,7 @@ def build_parser() -> Parser:
         help="the base URL A2A clients reach us at, for the card (default: the origin of "
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
+    add_a2a_serve_flags(group)
     add_tls_flags(serve)
     _common(serve)
     serve.set_defaults(run=_run_serve)
@@ -319,6 +326,7 @@ def build_parser() -> Parser:
         metavar="TOKEN",
         help="the bearer token the A2A agent expects ($SYNAPSE_A2A_TOKEN)",
     )
+    add_a2a_client_flags(group)
     _common(send)
     send.set_defaults(run=_run_send)
 
@@ -470,6 +478,9 @@ A2A_SERVE_FLAGS = {
     "a2a_token": "--a2a-token",
     "a2a_default_task_type": "--a2a-default-task-type",
     "a2a_public_url": "--a2a-public-url",
+    "a2a_token_file": "--a2a-token-file",
+    "a2a_card_signing_key": "--a2a-card-signing-key",
+    "a2a_card_signing_kid": "--a2a-card-signing-kid",
 }
 
 
@@ -489,11 +500,14 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
         parse_http_url,
         flag="--a2a-push-allow",
     )
+    from synapse.cli.security_settings import a2a_policy, a2a_token_file, card_signer
+
     tokens = dict(
         s.get_list(
             "a2a_token", "SYNAPSE_A2A_TOKENS", "a2a_tokens", parse_a2a_token, flag="--a2a-token"
         )
     )
+    tokens.update(a2a_token_file(s))
     default = s.get(
         "a2a_default_task_type", "SYNAPSE_A2A_DEFAULT_TASK_TYPE", "a2a_default_task_type", str
     )
@@ -508,6 +522,8 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
         push_secret=secret if push_allow else None,
         tokens=tokens,
         public_url=s.get("a2a_public_url", "SYNAPSE_A2A_PUBLIC_URL", "a2a_public_url", parse_url),
+        security=a2a_policy(s, tokens),
+        card_signer=card_signer(s),
     )
 
 
@@ -532,6 +548,9 @@ def _run_send(ctx: Context) -> int:
         return _run_send_a2a(ctx, options)
     if args.a2a_token is not None:
         raise CliError("--a2a-token needs --a2a URL")
+    for dest, flag in A2A_CLIENT_FLAGS.items():
+        if getattr(args, dest, None) is not None:
+            raise CliError(f"{flag} needs --a2a URL")
 
     from synapse.cli.client import client_setup
     from synapse.cli.send import run_send
@@ -558,6 +577,7 @@ SYNAPSE_SEND_FLAGS = {
 
 def _run_send_a2a(ctx: Context, options: SendOptions) -> int:
     from synapse.cli.client import CLIENT_P2P
+    from synapse.cli.security_settings import a2a_client_options
     from synapse.cli.send_a2a import run_send_a2a
 
     for dest, flag in SYNAPSE_SEND_FLAGS.items():
@@ -569,9 +589,18 @@ def _run_send_a2a(ctx: Context, options: SendOptions) -> int:
     s = ctx.settings
     token = s.get("a2a_token", "SYNAPSE_A2A_TOKEN", "a2a_token", str)
     config = s.p2p_config(**CLIENT_P2P)
+    client_options = a2a_client_options(s)
     ctx.logging(quiet=True)
     return asyncio.run(
-        run_send_a2a(ctx.args.a2a_url, token, options, config=config, out=ctx.out, err=ctx.err)
+        run_send_a2a(
+            ctx.args.a2a_url,
+            token,
+            options,
+            config=config,
+            out=ctx.out,
+            err=ctx.err,
+            client_options=client_options,
+        )
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from synapse.cli.errors import CliError
 
@@ -36,6 +36,12 @@ SECURITY_KEYS = frozenset(
         "a2a_security",
         "a2a_card_signing_key",
         "a2a_card_signing_kid",
+        "a2a_oauth_client",
+        "a2a_oauth_secret_file",
+        "a2a_api_key_file",
+        "a2a_basic_file",
+        "a2a_card_jwks",
+        "a2a_require_signed_card",
     }
 )
 #: Extra keys of a `[[peer]]` table.
@@ -228,3 +234,278 @@ __all__ = [
     "secrets_on_command_line",
     "tls_config",
 ]
+
+
+# --- A2A: the schemes `serve --a2a` enforces, the card it signs ------------------------------
+
+
+def add_a2a_serve_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--a2a-token-file",
+        metavar="PATH",
+        help="bearer tokens A2A clients may present, one TOKEN[=NAME] a line "
+        "($SYNAPSE_A2A_TOKEN_FILE); more schemes: [a2a_security] in --config",
+    )
+    group.add_argument(
+        "--a2a-card-signing-key",
+        metavar="PATH",
+        help="sign the agent card with this private key (PEM or JWK) "
+        "($SYNAPSE_A2A_CARD_SIGNING_KEY)",
+    )
+    group.add_argument(
+        "--a2a-card-signing-kid",
+        metavar="KID",
+        help="the key id of the card signatures (default: the key's thumbprint; "
+        "$SYNAPSE_A2A_CARD_SIGNING_KID)",
+    )
+
+
+def a2a_token_file(s: Settings) -> dict[str, str]:
+    """Tokens of `--a2a-token-file` (TOKEN[=NAME] a line)."""
+    from synapse.cli.settings import parse_a2a_token
+
+    path = s.get("a2a_token_file", "SYNAPSE_A2A_TOKEN_FILE", "a2a_token_file", str)
+    if path is None:
+        return {}
+    lines = _lines(Path(path), "A2A token file")
+    try:
+        return dict(parse_a2a_token(line) for line in lines)
+    except ValueError as exc:
+        raise CliError(f"A2A token file {path}: {exc}") from exc
+
+
+def _lines(path: Path, what: str) -> list[str]:
+    try:
+        text = path.expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def card_signer(s: Settings) -> Any:
+    """The `CardSigner` of `--a2a-card-signing-key`, or None."""
+    path = s.get(
+        "a2a_card_signing_key", "SYNAPSE_A2A_CARD_SIGNING_KEY", "a2a_card_signing_key", str
+    )
+    if path is None:
+        return None
+    kid = s.get("a2a_card_signing_kid", "SYNAPSE_A2A_CARD_SIGNING_KID", "a2a_card_signing_kid", str)
+    from synapse.a2a.card_signing import CardSigner, load_key
+
+    try:
+        return CardSigner(load_key(path, kid=kid))
+    except (OSError, ValueError) as exc:
+        raise CliError(f"bad --a2a-card-signing-key {path}: {exc}") from exc
+
+
+def a2a_policy(s: Settings, tokens: Mapping[str, str]) -> Any:
+    """The `SecurityPolicy` of `[a2a_security]` (and of bearer `tokens`), or None.
+
+    [a2a_security]
+    require = [["oauth"], ["key"]]          # alternatives; default: any scheme alone
+    [a2a_security.schemes.key]
+    type = "apiKey"                         # apiKey, bearer, basic, oauth2, openIdConnect, mtls
+    location = "header"                     # header, query, cookie
+    name = "X-API-Key"
+    keys_file = "api-keys"                  # KEY=NAME a line
+    [a2a_security.schemes.oauth]
+    type = "oauth2"
+    issuer = "https://issuer.example"
+    audience = "https://agent.example/a2a"
+    jwks_url = "https://issuer.example/jwks"
+    token_url = "https://issuer.example/token"
+    scopes = { "tasks:slow" = "start slow tasks" }
+    [a2a_security.skills]
+    slow = [{ oauth = ["tasks:slow"] }]
+    [a2a_security.methods]
+    CancelTask = ["tasks:cancel"]
+    """
+    from synapse.a2a.security import HttpBearerScheme, SecurityPolicy
+
+    raw = s.config.values.get("a2a_security")
+    if raw is None:
+        return SecurityPolicy.bearer_tokens(tokens) if tokens else None
+    where = f"config file {s.config.path}: [a2a_security]"
+    if not isinstance(raw, dict):
+        raise CliError(f"{where} must be a table")
+    unknown = sorted(set(raw) - {"require", "schemes", "skills", "methods"})
+    if unknown:
+        raise CliError(f"{where}: unknown key {unknown[0]!r}")
+    base = s.config.path.parent if s.config.path is not None else Path()
+    schemes: dict[str, Any] = {}
+    for name, spec in (raw.get("schemes") or {}).items():
+        if not isinstance(spec, dict):
+            raise CliError(f"{where}.schemes.{name} must be a table")
+        try:
+            schemes[name] = _scheme(spec, base)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CliError(f"{where}.schemes.{name}: {exc}") from exc
+    if tokens:
+        schemes.setdefault("bearer", HttpBearerScheme(tokens))
+    try:
+        return SecurityPolicy(
+            schemes,
+            requirements=[
+                {n: [] for n in alt} if isinstance(alt, list) else alt for alt in raw["require"]
+            ]
+            if "require" in raw
+            else None,
+            skill_requirements=raw.get("skills"),
+            method_scopes=raw.get("methods"),
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CliError(f"{where}: {exc}") from exc
+
+
+def _pairs(path: Path, separator: str, what: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for line in _lines(path, what):
+        left, sep, right = (
+            line.rpartition(separator) if separator == "=" else line.partition(separator)
+        )
+        if not sep or not left or not right:
+            raise ValueError(f"{what} {path}: expected a line LEFT{separator}RIGHT")
+        found[left.strip()] = right.strip()
+    return found
+
+
+def _scheme(spec: Mapping[str, Any], base: Path) -> Any:
+    from synapse.a2a import security
+
+    kind = spec["type"]
+    if kind == "apiKey":
+        keys = _pairs(base / spec["keys_file"], "=", "API key file")
+        return security.ApiKeyScheme(
+            keys, name=spec.get("name", "X-API-Key"), location=spec.get("location", "header")
+        )
+    if kind == "bearer":
+        return security.HttpBearerScheme(_pairs(base / spec["tokens_file"], "=", "token file"))
+    if kind == "basic":
+        return security.HttpBasicScheme(_pairs(base / spec["users_file"], ":", "users file"))
+    if kind == "oauth2":
+        validator = security.JwtValidator(
+            issuer=spec["issuer"],
+            audience=spec["audience"],
+            jwks=security.JwksSource(spec["jwks_url"]),
+            leeway=int(spec.get("leeway", 30)),
+        )
+        return security.OAuth2Scheme(
+            validator, token_url=spec["token_url"], scopes=dict(spec.get("scopes", {}))
+        )
+    if kind == "openIdConnect":
+        return security.OpenIdConnectScheme(spec["discovery_url"], audience=spec["audience"])
+    if kind == "mtls":
+        names = spec.get("names")
+        return security.MutualTlsScheme(dict(names) if names is not None else None)
+    raise ValueError(f"unknown type {kind!r} (apiKey, bearer, basic, oauth2, openIdConnect, mtls)")
+
+
+# --- A2A: what `send --a2a` presents, which cards it trusts ----------------------------------
+
+
+def add_a2a_client_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--a2a-oauth-client",
+        metavar="CLIENT_ID",
+        help="get OAuth 2.0 / OpenID Connect tokens with this client id (client-credentials "
+        "grant; $SYNAPSE_A2A_OAUTH_CLIENT)",
+    )
+    group.add_argument(
+        "--a2a-oauth-secret-file",
+        metavar="PATH",
+        help="file holding the client secret ($SYNAPSE_A2A_OAUTH_SECRET_FILE)",
+    )
+    group.add_argument(
+        "--a2a-api-key-file",
+        metavar="PATH",
+        help="file holding the API key, sent where the card says ($SYNAPSE_A2A_API_KEY_FILE)",
+    )
+    group.add_argument(
+        "--a2a-basic-file",
+        metavar="PATH",
+        help="file holding USER:PASSWORD for HTTP Basic ($SYNAPSE_A2A_BASIC_FILE)",
+    )
+    group.add_argument(
+        "--a2a-card-key",
+        action="append",
+        metavar="PATH",
+        help="a public key (PEM or JWK) the agent card must be signed with; repeatable",
+    )
+    group.add_argument(
+        "--a2a-card-jwks",
+        metavar="URL",
+        help="a JWKS URL whose keys may sign the agent card ($SYNAPSE_A2A_CARD_JWKS)",
+    )
+    group.add_argument(
+        "--a2a-require-signed-card",
+        action="store_true",
+        default=None,
+        help="refuse an agent whose card is unsigned or badly signed "
+        "($SYNAPSE_A2A_REQUIRE_SIGNED_CARD)",
+    )
+
+
+#: `send`'s A2A client flags: dest → flag (refused without `--a2a`).
+A2A_CLIENT_FLAGS = {
+    "a2a_oauth_client": "--a2a-oauth-client",
+    "a2a_oauth_secret_file": "--a2a-oauth-secret-file",
+    "a2a_api_key_file": "--a2a-api-key-file",
+    "a2a_basic_file": "--a2a-basic-file",
+    "a2a_card_key": "--a2a-card-key",
+    "a2a_card_jwks": "--a2a-card-jwks",
+    "a2a_require_signed_card": "--a2a-require-signed-card",
+}
+
+
+def a2a_client_options(s: Settings) -> dict[str, Any]:
+    """`A2AClient` keyword arguments: credentials, card verification, TLS."""
+    from synapse.a2a.card_signing import CardVerifier, load_key
+    from synapse.a2a.client_auth import ClientCredentials, OAuthClient
+
+    options: dict[str, Any] = {}
+    tls = tls_config(s, serving=False)
+    ssl_context = tls.client_context() if tls is not None else None
+    if ssl_context is not None:
+        options["ssl"] = ssl_context
+    oauth: OAuthClient | None = None
+    client_id = s.get("a2a_oauth_client", "SYNAPSE_A2A_OAUTH_CLIENT", "a2a_oauth_client", str)
+    if client_id:
+        path = s.get(
+            "a2a_oauth_secret_file", "SYNAPSE_A2A_OAUTH_SECRET_FILE", "a2a_oauth_secret_file", str
+        )
+        if path is None:
+            raise CliError("--a2a-oauth-client needs --a2a-oauth-secret-file")
+        oauth = OAuthClient(client_id, read_first_line(Path(path), "OAuth client secret file"))
+    api_key_file = s.get("a2a_api_key_file", "SYNAPSE_A2A_API_KEY_FILE", "a2a_api_key_file", str)
+    basic_file = s.get("a2a_basic_file", "SYNAPSE_A2A_BASIC_FILE", "a2a_basic_file", str)
+    basic: tuple[str, str] | None = None
+    if basic_file:
+        user, sep, password = read_first_line(Path(basic_file), "Basic credentials file").partition(
+            ":"
+        )
+        if not sep:
+            raise CliError(f"Basic credentials file {basic_file}: expected USER:PASSWORD")
+        basic = (user, password)
+    if oauth or api_key_file or basic or tls is not None:
+        options["credentials"] = ClientCredentials(
+            oauth=oauth,
+            api_keys={"*": read_first_line(Path(api_key_file), "API key file")}
+            if api_key_file
+            else {},
+            basic=basic,
+            client_certificate=tls is not None and tls.client_cert is not None,
+            ssl=ssl_context if ssl_context is not None else True,
+        )
+    keys = [load_key(p) for p in getattr(s.args, "a2a_card_key", None) or ()]
+    jwks = s.get("a2a_card_jwks", "SYNAPSE_A2A_CARD_JWKS", "a2a_card_jwks", str)
+    required = s.switch(
+        "a2a_require_signed_card", "SYNAPSE_A2A_REQUIRE_SIGNED_CARD", "a2a_require_signed_card"
+    )
+    if keys or jwks:
+        options["card_verifier"] = CardVerifier(
+            keys=keys, jwks_url=jwks, ssl=options.get("ssl", True)
+        )
+    elif required:
+        raise CliError("--a2a-require-signed-card needs --a2a-card-key or --a2a-card-jwks")
+    options["require_signed_card"] = required
+    return options

@@ -12,7 +12,7 @@ Ctrl-C sends `CancelTask`.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, TextIO
 
 import msgspec
@@ -215,6 +215,7 @@ async def run_send_a2a(
     err: TextIO,
     reader: LineReader | None = None,
     stdin_is_tty: bool | None = None,
+    client_options: Mapping[str, Any] | None = None,
 ) -> int:
     interactive = os.isatty(0) if stdin_is_tty is None else stdin_is_tty
     console = Console(err, quiet=options.as_json)
@@ -226,7 +227,9 @@ async def run_send_a2a(
         reader=reader or LineReader(0),
         interactive=interactive,
     )
-    client = A2AClient(url, token=token, config=config, timeout=config.request_timeout)
+    client = A2AClient(
+        url, token=token, config=config, timeout=config.request_timeout, **(client_options or {})
+    )
     with interruptible(follower):
         try:
             return await reported(follower, follower.run(client))

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -42,6 +42,10 @@ class A2AOptions:
     #: Bearer token → principal name; empty: no authentication.
     tokens: Mapping[str, str] = field(default_factory=dict)
     public_url: str | None = None
+    #: The schemes enforced (`synapse.a2a.security.SecurityPolicy`), if more than `tokens`.
+    security: Any = None
+    #: Signs the card (`synapse.a2a.card_signing.CardSigner`).
+    card_signer: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,8 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
             push_secret=options.push_secret,
             tokens=dict(options.tokens) or None,
             public_url=options.public_url,
+            security=options.security,
+            card_signer=options.card_signer,
         )
     except ValueError as exc:
         raise CliError(f"bad A2A settings: {exc}") from exc
