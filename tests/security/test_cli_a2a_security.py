@@ -1,0 +1,167 @@
+"""`synapse serve --a2a` enforcing schemes from `[a2a_security]` and signing its card, and
+`synapse send --a2a` presenting credentials from files and requiring a signed card — each a
+real process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from issuer import Issuer
+from joserfc.jwk import ECKey
+from seckit import AUDIENCE, free_port
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("SYNAPSE_")}
+
+
+def synapse(*args: str) -> list[str]:
+    return [sys.executable, "-m", "synapse.cli.main", *args]
+
+
+@contextmanager
+def serving(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """`synapse serve ARGS`, once it logged `serving_a2a` (the card is up)."""
+    process = subprocess.Popen(
+        synapse("serve", *args),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    assert process.stderr is not None
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not any("serving_a2a" in line for line in seen):
+            assert time.monotonic() < deadline, seen
+            assert process.poll() is None, (seen, process.stderr.read())
+            ready, _, _ = select.select([process.stderr], [], [], 0.2)
+            if ready:
+                seen.append(process.stderr.readline())
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+async def rpc(url: str, body: dict[str, Any], **kw: Any) -> tuple[int, dict[str, Any]]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            url, json=body, headers={"A2A-Version": "1.0", **kw.pop("headers", {})}, **kw
+        ) as response,
+    ):
+        return response.status, await response.json()
+
+
+SEND = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "SendMessage",
+    "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+}
+
+
+async def test_serve_enforces_configured_schemes_and_signs_its_card(
+    issuer: Issuer, tmp_path: Path
+) -> None:
+    card_key = ECKey.generate_key("P-256")
+    (tmp_path / "card.pem").write_bytes(card_key.as_pem(private=True))
+    (tmp_path / "card.pub.pem").write_bytes(card_key.as_pem(private=False))
+    (tmp_path / "other.pub.pem").write_bytes(ECKey.generate_key("P-256").as_pem(private=False))
+    (tmp_path / "api-keys").write_text("# key=principal\nqk-123=alice\n")
+    (tmp_path / "users").write_text("bob:pw-bob\n")
+    (tmp_path / "my-api-key").write_text("qk-123\n")
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            agent_id = "agent-cli"
+            a2a = true
+            a2a_card_signing_key = "{tmp_path / "card.pem"}"
+            a2a_card_signing_kid = "card-1"
+
+            [a2a_security.schemes.key]
+            type = "apiKey"
+            location = "query"
+            name = "api_key"
+            keys_file = "api-keys"
+            [a2a_security.schemes.basic]
+            type = "basic"
+            users_file = "users"
+            [a2a_security.schemes.oauth]
+            type = "oauth2"
+            issuer = "{issuer.base}"
+            audience = "{AUDIENCE}"
+            jwks_url = "{issuer.jwks_url}"
+            token_url = "{issuer.token_url}"
+            scopes = {{ "tasks:slow" = "start slow tasks" }}
+            [a2a_security.skills]
+            slow = [{{ oauth = ["tasks:slow"] }}]
+            """
+        )
+    )
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with serving("--config", str(config), "--port", str(port)):
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(base + "/.well-known/agent-card.json") as response,
+        ):
+            card = json.loads(await response.read())
+        assert set(card["securitySchemes"]) == {"key", "basic", "oauth"}
+        assert card["signatures"]
+        url = base + "/a2a"
+        assert (await rpc(url, SEND))[0] == 401
+        assert (await rpc(url, SEND, params={"api_key": "qk-123"}))[0] == 200
+        assert (await rpc(url, SEND, params={"api_key": "nope"}))[0] == 401
+        status, _ = await rpc(url, SEND, headers={"Authorization": f"Bearer {issuer.mint()}"})
+        assert status == 200
+        expired = issuer.mint(exp=1_000_000, iat=999_000)
+        assert (await rpc(url, SEND, headers={"Authorization": f"Bearer {expired}"}))[0] == 401
+
+        def send(*flags: str) -> subprocess.CompletedProcess[str]:
+            argv = synapse("send", "--a2a", base, *flags, "echo", '{"text": "signed"}')
+            return subprocess.run(
+                argv, env=ENV, capture_output=True, text=True, timeout=60, check=False
+            )
+
+        sent = await asyncio.to_thread(
+            send,
+            "--a2a-api-key-file",
+            str(tmp_path / "my-api-key"),
+            "--a2a-card-key",
+            str(tmp_path / "card.pub.pem"),
+            "--a2a-require-signed-card",
+        )
+        assert (sent.returncode, sent.stdout) == (0, "signed\n"), sent.stderr
+        forged = await asyncio.to_thread(
+            send,
+            "--a2a-api-key-file",
+            str(tmp_path / "my-api-key"),
+            "--a2a-card-key",
+            str(tmp_path / "other.pub.pem"),
+            "--a2a-require-signed-card",
+        )
+        assert forged.returncode == 2
+        assert "no signature of agent card 'agent-cli' verifies" in forged.stderr
+        no_credentials = await asyncio.to_thread(send)
+        assert no_credentials.returncode == 2
+        assert "-32106" in no_credentials.stderr
