@@ -87,6 +87,8 @@ def enable_a2a(
         security=security,
         card_signer=card_signer.sign if card_signer is not None else None,
     )
+    if peer.tls is not None:
+        server.pusher.ssl = peer.tls.client_context()
     peer.protocol_hooks.append(server.bind)
     peer.app_hooks.append(server.add_routes)
     return server

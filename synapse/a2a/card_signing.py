@@ -230,14 +230,14 @@ class CardVerifier:
                 ):
                     from joserfc.jwk import KeySet
 
-                    from synapse.a2a.security import AuthError, fetch_json
+                    from synapse.a2a.security import fetch_json
 
                     self._fetched_at = time.monotonic()
                     try:
                         self._fetched = KeySet.import_key_set(
                             await fetch_json(self.jwks_url, ssl=self._ssl)
                         )
-                    except (AuthError, Exception) as exc:
+                    except Exception as exc:  # unreachable, not JSON, not a key set
                         log.warning("card_jwks_unavailable", url=self.jwks_url, error=str(exc))
         if self._fetched is not None:
             sets.append(self._fetched)

@@ -124,12 +124,16 @@ class PushSender:
         self._sleep = sleep
         self._jitter = jitter
         self._session: aiohttp.ClientSession | None = None
+        #: TLS of the webhooks' connections (a custom CA, our client certificate); None: the
+        #: system's CAs (`enable_a2a` passes the peer's `TLSConfig.client_context()`).
+        self.ssl: Any = None
 
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.config.request_timeout),
                 headers={"User-Agent": USER_AGENT},
+                connector=aiohttp.TCPConnector(ssl=self.ssl if self.ssl is not None else True),
             )
         return self._session
 

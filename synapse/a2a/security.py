@@ -80,6 +80,16 @@ class AuthError(A2AError):
         self.www_authenticate = challenge
 
 
+class IssuerUnavailable(A2AError):
+    """The issuer's keys or discovery document cannot be had: the credential may well be
+    good, so the caller is told to retry (-32101, HTTP 503), not that it is refused."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            A2ACode.AGENT_NOT_READY, message, {"reason": "issuer_unavailable"}, http_status=503
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
     """Who a credential proved the caller is."""
@@ -267,18 +277,20 @@ class JwksSource:
         if stale:
             async with self._lock:
                 stale = self._keys is None or (kid is not None and not _has_kid(self._keys, kid))
-                if stale and time.monotonic() - self._fetched_at >= self.min_refresh:
+                # Without any key yet, retry sooner: the issuer may have been down at start.
+                interval = self.min_refresh if self._keys is not None else min(self.min_refresh, 1)
+                if stale and time.monotonic() - self._fetched_at >= interval:
                     self._fetched_at = time.monotonic()
                     data = await fetch_json(self.url, ssl=self._ssl, timeout=self._timeout)
                     try:
                         self._keys = KeySet.import_key_set(data)
                     except Exception as exc:  # a JOSE error or a malformed set
-                        raise AuthError(
+                        raise IssuerUnavailable(
                             f"the issuer's JWKS at {self.url} is unusable: {exc}"
                         ) from exc
                     log.info("jwks_fetched", url=self.url, keys=len(self._keys.keys))
         if self._keys is None:
-            raise AuthError(f"no signing keys from {self.url}")
+            raise IssuerUnavailable(f"no signing keys from {self.url}")
         return self._keys
 
 
@@ -294,10 +306,10 @@ async def fetch_json(url: str, *, ssl: Any = True, timeout: float = 10.0) -> Any
             session.get(url, ssl=ssl, allow_redirects=False) as response,
         ):
             if response.status != 200:
-                raise AuthError(f"{url} answered HTTP {response.status}")
+                raise IssuerUnavailable(f"{url} answered HTTP {response.status}")
             return msgspec.json.decode(await response.read())
     except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError) as exc:
-        raise AuthError(f"cannot fetch {url}: {exc!r}") from exc
+        raise IssuerUnavailable(f"cannot fetch {url}: {exc!r}") from exc
 
 
 @dataclass(slots=True)
@@ -427,7 +439,7 @@ class OpenIdConnectScheme:
                 issuer = document.get("issuer") if isinstance(document, dict) else None
                 jwks_uri = document.get("jwks_uri") if isinstance(document, dict) else None
                 if not isinstance(issuer, str) or not isinstance(jwks_uri, str):
-                    raise AuthError(f"{self.discovery_url} names no issuer and jwks_uri")
+                    raise IssuerUnavailable(f"{self.discovery_url} names no issuer and jwks_uri")
                 self._validator = JwtValidator(
                     issuer=issuer,
                     audience=self.audience,
@@ -652,6 +664,7 @@ __all__ = [
     "HttpBasicScheme",
     "HttpBearerScheme",
     "Identity",
+    "IssuerUnavailable",
     "JwksSource",
     "JwtValidator",
     "MutualTlsScheme",

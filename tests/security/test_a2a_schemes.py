@@ -372,3 +372,15 @@ async def test_an_unknown_kid_refetches_the_jwks_once_per_interval(issuer: Issue
     issuer.key = ECKey.generate_key("P-256", {"kid": "k2"})  # the issuer rotates its key
     claims = await validator.validate(issuer.mint(sub="after-rotation"))
     assert claims["sub"] == "after-rotation"
+
+
+async def test_an_unreachable_issuer_is_a_retry_not_a_refusal(agent: Agent) -> None:
+    """The token may be good: while the issuer's keys cannot be had the caller gets -32101
+    (HTTP 503), and callers with other credentials are not affected."""
+    token = agent.issuer.mint()
+    await agent.issuer.stop()
+    status, body, _ = await rpc(agent.rpc, send_body(), headers=bearer(token))
+    assert (status, body["error"]["code"]) == (503, -32101)
+    assert body["error"]["data"][0]["metadata"]["reason"] == "issuer_unavailable"
+    status, body, _ = await rpc(agent.rpc, send_body(), headers={"X-API-Key": "hk-1"})
+    assert status == 200
