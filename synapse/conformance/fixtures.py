@@ -71,7 +71,8 @@ def synapse_secret() -> str:
 @pytest_asyncio.fixture
 async def synapse_requester() -> AsyncIterator[Peer]:
     """A started requester peer; `synapse_executor` pairs each executor with it."""
-    async with Peer(REQUESTER_ID, config=FIXTURE_CONFIG) as peer:
+    # It shares `synapse_secret` with every executor of the test: allowed, as a test fixture.
+    async with Peer(REQUESTER_ID, config=FIXTURE_CONFIG, allow_shared_secrets=True) as peer:
         yield peer
 
 
@@ -130,7 +131,8 @@ async def synapse_conformance(synapse_secret: str) -> ConformanceRunner:
         on_listening: Callable[[str], Any] | None = None
         if isinstance(target, Peer):
             peer = target
-            shared = secret or synapse_secret
+            # The kit's own secret on the peer: one another partner has would be refused.
+            shared = secret or _secrets.token_hex(16)
 
             def register(url: str) -> None:
                 peer.add_partner(kit_id, url, (shared,))

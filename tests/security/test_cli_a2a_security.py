@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +32,11 @@ def synapse(*args: str) -> list[str]:
 
 @contextmanager
 def serving(*args: str) -> Iterator[subprocess.Popen[str]]:
-    """`synapse serve ARGS`, once it logged `serving_a2a` (the card is up)."""
+    """`synapse serve ARGS`, once it logged `serving_a2a` (the card is up).
+
+    A thread reads its stderr line by line (a `select` on the pipe would miss lines the
+    text wrapper already buffered); the test waits on the queue it fills.
+    """
     process = subprocess.Popen(
         synapse("serve", *args),
         stdin=subprocess.DEVNULL,
@@ -42,15 +46,21 @@ def serving(*args: str) -> Iterator[subprocess.Popen[str]]:
         env=ENV,
     )
     assert process.stderr is not None
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def drain() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=drain, daemon=True).start()
     seen: list[str] = []
     try:
-        deadline = time.monotonic() + 30
         while not any("serving_a2a" in line for line in seen):
-            assert time.monotonic() < deadline, seen
-            assert process.poll() is None, (seen, process.stderr.read())
-            ready, _, _ = select.select([process.stderr], [], [], 0.2)
-            if ready:
-                seen.append(process.stderr.readline())
+            line = lines.get(timeout=60)
+            assert line is not None, seen
+            seen.append(line)
         yield process
     finally:
         process.send_signal(signal.SIGTERM)
