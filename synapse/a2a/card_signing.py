@@ -142,6 +142,9 @@ class CardSigner:
         self.kid = kid or self.key.kid or self.key.thumbprint()
         self.alg = alg or _default_alg(self.key)
         self.jku = jku
+        #: The card last signed (its JSON without signatures) and our signature of it: the
+        #: card is built on every request, and mostly does not change.
+        self._last: tuple[bytes, wire.AgentCardSignature] | None = None
 
     @property
     def public_jwk(self) -> dict[str, Any]:
@@ -151,19 +154,23 @@ class CardSigner:
         return public
 
     def sign(self, card: wire.AgentCard) -> wire.AgentCard:
-        from joserfc import jws
+        others = [s for s in card.signatures if _kid(s) != self.kid]
+        plain = wire.encode(msgspec.structs.replace(card, signatures=[]))
+        if self._last is not None and self._last[0] == plain:
+            ours = self._last[1]
+        else:
+            from joserfc import jws
 
-        protected: dict[str, Any] = {"alg": self.alg, "kid": self.kid, "typ": "JOSE"}
-        if self.jku:
-            protected["jku"] = self.jku
-        compact = jws.serialize_compact(
-            protected, canonical_card(card), self.key, algorithms=[self.alg]
-        )
-        head, _, signature = compact.split(".")
-        card.signatures = [
-            *(s for s in card.signatures if _kid(s) != self.kid),
-            wire.AgentCardSignature(protected=head, signature=signature),
-        ]
+            protected: dict[str, Any] = {"alg": self.alg, "kid": self.kid, "typ": "JOSE"}
+            if self.jku:
+                protected["jku"] = self.jku
+            compact = jws.serialize_compact(
+                protected, canonical_card(card), self.key, algorithms=[self.alg]
+            )
+            head, _, signature = compact.split(".")
+            ours = wire.AgentCardSignature(protected=head, signature=signature)
+            self._last = (plain, ours)
+        card.signatures = [*others, ours]
         return card
 
 

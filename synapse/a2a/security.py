@@ -324,8 +324,25 @@ class JwtValidator:
     leeway: int = 30
     #: The claim naming the principal.
     principal_claim: str = "sub"
+    #: Tokens that verified, until they expire (at most `cache_size`): a client sending the
+    #: same token on every call costs a lookup, not a signature check each time.
+    cache_size: int = 1024
+    _verified: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict)
 
     async def validate(self, token: str) -> dict[str, Any]:
+        hit = self._verified.get(token)
+        if hit is not None:
+            if time.time() < hit[1] + self.leeway:
+                return dict(hit[0])
+            del self._verified[token]
+        claims = await self._validate(token)
+        if self.cache_size > 0:
+            if len(self._verified) >= self.cache_size:
+                self._verified.pop(next(iter(self._verified)))
+            self._verified[token] = (claims, float(claims["exp"]))
+        return dict(claims)
+
+    async def _validate(self, token: str) -> dict[str, Any]:
         from joserfc import jwt
         from joserfc.errors import JoseError
         from joserfc.jws import extract_compact

@@ -384,3 +384,45 @@ async def test_an_unreachable_issuer_is_a_retry_not_a_refusal(agent: Agent) -> N
     assert body["error"]["data"][0]["metadata"]["reason"] == "issuer_unavailable"
     status, body, _ = await rpc(agent.rpc, send_body(), headers={"X-API-Key": "hk-1"})
     assert status == 200
+
+
+async def test_verified_tokens_are_cached_until_they_expire(
+    issuer: Issuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import joserfc.jwt
+
+    validator = JwtValidator(
+        issuer=issuer.base, audience=AUDIENCE, jwks=JwksSource(issuer.jwks_url), leeway=0
+    )
+    checked: list[Any] = []
+    real = joserfc.jwt.decode
+
+    def counting(token: Any, *args: Any, **kwargs: Any) -> Any:
+        checked.append(token)
+        return real(token, *args, **kwargs)
+
+    monkeypatch.setattr(joserfc.jwt, "decode", counting)
+    token = issuer.mint(sub="cached")
+    assert (await validator.validate(token))["sub"] == "cached"
+    assert (await validator.validate(token))["sub"] == "cached"
+    assert checked == [token]  # the second call did not verify again
+    # A cached token past its expiry is checked again — and refused.
+    expired = issuer.mint(exp=1_000_000, iat=999_000)
+    validator._verified[expired] = ({"sub": "stale"}, 1_000_000.0)
+    with pytest.raises(A2AError, match="access token refused"):
+        await validator.validate(expired)
+    assert expired not in validator._verified
+
+
+async def test_an_unchanged_card_reuses_its_signature_a_changed_one_is_signed_again() -> None:
+    from synapse.a2a import CardSigner, CardVerifier, wire
+
+    key = ECKey.generate_key("P-256", {"kid": "c"})
+    signer = CardSigner(key)
+    verifier = CardVerifier(keys=[dict(key.as_dict(private=False))])
+    first = signer.sign(wire.AgentCard(name="a"))
+    again = signer.sign(wire.AgentCard(name="a"))
+    assert again.signatures == first.signatures
+    changed = signer.sign(wire.AgentCard(name="b"))
+    assert changed.signatures != first.signatures
+    await verifier.verify(wire.to_builtins(changed))
