@@ -272,21 +272,26 @@ class A2AClient:
         rpc_id = str(uuid.uuid4())
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
         url = await self._rpc_url()
-        auth = await self._auth(method, params)
-        try:
-            async with self._http().post(
-                url,
-                data=body,
-                headers={"Content-Type": "application/json", **auth.header_items()},
-                params=auth.params or None,
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-            ) as response:
-                raw = await response.read()
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise A2AError(
-                A2ACode.INTERNAL_ERROR, f"{method}: cannot reach {url}: {exc!r}"
-            ) from exc
+        for attempt in (1, 2):
+            auth = await self._auth(method, params)
+            try:
+                async with self._http().post(
+                    url,
+                    data=body,
+                    headers={"Content-Type": "application/json", **auth.header_items()},
+                    params=auth.params or None,
+                    timeout=aiohttp.ClientTimeout(total=self.timeout),
+                ) as response:
+                    raw = await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise A2AError(
+                    A2ACode.INTERNAL_ERROR, f"{method}: cannot reach {url}: {exc!r}"
+                ) from exc
+            # A token we obtained was refused (expired early, keys rotated): get a new one once.
+            if status == 401 and attempt == 1 and self.credentials and self.credentials.forget():
+                continue
+            break
         return _judge(_json(raw, status), rpc_id, status)
 
     async def stream(self, method: str, params: Any) -> AsyncIterator[wire.StreamResponse]:
@@ -295,23 +300,29 @@ class A2AClient:
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
         url = await self._rpc_url()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
-        auth = await self._auth(method, params)
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         try:
-            async with self._http().post(
-                url,
-                data=body,
-                headers={**headers, **auth.header_items()},
-                params=auth.params or None,
-                timeout=timeout,
-            ) as response:
-                if "text/event-stream" not in response.headers.get("Content-Type", ""):
-                    result = _judge(_json(await response.read(), response.status), rpc_id, 200)
-                    yield _convert(result, wire.StreamResponse)
+            for attempt in (1, 2):
+                auth = await self._auth(method, params)
+                async with self._http().post(
+                    url,
+                    data=body,
+                    headers={**headers, **auth.header_items()},
+                    params=auth.params or None,
+                    timeout=timeout,
+                ) as response:
+                    refused = response.status == 401 and attempt == 1
+                    if refused and self.credentials is not None and self.credentials.forget():
+                        continue  # a token we obtained was refused: get a new one, once
+                    if "text/event-stream" not in response.headers.get("Content-Type", ""):
+                        raw = await response.read()
+                        result = _judge(_json(raw, response.status), rpc_id, 200)
+                        yield _convert(result, wire.StreamResponse)
+                        return
+                    async for data in _sse(response):
+                        result = _judge(_json(data.encode(), response.status), rpc_id, 200)
+                        yield _convert(result, wire.StreamResponse)
                     return
-                async for data in _sse(response):
-                    result = _judge(_json(data.encode(), response.status), rpc_id, 200)
-                    yield _convert(result, wire.StreamResponse)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise StreamBroken(f"{method}: stream from {url} broke: {exc!r}") from exc
 

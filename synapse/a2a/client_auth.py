@@ -192,6 +192,12 @@ class ClientCredentials:
             raise CredentialsMissing(f"{discovery} names no token_endpoint")
         return url
 
+    def forget(self) -> bool:
+        """Drop the tokens obtained so far (the agent refused one); True if there were any."""
+        had = bool(self._tokens)
+        self._tokens.clear()
+        return had
+
     # --- the client-credentials grant ----------------------------------------------------------
 
     async def access_token(self, token_url: str, scopes: Sequence[str]) -> str:

@@ -250,6 +250,8 @@ class A2AServer:
         self.config = config or P2PConfig()
         self.default_task_type = default_task_type
         self.allowlist = PushAllowlist(push_allowlist)
+        if security is not None and tokens:
+            raise ValueError("give either tokens or security (tokens: an HttpBearerScheme in it)")
         self.tokens = dict(tokens or {})
         #: Who may call, and how (synapse.a2a.security); `tokens` alone is a bearer policy.
         self.security = security or (SecurityPolicy.bearer_tokens(self.tokens) if tokens else None)

@@ -118,7 +118,8 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
             default_task_type=options.default_task_type,
             push_allowlist=options.push_allow,
             push_secret=options.push_secret,
-            tokens=dict(options.tokens) or None,
+            # The policy holds the tokens as its `bearer` scheme when there is one.
+            tokens=(dict(options.tokens) or None) if options.security is None else None,
             public_url=options.public_url,
             security=options.security,
             card_signer=options.card_signer,

@@ -426,3 +426,19 @@ async def test_an_unchanged_card_reuses_its_signature_a_changed_one_is_signed_ag
     changed = signer.sign(wire.AgentCard(name="b"))
     assert changed.signatures != first.signatures
     await verifier.verify(wire.to_builtins(changed))
+
+
+async def test_a_refused_obtained_token_is_replaced_once(agent: Agent) -> None:
+    """The issuer rotates its key: the agent refuses our cached token (401), the client gets
+    a new one and the call goes through."""
+    credentials = ClientCredentials(oauth=OAuthClient("client-1", "client-secret-1"))
+    async with A2AClient(agent.base, credentials=credentials) as client:
+        assert (await (await client.send({"text": "1"}, task_type="echo")).result(10)).ok
+        # Our cached token was signed by a key the agent will not accept any more.
+        cached = next(iter(credentials._tokens))
+        credentials._tokens[cached] = (
+            agent.issuer.mint(key=ECKey.generate_key("P-256", {"kid": "gone"})),
+            credentials._tokens[cached][1],
+        )
+        assert (await (await client.send({"text": "2"}, task_type="echo")).result(10)).ok
+    assert len(agent.issuer.token_requests) == 2
