@@ -617,13 +617,14 @@ class SecurityPolicy:
                 challenge=f'Bearer realm="a2a", error="insufficient_scope", '
                 f'scope="{" ".join(sorted(set(missing_scopes)))}"',
             )
-        if seen.errors:
-            # The last scheme asked is the most specific one (Bearer before OAuth 2.0 …).
-            return list(seen.errors.values())[-1]
-        if any(identity is not None for identity in seen.identities.values()):
+        if seen.identity is not None or any(i is not None for i in seen.identities.values()):
+            # The caller is authenticated (a skill asks for more): not allowed, not unknown.
             return AuthError(
                 f"{what} needs another credential (see the agent card)", forbidden=True
             )
+        if seen.errors:
+            # The last scheme asked is the most specific one (Bearer before OAuth 2.0 …).
+            return list(seen.errors.values())[-1]
         challenges = ", ".join(dict.fromkeys(s.challenge() for s in self.schemes.values()))
         return AuthError(
             "authentication required: see the agent card's securitySchemes",

@@ -442,3 +442,14 @@ async def test_a_refused_obtained_token_is_replaced_once(agent: Agent) -> None:
         )
         assert (await (await client.send({"text": "2"}, task_type="echo")).result(10)).ok
     assert len(agent.issuer.token_requests) == 2
+
+
+async def test_an_authenticated_caller_without_the_skill_credential_is_403_not_401(
+    agent: Agent,
+) -> None:
+    """A static bearer token is a valid credential, not an OAuth token: the slow skill is
+    forbidden to it (403), it is not unauthenticated (401)."""
+    slow = send_body("slow", {"steps": 1, "delay": 0.01})
+    status, body, _ = await rpc(agent.rpc, slow, headers=bearer("bt-1"))
+    assert (status, body["error"]["code"]) == (403, -32107)
+    assert "skill 'slow' needs another credential" in body["error"]["message"]
