@@ -229,6 +229,11 @@ def _log_retry(message: Envelope[Any], attempt: int, delay: float | None) -> Non
     )
 
 
+#: aiohttp trace configs each of our HTTP client sessions is created with: tracing adds its
+#: W3C `traceparent` injector here (`synapse.ops.tracing.instrument_http_clients`).
+TRACE_CONFIGS: list[aiohttp.TraceConfig] = []
+
+
 class HttpClient:
     """POSTs messages to partners over one shared, keep-alive `aiohttp.ClientSession`.
 
@@ -294,6 +299,7 @@ class HttpClient:
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=self.config.request_timeout),
                 headers={"User-Agent": USER_AGENT},
+                trace_configs=list(TRACE_CONFIGS) or None,
             )
         return self._session
 

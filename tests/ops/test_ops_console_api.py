@@ -166,3 +166,24 @@ async def test_need_info_answered_through_the_api() -> None:
 def test_token_auth_refuses_short_tokens(token: str) -> None:
     with pytest.raises(ValueError, match="16 characters"):
         TokenAuth({token: "alice"})
+
+
+async def test_audit_trail_survives_a_restart(tmp_path: Any) -> None:
+    """The audit entry is stored with the task: a durable store brings it back."""
+    from synapse.store import SqliteStore
+    from synapse.types import DecidedBy
+
+    path = tmp_path / "r.db"
+    async with peer_pair(r_store=SqliteStore(path)) as pair:
+        handle = await pair.r.submit(E, "portrait", {"subject": "Ada"})
+        await eventually(lambda: handle.state is TaskState.NEED_HUMAN)
+        await handle.approve({"authorized": True}, decided_by=DecidedBy(user_id="carol"))
+        await handle.result(timeout=WAIT)
+        key = handle.key
+    again = Peer(R, store=SqliteStore(path))
+    async with again:
+        rec = again.protocol.engine.get(key)
+        assert rec is not None and rec.state is TaskState.COMPLETED
+        assert [(a.actor, a.action) for a in rec.audit] == [("carol", "approve")]
+        assert rec.audit[0].detail["approved_fields"] == {"authorized": True}
+        assert rec.audit[0].message_id is not None
