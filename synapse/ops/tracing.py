@@ -185,11 +185,14 @@ class PeerTracing(RuntimeListener):
         span.end(end_time=start_ns + int(seconds * 1e9))
 
     def on_transition(self, transition: Transition) -> None:
-        span = trace.get_current_span()
-        if span.is_recording():
+        # On the span of the message that caused it (received, or sent by us), if it is open.
+        mid = transition.message_id or ""
+        span = self._received.get(mid) or self._sent.get(mid)
+        if span is not None and span.is_recording():
             span.add_event(
                 "synapse.transition",
                 {
+                    "synapse.role": transition.role.value,
                     "synapse.from_state": transition.from_state.value,
                     "synapse.to_state": transition.to_state.value,
                     "synapse.trigger": transition.event.value,

@@ -102,7 +102,8 @@ async def test_console_end_to_end_in_chromium(browser: Any, tmp_path: Path) -> N
         approved_id = await page.get_by_test_id("detail-task-id").text_content()
         assert approved_id
         row = page.locator(f'tr[data-task-id="{approved_id}"]')
-        await expect(row).to_have_attribute("data-state", "need_human")
+        # Shown to a person, the request moves to human_deciding (the requester's own state).
+        await expect(row).to_have_attribute("data-state", "human_deciding")
         panel = page.get_by_test_id("human-panel")
         await expect(panel).to_contain_text("涉及伦理决策需要人工审核")
         await expect(panel).to_contain_text("需要确认肖像使用授权")
@@ -128,6 +129,7 @@ async def test_console_end_to_end_in_chromium(browser: Any, tmp_path: Path) -> N
         if shots:
             await page.screenshot(path=str(shots / "console-tasks-waiting.png"))
         await row.click()
+        await expect(row).to_have_attribute("data-state", "human_deciding")
         panel = page.get_by_test_id("human-panel")
         await panel.get_by_label("rejection reason").fill("no consent from the subject")
         await panel.get_by_role("button", name="Reject").click()

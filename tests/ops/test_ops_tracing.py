@@ -84,6 +84,17 @@ async def test_one_trace_per_task_across_both_peers(
     assert handler.attributes["synapse.handler.outcome"] == "completed"
     assert handler.start_time is not None and handler.end_time is not None
     assert handler.end_time >= handler.start_time
+    # The transition a message caused is an event of its span.
+    events = [(e.name, dict(e.attributes or {})) for e in received.events]
+    assert (
+        "synapse.transition",
+        {
+            "synapse.role": "executor",
+            "synapse.from_state": "idle",
+            "synapse.to_state": "confirmed",
+            "synapse.trigger": "send task_confirm",
+        },
+    ) in events
     (reply,) = by_name(tuple(r_task), "synapse receive p2p:task_complete")
     assert reply.attributes is not None and reply.attributes["synapse.reply.type"] == "p2p:task_ack"
     # The failing task: its own trace, its handler span in error.

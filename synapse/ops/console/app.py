@@ -42,6 +42,10 @@ WAITING = frozenset({TaskState.INFO_NEEDED, TaskState.NEED_HUMAN, TaskState.HUMA
 KEEPALIVE = 15.0
 #: The largest JSON body an API call accepts.
 MAX_BODY = 256 * 1024
+#: Tasks in one list: every task waiting for a person, then the newest others.
+LIST_LIMIT = 500
+#: The event stream sends at most one list this often, however fast tasks change.
+STREAM_INTERVAL = 0.25
 
 _SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -183,6 +187,7 @@ class Console(RuntimeListener):
         router.add_post(p + "/api/tasks/{task_id}/info", self.api_info)
         router.add_post(p + "/api/tasks/{task_id}/decision", self.api_decision)
         router.add_post(p + "/api/tasks/{task_id}/cancel", self.api_cancel)
+        router.add_post(p + "/api/tasks/{task_id}/deciding", self.api_deciding)
         router.add_get(p + "/api/events", self.api_events)
         app.middlewares.append(self._headers_middleware())
         app.on_shutdown.append(self._shutdown)
@@ -303,10 +308,17 @@ class Console(RuntimeListener):
 
     def _task_list(self, state: str | None = None) -> list[dict[str, Any]]:
         now = self.protocol.clock()
-        records = sorted(
-            self.protocol.engine.tasks.values(), key=lambda r: r.created_at, reverse=True
+        records = [
+            r
+            for r in self.protocol.engine.tasks.values()
+            if state is None or r.state.value == state
+        ]
+        # Waiting for a person first, then the newest: a person's questions are never cut off.
+        records.sort(
+            key=lambda r: (r.role is Role.REQUESTER and r.state in WAITING, r.created_at),
+            reverse=True,
         )
-        return [task_view(r, now) for r in records if state is None or r.state.value == state]
+        return [task_view(r, now) for r in records[:LIST_LIMIT]]
 
     async def api_tasks(self, request: web.Request) -> web.Response:
         self._require(request)
@@ -431,6 +443,17 @@ class Console(RuntimeListener):
         )
         return web.json_response(task_view(handle.record, self.protocol.clock(), detail=True))
 
+    async def api_deciding(self, request: web.Request) -> web.Response:
+        """A person opened a `task_need_human`: `need_human → human_deciding` (ours only)."""
+        reviewer = self._require(request, change=True)
+        handle = self._waiting(request, frozenset({TaskState.NEED_HUMAN}))
+        try:
+            await handle.start_deciding()
+        except LocalProtocolError as exc:
+            raise _error(409, str(exc)) from exc
+        log.info("console_deciding", task_id=handle.task_id, user_id=reviewer.user_id)
+        return web.json_response(task_view(handle.record, self.protocol.clock(), detail=True))
+
     async def api_cancel(self, request: web.Request) -> web.Response:
         reviewer = self._require(request, change=True)
         key = TaskKey(self.peer.agent_id, request.match_info["task_id"])
@@ -472,6 +495,9 @@ class Console(RuntimeListener):
                     await response.write(b": keep-alive\n\n")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), KEEPALIVE)
+                if sent != self._version and not self._closing:
+                    # Coalesce a burst of changes into one list (a rate limit, not a wait).
+                    await asyncio.sleep(STREAM_INTERVAL)
         except (ConnectionResetError, ConnectionError):
             pass
         return response

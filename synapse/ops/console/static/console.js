@@ -280,7 +280,7 @@
         ["Partner", task.partner],
         ["Requester", task.requester],
         ["Progress", task.progress === null ? "" : task.progress + " %"],
-        ["Status", task.status_message],
+        ["Status", task.final ? "" : task.status_message],
         ["Created", when(task.created_at)],
         ["Updated", when(task.updated_at)],
       ]),
@@ -288,7 +288,13 @@
       el("pre", { text: JSON.stringify(task.payload, null, 2) }),
     ];
     if (task.role === "requester" && task.need_info) parts.push(infoForm(task));
-    if (task.role === "requester" && task.need_human) parts.push(humanPanel(task));
+    if (task.role === "requester" && task.need_human) {
+      parts.push(humanPanel(task));
+      if (task.state === "need_human") {
+        // Tell the other reviewers someone is on it (need_human → human_deciding, ours only).
+        call("POST", "/tasks/" + encodeURIComponent(task.task_id) + "/deciding", {}).catch(() => {});
+      }
+    }
     if (task.result) parts.push(el("h3", { text: "Result" }), el("pre", { "data-testid": "result", text: JSON.stringify(task.result, null, 2) }));
     if (task.error) parts.push(el("h3", { text: "Error" }), el("pre", { "data-testid": "error", text: JSON.stringify(task.error, null, 2) }));
     if (task.reject) parts.push(el("h3", { text: "Rejected" }), el("pre", { text: JSON.stringify(task.reject, null, 2) }));
