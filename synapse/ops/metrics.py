@@ -14,6 +14,7 @@ import time
 from collections import Counter as Tally
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -23,7 +24,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from synapse.p2p.listener import RuntimeListener
-from synapse.types import Message, Nack, SynapseError
+from synapse.types import Message, MessageType, Nack, SynapseError
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
@@ -62,11 +63,32 @@ def _type(message: Message) -> str:
     return message.message_type.value
 
 
+class _Children:
+    """A metric's children by label values, looked up once: `labels()` takes a lock and
+    checks its arguments on every call, a cost paid per message otherwise. Keys may hold
+    enums (their `.value` is the label)."""
+
+    __slots__ = ("_cache", "_metric")
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._cache: dict[tuple[Any, ...], Any] = {}
+
+    def __call__(self, *key: Any) -> Any:
+        child = self._cache.get(key)
+        if child is None:
+            values = [k.value if isinstance(k, Enum) else str(k) for k in key]
+            child = self._cache[key] = self._metric.labels(*values)
+        return child
+
+
 #: Exchanges tracked at once; past it the oldest are forgotten (a ping that raised, say).
 _TRACKED = 10_000
 
 
-def _remember(table: OrderedDict[str, str], message_id: str, message_type: str) -> None:
+def _remember(
+    table: OrderedDict[str, MessageType], message_id: str, message_type: MessageType
+) -> None:
     table[message_id] = message_type
     if len(table) > _TRACKED:
         table.popitem(last=False)
@@ -181,20 +203,27 @@ class PeerMetrics(RuntimeListener):
             registry=r,
         )
         r.register(_RuntimeGauges(self))
+        self._transitions = _Children(self.transitions)
+        self._received = _Children(self.received)
+        self._sent = _Children(self.sent)
+        self._nacks_received = _Children(self.nacks_received)
+        self._nacks_sent = _Children(self.nacks_sent)
+        self._retries = _Children(self.retries)
+        self._commit_ok = self.commit_seconds.labels("ok")
+        self._commit_error = self.commit_seconds.labels("error")
+        self._http = _Children(self.http_seconds)
         #: Message id → type of exchanges still waiting for their reply.
-        self._received_types: OrderedDict[str, str] = OrderedDict()
-        self._sent_types: OrderedDict[str, str] = OrderedDict()
+        self._received_types: OrderedDict[str, MessageType] = OrderedDict()
+        self._sent_types: OrderedDict[str, MessageType] = OrderedDict()
 
     # --- RuntimeListener --------------------------------------------------------------------
 
     def on_transition(self, transition: Transition) -> None:
-        self.transitions.labels(
-            transition.role.value, transition.from_state.value, transition.to_state.value
-        ).inc()
+        self._transitions(transition.role, transition.from_state, transition.to_state).inc()
 
     def on_refused(self, message: Message, error: SynapseError) -> None:
         self._received_types.pop(message.id, None)
-        self.received.labels(_type(message), "refused").inc()
+        self._received(message.message_type, "refused").inc()
 
     def on_handler_done(
         self, key: TaskKey, task_type: str, started: float, seconds: float, outcome: str
@@ -203,44 +232,45 @@ class PeerMetrics(RuntimeListener):
 
     def on_delivery_failed(self, message: Message, partner: str, error: DeliveryError) -> None:
         self._sent_types.pop(message.id, None)
-        self.sent.labels(_type(message), "failed").inc()
+        self._sent(message.message_type, "failed").inc()
 
     def on_dead_letter(self, message: Message, partner: str, reason: str) -> None:
         self.dead_letters.labels(_type(message)).inc()
 
     def on_commit(self, seconds: float, error: BaseException | None) -> None:
-        self.commit_seconds.labels("ok" if error is None else "error").observe(seconds)
+        (self._commit_ok if error is None else self._commit_error).observe(seconds)
 
     def on_message(self, event: MessageEvent) -> None:
         # A reply names what it answers by `reply_to`: pair the halves of each exchange.
         message = event.message
-        if event.direction == "in":
-            _remember(self._received_types, message.id, _type(message))
-        elif event.direction == "reply_out":
+        direction = event.direction
+        if direction == "in":
+            _remember(self._received_types, message.id, message.message_type)
+        elif direction == "reply_out":
             # The answer to an accepted message (a refusal raises and goes to `on_refused`).
             request_type = self._received_types.pop(message.reply_to or "", None)
             if request_type is not None:
-                self.received.labels(request_type, "accepted").inc()
-        elif event.direction == "out":
-            _remember(self._sent_types, message.id, _type(message))
+                self._received(request_type, "accepted").inc()
+        elif direction == "out":
+            _remember(self._sent_types, message.id, message.message_type)
         else:  # reply_in
             sent_type = self._sent_types.pop(message.reply_to or "", None) or "unknown"
             if isinstance(message, Nack):
-                self.nacks_received.labels(message.payload.code).inc()
-                self.sent.labels(sent_type, "refused").inc()
+                self._nacks_received(message.payload.code).inc()
+                self._sent(sent_type, "refused").inc()
             else:
-                self.sent.labels(sent_type, "answered").inc()
+                self._sent(sent_type, "answered").inc()
 
     # --- transport hooks --------------------------------------------------------------------
 
     def on_nack_sent(self, error: SynapseError) -> None:
-        self.nacks_sent.labels(error.code.value).inc()
+        self._nacks_sent(error.code).inc()
 
     def on_retry(self, message: Any, attempt: int) -> None:
-        self.retries.labels(message.type.value).inc()
+        self._retries(message.type).inc()
 
     def middleware(self) -> Any:
-        histogram = self.http_seconds
+        children = self._http
 
         @web.middleware
         async def timed(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -256,9 +286,7 @@ class PeerMetrics(RuntimeListener):
             finally:
                 resource = request.match_info.route.resource
                 route = resource.canonical if resource is not None else "unmatched"
-                histogram.labels(request.method, route, str(status)).observe(
-                    time.perf_counter() - started
-                )
+                children(request.method, route, status).observe(time.perf_counter() - started)
 
         return timed
 

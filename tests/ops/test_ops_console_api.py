@@ -187,3 +187,47 @@ async def test_audit_trail_survives_a_restart(tmp_path: Any) -> None:
         assert [(a.actor, a.action) for a in rec.audit] == [("carol", "approve")]
         assert rec.audit[0].detail["approved_fields"] == {"authorized": True}
         assert rec.audit[0].message_id is not None
+
+
+async def test_opening_a_decision_marks_it_human_deciding() -> None:
+    async with peer_pair(setup_r=setup_console) as pair, jar_session() as http:
+        url = base_url(pair.r)
+        csrf = await sign_in(http, url)
+        handle = await pair.r.submit(E, "portrait", {"subject": "Ada"})
+        await eventually(lambda: handle.state is TaskState.NEED_HUMAN)
+        deciding = f"{url}/console/api/tasks/{handle.task_id}/deciding"
+        headers = {"X-CSRF-Token": csrf}
+        async with http.post(deciding, json={}, headers=headers) as response:
+            assert response.status == 200
+            assert (await response.json())["state"] == "human_deciding"
+        async with http.post(deciding, json={}, headers=headers) as response:
+            assert response.status == 409
+        decision = f"{url}/console/api/tasks/{handle.task_id}/decision"
+        body = {"action": "approve", "approved_fields": {"authorized": True}}
+        async with http.post(decision, json=body, headers=headers) as response:
+            assert response.status == 200
+        assert (await handle.result(timeout=WAIT)).state is TaskState.COMPLETED
+
+
+async def test_console_of_an_attached_peer_before_start_is_503() -> None:
+    from aiohttp import web
+
+    peer = Peer("agent-a")
+    setup_console(peer)
+    app = web.Application()
+    peer.attach(app, "http://127.0.0.1:1/synapse/callback")
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(
+                url + "/console/api/tasks", headers={"Authorization": f"Bearer {TOKEN}"}
+            ) as response,
+        ):
+            assert response.status == 503
+    finally:
+        await runner.cleanup()

@@ -118,6 +118,7 @@ _ERRORS: dict[int, type[web.HTTPException]] = {
     403: web.HTTPForbidden,
     404: web.HTTPNotFound,
     409: web.HTTPConflict,
+    503: web.HTTPServiceUnavailable,
 }
 
 
@@ -170,7 +171,10 @@ class Console(RuntimeListener):
 
     @property
     def protocol(self) -> P2PProtocol:
-        return self.peer.protocol
+        protocol: P2PProtocol | None = getattr(self.peer, "_protocol", None)
+        if protocol is None or not protocol.running:
+            raise _error(503, "the peer is not running")
+        return protocol
 
     def add_routes(self, app: web.Application) -> None:
         p = self.path
