@@ -126,11 +126,12 @@ async def test_console_end_to_end_in_chromium(browser: Any, tmp_path: Path) -> N
         await expect(row).to_have_attribute("data-state", "need_human")
         await page.select_option("[data-testid=filter]", "@waiting")
         await expect(page.locator("#task-rows tr")).to_have_count(1)
-        if shots:
-            await page.screenshot(path=str(shots / "console-tasks-waiting.png"))
         await row.click()
         await expect(row).to_have_attribute("data-state", "human_deciding")
         panel = page.get_by_test_id("human-panel")
+        if shots:
+            await page.evaluate("window.scrollTo(0, 0)")
+            await page.screenshot(path=str(shots / "console-tasks-waiting.png"))
         await panel.get_by_label("rejection reason").fill("no consent from the subject")
         await panel.get_by_role("button", name="Reject").click()
         await expect(page.get_by_test_id("detail-state")).to_have_text("failed")
@@ -153,13 +154,16 @@ async def test_console_end_to_end_in_chromium(browser: Any, tmp_path: Path) -> N
         await expect(form).to_contain_text("未指定生成风格")
         await expect(form.locator("input[data-field=style]")).to_have_value("古典")
         if shots:
+            await page.evaluate("window.scrollTo(0, 0)")
             await page.screenshot(path=str(shots / "console-need-info.png"))
         await form.get_by_role("button", name="浪漫").click()
         await expect(form.locator("input[data-field=style]")).to_have_value("浪漫")
         await form.get_by_role("button", name="Provide information").click()
         await expect(page.get_by_test_id("detail-state")).to_have_text("completed")
         await expect(page.get_by_test_id("result")).to_contain_text("《秋夜》(浪漫风格)")
+        await expect(row).to_have_attribute("data-state", "completed")  # the list, live
         if shots:
+            await page.get_by_test_id("audit").scroll_into_view_if_needed()
             await page.screenshot(path=str(shots / "console-completed.png"))
 
         # --- a POST from the signed-in page without the CSRF token is refused ---------------

@@ -315,7 +315,7 @@
       ? el("table", { class: "audit", "data-testid": "audit" },
           el("thead", {}, el("tr", {}, ["When", "Who", "Action", "Detail", "Message"].map((h) => el("th", { text: h })))),
           el("tbody", {}, task.audit.map((a) => el("tr", {},
-            el("td", { text: when(a.at) }), el("td", { class: "actor", text: a.actor }),
+            el("td", { text: when(a.at).slice(11) }), el("td", { class: "actor", text: a.actor }),
             el("td", { class: "action", text: a.action }),
             el("td", {}, el("code", { text: JSON.stringify(a.detail) })),
             el("td", {}, el("code", { text: a.message_id || "" }))))))
@@ -324,7 +324,7 @@
     parts.push(el("table", { class: "history" },
       el("thead", {}, el("tr", {}, ["When", "From", "To", "Event"].map((h) => el("th", { text: h })))),
       el("tbody", {}, task.history.map((h) => el("tr", {},
-        el("td", { text: when(h.at) }), el("td", { text: h.from_state }),
+        el("td", { text: when(h.at).slice(11) }), el("td", { text: h.from_state }),
         el("td", { text: h.to_state }), el("td", { text: h.event }))))));
     node.replaceChildren(...parts);
   }
