@@ -173,6 +173,73 @@ async def test_retries_nacks_received_and_unreachable_partner() -> None:
         handle = await pair.r.submit("agent-gone", "echo", {"text": "x"})
         sent_failed = {"type": "p2p:task_request", "outcome": "failed"}
         registry = metrics[0].registry
+        await eventually(
+            lambda: (
+                (registry.get_sample_value("synapse_messages_sent_total", sent_failed) or 0) >= 1
+            )
+        )
+        samples = await scrape(pair.r)
+        await handle.cancel()
+    # FAST: 2 retries per delivery attempt.
+    assert value(samples, "synapse_post_retries_total", type="p2p:task_request") == 2
+    assert (
+        value(samples, "synapse_messages_sent_total", type="p2p:task_request", outcome="failed")
+        == 1
+    )
+    assert value(samples, "synapse_outbox_messages") == 1
+    assert value(samples, "synapse_outbox_oldest_age_seconds") > 0
+
+
+async def test_nack_received_is_counted_by_code() -> None:
+    def setup(peer: Peer) -> None:
+        enable_metrics(peer)
+
+    async with peer_pair(setup_r=setup) as pair:
+        # E does not know this task: its task_info_provided is refused with task_not_found.
+        handle = await pair.r.submit(E, "text_generation", {"prompt": "p"})
+        await eventually(lambda: handle.state is TaskState.INFO_NEEDED)
+        pair.e.protocol.engine.tasks.clear()
+        await handle.provide_info({"style": "x"})
+        await eventually(lambda: pair.r.protocol.pending_deliveries == 0)
+        rs = await scrape(pair.r)
+        await handle.cancel()
+    assert value(rs, "synapse_nacks_received_total", code="task_not_found") == 1
+    assert (
+        value(rs, "synapse_messages_sent_total", type="p2p:task_info_provided", outcome="refused")
+        == 1
+    )
+
+
+async def test_metrics_token_guards_the_scrape() -> None:
+    def setup(peer: Peer) -> None:
+        enable_metrics(peer, token="scrape-me")
+
+    async with peer_pair(setup_r=setup) as pair:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(base_url(pair.r) + "/metrics") as response,
+        ):
+            assert response.status == 401
+        samples = await scrape(pair.r, token="scrape-me")
+    assert value(samples, "synapse_partner_reachable", partner=R) == 0
+
+
+async def test_dead_letters_and_an_unreachable_partner() -> None:
+    """A partner that never answers: heartbeats missed (reachable 0), the request given up on."""
+    from dataclasses import replace
+
+    from opskit import FAST
+
+    config = replace(FAST, heartbeat_interval=0.05, missed_heartbeat_limit=1, dead_letter_after=0.5)
+    metrics: list[PeerMetrics] = []
+
+    def setup(peer: Peer) -> None:
+        metrics.append(enable_metrics(peer))
+
+    async with peer_pair(setup_r=setup, config=config) as pair:
+        pair.r.add_partner("agent-gone", "http://127.0.0.1:9/synapse/callback", ("s",))
+        await pair.r.submit("agent-gone", "echo", {"text": "x"})
+        registry = metrics[0].registry
 
         def sample(name: str, **labels: str) -> float | None:
             return registry.get_sample_value(name, labels)
