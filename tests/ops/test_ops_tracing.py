@@ -160,3 +160,29 @@ async def test_a2a_calls_carry_the_current_traceparent(
     assert seen[0][:-2] == f"00-{context.trace_id:032x}-{context.span_id:016x}-"
     assert int(seen[0][-2:], 16) & 1  # sampled
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+async def test_an_a2a_callers_trace_continues_into_the_task(
+    exporters: dict[str, InMemorySpanExporter],
+) -> None:
+    """A2A in both directions: our A2A client sends the caller's traceparent, and a peer
+    serving A2A continues it into the task's spans."""
+    from synapse.a2a import enable_a2a
+    from synapse.demo.handler import DemoHandler
+
+    peer = Peer("agent-a", handler=DemoHandler())
+    enable_a2a(peer, default_task_type="echo")
+    enable_tracing(peer, tracer_provider=provider(exporters[E]))
+    tracer = provider(exporters[R]).get_tracer("test")
+    async with peer:
+        with tracer.start_as_current_span("caller") as caller:
+            async with A2AClient(f"http://127.0.0.1:{peer.port}", poll_interval=0.05) as client:
+                handle = await client.send({"text": "traced"}, task_type="echo", stream=False)
+                outcome = await handle.result(WAIT)
+        assert outcome.ok
+    trace_id = caller.get_span_context().trace_id
+    received = by_name(exporters[E].get_finished_spans(), "synapse receive p2p:task_request")
+    assert len(received) == 1
+    assert received[0].context.trace_id == trace_id
+    handled = by_name(exporters[E].get_finished_spans(), "synapse handle echo")
+    assert [s.context.trace_id for s in handled] == [trace_id]
