@@ -231,3 +231,41 @@ async def test_console_of_an_attached_peer_before_start_is_503() -> None:
             assert response.status == 503
     finally:
         await runner.cleanup()
+
+
+async def test_event_stream_sends_the_list_then_changes_and_ends_at_close() -> None:
+    import asyncio
+    import json as jsonlib
+
+    peer = Peer(R)
+    setup_console(peer)
+    await peer.start()
+    peer.add_partner(E, "http://127.0.0.1:9/synapse/callback", ("s",))
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession() as http:
+        response = await http.get(f"{base_url(peer)}/console/api/events", headers=headers)
+        assert response.status == 200
+        assert response.headers["Content-Type"] == "text/event-stream"
+
+        async def next_event() -> tuple[str, Any]:
+            name, data = "", None
+            async for raw in response.content:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    data = jsonlib.loads(line[6:])
+                elif line == "" and name:
+                    return name, data
+            raise AssertionError("the stream ended")
+
+        assert await asyncio.wait_for(next_event(), WAIT) == ("tasks", {"tasks": []})
+        handle = await peer.submit(E, "echo", {"text": "x"})
+        name, data = await asyncio.wait_for(next_event(), WAIT)
+        assert name == "tasks"
+        assert [t["task_id"] for t in data["tasks"]] == [handle.task_id]
+        # Closing the peer ends the stream instead of waiting for the client to leave.
+        await asyncio.wait_for(peer.close(drain_timeout=0.1), WAIT)
+        rest = await asyncio.wait_for(response.content.read(), WAIT)
+        assert b"event: tasks" not in rest
+        response.release()
