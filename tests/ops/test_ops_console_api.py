@@ -269,3 +269,30 @@ async def test_event_stream_sends_the_list_then_changes_and_ends_at_close() -> N
         rest = await asyncio.wait_for(response.content.read(), WAIT)
         assert b"event: tasks" not in rest
         response.release()
+
+
+async def test_sign_out_ends_the_session() -> None:
+    async with peer_pair(setup_r=setup_console) as pair, jar_session() as http:
+        url = base_url(pair.r)
+        csrf = await sign_in(http, url)
+        async with http.post(url + "/console/logout") as response:
+            assert response.status == 403  # a change: it needs the CSRF token too
+        async with http.post(url + "/console/logout", headers={"X-CSRF-Token": csrf}) as r2:
+            assert r2.status == 200
+        async with http.get(url + "/console/api/tasks") as response:
+            assert response.status == 401
+        async with http.get(url + "/console") as response:
+            assert "signin-form" in await response.text()
+
+
+def test_sessions_expire() -> None:
+    from synapse.ops.console.auth import Sessions
+
+    sessions = Sessions(lifetime=0.0)
+    session_id, _ = sessions.create(Reviewer("alice"))
+    assert sessions.get(session_id) is None
+    assert sessions.get(None) is None
+    long_lived = Sessions()
+    session_id, session = long_lived.create(Reviewer("alice"))
+    assert long_lived.get(session_id) is session
+    assert long_lived.get(session_id + "x") is None
