@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import configure_logging
+from synapse.cli.ops import add_ops_arguments, ops_serve_options
 from synapse.cli.security_settings import (
     A2A_CLIENT_FLAGS,
     add_a2a_client_flags,
@@ -252,6 +253,7 @@ def build_parser() -> Parser:
     )
     add_a2a_serve_flags(group)
     add_tls_flags(serve)
+    add_ops_arguments(serve)
     _common(serve)
     serve.set_defaults(run=_run_serve)
 
@@ -462,6 +464,7 @@ def _run_serve(ctx: Context) -> int:
         tls=tls_config(s, serving=True),
         allow_shared_secrets=allow_shared_secret(s),
         secret_flags=tuple(secrets_on_command_line(ctx.args)),
+        ops=ops_serve_options(s),
     )
     if not options.partners and a2a is None:
         raise CliError(

@@ -139,35 +139,36 @@ def callback_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:
 # --- the config file ---------------------------------------------------------------------------
 
 #: Top-level keys the config file may hold (a typo is an error, not a silently ignored key).
-CONFIG_KEYS = (
-    frozenset(
-        {
-            "agent_id",
-            "host",
-            "port",
-            "endpoint",
-            "secret",
-            "store",
-            "handler",
-            "signing",
-            "target",
-            "as",
-            "listen",
-            "retries",
-            "log_json",
-            "verbose",
-            "a2a",
-            "a2a_push_allow",
-            "a2a_tokens",
-            "a2a_token",
-            "a2a_default_task_type",
-            "a2a_public_url",
-            "peer",
-            "p2p",
-        }
-    )
-    | SECURITY_KEYS
+CONFIG_KEYS = frozenset(
+    {
+        "agent_id",
+        "host",
+        "port",
+        "endpoint",
+        "secret",
+        "store",
+        "handler",
+        "signing",
+        "target",
+        "as",
+        "listen",
+        "retries",
+        "log_json",
+        "verbose",
+        "a2a",
+        "a2a_push_allow",
+        "a2a_tokens",
+        "a2a_token",
+        "a2a_default_task_type",
+        "a2a_public_url",
+        "console",
+        "console_tokens",
+        "otel",
+        "peer",
+        "p2p",
+    }
 )
+CONFIG_KEYS |= SECURITY_KEYS  # TLS, secret files, A2A security (synapse.cli.security_settings)
 #: Tables whose keys apply to one command only, over the top-level ones (`[send]`, …).
 COMMAND_TABLES = frozenset({"serve", "send", "caps", "ping", "outbox"})
 PEER_KEYS = (
