@@ -160,3 +160,28 @@ async def test_mutual_tls_scheme_with_the_sdk_client(pki: Pki, rogue_pki: Pki) -
             async with httpx.AsyncClient(timeout=10, verify=context(pair)) as http:
                 with pytest.raises(httpx.HTTPError):
                     await http.get(base + "/.well-known/agent-card.json")
+
+
+async def test_our_client_over_mutual_tls_with_a_custom_ca(pki: Pki) -> None:
+    from synapse.a2a import A2AClient, A2AError, ClientCredentials
+
+    cert, key = pki.issue("agent-m", "agent-m")
+    tls = TLSConfig(cert=cert, key=key, client_ca=pki.ca_file)
+    peer = Peer("agent-m", handler=DemoHandler(), config=FAST, tls=tls)
+    enable_a2a(peer, security=SecurityPolicy({"mtls": MutualTlsScheme()}))
+    async with peer:
+        base = f"https://127.0.0.1:{peer.port}"
+        app_cert, app_key = pki.issue("app", "app")
+        mine = TLSConfig(ca=pki.ca_file, client_cert=app_cert, client_key=app_key)
+        credentials = ClientCredentials(client_certificate=True)
+        async with A2AClient(base, ssl=mine.client_context(), credentials=credentials) as client:
+            outcome = await (await client.send({"text": "tls"}, task_type="echo")).result(10)
+            assert outcome.ok
+            task = await client.get_task(outcome.task.id if outcome.task else "")
+            assert task.status.state == "TASK_STATE_COMPLETED"
+        # Without a certificate the handshake fails: not even the card can be read.
+        bare = TLSConfig(ca=pki.ca_file).client_context()
+        client = A2AClient(base, ssl=bare)
+        with pytest.raises(A2AError, match="cannot fetch"):
+            await client.discover()
+        await client.close()
