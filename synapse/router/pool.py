@@ -55,7 +55,7 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     partner: list[SynapsePartnerConfig] = msgspec.field(default_factory=list)
     a2a: list[A2APartnerConfig] = msgspec.field(default_factory=list)
-    #: Task type → the partners it may go to, in order of preference.
+    #: Task type → the only partners it may go to (equal loads: in this order).
     pin: dict[str, list[str]] = msgspec.field(default_factory=dict)
     #: Seconds between refreshes of every partner (a failing partner is refreshed at once).
     refresh_interval: float = 30.0
@@ -227,8 +227,8 @@ class Pool:
         return pinned is None or name in pinned
 
     def capable(self, task_type: str, now: float, exclude: Iterable[str] = ()) -> list[Member]:
-        """Members that offer `task_type` (pins honoured) and are not quarantined, best first
-        (room first, then pin order, then load per weight)."""
+        """Members that offer `task_type` (pins honoured) and are not quarantined, best first:
+        those with room, then the least loaded per weight, then pin order, then the heavier."""
         excluded = set(exclude)
         pinned = list(self.pins.get(task_type, ()))
         found = [
@@ -240,15 +240,15 @@ class Pool:
             and (not pinned or m.name in pinned)
         ]
 
-        def rank(m: Member) -> tuple[int, int, float, float, str]:
+        def rank(m: Member) -> tuple[int, float, int, float, str]:
             order = pinned.index(m.name) if pinned else 0
-            return (0 if m.has_room(now) else 1, order, m.load / m.weight, -m.weight, m.name)
+            return (0 if m.has_room(now) else 1, m.load / m.weight, order, -m.weight, m.name)
 
         return sorted(found, key=rank)
 
     def choose(self, task_type: str, now: float, exclude: Iterable[str] = ()) -> Member | None:
         """The member a new task of `task_type` goes to: capable, reachable, with room, least
-        loaded by weight (or first in its pin order); None if there is none right now."""
+        loaded per weight; None if there is none right now."""
         for m in self.capable(task_type, now, exclude):
             if m.has_room(now):
                 return m

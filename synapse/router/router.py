@@ -778,7 +778,7 @@ class Router:
                 member.name, ErrorCode.AGENT_NOT_READY.value, "no card", unreachable=True
             )
         try:
-            handle = await client.send(dict(payload), task_type=task_type)
+            handle = await client.send(message=_a2a_message(relay, task_type, payload))
         except A2AError as exc:
             unreachable = isinstance(exc.__cause__, aiohttp.ClientConnectionError | TimeoutError)
             return Declined(
@@ -866,6 +866,19 @@ class Router:
                 await asyncio.wait_for(handle.reject(rejected), 10)
             else:
                 await asyncio.wait_for(handle.cancel("the original task was cancelled"), 10)
+
+
+def _a2a_message(relay: Relay, task_type: str, payload: Mapping[str, Any]) -> Any:
+    """The A2A message of a routed task: the payload as a data part, the task type and the
+    original task's id (`parent_task_id`) in its metadata."""
+    from synapse.a2a import mapping, wire
+
+    return wire.Message(
+        message_id=mapping.new_id(),
+        role=wire.ROLE_USER,
+        parts=[wire.data_part(dict(payload))],
+        metadata={mapping.TASK_TYPE_KEY: task_type, "parent_task_id": relay.task_id},
+    )
 
 
 def _a2a_declined(partner: str, text: str, data: Any) -> Declined:

@@ -1,0 +1,89 @@
+"""Fixtures of the router's tests: the hub with four spokes (`routerkit.py`)."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import pytest
+
+#: The A2A spoke needs the official SDK and uvicorn (test dependencies).
+SDK_PRESENT = all(importlib.util.find_spec(n) is not None for n in ("a2a", "uvicorn", "httpx"))
+
+if not SDK_PRESENT:
+    collect_ignore_glob = [
+        "test_router_hub.py",
+        "test_router_fanout.py",
+        "test_router_trust_flows.py",
+    ]
+else:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "a2a"))
+    from a2akit import UvicornThread
+    from routerkit import FAST, SECRET, CountingHandler, Hub, pool_config, spoke_partner
+    from sdk_spoke import SpokeExecutor, build
+
+    from synapse.demo.handler import DemoHandler
+    from synapse.p2p.config import P2PConfig
+    from synapse.router import Router
+    from synapse.transport.partners import Partner
+    from synapse.transport.peer import Peer
+
+    HubFactory = Callable[..., Any]
+
+    @pytest.fixture
+    def make_hub() -> HubFactory:
+        """`async with make_hub(pin=..., **pool_settings) as hub:` (see routerkit.Hub)."""
+
+        @asynccontextmanager
+        async def factory(
+            router_kw: dict[str, Any] | None = None, **pool: Any
+        ) -> AsyncIterator[Hub]:
+            async with AsyncExitStack() as stack:
+                executor = SpokeExecutor()
+                sdk = stack.enter_context(UvicornThread(build(executor)))
+                handlers = {
+                    "lacking": CountingHandler(["echo", "fail"]),
+                    "busy": CountingHandler(),
+                    "flaky": CountingHandler(),
+                }
+                configs = {
+                    "lacking": FAST,
+                    "busy": P2PConfig(
+                        max_retries=1,
+                        retry_base_delay=0.02,
+                        heartbeat_interval=0.2,
+                        missed_heartbeat_limit=2,
+                        max_concurrent_tasks=1,
+                        capacity_retry_after=1,
+                    ),
+                    "flaky": FAST,
+                }
+                spokes = {
+                    name: Peer(name, handler=handlers[name], config=configs[name])
+                    for name in handlers
+                }
+                for spoke in spokes.values():
+                    await stack.enter_async_context(spoke)
+                occupy = await stack.enter_async_context(
+                    Peer("occupy", handler=DemoHandler(), config=FAST)
+                )
+                client = await stack.enter_async_context(Peer("client", config=FAST))
+                hub = Peer(
+                    "hub", config=FAST, partners=[Partner("client", client.endpoint, (SECRET,))]
+                )
+                router = Router(hub, pool_config(spokes, sdk.url, **pool), **(router_kw or {}))
+                await stack.enter_async_context(hub)  # the peer first: spokes must know it
+                for spoke in spokes.values():
+                    spoke.partners.add(spoke_partner(hub))
+                spokes["busy"].add_partner("occupy", occupy.endpoint, (SECRET,))
+                occupy.add_partner("busy", spokes["busy"].endpoint, (SECRET,))
+                client.add_partner("hub", hub.endpoint, (SECRET,))
+                await stack.enter_async_context(router)
+                yield Hub(client, hub, router, spokes, handlers, executor, occupy)
+
+        return factory
