@@ -41,11 +41,13 @@ else:
 
         @asynccontextmanager
         async def factory(
-            router_kw: dict[str, Any] | None = None, **pool: Any
+            router_kw: dict[str, Any] | None = None,
+            sdk_signature: str | None = None,
+            **pool: Any,
         ) -> AsyncIterator[Hub]:
             async with AsyncExitStack() as stack:
                 executor = SpokeExecutor()
-                sdk = stack.enter_context(UvicornThread(build(executor)))
+                sdk = stack.enter_context(UvicornThread(build(executor, sdk_signature)))
                 handlers = {
                     "lacking": CountingHandler(["echo", "fail"]),
                     "busy": CountingHandler(),

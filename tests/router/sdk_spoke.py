@@ -28,6 +28,7 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
     AgentCard,
+    AgentCardSignature,
     AgentInterface,
     AgentSkill,
     TaskState,
@@ -106,8 +107,15 @@ class SpokeExecutor(AgentExecutor):
         await updater.cancel(updater.new_agent_message([new_text_part("cancelled")]))
 
 
-def agent_card(port: int) -> AgentCard:
+def agent_card(port: int, signature: str | None = None) -> AgentCard:
+    """The card; with `signature`, it carries one (a stand-in JWS the tests' verifier knows)."""
+    signatures = (
+        [AgentCardSignature(protected="eyJhbGciOiJFUzI1NiJ9", signature=signature)]
+        if signature is not None
+        else []
+    )
     return AgentCard(
+        signatures=signatures,
         name="sdk-spoke",
         description="A spoke built with the official A2A SDK",
         version="1.0.0",
@@ -125,9 +133,9 @@ def agent_card(port: int) -> AgentCard:
     )
 
 
-def build(executor: SpokeExecutor) -> Any:
+def build(executor: SpokeExecutor, signature: str | None = None) -> Any:
     def app(port: int) -> Any:
-        card = agent_card(port)
+        card = agent_card(port, signature)
         handler = DefaultRequestHandler(
             agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card
         )
