@@ -26,6 +26,7 @@ from synapse.transport.peer import Peer
 
 if TYPE_CHECKING:
     from synapse.a2a import A2AServer
+    from synapse.router import Router
 
 log = structlog.get_logger("synapse.cli")
 
@@ -56,6 +57,8 @@ class ServeOptions:
     config: P2PConfig
     a2a: A2AOptions | None = None
     drain_timeout: float = 5.0
+    #: `--route POOL.toml`: be a router over that pool (docs/routing.md).
+    route: str | None = None
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -90,6 +93,18 @@ def load_handler(spec: str | None) -> TaskHandler:
             "(it needs execute_task, validate_task and get_capabilities)"
         )
     return target
+
+
+def serve_route(peer: Peer, path: str) -> Router:
+    """`Router(peer, PoolConfig.load(path))`, before the peer starts; a bad pool is one line."""
+    from synapse.router import PoolConfig, Router
+
+    try:
+        return Router(peer, PoolConfig.load(path))
+    except OSError as exc:
+        raise CliError(f"cannot read pool {path!r}: {exc}") from exc
+    except ValueError as exc:
+        raise CliError(f"bad pool {path!r}: {exc}") from exc
 
 
 def open_task_store(spec: str) -> TaskStore:
@@ -142,12 +157,17 @@ async def run_serve(options: ServeOptions) -> int:
     )
     try:
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
+        router = serve_route(peer, options.route) if options.route is not None else None
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
+        if router is not None:
+            await router.start()
+            log.info("serving_routes", pool=options.route, partners=router.status())
         log.info(
             "serving",
             agent_id=options.agent_id,
             partners=[p.agent_id for p in options.partners],
-            handler=options.handler or "synapse.demo.handler:DemoHandler",
+            handler=options.handler
+            or ("synapse.router" if options.route else "synapse.demo.handler:DemoHandler"),
             store=options.store,
             signing=options.signing,
         )
@@ -164,6 +184,8 @@ async def run_serve(options: ServeOptions) -> int:
             )
         await stop.wait()
         log.info("shutting_down", signal=received[0] if received else None)
+        if router is not None:
+            await router.close()
         await peer.close(drain_timeout=options.drain_timeout)
         log.info("stopped", agent_id=options.agent_id)
     finally:
