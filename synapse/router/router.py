@@ -308,7 +308,12 @@ class Router:
         )
         self.handler = RoutingHandler(self)
         peer.handler = self.handler
-        peer.protocol_hooks.append(self._bind)
+        try:
+            protocol = peer.protocol
+        except LocalProtocolError:
+            peer.protocol_hooks.append(self._bind)  # bound when the peer starts
+        else:
+            self._bind(protocol)  # the peer runs already
         self._session: aiohttp.ClientSession | None = None
         self._refresh_task: asyncio.Task[None] | None = None
         self._refresh_wanted = asyncio.Event()
