@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 import structlog
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from synapse.router.fanout import FanOutPlan
 
 log = structlog.get_logger("synapse.router")
+T = TypeVar("T")
 
 #: Reject codes after which the task goes to the next candidate (the partner ran nothing).
 FAILOVER_CODES = frozenset(
@@ -723,18 +724,29 @@ class Router:
         if kind == "p2p:task_status_update":
             await relay.progress(payload.progress, payload.message, payload.intermediate_result)
         elif kind == "p2p:task_need_info":
-            fields = await relay.need_info(
-                payload.missing_fields, question=payload.question, required_by=payload.required_by
+            fields = await _unless_settled(
+                handle,
+                relay.need_info(
+                    payload.missing_fields,
+                    question=payload.question,
+                    required_by=payload.required_by,
+                ),
             )
-            await handle.provide_info(fields)
+            if fields is not None:
+                await handle.provide_info(fields)
         elif kind == "p2p:task_need_human":
-            decision = await relay.need_human(
-                payload.reason,
-                context=payload.context,
-                options=payload.options,
-                escalation_level=payload.escalation_level,
-                deadline=payload.deadline,
+            decision = await _unless_settled(
+                handle,
+                relay.need_human(
+                    payload.reason,
+                    context=payload.context,
+                    options=payload.options,
+                    escalation_level=payload.escalation_level,
+                    deadline=payload.deadline,
+                ),
             )
+            if decision is None:
+                return
             await handle.decide(
                 DecisionAction.APPROVE,
                 approved_fields=decision.decision.approved_fields,
@@ -871,6 +883,22 @@ class Router:
                 await asyncio.wait_for(handle.reject(rejected), 10)
             else:
                 await asyncio.wait_for(handle.cancel("the original task was cancelled"), 10)
+
+
+async def _unless_settled(handle: TaskHandle, ask: Awaitable[T]) -> T | None:
+    """`ask` (a question to the original requester), unless the partner ends the task first
+    (it timed out waiting, say): then None, and the question is withdrawn."""
+    asking = asyncio.ensure_future(ask)
+    ended = asyncio.ensure_future(handle.result())
+    try:
+        await asyncio.wait({asking, ended}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not asking.done():
+            asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asking
+        ended.cancel()
+    return asking.result() if not asking.cancelled() else None
 
 
 def _a2a_message(relay: Relay, task_type: str, payload: Mapping[str, Any]) -> Any:

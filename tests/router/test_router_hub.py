@@ -9,11 +9,13 @@ propagates; no task is started twice anywhere.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from routerkit import WAIT, until
 
+from synapse.p2p.engine import Validation
 from synapse.types import Alternatives, ErrorCode, Reason, TaskRejectPayload, TaskState
 
 HubFactory = Any
@@ -355,3 +357,53 @@ async def test_tasks_spread_over_spokes_by_load(make_hub: HubFactory) -> None:
             await handle.cancel()
         for handle in handles:
             assert (await handle.result(WAIT)).state is TaskState.CANCELLED
+
+
+# --- deadlines and refreshes ------------------------------------------------------------------
+
+
+async def test_failover_stops_at_the_task_deadline(make_hub: HubFactory) -> None:
+    async with make_hub(pin={"slow": ["busy"]}) as hub:
+        blocker = await hub.occupy.submit("busy", "slow", {"steps": 1000, "delay": 0.05})
+        await until(lambda: hub.handlers["busy"].starts[blocker.task_id] == 1, "the blocker")
+        deadline = datetime.now(UTC) + timedelta(seconds=0.5)
+        # busy asks to come back in 1 s, after the deadline: nobody else may take it.
+        handle = await hub.submit("slow", {"steps": 1, "delay": 0.01}, deadline=deadline)
+        outcome = await handle.result(WAIT)
+        assert outcome.state is TaskState.FAILED
+        assert outcome.error is not None
+        assert outcome.error.code in {
+            ErrorCode.RATE_LIMITED.value,
+            ErrorCode.EXECUTION_TIMEOUT.value,
+        }
+        assert hub.starts(handle.task_id) == {}
+        await blocker.cancel()
+
+
+async def test_the_pool_is_refreshed_periodically(make_hub: HubFactory) -> None:
+    async with make_hub(refresh_interval=0.1) as hub:
+        lacking = hub.router.pool.members["lacking"]
+        assert "portrait" not in lacking.offers
+        hub.handlers["lacking"].offered.add("portrait")
+        await until(lambda: "portrait" in lacking.offers, "the next refresh")
+        assert hub.router.refreshes >= 2
+
+
+async def test_a_question_the_spoke_gives_up_on_is_withdrawn(make_hub: HubFactory) -> None:
+    async with make_hub(pin={"text_generation": ["flaky"]}) as hub:
+        engine = hub.spokes["flaky"].protocol.engine
+
+        def impatient(task_type: str, payload: dict[str, Any]) -> Validation:
+            return Validation(
+                missing_fields=["style"],
+                required_by=datetime.now(UTC) + timedelta(seconds=0.3),
+            )
+
+        engine.validator = impatient
+        handle = await hub.submit("text_generation", {"prompt": "x"})
+        kinds = [e.kind async for e in handle]  # the client never answers
+        outcome = await handle
+        assert "p2p:task_need_info" in kinds
+        assert outcome.state is TaskState.FAILED
+        assert outcome.error is not None
+        assert outcome.error.code == ErrorCode.EXECUTION_TIMEOUT.value
