@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,7 +31,7 @@ import structlog
 
 from synapse.p2p.engine import Validation
 from synapse.p2p.handler import ExecutionContext, TaskFailure
-from synapse.p2p.protocol import TaskHandle
+from synapse.p2p.protocol import MessageEvent, TaskHandle
 from synapse.p2p.sender import DeliveryError
 from synapse.router.pool import Member, Pool, PoolConfig
 from synapse.router.sender import UNREACHABLE, RoutingSender
@@ -42,6 +43,7 @@ from synapse.types import (
     DecidedBy,
     DecisionAction,
     ErrorCode,
+    Heartbeat,
     HumanContext,
     HumanDecisionPayload,
     HumanOption,
@@ -89,6 +91,20 @@ class Declined:
     retry_after: float | None = None
     suggested: str | None = None
     unreachable: bool = False
+    #: The partner refused the request message itself (a `nack`: authentication, capacity,
+    #: draining …): nothing of the task reached its handler, so another partner may try.
+    refused: bool = False
+
+    @property
+    def fails_over(self) -> bool:
+        """Whether another partner should get the task (else the refusal is the outcome)."""
+        return (
+            self.code in FAILOVER_CODES
+            or self.suggested is not None
+            or self.retry_after is not None
+            or self.unreachable
+            or self.refused
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,13 +268,18 @@ class _A2AMember:
 class _Commitments:
     """Which partner accepted which (original task, part): never two for one."""
 
-    by_task: dict[tuple[str, str, int], str] = field(default_factory=dict)
+    #: (requester, task id, part) → partner, oldest first; the last `keep` are kept (a
+    #: router runs for months: this must not grow without bound).
+    by_task: OrderedDict[tuple[str, str, int], str] = field(default_factory=OrderedDict)
+    keep: int = 10_000
 
     def commit(self, key: tuple[str, str, int], partner: str) -> None:
         held = self.by_task.get(key)
         if held is not None:
             raise LocalProtocolError(f"{key} was already accepted by {held}")
         self.by_task[key] = partner
+        while len(self.by_task) > self.keep:
+            self.by_task.popitem(last=False)
 
 
 class Router:
@@ -329,7 +350,20 @@ class Router:
     def _bind(self, protocol: Any) -> None:
         protocol.set_task_handler(self.handler)
         protocol.set_callback_sender(self.sender)
+        protocol.observers.append(self._observe)
         self.sender.own = protocol.agent_endpoint()
+
+    def _observe(self, event: MessageEvent) -> None:
+        """Every heartbeat a pool partner sends or answers updates its load and status: the
+        engine heartbeats partners while tasks are in flight, so the picture stays current
+        between refreshes."""
+        message = event.message
+        if event.direction not in ("in", "reply_in") or not isinstance(message, Heartbeat):
+            return
+        member = self.pool.get(event.partner)
+        if member is not None:
+            member.status = message.payload.status
+            member.remote_active = message.payload.active_tasks
 
     async def start(self) -> None:
         """Start the peer (unless it runs already), discover the pool, refresh it from now on."""
@@ -558,12 +592,7 @@ class Router:
                         suggested=outcome.suggested,
                         reason="not in the pool",
                     )
-            if (
-                outcome.code not in FAILOVER_CODES
-                and outcome.suggested is None
-                and outcome.retry_after is None
-                and not outcome.unreachable
-            ):
+            if not outcome.fails_over:
                 # The partner judged the task itself (invalid_params, a past deadline):
                 # another one would too. Its reason is the outcome.
                 return Routed(
@@ -700,6 +729,7 @@ class Router:
                             nack.code if nack else "refused",
                             nack.message if nack else event.detail,
                             unreachable=details.get("reason") == UNREACHABLE,
+                            refused=True,
                         )
                     if kind.startswith("p2p:"):
                         accepted = True
@@ -753,7 +783,7 @@ class Router:
                 notes=decision.notes,
                 decided_by=decision.decided_by,
             )
-        elif kind == "partner_unreachable":
+        elif kind == "partner_unreachable" and handle.state is not TaskState.PENDING:
             # It accepted the task and went silent: it may still be running it, so the
             # task is not given to anyone else. Withdraw it and say so.
             self._lost(member.name)

@@ -16,6 +16,7 @@ import pytest
 from routerkit import WAIT, until
 
 from synapse.p2p.engine import Validation
+from synapse.transport.partners import Partner
 from synapse.types import Alternatives, ErrorCode, Reason, TaskRejectPayload, TaskState
 
 HubFactory = Any
@@ -407,3 +408,24 @@ async def test_a_question_the_spoke_gives_up_on_is_withdrawn(make_hub: HubFactor
         assert outcome.state is TaskState.FAILED
         assert outcome.error is not None
         assert outcome.error.code == ErrorCode.EXECUTION_TIMEOUT.value
+
+
+async def test_a_request_the_spoke_refuses_outright_fails_over(make_hub: HubFactory) -> None:
+    async with make_hub(pin={"echo": ["lacking", "busy"]}) as hub:
+        # `lacking` no longer shares the hub's secret: it refuses the request (a nack).
+        lacking = hub.spokes["lacking"]
+        lacking.partners.add(Partner("hub", hub.hub.endpoint, ("another-secret",)))
+        handle = await hub.submit("echo", {"text": "hi"})
+        assert (await handle.result(WAIT)).ok
+        assert hub.starts(handle.task_id) == {"busy": 1}
+
+
+async def test_heartbeats_keep_the_load_picture_current(make_hub: HubFactory) -> None:
+    async with make_hub(pin={"slow": ["flaky"]}) as hub:
+        flaky = hub.router.pool.members["flaky"]
+        assert flaky.remote_active == 0
+        handle = await hub.submit("slow", {"steps": 1000, "delay": 0.05})
+        # The engine heartbeats the spoke while the task is in flight; its answers say 1.
+        await until(lambda: flaky.remote_active == 1, "a heartbeat with active_tasks 1")
+        await handle.cancel()
+        assert (await handle.result(WAIT)).state is TaskState.CANCELLED
