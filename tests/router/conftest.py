@@ -43,6 +43,7 @@ else:
         async def factory(
             router_kw: dict[str, Any] | None = None,
             sdk_signature: str | None = None,
+            sdk_host: str = "127.0.0.1",
             **pool: Any,
         ) -> AsyncIterator[Hub]:
             async with AsyncExitStack() as stack:
@@ -78,7 +79,8 @@ else:
                 hub = Peer(
                     "hub", config=FAST, partners=[Partner("client", client.endpoint, (SECRET,))]
                 )
-                router = Router(hub, pool_config(spokes, sdk.url, **pool), **(router_kw or {}))
+                sdk_url = sdk.url.replace("127.0.0.1", sdk_host)
+                router = Router(hub, pool_config(spokes, sdk_url, **pool), **(router_kw or {}))
                 await stack.enter_async_context(hub)  # the peer first: spokes must know it
                 for spoke in spokes.values():
                     spoke.partners.add(spoke_partner(hub))

@@ -109,3 +109,26 @@ async def test_a_partner_whose_result_fails_the_check_is_quarantined(
         assert (await good.result(WAIT)).ok
         assert hub.starts(good.task_id) == {"flaky": 1}  # the quarantined one is skipped
         assert checked == [("echo", "poison"), ("echo", "fine")]
+
+
+async def test_a_card_pointing_to_another_origin_is_refused(make_hub: HubFactory) -> None:
+    # The pool names the agent by `localhost`; its card sends JSON-RPC to 127.0.0.1: another
+    # origin, as a poisoned card redirecting tasks would.
+    async with make_hub(sdk_host="localhost", pin={"echo": ["sdk", "busy"]}) as hub:
+        sdk = hub.router.pool.members["sdk"]
+        assert not sdk.reachable
+        assert "another origin" in sdk.note
+        handle = await hub.submit("echo", {"text": "hi"})
+        assert (await handle.result(WAIT)).ok
+        assert hub.starts(handle.task_id) == {"busy": 1}
+
+
+async def test_allow_foreign_interface_lets_such_a_card_through(make_hub: HubFactory) -> None:
+    async with make_hub(sdk_host="localhost", pin={"echo": ["sdk"]}) as hub:
+        assert not hub.router.pool.members["sdk"].reachable
+        hub.router._a2a["sdk"].allow_foreign_interface = True  # as `allow_foreign_interface`
+        await hub.router.refresh(["sdk"])
+        assert hub.router.pool.members["sdk"].reachable
+        handle = await hub.submit("echo", {"text": "allowed"})
+        assert (await handle.result(WAIT)).ok
+        assert hub.starts(handle.task_id) == {"sdk": 1}
