@@ -580,8 +580,8 @@ class Router:
                 suggested=outcome.suggested,
             )
             self._learn(member, task_type, outcome, now)
-            if outcome.retry_after is None or outcome.unreachable:
-                excluded.add(member.name)
+            if not outcome.retry_after or outcome.retry_after <= 0 or outcome.unreachable:
+                excluded.add(member.name)  # (a `retry_after` of 0 would loop at once)
             if outcome.suggested is not None:
                 if outcome.suggested in self.pool:
                     suggested = outcome.suggested
@@ -610,10 +610,11 @@ class Router:
         suggested: str | None,
         avoid: Sequence[str],
     ) -> Member | None:
-        if suggested is not None and suggested not in excluded:
-            member = self.pool.get(suggested)
-            if member is not None and member.can_do(task_type) and member.has_room(now):
-                return member
+        if suggested is not None:
+            # Only a pool member that may take this type (pins included) and has room.
+            for member in self.pool.capable(task_type, now, excluded):
+                if member.name == suggested and member.has_room(now):
+                    return member
         if avoid:
             choice = self.pool.choose(task_type, now, excluded | set(avoid))
             if choice is not None:

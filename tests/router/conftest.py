@@ -44,6 +44,7 @@ else:
             router_kw: dict[str, Any] | None = None,
             sdk_signature: str | None = None,
             sdk_host: str = "127.0.0.1",
+            extra_a2a: tuple[Any, ...] = (),
             **pool: Any,
         ) -> AsyncIterator[Hub]:
             async with AsyncExitStack() as stack:
@@ -80,7 +81,8 @@ else:
                     "hub", config=FAST, partners=[Partner("client", client.endpoint, (SECRET,))]
                 )
                 sdk_url = sdk.url.replace("127.0.0.1", sdk_host)
-                router = Router(hub, pool_config(spokes, sdk_url, **pool), **(router_kw or {}))
+                config = pool_config(spokes, sdk_url, extra_a2a, **pool)
+                router = Router(hub, config, **(router_kw or {}))
                 await stack.enter_async_context(hub)  # the peer first: spokes must know it
                 for spoke in spokes.values():
                     spoke.partners.add(spoke_partner(hub))

@@ -86,6 +86,21 @@ async def until(condition: Callable[[], bool], what: str, timeout: float = WAIT)
         await asyncio.sleep(0.01)
 
 
+async def next_event(handle: TaskHandle, wanted: Callable[[Any], bool]) -> Any:
+    """The handle's next event `wanted` accepts (within WAIT)."""
+    async with asyncio.timeout(WAIT):
+        async for event in handle:
+            if wanted(event):
+                return event
+    raise AssertionError("the task ended before the event came")
+
+
+async def kinds_of(handle: TaskHandle) -> list[str]:
+    """The kinds of every event of the handle, to its end (within WAIT)."""
+    async with asyncio.timeout(WAIT):
+        return [event.kind async for event in handle]
+
+
 @dataclass
 class Hub:
     client: Peer
@@ -114,12 +129,17 @@ class Hub:
         return partner
 
 
-def pool_config(spokes: dict[str, Peer], sdk_url: str, **overrides: Any) -> PoolConfig:
+def pool_config(
+    spokes: dict[str, Peer],
+    sdk_url: str,
+    extra_a2a: Sequence[A2APartnerConfig] = (),
+    **overrides: Any,
+) -> PoolConfig:
     partners = [
         SynapsePartnerConfig(agent_id=name, endpoint=peer.endpoint, secrets=[SECRET])
         for name, peer in spokes.items()
     ]
-    a2a = [A2APartnerConfig(name="sdk", url=sdk_url)]
+    a2a = [A2APartnerConfig(name="sdk", url=sdk_url), *extra_a2a]
     values: dict[str, Any] = {"partner": partners, "a2a": a2a, "refresh_interval": 60.0}
     values.update(overrides)
     return PoolConfig(**values)

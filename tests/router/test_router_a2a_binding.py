@@ -1,0 +1,87 @@
+"""A pool partner reached over A2A that is a Synapse peer speaking A2A (`enable_a2a`): its
+INPUT_REQUIRED questions carry `missing_fields` and `synapse_needs`, which the router turns
+back into `task_need_info` and `task_need_human` for the client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from routerkit import FAST, WAIT, CountingHandler, until
+
+from synapse.a2a import enable_a2a
+from synapse.router.pool import A2APartnerConfig
+from synapse.transport.peer import Peer
+from synapse.types import ErrorCode, TaskState
+
+HubFactory = Any
+
+
+@pytest.fixture
+async def a2a_demo() -> AsyncIterator[tuple[Peer, CountingHandler]]:
+    handler = CountingHandler()
+    peer = Peer("a2a-demo", handler=handler, config=FAST)
+    enable_a2a(peer, default_task_type=None)
+    async with peer:
+        yield peer, handler
+
+
+def base_url(peer: Peer) -> str:
+    return peer.endpoint.removesuffix(peer.path)
+
+
+async def test_need_info_from_a_synapse_agent_over_a2a_keeps_its_fields(
+    make_hub: HubFactory, a2a_demo: tuple[Peer, CountingHandler]
+) -> None:
+    peer, handler = a2a_demo
+    extra = (A2APartnerConfig(name="a2a-demo", url=base_url(peer)),)
+    async with make_hub(extra_a2a=extra, pin={"text_generation": ["a2a-demo"]}) as hub:
+        handle = await hub.submit("text_generation", {"prompt": "春天"})
+        asked: list[list[str]] = []
+        async with asyncio.timeout(WAIT):
+            async for event in handle:
+                if event.kind == "p2p:task_need_info":
+                    fields = [f.field for f in event.message.payload.missing_fields]
+                    asked.append(fields)
+                    await handle.provide_info({"style": "现代"})
+        outcome = await handle
+        assert asked == [["style"]]
+        assert outcome.ok, outcome
+        assert outcome.result is not None and "现代" in outcome.result.output
+        assert sum(handler.starts.values()) == 1
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approve", "reject"])
+async def test_need_human_from_a_synapse_agent_over_a2a(
+    make_hub: HubFactory, a2a_demo: tuple[Peer, CountingHandler], approve: bool
+) -> None:
+    peer, handler = a2a_demo
+    extra = (A2APartnerConfig(name="a2a-demo", url=base_url(peer)),)
+    async with make_hub(extra_a2a=extra, pin={"portrait": ["a2a-demo"]}) as hub:
+        handle = await hub.submit("portrait", {"subject": "Ada"})
+        kinds: list[str] = []
+        async with asyncio.timeout(WAIT):
+            async for event in handle:
+                kinds.append(event.kind)
+                if event.kind == "p2p:task_need_human":
+                    if approve:
+                        await handle.approve({"authorized": True})
+                    else:
+                        await handle.reject("no consent")
+        outcome = await handle
+        assert "p2p:task_need_human" in kinds
+        if approve:
+            assert outcome.ok, outcome
+            assert outcome.result is not None and outcome.result.output == "portrait of Ada"
+        else:
+            assert outcome.state is TaskState.FAILED
+            assert outcome.error is not None
+            assert outcome.error.code == ErrorCode.PERMISSION_DENIED.value
+            # The agent's own task ended rejected by the person, not merely cancelled.
+            (rec,) = [r for r in peer.protocol.engine.tasks.values()]
+            await until(lambda: rec.is_final, "the agent's end")
+            assert rec.error is not None
+            assert rec.error.code == ErrorCode.PERMISSION_DENIED.value
+        assert sum(handler.starts.values()) == 1
