@@ -184,9 +184,9 @@ async def run_serve(options: ServeOptions) -> int:
             )
         await stop.wait()
         log.info("shutting_down", signal=received[0] if received else None)
-        if router is not None:
-            await router.close()
         await peer.close(drain_timeout=options.drain_timeout)
+        if router is not None:
+            await router.close()  # after the peer: routed tasks still cancel their partners
         log.info("stopped", agent_id=options.agent_id)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):

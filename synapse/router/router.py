@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiohttp
 import structlog
 
-from synapse.p2p.engine import Validation
+from synapse.p2p.engine import TaskKey, Validation
 from synapse.p2p.handler import ExecutionContext, TaskFailure
 from synapse.p2p.protocol import MessageEvent, TaskHandle
 from synapse.p2p.sender import DeliveryError
@@ -327,6 +327,7 @@ class Router:
             is_pool_partner=lambda name: self.pool.get(name) is not None,
             request_retries=config.request_retries,
             on_unreachable=self._lost,
+            abandoned=self._abandoned,
         )
         self.handler = RoutingHandler(self)
         peer.handler = self.handler
@@ -446,6 +447,11 @@ class Router:
                 await self.refresh(names)
             except Exception as exc:  # one bad partner must not end the refreshes
                 log.exception("route_refresh_failed", error=repr(exc))
+
+    def _abandoned(self, task_id: str) -> bool:
+        """A sub-task whose request we answered as unreachable (it ended `rejected`)."""
+        rec = self.peer.protocol.engine.get(TaskKey(self.peer.agent_id, task_id))
+        return rec is None or rec.state is TaskState.REJECTED
 
     def _lost(self, name: str) -> None:
         """`name` failed: mark it unreachable and refresh it soon."""

@@ -14,7 +14,8 @@ task. So, for a `task_request` to a pool partner:
   retried with the same message id (the partner's deduplication makes that safe) up to
   `request_retries` times; when that runs out the request is answered as unreachable too,
   and a `task_cancel` for it is sent to the partner when it answers again, so that a request
-  it did receive is withdrawn.
+  it did receive is withdrawn (unless its callbacks reached us meanwhile: then the engine
+  took them as its confirmation, the router kept the task there, and nothing is withdrawn).
 
 Capability queries and heartbeats (the router's refreshes) get one attempt: the next refresh
 comes anyway. Everything else goes through the peer's sender unchanged.
@@ -23,6 +24,7 @@ comes anyway. Everything else goes through the peer's sender unchanged.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +80,7 @@ class RoutingSender:
         is_pool_partner: Callable[[str], bool],
         request_retries: int = 2,
         on_unreachable: Callable[[str], None] = lambda _name: None,
+        abandoned: Callable[[str], bool] = lambda _task_id: True,
     ) -> None:
         self.client = client
         self.partners = partners
@@ -85,8 +88,15 @@ class RoutingSender:
         self.is_pool_partner = is_pool_partner
         self.request_retries = request_retries
         self.on_unreachable = on_unreachable
+        #: Whether a task we requested is still given up on when its withdrawal is due: a
+        #: partner whose callbacks overtook the lost reply has it, and keeps it.
+        self.abandoned = abandoned
         #: Partner → task ids whose request may have reached it and must be withdrawn.
         self.withdraw: dict[str, set[str]] = {}
+        #: Task ids withdrawn, and those kept because their partner turned out to have them
+        #: (the last few hundred, for inspection).
+        self.withdrawn: deque[str] = deque(maxlen=500)
+        self.kept: deque[str] = deque(maxlen=500)
         self._background: set[asyncio.Task[Any]] = set()
 
     async def send_callback(self, partner: str, message: Message, *, retry: bool = True) -> Message:
@@ -102,7 +112,7 @@ class RoutingSender:
             )
         except HttpDeliveryError as exc:
             raise DeliveryError(str(exc), retryable=exc.retryable, status=exc.status) from exc
-        if partner in self.withdraw and not isinstance(reply, Nack):
+        if partner in self.withdraw and not reply.is_nack:  # it answers again
             self._spawn(self._withdraw(partner))
         return reply.message
 
@@ -168,6 +178,10 @@ class RoutingSender:
         if registered is None:
             return
         for task_id in sorted(task_ids):
+            if not self.abandoned(task_id):
+                self.kept.append(task_id)
+                log.info("route_withdraw_skipped", partner=partner, task_id=task_id)
+                continue
             cancel: TaskCancel = build_message(
                 TaskCancel,
                 TaskCancelPayload(task_id=task_id, reason="withdrawn: the router failed over"),
@@ -183,6 +197,7 @@ class RoutingSender:
                 )
                 self.withdraw.setdefault(partner, set()).add(task_id)
                 continue
+            self.withdrawn.append(task_id)
             log.info(
                 "route_withdrawn",
                 partner=partner,

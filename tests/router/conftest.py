@@ -45,6 +45,7 @@ else:
             sdk_signature: str | None = None,
             sdk_host: str = "127.0.0.1",
             extra_a2a: tuple[Any, ...] = (),
+            hub_config: P2PConfig = FAST,
             **pool: Any,
         ) -> AsyncIterator[Hub]:
             async with AsyncExitStack() as stack:
@@ -78,7 +79,9 @@ else:
                 )
                 client = await stack.enter_async_context(Peer("client", config=FAST))
                 hub = Peer(
-                    "hub", config=FAST, partners=[Partner("client", client.endpoint, (SECRET,))]
+                    "hub",
+                    config=hub_config,
+                    partners=[Partner("client", client.endpoint, (SECRET,))],
                 )
                 sdk_url = sdk.url.replace("127.0.0.1", sdk_host)
                 config = pool_config(spokes, sdk_url, extra_a2a, **pool)

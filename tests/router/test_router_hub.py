@@ -9,12 +9,14 @@ propagates; no task is started twice anywhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from routerkit import WAIT, kinds_of, next_event, until
 
+from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Validation
 from synapse.transport.partners import Partner
 from synapse.types import Alternatives, ErrorCode, Reason, TaskRejectPayload, TaskState
@@ -435,5 +437,86 @@ async def test_heartbeats_keep_the_load_picture_current(make_hub: HubFactory) ->
         handle = await hub.submit("slow", {"steps": 1000, "delay": 0.05})
         # The engine heartbeats the spoke while the task is in flight; its answers say 1.
         await until(lambda: flaky.remote_active == 1, "a heartbeat with active_tasks 1")
+        await handle.cancel()
+        assert (await handle.result(WAIT)).state is TaskState.CANCELLED
+
+
+SHORT_TIMEOUT = P2PConfig(
+    max_retries=1,
+    retry_base_delay=0.02,
+    retry_max_delay=0.1,
+    request_timeout=0.3,
+    heartbeat_interval=0.2,
+    missed_heartbeat_limit=2,
+)
+
+
+def answer_late(peer: Any) -> asyncio.Event:
+    """Make `peer` handle each POST at once but answer it only once the event is set, or
+    after 1 s (longer than SHORT_TIMEOUT's request_timeout): a reply lost in a timeout."""
+    serve = peer.server.handle
+    released = asyncio.Event()
+
+    async def late(request: Any) -> Any:
+        response = await serve(request)
+        if not released.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), 1.0)
+        return response
+
+    peer.server.handle = late
+    return released
+
+
+async def test_a_request_lost_in_a_timeout_fails_over_and_is_withdrawn(
+    make_hub: HubFactory,
+) -> None:
+    async with make_hub(
+        hub_config=SHORT_TIMEOUT, request_retries=1, pin={"text_generation": ["flaky", "busy"]}
+    ) as hub:
+        flaky = hub.spokes["flaky"]
+        released = answer_late(flaky)
+        # flaky accepts it (a synchronous task_need_info the hub never sees) and sends nothing.
+        handle = await hub.submit("text_generation", {"prompt": "x"})
+        await asyncio.wait_for(answer(handle, {"style": "s"}), WAIT)
+        assert (await handle).ok
+        assert hub.ran_at(handle.task_id) == "busy"
+        assert hub.starts(handle.task_id) == {"busy": 1}
+        # Once flaky answers again, the hub withdraws the request it may have received.
+        released.set()
+        await hub.router.refresh(["flaky"])
+
+        def flaky_side() -> list[Any]:
+            return [r for r in flaky.protocol.engine.tasks.values() if r.partner == "hub"]
+
+        await until(lambda: all(r.is_final for r in flaky_side()), "the withdrawal")
+        (rec,) = flaky_side()
+        assert rec.state is TaskState.CANCELLED
+        assert rec.task_id in hub.router.sender.withdrawn
+        assert hub.starts(handle.task_id) == {"busy": 1}  # flaky never started it
+
+
+async def test_callbacks_overtaking_a_lost_reply_keep_the_task_there(
+    make_hub: HubFactory,
+) -> None:
+    async with make_hub(
+        hub_config=SHORT_TIMEOUT, request_retries=1, pin={"slow": ["flaky", "busy"]}
+    ) as hub:
+        flaky = hub.spokes["flaky"]
+        released = answer_late(flaky)
+        # flaky starts the task and reports progress before its reply arrives: the hub's
+        # engine takes that as the confirmation, and the task stays at flaky.
+        handle = await hub.submit("slow", {"steps": 1000, "delay": 0.05})
+        await next_event(handle, spoke_progress)
+        assert hub.ran_at(handle.task_id) == "flaky"
+        (sub,) = [r for r in flaky.protocol.engine.tasks.values() if r.partner == "hub"]
+        sender = hub.router.sender
+        await until(lambda: "flaky" in sender.withdraw, "the lost reply given up on")
+        released.set()
+        await hub.router.refresh(["flaky"])
+        await until(lambda: sub.task_id in sender.kept, "the withdrawal skipped")
+        assert sub.task_id not in sender.withdrawn
+        assert sub.state is TaskState.EXECUTING  # still running there, not cancelled
+        assert hub.starts(handle.task_id) == {"flaky": 1}
         await handle.cancel()
         assert (await handle.result(WAIT)).state is TaskState.CANCELLED
