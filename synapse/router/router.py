@@ -153,13 +153,14 @@ class Relay:
         return self.ctx.task.priority
 
     def sub_context(self) -> TaskContext:
-        """The context of a sub-task: the requester's, with `parent_task_id` = this task."""
+        """The context of a sub-task: the requester's session and correlation, with
+        `parent_task_id` = this task. Its `metadata` stays here: it may hold what only the
+        router may see (an A2A requester's push tokens, say)."""
         original = self.ctx.context
         return TaskContext(
             session_id=original.session_id if original else None,
             parent_task_id=self.ctx.task_id,
             correlation_id=(original.correlation_id if original else None) or self.ctx.task_id,
-            metadata=dict(original.metadata) if original else {},
         )
 
     async def progress(

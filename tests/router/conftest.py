@@ -27,6 +27,7 @@ else:
     from routerkit import FAST, SECRET, CountingHandler, Hub, pool_config, spoke_partner
     from sdk_spoke import SpokeExecutor, build
 
+    from synapse.a2a import enable_a2a
     from synapse.demo.handler import DemoHandler
     from synapse.p2p.config import P2PConfig
     from synapse.router import Router
@@ -46,6 +47,7 @@ else:
             sdk_host: str = "127.0.0.1",
             extra_a2a: tuple[Any, ...] = (),
             hub_config: P2PConfig = FAST,
+            hub_a2a: bool = False,
             **pool: Any,
         ) -> AsyncIterator[Hub]:
             async with AsyncExitStack() as stack:
@@ -86,6 +88,8 @@ else:
                 sdk_url = sdk.url.replace("127.0.0.1", sdk_host)
                 config = pool_config(spokes, sdk_url, extra_a2a, **pool)
                 router = Router(hub, config, **(router_kw or {}))
+                if hub_a2a:
+                    enable_a2a(hub, default_task_type=None)  # A2A clients reach the router too
                 await stack.enter_async_context(hub)  # the peer first: spokes must know it
                 for spoke in spokes.values():
                     spoke.partners.add(spoke_partner(hub))

@@ -85,3 +85,27 @@ async def test_need_human_from_a_synapse_agent_over_a2a(
             assert rec.error is not None
             assert rec.error.code == ErrorCode.PERMISSION_DENIED.value
         assert sum(handler.starts.values()) == 1
+
+
+async def test_a2a_clients_reach_the_router_too(make_hub: HubFactory) -> None:
+    from synapse.a2a import A2AClient
+
+    async with make_hub(hub_a2a=True, pin={"text_generation": ["busy"]}) as hub:
+        base = hub.hub.endpoint.removesuffix(hub.hub.path)
+        async with A2AClient(base, config=FAST) as client:
+            assert client.card is not None
+            assert "text_generation" in {s.id for s in client.card.skills}  # routed types
+            handle = await client.send({"prompt": "春天"}, task_type="text_generation")
+            async with asyncio.timeout(WAIT):
+                async for event in handle:
+                    if event.input_required:
+                        await handle.provide_info({"style": "现代"})
+            outcome = await handle
+        assert outcome.ok, outcome
+        assert outcome.result is not None and "现代" in outcome.result.output
+        assert sum(hub.handlers["busy"].starts.values()) == 1
+        # The A2A requester's context metadata (principal, push configuration) stayed at the
+        # hub: the spoke's task carries none of it.
+        (rec,) = [r for r in hub.spokes["busy"].protocol.engine.tasks.values()]
+        assert rec.context is not None and rec.context.metadata == {}
+        assert rec.context.parent_task_id is not None
