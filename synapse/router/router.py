@@ -866,7 +866,7 @@ class Router:
             if event.state == wire.WORKING and event.kind == "status_update":
                 data = event.data if isinstance(event.data, dict) else {}
                 await relay.progress(
-                    data.get("progress"), event.text, data.get("intermediate_result")
+                    _percent(data.get("progress")), event.text, data.get("intermediate_result")
                 )
             elif event.state == wire.INPUT_REQUIRED:
                 question = handle.status_message
@@ -894,12 +894,21 @@ class Router:
             await handle.approve(decision.decision.approved_fields, notes=decision.notes)
             return
         listed = data.get("missing_fields")
-        if isinstance(listed, list) and listed:
+        fields: list[MissingField] = []
+        if isinstance(listed, list):
             fields = [
-                MissingField(field=str(f.get("field")), reason=str(f.get("reason") or ""))
+                MissingField(
+                    field=str(f["field"]),
+                    reason=str(f.get("reason") or ""),
+                    suggested_value=f.get("suggested_value"),
+                    alternatives=list(alternatives)
+                    if isinstance(alternatives := f.get("alternatives"), list)
+                    else [],
+                )
                 for f in listed
                 if isinstance(f, dict) and f.get("field")
             ]
+        if fields:
             answer = await relay.need_info(fields, question=text)
             await handle.provide_info(answer)
             return
@@ -937,6 +946,13 @@ async def _unless_settled(handle: TaskHandle, ask: Awaitable[T]) -> T | None:
                 await asking
         ended.cancel()
     return asking.result() if not asking.cancelled() else None
+
+
+def _percent(value: Any) -> float | None:
+    """Another agent's progress figure, if it is one (a number from 0 to 100)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 100:
+        return float(value)
+    return None
 
 
 def _a2a_message(relay: Relay, task_type: str, payload: Mapping[str, Any]) -> Any:
