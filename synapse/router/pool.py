@@ -75,6 +75,9 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     request_retries: int = 2
     #: How long a task without a deadline may look for a partner that accepts it.
     failover_timeout: float = 60.0
+    #: Session affinity: a task whose `context.session_id` the router has seen goes to the
+    #: partner that accepted the session's previous task, while it can take it.
+    sticky_sessions: bool = False
 
     def __post_init__(self) -> None:
         names = [p.agent_id for p in self.partner] + [a.name for a in self.a2a]

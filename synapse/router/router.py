@@ -308,6 +308,8 @@ class Router:
         )
         self.plans: dict[str, FanOutPlan] = dict(plans or {})
         self.commitments = _Commitments()
+        #: (requester, session id) → the partner of the session's last task (`sticky_sessions`).
+        self.sessions: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._capabilities: dict[str, dict[str, Capability]] = {}
         self._a2a: dict[str, _A2AMember] = {}
         for a in config.a2a:
@@ -556,7 +558,8 @@ class Router:
         )
         declined: list[Declined] = []
         excluded: set[str] = set()
-        suggested = prefer
+        session = self._session_key(relay, part)
+        suggested = prefer or (self.sessions.get(session) if session else None)
         while True:
             now = self.clock()
             member = self._pick(task_type, now, excluded, suggested, avoid)
@@ -671,8 +674,21 @@ class Router:
             member.in_flight -= 1
             self._changed.set()
 
+    def _session_key(self, relay: Relay, part: int) -> tuple[str, str] | None:
+        """The session a task belongs to, for `sticky_sessions` (fan-out parts spread)."""
+        context = relay.ctx.context
+        if not self.config.sticky_sessions or part or context is None or not context.session_id:
+            return None
+        return (relay.ctx.requester, context.session_id)
+
     def _commit(self, member: Member, relay: Relay, part: int) -> None:
         self.commitments.commit((relay.ctx.requester, relay.task_id, part), member.name)
+        session = self._session_key(relay, part)
+        if session is not None:
+            self.sessions[session] = member.name
+            self.sessions.move_to_end(session)
+            while len(self.sessions) > self.commitments.keep:
+                self.sessions.popitem(last=False)
         member.confirmed += 1
         log.info("route_accepted", task_id=relay.task_id, part=part, partner=member.name)
 

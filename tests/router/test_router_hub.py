@@ -19,7 +19,14 @@ from routerkit import WAIT, kinds_of, next_event, until
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Validation
 from synapse.transport.partners import Partner
-from synapse.types import Alternatives, ErrorCode, Reason, TaskRejectPayload, TaskState
+from synapse.types import (
+    Alternatives,
+    ErrorCode,
+    Reason,
+    TaskContext,
+    TaskRejectPayload,
+    TaskState,
+)
 
 HubFactory = Any
 
@@ -520,3 +527,25 @@ async def test_callbacks_overtaking_a_lost_reply_keep_the_task_there(
         assert hub.starts(handle.task_id) == {"flaky": 1}
         await handle.cancel()
         assert (await handle.result(WAIT)).state is TaskState.CANCELLED
+
+
+@pytest.mark.parametrize("sticky", [True, False], ids=["sticky", "not-sticky"])
+async def test_sticky_sessions_keep_a_session_on_its_partner(
+    make_hub: HubFactory, sticky: bool
+) -> None:
+    async with make_hub(sticky_sessions=sticky, pin={"slow": ["flaky", "lacking"]}) as hub:
+        hub.handlers["lacking"].offered.add("slow")
+        await hub.router.refresh()
+        long = {"steps": 1000, "delay": 0.05}
+        first = await hub.submit("slow", long, context=TaskContext(session_id="s1"))
+        await until(lambda: len(hub.router.commitments.by_task) == 1, "the first acceptance")
+        assert hub.ran_at(first.task_id) == "flaky"
+        # flaky is now busier than lacking; the session's next task still goes to flaky.
+        second = await hub.submit("slow", long, context=TaskContext(session_id="s1"))
+        other = await hub.submit("slow", long, context=TaskContext(session_id="s2"))
+        await until(lambda: len(hub.router.commitments.by_task) == 3, "three acceptances")
+        assert hub.ran_at(second.task_id) == ("flaky" if sticky else "lacking")
+        assert hub.ran_at(other.task_id) == ("lacking" if sticky else "flaky")
+        for handle in (first, second, other):
+            await handle.cancel()
+            assert (await handle.result(WAIT)).state is TaskState.CANCELLED
