@@ -549,3 +549,17 @@ async def test_sticky_sessions_keep_a_session_on_its_partner(
         for handle in (first, second, other):
             await handle.cancel()
             assert (await handle.result(WAIT)).state is TaskState.CANCELLED
+
+
+async def test_a_draining_spoke_fails_over_without_retries(make_hub: HubFactory) -> None:
+    async with make_hub(pin={"echo": ["flaky", "busy"]}) as hub:
+        flaky = hub.spokes["flaky"]
+        flaky.protocol.engine.draining = True  # it answers 503 agent_not_ready
+        seen: list[str] = []
+        flaky.protocol.observers.append(
+            lambda e: seen.append(e.message.message_type.value) if e.direction == "in" else None
+        )
+        handle = await hub.submit("echo", {"text": "hi"})
+        assert (await handle.result(WAIT)).ok
+        assert hub.starts(handle.task_id) == {"busy": 1}
+        assert seen.count("p2p:task_request") == 1  # refused once, not retried
