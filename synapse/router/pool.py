@@ -78,6 +78,9 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: Session affinity: a task whose `context.session_id` the router has seen goes to the
     #: partner that accepted the session's previous task, while it can take it.
     sticky_sessions: bool = False
+    #: Routers a task may pass through (`context.metadata.route_hops`): routers that route to
+    #: each other would otherwise pass a task around for ever.
+    max_hops: int = 8
 
     def __post_init__(self) -> None:
         names = [p.agent_id for p in self.partner] + [a.name for a in self.a2a]
@@ -96,6 +99,8 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 raise ValueError(f"pin {task_type!r} names partners not in the pool: {unknown}")
         if self.refresh_interval <= 0 or self.failover_timeout <= 0:
             raise ValueError("refresh_interval and failover_timeout must be positive")
+        if self.max_hops < 1:
+            raise ValueError("max_hops must be at least 1")
         if self.request_retries < 0 or self.quarantine_after < 1 or self.quarantine_for < 0:
             raise ValueError("request_retries ≥ 0, quarantine_after ≥ 1, quarantine_for ≥ 0")
 

@@ -74,6 +74,8 @@ FAILOVER_CODES = frozenset(
         ErrorCode.AGENT_NOT_READY.value,
     }
 )
+#: `context.metadata` key of a sub-task: how many routers the task came through.
+HOPS_KEY = "route_hops"
 #: Upper bound of one wait for a busy partner's `retry_after`, so a refresh is noticed.
 _MAX_ROOM_WAIT = 5.0
 
@@ -154,14 +156,22 @@ class Relay:
 
     def sub_context(self) -> TaskContext:
         """The context of a sub-task: the requester's session and correlation, with
-        `parent_task_id` = this task. Its `metadata` stays here: it may hold what only the
-        router may see (an A2A requester's push tokens, say)."""
+        `parent_task_id` = this task. Its `metadata` stays here — it may hold what only the
+        router may see (an A2A requester's push tokens, say) — but for the hop count."""
         original = self.ctx.context
         return TaskContext(
             session_id=original.session_id if original else None,
             parent_task_id=self.ctx.task_id,
             correlation_id=(original.correlation_id if original else None) or self.ctx.task_id,
+            metadata={HOPS_KEY: self.hops + 1},
         )
+
+    @property
+    def hops(self) -> int:
+        """Routers the original task came through before this one."""
+        original = self.ctx.context
+        value = original.metadata.get(HOPS_KEY) if original is not None else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
     async def progress(
         self, progress: float | None = None, message: str = "", intermediate_result: Any = None
@@ -231,6 +241,14 @@ class RoutingHandler:
         self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
     ) -> TaskResult:
         relay = Relay(ctx, self.router)
+        if relay.hops >= self.router.config.max_hops:
+            raise TaskFailure(
+                _error(
+                    ErrorCode.INVALID_PARAMS,
+                    f"the task came through {relay.hops} routers (max_hops): a routing loop?",
+                    recoverable=False,
+                )
+            )
         plan = self.router.plans.get(task_type)
         if plan is not None:
             from synapse.router.fanout import run_plan
@@ -557,7 +575,8 @@ class Router:
             else self.clock() + self.config.failover_timeout
         )
         declined: list[Declined] = []
-        excluded: set[str] = set()
+        # Never back to whoever asked (a pool partner may also be a requester).
+        excluded: set[str] = {relay.ctx.requester}
         session = self._session_key(relay, part)
         suggested = prefer or (self.sessions.get(session) if session else None)
         while True:

@@ -107,5 +107,5 @@ async def test_a2a_clients_reach_the_router_too(make_hub: HubFactory) -> None:
         # The A2A requester's context metadata (principal, push configuration) stayed at the
         # hub: the spoke's task carries none of it.
         (rec,) = [r for r in hub.spokes["busy"].protocol.engine.tasks.values()]
-        assert rec.context is not None and rec.context.metadata == {}
+        assert rec.context is not None and rec.context.metadata == {"route_hops": 1}
         assert rec.context.parent_task_id is not None

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from routerkit import WAIT
+from routerkit import SECRET, WAIT
 
-from synapse.types import ErrorCode, TaskResult, TaskState
+from synapse.types import ErrorCode, TaskContext, TaskResult, TaskState
 
 HubFactory = Any
 
@@ -132,3 +132,33 @@ async def test_allow_foreign_interface_lets_such_a_card_through(make_hub: HubFac
         handle = await hub.submit("echo", {"text": "allowed"})
         assert (await handle.result(WAIT)).ok
         assert hub.starts(handle.task_id) == {"sdk": 1}
+
+
+async def test_a_task_is_never_routed_back_to_its_requester(make_hub: HubFactory) -> None:
+    async with make_hub(pin={"portrait": ["flaky"]}) as hub:
+        flaky = hub.spokes["flaky"]  # a pool partner, and here a requester of the hub too
+        flaky.add_partner("hub", hub.hub.endpoint, (SECRET,))
+        handle = await flaky.submit("hub", "portrait", {"subject": "Ada"})
+        outcome = await handle.result(WAIT)
+        assert outcome.state is TaskState.FAILED
+        assert outcome.error is not None
+        assert outcome.error.code == ErrorCode.CAPABILITY_LACKING.value
+        assert sum(hub.handlers["flaky"].starts.values()) == 0
+
+
+async def test_a_task_that_came_through_too_many_routers_is_refused(
+    make_hub: HubFactory,
+) -> None:
+    async with make_hub(max_hops=3) as hub:
+        looped = TaskContext(metadata={"route_hops": 3})
+        handle = await hub.submit("echo", {"text": "hi"}, context=looped)
+        outcome = await handle.result(WAIT)
+        assert outcome.state is TaskState.FAILED
+        assert outcome.error is not None
+        assert outcome.error.code == ErrorCode.INVALID_PARAMS.value
+        assert "routing loop" in outcome.error.message
+        assert hub.starts(handle.task_id) == {}
+        fine = await hub.submit(
+            "echo", {"text": "hi"}, context=TaskContext(metadata={"route_hops": 2})
+        )
+        assert (await fine.result(WAIT)).ok
