@@ -182,3 +182,32 @@ def test_same_origin() -> None:
     assert same_origin("http://h:80/a", "http://H/b")
     assert not same_origin("http://h:8000/", "http://h:8001/")
     assert not same_origin("https://h/", "http://h/")
+
+
+def test_checks_named_in_the_pool_file_are_loaded() -> None:
+    from synapse.router.trust import load_callable
+
+    assert load_callable("synapse.router.trust:same_origin", "result_check") is same_origin
+    for bad, message in [
+        ("no_colon", "MODULE:ATTR"),
+        ("synapse.nowhere:f", "cannot load"),
+        ("synapse.router.trust:missing", "cannot load"),
+        ("synapse.router.trust:__doc__", "not callable"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            load_callable(bad, "result_check")
+
+
+async def test_a_router_takes_its_checks_from_the_pool_file() -> None:
+    from synapse.router import Router
+    from synapse.transport.peer import Peer
+
+    config = PoolConfig(
+        card_verifier="synapse.router.trust:card_signatures",
+        result_check="synapse.router.trust:same_origin",
+    )
+    router = Router(Peer("hub"), config)
+    from synapse.router.trust import card_signatures
+
+    assert router.card_verifier is card_signatures
+    assert router.result_check is same_origin
