@@ -18,7 +18,8 @@ explicit (`on_partial`):
 - `"combine"`: every part runs to its end and `combine` gets them all, failed ones included
   (`SubResult.ok` false, `.error` set); it decides (it may raise `TaskFailure`).
 
-Inside a handler of your own, `await fan_out(router, relay, parts, combine)` does the same.
+`fan_out(router, relay, parts, combine)` is what a plan runs (for a `RoutingHandler`
+subclass that decides more than `split` can).
 """
 
 from __future__ import annotations
