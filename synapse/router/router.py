@@ -312,6 +312,7 @@ class Router:
         card_verifier: CardVerifier | None = None,
         result_check: ResultCheck | None = None,
         plans: Mapping[str, FanOutPlan] | None = None,
+        handler_class: type[RoutingHandler] = RoutingHandler,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.peer = peer
@@ -350,7 +351,7 @@ class Router:
             on_unreachable=self._lost,
             abandoned=self._abandoned,
         )
-        self.handler = RoutingHandler(self)
+        self.handler = handler_class(self)
         peer.handler = self.handler
         try:
             protocol = peer.protocol

@@ -103,3 +103,23 @@ async def test_cancelling_a_fanned_out_task_cancels_every_part(make_hub: HubFact
             await until(lambda h=handler: handle.task_id in h.cancelled, f"{name}'s cancel")
         assert await asyncio.to_thread(hub.sdk.cancel_seen.wait, WAIT)
         assert hub.starts(handle.task_id) == {"lacking": 1, "flaky": 1, "sdk": 1}
+
+
+async def test_a_routing_handler_subclass_can_fan_out_its_own_way(make_hub: HubFactory) -> None:
+    from synapse.router import Relay, RoutingHandler, fan_out
+
+    class Shouting(RoutingHandler):
+        async def execute_task(self, ctx: Any, task_type: str, payload: dict[str, Any]) -> Any:
+            if task_type != "echo" or "words" not in payload:
+                return await super().execute_task(ctx, task_type, payload)
+            parts = [SubTask("echo", {"text": w.upper()}) for w in payload["words"]]
+            return await fan_out(self.router, Relay(ctx, self.router), parts, join_texts)
+
+    async with make_hub(router_kw={"handler_class": Shouting}, pin={"echo": SPOKES}) as hub:
+        handle = await hub.submit("echo", {"text": "-", "words": ["a", "b"]})
+        outcome = await handle.result(WAIT)
+        assert outcome.ok, outcome
+        assert outcome.result is not None and outcome.result.output["texts"] == ["A", "B"]
+        plain = await hub.submit("echo", {"text": "plain"})
+        outcome = await plain.result(WAIT)
+        assert outcome.result is not None and outcome.result.output == "plain"
