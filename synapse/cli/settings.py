@@ -153,6 +153,7 @@ CONFIG_KEYS = frozenset(
         "a2a_token",
         "a2a_default_task_type",
         "a2a_public_url",
+        "route",
         "peer",
         "p2p",
     }

@@ -134,3 +134,16 @@ def test_route_and_handler_exclude_each_other(tmp_path: Path) -> None:
     )
     assert status == 2
     assert any("--route and --handler" in line for line in error_lines(err))
+
+
+def test_the_pool_file_comes_from_the_environment_or_the_config_file(tmp_path: Path) -> None:
+    bad = tmp_path / "pool.toml"
+    bad.write_text("[pin]\necho = ['nobody']\n")
+    peer = f"{REQUESTER}={url(free_port())}"
+    base = ["serve", "--agent-id", EXECUTOR, "--port", "0", "--secret", SECRET, "--peer", peer]
+    status, _out, err = run_here(*base, env={"SYNAPSE_ROUTE": str(bad)})
+    assert status == 2 and "bad pool" in err
+    config = tmp_path / "synapse.toml"
+    config.write_text(f'route = "{bad}"\n')
+    status, _out, err = run_here(*base, "--config", str(config))
+    assert status == 2 and "bad pool" in err
