@@ -90,6 +90,10 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         weights = [(p.agent_id, p.weight) for p in self.partner] + [
             (a.name, a.weight) for a in self.a2a
         ]
+        for p in self.partner:
+            if not p.secrets or not all(p.secrets):
+                # Unsigned partners could be impersonated: a pool is trusted, so it is signed.
+                raise ValueError(f'partner {p.agent_id!r} needs a secret (secret = "…")')
         for name, weight in weights:
             if not weight > 0:
                 raise ValueError(f"weight of {name!r} must be positive")

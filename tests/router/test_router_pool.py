@@ -53,10 +53,15 @@ def test_a_toml_pool_file_is_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('[[partner]]\nagent_id = "a"\nendpoint = "http://x"\nweight = 0', "must be positive"),
-        ('[pin]\necho = ["nobody"]', "not in the pool"),
         (
-            '[[partner]]\nagent_id = "a"\nendpoint = "http://x"\n[[a2a]]\nname = "a"\nurl = "http://y"',
+            '[[partner]]\nagent_id = "a"\nendpoint = "http://x"\nsecret = "s"\nweight = 0',
+            "must be positive",
+        ),
+        ('[pin]\necho = ["nobody"]', "not in the pool"),
+        ('[[partner]]\nagent_id = "a"\nendpoint = "http://x"', "needs a secret"),
+        (
+            '[[partner]]\nagent_id = "a"\nendpoint = "http://x"\nsecret = "s"\n'
+            '[[a2a]]\nname = "a"\nurl = "http://y"',
             "unique",
         ),
         ("refresh_interval = -1", "positive"),
