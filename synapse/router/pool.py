@@ -163,7 +163,7 @@ class Member:
     #: Why it cannot be used right now (unreachable, card refused, quarantined …).
     note: str = ""
     last_refresh: float | None = None
-    #: Delivered tasks (confirmed by it) and their number of handler starts, for reports.
+    #: Tasks it has accepted since the router started.
     confirmed: int = 0
 
     @property
@@ -190,6 +190,7 @@ class Member:
         return {
             "name": self.name,
             "kind": self.kind,
+            "weight": self.weight,
             "reachable": self.reachable,
             "offers": sorted(self.offers),
             "in_flight": self.in_flight,
@@ -198,6 +199,7 @@ class Member:
             "status": self.status.value,
             "quarantined": self.quarantined(now),
             "busy_for": max(0.0, self.busy_until - now),
+            "accepted": self.confirmed,
             "note": self.note,
         }
 
