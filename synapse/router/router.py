@@ -387,6 +387,7 @@ class Router:
         if member is not None:
             member.status = message.payload.status
             member.remote_active = message.payload.active_tasks
+            self._changed.set()  # it may have room now
 
     async def start(self) -> None:
         """Start the peer (unless it runs already), discover the pool, refresh it from now on."""
@@ -585,10 +586,13 @@ class Router:
             member = self._pick(task_type, now, excluded, suggested, avoid)
             suggested = None
             if member is None:
-                wake = self.pool.next_room(task_type, now, excluded)
-                if wake is None or wake >= give_up_at or now >= give_up_at:
+                # Capable partners that are only full (or asked us to wait) get a chance until
+                # the deadline: a task ending, a heartbeat or a refresh may make room.
+                full = any(m.reachable for m in self.pool.capable(task_type, now, excluded))
+                if now >= give_up_at or not full:
                     return self._nobody(task_type, declined, timed_out=now >= give_up_at)
-                await self._wait_for_change(min(wake, give_up_at) - now)
+                wake = self.pool.next_room(task_type, now, excluded)
+                await self._wait_for_change(min(wake or give_up_at, give_up_at) - now)
                 continue
             outcome = await self._attempt(member, relay, task_type, payload, part)
             if isinstance(outcome, Routed):

@@ -563,3 +563,24 @@ async def test_a_draining_spoke_fails_over_without_retries(make_hub: HubFactory)
         assert (await handle.result(WAIT)).ok
         assert hub.starts(handle.task_id) == {"busy": 1}
         assert seen.count("p2p:task_request") == 1  # refused once, not retried
+
+
+async def test_a_task_waits_for_a_full_spoke_to_have_room(make_hub: HubFactory) -> None:
+    async with make_hub(pin={"slow": ["busy"]}) as hub:
+        busy = hub.router.pool.members["busy"]
+        assert busy.max_concurrent == 1  # from its capability_response
+        first = await hub.submit("slow", {"steps": 1000, "delay": 0.05})
+        await until(lambda: busy.in_flight == 1, "the first task at busy")
+        second = await hub.submit("slow", {"steps": 1, "delay": 0.01})
+        await next_event(second, lambda e: e.kind == "p2p:task_status_update")  # confirmed
+        assert not busy.has_room(hub.router.clock())
+        assert hub.starts(second.task_id) == {}  # waiting, not sent to be refused
+        await first.cancel()
+        assert (await second.result(WAIT)).ok
+        assert hub.starts(second.task_id) == {"busy": 1}
+        refused = [
+            r
+            for r in hub.spokes["busy"].protocol.engine.tasks.values()
+            if r.state is TaskState.REJECTED
+        ]
+        assert refused == []
