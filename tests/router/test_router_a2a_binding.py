@@ -109,3 +109,34 @@ async def test_a2a_clients_reach_the_router_too(make_hub: HubFactory) -> None:
         (rec,) = [r for r in hub.spokes["busy"].protocol.engine.tasks.values()]
         assert rec.context is not None and rec.context.metadata == {"route_hops": 1}
         assert rec.context.parent_task_id is not None
+
+
+async def test_an_a2a_agent_at_capacity_fails_over_with_its_retry_after(
+    make_hub: HubFactory,
+) -> None:
+    from synapse.a2a import A2AClient
+    from synapse.p2p.config import P2PConfig
+
+    handler = CountingHandler()
+    full = Peer(
+        "a2a-full",
+        handler=handler,
+        config=P2PConfig(max_concurrent_tasks=1, capacity_retry_after=7, heartbeat_interval=0.2),
+    )
+    enable_a2a(full, default_task_type=None)
+    async with full:
+        extra = (A2APartnerConfig(name="a2a-full", url=base_url(full)),)
+        async with (
+            make_hub(extra_a2a=extra, pin={"slow": ["a2a-full", "flaky"]}) as hub,
+            A2AClient(base_url(full), config=FAST) as other,
+        ):
+            # Another A2A client fills its only slot.
+            blocker = await other.send({"steps": 1000, "delay": 0.05}, task_type="slow")
+            await until(lambda: sum(handler.starts.values()) == 1, "the blocker")
+            handle = await hub.submit("slow", {"steps": 1, "delay": 0.01})
+            assert (await handle.result(WAIT)).ok
+            assert hub.starts(handle.task_id) == {"flaky": 1}
+            member = hub.router.pool.members["a2a-full"]
+            assert member.busy_until - hub.router.clock() > 5  # its retry_after (7 s) noted
+            assert sum(handler.starts.values()) == 1  # only the blocker ever ran there
+            await blocker.cancel()
