@@ -584,3 +584,19 @@ async def test_a_task_waits_for_a_full_spoke_to_have_room(make_hub: HubFactory) 
             if r.state is TaskState.REJECTED
         ]
         assert refused == []
+
+
+async def test_a_payload_the_spoke_refuses_is_not_tried_elsewhere(make_hub: HubFactory) -> None:
+    async with make_hub(pin={"echo": ["busy", "flaky"]}) as hub:
+        handle = await hub.submit("echo", {"no_text": True})
+        outcome = await handle.result(WAIT)
+        assert outcome.state is TaskState.FAILED
+        assert outcome.error is not None
+        assert outcome.error.code == ErrorCode.INVALID_PARAMS.value
+        assert "echo needs a string `text`" in outcome.error.message
+        asked = [
+            name
+            for name, spoke in hub.spokes.items()
+            if any(r.partner == "hub" for r in spoke.protocol.engine.tasks.values())
+        ]
+        assert asked == ["busy"]  # another spoke would judge it the same way
