@@ -229,3 +229,15 @@ def test_the_sdk_is_installed() -> None:
             f"the hub-and-spokes tests need a2a-sdk[http-server], uvicorn and httpx "
             f"(pip install -e '.[dev]'); missing: {missing}"
         )
+
+
+def test_the_pool_file_in_docs_routing_md_is_valid() -> None:
+    import tomllib
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "routing.md").read_text()
+    block = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    config = PoolConfig.from_mapping(tomllib.loads(block))
+    assert [p.agent_id for p in config.partner] == ["writer-1"]
+    assert [a.name for a in config.a2a] == ["translator"]
+    assert config.pin == {"portrait": ["writer-1"]}
+    assert config.max_hops == 8 and not config.sticky_sessions
