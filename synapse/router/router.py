@@ -33,6 +33,7 @@ from synapse.p2p.engine import TaskKey, Validation
 from synapse.p2p.handler import ExecutionContext, TaskFailure
 from synapse.p2p.protocol import MessageEvent, TaskHandle
 from synapse.p2p.sender import DeliveryError
+from synapse.p2p.states import Role
 from synapse.router.pool import Member, Pool, PoolConfig
 from synapse.router.sender import UNREACHABLE, RoutingSender
 from synapse.router.trust import CardVerifier, ResultCheck, judge_card, load_callable, same_origin
@@ -397,9 +398,35 @@ class Router:
             await self.peer.start()
             self._started_peer = True
         self._session = aiohttp.ClientSession()
+        await self._cancel_orphans()
         await self.refresh()
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="synapse-router")
         log.info("router_started", agent_id=self.peer.agent_id, pool=self.status())
+
+    async def _cancel_orphans(self) -> None:
+        """Cancel sub-tasks whose original task is over: after a restart with a durable store
+        the engine failed the tasks this router was routing ("interrupted by restart"), and
+        their partners must not go on with them for nobody."""
+        protocol = self.peer.protocol
+        engine = protocol.engine
+        live = {
+            rec.task_id
+            for rec in engine.tasks.values()
+            if rec.role is Role.EXECUTOR and not rec.is_final
+        }
+        for key, rec in list(engine.tasks.items()):
+            parent = rec.context.parent_task_id if rec.context is not None else None
+            if (
+                rec.role is Role.REQUESTER
+                and not rec.is_final
+                and rec.partner in self.pool
+                and parent is not None
+                and parent not in live
+            ):
+                handle = protocol.handle(key)
+                if handle is not None:
+                    log.info("route_orphan_cancelled", task_id=rec.task_id, partner=rec.partner)
+                    await handle.cancel("the task it was part of has ended")
 
     async def close(self) -> None:
         if self._refresh_task is not None:
