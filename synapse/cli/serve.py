@@ -16,6 +16,7 @@ import structlog
 
 from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
+from synapse.cli.ops import OpsOptions, log_console, serve_ops
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.handler import TaskHandler
@@ -57,6 +58,7 @@ class ServeOptions:
     config: P2PConfig
     a2a: A2AOptions | None = None
     drain_timeout: float = 5.0
+    ops: OpsOptions = field(default_factory=OpsOptions)
     #: `--route POOL.toml`: be a router over that pool (docs/routing.md).
     route: str | None = None
 
@@ -156,8 +158,10 @@ async def run_serve(options: ServeOptions) -> int:
         store=store,
     )
     try:
-        a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
+        # The router first: it becomes the peer's handler, which the A2A card describes.
         router = serve_route(peer, options.route) if options.route is not None else None
+        a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
+        console_token = serve_ops(peer, options.ops)
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
         if router is not None:
             await router.start()
@@ -182,6 +186,7 @@ async def run_serve(options: ServeOptions) -> int:
                 push_allow=list(options.a2a.push_allow),
                 principals=sorted(set(options.a2a.tokens.values())) or None,
             )
+        log_console(peer, options.ops, console_token)
         await stop.wait()
         log.info("shutting_down", signal=received[0] if received else None)
         await peer.close(drain_timeout=options.drain_timeout)
