@@ -372,6 +372,9 @@ class Router:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def _bind(self, protocol: Any) -> None:
+        # Until the pool is first discovered the router knows no partner: new tasks get 503
+        # `agent_not_ready` ("starting"), which requesters retry, not `capability_lacking`.
+        protocol.engine.ready = False
         protocol.set_task_handler(self.handler)
         protocol.set_callback_sender(self.sender)
         protocol.observers.append(self._observe)
@@ -400,6 +403,7 @@ class Router:
         self._session = aiohttp.ClientSession()
         await self._cancel_orphans()
         await self.refresh()
+        self.peer.protocol.engine.ready = True
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="synapse-router")
         log.info("router_started", agent_id=self.peer.agent_id, pool=self.status())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from clikit import (
@@ -147,3 +148,40 @@ def test_the_pool_file_comes_from_the_environment_or_the_config_file(tmp_path: P
     config.write_text(f'route = "{bad}"\n')
     status, _out, err = run_here(*base, "--config", str(config))
     assert status == 2 and "bad pool" in err
+
+
+def test_serve_a2a_route_describes_the_routed_types_on_its_card(tmp_path: Path) -> None:
+    import urllib.request
+
+    hub_port, spoke_port = free_port(), free_port()
+    pool = tmp_path / "pool.toml"
+    pool.write_text(
+        f'[[partner]]\nagent_id = "spoke-1"\nendpoint = "{url(spoke_port)}"\n'
+        f'secret = "{SECRET}"\ntask_types = ["echo"]\n'
+    )
+    with (
+        serve(*spoke_args("spoke-1", hub_port), port=spoke_port) as spoke,
+        serve(
+            "--agent-id",
+            EXECUTOR,
+            "--secret",
+            SECRET,
+            "--peer",
+            f"{REQUESTER}={url(free_port())}",
+            "--route",
+            str(pool),
+            "--a2a",
+            port=hub_port,
+        ) as hub,
+    ):
+        deadline = time.monotonic() + 20
+        while not any("serving_routes" in line for line in hub.lines):  # the pool is known
+            assert time.monotonic() < deadline, "no serving_routes line"
+            time.sleep(0.02)
+        card_url = f"http://127.0.0.1:{hub_port}/.well-known/agent-card.json"
+        with urllib.request.urlopen(card_url, timeout=10) as response:
+            card = json.loads(response.read())
+        # Only what the pool routes (echo), not the demo handler's five types.
+        assert [s["id"] for s in card["skills"]] == ["echo"]
+        assert hub.stop() == 0
+        spoke.stop()

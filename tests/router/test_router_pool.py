@@ -241,3 +241,19 @@ def test_the_pool_file_in_docs_routing_md_is_valid() -> None:
     assert [a.name for a in config.a2a] == ["translator"]
     assert config.pin == {"portrait": ["writer-1"]}
     assert config.max_hops == 8 and not config.sticky_sessions
+
+
+async def test_the_router_refuses_tasks_until_its_pool_is_known() -> None:
+    from synapse.router import Router
+    from synapse.transport.peer import Peer
+
+    hub = Peer("hub")
+    router = Router(hub, PoolConfig())
+    await hub.start()
+    try:
+        assert hub.protocol.engine.ready is False  # new tasks: 503 agent_not_ready
+        await router.start()
+        assert hub.protocol.engine.ready is True
+    finally:
+        await router.close()
+        await hub.close()
