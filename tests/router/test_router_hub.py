@@ -382,8 +382,8 @@ async def test_failover_stops_at_the_task_deadline(make_hub: HubFactory) -> None
     async with make_hub(pin={"slow": ["busy"]}) as hub:
         blocker = await hub.occupy.submit("busy", "slow", {"steps": 1000, "delay": 0.05})
         await until(lambda: hub.handlers["busy"].starts[blocker.task_id] == 1, "the blocker")
-        deadline = datetime.now(UTC) + timedelta(seconds=0.5)
-        # busy asks to come back in 1 s, after the deadline: nobody else may take it.
+        deadline = datetime.now(UTC) + timedelta(seconds=2.5)
+        # busy keeps asking to come back in 1 s; nobody else may take it; the deadline ends it.
         handle = await hub.submit("slow", {"steps": 1, "delay": 0.01}, deadline=deadline)
         outcome = await handle.result(WAIT)
         assert outcome.state is TaskState.FAILED
