@@ -52,14 +52,14 @@ async def main() -> None:
     async with client, hub, spokes["writer-1"], spokes["writer-2"], spokes["echoer"]:
         hub.add_partner("client", client.endpoint, (SECRET,))
         client.add_partner("hub", hub.endpoint, (SECRET,))
-        for spoke in spokes.values():
-            spoke.add_partner("hub", hub.endpoint, (SECRET,))
+        for name, spoke in spokes.items():  # each spoke its own secret: none can sign as another
+            spoke.add_partner("hub", hub.endpoint, (f"{SECRET}-{name}",))
         pool = PoolConfig(
             partner=[
                 SynapsePartnerConfig(
                     agent_id=name,
                     endpoint=peer.endpoint,
-                    secrets=[SECRET],
+                    secrets=[f"{SECRET}-{name}"],
                     weight=2.0 if name == "writer-2" else 1.0,
                 )
                 for name, peer in spokes.items()

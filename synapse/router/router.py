@@ -343,6 +343,8 @@ class Router:
             if p.agent_id in peer.partners and peer.partners[p.agent_id].endpoint != p.endpoint:
                 raise ValueError(f"{p.agent_id!r} is registered with another endpoint")
             peer.partners.add(Partner(p.agent_id, p.endpoint, tuple(p.secrets)))
+        # A spoke knowing another's secret could sign as it (docs/security.md).
+        peer.partners.check_distinct_secrets(allow_shared=peer.allow_shared_secrets)
         self.sender = RoutingSender(
             peer.client,
             peer.partners,

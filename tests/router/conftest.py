@@ -99,8 +99,8 @@ else:
                 if hub_a2a:
                     enable_a2a(hub, default_task_type=None)  # A2A clients reach the router too
                 await stack.enter_async_context(hub)  # the peer first: spokes must know it
-                for spoke in spokes.values():
-                    spoke.partners.add(spoke_partner(hub))
+                for name, spoke in spokes.items():
+                    spoke.partners.add(spoke_partner(hub, name))
                 spokes["busy"].add_partner("occupy", occupy.endpoint, (SECRET,))
                 occupy.add_partner("busy", spokes["busy"].endpoint, (SECRET,))
                 client.add_partner("hub", hub.endpoint, (SECRET,))

@@ -136,7 +136,7 @@ def pool_config(
     **overrides: Any,
 ) -> PoolConfig:
     partners = [
-        SynapsePartnerConfig(agent_id=name, endpoint=peer.endpoint, secrets=[SECRET])
+        SynapsePartnerConfig(agent_id=name, endpoint=peer.endpoint, secrets=[secret_of(name)])
         for name, peer in spokes.items()
     ]
     a2a = [A2APartnerConfig(name="sdk", url=sdk_url), *extra_a2a]
@@ -145,5 +145,11 @@ def pool_config(
     return PoolConfig(**values)
 
 
-def spoke_partner(hub: Peer) -> Partner:
-    return Partner("hub", hub.endpoint, (SECRET,))
+def secret_of(spoke: str) -> str:
+    """The secret the hub shares with one spoke (each has its own: a shared one is refused)."""
+    return f"{SECRET}:{spoke}"
+
+
+def spoke_partner(hub: Peer, spoke: str) -> Partner:
+    """The hub, as the spoke `spoke` knows it."""
+    return Partner("hub", hub.endpoint, (secret_of(spoke),))

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from routerkit import FAST, SECRET, WAIT, CountingHandler, until
+from routerkit import FAST, SECRET, WAIT, CountingHandler, secret_of, until
 
 from synapse.transport.peer import Peer
 from synapse.types import ErrorCode, TaskState
@@ -92,11 +92,11 @@ async def test_a_restarted_router_cancels_what_it_was_routing(
     hub_url = f"http://127.0.0.1:{hub_port}/synapse/callback"
     async with Peer("client", config=FAST) as client:
         client.add_partner("hub", hub_url, (SECRET,))
-        spoke_peer.add_partner("hub", hub_url, (SECRET,))
+        spoke_peer.add_partner("hub", hub_url, (secret_of("spoke"),))
         pool = tmp_path / "pool.toml"
         pool.write_text(
             f'[[partner]]\nagent_id = "spoke"\nendpoint = "{spoke_peer.endpoint}"\n'
-            f'secret = "{SECRET}"\n'
+            f'secret = "{secret_of("spoke")}"\n'
         )
         hub = RouterProcess(
             [

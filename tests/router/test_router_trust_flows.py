@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from routerkit import SECRET, WAIT
+from routerkit import WAIT, secret_of
 
 from synapse.types import ErrorCode, TaskContext, TaskResult, TaskState
 
@@ -137,7 +137,7 @@ async def test_allow_foreign_interface_lets_such_a_card_through(make_hub: HubFac
 async def test_a_task_is_never_routed_back_to_its_requester(make_hub: HubFactory) -> None:
     async with make_hub(pin={"portrait": ["flaky"]}) as hub:
         flaky = hub.spokes["flaky"]  # a pool partner, and here a requester of the hub too
-        flaky.add_partner("hub", hub.hub.endpoint, (SECRET,))
+        flaky.add_partner("hub", hub.hub.endpoint, (secret_of("flaky"),))
         handle = await flaky.submit("hub", "portrait", {"subject": "Ada"})
         outcome = await handle.result(WAIT)
         assert outcome.state is TaskState.FAILED
