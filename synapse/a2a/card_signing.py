@@ -252,24 +252,44 @@ class CardVerifier:
 
     async def verify(self, raw: bytes | Mapping[str, Any]) -> VerifiedCard:
         """The card if one of its signatures verifies; `CardSignatureError` otherwise."""
+        value, card = _parse(raw)
+        kids = {_kid(s) for s in card.signatures}
+        return self._check(value, card, await self._key_sets(kids))
+
+    async def verified(self, raw: bytes | Mapping[str, Any]) -> wire.AgentCard:
+        return (await self.verify(raw)).card
+
+    async def refresh(self) -> None:
+        """Fetch the JWKS now (for `verify_now` and `__call__`, which never fetch)."""
+        self._fetched_at = -1e18
+        await self._key_sets({"\0refresh"})
+
+    def verify_now(self, raw: bytes | Mapping[str, Any]) -> VerifiedCard:
+        """`verify` without I/O: the pinned keys and the JWKS as last fetched."""
+        value, card = _parse(raw)
+        keys: list[Any] = list(self.pinned.keys)
+        if self._fetched is not None:
+            keys.append(self._fetched)
+        return self._check(value, card, keys)
+
+    def __call__(self, raw: bytes) -> bool:
+        """True only if the card's signature verifies (`synapse.router`'s `CardVerifier`)."""
+        try:
+            self.verify_now(raw)
+        except CardSignatureError as exc:
+            log.info("card_refused", reason=exc.reason)
+            return False
+        except (msgspec.DecodeError, ValueError, TypeError):
+            return False
+        return True
+
+    def _check(
+        self, value: dict[str, Any], card: wire.AgentCard, key_sets: list[Any]
+    ) -> VerifiedCard:
         from joserfc import jws
         from joserfc.errors import JoseError
 
-        value = msgspec.json.decode(raw) if isinstance(raw, bytes | bytearray) else dict(raw)
-        if not isinstance(value, dict):
-            raise CardSignatureError("the agent card is not a JSON object", reason="malformed")
-        try:
-            card = msgspec.convert(value, wire.AgentCard)
-        except msgspec.ValidationError as exc:
-            raise CardSignatureError(f"not an agent card: {exc}", reason="malformed") from exc
-        if not card.signatures:
-            raise CardSignatureError(
-                f"agent card {card.name!r} is not signed, and signed cards are required",
-                reason="unsigned",
-            )
         payload = canonical_card(value)
-        kids = {_kid(s) for s in card.signatures}
-        key_sets = await self._key_sets(kids)
         for signature in card.signatures:
             compact = f"{signature.protected}.{_b64(payload)}.{signature.signature}"
             for keys in key_sets:
@@ -278,14 +298,31 @@ class CardVerifier:
                 except (JoseError, ValueError):
                     continue
                 return VerifiedCard(card, _kid(signature))
+        kids = {_kid(s) for s in card.signatures}
         raise CardSignatureError(
             f"no signature of agent card {card.name!r} verifies under a trusted key "
             f"(key ids in the card: {', '.join(sorted(k or '?' for k in kids))})",
             reason="bad_signature",
         )
 
-    async def verified(self, raw: bytes | Mapping[str, Any]) -> wire.AgentCard:
-        return (await self.verify(raw)).card
+
+def _parse(raw: bytes | Mapping[str, Any]) -> tuple[dict[str, Any], wire.AgentCard]:
+    try:
+        value = msgspec.json.decode(raw) if isinstance(raw, bytes | bytearray) else dict(raw)
+    except msgspec.DecodeError as exc:
+        raise CardSignatureError(f"the agent card is not JSON: {exc}", reason="malformed") from exc
+    if not isinstance(value, dict):
+        raise CardSignatureError("the agent card is not a JSON object", reason="malformed")
+    try:
+        card = msgspec.convert(value, wire.AgentCard)
+    except msgspec.ValidationError as exc:
+        raise CardSignatureError(f"not an agent card: {exc}", reason="malformed") from exc
+    if not card.signatures:
+        raise CardSignatureError(
+            f"agent card {card.name!r} is not signed, and signed cards are required",
+            reason="unsigned",
+        )
+    return value, card
 
 
 def _b64(data: bytes) -> str:

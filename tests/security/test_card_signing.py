@@ -217,3 +217,25 @@ async def test_signatures_interoperate_with_the_official_sdk(
     verified = await CardVerifier(keys=[public(sdk_key)]).verify(MessageToDict(theirs))
     assert verified.kid == "sdk-1" and verified.card.name == "agent-from-the-sdk ✓"
     assert canonical_card(MessageToDict(theirs)) == canonical_card(verified.card)
+
+
+async def test_the_verifier_plugs_into_the_router_card_policy(
+    signed_agent: str, signing_key: ECKey, fake: FakeAgent
+) -> None:
+    """`synapse.router` takes a `Callable[[bytes], bool]`: a `CardVerifier` is one."""
+    from synapse.router.trust import judge_card
+
+    raw = json.dumps(await fetch_card(signed_agent)).encode()
+    pinned = CardVerifier(keys=[public(signing_key)])
+    assert judge_card(raw, required=True, verifier=pinned).accepted
+    forged = json.loads(raw)
+    forged["skills"][0]["id"] = "everything"
+    verdict = judge_card(json.dumps(forged).encode(), required=True, verifier=pinned)
+    assert not verdict.accepted
+    assert not pinned(b"not json") and not pinned(b"[]")
+    # A JWKS verifier checks without I/O once refreshed.
+    fake.jwks = KeySet([signing_key]).as_dict(private=False)
+    by_url = CardVerifier(jwks_url=fake.base + "/jwks.json")
+    assert not by_url(raw)  # nothing fetched yet
+    await by_url.refresh()
+    assert by_url(raw)
