@@ -32,14 +32,16 @@ async def _run(tasks: int, concurrency: int) -> dict[str, Any]:
     client = Peer("client")
     hub = Peer("hub")
     async with spoke, client, hub:
-        hub.add_partner("client", client.endpoint, (SECRET,))
-        client.add_partner("hub", hub.endpoint, (SECRET,))
-        client.add_partner("spoke", spoke.endpoint, (SECRET,))
-        spoke.add_partner("hub", hub.endpoint, (SECRET,))
-        spoke.add_partner("client", client.endpoint, (SECRET,))
+        # One secret per pair of peers: a peer refuses partners that share one.
+        client_hub, client_spoke, hub_spoke = (f"{SECRET}-{pair}" for pair in ("ch", "cs", "hs"))
+        hub.add_partner("client", client.endpoint, (client_hub,))
+        client.add_partner("hub", hub.endpoint, (client_hub,))
+        client.add_partner("spoke", spoke.endpoint, (client_spoke,))
+        spoke.add_partner("hub", hub.endpoint, (hub_spoke,))
+        spoke.add_partner("client", client.endpoint, (client_spoke,))
         pool = PoolConfig(
             partner=[
-                SynapsePartnerConfig(agent_id="spoke", endpoint=spoke.endpoint, secrets=[SECRET])
+                SynapsePartnerConfig(agent_id="spoke", endpoint=spoke.endpoint, secrets=[hub_spoke])
             ]
         )
         async with Router(hub, pool):

@@ -20,6 +20,11 @@ from clikit import (
 )
 
 
+def spoke_secret(name: str) -> str:
+    """What the hub shares with one spoke: each its own (a shared secret is refused)."""
+    return f"{SECRET}-{name}"
+
+
 def pool_file(tmp_path: Path, spokes: dict[str, int]) -> Path:
     lines = ["refresh_interval = 30", ""]
     for name, port in spokes.items():
@@ -27,7 +32,7 @@ def pool_file(tmp_path: Path, spokes: dict[str, int]) -> Path:
             "[[partner]]",
             f'agent_id = "{name}"',
             f'endpoint = "{url(port)}"',
-            f'secret = "{SECRET}"',
+            f'secret = "{spoke_secret(name)}"',
             "",
         ]
     path = tmp_path / "pool.toml"
@@ -40,7 +45,7 @@ def spoke_args(name: str, hub_port: int, *extra: str) -> list[str]:
         "--agent-id",
         name,
         "--secret",
-        SECRET,
+        spoke_secret(name),
         "--peer",
         f"{EXECUTOR}={url(hub_port)}",
         "--log-json",
@@ -157,7 +162,7 @@ def test_serve_a2a_route_describes_the_routed_types_on_its_card(tmp_path: Path) 
     pool = tmp_path / "pool.toml"
     pool.write_text(
         f'[[partner]]\nagent_id = "spoke-1"\nendpoint = "{url(spoke_port)}"\n'
-        f'secret = "{SECRET}"\ntask_types = ["echo"]\n'
+        f'secret = "{spoke_secret("spoke-1")}"\ntask_types = ["echo"]\n'
     )
     with (
         serve(*spoke_args("spoke-1", hub_port), port=spoke_port) as spoke,
