@@ -9,7 +9,8 @@ out until the next heartbeat, and dead-letters them after `dead_letter_after`, e
 callbacks to a real partner. `PushSender` is the `CallbackSender` behind that prefix: it
 turns each message into an A2A `StreamResponse` and POSTs it to the webhook with the
 configuration's token (`X-A2A-Notification-Token`), its `Authorization`, and an
-`X-Synapse-Signature` (HMAC-SHA256 of the body, CONTRACT §3 header mode) when the operator
+`X-Synapse-Signature` (HMAC-SHA256 of the body, specs/protocol.md, 'Signatures' header mode) when
+the operator
 configured a push secret. The body carries the message id and timestamp in
 `metadata.synapse`, so a receiver can deduplicate retries and refuse stale replays.
 
@@ -182,7 +183,8 @@ class PushSender:
         *,
         retries: int,
     ) -> None:
-        """POST with CONTRACT §4's retry policy; raise `DeliveryError` when it gives up."""
+        """POST with the retries of specs/protocol.md, 'Transport'; raise `DeliveryError` when it
+        gives up."""
         session = self._ensure_session()
         last = ""
         status: int | None = None

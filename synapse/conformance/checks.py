@@ -3,8 +3,8 @@
 A check is an async function of a `Context`, registered with an id, a title and the section of
 the spec it covers. `setup` runs first (if it fails nothing else can work); the `main` checks run
 concurrently, each on task ids of its own; the `final` ones judge, once everything settled, what
-the listener saw across all of them (CONTRACT §3's signatures, §4's one-at-a-time delivery, §6's
-rules).
+the listener saw across all of them (specs/protocol.md: 'Signatures', the
+one-at-a-time delivery of 'Transport', the rules of 'Task states').
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from synapse.types import SIGNATURE_HEADER, format_timestamp, header_signature, 
 
 Phase = Literal["setup", "main", "final"]
 
-#: The demo capabilities the target must offer (CONTRACT §8).
+#: The demo capabilities the target must offer (specs/protocol.md, 'The demo handler').
 DEMO_CAPABILITIES = ("echo", "slow", "text_generation", "portrait", "fail")
 #: A task type nobody offers.
 NO_SUCH_TYPE = "conformance.no_such_type"
@@ -49,7 +49,8 @@ SKEW = 120.0
 class Timing:
     """Every wait of the kit is bounded by one of these (seconds)."""
 
-    #: For one callback (the demo's come within 2 s plus any `delay`, CONTRACT §8).
+    #: For one callback (the demo's come within 2 s plus any `delay`, specs/protocol.md,
+    #: 'The demo handler').
     callback_timeout: float = 5.0
     #: For one whole check.
     check_timeout: float = 30.0
@@ -58,7 +59,7 @@ class Timing:
     #: For one HTTP exchange.
     http_timeout: float = 10.0
     #: The listener holds each acknowledgement this long, so that a callback POSTed before the
-    #: previous one was acknowledged is caught in the act (CONTRACT §4).
+    #: previous one was acknowledged is caught in the act (specs/protocol.md, 'Transport').
     ack_delay: float = 0.02
 
 
@@ -108,7 +109,8 @@ class Context:
     async def confirmed(
         self, label: str, task_type: str, payload: dict[str, Any] | None = None, **kw: Any
     ) -> TaskTrace:
-        """Request a task that must be confirmed, and see its first callback (CONTRACT §8:
+        """Request a task that must be confirmed, and see its first callback (specs/protocol.md,
+        'The demo handler':
         `task_status_update{status: executing}`)."""
         exchange, trace = await self.request(label, task_type, payload, **kw)
         self.client.expect(exchange, "task_confirm")
@@ -249,7 +251,12 @@ _SETUP_HINTS = {
 }
 
 
-@check("setup", "the target answers a signed heartbeat from the kit", "CONTRACT §4", "setup")
+@check(
+    "setup",
+    "the target answers a signed heartbeat from the kit",
+    "specs/protocol.md, 'Transport'",
+    "setup",
+)
 async def setup(ctx: Context) -> None:
     exchange = await ctx.client.send("heartbeat", {"status": "ok", "active_tasks": 0})
     me = ctx.me
@@ -272,7 +279,11 @@ async def setup(ctx: Context) -> None:
 # --- basics -------------------------------------------------------------------------------------
 
 
-@check("heartbeat", "heartbeat is answered by the target's own heartbeat", "CONTRACT §2, §4")
+@check(
+    "heartbeat",
+    "heartbeat is answered by the target's own heartbeat",
+    "specs/protocol.md, 'Payloads' and 'Transport'",
+)
 async def heartbeat(ctx: Context) -> None:
     exchange = ctx.client.expect(
         await ctx.client.send("heartbeat", {"status": "ok", "active_tasks": 0}), "heartbeat"
@@ -285,7 +296,11 @@ async def heartbeat(ctx: Context) -> None:
         raise CheckFailed(f"heartbeat active_tasks {active!r} is not a count")
 
 
-@check("capability.query", "capability_query lists the demo capabilities", "CONTRACT §2, §8")
+@check(
+    "capability.query",
+    "capability_query lists the demo capabilities",
+    "specs/protocol.md, 'Payloads' and 'The demo handler'",
+)
 async def capability_query(ctx: Context) -> None:
     exchange = ctx.client.expect(
         await ctx.client.send("capability_query", {}), "capability_response"
@@ -301,7 +316,11 @@ async def capability_query(ctx: Context) -> None:
         raise CheckFailed(f"a capability is listed twice: {names}")
 
 
-@check("capability.filter", "capability_query.task_type filters by exact name", "CONTRACT §2, §8")
+@check(
+    "capability.filter",
+    "capability_query.task_type filters by exact name",
+    "specs/protocol.md, 'Payloads' and 'The demo handler'",
+)
 async def capability_filter(ctx: Context) -> None:
     for wanted, expected in (("portrait", ["portrait"]), ("port", []), ("PORTRAIT", [])):
         exchange = ctx.client.expect(
@@ -317,7 +336,7 @@ async def capability_filter(ctx: Context) -> None:
 @check(
     "envelope.extensions",
     "a minor version and unknown members are accepted, in both signing modes",
-    "CONTRACT §1",
+    "specs/protocol.md, 'Envelope'",
 )
 async def envelope_extensions(ctx: Context) -> None:
     value = ctx.client.envelope(
@@ -329,10 +348,15 @@ async def envelope_extensions(ctx: Context) -> None:
         ctx.client.expect(exchange, "capability_response")
 
 
-# --- flows (seed §4) ----------------------------------------------------------------------------
+# --- flows (specs/protocol.md, 'Flows')
+# ----------------------------------------------------------------------------
 
 
-@check("flow.echo", "echo: confirm, status executing, task_complete with the text", "seed §4.1")
+@check(
+    "flow.echo",
+    "echo: confirm, status executing, task_complete with the text",
+    "specs/protocol.md, 'Normal task'",
+)
 async def flow_echo(ctx: Context) -> None:
     text = f"hello {uuid.uuid4().hex[:6]} 你好"
     trace = await ctx.confirmed("echo", "echo", {"text": text})
@@ -346,7 +370,7 @@ async def flow_echo(ctx: Context) -> None:
 @check(
     "flow.progress",
     "slow: status updates with progress floor(100·i/steps), then task_complete",
-    "seed §4.1",
+    "specs/protocol.md, 'Normal task'",
 )
 async def flow_progress(ctx: Context) -> None:
     steps = 3
@@ -368,7 +392,7 @@ async def flow_progress(ctx: Context) -> None:
 @check(
     "flow.need_info",
     "text_generation: task_need_info, task_info_provided, executing, complete",
-    "seed §4.2",
+    "specs/protocol.md, 'Missing information'",
 )
 async def flow_need_info(ctx: Context) -> None:
     prompt = f"春天 {uuid.uuid4().hex[:4]}"
@@ -424,7 +448,7 @@ async def _portrait(ctx: Context, label: str) -> tuple[TaskTrace, Callback]:
 @check(
     "flow.need_human.approve",
     "portrait: task_need_human, human_decision approve, task_complete",
-    "seed §4.3",
+    "specs/protocol.md, 'Human decision'",
 )
 async def flow_need_human_approve(ctx: Context) -> None:
     trace, need_human = await _portrait(ctx, "approve")
@@ -436,7 +460,7 @@ async def flow_need_human_approve(ctx: Context) -> None:
 @check(
     "flow.need_human.reject",
     "portrait: human_decision reject, task_failed permission_denied, not recoverable",
-    "seed §4.3, CONTRACT §6",
+    "specs/protocol.md, 'Human decision' and 'Task states'",
 )
 async def flow_need_human_reject(ctx: Context) -> None:
     trace, need_human = await _portrait(ctx, "reject")
@@ -453,7 +477,7 @@ async def flow_need_human_reject(ctx: Context) -> None:
 @check(
     "flow.cancel",
     "slow: task_cancel is acknowledged cancelled, and nothing follows",
-    "seed §4.4, CONTRACT §6",
+    "specs/protocol.md, 'Cancellation' and 'Task states'",
 )
 async def flow_cancel(ctx: Context) -> None:
     steps, delay = 2, 0.5
@@ -466,7 +490,7 @@ async def flow_cancel(ctx: Context) -> None:
 @check(
     "flow.fail",
     "fail: confirm, then task_failed execution_failed, recoverable",
-    "CONTRACT §5, §8",
+    "specs/protocol.md, 'Error codes' and 'The demo handler'",
 )
 async def flow_fail(ctx: Context) -> None:
     trace = await ctx.confirmed("fail", "fail", {})
@@ -481,7 +505,7 @@ async def flow_fail(ctx: Context) -> None:
 @check(
     "flow.capability_lacking",
     "a task type not offered gets task_reject capability_lacking (HTTP 200)",
-    "CONTRACT §4, §5",
+    "specs/protocol.md, 'Transport' and 'Error codes'",
 )
 async def flow_capability_lacking(ctx: Context) -> None:
     exchange, trace = await ctx.request("lacking", NO_SUCH_TYPE, {})
@@ -495,7 +519,7 @@ async def flow_capability_lacking(ctx: Context) -> None:
 @check(
     "flow.invalid_task",
     "slow with steps 0 or delay 11 gets task_reject invalid_params",
-    "CONTRACT §5, §8",
+    "specs/protocol.md, 'Error codes' and 'The demo handler'",
 )
 async def flow_invalid_task(ctx: Context) -> None:
     for payload in ({"steps": 0}, {"steps": 2, "delay": 11}):
@@ -510,7 +534,7 @@ async def flow_invalid_task(ctx: Context) -> None:
 @check(
     "flow.deadline_passed",
     "a task whose deadline has already passed gets task_reject execution_timeout",
-    "CONTRACT §6",
+    "specs/protocol.md, 'Task states'",
 )
 async def flow_deadline_passed(ctx: Context) -> None:
     task_id = ctx.new_task_id("deadline")
@@ -525,13 +549,14 @@ async def flow_deadline_passed(ctx: Context) -> None:
         raise CheckFailed(f"task_reject reason {reason!r}, expected execution_timeout")
 
 
-# --- signatures and authentication (CONTRACT §3, §4) --------------------------------------------
+# --- signatures and authentication (specs/protocol.md, 'Signatures' and 'Transport')
+# --------------------------------------------
 
 
 @check(
     "sig.body_mode",
     "a task signed in body mode (JCS) runs to completion; replies are header-signed",
-    "CONTRACT §3",
+    "specs/protocol.md, 'Signatures'",
 )
 async def sig_body_mode(ctx: Context) -> None:
     text = f"body mode {uuid.uuid4().hex[:6]}"
@@ -544,7 +569,11 @@ async def sig_body_mode(ctx: Context) -> None:
         raise CheckFailed(f"body-mode echo completed with {complete.payload.get('result')!r}")
 
 
-@check("sig.several", "one good signature among several in the header is enough", "CONTRACT §3")
+@check(
+    "sig.several",
+    "one good signature among several in the header is enough",
+    "specs/protocol.md, 'Signatures'",
+)
 async def sig_several(ctx: Context) -> None:
     value = ctx.client.envelope("capability_query", {})
     body = encode(value)
@@ -555,7 +584,11 @@ async def sig_several(ctx: Context) -> None:
     ctx.client.expect(exchange, "capability_response")
 
 
-@check("sig.header_decides", "when both are present the header signature decides", "CONTRACT §3")
+@check(
+    "sig.header_decides",
+    "when both are present the header signature decides",
+    "specs/protocol.md, 'Signatures'",
+)
 async def sig_header_decides(ctx: Context) -> None:
     for header_good in (True, False):
         value = ctx.client.envelope("capability_query", {})
@@ -589,7 +622,7 @@ async def _refused_request(
 @check(
     "sig.bad",
     "a bad signature (header or body) is refused 403, unsigned, with no effect",
-    "CONTRACT §3",
+    "specs/protocol.md, 'Signatures'",
 )
 async def sig_bad(ctx: Context) -> None:
     def bad_header(value: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
@@ -612,7 +645,11 @@ async def sig_bad(ctx: Context) -> None:
         await ctx.prove_no_effect(message_id, task_id)
 
 
-@check("sig.missing", "an unsigned request is refused 403, unsigned, with no effect", "CONTRACT §3")
+@check(
+    "sig.missing",
+    "an unsigned request is refused 403, unsigned, with no effect",
+    "specs/protocol.md, 'Signatures'",
+)
 async def sig_missing(ctx: Context) -> None:
     def unsigned(value: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
         return sign(value, ctx.me.secret, "none")
@@ -626,7 +663,7 @@ async def sig_missing(ctx: Context) -> None:
     "sig.stale",
     f"timestamps ±{STALE_OFFSET:g} s off are refused 403 stale with server_time, no effect; "
     f"±{SKEW:g} s are accepted",
-    "CONTRACT §3",
+    "specs/protocol.md, 'Signatures'",
 )
 async def sig_stale(ctx: Context) -> None:
     for age in (STALE_OFFSET, -STALE_OFFSET):
@@ -654,7 +691,7 @@ async def sig_stale(ctx: Context) -> None:
 @check(
     "auth.unknown_partner",
     "a message from an unknown agent id is refused 403, unsigned",
-    "CONTRACT §3, §4",
+    "specs/protocol.md, 'Signatures' and 'Transport'",
 )
 async def auth_unknown_partner(ctx: Context) -> None:
     stranger = {
@@ -670,7 +707,7 @@ async def auth_unknown_partner(ctx: Context) -> None:
 @check(
     "auth.wrong_recipient",
     "a message addressed to another agent is refused 403, unsigned, with no effect",
-    "CONTRACT §3, §4",
+    "specs/protocol.md, 'Signatures' and 'Transport'",
 )
 async def auth_wrong_recipient(ctx: Context) -> None:
     def elsewhere(value: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
@@ -684,7 +721,7 @@ async def auth_wrong_recipient(ctx: Context) -> None:
 @check(
     "auth.endpoint_mismatch",
     "a from.endpoint other than the registered one is refused 403, unsigned, no effect",
-    "CONTRACT §3, §4",
+    "specs/protocol.md, 'Signatures' and 'Transport'",
 )
 async def auth_endpoint_mismatch(ctx: Context) -> None:
     def moved(value: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
@@ -696,10 +733,15 @@ async def auth_endpoint_mismatch(ctx: Context) -> None:
     await ctx.prove_no_effect(message_id, task_id)
 
 
-# --- errors of CONTRACT §5 ----------------------------------------------------------------------
+# --- errors of specs/protocol.md, 'Error codes'
+# ----------------------------------------------------------------------
 
 
-@check("error.not_json", "a body that is not JSON gets 400 message_format_invalid", "CONTRACT §5")
+@check(
+    "error.not_json",
+    "a body that is not JSON gets 400 message_format_invalid",
+    "specs/protocol.md, 'Error codes'",
+)
 async def error_not_json(ctx: Context) -> None:
     for body in (b'{"version": "1.0", "id": ', b"\xff\xfe not utf-8", b"hello"):
         headers = {
@@ -713,7 +755,7 @@ async def error_not_json(ctx: Context) -> None:
 @check(
     "error.not_ijson",
     "duplicate names, big integers, lone surrogates: 400 message_format_invalid",
-    "CONTRACT §3, §5",
+    "specs/protocol.md, 'Signatures' and 'Error codes'",
 )
 async def error_not_ijson(ctx: Context) -> None:
     base = encode(ctx.client.envelope("heartbeat", {"status": "ok", "active_tasks": 0}))
@@ -737,7 +779,7 @@ async def error_not_ijson(ctx: Context) -> None:
 @check(
     "error.not_envelope",
     "JSON that is no envelope gets 400 message_format_invalid",
-    "CONTRACT §1, §5",
+    "specs/protocol.md, 'Envelope' and 'Error codes'",
 )
 async def error_not_envelope(ctx: Context) -> None:
     full = ctx.client.envelope("heartbeat", {})
@@ -760,7 +802,7 @@ async def error_not_envelope(ctx: Context) -> None:
 @check(
     "error.unknown_type",
     "an unknown type gets 400 message_format_invalid, unsigned",
-    "CONTRACT §1, §5",
+    "specs/protocol.md, 'Envelope' and 'Error codes'",
 )
 async def error_unknown_type(ctx: Context) -> None:
     exchange = await ctx.client.send("p2p:task_teleport", {"task_id": "x"})
@@ -770,7 +812,7 @@ async def error_unknown_type(ctx: Context) -> None:
 @check(
     "error.version",
     "version 2.0 gets 400 message_format_invalid with details.supported_versions",
-    "CONTRACT §1, §5",
+    "specs/protocol.md, 'Envelope' and 'Error codes'",
 )
 async def error_version(ctx: Context) -> None:
     exchange = await ctx.client.send("heartbeat", {"status": "ok"}, version="2.0")
@@ -780,7 +822,11 @@ async def error_version(ctx: Context) -> None:
         raise CheckFailed(f"details.supported_versions is {versions!r}, expected a list")
 
 
-@check("error.too_large", "a body over 1 MiB gets 413 message_format_invalid", "CONTRACT §4, §5")
+@check(
+    "error.too_large",
+    "a body over 1 MiB gets 413 message_format_invalid",
+    "specs/protocol.md, 'Transport' and 'Error codes'",
+)
 async def error_too_large(ctx: Context) -> None:
     value = ctx.client.envelope("heartbeat", {"status": "ok", "padding": "x" * (1024 * 1024 + 64)})
     exchange = await ctx.client.post(value, label="1 MiB heartbeat")
@@ -790,7 +836,7 @@ async def error_too_large(ctx: Context) -> None:
 @check(
     "error.task_not_found",
     "a message about an unknown task gets 404 task_not_found, signed",
-    "CONTRACT §2, §5",
+    "specs/protocol.md, 'Payloads' and 'Error codes'",
 )
 async def error_task_not_found(ctx: Context) -> None:
     task_id = ctx.new_task_id("unknown")
@@ -805,7 +851,7 @@ async def error_task_not_found(ctx: Context) -> None:
 @check(
     "error.task_final",
     "a message about a completed task gets 409 task_already_completed, signed",
-    "CONTRACT §5, §6",
+    "specs/protocol.md, 'Error codes' and 'Task states'",
 )
 async def error_task_final(ctx: Context) -> None:
     trace = await ctx.confirmed("final", "echo", {"text": "done"})
@@ -821,7 +867,7 @@ async def error_task_final(ctx: Context) -> None:
 @check(
     "error.payload_shape",
     "a payload of the wrong shape gets 400 invalid_params, signed",
-    "CONTRACT §2, §5",
+    "specs/protocol.md, 'Payloads' and 'Error codes'",
 )
 async def error_payload_shape(ctx: Context) -> None:
     task_id = ctx.new_task_id("shape")
@@ -842,7 +888,7 @@ async def error_payload_shape(ctx: Context) -> None:
 @check(
     "error.state",
     "a message its task's state does not allow gets 400 invalid_params with state, allowed",
-    "CONTRACT §5, §6",
+    "specs/protocol.md, 'Error codes' and 'Task states'",
 )
 async def error_state(ctx: Context) -> None:
     trace = await ctx.confirmed("state", "slow", {"steps": 4, "delay": 0.5})
@@ -860,7 +906,7 @@ async def error_state(ctx: Context) -> None:
 @check(
     "error.reply_only",
     "a POSTed reply-only type gets 400 invalid_params, signed",
-    "CONTRACT §3, §5",
+    "specs/protocol.md, 'Signatures' and 'Error codes'",
 )
 async def error_reply_only(ctx: Context) -> None:
     task_id = ctx.new_task_id("reply-only")
@@ -880,7 +926,7 @@ async def error_reply_only(ctx: Context) -> None:
 @check(
     "error.reply_to",
     "a POSTed request carrying reply_to gets 400 invalid_params, signed",
-    "CONTRACT §3, §5",
+    "specs/protocol.md, 'Signatures' and 'Error codes'",
 )
 async def error_reply_to(ctx: Context) -> None:
     exchange = await ctx.client.send(
@@ -889,12 +935,14 @@ async def error_reply_to(ctx: Context) -> None:
     ctx.client.expect_nack(exchange, 400, "invalid_params", signed=True)
 
 
-# --- deduplication (CONTRACT §4) ----------------------------------------------------------------
+# --- deduplication (specs/protocol.md, 'Deduplication')
+# ----------------------------------------------------------------
 
 
 async def _one_execution(ctx: Context, trace: TaskTrace) -> None:
     """The task completes, and nothing follows: a second execution would send a second set
-    of callbacks (CONTRACT §4: a retry gets the stored reply and is not executed again)."""
+    of callbacks (specs/protocol.md, 'Deduplication': a retry gets the stored reply and is not
+    executed again)."""
     await ctx.finish(trace)
     await asyncio.sleep(ctx.timing.settle)
     completes = trace.count("task_complete")
@@ -917,7 +965,7 @@ def _same_reply(first: Exchange, again: Exchange) -> None:
 @check(
     "dedup.same_bytes",
     "the same bytes POSTed again (also concurrently) get the same reply; one execution",
-    "CONTRACT §4",
+    "specs/protocol.md, 'Transport'",
 )
 async def dedup_same_bytes(ctx: Context) -> None:
     task_id = ctx.new_task_id("same-bytes")
@@ -939,7 +987,7 @@ async def dedup_same_bytes(ctx: Context) -> None:
 @check(
     "dedup.refreshed",
     "a retry with a refreshed timestamp, re-signed in the other mode, gets the same reply",
-    "CONTRACT §4",
+    "specs/protocol.md, 'Transport'",
 )
 async def dedup_refreshed(ctx: Context) -> None:
     task_id = ctx.new_task_id("retry")
@@ -956,7 +1004,7 @@ async def dedup_refreshed(ctx: Context) -> None:
 @check(
     "dedup.id_reused",
     "a message id reused for other content gets 400 invalid_params id_reused, signed",
-    "CONTRACT §4, §5",
+    "specs/protocol.md, 'Transport' and 'Error codes'",
 )
 async def dedup_id_reused(ctx: Context) -> None:
     first = await ctx.client.send("heartbeat", {"status": "ok", "active_tasks": 0})
@@ -970,7 +1018,7 @@ async def dedup_id_reused(ctx: Context) -> None:
     "dedup.task_id",
     "a new request for an existing task id: same task → original decision, other → "
     "task_id_in_use (live) or 409 (final)",
-    "CONTRACT §4, §5",
+    "specs/protocol.md, 'Transport' and 'Error codes'",
 )
 async def dedup_task_id(ctx: Context) -> None:
     payload = {"steps": 5, "delay": 0.5}
@@ -999,7 +1047,7 @@ async def dedup_task_id(ctx: Context) -> None:
     "callbacks.authenticated",
     "every callback is an envelope signed with the shared secret, fresh, from the target's "
     "registered endpoint, to the kit, about a task of the kit",
-    "CONTRACT §3, §4",
+    "specs/protocol.md, 'Signatures' and 'Transport'",
     "final",
 )
 async def callbacks_authenticated(ctx: Context) -> None:
@@ -1015,7 +1063,7 @@ async def callbacks_authenticated(ctx: Context) -> None:
 @check(
     "replies.signed",
     "every reply is an envelope answering the kit; header-signed unless a pre-auth nack or 403",
-    "CONTRACT §3, §4",
+    "specs/protocol.md, 'Signatures' and 'Transport'",
     "final",
 )
 async def replies_signed(ctx: Context) -> None:
@@ -1027,7 +1075,7 @@ async def replies_signed(ctx: Context) -> None:
 @check(
     "callbacks.one_at_a_time",
     "a task's next callback is POSTed only after the previous one was acknowledged",
-    "CONTRACT §4",
+    "specs/protocol.md, 'Transport'",
     "final",
 )
 async def callbacks_one_at_a_time(ctx: Context) -> None:
@@ -1038,7 +1086,7 @@ async def callbacks_one_at_a_time(ctx: Context) -> None:
 @check(
     "rules.no_backwards",
     "the states the target reports never go backwards",
-    "CONTRACT §6",
+    "specs/protocol.md, 'Task states'",
     "final",
 )
 async def rules_no_backwards(ctx: Context) -> None:
@@ -1054,7 +1102,7 @@ async def rules_no_backwards(ctx: Context) -> None:
 @check(
     "rules.nothing_after_final",
     "no callback for a task after its final callback, its task_reject or its cancel's task_ack",
-    "CONTRACT §6",
+    "specs/protocol.md, 'Task states'",
     "final",
 )
 async def rules_nothing_after_final(ctx: Context) -> None:

@@ -59,7 +59,7 @@ from synapse.types import (
 log = structlog.get_logger("synapse.conformance")
 
 CALLBACK_PATH = "/synapse/callback"
-#: Largest callback body accepted (CONTRACT §4's default limit).
+#: Largest callback body accepted (the default limit of specs/protocol.md, 'Transport').
 MAX_BODY = 1024 * 1024
 
 
@@ -215,11 +215,13 @@ class CallbackListener:
         self.replay_window = replay_window
         self.ack_delay = ack_delay
         self.traces: dict[str, TaskTrace] = {}
-        #: Problems with callbacks' envelopes and authentication (CONTRACT §3, §4).
+        #: Problems with callbacks' envelopes and authentication (specs/protocol.md, 'Signatures'
+        #: and 'Transport').
         self.problems: list[str] = []
         #: Callbacks about tasks the kit never requested.
         self.strays: list[str] = []
-        #: Two callbacks of one task in flight at once (CONTRACT §4: one at a time).
+        #: Two callbacks of one task in flight at once (specs/protocol.md, 'Transport': one at a
+        #: time).
         self.overlaps: list[str] = []
         #: Every POST received, retries included.
         self.posts = 0

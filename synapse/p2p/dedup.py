@@ -1,4 +1,5 @@
-"""Deduplication of incoming messages by (`from.agent_id`, `id`) (CONTRACT §4).
+"""Deduplication of incoming messages by (`from.agent_id`, `id`) (specs/protocol.md,
+'Deduplication').
 
 A message is recorded only once authenticated. What comes next with the same key is:
 

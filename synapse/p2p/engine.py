@@ -88,7 +88,8 @@ from synapse.types import (
 
 @dataclass(frozen=True, slots=True)
 class TaskKey:
-    """A task is keyed by its requester's agent id and the `task.id` it chose (CONTRACT §2)."""
+    """A task is keyed by its requester's agent id and the `task.id` it chose (specs/protocol.md,
+    'Roles and peers')."""
 
     requester: str
     task_id: str
@@ -214,7 +215,8 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Validation:
-    """The answer of `TaskHandler.validate_task` (seed §5.2: missing fields and can-handle)."""
+    """The answer of `TaskHandler.validate_task` (specs/protocol.md,
+    'Peer interfaces and configuration': missing fields and can-handle)."""
 
     ok: bool = True
     #: What is missing; a plain field name stands for `MissingField(field=name)`.
@@ -237,7 +239,7 @@ class Validation:
 
     @classmethod
     def coerce(cls, value: Validation | tuple[Sequence[MissingField | str], bool]) -> Validation:
-        """Accept the seed's `([]MissingField, bool)` shape as well."""
+        """Accept the protocol's `([]MissingField, bool)` shape as well."""
         if isinstance(value, Validation):
             return value
         missing, ok = value
@@ -576,7 +578,8 @@ class Engine:
     def _judge(
         self, spec: TaskSpec, now: float
     ) -> TaskConfirmPayload | TaskRejectPayload | TaskNeedInfoPayload:
-        """Decide the synchronous answer to a new task (CONTRACT §4, §5)."""
+        """Decide the synchronous answer to a new task (specs/protocol.md, 'Transport' and
+        'Error codes')."""
 
         def reject(code: ErrorCode, text: str, retry_after: int | None = None) -> TaskRejectPayload:
             alternatives = Alternatives(retry_after=retry_after) if retry_after else None
@@ -975,7 +978,8 @@ class Engine:
         return step
 
     def cancel(self, key: TaskKey, *, now: float, reason: str | None = None) -> Step:
-        """Ask E to cancel. Sent once R has the reply to its request (CONTRACT §6)."""
+        """Ask E to cancel. Sent once R has the reply to its request (specs/protocol.md,
+        'Task states')."""
         rec = self._requester(key)
         step = Step()
         if rec.is_final or rec.cancel_requested:
@@ -1194,7 +1198,7 @@ class Engine:
     def keep_heartbeat(self, partner: str, now: float) -> None:
         """Heartbeat `partner` even with no task in flight: messages to it are waiting.
 
-        Delivery resumes after its next successful heartbeat (CONTRACT §4).
+        Delivery resumes after its next successful heartbeat (specs/protocol.md, 'Transport').
         """
         self._backlog.add(partner)
         if (_HEARTBEAT, partner) not in self._timers:

@@ -1,4 +1,5 @@
-"""`TaskHandler` (seed §5.2), and the context a running task uses to talk to its requester."""
+"""`TaskHandler` (specs/protocol.md, 'Peer interfaces and configuration'), and the context a running
+task uses to talk to its requester."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
 class TaskHandler(Protocol):
     """What a peer runs for the tasks it accepts.
 
-    `validate_task` decides the synchronous answer to a `task_request` (seed §5.2): return a
-    `Validation` (or the seed's `(missing_fields, can_handle)` pair). `execute_task` runs the
+    `validate_task` decides the synchronous answer to a `task_request` (specs/protocol.md,
+    'Peer interfaces and configuration'): return a
+    `Validation` (or the protocol's `(missing_fields, can_handle)` pair). `execute_task` runs the
     task as straight-line async code; what it returns becomes `task_complete.result` (a
     `TaskResult`, or any JSON value, wrapped with `output_type` "text" for a string and "json"
     otherwise); what it raises becomes `task_failed` (`execution_failed`).

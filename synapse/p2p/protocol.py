@@ -1,4 +1,5 @@
-"""`P2PProtocol` (seed §5.1): the asyncio runtime that drives the sans-IO `Engine`.
+"""`P2PProtocol` (specs/protocol.md, 'Peer interfaces and configuration'): the asyncio runtime that
+drives the sans-IO `Engine`.
 
 It runs handlers as tasks, delivers each task's outgoing messages one at a time and in order
 through a `CallbackSender`, fires the engine's timers from one sleeping coroutine, and gives
@@ -184,7 +185,8 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
 
 
 class P2PProtocol:
-    """The protocol handler of one peer (seed §5.1), transport-independent."""
+    """The protocol handler of one peer (specs/protocol.md, 'Peer interfaces and configuration'),
+    transport-independent."""
 
     def __init__(
         self,
@@ -221,7 +223,8 @@ class P2PProtocol:
         if handler is not None:
             self.set_task_handler(handler)
 
-    # --- seed §5.1 ------------------------------------------------------------------------
+    # --- specs/protocol.md, 'Peer interfaces and configuration'
+    # ------------------------------------------------------------------------
 
     async def handle_message(self, message: Message, *, commit: bool = True) -> Message:
         """Apply a POSTed message from an authenticated partner and return the reply.

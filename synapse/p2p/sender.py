@@ -1,4 +1,5 @@
-"""`CallbackSender` (seed §5.3): how the runtime reaches a partner, whatever the transport."""
+"""`CallbackSender` (specs/protocol.md, 'Peer interfaces and configuration'): how the runtime
+reaches a partner, whatever the transport."""
 
 from __future__ import annotations
 

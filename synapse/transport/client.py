@@ -1,4 +1,5 @@
-"""The HTTP client side: POST one message to a partner, with CONTRACT §4's retries, and judge
+"""The HTTP client side: POST one message to a partner, with the retries of
+specs/protocol.md, 'Transport', and judge
 the envelope that comes back.
 
 Every attempt keeps the message `id` but gets a fresh `timestamp` and a fresh signature, so a
@@ -9,7 +10,8 @@ the partner asked for (capped likewise). Anything else is final.
 
 A reply must be an envelope answering our message. It is trusted only with a valid header
 signature under a secret we share with the partner; the one exception is a `nack`, which
-CONTRACT §3 sends unsigned when the partner refused us before verifying our signature (it
+specs/protocol.md, 'Signatures' sends unsigned when the partner refused us before verifying our
+signature (it
 comes back with `Reply.verified` False and can never be mistaken for an acknowledgement).
 """
 
@@ -46,9 +48,9 @@ from synapse.types.signing import (
 
 log = structlog.get_logger(__name__)
 
-#: Where the signature of a request goes (CONTRACT §3).
+#: Where the signature of a request goes (specs/protocol.md, 'Signatures').
 SenderMode = Literal["header", "body"]
-#: HTTP statuses after which the same POST is tried again (CONTRACT §4).
+#: HTTP statuses after which the same POST is tried again (specs/protocol.md, 'Transport').
 RETRYABLE_STATUSES: frozenset[int] = frozenset({429, 502, 503, 504})
 #: Each backoff delay is its nominal value times a factor drawn in [1 - JITTER, 1 + JITTER).
 JITTER = 0.25
@@ -204,7 +206,8 @@ def judge_reply(
     )
     our_id = sent.from_.agent_id
     if isinstance(message, Nack):
-        # Possibly unsigned (CONTRACT §3): the partner may not have read our id or name.
+        # Possibly unsigned (specs/protocol.md, 'Signatures'): the partner may not have read our id
+        # or name.
         if message.reply_to not in (None, sent.id):
             raise refuse("nack answers another message")
         if message.to.agent_id not in (our_id, "unknown"):
@@ -453,7 +456,7 @@ class HttpClient:
 
 
 class HttpCallbackSender:
-    """The seed's `CallbackSender` over `HttpClient`: POST a message to a registered partner."""
+    """The protocol's `CallbackSender` over `HttpClient`: POST a message to a registered partner."""
 
     def __init__(
         self,
@@ -472,7 +475,8 @@ class HttpCallbackSender:
             return target
         partner = self.partners.get(target) or self.partners.by_endpoint(target)
         if partner is None:
-            # We only ever POST to registered endpoints (CONTRACT §4): asking otherwise is a bug.
+            # We only ever POST to registered endpoints (specs/protocol.md, 'Transport'): asking
+            # otherwise is a bug.
             raise LocalProtocolError(f"{target!r} is not a registered partner or endpoint")
         return partner
 

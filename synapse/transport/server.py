@@ -1,11 +1,14 @@
 """The aiohttp side that receives: `POST /synapse/callback` → checks → engine → signed reply.
 
-Every POST gets an envelope back: the synchronous reply of CONTRACT §4, or a `nack` with the
-HTTP status of CONTRACT §5, signed or not as CONTRACT §3 says. Never a bare 500, never a
+Every POST gets an envelope back: the synchronous reply of specs/protocol.md, 'Synchronous replies',
+or a `nack` with the
+HTTP status of specs/protocol.md, 'Error codes', signed or not as specs/protocol.md, 'Signatures'
+says. Never a bare 500, never a
 traceback: an unexpected failure inside is answered 503 `agent_not_ready` (the sender retries)
 and logged.
 
-The order of checks is CONTRACT §4's: size → JSON / I-JSON → envelope and version → partner →
+The order of checks is that of specs/protocol.md, 'Order of checks': size → JSON / I-JSON → envelope
+and version → partner →
 signature → staleness → `to` → endpoint → reply-only type or `reply_to` (all in
 `synapse.transport.inbound`) → rate limit → deduplication → payload shape → the engine (task
 exists, party to it, final, allowed in its state, capacity).
@@ -140,7 +143,7 @@ class SynapseServer:
             request_id=request_id,
             to=to,
         )
-        # CONTRACT §3: a 403 is never signed.
+        # specs/protocol.md, 'Signatures': a 403 is never signed.
         body, reply_headers = encode_reply(nack, None if error.http_status == 403 else sign_with)
         reply_headers.update(headers or {})
         return StoredReply.of(error.http_status, body, reply_headers)

@@ -4,7 +4,8 @@
 pass (the tag `type` picks the payload struct). Errors name the JSON path of the bad field and
 map to `message_format_invalid` (the envelope) or `invalid_params` (the payload).
 
-The transport needs the checks in CONTRACT §4's order (the envelope is judged before the sender
+The transport needs the checks in the order of specs/protocol.md, 'Order of checks' (the envelope is
+judged before the sender
 is authenticated, the payload after), so `decode_head` decodes the envelope alone, leaving the
 payload as raw bytes.
 """
@@ -35,7 +36,7 @@ from synapse.types.payloads import Timestamp
 
 
 class EnvelopeHead(msgspec.Struct, frozen=True, kw_only=True):
-    """The envelope with its payload left undecoded (CONTRACT §4's order of checks)."""
+    """The envelope with its payload left undecoded (specs/protocol.md, 'Order of checks')."""
 
     version: Version
     id: MessageId

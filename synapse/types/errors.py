@@ -1,4 +1,5 @@
-"""Error codes of CONTRACT §5, their HTTP statuses, and the one exception that carries them."""
+"""Error codes of specs/protocol.md, 'Error codes', their HTTP statuses, and the one exception that
+carries them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 
 class ErrorCode(StrEnum):
-    """Protocol error codes (seed §7, CONTRACT §5)."""
+    """Protocol error codes (specs/protocol.md, 'Error codes')."""
 
     MESSAGE_FORMAT_INVALID = "message_format_invalid"
     CAPABILITY_LACKING = "capability_lacking"
@@ -38,7 +39,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.RATE_LIMITED: 429,
 }
 
-#: Codes a `nack` may carry (CONTRACT §5: nacks never carry the task-level codes).
+#: Codes a `nack` may carry (specs/protocol.md, 'Error codes': nacks never carry the task-level
+#: codes).
 NACK_CODES: frozenset[ErrorCode] = frozenset(
     {
         ErrorCode.MESSAGE_FORMAT_INVALID,

@@ -1,4 +1,5 @@
-"""I-JSON (RFC 7493) parsing: the only JSON CONTRACT §3 accepts, in either signing mode.
+"""I-JSON (RFC 7493) parsing: the only JSON specs/protocol.md, 'Signatures' accepts, in either
+signing mode.
 
 Refused: invalid UTF-8, duplicate member names, lone surrogates, non-finite numbers and
 integers beyond ±(2⁵³−1). The parsed value is what body-mode signatures and deduplication

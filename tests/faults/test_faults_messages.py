@@ -150,7 +150,8 @@ async def test_reordered_and_late_callbacks_at_the_requester(spawn: Spawn) -> No
             [task_id] = await r.submit(E, "echo", {"text": "x"}, prefix="race")
             await asyncio.wait_for(sink.held.wait(), 10)  # our confirm is held back
 
-            # A status update overtakes the confirm: an implicit confirm (CONTRACT §6).
+            # A status update overtakes the confirm: an implicit confirm (specs/protocol.md,
+            # 'Task states').
             update = raw.envelope(
                 "task_status_update",
                 {"task_id": task_id, "status": "executing", "message": "executing"},
@@ -216,7 +217,7 @@ async def test_clock_skew_inside_the_window_is_accepted_outside_it_stale(
         assert reply.payload["code"] == "permission_denied"
         assert reply.payload["details"]["reason"] == "stale"
         assert "server_time" in reply.payload["details"]
-        assert not reply.signed  # CONTRACT §3: a 403 is never signed
+        assert not reply.signed  # specs/protocol.md, 'Signatures': a 403 is never signed
         # A stale refusal is not remembered: the same message, re-stamped, goes through.
         fresh = await raw.post(raw.restamped(request))
         assert fresh.status == 200 and fresh.type == "p2p:task_confirm", fresh

@@ -1,4 +1,5 @@
-"""Seed §4.4 end to end: `task_cancel` and its `task_ack`; both sides end `cancelled` and the
+"""specs/protocol.md, 'Cancellation' end to end: `task_cancel` and its `task_ack`; both sides end
+`cancelled` and the
 executor sends nothing more about the task (no late `task_complete`)."""
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ def style_missing() -> MissingField:
 
 
 def demo_validator(task_type: str, payload: dict[str, Any]) -> Validation:
-    """The demo handler's ValidateTask: `text_generation` needs a `style` (CONTRACT §8)."""
+    """The demo handler's ValidateTask: `text_generation` needs a `style` (specs/protocol.md,
+    'The demo handler')."""
     if task_type == "text_generation" and "style" not in payload:
         return Validation(missing_fields=[style_missing()], question="请选择生成风格")
     return Validation()

@@ -1,4 +1,4 @@
-"""Deduplication by (`from.agent_id`, `id`): CONTRACT §4."""
+"""Deduplication by (`from.agent_id`, `id`): specs/protocol.md, 'Deduplication'."""
 
 from __future__ import annotations
 

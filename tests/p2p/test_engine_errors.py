@@ -1,4 +1,5 @@
-"""What the engine refuses, with which code, and that a refusal changes nothing (CONTRACT §4-6)."""
+"""What the engine refuses, with which code, and that a refusal changes nothing (specs/protocol.md,
+'Transport'-6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The transition table, pair by pair, for both roles (seed §3, CONTRACT §6)."""
+"""The transition table, pair by pair, for both roles (specs/protocol.md, 'Task states')."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ UNLISTED = [
     if event not in TRANSITIONS[role].get(state, {})
 ]
 #: States E never has: it answers a request at once (no `pending`), and only a person at R
-#: decides (`human_deciding` is R only, CONTRACT §6). E's table leaves them out.
+#: decides (`human_deciding` is R only, specs/protocol.md, 'Task states'). E's table leaves them
+#: out.
 NOT_EXECUTOR = {S.PENDING, S.HUMAN_DECIDING}
 
 
@@ -122,7 +123,7 @@ def test_non_final_states_can_still_end(role: Role) -> None:
 
 
 def test_nothing_returns_to_idle_or_pending() -> None:
-    """States never go backwards to the start (CONTRACT §6)."""
+    """States never go backwards to the start (specs/protocol.md, 'Task states')."""
     for role in Role:
         for state, moves in TRANSITIONS[role].items():
             assert S.IDLE not in moves.values()
@@ -135,7 +136,8 @@ def test_every_requester_state_is_reachable_from_idle() -> None:
 
 
 def test_every_executor_state_but_human_deciding_is_reachable_from_idle() -> None:
-    """`human_deciding` is R only (CONTRACT §6: a person at R decides); `pending` is R's wait
+    """`human_deciding` is R only (specs/protocol.md, 'Task states': a person at R decides);
+    `pending` is R's wait
     for the synchronous reply, which E never has: E goes from `idle` straight to its answer."""
     assert reachable(Role.EXECUTOR) == set(TaskState) - NOT_EXECUTOR
     for moves in TRANSITIONS[Role.EXECUTOR].values():
@@ -144,7 +146,8 @@ def test_every_executor_state_but_human_deciding_is_reachable_from_idle() -> Non
 
 
 def test_each_role_only_sends_and_receives_its_own_directions() -> None:
-    """E's table receives only R → E messages, R's only E → R ones (seed §2.1)."""
+    """E's table receives only R → E messages, R's only E → R ones (specs/protocol.md,
+    'Message types')."""
     r_to_e = {MessageType.TASK_INFO_PROVIDED, MessageType.HUMAN_DECISION, MessageType.TASK_CANCEL}
     for state in TaskState:
         assert set(allowed_messages(Role.EXECUTOR, state)) <= {t.value for t in r_to_e}

@@ -1,9 +1,11 @@
-"""Raw HTTP against a running `Peer`: every code of CONTRACT §5 reachable over HTTP.
+"""Raw HTTP against a running `Peer`: every code of specs/protocol.md, 'Error codes' reachable over
+HTTP.
 
 The peer under test ("agent-e", the demo handler wrapped to count its calls) runs on 127.0.0.1;
 the tests speak as its registered partners "agent-r" and "agent-x" with hand-made, hand-signed
 envelopes, and receive its callbacks on small sinks. Each refusal is checked for its HTTP
-status, nack `code`, the `details` CONTRACT names, and whether the reply is signed (CONTRACT §3:
+status, nack `code`, the `details` the specification names, and whether the reply is signed
+(specs/protocol.md, 'Signatures':
 never before the request's signature verified, never on a 403; always after).
 """
 
