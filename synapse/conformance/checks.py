@@ -965,7 +965,7 @@ def _same_reply(first: Exchange, again: Exchange) -> None:
 @check(
     "dedup.same_bytes",
     "the same bytes POSTed again (also concurrently) get the same reply; one execution",
-    "specs/protocol.md, 'Transport'",
+    "specs/protocol.md, 'Deduplication'",
 )
 async def dedup_same_bytes(ctx: Context) -> None:
     task_id = ctx.new_task_id("same-bytes")
@@ -987,7 +987,7 @@ async def dedup_same_bytes(ctx: Context) -> None:
 @check(
     "dedup.refreshed",
     "a retry with a refreshed timestamp, re-signed in the other mode, gets the same reply",
-    "specs/protocol.md, 'Transport'",
+    "specs/protocol.md, 'Deduplication'",
 )
 async def dedup_refreshed(ctx: Context) -> None:
     task_id = ctx.new_task_id("retry")
@@ -1004,7 +1004,7 @@ async def dedup_refreshed(ctx: Context) -> None:
 @check(
     "dedup.id_reused",
     "a message id reused for other content gets 400 invalid_params id_reused, signed",
-    "specs/protocol.md, 'Transport' and 'Error codes'",
+    "specs/protocol.md, 'Deduplication' and 'Error codes'",
 )
 async def dedup_id_reused(ctx: Context) -> None:
     first = await ctx.client.send("heartbeat", {"status": "ok", "active_tasks": 0})
@@ -1018,7 +1018,7 @@ async def dedup_id_reused(ctx: Context) -> None:
     "dedup.task_id",
     "a new request for an existing task id: same task → original decision, other → "
     "task_id_in_use (live) or 409 (final)",
-    "specs/protocol.md, 'Transport' and 'Error codes'",
+    "specs/protocol.md, 'Deduplication' and 'Error codes'",
 )
 async def dedup_task_id(ctx: Context) -> None:
     payload = {"steps": 5, "delay": 0.5}
