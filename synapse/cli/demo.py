@@ -180,7 +180,7 @@ async def run_demo(out: TextIO, *, signing: SenderMode = "header") -> int:
         write(
             "Synapse demo: two peers in this process, talking signed HTTP over loopback.\n"
             f"  R = {REQUESTER}, the requester.  E = {EXECUTOR}, the executor "
-            "(the demo handler of specs/protocol.md, 'The demo handler').\n"
+            "(the demo handler (specs/protocol.md, 'The demo handler')).\n"
             f"  Every message is signed with HMAC-SHA256 ({signing} mode) and checked.\n"
             "Each numbered line is one message: `R → E` a POST from alice to bob, `E → R` one\n"
             "from bob to alice, `↳ … (sync reply)` the HTTP response to the POST just above.\n"

@@ -1,4 +1,4 @@
-"""The four flows of specs/protocol.md, 'Flows', message by message, with both engines paired and no
+"""The four flows (specs/protocol.md, 'Flows'), message by message, with both engines paired and no
 sockets."""
 
 from __future__ import annotations

@@ -1,0 +1,84 @@
+"""What README.md and docs/ show is what the package does: commands, flags and printed output."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SUBCOMMANDS = ("serve", "send", "caps", "ping", "demo", "outbox", "schema", "conformance")
+
+
+def _blocks(path: Path, fence: str) -> list[str]:
+    text = path.read_text("utf-8")
+    return [part.split("\n```", 1)[0] for part in text.split(f"```{fence}\n")[1:]]
+
+
+def _commands(path: Path) -> list[tuple[str, str]]:
+    """Every `synapse SUB …` command of the shell blocks, continuation lines joined."""
+    found = []
+    for block in _blocks(path, "sh"):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        pieces = [p for line in joined.splitlines() for p in re.split(r"\s{2,}(?=synapse )", line)]
+        for line in pieces:
+            line = re.sub(r"^(\$ |export \S+ )", "", line.strip())
+            line = re.sub(r"^(SYNAPSE_\w+=\S+ )+", "", line)
+            words = line.split()
+            if len(words) >= 2 and words[0] == "synapse" and words[1] in SUBCOMMANDS:
+                found.append((words[1], line))
+    return found
+
+
+@cache
+def _help(subcommand: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "synapse.cli.main", subcommand, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+CASES = [
+    pytest.param(sub, line, id=f"{path.name}:{sub}:{n}")
+    for path in DOCS
+    for n, (sub, line) in enumerate(_commands(path))
+]
+
+
+def test_the_docs_show_commands() -> None:
+    assert len(CASES) > 20
+
+
+@pytest.mark.parametrize(("subcommand", "line"), CASES)
+def test_every_documented_flag_exists(subcommand: str, line: str) -> None:
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", line.split("#", 1)[0]))
+    helptext = _help(subcommand)
+    missing = sorted(flag for flag in flags if not re.search(rf"{flag}(?![\w-])", helptext))
+    assert not missing, f"{line!r}: `synapse {subcommand} --help` has no {missing}"
+
+
+def test_the_demo_timeline_in_cli_md_is_what_synapse_demo_prints() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text("utf-8")
+    section = text.split("## `synapse demo`", 1)[1]
+    shown = section.split("\n```\n", 1)[1].split("\n```", 1)[0].splitlines()
+    done = subprocess.run(
+        [sys.executable, "-m", "synapse.cli.main", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    printed = done.stdout.splitlines()
+    excerpt = [line for line in shown if line.strip() not in {"...", "…"}]
+    assert excerpt, "the demo section shows no output"
+    start = printed.index(excerpt[0])
+    assert printed[start : start + len(excerpt)] == excerpt
