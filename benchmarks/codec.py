@@ -39,7 +39,7 @@ from synapse.types import (
     TaskStatusUpdate,
     TaskStatusUpdatePayload,
     body_signature,
-    build_message,
+    build_message_now,
     decode_head,
     decode_message,
     decode_typed,
@@ -153,7 +153,7 @@ def _signed(message: Any) -> bytes:
 
 
 def samples() -> dict[str, tuple[Any, bytes]]:
-    request = build_message(
+    request = build_message_now(
         TaskRequest,
         TaskRequestPayload(
             task=TaskSpec(
@@ -174,7 +174,7 @@ def samples() -> dict[str, tuple[Any, bytes]]:
         message_id="msg-alice-0001",
         timestamp=AT,
     )
-    update = build_message(
+    update = build_message_now(
         TaskStatusUpdate,
         TaskStatusUpdatePayload(
             task_id="task-20260101-poem-0001",

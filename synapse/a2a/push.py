@@ -40,7 +40,7 @@ from synapse.types import (
     HeartbeatPayload,
     Message,
     Sender,
-    build_reply,
+    build_reply_now,
     format_timestamp,
 )
 from synapse.types.signing import SIGNATURE_HEADER, Secret, header_signature
@@ -143,14 +143,14 @@ class PushSender:
         me = Sender(agent_id=partner, endpoint="a2a://push")
         if isinstance(message, Heartbeat):
             # The webhook has no heartbeat: answering lets parked notifications try again.
-            return build_reply(Heartbeat, HeartbeatPayload(), request=message, sender=me)
+            return build_reply_now(Heartbeat, HeartbeatPayload(), request=message, sender=me)
         found = self.server.push_target(partner, message)
         if found is None:
             log.info("push_dropped", partner=partner, message_id=message.id, reason="no config")
-            return build_reply(Ack, AckPayload(), request=message, sender=me)
+            return build_reply_now(Ack, AckPayload(), request=message, sender=me)
         target, event = found
         await self._post(target, event, message, retries=self.config.max_retries if retry else 0)
-        return build_reply(Ack, AckPayload(), request=message, sender=me)
+        return build_reply_now(Ack, AckPayload(), request=message, sender=me)
 
     def body(self, event: wire.StreamResponse, message: Message) -> bytes:
         """The JSON body: the event, with the message id and the attempt's time inside."""

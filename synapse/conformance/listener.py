@@ -49,7 +49,7 @@ from synapse.types import (
     TaskAck,
     TaskAckPayload,
     TaskState,
-    build_message,
+    build_message_now,
     decode_message,
     encode_message,
     header_signature,
@@ -277,7 +277,7 @@ class CallbackListener:
         signed: bool,
         details: dict[str, Any] | None = None,
     ) -> tuple[int, bytes, dict[str, str]]:
-        nack = build_message(
+        nack = build_message_now(
             Nack,
             NackPayload(code=code, message=text, details=details),
             sender=self.sender,
@@ -364,7 +364,7 @@ class CallbackListener:
         self, message: Message, value: dict[str, Any], signed_by: str | None, at: int, label: str
     ) -> tuple[int, bytes, dict[str, str]]:
         if isinstance(message, Heartbeat):
-            beat = build_message(
+            beat = build_message_now(
                 Heartbeat,
                 HeartbeatPayload(active_tasks=0),
                 sender=self.sender,
@@ -373,7 +373,7 @@ class CallbackListener:
             )
             return self._reply(beat)
         if isinstance(message, CapabilityQuery):
-            response = build_message(
+            response = build_message_now(
                 CapabilityResponse,
                 CapabilityResponsePayload(agent_id=self.identity.kit_id),
                 sender=self.sender,
@@ -436,7 +436,7 @@ class CallbackListener:
                     if message.message_type.value == "p2p:task_complete"
                     else TaskState.FAILED
                 )
-                reply = build_message(
+                reply = build_message_now(
                     TaskAck,
                     TaskAckPayload(task_id=task_id, state=kit_state),
                     sender=self.sender,
@@ -444,7 +444,7 @@ class CallbackListener:
                     reply_to=message.id,
                 )
             else:
-                reply = build_message(
+                reply = build_message_now(
                     Ack,
                     AckPayload(),
                     sender=self.sender,

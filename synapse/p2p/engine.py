@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, TypeAlias, TypeVar
 
 from synapse.p2p.config import P2PConfig
@@ -44,6 +45,7 @@ from synapse.types import (
     HumanOption,
     LocalProtocolError,
     Message,
+    MessageType,
     MissingField,
     Nack,
     NackPayload,
@@ -80,8 +82,8 @@ from synapse.types import (
     TaskStatusUpdatePayload,
     build_message,
     build_reply,
-    new_task_id,
 )
+from synapse.types.codec import IdFactory, RandomIds
 
 # --- values the engine hands out ----------------------------------------------------------
 
@@ -163,16 +165,52 @@ class PartnerReachability:
     reachable: bool
 
 
-@dataclass(frozen=True, slots=True)
-class TaskEvent:
-    """Something the requester's handle should see: a message about the task, or a note.
+class TaskEventKind(StrEnum):
+    """What a `TaskEvent` is: a message about the task (its type), or a note.
 
-    `kind` is the message type (`p2p:task_status_update`, …) or one of `partner_unreachable`,
-    `partner_reachable`, `undeliverable`, `refused`.
+    A `StrEnum`: `kind == "p2p:task_need_info"` and `kind is TaskEventKind.TASK_NEED_INFO`
+    both hold for the same event.
     """
 
+    TASK_REQUEST = "p2p:task_request"
+    TASK_CONFIRM = "p2p:task_confirm"
+    TASK_REJECT = "p2p:task_reject"
+    TASK_NEED_INFO = "p2p:task_need_info"
+    TASK_INFO_PROVIDED = "p2p:task_info_provided"
+    TASK_STATUS_UPDATE = "p2p:task_status_update"
+    TASK_COMPLETE = "p2p:task_complete"
+    TASK_FAILED = "p2p:task_failed"
+    TASK_CANCEL = "p2p:task_cancel"
+    TASK_ACK = "p2p:task_ack"
+    ACK = "p2p:ack"
+    NACK = "p2p:nack"
+    HEARTBEAT = "p2p:heartbeat"
+    CAPABILITY_QUERY = "p2p:capability_query"
+    CAPABILITY_RESPONSE = "p2p:capability_response"
+    TASK_NEED_HUMAN = "p2p:task_need_human"
+    HUMAN_DECISION = "p2p:human_decision"
+    PARTNER_UNREACHABLE = "partner_unreachable"
+    """The executor missed its heartbeats; no state changed."""
+    PARTNER_REACHABLE = "partner_reachable"
+    """The executor answered again."""
+    UNDELIVERABLE = "undeliverable"
+    """Retries ran out; the message waits in the outbox for the partner's next heartbeat."""
+    REFUSED = "refused"
+    """The partner answered one of our messages with a `nack` (`detail` says why)."""
+    DEAD_LETTER = "dead_letter"
+    """A message stayed undeliverable past `dead_letter_after`."""
+
+    @classmethod
+    def of(cls, message_type: MessageType) -> TaskEventKind:
+        return cls(message_type.value)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """Something the requester's handle should see: a message about the task, or a note."""
+
     key: TaskKey
-    kind: str
+    kind: TaskEventKind
     state: TaskState
     message: Message | None = None
     detail: str = ""
@@ -352,8 +390,11 @@ class Engine:
         config: P2PConfig | None = None,
         validator: Validator | None = None,
         capabilities: CapabilityProvider | None = None,
+        ids: IdFactory | None = None,
     ) -> None:
         self.agent_id = agent_id
+        #: Where message and task ids come from (random by default; `CountingIds` in tests).
+        self.ids: IdFactory = ids or RandomIds()
         self.endpoint = endpoint
         self.config = config or P2PConfig()
         self.sender = Sender(agent_id=agent_id, endpoint=endpoint)
@@ -401,10 +442,24 @@ class Engine:
     # --- building messages ------------------------------------------------------------------
 
     def _message(self, cls: type[M], payload: Any, to: str, now: float) -> M:
-        return build_message(cls, payload, sender=self.sender, to=to, timestamp=_at(now))
+        return build_message(
+            cls,
+            payload,
+            sender=self.sender,
+            to=to,
+            timestamp=_at(now),
+            message_id=self.ids.message_id(),
+        )
 
-    def _reply(self, cls: type[M], payload: Any, request: Envelope[Any]) -> M:
-        return build_reply(cls, payload, request=request, sender=self.sender)
+    def _reply(self, cls: type[M], payload: Any, request: Envelope[Any], now: float) -> M:
+        return build_reply(
+            cls,
+            payload,
+            request=request,
+            sender=self.sender,
+            timestamp=_at(now),
+            message_id=self.ids.message_id(),
+        )
 
     def _callback(
         self, rec: TaskRecord, cls: type[Envelope[Any]], payload: Any, now: float
@@ -412,8 +467,9 @@ class Engine:
         message: Any = self._message(cls, payload, rec.partner, now)
         return Outgoing(rec.partner, message, rec.key)
 
-    def task_ack(self, request: Envelope[Any], rec: TaskRecord) -> TaskAck:
-        return self._reply(TaskAck, TaskAckPayload(task_id=rec.task_id, state=rec.state), request)
+    def task_ack(self, request: Envelope[Any], rec: TaskRecord, now: float) -> TaskAck:
+        payload = TaskAckPayload(task_id=rec.task_id, state=rec.state)
+        return self._reply(TaskAck, payload, request, now)
 
     def heartbeat(self, partner: str, now: float) -> Heartbeat:
         payload = HeartbeatPayload(
@@ -433,9 +489,20 @@ class Engine:
     def _move(
         self, rec: TaskRecord, event: Event, now: float, message_id: str | None, step: Step
     ) -> TaskState:
-        """Apply `event` to `rec` (or raise `TransitionError` and change nothing)."""
+        """Apply `event` to `rec`, or raise and change nothing.
+
+        A received message the state does not allow raises `TransitionError` (a remote
+        protocol error: the partner's fault, answered with a nack). A local step the table does
+        not allow (starting execution, sending a message, ...) is a bug of ours, even while a
+        received message is being applied: `LocalProtocolError`, never sent to the partner.
+        """
         old = rec.state
-        new = next_state(rec.role, old, event)
+        try:
+            new = next_state(rec.role, old, event)
+        except TransitionError as exc:
+            if event.message_type is None and event is not Event.REQUEST_REFUSED:
+                raise LocalProtocolError(f"{event.value} in state {old.value}") from exc
+            raise
         executor = rec.role is Role.EXECUTOR
         if old is TaskState.EXECUTING and new is not TaskState.EXECUTING:
             rec.executed_time += now - (rec.executing_since or now)
@@ -497,9 +564,9 @@ class Engine:
             self._on_executor_callback(message, now, step)
         elif isinstance(message, Heartbeat):
             reply = self.heartbeat(message.from_.agent_id, now)
-            step.reply = build_reply(Heartbeat, reply.payload, request=message, sender=self.sender)
+            step.reply = self._reply(Heartbeat, reply.payload, message, now)
         elif isinstance(message, CapabilityQuery):
-            step.reply = self._capability_response(message)
+            step.reply = self._capability_response(message, now)
         else:
             raise SynapseError(
                 ErrorCode.INVALID_PARAMS,
@@ -508,7 +575,7 @@ class Engine:
             )
         return step
 
-    def _capability_response(self, query: CapabilityQuery) -> CapabilityResponse:
+    def _capability_response(self, query: CapabilityQuery, now: float) -> CapabilityResponse:
         wanted = query.payload.task_type
         caps = [as_capability(c) for c in self.capabilities()]
         if wanted is not None:
@@ -518,7 +585,7 @@ class Engine:
             capabilities=caps,
             max_concurrent_tasks=self.config.max_concurrent_tasks,
         )
-        response: CapabilityResponse = self._reply(CapabilityResponse, payload, query)
+        response: CapabilityResponse = self._reply(CapabilityResponse, payload, query, now)
         return response
 
     # executor side ---------------------------------------------------------------------------
@@ -529,7 +596,7 @@ class Engine:
         existing = self.tasks.get(key)
         if existing is not None:
             if existing.role is Role.EXECUTOR and existing.task == spec:
-                step.reply = self._decision_reply(existing, message)
+                step.reply = self._decision_reply(existing, message, now)
                 return
             if existing.is_final:
                 raise SynapseError(
@@ -572,7 +639,7 @@ class Engine:
             self._start(rec, now, step)
         if spec.deadline is not None and not rec.is_final:
             self._timers.set((_DEADLINE, key), _epoch(spec.deadline))
-        rec.decision = self._reply(_DECISIONS[type(verdict)], verdict, message)
+        rec.decision = self._reply(_DECISIONS[type(verdict)], verdict, message, now)
         step.reply = rec.decision
 
     def _judge(
@@ -623,11 +690,11 @@ class Engine:
             capabilities_used=[spec.type],
         )
 
-    def _decision_reply(self, rec: TaskRecord, request: TaskRequest) -> Message:
+    def _decision_reply(self, rec: TaskRecord, request: TaskRequest, now: float) -> Message:
         """The original synchronous answer again, now answering `request`."""
         decision = rec.decision
         assert decision is not None
-        reply: Message = self._reply(type(decision), decision.payload, request)
+        reply: Message = self._reply(type(decision), decision.payload, request, now)
         return reply
 
     def _arm_wait(self, rec: TaskRecord, until: datetime | None) -> None:
@@ -679,11 +746,11 @@ class Engine:
         rec = self._executor_record(message, message.payload.task_id)
         if isinstance(message, TaskCancel):
             self._move(rec, Event.RECV_TASK_CANCEL, now, message.id, step)
-            step.reply = self.task_ack(message, rec)
+            step.reply = self.task_ack(message, rec, now)
             step.actions += [CancelExecution(rec.key, "cancelled"), DropQueued(rec.key)]
         elif isinstance(message, TaskInfoProvided):
             self._move(rec, Event.RECV_TASK_INFO_PROVIDED, now, message.id, step)
-            step.reply = self.task_ack(message, rec)
+            step.reply = self.task_ack(message, rec, now)
             rec.provided.update(message.payload.fields)
             self._after_info(rec, message.payload.fields, now, step)
         else:
@@ -698,7 +765,7 @@ class Engine:
                     {"reason": "reply_to_mismatch", "expected": rec.need_human_id},
                 )
             self._move(rec, event, now, message.id, step)
-            step.reply = self.task_ack(message, rec)
+            step.reply = self.task_ack(message, rec, now)
             if approve:
                 self._start(rec, now, step)
                 step.actions.append(ResumeExecution(rec.key, message.payload))
@@ -767,24 +834,26 @@ class Engine:
             if message.payload.progress is not None:
                 rec.progress = message.payload.progress
             rec.status_message = message.payload.message
-            step.reply = self._reply(Ack, AckPayload(), message)
+            step.reply = self._reply(Ack, AckPayload(), message, now)
         elif isinstance(message, TaskNeedInfo):
             self._move(rec, Event.RECV_TASK_NEED_INFO, now, message.id, step)
             rec.need_info = message.payload
-            step.reply = self._reply(Ack, AckPayload(), message)
+            step.reply = self._reply(Ack, AckPayload(), message, now)
         elif isinstance(message, TaskNeedHuman):
             self._move(rec, Event.RECV_TASK_NEED_HUMAN, now, message.id, step)
             rec.need_human, rec.need_human_id = message.payload, message.id
-            step.reply = self._reply(Ack, AckPayload(), message)
+            step.reply = self._reply(Ack, AckPayload(), message, now)
         elif isinstance(message, TaskComplete):
             self._move(rec, Event.RECV_TASK_COMPLETE, now, message.id, step)
             rec.result = message.payload.result
-            step.reply = self.task_ack(message, rec)
+            step.reply = self.task_ack(message, rec, now)
         elif isinstance(message, TaskFailed):
             self._move(rec, Event.RECV_TASK_FAILED, now, message.id, step)
             rec.error = message.payload.error
-            step.reply = self.task_ack(message, rec)
-        step.actions.append(TaskEvent(rec.key, message.message_type.value, rec.state, message))
+            step.reply = self.task_ack(message, rec, now)
+        step.actions.append(
+            TaskEvent(rec.key, TaskEventKind.of(message.message_type), rec.state, message)
+        )
 
     # --- replies to what we POSTed --------------------------------------------------------------
 
@@ -806,14 +875,18 @@ class Engine:
                     rec.reject = reply.payload
                 elif isinstance(reply, TaskNeedInfo):
                     rec.need_info = reply.payload
-                step.actions.append(TaskEvent(rec.key, reply.message_type.value, rec.state, reply))
+                step.actions.append(
+                    TaskEvent(rec.key, TaskEventKind.of(reply.message_type), rec.state, reply)
+                )
             # Otherwise a callback overtook this reply and implicitly confirmed the task.
             self._send_requested_cancel(rec, now, step)
         elif isinstance(sent, TaskCancel) and isinstance(reply, TaskAck):
             rec = self.tasks.get(TaskKey(self.agent_id, sent.payload.task_id))
             if rec is not None and not rec.is_final and reply.payload.state is TaskState.CANCELLED:
                 self._move(rec, Event.RECV_CANCEL_ACK, now, reply.id, step)
-                step.actions.append(TaskEvent(rec.key, reply.message_type.value, rec.state, reply))
+                step.actions.append(
+                    TaskEvent(rec.key, TaskEventKind.of(reply.message_type), rec.state, reply)
+                )
         return step
 
     def _on_nack(self, sent: Message, nack: NackPayload, now: float, step: Step) -> None:
@@ -825,10 +898,14 @@ class Engine:
         if isinstance(sent, TaskRequest) and rec.state is TaskState.PENDING:
             rec.refusal = nack
             self._move(rec, Event.REQUEST_REFUSED, now, None, step)
-            step.actions.append(TaskEvent(rec.key, "refused", rec.state, None, nack.message))
+            step.actions.append(
+                TaskEvent(rec.key, TaskEventKind.REFUSED, rec.state, None, nack.message)
+            )
         elif not rec.is_final:
             # 409 on a cancel: E finished first; its final callback is on its way.
-            step.actions.append(TaskEvent(rec.key, "refused", rec.state, None, nack.message))
+            step.actions.append(
+                TaskEvent(rec.key, TaskEventKind.REFUSED, rec.state, None, nack.message)
+            )
 
     def incoming_key(self, message: Message) -> TaskKey | None:
         """The key of the task a POSTed `message` is about (None if about no task)."""
@@ -858,7 +935,9 @@ class Engine:
         rec = self.tasks.get(key) if key is not None else None
         if rec is not None and rec.role is Role.REQUESTER:
             step.actions.append(
-                TaskEvent(rec.key, "undeliverable", rec.state, sent, "partner did not answer")
+                TaskEvent(
+                    rec.key, TaskEventKind.UNDELIVERABLE, rec.state, sent, "partner did not answer"
+                )
             )
         return step
 
@@ -878,7 +957,7 @@ class Engine:
     ) -> tuple[TaskKey, Step]:
         """Create a task as requester and queue its `task_request` to `partner`."""
         spec = TaskSpec(
-            id=task_id or new_task_id(),
+            id=task_id or self.ids.task_id(),
             type=task_type,
             priority=priority,
             deadline=deadline,
@@ -1213,7 +1292,7 @@ class Engine:
         if liveness.reachable and silent_for >= limit:
             liveness.reachable = False
             step.actions.append(PartnerReachability(partner, reachable=False))
-            self._partner_events(partner, "partner_unreachable", step)
+            self._partner_events(partner, TaskEventKind.PARTNER_UNREACHABLE, step)
         step.outgoing.append(Outgoing(partner, self.heartbeat(partner, now)))
         self._timers.set((_HEARTBEAT, partner), now + self.config.heartbeat_interval)
 
@@ -1229,10 +1308,10 @@ class Engine:
         if not liveness.reachable:
             liveness.reachable = True
             step.actions.append(PartnerReachability(partner, reachable=True))
-            self._partner_events(partner, "partner_reachable", step)
+            self._partner_events(partner, TaskEventKind.PARTNER_REACHABLE, step)
         return step
 
-    def _partner_events(self, partner: str, kind: str, step: Step) -> None:
+    def _partner_events(self, partner: str, kind: TaskEventKind, step: Step) -> None:
         for rec in self.tasks.values():
             if rec.partner == partner and rec.role is Role.REQUESTER and not rec.is_final:
                 step.actions.append(TaskEvent(rec.key, kind, rec.state))

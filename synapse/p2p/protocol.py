@@ -31,11 +31,12 @@ from synapse.p2p.engine import (
     StartExecution,
     Step,
     TaskEvent,
+    TaskEventKind,
     TaskKey,
     TaskRecord,
     Validation,
 )
-from synapse.p2p.handler import ExecutionContext, TaskHandler, as_result
+from synapse.p2p.handler import ExecutionContext, ResumableHandler, TaskHandler, as_result
 from synapse.p2p.persistence import MemoryStore, OutboxItem, Snapshot, TaskStore
 from synapse.p2p.sender import CallbackSender, DeliveryError
 from synapse.p2p.stream import EventStream
@@ -165,7 +166,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
                 action,
                 now=rt.clock(),
                 decided_by=decided_by or DecidedBy(user_id=rt.engine.agent_id),
-                decision_id=f"dec-{new_message_id()[4:]}",
+                decision_id=f"dec-{rt.engine.ids.message_id()[4:]}",
                 approved_fields=approved_fields,
                 rejection_reason=rejection_reason,
                 notes=notes,
@@ -382,10 +383,12 @@ class P2PProtocol:
         for item in snapshot.outbox:
             message = decode_typed(item.body)
             self._queue(_Queued(Outgoing(item.partner, message, item.key), item))
-        resumable = getattr(self._handler, "is_resumable", None)
+        handler = self._handler
         for rec in snapshot.tasks:
             if rec.role.value == "executor" and not rec.is_final:
-                can_resume = bool(resumable(rec.task.type)) if callable(resumable) else False
+                can_resume = isinstance(handler, ResumableHandler) and bool(
+                    handler.is_resumable(rec.task.type)
+                )
                 self.apply(self.engine.recover(rec.key, resumable=can_resume, now=now))
         log.info(
             "restored",
@@ -677,7 +680,7 @@ class P2PProtocol:
             self.store.put_task(rec, [])
             handle = self._handles.get(key)
             if handle is not None:
-                handle._push(TaskEvent(key, "dead_letter", rec.state, message, reason))
+                handle._push(TaskEvent(key, TaskEventKind.DEAD_LETTER, rec.state, message, reason))
 
     async def _send_once(self, out: Outgoing) -> None:
         sender = self._require_sender(out.partner)

@@ -27,7 +27,7 @@ from synapse.p2p.config import P2PConfig
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.types.codec import (
     EnvelopeHead,
-    build_message,
+    build_message_now,
     check_version,
     decode_head,
     encode_message,
@@ -275,7 +275,7 @@ def nack_for(
 
     `reply_to` is the refused request's id when known; `to` is "unknown" when not.
     """
-    return build_message(
+    return build_message_now(
         Nack,
         NackPayload(code=error.code.value, message=error.message, details=error.details),
         sender=Sender(agent_id=agent_id, endpoint=endpoint),

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 import structlog
 from aiohttp import web
 
-from synapse.p2p.dedup import DedupStore, MemoryDedupStore, Outcome, StoredReply, is_storable
+from synapse.p2p.dedup import DedupOutcome, DedupStore, MemoryDedupStore, StoredReply, is_storable
 from synapse.p2p.engine import TaskRecord
 from synapse.p2p.protocol import P2PProtocol
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
@@ -226,13 +226,13 @@ class SynapseServer:
             begun = self.dedup.begin(
                 inbound.key, inbound.fingerprint, now=now, timestamp=head.timestamp
             )
-            if begun.outcome is Outcome.NEW:
+            if begun.outcome is DedupOutcome.NEW:
                 break
-            if begun.outcome is Outcome.DUPLICATE:
+            if begun.outcome is DedupOutcome.DUPLICATE:
                 assert begun.reply is not None
                 log.info("message_duplicate", message_id=head.id, sender=head.from_.agent_id)
                 return _response(begun.reply)
-            if begun.outcome is Outcome.REUSED:
+            if begun.outcome is DedupOutcome.REUSED:
                 error = SynapseError(
                     ErrorCode.INVALID_PARAMS,
                     f"message id {head.id!r} was already used for another message",

@@ -27,6 +27,7 @@ from synapse.p2p.engine import (
     Validation,
 )
 from synapse.types import (
+    CountingIds,
     DecidedBy,
     DecisionAction,
     ErrorCode,
@@ -41,7 +42,7 @@ from synapse.types import (
     TaskError,
     TaskResult,
     TaskState,
-    build_reply,
+    build_reply_now,
 )
 
 #: 2026-01-01T00:00:00Z: the fake clock starts here (engine time is epoch seconds).
@@ -76,7 +77,7 @@ def demo_validator(task_type: str, payload: dict[str, Any]) -> Validation:
 def nack_for(receiver: Engine, message: Message, error: SynapseError) -> Nack:
     """The `nack` the transport answers a refused message with."""
     payload = NackPayload(code=error.code.value, message=error.message, details=error.details)
-    nack: Nack = build_reply(Nack, payload, request=message, sender=receiver.sender)
+    nack: Nack = build_reply_now(Nack, payload, request=message, sender=receiver.sender)
     return nack
 
 
@@ -142,6 +143,7 @@ class Pair:
         r_config: P2PConfig | None = None,
         e_config: P2PConfig | None = None,
         now: float = T0,
+        deterministic_ids: bool = False,
     ) -> None:
         self.now = now
         caps = list(capabilities)
@@ -150,6 +152,7 @@ class Pair:
             endpoint="http://r.test/synapse/callback",
             config=r_config,
             capabilities=lambda: caps,
+            ids=CountingIds("r") if deterministic_ids else None,
         )
         self.e = Engine(
             agent_id=E_ID,
@@ -157,6 +160,7 @@ class Pair:
             config=e_config,
             validator=validator,
             capabilities=lambda: caps,
+            ids=CountingIds("e") if deterministic_ids else None,
         )
         self.outbox: dict[str, list[Outgoing]] = {R_ID: [], E_ID: []}
         self.actions: dict[str, list[Action]] = {R_ID: [], E_ID: []}

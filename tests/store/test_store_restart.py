@@ -33,7 +33,7 @@ from synapse.types import (
     TaskRequestPayload,
     TaskSpec,
     TaskState,
-    build_message,
+    build_message_now,
     encode_message,
     header_signature,
     refreshed,
@@ -218,7 +218,7 @@ async def test_undelivered_callbacks_are_resent_after_a_restart(
 
 
 def signed_request(task_id: str, r_port: int) -> tuple[TaskRequest, bytes, dict[str, str]]:
-    message = build_message(
+    message = build_message_now(
         TaskRequest,
         TaskRequestPayload(task=TaskSpec(id=task_id, type="echo", payload={"text": "t"})),
         sender=Sender(agent_id=R, endpoint=url(r_port)),
