@@ -148,7 +148,7 @@ def exchange_error(exc: Exception, setup: ClientSetup) -> CliError:
 
 def root_cause(exc: BaseException) -> str:
     """The innermost cause of a delivery failure (`Connect call failed …`, `HTTP 503`)."""
-    attempts = getattr(exc.__cause__, "attempts", None)
+    attempts = exc.attempts if isinstance(exc, DeliveryError) else None
     while exc.__cause__ is not None:
         exc = exc.__cause__
     text = str(exc) or type(exc).__name__

@@ -1,6 +1,6 @@
 """The checks: each one exercises the target from outside and raises `CheckFailed` on a fault.
 
-A check is an async function of a `Context`, registered with an id, a title and the section of
+A check is an async function of a `CheckContext`, registered with an id, a title and the section of
 the spec it covers. `setup` runs first (if it fails nothing else can work); the `main` checks run
 concurrently, each on task ids of its own; the `final` ones judge, once everything settled, what
 the listener saw across all of them (specs/protocol.md: 'Signatures', the
@@ -63,7 +63,7 @@ class Timing:
     ack_delay: float = 0.02
 
 
-class Context:
+class CheckContext:
     """What a check works with: the raw client, the listener, the identities and the timing."""
 
     def __init__(self, client: RawClient, listener: CallbackListener, timing: Timing) -> None:
@@ -212,7 +212,7 @@ def is_rfc3339(value: Any) -> bool:
 
 # --- registry -----------------------------------------------------------------------------------
 
-CheckFn = Callable[[Context], Awaitable[None]]
+CheckFn = Callable[[CheckContext], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ _SETUP_HINTS = {
     "specs/protocol.md, 'Transport'",
     "setup",
 )
-async def setup(ctx: Context) -> None:
+async def setup(ctx: CheckContext) -> None:
     exchange = await ctx.client.send("heartbeat", {"status": "ok", "active_tasks": 0})
     me = ctx.me
     if exchange.error is not None:
@@ -284,7 +284,7 @@ async def setup(ctx: Context) -> None:
     "heartbeat is answered by the target's own heartbeat",
     "specs/protocol.md, 'Payloads' and 'Transport'",
 )
-async def heartbeat(ctx: Context) -> None:
+async def heartbeat(ctx: CheckContext) -> None:
     exchange = ctx.client.expect(
         await ctx.client.send("heartbeat", {"status": "ok", "active_tasks": 0}), "heartbeat"
     )
@@ -301,7 +301,7 @@ async def heartbeat(ctx: Context) -> None:
     "capability_query lists the demo capabilities",
     "specs/protocol.md, 'Payloads' and 'The demo handler'",
 )
-async def capability_query(ctx: Context) -> None:
+async def capability_query(ctx: CheckContext) -> None:
     exchange = ctx.client.expect(
         await ctx.client.send("capability_query", {}), "capability_response"
     )
@@ -321,7 +321,7 @@ async def capability_query(ctx: Context) -> None:
     "capability_query.task_type filters by exact name",
     "specs/protocol.md, 'Payloads' and 'The demo handler'",
 )
-async def capability_filter(ctx: Context) -> None:
+async def capability_filter(ctx: CheckContext) -> None:
     for wanted, expected in (("portrait", ["portrait"]), ("port", []), ("PORTRAIT", [])):
         exchange = ctx.client.expect(
             await ctx.client.send("capability_query", {"task_type": wanted}),
@@ -338,7 +338,7 @@ async def capability_filter(ctx: Context) -> None:
     "a minor version and unknown members are accepted, in both signing modes",
     "specs/protocol.md, 'Envelope'",
 )
-async def envelope_extensions(ctx: Context) -> None:
+async def envelope_extensions(ctx: CheckContext) -> None:
     value = ctx.client.envelope(
         "capability_query", {"task_type": "echo", "x_hint": 1}, version="1.9", x_extension="x"
     )
@@ -357,7 +357,7 @@ async def envelope_extensions(ctx: Context) -> None:
     "echo: confirm, status executing, task_complete with the text",
     "specs/protocol.md, 'Normal task'",
 )
-async def flow_echo(ctx: Context) -> None:
+async def flow_echo(ctx: CheckContext) -> None:
     text = f"hello {uuid.uuid4().hex[:6]} 你好"
     trace = await ctx.confirmed("echo", "echo", {"text": text})
     complete = await ctx.finish(trace)
@@ -372,7 +372,7 @@ async def flow_echo(ctx: Context) -> None:
     "slow: status updates with progress floor(100·i/steps), then task_complete",
     "specs/protocol.md, 'Normal task'",
 )
-async def flow_progress(ctx: Context) -> None:
+async def flow_progress(ctx: CheckContext) -> None:
     steps = 3
     trace = await ctx.confirmed("slow", "slow", {"steps": steps, "delay": 0.05})
     progress: list[Any] = []
@@ -394,7 +394,7 @@ async def flow_progress(ctx: Context) -> None:
     "text_generation: task_need_info, task_info_provided, executing, complete",
     "specs/protocol.md, 'Missing information'",
 )
-async def flow_need_info(ctx: Context) -> None:
+async def flow_need_info(ctx: CheckContext) -> None:
     prompt = f"春天 {uuid.uuid4().hex[:4]}"
     exchange, trace = await ctx.request("need-info", "text_generation", {"prompt": prompt})
     ctx.client.expect(exchange, "task_need_info")
@@ -432,7 +432,7 @@ def _decision(trace: TaskTrace, need_human: Callback, action: str) -> dict[str, 
     }
 
 
-async def _portrait(ctx: Context, label: str) -> tuple[TaskTrace, Callback]:
+async def _portrait(ctx: CheckContext, label: str) -> tuple[TaskTrace, Callback]:
     trace = await ctx.confirmed(label, "portrait", {"subject": "conformance"})
     need_human = await ctx.finish(trace, "task_need_human")
     payload = need_human.payload
@@ -450,7 +450,7 @@ async def _portrait(ctx: Context, label: str) -> tuple[TaskTrace, Callback]:
     "portrait: task_need_human, human_decision approve, task_complete",
     "specs/protocol.md, 'Human decision'",
 )
-async def flow_need_human_approve(ctx: Context) -> None:
+async def flow_need_human_approve(ctx: CheckContext) -> None:
     trace, need_human = await _portrait(ctx, "approve")
     decided = await ctx.tell(trace, "human_decision", _decision(trace, need_human, "approve"))
     acked(ctx.client.expect(decided, "task_ack"), "human_approved", "executing")
@@ -462,7 +462,7 @@ async def flow_need_human_approve(ctx: Context) -> None:
     "portrait: human_decision reject, task_failed permission_denied, not recoverable",
     "specs/protocol.md, 'Human decision' and 'Task states'",
 )
-async def flow_need_human_reject(ctx: Context) -> None:
+async def flow_need_human_reject(ctx: CheckContext) -> None:
     trace, need_human = await _portrait(ctx, "reject")
     decided = await ctx.tell(trace, "human_decision", _decision(trace, need_human, "reject"))
     acked(ctx.client.expect(decided, "task_ack"), "human_rejected", "failed")
@@ -479,7 +479,7 @@ async def flow_need_human_reject(ctx: Context) -> None:
     "slow: task_cancel is acknowledged cancelled, and nothing follows",
     "specs/protocol.md, 'Cancellation' and 'Task states'",
 )
-async def flow_cancel(ctx: Context) -> None:
+async def flow_cancel(ctx: CheckContext) -> None:
     steps, delay = 2, 0.5
     trace = await ctx.confirmed("cancel", "slow", {"steps": steps, "delay": delay})
     await ctx.cancel(trace)
@@ -492,7 +492,7 @@ async def flow_cancel(ctx: Context) -> None:
     "fail: confirm, then task_failed execution_failed, recoverable",
     "specs/protocol.md, 'Error codes' and 'The demo handler'",
 )
-async def flow_fail(ctx: Context) -> None:
+async def flow_fail(ctx: CheckContext) -> None:
     trace = await ctx.confirmed("fail", "fail", {})
     failed = await ctx.finish(trace, "task_failed")
     error = failed.payload.get("error") or {}
@@ -507,7 +507,7 @@ async def flow_fail(ctx: Context) -> None:
     "a task type not offered gets task_reject capability_lacking (HTTP 200)",
     "specs/protocol.md, 'Transport' and 'Error codes'",
 )
-async def flow_capability_lacking(ctx: Context) -> None:
+async def flow_capability_lacking(ctx: CheckContext) -> None:
     exchange, trace = await ctx.request("lacking", NO_SUCH_TYPE, {})
     ctx.client.expect(exchange, "task_reject")
     same_task(exchange, trace.task_id)
@@ -521,7 +521,7 @@ async def flow_capability_lacking(ctx: Context) -> None:
     "slow with steps 0 or delay 11 gets task_reject invalid_params",
     "specs/protocol.md, 'Error codes' and 'The demo handler'",
 )
-async def flow_invalid_task(ctx: Context) -> None:
+async def flow_invalid_task(ctx: CheckContext) -> None:
     for payload in ({"steps": 0}, {"steps": 2, "delay": 11}):
         exchange, trace = await ctx.request("invalid", "slow", payload)
         ctx.client.expect(exchange, "task_reject")
@@ -536,7 +536,7 @@ async def flow_invalid_task(ctx: Context) -> None:
     "a task whose deadline has already passed gets task_reject execution_timeout",
     "specs/protocol.md, 'Task states'",
 )
-async def flow_deadline_passed(ctx: Context) -> None:
+async def flow_deadline_passed(ctx: CheckContext) -> None:
     task_id = ctx.new_task_id("deadline")
     trace = ctx.listener.trace(task_id)
     value = ctx.client.task_request(task_id, "echo", {"text": "too late"})
@@ -558,7 +558,7 @@ async def flow_deadline_passed(ctx: Context) -> None:
     "a task signed in body mode (JCS) runs to completion; replies are header-signed",
     "specs/protocol.md, 'Signatures'",
 )
-async def sig_body_mode(ctx: Context) -> None:
+async def sig_body_mode(ctx: CheckContext) -> None:
     text = f"body mode {uuid.uuid4().hex[:6]}"
     exchange, trace = await ctx.request(
         "body-mode", "echo", {"text": text, "x_note": 1.5}, mode="body", x_extension=[1, "二"]
@@ -574,7 +574,7 @@ async def sig_body_mode(ctx: Context) -> None:
     "one good signature among several in the header is enough",
     "specs/protocol.md, 'Signatures'",
 )
-async def sig_several(ctx: Context) -> None:
+async def sig_several(ctx: CheckContext) -> None:
     value = ctx.client.envelope("capability_query", {})
     body = encode(value)
     good = header_signature(ctx.me.secret, body)
@@ -589,7 +589,7 @@ async def sig_several(ctx: Context) -> None:
     "when both are present the header signature decides",
     "specs/protocol.md, 'Signatures'",
 )
-async def sig_header_decides(ctx: Context) -> None:
+async def sig_header_decides(ctx: CheckContext) -> None:
     for header_good in (True, False):
         value = ctx.client.envelope("capability_query", {})
         secret_body = WRONG_SECRET if header_good else ctx.me.secret
@@ -608,7 +608,7 @@ async def sig_header_decides(ctx: Context) -> None:
 
 
 async def _refused_request(
-    ctx: Context, label: str, mutate: Callable[[dict[str, Any]], tuple[bytes, dict[str, str]]]
+    ctx: CheckContext, label: str, mutate: Callable[[dict[str, Any]], tuple[bytes, dict[str, str]]]
 ) -> tuple[Exchange, str, str]:
     task_id = ctx.new_task_id(label)
     # Should the target wrongly accept it, its callbacks are that check's fault, not strays.
@@ -624,7 +624,7 @@ async def _refused_request(
     "a bad signature (header or body) is refused 403, unsigned, with no effect",
     "specs/protocol.md, 'Signatures'",
 )
-async def sig_bad(ctx: Context) -> None:
+async def sig_bad(ctx: CheckContext) -> None:
     def bad_header(value: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
         return sign(value, WRONG_SECRET, "header")
 
@@ -650,7 +650,7 @@ async def sig_bad(ctx: Context) -> None:
     "an unsigned request is refused 403, unsigned, with no effect",
     "specs/protocol.md, 'Signatures'",
 )
-async def sig_missing(ctx: Context) -> None:
+async def sig_missing(ctx: CheckContext) -> None:
     def unsigned(value: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
         return sign(value, ctx.me.secret, "none")
 
@@ -665,7 +665,7 @@ async def sig_missing(ctx: Context) -> None:
     f"±{SKEW:g} s are accepted",
     "specs/protocol.md, 'Signatures'",
 )
-async def sig_stale(ctx: Context) -> None:
+async def sig_stale(ctx: CheckContext) -> None:
     for age in (STALE_OFFSET, -STALE_OFFSET):
         stamp = format_timestamp(utc_now() - timedelta(seconds=age))
 
@@ -693,7 +693,7 @@ async def sig_stale(ctx: Context) -> None:
     "a message from an unknown agent id is refused 403, unsigned",
     "specs/protocol.md, 'Signatures' and 'Transport'",
 )
-async def auth_unknown_partner(ctx: Context) -> None:
+async def auth_unknown_partner(ctx: CheckContext) -> None:
     stranger = {
         "agent_id": f"conformance-stranger-{uuid.uuid4().hex[:6]}",
         "endpoint": "http://127.0.0.1:9/x",
@@ -709,7 +709,7 @@ async def auth_unknown_partner(ctx: Context) -> None:
     "a message addressed to another agent is refused 403, unsigned, with no effect",
     "specs/protocol.md, 'Signatures' and 'Transport'",
 )
-async def auth_wrong_recipient(ctx: Context) -> None:
+async def auth_wrong_recipient(ctx: CheckContext) -> None:
     def elsewhere(value: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
         return sign({**value, "to": {"agent_id": "conformance-nobody"}}, ctx.me.secret, "header")
 
@@ -723,7 +723,7 @@ async def auth_wrong_recipient(ctx: Context) -> None:
     "a from.endpoint other than the registered one is refused 403, unsigned, no effect",
     "specs/protocol.md, 'Signatures' and 'Transport'",
 )
-async def auth_endpoint_mismatch(ctx: Context) -> None:
+async def auth_endpoint_mismatch(ctx: CheckContext) -> None:
     def moved(value: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
         sender = {**value["from"], "endpoint": "http://attacker.invalid:8080/synapse/callback"}
         return sign({**value, "from": sender}, ctx.me.secret, "header")
@@ -742,7 +742,7 @@ async def auth_endpoint_mismatch(ctx: Context) -> None:
     "a body that is not JSON gets 400 message_format_invalid",
     "specs/protocol.md, 'Error codes'",
 )
-async def error_not_json(ctx: Context) -> None:
+async def error_not_json(ctx: CheckContext) -> None:
     for body in (b'{"version": "1.0", "id": ', b"\xff\xfe not utf-8", b"hello"):
         headers = {
             "Content-Type": "application/json",
@@ -757,7 +757,7 @@ async def error_not_json(ctx: Context) -> None:
     "duplicate names, big integers, lone surrogates: 400 message_format_invalid",
     "specs/protocol.md, 'Signatures' and 'Error codes'",
 )
-async def error_not_ijson(ctx: Context) -> None:
+async def error_not_ijson(ctx: CheckContext) -> None:
     base = encode(ctx.client.envelope("heartbeat", {"status": "ok", "active_tasks": 0}))
     variants = {
         "duplicate member": base.replace(b'"status":"ok"', b'"status":"ok","status":"busy"'),
@@ -781,7 +781,7 @@ async def error_not_ijson(ctx: Context) -> None:
     "JSON that is no envelope gets 400 message_format_invalid",
     "specs/protocol.md, 'Envelope' and 'Error codes'",
 )
-async def error_not_envelope(ctx: Context) -> None:
+async def error_not_envelope(ctx: CheckContext) -> None:
     full = ctx.client.envelope("heartbeat", {})
     no_from = {k: v for k, v in full.items() if k != "from"}
     values: dict[str, Any] = {
@@ -804,7 +804,7 @@ async def error_not_envelope(ctx: Context) -> None:
     "an unknown type gets 400 message_format_invalid, unsigned",
     "specs/protocol.md, 'Envelope' and 'Error codes'",
 )
-async def error_unknown_type(ctx: Context) -> None:
+async def error_unknown_type(ctx: CheckContext) -> None:
     exchange = await ctx.client.send("p2p:task_teleport", {"task_id": "x"})
     ctx.client.expect_nack(exchange, 400, "message_format_invalid", signed=False)
 
@@ -814,7 +814,7 @@ async def error_unknown_type(ctx: Context) -> None:
     "version 2.0 gets 400 message_format_invalid with details.supported_versions",
     "specs/protocol.md, 'Envelope' and 'Error codes'",
 )
-async def error_version(ctx: Context) -> None:
+async def error_version(ctx: CheckContext) -> None:
     exchange = await ctx.client.send("heartbeat", {"status": "ok"}, version="2.0")
     details = ctx.client.expect_nack(exchange, 400, "message_format_invalid", signed=False)
     versions = details.get("supported_versions")
@@ -827,7 +827,7 @@ async def error_version(ctx: Context) -> None:
     "a body over 1 MiB gets 413 message_format_invalid",
     "specs/protocol.md, 'Transport' and 'Error codes'",
 )
-async def error_too_large(ctx: Context) -> None:
+async def error_too_large(ctx: CheckContext) -> None:
     value = ctx.client.envelope("heartbeat", {"status": "ok", "padding": "x" * (1024 * 1024 + 64)})
     exchange = await ctx.client.post(value, label="1 MiB heartbeat")
     ctx.client.expect_nack(exchange, 413, "message_format_invalid", signed=False)
@@ -838,7 +838,7 @@ async def error_too_large(ctx: Context) -> None:
     "a message about an unknown task gets 404 task_not_found, signed",
     "specs/protocol.md, 'Payloads' and 'Error codes'",
 )
-async def error_task_not_found(ctx: Context) -> None:
+async def error_task_not_found(ctx: CheckContext) -> None:
     task_id = ctx.new_task_id("unknown")
     for type_, payload in (
         ("task_cancel", {"task_id": task_id}),
@@ -853,7 +853,7 @@ async def error_task_not_found(ctx: Context) -> None:
     "a message about a completed task gets 409 task_already_completed, signed",
     "specs/protocol.md, 'Error codes' and 'Task states'",
 )
-async def error_task_final(ctx: Context) -> None:
+async def error_task_final(ctx: CheckContext) -> None:
     trace = await ctx.confirmed("final", "echo", {"text": "done"})
     await ctx.finish(trace)
     for type_, payload in (
@@ -869,7 +869,7 @@ async def error_task_final(ctx: Context) -> None:
     "a payload of the wrong shape gets 400 invalid_params, signed",
     "specs/protocol.md, 'Payloads' and 'Error codes'",
 )
-async def error_payload_shape(ctx: Context) -> None:
+async def error_payload_shape(ctx: CheckContext) -> None:
     task_id = ctx.new_task_id("shape")
     whenever = ctx.client.task_request(task_id, "echo", {"text": "x"})
     whenever["payload"]["task"]["priority"] = "whenever"
@@ -890,7 +890,7 @@ async def error_payload_shape(ctx: Context) -> None:
     "a message its task's state does not allow gets 400 invalid_params with state, allowed",
     "specs/protocol.md, 'Error codes' and 'Task states'",
 )
-async def error_state(ctx: Context) -> None:
+async def error_state(ctx: CheckContext) -> None:
     trace = await ctx.confirmed("state", "slow", {"steps": 4, "delay": 0.5})
     exchange = await ctx.tell(trace, "task_info_provided", {"fields": {"style": "x"}})
     details = ctx.client.expect_nack(exchange, 400, "invalid_params", signed=True)
@@ -908,7 +908,7 @@ async def error_state(ctx: Context) -> None:
     "a POSTed reply-only type gets 400 invalid_params, signed",
     "specs/protocol.md, 'Signatures' and 'Error codes'",
 )
-async def error_reply_only(ctx: Context) -> None:
+async def error_reply_only(ctx: CheckContext) -> None:
     task_id = ctx.new_task_id("reply-only")
     payloads: dict[str, dict[str, Any]] = {
         "task_confirm": {"task_id": task_id, "confirmed": True},
@@ -928,7 +928,7 @@ async def error_reply_only(ctx: Context) -> None:
     "a POSTed request carrying reply_to gets 400 invalid_params, signed",
     "specs/protocol.md, 'Signatures' and 'Error codes'",
 )
-async def error_reply_to(ctx: Context) -> None:
+async def error_reply_to(ctx: CheckContext) -> None:
     exchange = await ctx.client.send(
         "heartbeat", {"status": "ok", "active_tasks": 0}, reply_to="msg-captured-reply"
     )
@@ -939,7 +939,7 @@ async def error_reply_to(ctx: Context) -> None:
 # ----------------------------------------------------------------
 
 
-async def _one_execution(ctx: Context, trace: TaskTrace) -> None:
+async def _one_execution(ctx: CheckContext, trace: TaskTrace) -> None:
     """The task completes, and nothing follows: a second execution would send a second set
     of callbacks (specs/protocol.md, 'Deduplication': a retry gets the stored reply and is not
     executed again)."""
@@ -967,7 +967,7 @@ def _same_reply(first: Exchange, again: Exchange) -> None:
     "the same bytes POSTed again (also concurrently) get the same reply; one execution",
     "specs/protocol.md, 'Deduplication'",
 )
-async def dedup_same_bytes(ctx: Context) -> None:
+async def dedup_same_bytes(ctx: CheckContext) -> None:
     task_id = ctx.new_task_id("same-bytes")
     trace = ctx.listener.trace(task_id)
     value = ctx.client.task_request(task_id, "echo", {"text": "once"})
@@ -989,7 +989,7 @@ async def dedup_same_bytes(ctx: Context) -> None:
     "a retry with a refreshed timestamp, re-signed in the other mode, gets the same reply",
     "specs/protocol.md, 'Deduplication'",
 )
-async def dedup_refreshed(ctx: Context) -> None:
+async def dedup_refreshed(ctx: CheckContext) -> None:
     task_id = ctx.new_task_id("retry")
     trace = ctx.listener.trace(task_id)
     value = ctx.client.task_request(task_id, "echo", {"text": "once"}, age=2.0)
@@ -1006,7 +1006,7 @@ async def dedup_refreshed(ctx: Context) -> None:
     "a message id reused for other content gets 400 invalid_params id_reused, signed",
     "specs/protocol.md, 'Deduplication' and 'Error codes'",
 )
-async def dedup_id_reused(ctx: Context) -> None:
+async def dedup_id_reused(ctx: CheckContext) -> None:
     first = await ctx.client.send("heartbeat", {"status": "ok", "active_tasks": 0})
     ctx.client.expect(first, "heartbeat")
     assert first.sent_id is not None
@@ -1020,7 +1020,7 @@ async def dedup_id_reused(ctx: Context) -> None:
     "task_id_in_use (live) or 409 (final)",
     "specs/protocol.md, 'Deduplication' and 'Error codes'",
 )
-async def dedup_task_id(ctx: Context) -> None:
+async def dedup_task_id(ctx: CheckContext) -> None:
     payload = {"steps": 5, "delay": 0.5}
     trace = await ctx.confirmed("task-id", "slow", payload)
     task_id = trace.task_id
@@ -1050,7 +1050,7 @@ async def dedup_task_id(ctx: Context) -> None:
     "specs/protocol.md, 'Signatures' and 'Transport'",
     "final",
 )
-async def callbacks_authenticated(ctx: Context) -> None:
+async def callbacks_authenticated(ctx: CheckContext) -> None:
     problems = ctx.listener.problems + ctx.listener.strays
     if problems:
         raise CheckFailed(_listing(problems))
@@ -1066,7 +1066,7 @@ async def callbacks_authenticated(ctx: Context) -> None:
     "specs/protocol.md, 'Signatures' and 'Transport'",
     "final",
 )
-async def replies_signed(ctx: Context) -> None:
+async def replies_signed(ctx: CheckContext) -> None:
     problems = [p for ex in ctx.client.exchanges for p in ctx.client.reply_problems(ex)]
     if problems:
         raise CheckFailed(_listing(problems))
@@ -1078,7 +1078,7 @@ async def replies_signed(ctx: Context) -> None:
     "specs/protocol.md, 'Transport'",
     "final",
 )
-async def callbacks_one_at_a_time(ctx: Context) -> None:
+async def callbacks_one_at_a_time(ctx: CheckContext) -> None:
     if ctx.listener.overlaps:
         raise CheckFailed(_listing(ctx.listener.overlaps))
 
@@ -1089,7 +1089,7 @@ async def callbacks_one_at_a_time(ctx: Context) -> None:
     "specs/protocol.md, 'Task states'",
     "final",
 )
-async def rules_no_backwards(ctx: Context) -> None:
+async def rules_no_backwards(ctx: CheckContext) -> None:
     problems = [
         f"task {trace.task_id}: {problem}"
         for trace in ctx.listener.traces.values()
@@ -1105,7 +1105,7 @@ async def rules_no_backwards(ctx: Context) -> None:
     "specs/protocol.md, 'Task states'",
     "final",
 )
-async def rules_nothing_after_final(ctx: Context) -> None:
+async def rules_nothing_after_final(ctx: CheckContext) -> None:
     problems = [
         f"task {trace.task_id}: {what}"
         for trace in ctx.listener.traces.values()
@@ -1120,4 +1120,4 @@ def _listing(problems: list[str], limit: int = 6) -> str:
     return shown + (f"; and {len(problems) - limit} more" if len(problems) > limit else "")
 
 
-__all__ = ["CHECKS", "Check", "CheckFn", "Context", "Timing", "check"]
+__all__ = ["CHECKS", "Check", "CheckContext", "CheckFn", "Timing", "check"]

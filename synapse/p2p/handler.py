@@ -46,6 +46,18 @@ class TaskHandler(Protocol):
     def get_capabilities(self) -> Sequence[str | Capability]: ...
 
 
+@runtime_checkable
+class ResumableHandler(TaskHandler, Protocol):
+    """A `TaskHandler` whose interrupted tasks may be started again after a restart.
+
+    With a durable store, a restart interrupts running handlers. For each such task the runtime
+    asks `is_resumable(task_type)`: true starts it again from the beginning, false fails it with
+    a recoverable `execution_failed` ("interrupted by restart").
+    """
+
+    def is_resumable(self, task_type: str) -> bool: ...
+
+
 class ExecutionContext:
     """Handed to `execute_task`: report progress, ask for information or a person's decision.
 
@@ -162,4 +174,4 @@ def as_result(value: Any) -> TaskResult:
     return TaskResult(output_type="json", output=value)
 
 
-__all__ = ["ExecutionContext", "TaskHandler", "Validation", "as_result"]
+__all__ = ["ExecutionContext", "ResumableHandler", "TaskHandler", "Validation", "as_result"]

@@ -20,9 +20,9 @@ class Role(StrEnum):
     """Which side of a task this peer is."""
 
     REQUESTER = "requester"
-    """R: submitted the task (seed: 请求方)."""
+    """R: submitted the task (the protocol: 请求方)."""
     EXECUTOR = "executor"
-    """E: runs the task (seed: 执行方)."""
+    """E: runs the task (the protocol: 执行方)."""
 
 
 class Event(StrEnum):

@@ -32,10 +32,10 @@ import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from synapse.p2p.config import P2PConfig
-from synapse.transport.partners import Partner, PartnerRegistry
+from synapse.transport.partners import Partner
 from synapse.types.codec import decode_typed, encode_message, refreshed, utc_now
 from synapse.types.enums import REPLY_ONLY_TYPES
-from synapse.types.errors import LocalProtocolError, SynapseError
+from synapse.types.errors import DeliveryError, LocalProtocolError, SynapseError
 from synapse.types.ijson import parse_i_json
 from synapse.types.messages import Envelope, Message, Nack
 from synapse.types.signing import (
@@ -77,32 +77,6 @@ class Reply:
     @property
     def is_nack(self) -> bool:
         return isinstance(self.message, Nack)
-
-
-class DeliveryError(Exception):
-    """A POST that produced no acceptable reply.
-
-    `retryable`: retries ran out on a transient failure (connection error, timeout, 429,
-    502, 503, 504) and the message may be sent again later; False when the answer can never
-    be accepted (not an envelope, forged, not answering our message). `status` is the last
-    HTTP status (None if none came), `reply` the last reply's envelope if it was one (a 503
-    nack, say), and `__cause__` the last exception.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        status: int | None = None,
-        attempts: int = 1,
-        reply: Reply | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.status = status
-        self.attempts = attempts
-        self.reply = reply
 
 
 class _Transient(Exception):
@@ -453,35 +427,3 @@ class HttpClient:
                 reply=last,
             )
         return judge_reply(partner, sent, status, raw, signature, attempts=attempt)
-
-
-class HttpCallbackSender:
-    """The protocol's `CallbackSender` over `HttpClient`: POST a message to a registered partner."""
-
-    def __init__(
-        self,
-        client: HttpClient,
-        partners: PartnerRegistry,
-        *,
-        sender_mode: SenderMode = "header",
-    ) -> None:
-        self.client = client
-        self.partners = partners
-        self.sender_mode = sender_mode
-
-    def resolve(self, target: str | Partner) -> Partner:
-        """The registered partner named by agent id or registered endpoint URL."""
-        if isinstance(target, Partner):
-            return target
-        partner = self.partners.get(target) or self.partners.by_endpoint(target)
-        if partner is None:
-            # We only ever POST to registered endpoints (specs/protocol.md, 'Transport'): asking
-            # otherwise is a bug.
-            raise LocalProtocolError(f"{target!r} is not a registered partner or endpoint")
-        return partner
-
-    async def send_callback(self, target: str | Partner, message: Envelope[Any]) -> Reply:
-        """POST `message` to the partner `target` (agent id, registered endpoint or Partner)."""
-        return await self.client.exchange(
-            self.resolve(target), message, sender_mode=self.sender_mode
-        )
