@@ -11,8 +11,8 @@ Entries live until the later of receipt and `timestamp`, plus `dedup_window` (at
 the replay window, so a message can never be stale-accepted again after its entry is gone).
 429 and 5xx replies are not stored: the sender will retry, and the retry is processed anew.
 
-The table is sans-IO: "now" is always passed in, and the waiters it hands out come from a
-factory (by default the runtime's asyncio futures, `synapse.p2p.aio`, imported on first use).
+The table is sans-IO: "now" is always passed in, and the waiters it hands out come from the
+factory it is given (the runtime's asyncio futures: `synapse.p2p.aio.MemoryDedupStore`).
 """
 
 from __future__ import annotations
@@ -113,13 +113,6 @@ class Waiter(Protocol):
     def __await__(self) -> Generator[Any, None, StoredReply | None]: ...
 
 
-def _default_waiter() -> Waiter:
-    from synapse.p2p.aio import future_waiter  # the runtime's side: asyncio, only when needed
-
-    waiter: Waiter = future_waiter()
-    return waiter
-
-
 @dataclass(slots=True)
 class _Entry:
     fingerprint: bytes
@@ -135,10 +128,14 @@ class _Entry:
         return self.reply is None
 
 
-class MemoryDedupStore:
-    """`DedupStore` in memory: a dict of entries and a heap ordered by expiry."""
+class DedupTable:
+    """`DedupStore` in memory, sans-IO: a dict of entries and a heap ordered by expiry.
 
-    def __init__(self, window: float, *, new_waiter: Callable[[], Waiter] | None = None) -> None:
+    The runtime's `synapse.p2p.aio.MemoryDedupStore` is this table with asyncio futures as
+    waiters.
+    """
+
+    def __init__(self, window: float, *, new_waiter: Callable[[], Waiter]) -> None:
         """`window`: seconds an entry outlives the later of receipt and `timestamp`
         (`P2PConfig.dedup_window`); `new_waiter` makes the waiter of a retry in progress."""
         if window <= 0:
@@ -146,7 +143,7 @@ class MemoryDedupStore:
         self._window = timedelta(seconds=window)
         self._entries: dict[DedupKey, _Entry] = {}
         self._heap: list[tuple[datetime, DedupKey]] = []
-        self._new_waiter = new_waiter or _default_waiter
+        self._new_waiter = new_waiter
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -62,7 +62,6 @@ from synapse.types import (
     TaskState,
     decode_typed,
     encode_message,
-    new_message_id,
 )
 
 log = structlog.get_logger("synapse.p2p")

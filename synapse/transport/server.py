@@ -24,7 +24,8 @@ from datetime import UTC, datetime
 import structlog
 from aiohttp import web
 
-from synapse.p2p.dedup import DedupOutcome, DedupStore, MemoryDedupStore, StoredReply, is_storable
+from synapse.p2p.aio import MemoryDedupStore
+from synapse.p2p.dedup import DedupOutcome, DedupStore, StoredReply, is_storable
 from synapse.p2p.engine import TaskRecord
 from synapse.p2p.protocol import P2PProtocol
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for

@@ -25,7 +25,8 @@ from aiohttp import web
 
 from synapse.conformance import Report
 from synapse.demo.handler import DemoHandler
-from synapse.p2p.dedup import Begin, DedupKey, MemoryDedupStore, StoredReply
+from synapse.p2p.aio import MemoryDedupStore
+from synapse.p2p.dedup import Begin, DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey
 from synapse.transport.client import HttpClient
 from synapse.transport.inbound import Inbound

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from synapse.p2p.aio import MemoryDedupStore
 from synapse.p2p.dedup import (
     Begin,
     DedupOutcome,
     DedupStore,
-    MemoryDedupStore,
     StoredReply,
     is_storable,
 )

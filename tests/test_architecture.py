@@ -1,0 +1,142 @@
+"""The import rules of docs/architecture.md, enforced by reading every module of synapse/."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "synapse"
+
+CORE = {"engine", "states", "timers", "config", "dedup"}
+IO_LIBRARIES = {"asyncio", "structlog", "aiohttp"}
+
+#: layer → the layers it may import (besides itself).
+ALLOWED: dict[str, set[str]] = {
+    "types": set(),
+    "p2p-core": {"types"},
+    "p2p-runtime": {"types", "p2p-core"},
+    "store": {"types", "p2p-core", "p2p-runtime"},
+    "transport": {"types", "p2p-core", "p2p-runtime", "store"},
+    "demo": {"types", "p2p-core", "p2p-runtime"},
+    "a2a": {"types", "p2p-core", "p2p-runtime", "store", "transport", "top"},
+    "conformance": {"types", "p2p-core", "p2p-runtime", "store", "transport"},
+    "cli": {
+        "types",
+        "p2p-core",
+        "p2p-runtime",
+        "store",
+        "transport",
+        "demo",
+        "a2a",
+        "conformance",
+        "top",
+    },
+    "top": {"types", "p2p-core", "p2p-runtime", "store", "transport", "demo", "a2a"},
+}
+
+
+def layer_of_module(name: str) -> str:
+    """`synapse.p2p.engine` → "p2p-core"; `synapse` → "top"."""
+    parts = name.split(".")
+    if parts[0] != "synapse":
+        raise ValueError(name)
+    if len(parts) == 1:
+        return "top"
+    if parts[1] == "p2p":
+        if len(parts) == 2:
+            return "p2p-runtime"  # the package's lazy names include the runtime's
+        return "p2p-core" if parts[2] in CORE else "p2p-runtime"
+    return parts[1]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import, including those under TYPE_CHECKING."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def runtime_imports(path: Path) -> list[tuple[int, str]]:
+    """Imports that run when the module is imported: top level, outside `if TYPE_CHECKING`."""
+    found: list[tuple[int, str]] = []
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.extend((node.lineno, alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.append((node.lineno, node.module))
+            elif isinstance(node, ast.If):
+                if "TYPE_CHECKING" not in ast.unparse(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+
+    visit(ast.parse(path.read_text("utf-8")).body)
+    return found
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_imports_follow_the_layers(path: Path) -> None:
+    own = layer_of_module(module_name(path))
+    wrong = [
+        f"{module_name(path)}:{line} imports {name} ({layer_of_module(name)})"
+        for line, name in imports(path)
+        if name.split(".")[0] == "synapse"
+        and layer_of_module(name) != own
+        and layer_of_module(name) not in ALLOWED[own]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("path", [PACKAGE / "p2p" / f"{m}.py" for m in sorted(CORE)])
+def test_the_core_imports_no_io_library(path: Path) -> None:
+    wrong = [name for _, name in runtime_imports(path) if name.split(".")[0] in IO_LIBRARIES]
+    assert not wrong, wrong
+
+
+def test_the_library_never_imports_the_cli() -> None:
+    offenders = [
+        module_name(path)
+        for path in MODULES
+        if layer_of_module(module_name(path)) != "cli"
+        and any(name.startswith("synapse.cli") for _, name in imports(path))
+    ]
+    assert offenders == []
+
+
+def test_the_rules_catch_a_wrong_import(tmp_path: Path) -> None:
+    """The scan itself: a core module importing the runtime, or the transport the CLI, fails."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from synapse.p2p.protocol import P2PProtocol\nimport synapse.cli.main\n")
+    layers = {layer_of_module(name) for _, name in imports(bad)}
+    assert layers == {"p2p-runtime", "cli"}
+    assert "p2p-runtime" not in ALLOWED["p2p-core"]
+    assert "cli" not in ALLOWED["transport"]
+
+
+def test_the_document_names_every_layer() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text("utf-8")
+    for layer in ("types", "p2p core", "p2p runtime", "store", "transport", "a2a", "cli"):
+        assert f"| {layer} |" in doc, layer
