@@ -82,3 +82,38 @@ def test_the_demo_timeline_in_cli_md_is_what_synapse_demo_prints() -> None:
     assert excerpt, "the demo section shows no output"
     start = printed.index(excerpt[0])
     assert printed[start : start + len(excerpt)] == excerpt
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [*DOCS, *sorted((ROOT / "specs").glob("*.md")), ROOT / "CHANGELOG.md"],
+    ids=lambda p: p.name,
+)
+def test_every_relative_link_names_a_file_of_the_repository(path: Path) -> None:
+    text = path.read_text("utf-8")
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue  # a URL
+        resolved = (path.parent / target).resolve()
+        if not resolved.exists() or ROOT not in (resolved, *resolved.parents):
+            broken.append(target)
+    assert broken == []
+
+
+def test_the_docs_name_no_issue_numbers_and_nothing_outside_the_repository() -> None:
+    for path in [*DOCS, *sorted((ROOT / "specs").glob("*.md")), ROOT / "CHANGELOG.md"]:
+        text = path.read_text("utf-8")
+        assert not re.search(r"\b[Ii]ssues? #?\d+\b", text), path.name
+        assert "../shared" not in text and "CONTRACT" not in text, path.name
+        assert not re.search(r"\b(seed|contract) §", text, re.I), path.name
+
+
+def test_help_points_to_no_docs_the_wheel_lacks() -> None:
+    for subcommand in SUBCOMMANDS:
+        for match in re.finditer(r"docs/\w+\.md", _help(subcommand)):
+            following = _help(subcommand)[match.end() : match.end() + 40]
+            assert "repository" in " ".join(following.split()), (subcommand, match.group())
