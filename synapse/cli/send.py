@@ -187,12 +187,13 @@ async def run_send(
 ) -> int:
     interactive = os.isatty(0) if stdin_is_tty is None else stdin_is_tty
     console = Console(err, quiet=options.as_json)
+    line_reader = reader or LineReader(0)
     follower = Follower(
         setup,
         options,
         out=out,
         console=console,
-        reader=reader or LineReader(0),
+        reader=line_reader,
         interactive=interactive,
     )
     with interruptible(follower):
@@ -205,6 +206,8 @@ async def run_send(
         finally:
             console.close()
             await peer.close(drain_timeout=0)  # at the end nothing is left worth waiting for
+            if reader is None:
+                line_reader.close()  # its thread ends before stdin could be reused
 
 
 __all__ = [

@@ -218,12 +218,13 @@ async def run_send_a2a(
 ) -> int:
     interactive = os.isatty(0) if stdin_is_tty is None else stdin_is_tty
     console = Console(err, quiet=options.as_json)
+    line_reader = reader or LineReader(0)
     follower = A2AFollower(
         url,
         options,
         out=out,
         console=console,
-        reader=reader or LineReader(0),
+        reader=line_reader,
         interactive=interactive,
     )
     client = A2AClient(url, token=token, config=config, timeout=config.request_timeout)
@@ -233,6 +234,8 @@ async def run_send_a2a(
         finally:
             console.close()
             await client.close()
+            if reader is None:
+                line_reader.close()  # its thread ends before stdin could be reused
 
 
 __all__ = ["A2AFollower", "a2a_error", "need_human_of", "run_send_a2a"]
