@@ -51,12 +51,11 @@ class _TokenBucket:
 
     __slots__ = ("burst", "rate", "stamp", "tokens")
 
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate, self.burst, self.tokens, self.stamp = rate, burst, burst, time.monotonic()
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.stamp = rate, burst, burst, now
 
-    def take(self) -> float:
-        """0 if a request may go now, else the seconds until one may."""
-        now = time.monotonic()
+    def take(self, now: float) -> float:
+        """0 if a request may go at `now` (monotonic seconds), else the seconds until one may."""
         self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
         if self.tokens >= 1:
@@ -77,6 +76,7 @@ class SynapseServer:
         rate_limit: float | None = None,
         rate_burst: float = 50.0,
         utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+        rate_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.protocol = protocol
         self.partners = partners
@@ -87,6 +87,8 @@ class SynapseServer:
         self.rate_limit = rate_limit
         self.rate_burst = rate_burst
         self.utcnow = utcnow
+        #: The monotonic clock the rate limit's token buckets run on (a fake one in tests).
+        self.rate_clock = rate_clock
         self._buckets: dict[str, _TokenBucket] = {}
         self._last_expiry = 0.0
 
@@ -315,8 +317,9 @@ class SynapseServer:
             return 0.0
         bucket = self._buckets.get(partner)
         if bucket is None:
-            bucket = self._buckets[partner] = _TokenBucket(self.rate_limit, self.rate_burst)
-        return bucket.take()
+            bucket = _TokenBucket(self.rate_limit, self.rate_burst, self.rate_clock())
+            self._buckets[partner] = bucket
+        return bucket.take(self.rate_clock())
 
     def _expire(self, now: datetime) -> None:
         # Purging is cheap but need not run on every request.
