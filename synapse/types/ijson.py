@@ -113,6 +113,11 @@ def parse_i_json(data: bytes) -> Any:
     value = _parse_plain(data)
     if value is not _NOT_PLAIN:
         return value
+    return _parse_reference(data)
+
+
+def _parse_reference(data: bytes) -> Any:
+    """The reference parser (the stdlib's, with I-JSON's checks): decides every document."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
