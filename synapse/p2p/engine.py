@@ -19,7 +19,18 @@ from enum import StrEnum
 from typing import Any, TypeAlias, TypeVar
 
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.states import Event, Role, TransitionError, next_state
+from synapse.p2p.states import (
+    AWAITING_REPLY,
+    RUNNING_STATES,
+    Event,
+    Role,
+    StateTimer,
+    TransitionError,
+    next_state,
+    state_timers,
+    timers_entered,
+    timers_left,
+)
 from synapse.p2p.timers import TimerQueue
 from synapse.types import (
     EXECUTOR_TO_REQUESTER,
@@ -352,6 +363,8 @@ _TIMEOUT = "timeout"
 _DEADLINE = "deadline"
 _WAIT = "wait"
 _HEARTBEAT = "heartbeat"
+#: The timer-queue kind of each timer a state runs.
+_TIMER_KINDS = {StateTimer.TASK_TIMEOUT: _TIMEOUT, StateTimer.ANSWER_WAIT: _WAIT}
 
 _DECISIONS: Mapping[type[Any], type[TaskConfirm | TaskReject | TaskNeedInfo]] = {
     TaskConfirmPayload: TaskConfirm,
@@ -487,7 +500,14 @@ class Engine:
     # --- transitions ------------------------------------------------------------------------
 
     def _move(
-        self, rec: TaskRecord, event: Event, now: float, message_id: str | None, step: Step
+        self,
+        rec: TaskRecord,
+        event: Event,
+        now: float,
+        message_id: str | None,
+        step: Step,
+        *,
+        wait_until: datetime | None = None,
     ) -> TaskState:
         """Apply `event` to `rec`, or raise and change nothing.
 
@@ -503,18 +523,16 @@ class Engine:
             if event.message_type is None and event is not Event.REQUEST_REFUSED:
                 raise LocalProtocolError(f"{event.value} in state {old.value}") from exc
             raise
-        executor = rec.role is Role.EXECUTOR
         if old is TaskState.EXECUTING and new is not TaskState.EXECUTING:
             rec.executed_time += now - (rec.executing_since or now)
             rec.executing_since = None
-            self._timers.cancel((_TIMEOUT, rec.key))
         if new is TaskState.EXECUTING and old is not TaskState.EXECUTING:
             rec.executing_since = now
-            if executor:
-                remaining = max(0.0, self.config.task_timeout - rec.executed_time)
-                self._timers.set((_TIMEOUT, rec.key), now + remaining)
-        if old in (TaskState.INFO_NEEDED, TaskState.NEED_HUMAN) and new is not old:
-            self._timers.cancel((_WAIT, rec.key))
+        # The timers of the state left stop, those of the state entered start (STATE_TIMERS).
+        for timer in timers_left(rec.role, old, new):
+            self._timers.cancel((_TIMER_KINDS[timer], rec.key))
+        for timer in timers_entered(rec.role, old, new):
+            self._start_state_timer(rec, timer, now, wait_until)
         rec.state = new
         rec.updated_at = now
         transition = Transition(rec.key, rec.role, old, new, event, message_id, now)
@@ -632,8 +650,14 @@ class Engine:
             self._move(rec, Event.SEND_TASK_REJECT, now, message.id, step)
         elif isinstance(verdict, TaskNeedInfoPayload):
             rec.need_info = verdict
-            self._move(rec, Event.SEND_TASK_NEED_INFO, now, message.id, step)
-            self._arm_wait(rec, verdict.required_by)
+            self._move(
+                rec,
+                Event.SEND_TASK_NEED_INFO,
+                now,
+                message.id,
+                step,
+                wait_until=verdict.required_by,
+            )
         else:
             self._move(rec, Event.SEND_TASK_CONFIRM, now, message.id, step)
             self._start(rec, now, step)
@@ -697,9 +721,23 @@ class Engine:
         reply: Message = self._reply(type(decision), decision.payload, request, now)
         return reply
 
-    def _arm_wait(self, rec: TaskRecord, until: datetime | None) -> None:
-        if until is not None:
-            self._timers.set((_WAIT, rec.key), _epoch(until))
+    def _start_state_timer(
+        self, rec: TaskRecord, timer: StateTimer, now: float, wait_until: datetime | None
+    ) -> None:
+        """Arm `timer` of the state `rec` enters (or, at restore, is in)."""
+        if timer is StateTimer.TASK_TIMEOUT:
+            remaining = max(0.0, self.config.task_timeout - rec.executed_time)
+            self._timers.set((_TIMEOUT, rec.key), now + remaining)
+        elif wait_until is not None:  # ANSWER_WAIT: only when the question set a limit
+            self._timers.set((_WAIT, rec.key), _epoch(wait_until))
+
+    def _wait_until(self, rec: TaskRecord) -> datetime | None:
+        """The limit of the answer `rec` waits for, from the question it asked (at restore)."""
+        if rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
+            return rec.need_info.required_by
+        if rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
+            return rec.need_human.deadline
+        return None
 
     def _start(self, rec: TaskRecord, now: float, step: Step) -> None:
         """Enter `executing` and tell R so (its first callback is a status update)."""
@@ -805,9 +843,8 @@ class Engine:
                 required_by=validation.required_by,
             )
             rec.need_info = need
-            self._move(rec, Event.SEND_TASK_NEED_INFO, now, None, step)
+            self._move(rec, Event.SEND_TASK_NEED_INFO, now, None, step, wait_until=need.required_by)
             step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
-            self._arm_wait(rec, need.required_by)
         else:
             self._start(rec, now, step)
 
@@ -869,7 +906,7 @@ class Engine:
             event = _REPLY_EVENTS.get(type(reply))
             if rec is None or event is None:
                 return step
-            if rec.state is TaskState.PENDING:
+            if rec.state in AWAITING_REPLY:
                 self._move(rec, event, now, reply.id, step)
                 if isinstance(reply, TaskReject):
                     rec.reject = reply.payload
@@ -895,7 +932,7 @@ class Engine:
         rec = self.tasks.get(key) if key is not None else None
         if rec is None or rec.role is not Role.REQUESTER:
             return
-        if isinstance(sent, TaskRequest) and rec.state is TaskState.PENDING:
+        if isinstance(sent, TaskRequest) and rec.state in AWAITING_REPLY:
             rec.refusal = nack
             self._move(rec, Event.REQUEST_REFUSED, now, None, step)
             step.actions.append(
@@ -1070,7 +1107,7 @@ class Engine:
     def _send_requested_cancel(self, rec: TaskRecord, now: float, step: Step) -> None:
         if not rec.cancel_requested or rec.cancel_sent or rec.is_final:
             return
-        if rec.state is TaskState.PENDING:
+        if rec.state in AWAITING_REPLY:
             return  # wait for the reply to the task_request
         rec.cancel_sent = True
         payload = TaskCancelPayload(task_id=rec.task_id, reason=rec.cancel_reason)
@@ -1087,9 +1124,17 @@ class Engine:
             return None
         return rec
 
-    def _handler_move(self, rec: TaskRecord, event: Event, now: float, step: Step) -> None:
+    def _handler_move(
+        self,
+        rec: TaskRecord,
+        event: Event,
+        now: float,
+        step: Step,
+        *,
+        wait_until: datetime | None = None,
+    ) -> None:
         try:
-            self._move(rec, event, now, None, step)
+            self._move(rec, event, now, None, step, wait_until=wait_until)
         except TransitionError as exc:
             raise LocalProtocolError(
                 f"handler asked for {event.value} in state {rec.state.value}"
@@ -1138,10 +1183,9 @@ class Engine:
             question=question,
             required_by=required_by,
         )
-        self._handler_move(rec, Event.SEND_TASK_NEED_INFO, now, step)
+        self._handler_move(rec, Event.SEND_TASK_NEED_INFO, now, step, wait_until=required_by)
         rec.need_info = need
         step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
-        self._arm_wait(rec, required_by)
         return step
 
     def request_human(
@@ -1167,11 +1211,10 @@ class Engine:
             escalation_level=escalation_level,
             deadline=deadline,
         )
-        self._handler_move(rec, Event.SEND_TASK_NEED_HUMAN, now, step)
+        self._handler_move(rec, Event.SEND_TASK_NEED_HUMAN, now, step, wait_until=deadline)
         out = self._callback(rec, TaskNeedHuman, need, now)
         rec.need_human, rec.need_human_id = need, out.message.id
         step.outgoing.append(out)
-        self._arm_wait(rec, deadline)
         return step
 
     def complete(self, key: TaskKey, result: TaskResult, *, now: float, summary: str = "") -> Step:
@@ -1207,13 +1250,9 @@ class Engine:
                 self._timers.set((_DEADLINE, rec.key), _epoch(rec.task.deadline))
             if rec.state is TaskState.EXECUTING:
                 rec.executing_since = now  # time spent down is not executing time
-                if executor:
-                    remaining = max(0.0, self.config.task_timeout - rec.executed_time)
-                    self._timers.set((_TIMEOUT, rec.key), now + remaining)
-            if executor and rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
-                self._arm_wait(rec, rec.need_info.required_by)
-            if executor and rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
-                self._arm_wait(rec, rec.need_human.deadline)
+            # The same timers a live move into this state starts (STATE_TIMERS).
+            for timer in state_timers(rec.role, rec.state):
+                self._start_state_timer(rec, timer, now, self._wait_until(rec))
 
     def recover(self, key: TaskKey, *, resumable: bool, now: float) -> Step:
         """Decide the fate of an executor task whose handler a restart interrupted.
@@ -1229,13 +1268,7 @@ class Engine:
             return step
         if not rec.handler_started:
             return step
-        running = (
-            TaskState.CONFIRMED,
-            TaskState.EXECUTING,
-            TaskState.INFO_PROVIDED,
-            TaskState.HUMAN_APPROVED,
-        )
-        if resumable and rec.state in running:
+        if resumable and rec.state in RUNNING_STATES:
             if rec.state is not TaskState.EXECUTING:
                 self._move(rec, Event.START_EXECUTION, now, None, step)
                 self._status_callback(rec, now, step, message="executing")
