@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from synapse.p2p.engine import TaskKey, Validation, ValidationResult
+from synapse.p2p.engine import TaskKey, TaskRecord, Validation, ValidationResult
 from synapse.types import (
     Capability,
     HumanContext,
@@ -20,9 +20,6 @@ from synapse.types import (
     TaskSpec,
     TaskState,
 )
-
-if TYPE_CHECKING:
-    from synapse.p2p.protocol import P2PProtocol
 
 
 @runtime_checkable
@@ -58,6 +55,40 @@ class ResumableHandler(TaskHandler, Protocol):
     def is_resumable(self, task_type: str) -> bool: ...
 
 
+class TaskRuntime(Protocol):
+    """What an `ExecutionContext` asks of the runtime that runs its task (`P2PProtocol`).
+
+    The context talks to these methods only, never to the engine behind them, so this module
+    does not depend on the runtime's module (which imports it).
+    """
+
+    def task_record(self, key: TaskKey) -> TaskRecord | None: ...
+
+    def report_status(
+        self, key: TaskKey, *, progress: float | None, message: str, intermediate_result: Any
+    ) -> None: ...
+
+    async def request_info(
+        self,
+        key: TaskKey,
+        missing_fields: list[MissingField],
+        *,
+        question: str,
+        required_by: datetime | None,
+    ) -> Mapping[str, Any]: ...
+
+    async def request_human(
+        self,
+        key: TaskKey,
+        reason: Reason,
+        *,
+        context: HumanContext | None,
+        options: Iterable[HumanOption],
+        escalation_level: int,
+        deadline: datetime | None,
+    ) -> HumanDecisionPayload: ...
+
+
 class ExecutionContext:
     """Handed to `execute_task`: report progress, ask for information or a person's decision.
 
@@ -65,7 +96,7 @@ class ExecutionContext:
     times out meanwhile, the handler's coroutine is cancelled (`asyncio.CancelledError`).
     """
 
-    def __init__(self, runtime: P2PProtocol, key: TaskKey, task: TaskSpec) -> None:
+    def __init__(self, runtime: TaskRuntime, key: TaskKey, task: TaskSpec) -> None:
         self._runtime = runtime
         self.key = key
         self.task = task
@@ -80,12 +111,12 @@ class ExecutionContext:
 
     @property
     def context(self) -> TaskContext | None:
-        rec = self._runtime.engine.get(self.key)
+        rec = self._runtime.task_record(self.key)
         return rec.context if rec else None
 
     @property
     def state(self) -> TaskState:
-        rec = self._runtime.engine.get(self.key)
+        rec = self._runtime.task_record(self.key)
         return rec.state if rec else TaskState.IDLE
 
     @property
@@ -99,14 +130,8 @@ class ExecutionContext:
         intermediate_result: Any = None,
     ) -> None:
         """Send a `task_status_update`."""
-        self._runtime.apply(
-            self._runtime.engine.report_status(
-                self.key,
-                now=self._runtime.clock(),
-                progress=progress,
-                message=message,
-                intermediate_result=intermediate_result,
-            )
+        self._runtime.report_status(
+            self.key, progress=progress, message=message, intermediate_result=intermediate_result
         )
 
     async def need_info(
@@ -120,17 +145,9 @@ class ExecutionContext:
         fields = [
             f if isinstance(f, MissingField) else MissingField(field=f) for f in missing_fields
         ]
-        waiter = self._runtime.expect_resume(self.key)
-        self._runtime.apply(
-            self._runtime.engine.request_info(
-                self.key,
-                fields,
-                now=self._runtime.clock(),
-                question=question,
-                required_by=required_by,
-            )
+        value = await self._runtime.request_info(
+            self.key, fields, question=question, required_by=required_by
         )
-        value: Mapping[str, Any] = await waiter
         return dict(value)
 
     async def need_human(
@@ -149,20 +166,14 @@ class ExecutionContext:
         """
         if isinstance(reason, str):
             reason = Reason(code=reason, message=message)
-        waiter = self._runtime.expect_resume(self.key)
-        self._runtime.apply(
-            self._runtime.engine.request_human(
-                self.key,
-                reason,
-                now=self._runtime.clock(),
-                context=context,
-                options=options,
-                escalation_level=escalation_level,
-                deadline=deadline,
-            )
+        return await self._runtime.request_human(
+            self.key,
+            reason,
+            context=context,
+            options=options,
+            escalation_level=escalation_level,
+            deadline=deadline,
         )
-        decision: HumanDecisionPayload = await waiter
-        return decision
 
 
 def as_result(value: Any) -> TaskResult:
@@ -174,4 +185,11 @@ def as_result(value: Any) -> TaskResult:
     return TaskResult(output_type="json", output=value)
 
 
-__all__ = ["ExecutionContext", "ResumableHandler", "TaskHandler", "Validation", "as_result"]
+__all__ = [
+    "ExecutionContext",
+    "ResumableHandler",
+    "TaskHandler",
+    "TaskRuntime",
+    "Validation",
+    "as_result",
+]

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -48,11 +48,16 @@ from synapse.types import (
     ErrorCode,
     Heartbeat,
     HeartbeatPayload,
+    HumanContext,
+    HumanDecisionPayload,
+    HumanOption,
     LocalProtocolError,
     Message,
+    MissingField,
     Nack,
     NackPayload,
     Priority,
+    Reason,
     Sender,
     SynapseError,
     TaskContext,
@@ -507,6 +512,69 @@ class P2PProtocol:
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters[key] = waiter
         return waiter
+
+    # --- what a running handler asks of the runtime (ExecutionContext's TaskRuntime) -----------
+
+    def task_record(self, key: TaskKey) -> TaskRecord | None:
+        return self.engine.get(key)
+
+    def report_status(
+        self, key: TaskKey, *, progress: float | None, message: str, intermediate_result: Any
+    ) -> None:
+        """Send a `task_status_update` for the running task `key`."""
+        self.apply(
+            self.engine.report_status(
+                key,
+                now=self.clock(),
+                progress=progress,
+                message=message,
+                intermediate_result=intermediate_result,
+            )
+        )
+
+    async def request_info(
+        self,
+        key: TaskKey,
+        missing_fields: list[MissingField],
+        *,
+        question: str,
+        required_by: datetime | None,
+    ) -> Mapping[str, Any]:
+        """Send `task_need_info` and wait for the fields of the `task_info_provided`."""
+        waiter = self.expect_resume(key)
+        self.apply(
+            self.engine.request_info(
+                key, missing_fields, now=self.clock(), question=question, required_by=required_by
+            )
+        )
+        fields: Mapping[str, Any] = await waiter
+        return fields
+
+    async def request_human(
+        self,
+        key: TaskKey,
+        reason: Reason,
+        *,
+        context: HumanContext | None,
+        options: Iterable[HumanOption],
+        escalation_level: int,
+        deadline: datetime | None,
+    ) -> HumanDecisionPayload:
+        """Send `task_need_human` and wait for an approving `human_decision`."""
+        waiter = self.expect_resume(key)
+        self.apply(
+            self.engine.request_human(
+                key,
+                reason,
+                now=self.clock(),
+                context=context,
+                options=options,
+                escalation_level=escalation_level,
+                deadline=deadline,
+            )
+        )
+        decision: HumanDecisionPayload = await waiter
+        return decision
 
     # --- handlers -------------------------------------------------------------------------------
 
