@@ -32,7 +32,8 @@ import structlog
 from synapse.a2a import wire
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.sender import DeliveryError
-from synapse.transport.client import RETRYABLE_STATUSES, backoff_delay, parse_retry_after
+from synapse.transport.client import RETRYABLE_STATUSES, parse_retry_after
+from synapse.transport.retry import RetriesExhausted, Transient, retrying
 from synapse.types import (
     Ack,
     AckPayload,
@@ -186,11 +187,10 @@ class PushSender:
         """POST with the retries of specs/protocol.md, 'Transport'; raise `DeliveryError` when it
         gives up."""
         session = self._ensure_session()
-        last = ""
-        status: int | None = None
-        for attempt in range(1, retries + 2):
+
+        async def attempt(number: int) -> None:
             body = self.body(event, message)  # a fresh timestamp and signature each attempt
-            retry_after: float | None = None
+            fields = {"task_id": target.task_id, "config_id": target.id, "message_id": message.id}
             try:
                 async with session.post(
                     target.url,
@@ -204,47 +204,39 @@ class PushSender:
                         response.headers.get("Retry-After"), datetime.now(UTC)
                     )
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-                status, last = None, f"{type(exc).__name__}: {exc}".rstrip(": ")
+                error = f"{type(exc).__name__}: {exc}".rstrip(": ")
+                log.info("push_attempt", **fields, attempt=number, error=error)
+                raise Transient[None](error) from exc
             except aiohttp.ClientError as exc:
                 raise DeliveryError(
                     f"cannot POST to {target.url}: {exc!r}", retryable=False
                 ) from exc
-            else:
-                if 200 <= status < 300:
-                    log.info(
-                        "push_delivered",
-                        task_id=target.task_id,
-                        config_id=target.id,
-                        message_id=message.id,
-                        attempt=attempt,
-                    )
-                    return
-                if status not in RETRYABLE_STATUSES:
-                    raise DeliveryError(
-                        f"push to {target.url} refused: HTTP {status}",
-                        retryable=False,
-                        status=status,
-                    )
-                last = f"HTTP {status}"
-            log.info(
-                "push_attempt",
-                task_id=target.task_id,
-                config_id=target.id,
-                message_id=message.id,
-                attempt=attempt,
-                error=last,
+            if 200 <= status < 300:
+                log.info("push_delivered", **fields, attempt=number)
+                return
+            if status not in RETRYABLE_STATUSES:
+                raise DeliveryError(
+                    f"push to {target.url} refused: HTTP {status}", retryable=False, status=status
+                )
+            log.info("push_attempt", **fields, attempt=number, error=f"HTTP {status}")
+            raise Transient[None](f"HTTP {status}", status=status, retry_after=retry_after)
+
+        try:
+            await retrying(
+                attempt,
+                retries=retries,
+                config=self.config,
+                sleep=self._sleep,
+                jitter=self._jitter,
             )
-            if attempt <= retries:
-                if retry_after is not None:
-                    delay = min(retry_after, self.config.retry_max_delay)
-                else:
-                    delay = backoff_delay(attempt, self.config, self._jitter())
-                await self._sleep(delay)
-        raise DeliveryError(
-            f"no push delivery to {target.url} after {retries + 1} attempts: {last}",
-            retryable=True,
-            status=status,
-        )
+        except RetriesExhausted as exhausted:
+            raise DeliveryError(
+                f"no push delivery to {target.url} after {exhausted.attempts} attempts: "
+                f"{exhausted.last}",
+                retryable=True,
+                status=exhausted.last.status,
+                attempts=exhausted.attempts,
+            ) from exhausted.last
 
 
 __all__ = ["PUSH_PREFIX", "PushAllowlist", "PushSender", "push_partner"]

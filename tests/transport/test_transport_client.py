@@ -19,13 +19,13 @@ from synapse.p2p.config import P2PConfig
 from synapse.transport.client import (
     DeliveryError,
     HttpClient,
-    backoff_delay,
     encode_request,
     parse_retry_after,
 )
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.peer import HttpSender
+from synapse.transport.retry import backoff_delay
 from synapse.types import (
     SIGNATURE_HEADER,
     Ack,
