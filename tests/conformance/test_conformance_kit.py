@@ -104,3 +104,14 @@ async def test_one_check_at_a_time_passes_against_a_peer_taking_two_tasks(
 
     report = await run_kit(Small, only=["flow.*", "sig.bad", "dedup.*"], concurrency=1)
     assert report.ok, report.table()
+
+
+def test_the_refusal_checks_are_rows_of_one_table() -> None:
+    from synapse.conformance.checks.refusals import REFUSALS, STALE
+
+    registered = {c.id: c for c in CHECKS}
+    assert len(REFUSALS) >= 15
+    for row in REFUSALS:
+        assert registered[row.id].run == row.run  # registered from the table itself
+        assert registered[row.id].title == row.title and registered[row.id].section == row.section
+    assert STALE.answer == (403, "permission_denied", False) and STALE.reason == "stale"
