@@ -117,3 +117,20 @@ def test_help_points_to_no_docs_the_wheel_lacks() -> None:
         for match in re.finditer(r"docs/\w+\.md", _help(subcommand)):
             following = _help(subcommand)[match.end() : match.end() + 40]
             assert "repository" in " ".join(following.split()), (subcommand, match.group())
+
+
+def test_the_conformance_output_in_the_docs_is_the_reports_format() -> None:
+    from synapse.conformance.checks import CHECKS
+    from synapse.conformance.report import CheckResult, Report, Status
+
+    text = (ROOT / "docs" / "conformance.md").read_text("utf-8")
+    shown = text.split("## Output\n\n```\n", 1)[1].split("\n```", 1)[0].splitlines()
+    results = [CheckResult(c.id, c.title, c.section, Status.PASS) for c in CHECKS]
+    rendered = Report("t", "a", "k", "c", results).table().splitlines()
+    assert shown[0] == rendered[2]  # the header, with the same column widths
+    by_id = {line.split()[0]: line for line in rendered[3:] if line.strip()}
+    for line in shown[1:]:
+        check_id = line.split()[0] if line.strip() else ""
+        if check_id in by_id:
+            width = len(by_id[check_id].split("PASS")[0])
+            assert line[:width] == by_id[check_id][:width], line
