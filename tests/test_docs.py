@@ -128,7 +128,7 @@ def test_the_conformance_output_in_the_docs_is_the_reports_format() -> None:
     results = [CheckResult(c.id, c.title, c.section, Status.PASS) for c in CHECKS]
     rendered = Report("t", "a", "k", "c", results).table().splitlines()
     assert shown[0] == rendered[2]  # the header, with the same column widths
-    by_id = {line.split()[0]: line for line in rendered[3:] if line.strip()}
+    by_id = {c.id: line for c, line in zip(CHECKS, rendered[3 : 3 + len(CHECKS)], strict=True)}
     for line in shown[1:]:
         check_id = line.split()[0] if line.strip() else ""
         if check_id in by_id:
