@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import configure_logging
+from synapse.cli.ops import add_ops_arguments, ops_serve_options
 from synapse.cli.settings import (
     Settings,
     parse_a2a_token,
@@ -241,6 +242,14 @@ def build_parser() -> Parser:
         help="the base URL A2A clients reach us at, for the card (default: the origin of "
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
+    add_ops_arguments(serve)
+    group = serve.add_argument_group("routing (docs/routing.md in the Synapse repository)")
+    group.add_argument(
+        "--route",
+        metavar="POOL.toml",
+        help="be a router: execute every task by requesting it of a capable partner of the "
+        "pool this TOML file describes, instead of running a handler ($SYNAPSE_ROUTE)",
+    )
     _common(serve)
     serve.set_defaults(run=_run_serve)
 
@@ -443,7 +452,11 @@ def _run_serve(ctx: Context) -> int:
         else "header",
         config=s.p2p_config(),
         a2a=a2a,
+        ops=ops_serve_options(s),
+        route=s.get("route", "SYNAPSE_ROUTE", "route", str),
     )
+    if options.route is not None and options.handler is not None:
+        raise CliError("--route and --handler exclude each other: a router runs no handler")
     if not options.partners and a2a is None:
         raise CliError(
             "no partner: give at least one --peer PARTNER_ID=CALLBACK_URL "

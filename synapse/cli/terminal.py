@@ -3,7 +3,7 @@
 `LineReader` reads stdin on a daemon thread, so that waiting for an answer never blocks the
 loop (the executor's callbacks still get their acks) and works the same with a TTY, a pipe or
 a file; it reads the raw file descriptor, so an unfinished read never holds a lock at exit.
-`Console` draws the live progress bar on a TTY and plain lines otherwise.
+`TerminalConsole` draws the live progress bar on a TTY and plain lines otherwise.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def is_tty(stream: Any) -> bool:
         return False
 
 
-class Console:
+class TerminalConsole:
     """`send`'s side of the conversation: notes, progress and prompts on stderr.
 
     stdout is kept for what the task produced (or `--json` events); everything a person reads

@@ -100,6 +100,23 @@ from synapse.types.codec import IdFactory, RandomIds
 
 
 @dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """Who did what to a task from this side (a person's answer, say): its audit trail.
+
+    Kept on the task record (`TaskRecord.audit`), so a durable store keeps it with the task.
+    """
+
+    at: float
+    #: The person or program that acted (`decided_by.user_id` for a decision).
+    actor: str
+    #: `info_provided`, `approve` or `reject`.
+    action: str
+    #: The id of the message that carried it.
+    message_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class TaskKey:
     """A task is keyed by its requester's agent id and the `task.id` it chose (specs/protocol.md,
     'Roles and peers')."""
@@ -341,6 +358,8 @@ class TaskRecord:
     cancel_sent: bool = False
     #: Ids of our messages about this task that were given up on (see `synapse outbox`).
     dead_letters: list[str] = field(default_factory=list)
+    #: Who answered this task's questions from this side, and how (a person's decision).
+    audit: list[AuditEntry] = field(default_factory=list)
 
     @property
     def task_id(self) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -180,6 +180,11 @@ def _log_retry(message: Envelope[Any], attempt: int, delay: float | None) -> Non
     )
 
 
+#: aiohttp trace configs each of our HTTP client sessions is created with: tracing adds its
+#: W3C `traceparent` injector here (`synapse.ops.tracing.instrument_http_clients`).
+TRACE_CONFIGS: list[aiohttp.TraceConfig] = []
+
+
 class HttpClient:
     """POSTs messages to partners over one shared, keep-alive `aiohttp.ClientSession`.
 
@@ -207,6 +212,10 @@ class HttpClient:
         self._clock = clock
         self._jitter = jitter
         self._session: aiohttp.ClientSession | None = None
+        #: Called with (message, attempt that failed) before each retry (metrics).
+        self.retry_listeners: list[Callable[[Envelope[Any], int], None]] = []
+        #: Extra HTTP headers for one message's POSTs (tracing's `traceparent`).
+        self.header_hooks: list[Callable[[Envelope[Any]], Mapping[str, str]]] = []
 
     async def start(self) -> None:
         """Open the session (idempotent)."""
@@ -241,6 +250,7 @@ class HttpClient:
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=self.config.request_timeout),
                 headers={"User-Agent": USER_AGENT},
+                trace_configs=list(TRACE_CONFIGS) or None,
             )
         return self._session
 
@@ -275,6 +285,7 @@ class HttpClient:
 
         def before_retry(attempt: int, delay: float) -> None:
             _log_retry(message, attempt, delay)
+            self._notify_retry(message, attempt)
 
         try:
             return await retrying(
@@ -295,12 +306,18 @@ class HttpClient:
                 reply=last.reply,
             ) from last.__cause__
 
+    def _notify_retry(self, message: Envelope[Any], attempt: int) -> None:
+        for listener in self.retry_listeners:
+            listener(message, attempt)
+
     async def _attempt(
         self, partner: Partner, message: Envelope[Any], mode: SenderMode, attempt: int
     ) -> Reply:
         session = self._ensure_session()
         sent = refreshed(message, self._clock())
         body, headers = encode_request(sent, partner.signing_secret, mode)
+        for hook in self.header_hooks:
+            headers = {**headers, **hook(message)}
         fields = {
             "message_id": sent.id,
             "type": sent.type.value,

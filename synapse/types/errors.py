@@ -8,7 +8,10 @@ message could not be delivered.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from synapse.types.messages import Message
 
 
 class ErrorCode(StrEnum):
@@ -102,6 +105,19 @@ class LocalProtocolError(ProtocolError):
     """We were about to do something the protocol forbids: a bug on our side, never sent."""
 
 
+class ReplyLike(Protocol):
+    """What `DeliveryError.reply` holds: the envelope a partner answered with, and its status."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def message(self) -> Message: ...
+
+    @property
+    def is_nack(self) -> bool: ...
+
+
 class DeliveryError(Exception):
     """A message could not be delivered: a POST produced no acceptable reply.
 
@@ -120,7 +136,7 @@ class DeliveryError(Exception):
         retryable: bool,
         status: int | None = None,
         attempts: int = 1,
-        reply: Any = None,
+        reply: ReplyLike | None = None,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable

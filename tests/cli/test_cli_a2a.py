@@ -39,7 +39,7 @@ from synapse.a2a import wire
 from synapse.cli.conversation import SendOptions
 from synapse.cli.send_a2a import A2AFollower
 from synapse.cli.settings import parse_a2a_token
-from synapse.cli.terminal import Console, LineReader
+from synapse.cli.terminal import LineReader, TerminalConsole
 
 TOKEN = "tok-for-cli-tests"
 
@@ -387,7 +387,7 @@ async def test_another_agents_question_is_answered_with_one_reply(
         "http://agent.example",
         SendOptions(task_type="book", payload={}, **flags),
         out=io.StringIO(),
-        console=Console(err, live=False),
+        console=TerminalConsole(err, live=False),
         reader=reader,
         interactive=False,
     )
