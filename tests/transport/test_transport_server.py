@@ -680,7 +680,8 @@ async def test_a_task_request_resent_with_a_new_id_gets_the_original_decision(
 ) -> None:
     first = await w.r.post(w.r.task_request("t-again", task_type, payload))
     assert first.status == 200 and first.type == reply_type, first
-    await asyncio.sleep(0.05)  # let an echo complete: its decision is still the confirm
+    # Let an echo run to its end (its decision is still the confirm): no handler left running.
+    await eventually(lambda: not w.peer.protocol._running)
     again_value = w.r.task_request("t-again", task_type, payload)
     again = await w.r.post(again_value, "body")
     assert again.status == 200 and again.type == reply_type, again
