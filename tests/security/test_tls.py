@@ -24,14 +24,14 @@ from synapse.transport.tls import (
     certificate_names_agent,
     map_principal,
 )
-from synapse.types import Heartbeat, HeartbeatPayload, Nack, Sender, TaskState, build_message
+from synapse.types import Heartbeat, HeartbeatPayload, Nack, Sender, TaskState, build_message_now
 
 FAST = P2PConfig(max_retries=0, retry_base_delay=0.01, retry_max_delay=0.05, request_timeout=5)
 R, E = "agent-r", "agent-e"
 
 
 def heartbeat(sender: str, endpoint: str, to: str) -> Heartbeat:
-    message: Heartbeat = build_message(
+    message: Heartbeat = build_message_now(
         Heartbeat, HeartbeatPayload(), sender=Sender(agent_id=sender, endpoint=endpoint), to=to
     )
     return message
