@@ -91,7 +91,7 @@ class IssuerUnavailable(A2AError):
 
 
 @dataclass(frozen=True, slots=True)
-class Identity:
+class CallerIdentity:
     """Who a credential proved the caller is."""
 
     principal: str
@@ -107,7 +107,7 @@ class Scheme(Protocol):
 
     def challenge(self) -> str: ...
 
-    async def authenticate(self, request: web.Request) -> Identity | None:
+    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
         """The caller's identity; None when the request carries no such credential.
 
         Raises `AuthError` for a credential that is present but not valid.
@@ -162,7 +162,7 @@ class ApiKeyScheme:
     def challenge(self) -> str:
         return f'ApiKey realm="a2a", {self.location}="{self.name}"'
 
-    async def authenticate(self, request: web.Request) -> Identity | None:
+    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
         if self.location == "header":
             given = request.headers.get(self.name)
         elif self.location == "query":
@@ -176,7 +176,7 @@ class ApiKeyScheme:
             raise AuthError(
                 f"unknown API key in {self.location} {self.name!r}", challenge=self.challenge()
             )
-        return Identity(principal, "apiKey")
+        return CallerIdentity(principal, "apiKey")
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +196,7 @@ class HttpBearerScheme:
     def challenge(self) -> str:
         return 'Bearer realm="a2a"'
 
-    async def authenticate(self, request: web.Request) -> Identity | None:
+    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
         token = _bearer(request)
         if token is None:
             return None
@@ -205,7 +205,7 @@ class HttpBearerScheme:
             raise AuthError(
                 "unknown bearer token", challenge='Bearer realm="a2a", error="invalid_token"'
             )
-        return Identity(principal, "bearer")
+        return CallerIdentity(principal, "bearer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +221,7 @@ class HttpBasicScheme:
     def challenge(self) -> str:
         return 'Basic realm="a2a", charset="UTF-8"'
 
-    async def authenticate(self, request: web.Request) -> Identity | None:
+    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
         scheme, _, value = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "basic":
             return None
@@ -239,7 +239,7 @@ class HttpBasicScheme:
         )
         if not sep or expected is None or not ok:
             raise AuthError("wrong user or password", challenge=self.challenge())
-        return Identity(user, "basic")
+        return CallerIdentity(user, "basic")
 
 
 class JwksSource:
@@ -405,13 +405,13 @@ class OAuth2Scheme:
     def challenge(self) -> str:
         return 'Bearer realm="a2a"'
 
-    async def authenticate(self, request: web.Request) -> Identity | None:
+    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
         token = _bearer(request)
         if token is None:
             return None
         claims = await self.validator.validate(token)
         principal = claims[self.validator.principal_claim]
-        return Identity(principal, "oauth2", token_scopes(claims), claims)
+        return CallerIdentity(principal, "oauth2", token_scopes(claims), claims)
 
 
 class OpenIdConnectScheme:
@@ -467,13 +467,15 @@ class OpenIdConnectScheme:
                 )
             return self._validator
 
-    async def authenticate(self, request: web.Request) -> Identity | None:
+    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
         token = _bearer(request)
         if token is None:
             return None
         validator = await self.validator()
         claims = await validator.validate(token)
-        return Identity(claims[self.principal_claim], "openIdConnect", token_scopes(claims), claims)
+        return CallerIdentity(
+            claims[self.principal_claim], "openIdConnect", token_scopes(claims), claims
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,7 +493,7 @@ class MutualTlsScheme:
     def challenge(self) -> str:
         return 'MutualTLS realm="a2a"'
 
-    async def authenticate(self, request: web.Request) -> Identity | None:
+    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
         cert = peer_certificate(request.transport)
         if cert is None:
             return None
@@ -500,7 +502,7 @@ class MutualTlsScheme:
             raise AuthError(
                 "the client certificate is not one this agent knows", challenge=self.challenge()
             )
-        return Identity(principal, "mtls")
+        return CallerIdentity(principal, "mtls")
 
 
 # --- requirements and the policy ------------------------------------------------------------
@@ -514,9 +516,9 @@ Requirement = Mapping[str, Sequence[str]]
 class _Seen:
     """What the schemes said about one request (each scheme is asked at most once)."""
 
-    identities: dict[str, Identity | None] = field(default_factory=dict)
+    identities: dict[str, CallerIdentity | None] = field(default_factory=dict)
     errors: dict[str, AuthError] = field(default_factory=dict)
-    identity: Identity | None = None
+    identity: CallerIdentity | None = None
 
 
 class SecurityPolicy:
@@ -577,7 +579,9 @@ class SecurityPolicy:
 
     # --- the checks -------------------------------------------------------------------------
 
-    async def _identity(self, request: web.Request, seen: _Seen, name: str) -> Identity | None:
+    async def _identity(
+        self, request: web.Request, seen: _Seen, name: str
+    ) -> CallerIdentity | None:
         if name not in seen.identities:
             try:
                 seen.identities[name] = await self.schemes[name].authenticate(request)
@@ -588,11 +592,11 @@ class SecurityPolicy:
 
     async def _satisfy(
         self, request: web.Request, seen: _Seen, alternatives: Sequence[Mapping[str, Sequence[str]]]
-    ) -> tuple[Identity | None, list[str]]:
+    ) -> tuple[CallerIdentity | None, list[str]]:
         """The identity of the first satisfied alternative, or None and the missing scopes."""
         missing_scopes: list[str] = []
         for alt in alternatives:
-            first: Identity | None = None
+            first: CallerIdentity | None = None
             ok = True
             for name, scopes in alt.items():
                 identity = await self._identity(request, seen, name)
@@ -631,7 +635,7 @@ class SecurityPolicy:
             challenge=challenges,
         )
 
-    async def authenticate(self, request: web.Request) -> Identity:
+    async def authenticate(self, request: web.Request) -> CallerIdentity:
         """The caller's identity under the call requirements, or `AuthError`."""
         seen = _Seen()
         request[REQUEST_KEY] = seen
@@ -679,9 +683,9 @@ __all__ = [
     "DEFAULT_JWT_ALGORITHMS",
     "ApiKeyScheme",
     "AuthError",
+    "CallerIdentity",
     "HttpBasicScheme",
     "HttpBearerScheme",
-    "Identity",
     "IssuerUnavailable",
     "JwksSource",
     "JwtValidator",

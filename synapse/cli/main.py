@@ -521,7 +521,7 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
             "a2a_token", "SYNAPSE_A2A_TOKENS", "a2a_tokens", parse_a2a_token, flag="--a2a-token"
         )
     )
-    tokens.update(a2a_token_file(s))
+    tokens.update(a2a_token_file(s, parse_a2a_token))
     default = s.get(
         "a2a_default_task_type", "SYNAPSE_A2A_DEFAULT_TASK_TYPE", "a2a_default_task_type", str
     )

@@ -10,15 +10,38 @@ variables: `ps` shows every process's command line to every user of the machine.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from synapse.cli.errors import CliError
 
 if TYPE_CHECKING:
-    from synapse.cli.settings import Settings
     from synapse.transport.tls import TLSConfig
+
+T = TypeVar("T")
+
+
+class _SettingsView(Protocol):
+    """What this module reads of `synapse.cli.settings.Settings` (which imports this one)."""
+
+    args: argparse.Namespace
+    env: Mapping[str, str]
+
+    @property
+    def config(self) -> Any: ...
+
+    def get(
+        self,
+        dest: str,
+        env: str | None,
+        key: str | None,
+        parse: Callable[[str], T],
+        default: T | None = None,
+    ) -> T | None: ...
+
+    def switch(self, dest: str, env: str, key: str) -> bool: ...
+
 
 #: Config-file keys of this module (merged into `settings.CONFIG_KEYS`).
 SECURITY_KEYS = frozenset(
@@ -92,7 +115,7 @@ TLS_FLAGS: tuple[tuple[str, str, str, str, str], ...] = (
 
 
 def add_tls_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("TLS (docs/security.md)")
+    group = parser.add_argument_group("TLS (docs/security.md in the Synapse repository)")
     for flag, dest, env, _key, text in TLS_FLAGS:
         group.add_argument(flag, dest=dest, metavar="PATH", help=f"{text} (${env})")
 
@@ -135,7 +158,7 @@ def read_first_line(path: Path, what: str) -> str:
     raise CliError(f"{what} {path} is empty")
 
 
-def secret_from_file(s: Settings) -> str | None:
+def secret_from_file(s: _SettingsView) -> str | None:
     """The default secret from `--secret-file` / `$SYNAPSE_SECRET_FILE` / `secret_file`
     (a relative path in the config file is relative to that file)."""
     flag = getattr(s.args, "secret_file", None) or s.env.get("SYNAPSE_SECRET_FILE") or None
@@ -157,21 +180,18 @@ def secrets_from_env(env: Mapping[str, str], variable: str, partner: str) -> tup
     return secrets
 
 
-def peer_secret_envs(s: Settings) -> dict[str, str]:
+def peer_secret_envs(s: _SettingsView) -> dict[str, str]:
     """`--peer-secret-env ID=VAR` flags: partner → environment variable."""
-    from synapse.cli.settings import parse_pair
-
     found: dict[str, str] = {}
     for item in getattr(s.args, "peer_secret_env", None) or ():
-        try:
-            agent_id, variable = parse_pair(item, "PARTNER_ID=VAR")
-        except ValueError as exc:
-            raise CliError(f"bad --peer-secret-env: {exc}") from exc
-        found[agent_id] = variable.strip()
+        agent_id, sep, variable = item.partition("=")
+        if not sep or not agent_id.strip() or not variable.strip():
+            raise CliError(f"bad --peer-secret-env: expected PARTNER_ID=VAR, got {item!r}")
+        found[agent_id.strip()] = variable.strip()
     return found
 
 
-def allow_shared_secret(s: Settings) -> bool:
+def allow_shared_secret(s: _SettingsView) -> bool:
     return s.switch("allow_shared_secret", "SYNAPSE_ALLOW_SHARED_SECRET", "allow_shared_secret")
 
 
@@ -185,7 +205,7 @@ def secrets_on_command_line(args: argparse.Namespace) -> list[str]:
     return shown
 
 
-def tls_config(s: Settings, *, serving: bool) -> TLSConfig | None:
+def tls_config(s: _SettingsView, *, serving: bool) -> TLSConfig | None:
     """The `TLSConfig` of the TLS settings, or None when none is set."""
     from synapse.transport.tls import TLSConfig
 
@@ -260,16 +280,14 @@ def add_a2a_serve_flags(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def a2a_token_file(s: Settings) -> dict[str, str]:
-    """Tokens of `--a2a-token-file` (TOKEN[=NAME] a line)."""
-    from synapse.cli.settings import parse_a2a_token
-
+def a2a_token_file(s: _SettingsView, parse: Callable[[str], tuple[str, str]]) -> dict[str, str]:
+    """Tokens of `--a2a-token-file` (TOKEN[=NAME] a line, each `parse`d)."""
     path = s.get("a2a_token_file", "SYNAPSE_A2A_TOKEN_FILE", "a2a_token_file", str)
     if path is None:
         return {}
     lines = _lines(Path(path), "A2A token file")
     try:
-        return dict(parse_a2a_token(line) for line in lines)
+        return dict(parse(line) for line in lines)
     except ValueError as exc:
         raise CliError(f"A2A token file {path}: {exc}") from exc
 
@@ -282,7 +300,7 @@ def _lines(path: Path, what: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
-def card_signer(s: Settings) -> Any:
+def card_signer(s: _SettingsView) -> Any:
     """The `CardSigner` of `--a2a-card-signing-key`, or None."""
     path = s.get(
         "a2a_card_signing_key", "SYNAPSE_A2A_CARD_SIGNING_KEY", "a2a_card_signing_key", str
@@ -298,7 +316,7 @@ def card_signer(s: Settings) -> Any:
         raise CliError(f"bad --a2a-card-signing-key {path}: {exc}") from exc
 
 
-def a2a_policy(s: Settings, tokens: Mapping[str, str]) -> Any:
+def a2a_policy(s: _SettingsView, tokens: Mapping[str, str]) -> Any:
     """The `SecurityPolicy` of `[a2a_security]` (and of bearer `tokens`), or None.
 
     [a2a_security]
@@ -457,7 +475,7 @@ A2A_CLIENT_FLAGS = {
 }
 
 
-def a2a_client_options(s: Settings) -> dict[str, Any]:
+def a2a_client_options(s: _SettingsView) -> dict[str, Any]:
     """`A2AClient` keyword arguments: credentials, card verification, TLS."""
     from synapse.a2a.card_signing import CardVerifier, load_key
     from synapse.a2a.client_auth import ClientCredentials, OAuthClient
