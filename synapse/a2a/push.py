@@ -45,7 +45,7 @@ from synapse.types import (
 from synapse.types.signing import SIGNATURE_HEADER, Secret, header_signature
 
 if TYPE_CHECKING:
-    from synapse.a2a.server import A2AServer
+    from synapse.a2a.service import A2AService
 
 log = structlog.get_logger("synapse.a2a.push")
 
@@ -111,7 +111,7 @@ class PushSender:
 
     def __init__(
         self,
-        server: A2AServer,
+        server: A2AService,
         config: P2PConfig,
         *,
         secret: Secret | None = None,
