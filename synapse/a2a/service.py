@@ -46,7 +46,7 @@ from synapse.a2a.view import A2ATask, Queued
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
 from synapse.p2p.protocol import P2PProtocol
-from synapse.p2p.states import Role
+from synapse.p2p.states import Role, allowed_events
 from synapse.types import (
     Ack,
     AckPayload,
@@ -59,6 +59,7 @@ from synapse.types import (
     HumanDecision,
     HumanDecisionPayload,
     Message,
+    MessageType,
     Nack,
     NackPayload,
     Sender,
@@ -427,33 +428,12 @@ class A2AService:
         if view.is_terminal:
             raise unsupported(f"Task {view.id} is in terminal state: {view.state}", taskId=view.id)
         rec = self._record(view)
-        envelope: Message
-        if rec.state is TaskState.INFO_NEEDED:
-            fields = mapping.info_fields(message, rec.need_info)
-            payload = TaskInfoProvidedPayload(task_id=view.id, fields=fields)
-            envelope = self._envelope(TaskInfoProvided, payload, principal)
-        elif rec.state in (TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING):
-            approve, fields, reason, notes = mapping.decision_of(message)
-            if rec.need_human_id is None:
-                raise unsupported(f"Task {view.id} has no pending decision", taskId=view.id)
-            decision = HumanDecisionPayload(
-                task_id=view.id,
-                decision_id=f"dec-{new_message_id()[4:]}",
-                reply_to=rec.need_human_id,
-                decided_by=DecidedBy(user_id=principal),
-                decision=Decision(
-                    action=DecisionAction.APPROVE if approve else DecisionAction.REJECT,
-                    approved_fields=fields,
-                    rejection_reason=reason,
-                ),
-                notes=notes,
-                timestamp=datetime.now(UTC),
-            )
-            envelope = self._envelope(HumanDecision, decision, principal)
-        else:
+        build = _follow_up_builder(rec.state)
+        if build is None:
             raise unsupported(
                 f"Task {view.id} is not waiting for input (state {view.state})", taskId=view.id
             )
+        envelope = build(self, view, rec, message, principal)
         view.history.append(
             msgspec.structs.replace(message, task_id=view.id, context_id=view.context_id)
         )
@@ -475,6 +455,34 @@ class A2AService:
             elif not state.is_final:
                 view.set_status(mapping.a2a_state(state))
         return view, queue
+
+    def _info_provided(
+        self, view: A2ATask, rec: TaskRecord, message: wire.Message, principal: str
+    ) -> Message:
+        fields = mapping.info_fields(message, rec.need_info)
+        payload = TaskInfoProvidedPayload(task_id=view.id, fields=fields)
+        return self._envelope(TaskInfoProvided, payload, principal)
+
+    def _human_decision(
+        self, view: A2ATask, rec: TaskRecord, message: wire.Message, principal: str
+    ) -> Message:
+        approve, fields, reason, notes = mapping.decision_of(message)
+        if rec.need_human_id is None:
+            raise unsupported(f"Task {view.id} has no pending decision", taskId=view.id)
+        decision = HumanDecisionPayload(
+            task_id=view.id,
+            decision_id=f"dec-{new_message_id()[4:]}",
+            reply_to=rec.need_human_id,
+            decided_by=DecidedBy(user_id=principal),
+            decision=Decision(
+                action=DecisionAction.APPROVE if approve else DecisionAction.REJECT,
+                approved_fields=fields,
+                rejection_reason=reason,
+            ),
+            notes=notes,
+            timestamp=datetime.now(UTC),
+        )
+        return self._envelope(HumanDecision, decision, principal)
 
     async def cancel(self, view: A2ATask, metadata: Mapping[str, Any] | None = None) -> wire.Task:
         if view.is_terminal:
@@ -766,6 +774,27 @@ class _RequesterSink:
 
     async def send_callback(self, partner: str, message: Message, *, retry: bool = True) -> Message:
         return self.server.on_callback(partner, message)
+
+
+#: Builds the envelope a follow-up message becomes: (service, view, record, message, principal).
+_FollowUp = Callable[[A2AService, A2ATask, TaskRecord, wire.Message, str], Message]
+
+#: What an A2A follow-up message becomes, for each requester-to-executor message type that
+#: answers an interruption. Which one applies is not decided here but by the executor's
+#: transition table: the type the task's state lets it receive.
+_FOLLOW_UPS: Mapping[MessageType, _FollowUp] = {
+    MessageType.TASK_INFO_PROVIDED: A2AService._info_provided,
+    MessageType.HUMAN_DECISION: A2AService._human_decision,
+}
+
+
+def _follow_up_builder(state: TaskState) -> _FollowUp | None:
+    """The builder for a follow-up to a task in `state` (executor side), if it takes one."""
+    for event in allowed_events(Role.EXECUTOR, state):
+        build = _FOLLOW_UPS.get(event.message_type) if event.message_type else None
+        if build is not None and event.value.startswith("recv "):
+            return build
+    return None
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -175,3 +175,16 @@ def test_interfaces_prefer_1_0_and_refuse_0_3() -> None:
     assert card("0.3").interface() is None
     assert card("0.3", "1.2", "1.0").interface() == card("1.0").supported_interfaces[0]
     assert card("1.2").interface() is not None
+
+
+def test_follow_up_dispatch_is_derived_from_the_executor_transition_table() -> None:
+    from synapse.a2a.service import A2AService, _follow_up_builder
+    from synapse.p2p.states import TRANSITIONS, Role
+
+    assert _follow_up_builder(TaskState.INFO_NEEDED) is A2AService._info_provided
+    assert _follow_up_builder(TaskState.NEED_HUMAN) is A2AService._human_decision
+    # Every other state of the executor's table takes no follow-up; `human_deciding` is a
+    # requester-only state and so takes none either.
+    for state in [*TRANSITIONS[Role.EXECUTOR], TaskState.HUMAN_DECIDING]:
+        if state not in (TaskState.INFO_NEEDED, TaskState.NEED_HUMAN):
+            assert _follow_up_builder(state) is None, state
