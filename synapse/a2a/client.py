@@ -62,14 +62,22 @@ class A2AEvent:
     text: str = ""
     data: Any = None
     raw: wire.StreamResponse | None = None
+    #: The task still reports the interruption we already answered (some agents, such as
+    #: those built on the JavaScript SDK, repeat it at the start of the reply's stream).
+    answered: bool = False
 
     @property
     def final(self) -> bool:
         return wire.is_terminal(self.state)
 
     @property
+    def interrupted(self) -> bool:
+        """The task waits for us (INPUT_REQUIRED or AUTH_REQUIRED), and we have not answered."""
+        return self.state in wire.INTERRUPTED_STATES and not self.answered
+
+    @property
     def input_required(self) -> bool:
-        return self.state == wire.INPUT_REQUIRED
+        return self.state == wire.INPUT_REQUIRED and not self.answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +160,8 @@ class A2AClient:
         self._own_session = session is None
         self.card: wire.AgentCard | None = None
         self.rpc_url: str | None = None
+        #: task id → the id of the push configuration this client last created for it.
+        self._push_ids: dict[str, str] = {}
 
     async def __aenter__(self) -> A2AClient:
         try:
@@ -191,8 +201,10 @@ class A2AClient:
                         http_status=response.status,
                     )
                 raw = await response.read()
-        except aiohttp.ClientError as exc:
-            raise A2AError(A2ACode.INTERNAL_ERROR, f"cannot fetch {url}: {exc!r}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise A2AError(
+                A2ACode.INTERNAL_ERROR, f"cannot fetch {url}: {describe_failure(exc, self.timeout)}"
+            ) from exc
         card = parse_card(raw)
         interface = card.interface(wire.JSONRPC_BINDING)
         if interface is None:
@@ -237,7 +249,8 @@ class A2AClient:
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise A2AError(
-                A2ACode.INTERNAL_ERROR, f"{method}: cannot reach {url}: {exc!r}"
+                A2ACode.INTERNAL_ERROR,
+                f"{method}: cannot reach {url}: {describe_failure(exc, self.timeout)}",
             ) from exc
         return _judge(_json(raw, status), rpc_id, status)
 
@@ -262,7 +275,9 @@ class A2AClient:
                     result = _judge(_json(data.encode(), response.status), rpc_id, 200)
                     yield _convert(result, wire.StreamResponse)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise StreamBroken(f"{method}: stream from {url} broke: {exc!r}") from exc
+            raise StreamBroken(
+                f"{method}: stream from {url} broke: {describe_failure(exc, None)}"
+            ) from exc
 
     # --- the methods of A2A v1.0 -------------------------------------------------------------
 
@@ -339,12 +354,26 @@ class A2AClient:
             task_id=task_id, url=url, token=token, id=config_id, authentication=authentication
         )
         result = await self.call("CreateTaskPushNotificationConfig", wire.to_builtins(config))
-        return _convert(result, wire.TaskPushNotificationConfig)
+        created = _convert(result, wire.TaskPushNotificationConfig)
+        # The agent chooses the id of a configuration created without one: remember it.
+        self._push_ids[task_id] = created.id
+        return created
+
+    def _push_id(self, task_id: str, config_id: str) -> str:
+        found = config_id or self._push_ids.get(task_id, "")
+        if not found:
+            raise ValueError(
+                f"config_id is required: no push configuration of task {task_id} was created "
+                "through this client (its id is the one CreateTaskPushNotificationConfig "
+                "returned, or one ListTaskPushNotificationConfigs lists)"
+            )
+        return found
 
     async def get_push_config(
         self, task_id: str, config_id: str = ""
     ) -> wire.TaskPushNotificationConfig:
-        params = {"taskId": task_id, "id": config_id or task_id}
+        """One push configuration (default: the last one this client created for the task)."""
+        params = {"taskId": task_id, "id": self._push_id(task_id, config_id)}
         result = await self.call("GetTaskPushNotificationConfig", params)
         return _convert(result, wire.TaskPushNotificationConfig)
 
@@ -353,8 +382,11 @@ class A2AClient:
         return _convert(result, wire.ListTaskPushNotificationConfigsResponse).configs
 
     async def delete_push_config(self, task_id: str, config_id: str = "") -> None:
-        params = {"taskId": task_id, "id": config_id or task_id}
+        """Delete a push configuration (default: the last one this client created for it)."""
+        params = {"taskId": task_id, "id": self._push_id(task_id, config_id)}
         await self.call("DeleteTaskPushNotificationConfig", params)
+        if self._push_ids.get(task_id) == params["id"]:
+            del self._push_ids[task_id]
 
     async def get_extended_card(self) -> wire.AgentCard:
         return parse_card(wire.encode(await self.call("GetExtendedAgentCard", {})))
@@ -374,7 +406,7 @@ class A2AClient:
         """Send a message and follow the task it starts.
 
         `payload`: a mapping becomes a data part, a string a text part; `task_type` goes to
-        `metadata.task_type` (a skill id of a Synapse agent). Or pass a ready `message`.
+        `metadata.taskType` (a skill id of a Synapse agent). Or pass a ready `message`.
         `stream`: use `SendStreamingMessage` (default: when the card says it streams).
         """
         if self.card is None:
@@ -456,6 +488,9 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
         self._follower: asyncio.Task[None] | None = None
         #: Follow with streams (else by polling `GetTask`).
         self._streaming = client.streaming
+        #: The interrupted status our last reply answered: (timestamp, message id). Until the
+        #: status changes (a newer timestamp, another message), it no longer waits for us.
+        self._answered: tuple[str, str] | None = None
 
     @property
     def task_id(self) -> str:
@@ -476,15 +511,31 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
     def status_message(self) -> wire.Message | None:
         return self.task.status.message if self.task is not None else None
 
+    def _status_key(self) -> tuple[str, str]:
+        status = self.task.status if self.task is not None else None
+        if status is None:
+            return ("", "")
+        return (status.timestamp or "", status.message.message_id if status.message else "")
+
+    @property
+    def _stale(self) -> bool:
+        """The task reports the interrupted status we already answered."""
+        return self._answered is not None and self._status_key() == self._answered
+
     @property
     def _waiting(self) -> bool:
-        """The task waits for us (INPUT_REQUIRED, or AUTH_REQUIRED): stop following it."""
-        return self.state in wire.INTERRUPTED_STATES
+        """The task waits for us (INPUT_REQUIRED, or AUTH_REQUIRED): stop following it.
+
+        After a reply, the same interrupted status does not count again: only a changed
+        status (newer timestamp, or another message) is a new question."""
+        return self.state in wire.INTERRUPTED_STATES and not self._stale
 
     @property
     def input_required(self) -> wire.Message | None:
-        """What the agent asks for, while the task is INPUT_REQUIRED."""
-        return self.status_message if self.state == wire.INPUT_REQUIRED else None
+        """What the agent asks for, while the task is INPUT_REQUIRED (and not answered)."""
+        if self.state == wire.INPUT_REQUIRED and not self._stale:
+            return self.status_message
+        return None
 
     # --- outcome and events ---------------------------------------------------------------------
 
@@ -503,6 +554,8 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
                 await self._follower
         message = user_message(payload, context_id=self.context_id, task_id=self.task_id)
         configuration = wire.SendMessageConfiguration()
+        if self.state in wire.INTERRUPTED_STATES:
+            self._answered = self._status_key()
         await self._begin(message, configuration, self._streaming)
 
     async def provide_info(self, fields: Mapping[str, Any], notes: str | None = None) -> None:
@@ -669,8 +722,11 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
             text, data = _content_parts(update2.artifact.parts)
         else:
             return
+        if self.state not in wire.INTERRUPTED_STATES:
+            self._answered = None  # the status moved on: the next interruption is new
         if not quiet:
-            self._push(A2AEvent(kind, self.state, self.task_id, text, data, event))
+            answered = self._stale and self.state in wire.INTERRUPTED_STATES
+            self._push(A2AEvent(kind, self.state, self.task_id, text, data, event, answered))
 
     def _ensure_task(self, task_id: str, context_id: str) -> None:
         if self.task is None:
@@ -698,6 +754,14 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
 
 
 # --- helpers --------------------------------------------------------------------------------------
+
+
+def describe_failure(exc: BaseException, timeout: float | None) -> str:
+    """Why a request failed, never empty (`str(TimeoutError())` is "")."""
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return f"no answer within {timeout:g} s (timed out)" if timeout else "timed out"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _json(raw: bytes, status: int) -> Any:
@@ -786,4 +850,12 @@ def _merge_artifact(task: wire.Task, update: wire.TaskArtifactUpdateEvent) -> No
     task.artifacts.append(update.artifact)
 
 
-__all__ = ["A2AClient", "A2AEvent", "A2AOutcome", "A2ATaskHandle", "parse_card", "user_message"]
+__all__ = [
+    "A2AClient",
+    "A2AEvent",
+    "A2AOutcome",
+    "A2ATaskHandle",
+    "describe_failure",
+    "parse_card",
+    "user_message",
+]

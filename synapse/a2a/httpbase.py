@@ -26,17 +26,17 @@ async def read_json(request: web.Request, limit: int) -> Any:
         raise A2AError(A2ACode.PARSE_ERROR, f"Parse error: {exc}") from None
 
 
-def check_version(request: web.Request) -> None:
+def requested_version(request: web.Request) -> str:
+    """The A2A version a request asks for: the `A2A-Version` header, else the query
+    parameter of that name (A2A v1.0, "Service parameters"), else "" (none given)."""
     given = request.headers.get(wire.VERSION_HEADER, "").strip()
-    version = given or wire.VERSION_WITHOUT_HEADER
-    if wire.major(version) != 1:
-        told = f"A2A-Version {given!r}" if given else "no A2A-Version header (that is A2A 0.3)"
-        raise A2AError(
-            A2ACode.VERSION_NOT_SUPPORTED,
-            f"{told} is not supported: this agent speaks A2A {wire.PROTOCOL_VERSION} only; "
-            f"send '{wire.VERSION_HEADER}: {wire.PROTOCOL_VERSION}'",
-            {"supportedVersions": wire.PROTOCOL_VERSION, "requestedVersion": version},
-        )
+    if not given:
+        given = request.query.get(wire.VERSION_HEADER, "").strip()
+    return given
+
+
+def check_version(request: web.Request) -> None:
+    wire.check_version(requested_version(request))
 
 
 def event_stream_response() -> web.StreamResponse:

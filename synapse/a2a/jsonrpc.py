@@ -101,9 +101,18 @@ class JsonRpcBinding:
         server = self.server
         rpc_id: str | int | None = None
         try:
-            principal = server._authenticate(request)
-            body = await read_json(request, server.config.max_body_size)
+            # The body is read before authenticating so that a refusal answers the request's
+            # id; a body that does not parse is refused only once the caller is known.
+            unreadable: A2AError | None = None
+            body: Any = None
+            try:
+                body = await read_json(request, server.config.max_body_size)
+            except A2AError as exc:
+                unreadable = exc
             rpc_id = _rpc_id(body)
+            principal = server._authenticate(request)
+            if unreadable is not None:
+                raise unreadable
             method, params = _parse_rpc(body)
             handler = METHODS.get(method)
             if handler is None:

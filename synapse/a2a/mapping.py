@@ -49,10 +49,27 @@ FINAL_STATE_MAP: Final[Mapping[str, TaskState]] = {
     wire.REJECTED: TaskState.REJECTED,
 }
 
-#: Where the task type travels in an A2A message (a skill id of the agent card).
-TASK_TYPE_KEY: Final = "task_type"
+#: Where the task type travels in an A2A message (a skill id of the agent card). Metadata
+#: keys are camelCase like every member of A2A's JSON; the snake_case spelling of earlier
+#: versions is still read.
+TASK_TYPE_KEY: Final = "taskType"
+LEGACY_TASK_TYPE_KEY: Final = "task_type"
 #: What an INPUT_REQUIRED status message asks for, in its metadata.
-NEEDS_KEY: Final = "synapse_needs"
+NEEDS_KEY: Final = "synapseNeeds"
+LEGACY_NEEDS_KEY: Final = "synapse_needs"
+#: The Synapse `output_type` of a result artifact, in its metadata.
+OUTPUT_TYPE_KEY: Final = "outputType"
+LEGACY_OUTPUT_TYPE_KEY: Final = "output_type"
+
+
+def meta_value(metadata: Mapping[str, Any] | None, key: str, legacy: str) -> Any:
+    """`metadata[key]`, else `metadata[legacy]` (the snake_case spelling), else None."""
+    if not metadata:
+        return None
+    value = metadata.get(key)
+    return metadata.get(legacy) if value is None else value
+
+
 NEEDS_INFO: Final = "info"
 NEEDS_HUMAN: Final = "human_decision"
 
@@ -128,8 +145,8 @@ def message_text(message: wire.Message, delimiter: str = "\n") -> str:
 
 
 def task_type_of(message: wire.Message, default: str | None) -> str:
-    """`message.metadata["task_type"]`, else the configured default."""
-    value = (message.metadata or {}).get(TASK_TYPE_KEY)
+    """`message.metadata["taskType"]` (or `"task_type"`), else the configured default."""
+    value = meta_value(message.metadata, TASK_TYPE_KEY, LEGACY_TASK_TYPE_KEY)
     if value is None:
         if default is None:
             raise invalid_params(
@@ -292,7 +309,7 @@ def result_artifact(result: TaskResult, *, name: str, summary: str = "") -> wire
         parts = [wire.text_part(result.output)]
     else:
         parts = [wire.data_part(result.output)]
-    metadata: dict[str, Any] = {"output_type": result.output_type}
+    metadata: dict[str, Any] = {OUTPUT_TYPE_KEY: result.output_type}
     if result.metadata:
         metadata["metadata"] = result.metadata
     return wire.Artifact(
@@ -314,7 +331,7 @@ def artifact_result(artifacts: list[wire.Artifact]) -> TaskResult | None:
         return None
     parts = [p for a in artifacts for p in a.parts]
     found = dict(artifacts[0].metadata or {})
-    output_type = found.get("output_type")
+    output_type = meta_value(found, OUTPUT_TYPE_KEY, LEGACY_OUTPUT_TYPE_KEY)
     if isinstance(output_type, str) and output_type:  # written by `result_artifact`
         inner = found.get("metadata")
         metadata = dict(inner) if isinstance(inner, dict) else {}

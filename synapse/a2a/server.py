@@ -10,8 +10,11 @@ Served on the peer's aiohttp app: `GET /.well-known/agent-card.json` and JSON-RP
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from email.utils import formatdate, parsedate_to_datetime
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -54,6 +57,7 @@ class A2AServer:
         provider: wire.AgentProvider | None = None,
         documentation_url: str | None = None,
         keepalive: float = 15.0,
+        card_max_age: int = 300,
     ) -> None:
         if not path.startswith("/"):
             raise ValueError("the JSON-RPC path must start with '/'")
@@ -69,6 +73,10 @@ class A2AServer:
         self.provider = provider
         self.documentation_url = documentation_url
         self.keepalive = keepalive
+        #: How long clients may cache the agent card (seconds, `Cache-Control: max-age`).
+        self.card_max_age = card_max_age
+        self._card_etag = ""
+        self._card_modified = 0.0
         self.service = A2AService(
             config=self.config,
             default_task_type=default_task_type,
@@ -140,15 +148,26 @@ class A2AServer:
     # --- HTTP ---------------------------------------------------------------------------------
 
     async def handle_card(self, request: web.Request) -> web.Response:
+        """The card, cacheable: a strong `ETag` (its body's hash), `Last-Modified` (when
+        this body was first served), `Cache-Control: max-age`; a matching `If-None-Match`
+        (or, without one, an `If-Modified-Since` not older) is answered 304."""
         try:
             card = self.card()
         except A2AError:
             return web.Response(status=503, text="starting", headers={"Retry-After": "1"})
-        return web.Response(
-            body=wire.encode(card),
-            content_type="application/json",
-            headers={"Cache-Control": "no-cache"},
-        )
+        body = wire.encode(card)
+        etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+        if etag != self._card_etag:
+            # Whole seconds: HTTP dates have no finer resolution.
+            self._card_etag, self._card_modified = etag, float(int(time.time()))
+        headers = {
+            "ETag": etag,
+            "Last-Modified": formatdate(self._card_modified, usegmt=True),
+            "Cache-Control": f"public, max-age={self.card_max_age}",
+        }
+        if _not_modified(request, etag, self._card_modified):
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=body, content_type="application/json", headers=headers)
 
     def _authenticate(self, request: web.Request) -> str:
         if not self.tokens:
@@ -169,6 +188,20 @@ class A2AServer:
                 http_status=401,
             )
         return principal
+
+
+def _not_modified(request: web.Request, etag: str, modified: float) -> bool:
+    match = request.headers.get("If-None-Match")
+    if match is not None:
+        tags = {t.strip().removeprefix("W/") for t in match.split(",")}
+        return "*" in tags or etag in tags
+    since = request.headers.get("If-Modified-Since")
+    if since is None:
+        return False
+    try:
+        return parsedate_to_datetime(since).timestamp() >= modified
+    except (TypeError, ValueError):
+        return False
 
 
 __all__ = ["ANONYMOUS", "DEFAULT_PATH", "REQUESTER_PREFIX", "A2AServer", "A2ATask"]

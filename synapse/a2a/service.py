@@ -289,10 +289,11 @@ class A2AService:
     async def create_push_config(
         self, req: wire.TaskPushNotificationConfig, principal: str
     ) -> wire.TaskPushNotificationConfig:
+        self._require_push()  # before looking at the task, as Get / List / Delete do
         if not req.task_id:
             raise invalid_params("taskId is required", path="taskId")
         view = self._owned(req.task_id, principal)
-        config = self._check_push(req, view.id)
+        config = self._check_push(req, view.id, taken=view.push)
         view.push[config.id] = config
         await self._persist(view)
         return config
@@ -362,7 +363,7 @@ class A2AService:
         task_id = mapping.new_id()
         context_id = message.context_id or mapping.new_id()
         if push is not None:
-            push = self._check_push(push, task_id)
+            push = self._check_push(push, task_id, taken=())
         first = msgspec.structs.replace(message, task_id=task_id, context_id=context_id)
         partner = REQUESTER_PREFIX + principal
         view = A2ATask(
@@ -581,8 +582,11 @@ class A2AService:
             )
 
     def _check_push(
-        self, config: wire.TaskPushNotificationConfig, task_id: str
+        self, config: wire.TaskPushNotificationConfig, task_id: str, *, taken: Iterable[str]
     ) -> wire.TaskPushNotificationConfig:
+        """`config` allowed, for `task_id`, with an id: its own, else the task id for the
+        task's first configuration (as the SDK does), else a new one — a configuration
+        created without an id never replaces another (`taken`: the ids in use)."""
         self._require_push()
         if not self.allowlist.allows(config.url):
             raise invalid_params(
@@ -590,7 +594,10 @@ class A2AService:
                 path="url",
                 reason="push_url_not_allowed",
             )
-        return msgspec.structs.replace(config, task_id=task_id, id=config.id or task_id)
+        config_id = config.id
+        if not config_id:
+            config_id = task_id if task_id not in set(taken) else mapping.new_id()
+        return msgspec.structs.replace(config, task_id=task_id, id=config_id)
 
     def _synthetic(self, view: A2ATask, state: TaskState, text: str) -> TaskStatusUpdate:
         """A status message standing for what no callback carries (a reject, a cancel)."""
@@ -801,8 +808,9 @@ def _follow_up_builder(state: TaskState) -> _FollowUp | None:
 
 
 def convert(params: Any, cls: type[S]) -> S:
+    """The typed request `cls` of decoded JSON `params` (camelCase or snake_case members)."""
     try:
-        return msgspec.convert(params, cls)
+        return msgspec.convert(wire.camel_members(params, cls), cls)
     except msgspec.ValidationError as exc:
         raise invalid_params(f"Invalid params: {exc}") from None
 

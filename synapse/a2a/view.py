@@ -70,7 +70,7 @@ class A2ATask:
             status=self.status(),
             artifacts=list(self.artifacts) if include_artifacts else [],
             history=history,
-            metadata={"task_type": self.task_type},
+            metadata={mapping.TASK_TYPE_KEY: self.task_type},
         )
 
     # --- changes ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ if not SDK_PRESENT:
         "test_a2a_binding.py",
         "test_a2a_push.py",
         "test_a2a_client.py",
+        "test_a2a_interop.py",
     ]
 else:
     from collections.abc import AsyncIterator, Iterator

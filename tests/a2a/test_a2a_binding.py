@@ -69,7 +69,8 @@ def send_params(data: Any = None, text: str | None = None, **message: Any) -> di
         ({"A2A-Version": "2.0"}, False),
         ({"A2A-Version": "banana"}, False),
         ({"A2A-Version": "1.0"}, True),
-        ({"A2A-Version": "1.0.1"}, True),
+        ({"A2A-Version": "1.0.1"}, False),  # not MAJOR.MINOR
+        ({"A2A-Version": "1"}, False),
         ({"A2A-Version": "1.1"}, True),
     ],
 )
@@ -165,7 +166,7 @@ async def test_no_task_type_and_no_default(tmp_path: Path) -> None:
         base = f"http://127.0.0.1:{peer.port}"
         _, answer = await rpc(base, "SendMessage", send_params(text="hi"))
         assert code(answer) == -32602
-        assert "task_type" in answer["error"]["message"]
+        assert "taskType" in answer["error"]["message"]
         async with httpx.AsyncClient() as http:
             card = (await http.get(f"{base}/.well-known/agent-card.json")).json()
         assert "pushNotifications" not in card["capabilities"]  # no allowed URL: off

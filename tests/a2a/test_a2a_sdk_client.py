@@ -78,11 +78,11 @@ async def test_the_sdk_discovers_the_card_generated_from_the_handler(a2a_peer: A
     assert not card.security_requirements
     echo = next(s for s in card.skills if s.id == "echo")
     assert "default" in echo.description
-    assert '"task_type":"echo"' in echo.examples[0]
+    assert '"taskType":"echo"' in echo.examples[0]
     (extension,) = card.capabilities.extensions
     params = MessageToDict(extension.params)
-    assert params["task_types"]["echo"]["input_schema"]["required"] == ["text"]
-    assert params["default_task_type"] == "echo"
+    assert params["taskTypes"]["echo"]["inputSchema"]["required"] == ["text"]
+    assert params["defaultTaskType"] == "echo"
 
 
 # --- every demo task type, streaming and not ------------------------------------------
@@ -216,7 +216,7 @@ async def test_get_list_and_cancel(sdk_client: SdkClientFactory) -> None:
     await asyncio.sleep(0.2)
     task = await client.get_task(GetTaskRequest(id=task_id))
     assert task.status.state == TaskState.TASK_STATE_WORKING
-    assert task.metadata["task_type"] == "slow"
+    assert task.metadata["taskType"] == "slow"
     assert [m.message_id for m in task.history][:1] == [slow.message_id]
     short = await client.get_task(GetTaskRequest(id=task_id, history_length=0))
     assert not short.history

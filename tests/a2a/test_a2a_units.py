@@ -158,7 +158,7 @@ def test_the_card() -> None:
     assert "securitySchemes" not in raw
     examples = {s.id: json.loads(s.examples[0]) for s in card.skills}
     assert examples["slow"]["parts"] == [{"data": {"steps": 5, "delay": 0.2}}]
-    assert examples["echo"]["metadata"] == {"task_type": "echo"}
+    assert examples["echo"]["metadata"] == {"taskType": "echo"}
     assert example_value({"type": "array", "items": {"type": "integer", "minimum": 2}}) == [2]
     assert msgspec.json.decode(wire.encode(card), type=wire.AgentCard) == card
     assert card.interface() is not None

@@ -123,7 +123,7 @@ async def test_serve_a2a_serves_the_card_and_json_rpc(agent: Server) -> None:
     task = answer["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert [p["text"] for a in task["artifacts"] for p in a["parts"]] == ["hello over A2A"]
-    assert task["metadata"]["task_type"] == "echo"
+    assert task["metadata"]["taskType"] == "echo"
 
     answer = await rpc(agent, "SendMessage", echo_message("x"), {"A2A-Version": "0.3"})
     assert answer["error"]["code"] == -32009  # never a silent downgrade
@@ -153,7 +153,7 @@ def test_serve_a2a_settings_from_a_config_file(tmp_path: Path) -> None:
         assert card["capabilities"]["pushNotifications"] is True
         assert "bearer" in card["securitySchemes"]
         extension = card["capabilities"]["extensions"][0]["params"]
-        assert extension["default_task_type"] == "slow"
+        assert extension["defaultTaskType"] == "slow"
 
         result = send(server, "echo", '{"text": "no token"}')
         assert result.returncode == 2
