@@ -65,7 +65,7 @@ def build_card(
     *,
     name: str,
     description: str,
-    url: str,
+    interfaces: Sequence[wire.AgentInterface],
     version: str,
     default_task_type: str | None,
     push_notifications: bool,
@@ -115,20 +115,14 @@ def build_card(
         schemes["bearer"] = {
             "httpAuthSecurityScheme": {
                 "scheme": "Bearer",
-                "description": "A token the operator issued; required on every JSON-RPC call.",
+                "description": "A token the operator issued; required on every call.",
             }
         }
         requirements.append(wire.SecurityRequirement(schemes={"bearer": wire.StringList()}))
     return wire.AgentCard(
         name=name,
         description=description or f"Synapse peer {name}, speaking A2A {wire.PROTOCOL_VERSION}",
-        supported_interfaces=[
-            wire.AgentInterface(
-                url=url,
-                protocol_binding=wire.JSONRPC_BINDING,
-                protocol_version=wire.PROTOCOL_VERSION,
-            )
-        ],
+        supported_interfaces=list(interfaces),
         provider=provider,
         version=version,
         documentation_url=documentation_url,

@@ -22,8 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -33,6 +32,15 @@ import structlog
 
 from synapse.a2a import mapping, wire
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
+from synapse.a2a.transports import (
+    GrpcTransport,
+    JsonRpcTransport,
+    RestTransport,
+    StreamBroken,
+    Transport,
+    describe_failure,
+    grpc_available,
+)
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.stream import EventStream
 from synapse.transport.client import backoff_delay
@@ -131,8 +139,13 @@ class A2AOutcome:
 # --- the client ---------------------------------------------------------------------------------
 
 
+def card_major(interface: wire.AgentInterface) -> int | None:
+    return wire.major(interface.protocol_version)
+
+
 class A2AClient:
-    """A client of one A2A agent (JSON-RPC binding, A2A 1.0)."""
+    """A client of one A2A agent (A2A 1.0), over the binding its card prefers among
+    JSON-RPC, HTTP+JSON/REST and gRPC (`bindings` narrows what this client may use)."""
 
     def __init__(
         self,
@@ -144,6 +157,8 @@ class A2AClient:
         config: P2PConfig | None = None,
         session: aiohttp.ClientSession | None = None,
         poll_interval: float = 0.5,
+        bindings: Sequence[str] | None = None,
+        extensions: Sequence[str] = (),
     ) -> None:
         self.url = url.rstrip("/")
         self.config = config or P2PConfig()
@@ -159,7 +174,18 @@ class A2AClient:
         self._session = session
         self._own_session = session is None
         self.card: wire.AgentCard | None = None
+        #: The URL of the interface in use.
         self.rpc_url: str | None = None
+        self.transport: Transport | None = None
+        speaks = [b for b in wire.BINDINGS if b != wire.GRPC_BINDING or grpc_available()]
+        #: The bindings this client may use; which one is the card's choice (its order).
+        self.bindings = tuple(b for b in (bindings or speaks) if b in wire.BINDINGS)
+        if not self.bindings:
+            raise ValueError(f"bindings must name some of {', '.join(wire.BINDINGS)}")
+        #: Extension URIs to request (`A2A-Extensions`).
+        self.extensions = tuple(extensions)
+        if self.extensions:
+            self.headers["A2A-Extensions"] = ",".join(self.extensions)
         #: task id → the id of the push configuration this client last created for it.
         self._push_ids: dict[str, str] = {}
 
@@ -175,6 +201,9 @@ class A2AClient:
         await self.close()
 
     async def close(self) -> None:
+        transport, self.transport = self.transport, None
+        if transport is not None:
+            await transport.close()
         session, self._session = self._session, None
         if self._own_session and session is not None and not session.closed:
             await session.close()
@@ -206,78 +235,65 @@ class A2AClient:
                 A2ACode.INTERNAL_ERROR, f"cannot fetch {url}: {describe_failure(exc, self.timeout)}"
             ) from exc
         card = parse_card(raw)
-        interface = card.interface(wire.JSONRPC_BINDING)
-        if interface is None:
-            offered = [
-                f"{i.protocol_binding} {i.protocol_version or '?'}"
-                for i in card.supported_interfaces
-            ]
-            raise A2AVersionError(
-                f"agent {card.name!r} offers no A2A 1.x JSON-RPC interface "
-                f"(offers: {', '.join(offered) or 'none'}); this client speaks A2A "
-                f"{wire.PROTOCOL_VERSION} and does not downgrade",
-                {"offered": ", ".join(offered)},
-            )
+        interface = self.pick(card)
+        if self.transport is not None:
+            await self.transport.close()
         self.card, self.rpc_url = card, interface.url
+        self.transport = self._make_transport(interface)
         return card
 
-    async def _rpc_url(self) -> str:
-        if self.rpc_url is None:
-            await self.discover()
-        assert self.rpc_url is not None
-        return self.rpc_url
+    def pick(self, card: wire.AgentCard) -> wire.AgentInterface:
+        """The first interface of the card (its order is the agent's preference) that
+        speaks A2A 1.x over a binding this client speaks."""
+        for interface in card.supported_interfaces:
+            if interface.protocol_binding in self.bindings and card_major(interface) == 1:
+                return interface
+        offered = [
+            f"{i.protocol_binding} {i.protocol_version or '?'}" for i in card.supported_interfaces
+        ]
+        raise A2AVersionError(
+            f"agent {card.name!r} offers no A2A 1.x interface over "
+            f"{', '.join(self.bindings)} (offers: {', '.join(offered) or 'none'}); this client "
+            f"speaks A2A {wire.PROTOCOL_VERSION} and does not downgrade",
+            {"offered": ", ".join(offered)},
+        )
+
+    def _make_transport(self, interface: wire.AgentInterface) -> Transport:
+        binding = interface.protocol_binding
+        if binding == wire.GRPC_BINDING:
+            return GrpcTransport(interface.url, self.headers, self.timeout, self.extensions)
+        if binding == wire.REST_BINDING:
+            return RestTransport(interface.url, self._http, self.timeout)
+        return JsonRpcTransport(interface.url, self._http, self.timeout)
+
+    @property
+    def binding(self) -> str | None:
+        """The protocol binding in use (after discovery)."""
+        return self.transport.binding if self.transport is not None else None
 
     @property
     def streaming(self) -> bool:
         return self.card is not None and self.card.capabilities.streaming
 
-    # --- JSON-RPC ---------------------------------------------------------------------------
+    # --- the binding ------------------------------------------------------------------------
+
+    async def _transport_now(self) -> Transport:
+        if self.transport is None:
+            await self.discover()
+        assert self.transport is not None
+        return self.transport
 
     async def call(self, method: str, params: Any) -> Any:
-        """One JSON-RPC call; the `result`, or `A2AError` for an `error`."""
-        rpc_id = str(uuid.uuid4())
-        body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
-        url = await self._rpc_url()
-        try:
-            async with self._http().post(
-                url,
-                data=body,
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-            ) as response:
-                raw = await response.read()
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise A2AError(
-                A2ACode.INTERNAL_ERROR,
-                f"{method}: cannot reach {url}: {describe_failure(exc, self.timeout)}",
-            ) from exc
-        return _judge(_json(raw, status), rpc_id, status)
+        """One call of an A2A operation (its request as proto JSON), over the binding the
+        card offered; the answer as proto JSON, or `A2AError`."""
+        transport = await self._transport_now()
+        return await transport.call(method, params)
 
     async def stream(self, method: str, params: Any) -> AsyncIterator[wire.StreamResponse]:
-        """A streaming call: each server-sent event's `result`, as a `StreamResponse`."""
-        rpc_id = str(uuid.uuid4())
-        body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
-        url = await self._rpc_url()
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
-        try:
-            async with self._http().post(
-                url,
-                data=body,
-                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-                timeout=timeout,
-            ) as response:
-                if "text/event-stream" not in response.headers.get("Content-Type", ""):
-                    result = _judge(_json(await response.read(), response.status), rpc_id, 200)
-                    yield _convert(result, wire.StreamResponse)
-                    return
-                async for data in _sse(response):
-                    result = _judge(_json(data.encode(), response.status), rpc_id, 200)
-                    yield _convert(result, wire.StreamResponse)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise StreamBroken(
-                f"{method}: stream from {url} broke: {describe_failure(exc, None)}"
-            ) from exc
+        """A streaming call: each event as a `StreamResponse`."""
+        transport = await self._transport_now()
+        async for value in transport.stream(method, params):
+            yield _convert(value, wire.StreamResponse)
 
     # --- the methods of A2A v1.0 -------------------------------------------------------------
 
@@ -427,13 +443,6 @@ class A2AClient:
         if not handle._settle_if_final():
             handle._follow(None)
         return handle
-
-
-class StreamBroken(A2AError):
-    """A stream ended by a network failure (not by the agent)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(A2ACode.INTERNAL_ERROR, message)
 
 
 def user_message(
@@ -756,77 +765,14 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
 # --- helpers --------------------------------------------------------------------------------------
 
 
-def describe_failure(exc: BaseException, timeout: float | None) -> str:
-    """Why a request failed, never empty (`str(TimeoutError())` is "")."""
-    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
-        return f"no answer within {timeout:g} s (timed out)" if timeout else "timed out"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _json(raw: bytes, status: int) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise A2AError(
-            A2ACode.INVALID_AGENT_RESPONSE,
-            f"HTTP {status}: not a JSON-RPC response: {raw[:200]!r}",
-            http_status=status,
-        ) from None
-
-
-def _judge(body: Any, rpc_id: str, status: int) -> Any:
-    if not isinstance(body, dict):
-        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "a JSON-RPC response must be an object")
-    if "error" in body and body["error"] is not None:
-        error = A2AError.from_json(body["error"])
-        error.http_status = status
-        raise error
-    if body.get("id") not in (rpc_id, None):
-        raise A2AError(
-            A2ACode.INVALID_AGENT_RESPONSE, f"response id {body.get('id')!r} is not ours"
-        )
-    if "result" not in body:
-        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "response has neither result nor error")
-    return body["result"]
-
-
 def _convert(value: Any, cls: type[T]) -> T:
     try:
-        return msgspec.convert(value, cls)
+        # Not strict: gRPC's proto JSON writes 64-bit integers as strings.
+        return msgspec.convert(value, cls, strict=False)
     except msgspec.ValidationError as exc:
         raise A2AError(
             A2ACode.INVALID_AGENT_RESPONSE, f"unexpected {cls.__name__} from the agent: {exc}"
         ) from None
-
-
-async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
-    """The `data` of each server-sent event; an `error` event raises its JSON-RPC error."""
-    name, lines = "message", list[str]()
-    while True:
-        raw = await response.content.readline()
-        if not raw:
-            break
-        line = raw.decode("utf-8").rstrip("\r\n")
-        if not line:
-            if lines:
-                data = "\n".join(lines)
-                if name == "error":
-                    body = _json(data.encode(), response.status)
-                    raise A2AError.from_json(body.get("error") if isinstance(body, dict) else body)
-                yield data
-            name, lines = "message", list[str]()
-            continue
-        if line.startswith(":"):
-            continue
-        key, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if key == "event":
-            name = value
-        elif key == "data":
-            lines.append(value)
-    if lines:
-        yield "\n".join(lines)
 
 
 def _content_parts(parts: list[wire.Part]) -> tuple[str, Any]:

@@ -8,7 +8,6 @@ It only frames: parses the envelope, converts `params` to the typed request, cal
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -17,78 +16,13 @@ from aiohttp import web
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError, invalid_params
 from synapse.a2a.httpbase import check_version, event_stream_response, read_json
-from synapse.a2a.service import A2AService, Subscription, convert
+from synapse.a2a.operations import METHODS
+from synapse.a2a.service import Subscription
 
 if TYPE_CHECKING:
     from synapse.a2a.server import A2AServer
 
 log = structlog.get_logger("synapse.a2a")
-
-#: A JSON-RPC method: (service, principal, params) → the result, or a stream subscription.
-_Method = Callable[[A2AService, str, Any], Awaitable[Any]]
-
-
-async def _send_message(service: A2AService, principal: str, params: Any) -> Any:
-    return await service.send_message(convert(params, wire.SendMessageRequest), principal)
-
-
-async def _send_streaming_message(service: A2AService, principal: str, params: Any) -> Any:
-    req = convert(params, wire.SendMessageRequest)
-    return await service.send_streaming_message(req, principal)
-
-
-async def _subscribe_to_task(service: A2AService, principal: str, params: Any) -> Any:
-    return service.subscribe_to_task(convert(params, wire.SubscribeToTaskRequest), principal)
-
-
-async def _get_task(service: A2AService, principal: str, params: Any) -> Any:
-    return service.get_task(convert(params, wire.GetTaskRequest), principal)
-
-
-async def _list_tasks(service: A2AService, principal: str, params: Any) -> Any:
-    return service.list_tasks(convert(params, wire.ListTasksRequest), principal)
-
-
-async def _cancel_task(service: A2AService, principal: str, params: Any) -> Any:
-    return await service.cancel_task(convert(params, wire.CancelTaskRequest), principal)
-
-
-async def _create_push_config(service: A2AService, principal: str, params: Any) -> Any:
-    req = convert(params, wire.TaskPushNotificationConfig)
-    return await service.create_push_config(req, principal)
-
-
-async def _get_push_config(service: A2AService, principal: str, params: Any) -> Any:
-    return service.get_push_config(convert(params, wire.TaskPushConfigRef), principal)
-
-
-async def _list_push_configs(service: A2AService, principal: str, params: Any) -> Any:
-    req = convert(params, wire.ListTaskPushNotificationConfigsRequest)
-    return service.list_push_configs(req, principal)
-
-
-async def _delete_push_config(service: A2AService, principal: str, params: Any) -> Any:
-    await service.delete_push_config(convert(params, wire.TaskPushConfigRef), principal)
-    return None
-
-
-async def _get_extended_card(service: A2AService, principal: str, params: Any) -> Any:
-    return service.get_extended_card(convert(params, wire.GetExtendedAgentCardRequest), principal)
-
-
-METHODS: Mapping[str, _Method] = {
-    "SendMessage": _send_message,
-    "SendStreamingMessage": _send_streaming_message,
-    "GetTask": _get_task,
-    "ListTasks": _list_tasks,
-    "CancelTask": _cancel_task,
-    "SubscribeToTask": _subscribe_to_task,
-    "CreateTaskPushNotificationConfig": _create_push_config,
-    "GetTaskPushNotificationConfig": _get_push_config,
-    "ListTaskPushNotificationConfigs": _list_push_configs,
-    "DeleteTaskPushNotificationConfig": _delete_push_config,
-    "GetExtendedAgentCard": _get_extended_card,
-}
 
 
 class JsonRpcBinding:
@@ -212,4 +146,4 @@ def _error_response(rpc_id: Any, error: A2AError) -> web.Response:
     )
 
 
-__all__ = ["METHODS", "JsonRpcBinding"]
+__all__ = ["JsonRpcBinding"]

@@ -4,8 +4,9 @@
 binding (`synapse.a2a.jsonrpc`), all on one `A2AService` (`synapse.a2a.service`), which holds
 the operations, the task views and the bridge to the engine.
 
-Served on the peer's aiohttp app: `GET /.well-known/agent-card.json` and JSON-RPC 2.0 at
-`path` (default `/a2a`). See `docs/a2a.md` for every mapping.
+Served on the peer's aiohttp app: `GET /.well-known/agent-card.json`, JSON-RPC 2.0 at
+`path` (default `/a2a`) and the HTTP+JSON/REST routes under it (`/a2a/message:send` …);
+gRPC on a port of its own when `grpc_port` is given. See `docs/a2a.md` for every mapping.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hmac
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from email.utils import formatdate, parsedate_to_datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -23,6 +25,7 @@ from synapse.a2a import wire
 from synapse.a2a.card import build_card
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.jsonrpc import JsonRpcBinding
+from synapse.a2a.rest import RestBinding
 from synapse.a2a.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
 from synapse.a2a.view import A2ATask
 from synapse.p2p.config import P2PConfig
@@ -58,9 +61,25 @@ class A2AServer:
         documentation_url: str | None = None,
         keepalive: float = 15.0,
         card_max_age: int = 300,
+        bindings: Sequence[str] | None = None,
+        grpc_port: int | None = None,
+        grpc_host: str = "127.0.0.1",
+        grpc_public_address: str | None = None,
     ) -> None:
         if not path.startswith("/"):
             raise ValueError("the JSON-RPC path must start with '/'")
+        order = list(bindings) if bindings is not None else list(wire.BINDINGS)
+        unknown = [b for b in order if b not in wire.BINDINGS]
+        if unknown or len(set(order)) != len(order) or not order:
+            raise ValueError(
+                f"bindings must be distinct names among {', '.join(wire.BINDINGS)}: {order}"
+            )
+        if grpc_port is None and wire.GRPC_BINDING in order:
+            if bindings is not None:
+                raise ValueError("the GRPC binding needs a grpc_port (0: any free port)")
+            order.remove(wire.GRPC_BINDING)
+        #: The bindings served, in the order of preference the card lists them in.
+        self.bindings = order
         self.capabilities = capabilities
         self.config = config or P2PConfig()
         self.default_task_type = default_task_type
@@ -87,6 +106,11 @@ class A2AServer:
         )
         self.pusher = self.service.pusher
         self.jsonrpc = JsonRpcBinding(self)
+        self.rest = RestBinding(self)
+        self.grpc_host = grpc_host
+        self.grpc_port = grpc_port
+        self.grpc_public_address = grpc_public_address
+        self.grpc: Any = None  # synapse.a2a.grpc_binding.GrpcBinding, once started
 
     # --- wiring -------------------------------------------------------------------------------
 
@@ -104,19 +128,51 @@ class A2AServer:
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get(wire.AGENT_CARD_PATH, self.handle_card)
-        app.router.add_post(self.path, self.jsonrpc.handle)
+        if wire.JSONRPC_BINDING in self.bindings:
+            app.router.add_post(self.path, self.jsonrpc.handle)
+        if wire.REST_BINDING in self.bindings:
+            self.rest.add_routes(app, self.path)
+        if wire.GRPC_BINDING in self.bindings:
+            app.on_startup.append(self._start_grpc)
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
 
+    async def _start_grpc(self, _app: web.Application) -> None:
+        # Imported here: protobuf and grpcio are needed only when the binding is served.
+        from synapse.a2a.grpc_binding import GrpcBinding
+
+        assert self.grpc_port is not None
+        self.grpc = GrpcBinding(self)
+        await self.grpc.start(self.grpc_host, self.grpc_port)
+
     async def _on_shutdown(self, _app: web.Application) -> None:
         self.service.close_streams()
+        if self.grpc is not None:
+            await self.grpc.stop(grace=0.5)
 
     async def _on_cleanup(self, _app: web.Application) -> None:
         await self.service.close()
 
+    def interfaces(self) -> list[wire.AgentInterface]:
+        """The card's interfaces: one per binding served, in the order of preference."""
+        found = []
+        for binding in self.bindings:
+            if binding == wire.GRPC_BINDING:
+                if self.grpc is None or self.grpc.port is None:
+                    continue  # not listening yet
+                url = self.grpc_public_address or f"{self.grpc_host}:{self.grpc.port}"
+            else:
+                url = self.url
+            found.append(
+                wire.AgentInterface(
+                    url=url, protocol_binding=binding, protocol_version=wire.PROTOCOL_VERSION
+                )
+            )
+        return found
+
     @property
     def url(self) -> str:
-        """The JSON-RPC URL (the card's interface URL)."""
+        """The URL of the HTTP interfaces (JSON-RPC at it, REST routes under it)."""
         base = self._public_url() if callable(self._public_url) else self._public_url
         protocol = self.service.bound
         if base is None and protocol is not None:
@@ -136,7 +192,7 @@ class A2AServer:
             caps,
             name=self.name,
             description=self.description,
-            url=self.url,
+            interfaces=self.interfaces(),
             version=self.version,
             default_task_type=self.default_task_type,
             push_notifications=self.push_enabled,
@@ -170,9 +226,13 @@ class A2AServer:
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     def _authenticate(self, request: web.Request) -> str:
+        return self.authenticate_headers(request.headers)
+
+    def authenticate_headers(self, headers: Mapping[str, str]) -> str:
+        """The caller's principal from its request headers (gRPC: its metadata)."""
         if not self.tokens:
             return ANONYMOUS
-        header = request.headers.get("Authorization", "")
+        header = headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         principal: str | None = None
         if scheme.lower() == "bearer" and token:

@@ -807,10 +807,11 @@ def _follow_up_builder(state: TaskState) -> _FollowUp | None:
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def convert(params: Any, cls: type[S]) -> S:
-    """The typed request `cls` of decoded JSON `params` (camelCase or snake_case members)."""
+def convert(params: Any, cls: type[S], *, strict: bool = True) -> S:
+    """The typed request `cls` of decoded JSON `params` (camelCase or snake_case members).
+    Not `strict`: strings may stand for numbers and booleans (query parameters)."""
     try:
-        return msgspec.convert(wire.camel_members(params, cls), cls)
+        return msgspec.convert(wire.camel_members(params, cls), cls, strict=strict)
     except msgspec.ValidationError as exc:
         raise invalid_params(f"Invalid params: {exc}") from None
 

@@ -30,6 +30,12 @@ AGENT_CARD_PATH: Final = "/.well-known/agent-card.json"
 #: The header carrying a push configuration's `token` on each notification.
 NOTIFICATION_TOKEN_HEADER: Final = "X-A2A-Notification-Token"
 JSONRPC_BINDING: Final = "JSONRPC"
+REST_BINDING: Final = "HTTP+JSON"
+GRPC_BINDING: Final = "GRPC"
+#: Every protocol binding of A2A v1.0, in this package's default order of preference.
+BINDINGS: Final = (JSONRPC_BINDING, REST_BINDING, GRPC_BINDING)
+#: The A2A media type (A2A v1.0); `application/json` is what is written.
+A2A_JSON_MEDIA_TYPE: Final = "application/a2a+json"
 #: The agent-card extension that carries each skill's input schema (A2A skills have none).
 TASK_TYPES_EXTENSION: Final = "https://synapse-p2p.dev/a2a/ext/task-types/v1"
 
@@ -455,15 +461,18 @@ def data_part(data: Any) -> Part:
 __all__ = [
     "AGENT_CARD_PATH",
     "AUTH_REQUIRED",
+    "BINDINGS",
     "CANCELED",
     "COMPLETED",
     "FAILED",
+    "GRPC_BINDING",
     "INPUT_REQUIRED",
     "INTERRUPTED_STATES",
     "JSONRPC_BINDING",
     "NOTIFICATION_TOKEN_HEADER",
     "PROTOCOL_VERSION",
     "REJECTED",
+    "REST_BINDING",
     "ROLE_AGENT",
     "ROLE_USER",
     "SUBMITTED",

@@ -29,7 +29,9 @@ else:
     import httpx
     from a2a.client import Client, ClientConfig, ClientFactory
     from a2akit import (
+        GRPC_PRESENT,
         PUSH_SECRET,
+        SDK_BINDINGS,
         A2APeer,
         SdkClientFactory,
         UvicornThread,
@@ -51,6 +53,7 @@ else:
             default_task_type="echo",
             push_allowlist=[f"http://127.0.0.1:{hook_port}/hooks/"],
             push_secret=PUSH_SECRET,
+            grpc_port=0 if GRPC_PRESENT else None,
         )
         await peer.start()
         try:
@@ -58,14 +61,29 @@ else:
         finally:
             await peer.close(drain_timeout=0.5)
 
-    @pytest.fixture
-    async def sdk_client(a2a_peer: A2APeer) -> AsyncIterator[SdkClientFactory]:
-        """Official SDK clients of `a2a_peer` (discovered from its card)."""
+    @pytest.fixture(params=SDK_BINDINGS)
+    async def sdk_client(
+        a2a_peer: A2APeer, request: pytest.FixtureRequest
+    ) -> AsyncIterator[SdkClientFactory]:
+        """Official SDK clients of `a2a_peer` (discovered from its card), over each binding."""
         made: list[tuple[Client, httpx.AsyncClient]] = []
+        binding: str = request.param
 
         async def make(*, streaming: bool = True, headers: dict[str, str] | None = None) -> Client:
             http = httpx.AsyncClient(timeout=10.0, headers=headers or {})
-            config = ClientConfig(streaming=streaming, httpx_client=http)
+            channel_factory = None
+            if binding == "GRPC":
+                import grpc
+
+                def channel_factory(url: str) -> grpc.aio.Channel:
+                    return grpc.aio.insecure_channel(url)
+
+            config = ClientConfig(
+                streaming=streaming,
+                httpx_client=http,
+                supported_protocol_bindings=[binding],
+                grpc_channel_factory=channel_factory,
+            )
             client = await ClientFactory(config).create_from_url(a2a_peer.base_url)
             made.append((client, http))
             return client

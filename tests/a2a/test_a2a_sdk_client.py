@@ -27,6 +27,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from a2akit import (
+    GRPC_PRESENT,
     A2APeer,
     SdkClientFactory,
     as_dict,
@@ -67,10 +68,16 @@ async def test_the_sdk_discovers_the_card_generated_from_the_handler(a2a_peer: A
         card = await A2ACardResolver(http, a2a_peer.base_url).get_agent_card()
     assert card.name == "agent-a"
     assert [s.id for s in card.skills] == [c.name for c in CAPABILITIES]
-    (interface,) = card.supported_interfaces
-    assert interface.protocol_binding == "JSONRPC"
-    assert interface.protocol_version == "1.0"
-    assert interface.url == f"{a2a_peer.base_url}/a2a"
+    # Every binding served, in the default order of preference.
+    interfaces = [(i.protocol_binding, i.url) for i in card.supported_interfaces]
+    assert interfaces[:2] == [
+        ("JSONRPC", f"{a2a_peer.base_url}/a2a"),
+        ("HTTP+JSON", f"{a2a_peer.base_url}/a2a"),
+    ]
+    if GRPC_PRESENT:
+        assert interfaces[2] == ("GRPC", f"127.0.0.1:{a2a_peer.a2a.grpc.port}")
+    assert len(interfaces) == 2 + GRPC_PRESENT
+    assert {i.protocol_version for i in card.supported_interfaces} == {"1.0"}
     assert card.capabilities.streaming
     assert card.capabilities.push_notifications
     # No scheme is enforced here, and the card says so.

@@ -144,7 +144,11 @@ def test_the_card() -> None:
         CAPABILITIES,
         name="agent",
         description="",
-        url="http://h/a2a",
+        interfaces=[
+            wire.AgentInterface(
+                url="http://h/a2a", protocol_binding="JSONRPC", protocol_version="1.0"
+            )
+        ],
         version="1",
         default_task_type="echo",
         push_notifications=False,

@@ -111,7 +111,10 @@ async def test_serve_a2a_serves_the_card_and_json_rpc(agent: Server) -> None:
         assert response.status == 200
         card = await response.json()
     assert card["name"] == EXECUTOR
-    assert [i["url"] for i in card["supportedInterfaces"]] == [f"{base(agent)}/a2a"]
+    assert [(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]] == [
+        ("JSONRPC", f"{base(agent)}/a2a"),
+        ("HTTP+JSON", f"{base(agent)}/a2a"),
+    ]
     assert card["supportedInterfaces"][0]["protocolVersion"] == "1.0"
     assert card["capabilities"]["streaming"] is True
     assert not card["capabilities"].get("pushNotifications")  # no --a2a-push-allow
