@@ -249,8 +249,10 @@ class GrpcTransport:
         if parts.scheme in ("grpc", "grpcs", "http", "https") and parts.netloc:
             target = parts.netloc
         self._channel = grpc.aio.insecure_channel(target)
-        metadata = [(grpc_proto.VERSION_KEY, wire.PROTOCOL_VERSION)]
-        authorization = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
+        by_name = {k.lower(): v for k, v in headers.items()}
+        version = by_name.get(wire.VERSION_HEADER.lower(), wire.PROTOCOL_VERSION)
+        metadata = [(grpc_proto.VERSION_KEY, version)]
+        authorization = by_name.get("authorization")
         if authorization:
             metadata.append(("authorization", authorization))
         if extensions:

@@ -242,7 +242,7 @@ class ListTasksRequest(Wire):
 class ListTasksResponse(msgspec.Struct, kw_only=True, rename="camel"):
     """Every member is always written (the SDK prints fields without presence here)."""
 
-    tasks: list[Task]
+    tasks: list[Task] = msgspec.field(default_factory=list)
     next_page_token: str = ""
     page_size: int = 0
     total_size: int = 0

@@ -93,10 +93,17 @@ else:
             await client.close()
             await http.aclose()
 
-    @pytest.fixture
-    def sdk_agent() -> Iterator[str]:
-        """The base URL of an echo agent built with the SDK (see `a2a_sdk_agent.py`)."""
+    @pytest.fixture(params=SDK_BINDINGS)
+    def sdk_agent(request: pytest.FixtureRequest) -> Iterator[str]:
+        """The base URL of an echo agent built with the SDK (see `a2a_sdk_agent.py`),
+        serving every binding, its card preferring each in turn."""
         from a2a_sdk_agent import build_app
 
-        with UvicornThread(build_app) as runner:
+        grpc_port = free_port() if GRPC_PRESENT else None
+        first: str = request.param
+
+        def build(port: int) -> object:
+            return build_app(port, grpc_port, first)
+
+        with UvicornThread(build) as runner:
             yield runner.url
