@@ -22,6 +22,7 @@ if not SDK_PRESENT:
         "test_a2a_push.py",
         "test_a2a_client.py",
         "test_a2a_interop.py",
+        "test_a2a_rest_grpc.py",
     ]
 else:
     from collections.abc import AsyncIterator, Iterator
