@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import sys
 import traceback
@@ -23,6 +24,8 @@ from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import configure_logging
 from synapse.cli.settings import (
     Settings,
+    parse_a2a_binding,
+    parse_a2a_bindings,
     parse_a2a_token,
     parse_bool,
     parse_count,
@@ -58,6 +61,8 @@ def _typed(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
 
 
 PORT = _typed(parse_port, "port")
+A2A_BINDING = _typed(parse_a2a_binding, "A2A binding")
+A2A_BINDINGS = _typed(parse_a2a_bindings, "A2A bindings")
 URL = _typed(parse_url, "URL")
 HTTP_URL = _typed(parse_http_url, "URL")
 LISTEN = _typed(parse_listen, "HOST:PORT")
@@ -241,6 +246,21 @@ def build_parser() -> Parser:
         help="the base URL A2A clients reach us at, for the card (default: the origin of "
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
+    group.add_argument(
+        "--a2a-bindings",
+        type=A2A_BINDINGS,
+        metavar="LIST",
+        help="the A2A bindings to serve, comma-separated, in the order the card lists them "
+        "(the order clients should prefer): JSONRPC, HTTP+JSON (or REST), GRPC (default "
+        "JSONRPC,HTTP+JSON, and GRPC with --a2a-grpc-port; $SYNAPSE_A2A_BINDINGS)",
+    )
+    group.add_argument(
+        "--a2a-grpc-port",
+        type=PORT,
+        metavar="PORT",
+        help="also serve the A2A gRPC binding on this port of --host (0: any free port; "
+        "needs the grpc extra; $SYNAPSE_A2A_GRPC_PORT)",
+    )
     _common(serve)
     serve.set_defaults(run=_run_serve)
 
@@ -314,6 +334,13 @@ def build_parser() -> Parser:
         "--a2a-token",
         metavar="TOKEN",
         help="the bearer token the A2A agent expects ($SYNAPSE_A2A_TOKEN)",
+    )
+    group.add_argument(
+        "--a2a-binding",
+        type=A2A_BINDING,
+        metavar="NAME",
+        help="use only this A2A binding (JSONRPC, HTTP+JSON or REST, GRPC); default: the "
+        "first of the agent card's interfaces this client speaks ($SYNAPSE_A2A_BINDING)",
     )
     _common(send)
     send.set_defaults(run=_run_send)
@@ -429,6 +456,10 @@ def _run_serve(ctx: Context) -> int:
 
     s = ctx.settings
     a2a = _a2a_serve_options(s)
+    if a2a is not None and a2a.grpc_port is not None:  # gRPC listens on --host too
+        a2a = dataclasses.replace(
+            a2a, grpc_host=s.get("host", "SYNAPSE_HOST", "host", str) or "127.0.0.1"
+        )
     options = ServeOptions(
         agent_id=s.require("agent_id", "SYNAPSE_AGENT_ID", "agent_id", str, flag="--agent-id"),
         host=s.get("host", "SYNAPSE_HOST", "host", str) or "127.0.0.1",
@@ -458,6 +489,8 @@ A2A_SERVE_FLAGS = {
     "a2a_token": "--a2a-token",
     "a2a_default_task_type": "--a2a-default-task-type",
     "a2a_public_url": "--a2a-public-url",
+    "a2a_bindings": "--a2a-bindings",
+    "a2a_grpc_port": "--a2a-grpc-port",
 }
 
 
@@ -496,6 +529,8 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
         push_secret=secret if push_allow else None,
         tokens=tokens,
         public_url=s.get("a2a_public_url", "SYNAPSE_A2A_PUBLIC_URL", "a2a_public_url", parse_url),
+        bindings=s.get("a2a_bindings", "SYNAPSE_A2A_BINDINGS", "a2a_bindings", parse_a2a_bindings),
+        grpc_port=s.get("a2a_grpc_port", "SYNAPSE_A2A_GRPC_PORT", "a2a_grpc_port", parse_port),
     )
 
 
@@ -520,6 +555,8 @@ def _run_send(ctx: Context) -> int:
         return _run_send_a2a(ctx, options)
     if args.a2a_token is not None:
         raise CliError("--a2a-token needs --a2a URL")
+    if args.a2a_binding is not None:
+        raise CliError("--a2a-binding needs --a2a URL")
 
     from synapse.cli.client import client_setup
     from synapse.cli.send import run_send
@@ -556,10 +593,19 @@ def _run_send_a2a(ctx: Context, options: SendOptions) -> int:
             )
     s = ctx.settings
     token = s.get("a2a_token", "SYNAPSE_A2A_TOKEN", "a2a_token", str)
+    binding = s.get("a2a_binding", "SYNAPSE_A2A_BINDING", "a2a_binding", parse_a2a_binding)
     config = s.p2p_config(**CLIENT_P2P)
     ctx.logging(quiet=True)
     return asyncio.run(
-        run_send_a2a(ctx.args.a2a_url, token, options, config=config, out=ctx.out, err=ctx.err)
+        run_send_a2a(
+            ctx.args.a2a_url,
+            token,
+            options,
+            config=config,
+            out=ctx.out,
+            err=ctx.err,
+            bindings=(binding,) if binding else None,
+        )
     )
 
 

@@ -95,7 +95,8 @@ class A2AFollower(Conversation[A2ATaskHandle]):
         except A2AError as exc:
             raise a2a_error(exc, self.url) from exc
         self.console.note(
-            f"→ {opts.task_type} task {handle.task_id} sent to {self.who} at {self.url} (A2A)"
+            f"→ {opts.task_type} task {handle.task_id} sent to {self.who} at {self.url} "
+            f"(A2A, {client.binding})"
         )
         self.emit(
             "submitted",
@@ -103,6 +104,7 @@ class A2AFollower(Conversation[A2ATaskHandle]):
             task_type=opts.task_type,
             target=self.url,
             agent=self.who,
+            binding=client.binding,
         )
         try:
             await self.follow(handle.events(), self.on_event)
@@ -220,6 +222,7 @@ async def run_send_a2a(
     err: TextIO,
     reader: LineReader | None = None,
     stdin_is_tty: bool | None = None,
+    bindings: tuple[str, ...] | None = None,
 ) -> int:
     interactive = os.isatty(0) if stdin_is_tty is None else stdin_is_tty
     console = Console(err, quiet=options.as_json)
@@ -231,7 +234,9 @@ async def run_send_a2a(
         reader=reader or LineReader(0),
         interactive=interactive,
     )
-    client = A2AClient(url, token=token, config=config, timeout=config.request_timeout)
+    client = A2AClient(
+        url, token=token, config=config, timeout=config.request_timeout, bindings=bindings
+    )
     with interruptible(follower):
         try:
             return await reported(follower, follower.run(client))

@@ -41,6 +41,11 @@ class A2AOptions:
     #: Bearer token → principal name; empty: no authentication.
     tokens: Mapping[str, str] = field(default_factory=dict)
     public_url: str | None = None
+    #: The bindings served, in the card's order of preference (None: the default order).
+    bindings: tuple[str, ...] | None = None
+    #: Serve gRPC on this port (0: any free one) of this host.
+    grpc_port: int | None = None
+    grpc_host: str = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,9 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
             push_secret=options.push_secret,
             tokens=dict(options.tokens) or None,
             public_url=options.public_url,
+            bindings=options.bindings,
+            grpc_port=options.grpc_port,
+            grpc_host=options.grpc_host,
         )
     except ValueError as exc:
         raise CliError(f"bad A2A settings: {exc}") from exc
@@ -161,6 +169,8 @@ async def run_serve(options: ServeOptions) -> int:
                 default_task_type=options.a2a.default_task_type,
                 push_allow=list(options.a2a.push_allow),
                 principals=sorted(set(options.a2a.tokens.values())) or None,
+                bindings=[i.protocol_binding for i in a2a.interfaces()],
+                grpc=next((i.url for i in a2a.interfaces() if i.protocol_binding == "GRPC"), None),
             )
         await stop.wait()
         log.info("shutting_down", signal=received[0] if received else None)
