@@ -23,6 +23,7 @@ if not SDK_PRESENT:
         "test_a2a_client.py",
         "test_a2a_interop.py",
         "test_a2a_rest_grpc.py",
+        "test_a2a_js_sdk.py",
     ]
 else:
     from collections.abc import AsyncIterator, Iterator
