@@ -551,6 +551,7 @@ class A2AService:
                 text = text or f"{update.progress}%"
             if update.intermediate_result is not None:
                 data["intermediate_result"] = update.intermediate_result
+                view.add_partial(mapping.partial_parts(update.intermediate_result))
             status_message = (
                 mapping.agent_message(text, data if data else msgspec.UNSET, **ids)
                 if text or data
@@ -565,7 +566,12 @@ class A2AService:
         elif isinstance(message, TaskComplete):
             done = message.payload
             view.add_artifact(
-                mapping.result_artifact(done.result, name=view.task_type, summary=done.summary)
+                mapping.result_artifact(
+                    done.result,
+                    name=view.task_type,
+                    summary=done.summary,
+                    artifact_id=view.output_artifact_id,
+                )
             )
             summary = mapping.agent_message(done.summary, **ids) if done.summary else None
             view.set_status(wire.COMPLETED, summary)

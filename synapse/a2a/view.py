@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
+
 from synapse.a2a import mapping, wire
 from synapse.p2p.engine import TaskKey
 
@@ -37,6 +39,8 @@ class A2ATask:
         self.history: list[wire.Message] = []
         self.artifacts: list[wire.Artifact] = []
         self.push: dict[str, wire.TaskPushNotificationConfig] = {}
+        #: The artifact the task's output is streamed into (chunks, then the result).
+        self.output_artifact_id = ""
         self.seq = 0
         self.applied: set[str] = set()
         self._subscribers: set[asyncio.Queue[Queued]] = set()
@@ -88,18 +92,46 @@ class A2ATask:
         self.publish(event)
         return event
 
-    def add_artifact(self, artifact: wire.Artifact) -> wire.StreamResponse:
-        self.artifacts.append(artifact)
+    def add_artifact(
+        self, artifact: wire.Artifact, *, append: bool = False, last_chunk: bool = True
+    ) -> wire.StreamResponse:
+        """Add `artifact`, or (same id) replace it, or with `append` add its parts to it."""
+        for i, known in enumerate(self.artifacts):
+            if known.artifact_id == artifact.artifact_id:
+                if append:
+                    parts = [*known.parts, *artifact.parts]
+                    self.artifacts[i] = msgspec.structs.replace(known, parts=parts)
+                else:
+                    self.artifacts[i] = artifact
+                break
+        else:
+            self.artifacts.append(artifact)
         event = wire.StreamResponse(
             artifact_update=wire.TaskArtifactUpdateEvent(
                 task_id=self.id,
                 context_id=self.context_id,
                 artifact=artifact,
-                last_chunk=True,
+                append=append,
+                last_chunk=last_chunk,
             )
         )
         self.publish(event)
         return event
+
+    def add_partial(self, parts: list[wire.Part]) -> wire.StreamResponse:
+        """One chunk of the task's output while it runs (a handler's `intermediate_result`):
+        the first creates the output artifact, later ones are appended to it; the result
+        replaces it at the end (its last chunk)."""
+        first = not self.output_artifact_id
+        if first:
+            self.output_artifact_id = mapping.new_id()
+        artifact = wire.Artifact(
+            artifact_id=self.output_artifact_id,
+            name=self.task_type,
+            parts=parts,
+            metadata={mapping.PARTIAL_KEY: True},
+        )
+        return self.add_artifact(artifact, append=not first, last_chunk=False)
 
     # --- subscribers --------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ if not SDK_PRESENT:
         "test_a2a_interop.py",
         "test_a2a_rest_grpc.py",
         "test_a2a_js_sdk.py",
+        "test_a2a_parts.py",
     ]
 else:
     from collections.abc import AsyncIterator, Iterator

@@ -112,9 +112,9 @@ async def test_json_rpc_errors(a2a_peer: A2APeer) -> None:
     _, answer = await rpc(
         base,
         "SendMessage",
-        {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"url": "http://x/f"}]}},
+        {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"metadata": {}}]}},
     )
-    assert code(answer) == -32005  # files are not a payload
+    assert code(answer) == -32005  # a part with no content
     _, answer = await rpc(base, "SendMessage", send_params(data=[1, 2]))
     assert code(answer) == -32602  # a payload is an object
     _, answer = await rpc(base, "GetTask", {"id": "missing"})

@@ -151,7 +151,7 @@ async def test_rest_streams_are_server_sent_events(a2a_peer: A2APeer) -> None:
         (
             "POST",
             "/message:send",
-            {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"url": "http://f"}]}},
+            {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"metadata": {}}]}},
             415,
             "INVALID_ARGUMENT",
             "CONTENT_TYPE_NOT_SUPPORTED",

@@ -67,8 +67,11 @@ def test_payload_task_type_and_numbers() -> None:
         mapping.task_type_of(text, None)
     assert caught.value.code == A2ACode.INVALID_PARAMS
     with pytest.raises(A2AError) as caught:
-        mapping.payload_of(message(wire.Part(url="https://x/f.pdf")))
+        mapping.payload_of(message(wire.Part()))  # a part with no content at all
     assert caught.value.code == A2ACode.CONTENT_TYPE_NOT_SUPPORTED
+    assert mapping.payload_of(message(wire.Part(url="https://x/f.pdf"))) == {
+        "files": [{"url": "https://x/f.pdf"}]
+    }
     assert mapping.json_numbers([1.0, 1.5, {"a": 2.0}, True]) == [1, 1.5, {"a": 2}, True]
     assert mapping.json_numbers(1e300) == 1e300  # beyond 2**53: left as it is
 
