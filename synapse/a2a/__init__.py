@@ -21,6 +21,7 @@ from synapse.a2a.client import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.a2a.push import PushAllowlist
 from synapse.a2a.server import DEFAULT_PATH, A2AServer
+from synapse.a2a.service import A2AService
 from synapse.a2a.wire import AGENT_CARD_PATH, PROTOCOL_VERSION, AgentProvider
 from synapse.types import LocalProtocolError
 from synapse.types.signing import Secret
@@ -103,6 +104,7 @@ __all__ = [
     "A2AEvent",
     "A2AOutcome",
     "A2AServer",
+    "A2AService",
     "A2ATaskHandle",
     "A2AVersionError",
     "AgentProvider",
