@@ -27,6 +27,7 @@ from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.jsonrpc import JsonRpcBinding
 from synapse.a2a.rest import RestBinding
 from synapse.a2a.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
+from synapse.a2a.transports import grpc_available
 from synapse.a2a.view import A2ATask
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.protocol import P2PProtocol
@@ -78,6 +79,11 @@ class A2AServer:
             if bindings is not None:
                 raise ValueError("the GRPC binding needs a grpc_port (0: any free port)")
             order.remove(wire.GRPC_BINDING)
+        if wire.GRPC_BINDING in order and not grpc_available():
+            raise ValueError(
+                "the GRPC binding needs the grpc extra (a2a-sdk's generated modules and "
+                "grpcio): pip install 'synapse-p2p[grpc]'"
+            )
         #: The bindings served, in the order of preference the card lists them in.
         self.bindings = order
         self.capabilities = capabilities

@@ -279,6 +279,14 @@ async def test_only_the_bindings_asked_for_are_served() -> None:
         enable_a2a(Peer("agent-y", handler=DemoHandler()), bindings=["SOAP"])
 
 
+def test_grpc_without_the_extra_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import synapse.a2a.server
+
+    monkeypatch.setattr(synapse.a2a.server, "grpc_available", lambda: False)
+    with pytest.raises(ValueError, match=r"pip install 'synapse-p2p\[grpc\]'"):
+        enable_a2a(Peer("agent-z", handler=DemoHandler()), grpc_port=0)
+
+
 # --- gRPC -----------------------------------------------------------------------------------------
 
 
