@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import configure_logging
+from synapse.cli.ops import add_ops_arguments, ops_serve_options
 from synapse.cli.settings import (
     Settings,
     parse_a2a_binding,
@@ -261,6 +262,7 @@ def build_parser() -> Parser:
         help="also serve the A2A gRPC binding on this port of --host (0: any free port; "
         "needs the grpc extra; $SYNAPSE_A2A_GRPC_PORT)",
     )
+    add_ops_arguments(serve)
     _common(serve)
     serve.set_defaults(run=_run_serve)
 
@@ -473,6 +475,7 @@ def _run_serve(ctx: Context) -> int:
         else "header",
         config=s.p2p_config(),
         a2a=a2a,
+        ops=ops_serve_options(s),
     )
     if not options.partners and a2a is None:
         raise CliError(

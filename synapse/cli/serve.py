@@ -16,6 +16,7 @@ import structlog
 
 from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
+from synapse.cli.ops import OpsOptions, log_console, serve_ops
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.handler import TaskHandler
@@ -61,6 +62,7 @@ class ServeOptions:
     config: P2PConfig
     a2a: A2AOptions | None = None
     drain_timeout: float = 5.0
+    ops: OpsOptions = field(default_factory=OpsOptions)
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -150,6 +152,7 @@ async def run_serve(options: ServeOptions) -> int:
     )
     try:
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
+        console_token = serve_ops(peer, options.ops)
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
         log.info(
             "serving",
@@ -172,6 +175,7 @@ async def run_serve(options: ServeOptions) -> int:
                 bindings=[i.protocol_binding for i in a2a.interfaces()],
                 grpc=next((i.url for i in a2a.interfaces() if i.protocol_binding == "GRPC"), None),
             )
+        log_console(peer, options.ops, console_token)
         await stop.wait()
         log.info("shutting_down", signal=received[0] if received else None)
         await peer.close(drain_timeout=options.drain_timeout)

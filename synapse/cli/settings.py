@@ -182,6 +182,9 @@ CONFIG_KEYS = frozenset(
         "a2a_bindings",
         "a2a_grpc_port",
         "a2a_binding",
+        "console",
+        "console_tokens",
+        "otel",
         "peer",
         "p2p",
     }

@@ -109,6 +109,8 @@ class Peer:
         self.app_hooks: list[Callable[[web.Application], None]] = []
         #: Called with the runtime as soon as it is built, before restored tasks resume.
         self.protocol_hooks: list[Callable[[P2PProtocol], None]] = []
+        #: Called with the transport server as soon as it is built.
+        self.server_hooks: list[Callable[[SynapseServer], None]] = []
 
     # --- wiring -----------------------------------------------------------------------------
 
@@ -157,6 +159,8 @@ class Peer:
         self._server = SynapseServer(
             self._protocol, self.partners, dedup=dedup, rate_limit=self._rate_limit
         )
+        for server_hook in self.server_hooks:
+            server_hook(self._server)
         self._snapshot = snapshot
 
     def attach(self, app: web.Application, endpoint: str) -> None:
