@@ -313,7 +313,12 @@ class GrpcTransport:
             )
         error: A2AError = self._proto.error_of(exc)
         if code is self._grpc.StatusCode.UNAVAILABLE and "grpcStatus" in error.metadata:
-            error.message = f"{method}: cannot reach {self.url}: {error.message}"
+            # No A2A error from the agent: the connection failed (as an HTTP client says).
+            return A2AError(
+                A2ACode.INTERNAL_ERROR,
+                f"{method}: cannot reach {self.url}: {error.message}",
+                error.metadata,
+            )
         return error
 
 

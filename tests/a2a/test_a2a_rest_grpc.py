@@ -11,7 +11,7 @@ import httpx
 import pytest
 from a2akit import GRPC_PRESENT, A2APeer, fast_config
 
-from synapse.a2a import A2AClient, enable_a2a, wire
+from synapse.a2a import A2AClient, A2AError, enable_a2a, wire
 from synapse.a2a.errors import A2ACode
 from synapse.demo.handler import DemoHandler
 from synapse.transport.peer import Peer
@@ -380,3 +380,17 @@ def test_error_statuses_cover_every_code() -> None:
     for code in A2ACode:
         assert 400 <= code.http_status < 600
         assert code.grpc_status
+
+
+@grpc_only
+async def test_an_unreachable_grpc_agent_says_so() -> None:
+    from synapse.a2a.transports import GrpcTransport
+
+    transport = GrpcTransport("127.0.0.1:1", {}, 2.0)  # nothing listens on port 1
+    try:
+        with pytest.raises(A2AError) as caught:
+            await transport.call("GetTask", {"id": "x"})
+    finally:
+        await transport.close()
+    assert caught.value.code == A2ACode.INTERNAL_ERROR
+    assert caught.value.message.startswith("GetTask: cannot reach 127.0.0.1:1: ")
