@@ -61,7 +61,8 @@ def enable_a2a(
     - `bindings`: the protocol bindings served, in the order of preference the card lists
       them in (default `JSONRPC`, `HTTP+JSON`, then `GRPC` when `grpc_port` is given).
     - `grpc_port`: serve the gRPC binding on this port of `grpc_host` (0: any free port;
-      needs the `grpc` extra); `grpc_public_address` is the `host:port` the card gives.
+      needs the `grpc` extra); `grpc_public_address` is the `host:port` the card gives
+      (default: the host of the HTTP interfaces' URL, and that port).
     """
     try:
         peer.protocol  # noqa: B018 - raises until the peer is started

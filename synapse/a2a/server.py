@@ -166,7 +166,7 @@ class A2AServer:
             if binding == wire.GRPC_BINDING:
                 if self.grpc is None or self.grpc.port is None:
                     continue  # not listening yet
-                url = self.grpc_public_address or f"{self.grpc_host}:{self.grpc.port}"
+                url = self.grpc_public_address or self._grpc_address(self.grpc.port)
             else:
                 url = self.url
             found.append(
@@ -175,6 +175,12 @@ class A2AServer:
                 )
             )
         return found
+
+    def _grpc_address(self, port: int) -> str:
+        """`host:port` of the gRPC interface: the host clients reach the HTTP ones at (the
+        public URL's, else the endpoint's), not the address it listens on (0.0.0.0 …)."""
+        host = urlsplit(self.url).hostname or self.grpc_host
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     @property
     def url(self) -> str:

@@ -262,6 +262,12 @@ def build_parser() -> Parser:
         help="also serve the A2A gRPC binding on this port of --host (0: any free port; "
         "needs the grpc extra; $SYNAPSE_A2A_GRPC_PORT)",
     )
+    group.add_argument(
+        "--a2a-grpc-public-address",
+        metavar="HOST:PORT",
+        help="the gRPC address the card gives (default: the host of --a2a-public-url or of "
+        "--endpoint, and the gRPC port; $SYNAPSE_A2A_GRPC_PUBLIC_ADDRESS)",
+    )
     add_ops_arguments(serve)
     _common(serve)
     serve.set_defaults(run=_run_serve)
@@ -494,6 +500,7 @@ A2A_SERVE_FLAGS = {
     "a2a_public_url": "--a2a-public-url",
     "a2a_bindings": "--a2a-bindings",
     "a2a_grpc_port": "--a2a-grpc-port",
+    "a2a_grpc_public_address": "--a2a-grpc-public-address",
 }
 
 
@@ -534,6 +541,12 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
         public_url=s.get("a2a_public_url", "SYNAPSE_A2A_PUBLIC_URL", "a2a_public_url", parse_url),
         bindings=s.get("a2a_bindings", "SYNAPSE_A2A_BINDINGS", "a2a_bindings", parse_a2a_bindings),
         grpc_port=s.get("a2a_grpc_port", "SYNAPSE_A2A_GRPC_PORT", "a2a_grpc_port", parse_port),
+        grpc_public_address=s.get(
+            "a2a_grpc_public_address",
+            "SYNAPSE_A2A_GRPC_PUBLIC_ADDRESS",
+            "a2a_grpc_public_address",
+            str,
+        ),
     )
 
 

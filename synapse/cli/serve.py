@@ -47,6 +47,8 @@ class A2AOptions:
     #: Serve gRPC on this port (0: any free one) of this host.
     grpc_port: int | None = None
     grpc_host: str = "127.0.0.1"
+    #: The `host:port` the card gives for gRPC (default: the public URL's host, that port).
+    grpc_public_address: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +123,7 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
             bindings=options.bindings,
             grpc_port=options.grpc_port,
             grpc_host=options.grpc_host,
+            grpc_public_address=options.grpc_public_address,
         )
     except ValueError as exc:
         raise CliError(f"bad A2A settings: {exc}") from exc

@@ -181,6 +181,7 @@ CONFIG_KEYS = frozenset(
         "a2a_public_url",
         "a2a_bindings",
         "a2a_grpc_port",
+        "a2a_grpc_public_address",
         "a2a_binding",
         "console",
         "console_tokens",

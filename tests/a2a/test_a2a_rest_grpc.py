@@ -261,6 +261,25 @@ async def test_the_card_lists_the_bindings_in_the_configured_order() -> None:
         await peer.close(drain_timeout=0.2)
 
 
+@pytest.mark.skipif(not GRPC_PRESENT, reason="grpcio missing: pip install '.[grpc]'")
+async def test_the_grpc_interface_is_advertised_at_the_public_host() -> None:
+    peer = Peer("agent-p", handler=DemoHandler(), config=fast_config(), host="0.0.0.0")
+    server = enable_a2a(peer, public_url="https://agent.example", grpc_port=0, grpc_host="0.0.0.0")
+    await peer.start()
+    try:
+        assert server.grpc is not None
+        urls = {i.protocol_binding: i.url for i in server.card().supported_interfaces}
+        assert urls == {
+            "JSONRPC": "https://agent.example/a2a",
+            "HTTP+JSON": "https://agent.example/a2a",
+            "GRPC": f"agent.example:{server.grpc.port}",  # not 0.0.0.0
+        }
+        server.grpc_public_address = "grpc.agent.example:443"
+        assert server.interfaces()[2].url == "grpc.agent.example:443"
+    finally:
+        await peer.close(drain_timeout=0.2)
+
+
 async def test_only_the_bindings_asked_for_are_served() -> None:
     peer = Peer("agent-j", handler=DemoHandler(), config=fast_config())
     enable_a2a(peer, bindings=["JSONRPC"])
