@@ -174,8 +174,6 @@ class A2AClient:
         self._session = session
         self._own_session = session is None
         self.card: wire.AgentCard | None = None
-        #: The URL of the interface in use.
-        self.rpc_url: str | None = None
         self.transport: Transport | None = None
         speaks = [b for b in wire.BINDINGS if b != wire.GRPC_BINDING or grpc_available()]
         #: The bindings this client may use; which one is the card's choice (its order).
@@ -237,12 +235,19 @@ class A2AClient:
                 A2ACode.INTERNAL_ERROR, f"cannot fetch {url}: {describe_failure(exc, self.timeout)}"
             ) from exc
         card = parse_card(raw)
-        interface = self.pick(card)
+        await self.use_card(card)
+        return card
+
+    async def use_card(
+        self, card: wire.AgentCard, interface: wire.AgentInterface | None = None
+    ) -> None:
+        """Talk to the agent through `card` (one fetched and judged elsewhere), over
+        `interface` (one of its interfaces), else the one `pick` takes."""
+        chosen = interface if interface is not None else self.pick(card)
         if self.transport is not None:
             await self.transport.close()
-        self.card, self.rpc_url = card, interface.url
-        self.transport = self._make_transport(interface)
-        return card
+        self.card = card
+        self.transport = self._make_transport(chosen)
 
     def pick(self, card: wire.AgentCard) -> wire.AgentInterface:
         """The first interface of the card (its order is the agent's preference) that
@@ -267,6 +272,17 @@ class A2AClient:
         if binding == wire.REST_BINDING:
             return RestTransport(interface.url, self._http, self.timeout)
         return JsonRpcTransport(interface.url, self._http, self.timeout)
+
+    @property
+    def rpc_url(self) -> str | None:
+        """The URL of the interface in use (after discovery)."""
+        return self.transport.url if self.transport is not None else None
+
+    @rpc_url.setter
+    def rpc_url(self, url: str | None) -> None:
+        # Pointing the binding in use elsewhere (an HTTP one; a test's unreachable agent).
+        if self.transport is not None and url is not None:
+            self.transport.url = url
 
     @property
     def binding(self) -> str | None:
