@@ -20,14 +20,14 @@ from benchmarks._common import ROOT, Section, machine, quiet_logging
 
 FULL: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=6.0),
-    "e2e": lambda: e2e.run(seconds=4.0, warmup=1.0, rounds=2),
+    "e2e": lambda: e2e.run(seconds=4.0, warmup=1.0, rounds=3, compare=True),
     "memory": lambda: memory.run((10_000, 100_000), 10_000),
     "timers": lambda: timers.run(tasks=10_000, seconds=30.0),
     "a2a_sdk": lambda: a2a_sdk.run(seconds=4.0, warmup=1.0, rounds=1),
 }
 QUICK: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=0.3),
-    "e2e": lambda: e2e.run(seconds=0.4, warmup=0.2, rounds=1),
+    "e2e": lambda: e2e.run(seconds=0.4, warmup=0.2, rounds=1, sweep=(1,)),
     "memory": lambda: memory.run((1_000,), 1_000),
     "timers": lambda: timers.run(tasks=500, seconds=1.0),
     "a2a_sdk": lambda: a2a_sdk.run(seconds=0.4, warmup=0.2),

@@ -49,8 +49,16 @@ def test_memory() -> None:
 
 
 def test_e2e() -> None:
-    section = e2e.run(seconds=0.2, warmup=0.1, concurrencies=(1, 4))
-    _check(section, "e2e.c4.tasks_per_s", "e2e.c4.ceiling_per_s", "e2e.c1.exchange_p99_ms")
+    section = e2e.run(seconds=0.2, warmup=0.1, rounds=1, headline=4, sweep=(1,))
+    _check(
+        section,
+        "e2e.floor.tasks_per_s",
+        "e2e.serve_memory.tasks_per_s",
+        "e2e.serve_sqlite.cpu_us_per_task",
+        "e2e.bare.requests_per_s",
+        "e2e.c1.serve_exchange_p99_ms",
+    )
+    assert section.figures["e2e.floor.of_floor"] == 1.0
 
 
 def test_timers() -> None:
