@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import structlog
 
 from synapse.a2a import wire
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.client import RETRYABLE_STATUSES, backoff_delay, parse_retry_after
@@ -47,7 +47,7 @@ from synapse.types.signing import SIGNATURE_HEADER, Secret, header_signature
 if TYPE_CHECKING:
     from synapse.a2a.server import A2AServer
 
-log = structlog.get_logger("synapse.a2a.push")
+log = get_logger("synapse.a2a.push")
 
 #: Agent-id prefix of the virtual partners that stand for push configurations.
 PUSH_PREFIX = "a2a-push:"

@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
-import structlog
 from aiohttp import web
 
 from synapse.a2a import mapping, wire
@@ -43,6 +42,7 @@ from synapse.a2a.errors import (
     unsupported,
 )
 from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, push_partner
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
 from synapse.p2p.protocol import P2PProtocol
@@ -89,7 +89,7 @@ from synapse.types import (
 )
 from synapse.types.signing import Secret
 
-log = structlog.get_logger("synapse.a2a")
+log = get_logger("synapse.a2a")
 
 #: Agent-id prefix of the virtual requesters that stand for A2A callers.
 REQUESTER_PREFIX = "a2a:"

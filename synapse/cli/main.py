@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
-from synapse.cli.logs import configure_logging
+from synapse.cli.logs import LEVELS, configure_logging, parse_log_level
 from synapse.cli.settings import (
     Settings,
     parse_a2a_token,
@@ -242,6 +242,13 @@ def build_parser() -> Parser:
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
     _common(serve)
+    serve.add_argument(
+        "--log-level",
+        type=_typed(parse_log_level, "log level"),
+        metavar="{" + ",".join(LEVELS) + "}",
+        help="info (default): startup, each task's first and last transition, refusals, "
+        "retries, warnings; debug adds every message ($SYNAPSE_LOG_LEVEL)",
+    )
     serve.set_defaults(run=_run_serve)
 
     send = commands.add_parser(
@@ -416,7 +423,9 @@ class Context:
         """Logs on stderr; client commands stay quiet unless --verbose."""
         verbose = self.settings.get("verbose", "SYNAPSE_VERBOSE", "verbose", parse_bool, False)
         as_json = self.settings.get("log_json", "SYNAPSE_LOG_JSON", "log_json", parse_bool, False)
+        level = self.settings.get("log_level", "SYNAPSE_LOG_LEVEL", "log_level", parse_log_level)
         configure_logging(
+            level=level,
             json=bool(as_json),
             verbose=bool(verbose),
             quiet=quiet and not verbose,

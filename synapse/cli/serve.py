@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-
 from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
 from synapse.demo.handler import DemoHandler
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.handler import TaskHandler
 from synapse.store import TaskStore, open_store
@@ -27,7 +26,7 @@ from synapse.transport.peer import Peer
 if TYPE_CHECKING:
     from synapse.a2a import A2AServer
 
-log = structlog.get_logger("synapse.cli")
+log = get_logger("synapse.cli")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +149,7 @@ async def run_serve(options: ServeOptions) -> int:
             handler=options.handler or "synapse.demo.handler:DemoHandler",
             store=options.store,
             signing=options.signing,
+            event_loop=type(loop).__module__,
         )
         if a2a is not None and options.a2a is not None:
             from synapse.a2a import AGENT_CARD_PATH

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-import structlog
-
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import (
     CancelExecution,
@@ -63,7 +62,7 @@ from synapse.types import (
     new_message_id,
 )
 
-log = structlog.get_logger("synapse.p2p")
+log = get_logger("synapse.p2p")
 
 #: `in`: a POSTed message we received; `reply_out`: our synchronous reply to it;
 #: `out`: a message we POST; `reply_in`: the partner's synchronous reply to it.
@@ -358,7 +357,7 @@ class P2PProtocol:
 
     async def _exchange(self, partner: str, message: Message) -> Message:
         sender = self._require_sender(partner)
-        log.info("message_out", message_id=message.id, type=message.message_type.value, to=partner)
+        log.debug("message_out", message_id=message.id, type=message.message_type.value, to=partner)
         self._observe("out", message, partner)
         reply = await sender.send_callback(partner, message)
         self._observe("reply_in", reply, partner)
@@ -434,7 +433,10 @@ class P2PProtocol:
     def apply(self, step: Step) -> None:
         """Carry out what the engine decided. Never awaits: engine calls stay atomic."""
         for transition in step.transitions:
-            log.info(
+            # A task's first and last transitions are what an operator follows; the rest is
+            # detail (debug), as is every message in and out.
+            lifecycle = transition.from_state is TaskState.IDLE or transition.to_state.is_final
+            (log.info if lifecycle else log.debug)(
                 "transition",
                 task_id=transition.key.task_id,
                 requester=transition.key.requester,
@@ -611,7 +613,7 @@ class P2PProtocol:
                 try:
                     self._observe("out", out.message, out.partner)
                     rec = self.engine.get(key)
-                    log.info(
+                    log.debug(
                         "message_out",
                         message_id=out.message.id,
                         type=out.message.message_type.value,
@@ -642,7 +644,7 @@ class P2PProtocol:
                 self._observe("reply_in", reply, out.partner)
                 before = rec.state.value if rec is not None else None
                 self.apply(self.engine.on_reply(out.message, reply, self.clock()))
-                log.info(
+                log.debug(
                     "reply_in",
                     message_id=reply.id,
                     reply_to=out.message.id,

@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 import aiohttp
 import msgspec
-import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.types.codec import decode_typed, encode_message, refreshed, utc_now
@@ -44,7 +44,7 @@ from synapse.types.signing import (
     verify_header_signature,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Where the signature of a request goes (CONTRACT §3).
 SenderMode = Literal["header", "body"]
@@ -423,19 +423,19 @@ class HttpClient:
                 retry_after = response.headers.get("Retry-After")
                 signature = response.headers.get(SIGNATURE_HEADER)
         except DeliveryError as exc:
-            log.info("post_attempt", **fields, status=exc.status, error=str(exc))
+            log.debug("post_attempt", **fields, status=exc.status, error=str(exc))
             exc.attempts = attempt
             raise
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            log.info("post_attempt", **fields, status=None, error=error)
+            log.debug("post_attempt", **fields, status=None, error=error)
             raise _Transient(error) from exc
         except aiohttp.ClientError as exc:
-            log.info("post_attempt", **fields, status=None, error=repr(exc))
+            log.debug("post_attempt", **fields, status=None, error=repr(exc))
             raise DeliveryError(
                 f"cannot POST to {partner.endpoint}: {exc!r}", retryable=False, attempts=attempt
             ) from exc
-        log.info("post_attempt", **fields, status=status)
+        log.debug("post_attempt", **fields, status=status)
         if status in RETRYABLE_STATUSES:
             try:
                 last: Reply | None = judge_reply(

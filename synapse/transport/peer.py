@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-import structlog
 from aiohttp import web
 
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupStore
 from synapse.p2p.handler import TaskHandler
@@ -38,7 +38,7 @@ from synapse.types import (
 )
 from synapse.types.signing import Secret
 
-log = structlog.get_logger("synapse.peer")
+log = get_logger("synapse.peer")
 
 
 class HttpSender:

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-import structlog
 from aiohttp import web
 
+from synapse.logs import get_logger
 from synapse.p2p.dedup import DedupStore, MemoryDedupStore, Outcome, StoredReply, is_storable
 from synapse.p2p.engine import TaskRecord
 from synapse.p2p.protocol import P2PProtocol
@@ -33,7 +33,7 @@ from synapse.types import (
     decode_typed,
 )
 
-log = structlog.get_logger("synapse.transport")
+log = get_logger("synapse.transport")
 
 DEFAULT_PATH = "/synapse/callback"
 #: What an unexpected failure inside is answered with: never a bare 500; the sender retries.
@@ -277,7 +277,7 @@ class SynapseServer:
             before = _state(engine.get(key)) if key is not None else None
             reply: Message = await self.protocol.handle_message(message, commit=False)
         except SynapseError as error:
-            log.info(
+            log.debug(
                 "message_in",
                 message_id=head.id,
                 type=head.type.value,
@@ -291,7 +291,7 @@ class SynapseServer:
             )
             return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
         body, headers = encode_reply(reply, inbound.partner)
-        log.info(
+        log.debug(
             "message_in",
             message_id=head.id,
             type=head.type.value,

@@ -1,0 +1,182 @@
+"""How the library emits its logs: structlog events handed to the standard `logging` module.
+
+A library does not decide where its logs go, nor how much of them: the program that embeds it
+does. So every Synapse logger is a structlog logger bound to a standard-library logger of the
+`synapse` hierarchy (`synapse.p2p`, `synapse.transport`, ...), whatever structlog's global
+configuration is. Nothing is configured at import: used from Python, Synapse stays quiet
+(only warnings and errors reach stderr, through `logging`'s last-resort handler) until the
+application configures `logging`:
+
+    logging.basicConfig(level=logging.INFO)                  # plain text lines
+    logging.getLogger("synapse").setLevel(logging.DEBUG)     # every message in and out
+
+Each record's `msg` is the event: a dict (`{"event": "listening", "url": ...}`) whose `str()`
+is `listening url=... agent_id=...`, so plain formatters print a readable line, while
+`structlog.stdlib.ProcessorFormatter` renders it as structlog would (the record carries
+`_logger` and `_name`, as `ProcessorFormatter.wrap_for_formatter` sets them). The command line
+(`synapse.cli.logs`) is the one place that configures logging.
+
+Cost: a call at a level that is off returns after one `Logger.isEnabledFor` (a cached
+lookup): no event dict is processed, nothing is formatted. Loggers are built once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import structlog
+from structlog.typing import EventDict
+
+__all__ = ["EventHandler", "EventMessage", "capture_events", "get_logger"]
+
+
+_NOT_SHOWN = frozenset({"event", "exc_info", "logger", "level"})
+
+
+class EventMessage(dict[str, Any]):
+    """A record's `msg`: the event's fields; `str()` is `event key=value ...`."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        fields = " ".join(f"{k}={v!r}" for k, v in self.items() if k not in _NOT_SHOWN)
+        event = str(self.get("event", ""))
+        return f"{event} {fields}" if fields else event
+
+
+def _to_record(logger: logging.Logger, method: str, event: EventDict) -> Any:
+    """The last processor: what `logging.Logger.<method>` is called with."""
+    kwargs: dict[str, Any] = {"extra": {"_logger": logger, "_name": method}}
+    exc_info = event.get("exc_info")
+    if exc_info:
+        kwargs["exc_info"] = exc_info
+    return (EventMessage(event),), kwargs
+
+
+class SynapseLogger(structlog.stdlib.BoundLogger):
+    """`structlog.stdlib.BoundLogger` that checks the level before it builds anything."""
+
+    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if self._logger.isEnabledFor(logging.DEBUG):
+            return self._proxy_to_logger("debug", event, *args, **kw)
+        return None
+
+    def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if self._logger.isEnabledFor(logging.INFO):
+            return self._proxy_to_logger("info", event, *args, **kw)
+        return None
+
+    def warning(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if self._logger.isEnabledFor(logging.WARNING):
+            return self._proxy_to_logger("warning", event, *args, **kw)
+        return None
+
+    def error(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if self._logger.isEnabledFor(logging.ERROR):
+            return self._proxy_to_logger("error", event, *args, **kw)
+        return None
+
+    def exception(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if self._logger.isEnabledFor(logging.ERROR):
+            kw.setdefault("exc_info", True)
+            return self._proxy_to_logger("error", event, *args, **kw)
+        return None
+
+
+_PROCESSORS = [
+    structlog.contextvars.merge_contextvars,
+    structlog.stdlib.add_logger_name,
+    structlog.stdlib.add_log_level,
+    _to_record,
+]
+
+
+def get_logger(name: str) -> SynapseLogger:
+    """The structlog logger of stdlib logger `name` (a `synapse.` name), built once."""
+    # Built here, not lazily through structlog's global configuration: the embedding
+    # program's `structlog.configure` (if any) neither reroutes nor slows our events.
+    return SynapseLogger(logging.getLogger(name), _PROCESSORS, {})
+
+
+class EventHandler(logging.Handler):
+    """A `logging` handler that writes each record as one structlog line on `stream`: a
+    console line for a person, or a JSON object (`json=True`). Synapse's records keep their
+    fields; other libraries' records (aiohttp, asyncio) become `event` + `logger`.
+
+    The command line installs it on the root logger (`synapse.cli.logs`); an application
+    may do the same, or use its own handlers.
+    """
+
+    def __init__(
+        self, stream: TextIO | None = None, *, json: bool = False, colors: bool = False
+    ) -> None:
+        super().__init__()
+        self.stream = stream
+        self.processors: list[structlog.typing.Processor] = (
+            [
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(ensure_ascii=False),
+            ]
+            if json
+            else [
+                structlog.dev.ConsoleRenderer(
+                    colors=colors, exception_formatter=structlog.dev.plain_traceback
+                )
+            ]
+        )
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.msg
+            if isinstance(msg, dict):
+                event = dict(msg)
+                event.pop("exc_info", None)
+            else:
+                event = {"event": record.getMessage(), "logger": record.name}
+            event["level"] = record.levelname.lower()
+            event["timestamp"] = (
+                datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z")
+            )
+            if record.exc_info:
+                event["exc_info"] = record.exc_info
+            method = record.levelname.lower()
+            line: Any = event
+            for processor in self.processors:
+                line = processor(None, method, line)
+            stream = self.stream if self.stream is not None else sys.stderr
+            stream.write(f"{line}\n")
+            stream.flush()
+        except Exception:
+            self.handleError(record)
+
+
+class _Collector(logging.Handler):
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        super().__init__(logging.DEBUG)
+        self.events = events
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, dict):
+            self.events.append({k: v for k, v in record.msg.items() if k != "logger"})
+
+
+@contextlib.contextmanager
+def capture_events(level: int = logging.DEBUG) -> Iterator[list[dict[str, Any]]]:
+    """Collect the event dicts Synapse logs at `level` and above meanwhile (for tests, like
+    `structlog.testing.capture_logs`); levels and handlers come back afterwards."""
+    events: list[dict[str, Any]] = []
+    synapse_logger = logging.getLogger("synapse")
+    handler = _Collector(events)
+    saved = synapse_logger.level
+    synapse_logger.addHandler(handler)
+    synapse_logger.setLevel(level)
+    try:
+        yield events
+    finally:
+        synapse_logger.removeHandler(handler)
+        synapse_logger.setLevel(saved)
