@@ -435,6 +435,7 @@ class Context:
 
 def _run_serve(ctx: Context) -> int:
     from synapse.cli.serve import ServeOptions, run_serve
+    from synapse.cli.speed import run_server
 
     s = ctx.settings
     a2a = _a2a_serve_options(s)
@@ -458,7 +459,7 @@ def _run_serve(ctx: Context) -> int:
             "(or SYNAPSE_PEERS, or [[peer]] in --config), or serve A2A clients only with --a2a"
         )
     ctx.logging(quiet=False)
-    return asyncio.run(run_serve(options))
+    return run_server(run_serve(options))
 
 
 #: `serve`'s A2A flags, which mean nothing without `--a2a`.
