@@ -475,6 +475,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--task-timeout", type=float, default=300.0)
     parser.add_argument("--max-concurrent-tasks", type=int, default=100)
     parser.add_argument("--connections", type=int, default=0, help="client pool, 0: unlimited")
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop's event loop")
     return parser.parse_args(argv)
 
 
@@ -493,6 +494,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     with contextlib.suppress(KeyboardInterrupt):
         if args.role == "sdk-server":
             run_sdk_server(args)
+        elif args.uvloop:
+            import uvloop
+
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(ROLES[args.role](args))
         else:
             asyncio.run(ROLES[args.role](args))
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import socket
 import subprocess
@@ -55,6 +56,8 @@ EXCHANGES_PER_TASK = 3
 SECRET = "bench-secret-2026"
 REQUESTER = "agent-r"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: serve runs on uvloop when it is installed: the floor is then measured on it too.
+UVLOOP = importlib.util.find_spec("uvloop") is not None
 
 
 def process_cpu(pid: int) -> float:
@@ -228,17 +231,20 @@ def executors(
     started: list[Child | ServeProcess] = []
     found: list[Executor] = []
     try:
-        floor = Child(
-            "floor-executor",
-            "--agent-id",
-            "agent-f",
-            "--port",
-            str(free_port()),
-            "--secret",
-            SECRET,
-        )
-        started.append(floor)
-        found.append(Executor("floor", "agent-f", floor.ready["url"], floor.proc.pid))
+        loops = [("floor", ())] + ([("floor (uvloop)", ("--uvloop",))] if UVLOOP else [])
+        for name, loop in loops:
+            floor = Child(
+                "floor-executor",
+                "--agent-id",
+                "agent-f",
+                "--port",
+                str(free_port()),
+                "--secret",
+                SECRET,
+                *loop,
+            )
+            started.append(floor)
+            found.append(Executor(name, "agent-f", floor.ready["url"], floor.proc.pid))
         specs: list[tuple[str, str, tuple[str, ...]]] = [("serve (memory)", "memory", ())]
         if sqlite:
             specs.append(("serve (SQLite)", str(logs / "serve.sqlite"), ()))
@@ -300,12 +306,27 @@ def run(
                 executor.runs.setdefault(headline, []).append(
                     measure(requester, executor, headline, seconds, warmup)
                 )
+        serve_memory = next(e for e in found if e.name == "serve (memory)")
         for c in sweep:
-            for executor in found[:2]:  # the floor and serve (memory)
+            for executor in (floor_of(found, serve_memory), serve_memory):
                 executor.runs.setdefault(c, []).append(
                     measure(requester, executor, c, seconds, warmup)
                 )
     return report(found, bare_runs, headline, seconds, warmup, rounds, time.monotonic() - started)
+
+
+def floor_of(found: list[Executor], executor: Executor) -> Executor:
+    """The floor on the same event loop as `executor` (serve uses uvloop when installed)."""
+    on_uvloop = UVLOOP and executor.serve is not None and "no uvloop" not in executor.name
+    if executor.serve is None:
+        return executor
+    return next(e for e in found if e.name == ("floor (uvloop)" if on_uvloop else "floor"))
+
+
+def key_of(executor: Executor) -> str:
+    return "_".join(
+        executor.name.lower().replace("(", "").replace(")", "").replace(",", "").split()
+    )
 
 
 def summary(runs: list[dict[str, Any]], seconds: float, warmup: float) -> dict[str, Any]:
@@ -335,13 +356,13 @@ def report(
         "python -m benchmarks.e2e",
         seconds=elapsed,
     )
-    floor = summary(found[0].runs[headline], seconds, warmup)
     bare = max(bare_runs, key=lambda r: r["requests_per_s"])
     bare_cpu = median(r["server_cpu_us"] for r in bare_runs)
     main = Table(
         [
             "executor",
             "tasks/s",
+            "floor on the same loop",
             "of the floor",
             "executor CPU µs/task",
             "CPU vs floor",
@@ -355,14 +376,15 @@ def report(
     )
     for executor in found:
         s = summary(executor.runs[headline], seconds, warmup)
-        key = "_".join(
-            executor.name.lower().replace("(", "").replace(")", "").replace(",", "").split()
-        )
+        reference = floor_of(found, executor)
+        floor = summary(reference.runs[headline], seconds, warmup)
+        key = key_of(executor)
         of_floor = s["tasks_per_s"] / floor["tasks_per_s"]
         cpu_ratio = s["cpu_us"] / floor["cpu_us"]
         main.add(
             executor.name,
             rate(s["tasks_per_s"]),
+            reference.name,
             pct(of_floor),
             f"{s['cpu_us']:.0f}",
             f"{cpu_ratio:.2f}×",
@@ -376,10 +398,13 @@ def report(
             f"e2e.{key}.of_floor": of_floor,
             f"e2e.{key}.cpu_us_per_task": s["cpu_us"],
             f"e2e.{key}.cpu_vs_floor": cpu_ratio,
+            f"e2e.{key}.floor_tasks_per_s": floor["tasks_per_s"],
+            f"e2e.{key}.floor_cpu_us_per_task": floor["cpu_us"],
         }
     main.add(
         "bare aiohttp (requests/s, 1 exchange)",
         rate(bare["requests_per_s"]),
+        "asyncio",
         "–",
         f"{bare_cpu:.0f} per request",
         "–",
@@ -406,9 +431,12 @@ def report(
         ],
         title="Concurrency sweep, memory store (one round each)",
     )
-    for c in sorted(found[0].runs):
-        f = summary(found[0].runs[c], seconds, warmup)
-        s = summary(found[1].runs[c], seconds, warmup)
+    serve_memory = next(e for e in found if e.name == "serve (memory)")
+    sweep_floor = floor_of(found, serve_memory)
+    sweep.title += f"; the floor: {sweep_floor.name}"
+    for c in sorted(serve_memory.runs):
+        f = summary(sweep_floor.runs[c], seconds, warmup)
+        s = summary(serve_memory.runs[c], seconds, warmup)
         p99 = s["exchange_p99"]
         sweep.add(
             c,

@@ -56,7 +56,7 @@ def _codec_vs_floor(f: dict[str, float]) -> tuple[str, bool] | None:
 
 def _e2e_of_floor(key: str, goal: float) -> Callable[[dict[str, float]], tuple[str, bool] | None]:
     def judge(f: dict[str, float]) -> tuple[str, bool] | None:
-        v = _get(f, f"e2e.{key}.of_floor", f"e2e.{key}.tasks_per_s", "e2e.floor.tasks_per_s")
+        v = _get(f, f"e2e.{key}.of_floor", f"e2e.{key}.tasks_per_s", f"e2e.{key}.floor_tasks_per_s")
         if v is None:
             return None
         return f"{v[0] * 100:.0f} % ({v[1]:,.0f} ÷ {v[2]:,.0f} tasks/s)", v[0] >= goal
@@ -69,7 +69,7 @@ def _e2e_cpu(f: dict[str, float]) -> tuple[str, bool] | None:
         f,
         "e2e.serve_memory.cpu_vs_floor",
         "e2e.serve_memory.cpu_us_per_task",
-        "e2e.floor.cpu_us_per_task",
+        "e2e.serve_memory.floor_cpu_us_per_task",
     )
     if v is None:
         return None
@@ -200,7 +200,13 @@ def _codec_panel(ax: Any, f: dict[str, float]) -> None:
 
 
 def _e2e_panel(ax: Any, f: dict[str, float]) -> None:
-    names = {"floor": "floor", "serve_memory": "serve (memory)", "serve_sqlite": "serve (SQLite)"}
+    names = {
+        "floor": "floor (asyncio)",
+        "floor_uvloop": "floor (uvloop)",
+        "serve_memory": "serve (memory)",
+        "serve_sqlite": "serve (SQLite)",
+        "serve_logging_off": "serve, logging off",
+    }
     found = [k for k in names if f"e2e.{k}.tasks_per_s" in f]
     series = {
         "echo tasks/s": [f[f"e2e.{k}.tasks_per_s"] for k in found],
