@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -436,16 +437,17 @@ class P2PProtocol:
             # A task's first and last transitions are what an operator follows; the rest is
             # detail (debug), as is every message in and out.
             lifecycle = transition.from_state is TaskState.IDLE or transition.to_state.is_final
-            (log.info if lifecycle else log.debug)(
-                "transition",
-                task_id=transition.key.task_id,
-                requester=transition.key.requester,
-                role=transition.role.value,
-                from_state=transition.from_state.value,
-                to_state=transition.to_state.value,
-                trigger=transition.event.value,
-                message_id=transition.message_id,
-            )
+            if lifecycle or log.isEnabledFor(logging.DEBUG):
+                (log.info if lifecycle else log.debug)(
+                    "transition",
+                    task_id=transition.key.task_id,
+                    requester=transition.key.requester,
+                    role=transition.role.value,
+                    from_state=transition.from_state.value,
+                    to_state=transition.to_state.value,
+                    trigger=transition.event.value,
+                    message_id=transition.message_id,
+                )
         if step.transitions:
             self._persist(step)
         for out in step.outgoing:
@@ -613,14 +615,15 @@ class P2PProtocol:
                 try:
                     self._observe("out", out.message, out.partner)
                     rec = self.engine.get(key)
-                    log.debug(
-                        "message_out",
-                        message_id=out.message.id,
-                        type=out.message.message_type.value,
-                        to=out.partner,
-                        task_id=key.task_id,
-                        state=rec.state.value if rec is not None else None,
-                    )
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug(
+                            "message_out",
+                            message_id=out.message.id,
+                            type=out.message.message_type.value,
+                            to=out.partner,
+                            task_id=key.task_id,
+                            state=rec.state.value if rec is not None else None,
+                        )
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
                     if not exc.retryable:
@@ -644,15 +647,16 @@ class P2PProtocol:
                 self._observe("reply_in", reply, out.partner)
                 before = rec.state.value if rec is not None else None
                 self.apply(self.engine.on_reply(out.message, reply, self.clock()))
-                log.debug(
-                    "reply_in",
-                    message_id=reply.id,
-                    reply_to=out.message.id,
-                    type=reply.message_type.value,
-                    task_id=key.task_id,
-                    from_state=before,
-                    to_state=rec.state.value if rec is not None else None,
-                )
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug(
+                        "reply_in",
+                        message_id=reply.id,
+                        reply_to=out.message.id,
+                        type=reply.message_type.value,
+                        task_id=key.task_id,
+                        from_state=before,
+                        to_state=rec.state.value if rec is not None else None,
+                    )
         finally:
             self._workers.pop(key, None)
             if not queue:

@@ -14,6 +14,7 @@ exists, party to it, final, allowed in its state, capacity).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -271,10 +272,11 @@ class SynapseServer:
         started = time.perf_counter()
         engine = self.protocol.engine
         key = before = None
+        debug = log.isEnabledFor(logging.DEBUG)
         try:
             message = decode_typed(inbound.body)
             key = engine.incoming_key(message)
-            before = _state(engine.get(key)) if key is not None else None
+            before = _state(engine.get(key)) if key is not None and debug else None
             reply: Message = await self.protocol.handle_message(message, commit=False)
         except SynapseError as error:
             log.debug(
@@ -291,19 +293,20 @@ class SynapseServer:
             )
             return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
         body, headers = encode_reply(reply, inbound.partner)
-        log.debug(
-            "message_in",
-            message_id=head.id,
-            type=head.type.value,
-            sender=head.from_.agent_id,
-            task_id=key.task_id if key is not None else None,
-            from_state=before,
-            to_state=_state(engine.get(key)) if key is not None else None,
-            reply=reply.message_type.value,
-            status=200,
-            signed_by=inbound.signed_by,
-            ms=round((time.perf_counter() - started) * 1000, 3),
-        )
+        if debug:
+            log.debug(
+                "message_in",
+                message_id=head.id,
+                type=head.type.value,
+                sender=head.from_.agent_id,
+                task_id=key.task_id if key is not None else None,
+                from_state=before,
+                to_state=_state(engine.get(key)) if key is not None else None,
+                reply=reply.message_type.value,
+                status=200,
+                signed_by=inbound.signed_by,
+                ms=round((time.perf_counter() - started) * 1000, 3),
+            )
         return StoredReply.of(200, body, headers)
 
     def _rate_wait(self, partner: str) -> float:
