@@ -218,6 +218,8 @@ def measure_bare(
 
 
 VARIANTS: dict[str, tuple[str, ...]] = {
+    # A second serve exactly like the first: how far two identical executors drift apart.
+    "serve, control (the same again)": (),
     "serve, logging off": ("--log-level", "off"),
     "serve, no uvloop": ("--no-uvloop",),
     "serve, default GC thresholds": ("--no-gc-tuning",),
@@ -226,7 +228,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 
 @contextlib.contextmanager
 def executors(
-    requester_url: str, logs: Path, *, compare: bool, sqlite: bool
+    requester_url: str, logs: Path, *, compare: bool, sqlite: bool, only: tuple[str, ...] = ()
 ) -> Iterator[list[Executor]]:
     started: list[Child | ServeProcess] = []
     found: list[Executor] = []
@@ -249,7 +251,11 @@ def executors(
         if sqlite:
             specs.append(("serve (SQLite)", str(logs / "serve.sqlite"), ()))
         if compare:
-            specs += [(name, "memory", flags) for name, flags in VARIANTS.items()]
+            specs += [
+                (name, "memory", flags)
+                for name, flags in VARIANTS.items()
+                if not only or any(word in name for word in only)
+            ]
         for i, (name, store, flags) in enumerate(specs):
             agent_id = f"agent-e{i}"
             serve = ServeProcess(
@@ -271,6 +277,7 @@ def run(
     headline: int = 50,
     sweep: tuple[int, ...] = (1, 10, 200, 1000),
     compare: bool = False,
+    only: tuple[str, ...] = (),
     sqlite: bool = True,
 ) -> Section:
     started = time.monotonic()
@@ -294,7 +301,9 @@ def run(
         bare_client = Child("http-client")
         stack.callback(bare_client.close)
         found = stack.enter_context(
-            executors(requester.ready["endpoint"], Path(tmp), compare=compare, sqlite=sqlite)
+            executors(
+                requester.ready["endpoint"], Path(tmp), compare=compare, sqlite=sqlite, only=only
+            )
         )
         bare_runs: list[dict[str, Any]] = []
         # Alternate: a slow spell of the shared machine hits every executor alike.
@@ -476,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="measured time per run")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
     parser.add_argument("--compare", action="store_true", help="also A/B variants of serve")
+    parser.add_argument(
+        "--only", default="", help="with --compare: the variants whose name has one of these words"
+    )
+    parser.add_argument("--no-sqlite", action="store_true", help="no serve (SQLite) run")
     parser.add_argument("--no-sweep", action="store_true", help="concurrency 50 only")
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test)")
     args = parser.parse_args(argv)
@@ -486,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
             seconds=args.seconds,
             rounds=args.rounds,
             compare=args.compare,
+            only=tuple(w for w in args.only.split(",") if w),
+            sqlite=not args.no_sqlite,
             sweep=() if args.no_sweep else (1, 10, 200, 1000),
         )
     print(section.text())

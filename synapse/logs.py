@@ -61,8 +61,20 @@ def _to_record(logger: logging.Logger, method: str, event: EventDict) -> Any:
     return (EventMessage(event),), kwargs
 
 
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+
 class SynapseLogger(structlog.stdlib.BoundLogger):
-    """`structlog.stdlib.BoundLogger` that checks the level before it builds anything."""
+    """`structlog.stdlib.BoundLogger` that checks the level before it builds anything, and
+    hands the event to its stdlib logger directly: what structlog's processor chain would do
+    with our two processors (bound and context variables merged, then the record's
+    arguments), without its layers of calls."""
 
     def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
         if self._logger.isEnabledFor(logging.DEBUG):
@@ -90,8 +102,21 @@ class SynapseLogger(structlog.stdlib.BoundLogger):
             return self._proxy_to_logger("error", event, *args, **kw)
         return None
 
+    def _proxy_to_logger(
+        self, method_name: str, event: str | None = None, *event_args: Any, **event_kw: Any
+    ) -> Any:
+        level = _LEVELS.get(method_name)
+        if level is None or event_args or self._processors is not _PROCESSORS:
+            return super()._proxy_to_logger(method_name, event, *event_args, **event_kw)
+        fields: Any = {**self._context, **event_kw} if self._context else event_kw
+        fields["event"] = event
+        fields = structlog.contextvars.merge_contextvars(self._logger, method_name, fields)
+        args, kwargs = _to_record(self._logger, method_name, fields)
+        self._logger._log(level, args[0], (), **kwargs)
+        return None
 
-#: The logger's name and the level travel on the record (`record.name`, `levelname`).
+
+#: The chain for `structlog`'s own path (positional arguments, say); the usual path does the same.
 _PROCESSORS = [structlog.contextvars.merge_contextvars, _to_record]
 
 
