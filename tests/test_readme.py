@@ -39,7 +39,7 @@ def test_the_example_runs_to_completion() -> None:
 def test_the_library_is_quiet_until_the_program_configures_logging() -> None:
     """Used from Python, Synapse prints nothing of its own: the example's output is its own
     7 prints, and nothing reaches stderr. Its events go to `logging`, at the level the
-    program sets (here, info: each task's first and last transitions, the peers' start)."""
+    program sets (here, info: each task's outcome, the peers' start)."""
     done = subprocess.run(
         [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=60, check=False
     )

@@ -7,10 +7,10 @@ renders every record, Synapse's and other libraries' (aiohttp, asyncio), as a co
 or a JSON object a line (`--log-json`).
 
 Levels (`--log-level`, `SYNAPSE_LOG_LEVEL`, `log_level` in the TOML file): `info`, the
-default of `serve`, is what an operator needs: startup and shutdown, each task's first and
-last transition, refusals, retries, warnings; `debug` (or `--verbose`) adds every message in
-and out, every transition and every HTTP attempt; `warning`, `error`, and `off`. Whatever
-the level but `off`, `serve`'s first line is `listening`, with the URL.
+default of `serve`, is what an operator needs: startup and shutdown, one line a task with its
+outcome (its last transition), refusals, retries, warnings; `debug` (or `--verbose`) adds
+every message in and out, every transition and every HTTP attempt; `warning`, `error`, and
+`off`. Whatever the level but `off`, `serve`'s first line is `listening`, with the URL.
 """
 
 from __future__ import annotations

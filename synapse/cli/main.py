@@ -246,8 +246,8 @@ def build_parser() -> Parser:
         "--log-level",
         type=_typed(parse_log_level, "log level"),
         metavar="{" + ",".join(LEVELS) + "}",
-        help="info (default): startup, each task's first and last transition, refusals, "
-        "retries, warnings; debug adds every message ($SYNAPSE_LOG_LEVEL)",
+        help="info (default): startup, one line a task with its outcome, refusals, retries, "
+        "warnings; debug adds every message and transition ($SYNAPSE_LOG_LEVEL)",
     )
     serve.set_defaults(run=_run_serve)
 

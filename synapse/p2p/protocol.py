@@ -434,9 +434,9 @@ class P2PProtocol:
     def apply(self, step: Step) -> None:
         """Carry out what the engine decided. Never awaits: engine calls stay atomic."""
         for transition in step.transitions:
-            # A task's first and last transitions are what an operator follows; the rest is
-            # detail (debug), as is every message in and out.
-            lifecycle = transition.from_state is TaskState.IDLE or transition.to_state.is_final
+            # A task's outcome is what an operator follows (one info line a task); the steps
+            # before it are detail (debug), as is every message in and out.
+            lifecycle = transition.to_state.is_final
             if lifecycle or log.isEnabledFor(logging.DEBUG):
                 (log.info if lifecycle else log.debug)(
                     "transition",

@@ -53,10 +53,10 @@ def test_log_json_is_one_object_a_line_listening_first() -> None:
 
 
 @pytest.mark.parametrize("where", ["default", "flag", "env", "config"])
-def test_the_default_log_level_shows_a_task_once_at_start_and_end(
+def test_the_default_log_level_shows_a_task_once_with_its_outcome(
     where: str, tmp_path: Path
 ) -> None:
-    """Info (the default): no line per message; each task's first and last transition.
+    """Info (the default): no line per message; one line a task, its last transition.
     `warning`, by flag, environment or config file, leaves `listening` only."""
     requester_port = free_port()
     extra: list[str] = []
@@ -78,7 +78,7 @@ def test_the_default_log_level_shows_a_task_once_at_start_and_end(
     assert not {"message_in", "message_out", "reply_in", "post_attempt"} & set(names)
     transitions = [(e["from_state"], e["to_state"]) for e in events if e["event"] == "transition"]
     if where == "default":
-        assert transitions == [("idle", "confirmed"), ("executing", "completed")]
+        assert transitions == [("executing", "completed")]
         assert all(e["level"] == "info" for e in events)
     else:
         assert names == ["listening"]
