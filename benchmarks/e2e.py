@@ -93,8 +93,16 @@ class ServeProcess:
     """`synapse serve` in its own process, logging to a file as an operator would run it."""
 
     def __init__(
-        self, agent_id: str, requester: str, *, store: str, flags: tuple[str, ...], log: Path
+        self,
+        agent_id: str,
+        requester: str,
+        *,
+        store: str,
+        flags: tuple[str, ...],
+        log: Path,
+        root: Path = ROOT,
     ) -> None:
+        """`root`: the checkout whose code runs (another one, for an A/B of two commits)."""
         self.agent_id = agent_id
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}/synapse/callback"
@@ -108,7 +116,7 @@ class ServeProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYNAPSE_")}
         self.proc = subprocess.Popen(
             argv,
-            cwd=ROOT,
+            cwd=root,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._log_file,

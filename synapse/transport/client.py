@@ -163,6 +163,8 @@ def backoff_delay(retry: int, config: P2PConfig, jitter: float = 0.5) -> float:
 
 
 async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    if response.content_length is not None and response.content_length <= limit:
+        return await response.read()  # the usual reply: its declared length, in one read
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_chunked(64 * 1024):

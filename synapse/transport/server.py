@@ -173,6 +173,9 @@ class SynapseServer:
                 f"Content-Type must be application/json, not {request.content_type!r}",
                 {"reason": "content_type"},
             )
+        if request.content_length is not None:
+            # Declared within the limit (checked above): aiohttp reads exactly that much.
+            return await request.read()
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.content.iter_chunked(65536):
