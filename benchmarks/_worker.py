@@ -476,6 +476,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-concurrent-tasks", type=int, default=100)
     parser.add_argument("--connections", type=int, default=0, help="client pool, 0: unlimited")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop's event loop")
+    parser.add_argument(
+        "--log-file", default=None, help="log as `synapse serve` does by default (info), here"
+    )
     return parser.parse_args(argv)
 
 
@@ -491,6 +494,10 @@ ROLES: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     quiet_logging()
+    if args.log_file:
+        from synapse.cli.logs import configure_logging
+
+        configure_logging(stream=open(args.log_file, "a"))  # noqa: SIM115 (the process's)
     with contextlib.suppress(KeyboardInterrupt):
         if args.role == "sdk-server":
             run_sdk_server(args)
