@@ -195,6 +195,8 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "versions": versions(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        # The machine is shared: how busy it was when the run began (1, 5, 15 min).
+        "load": [round(x, 2) for x in os.getloadavg()],
     }
 
 

@@ -271,6 +271,16 @@ def markdown(
         f"- **Python**: {machine['python']}",
         f"- **Libraries**: {versions}",
         f"- **Date**: {machine['date']}; the whole run took {elapsed:.0f} s",
+        *(
+            [
+                f"- **Load**: the machine was shared while measuring (load average "
+                f"{' / '.join(str(x) for x in machine['load'])} over 1 / 5 / 15 min at the "
+                f"start, on {machine['nproc']} CPUs): absolute rates are low and noisy, CPU per "
+                "task and side-by-side ratios much less so"
+            ]
+            if "load" in machine
+            else []
+        ),
         "- **Network**: loopback only (127.0.0.1); every server and client in its own process "
         "unless said otherwise",
         "",
