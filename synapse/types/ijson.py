@@ -112,6 +112,12 @@ def parse_i_json(data: bytes) -> Any:
     value = _parse_plain(data)
     if value is not _NOT_PLAIN:
         return value
+    return parse_i_json_reference(data)
+
+
+def parse_i_json_reference(data: bytes) -> Any:
+    """`parse_i_json` without the fast path: the reference every faster variant must match
+    exactly, value for value and refusal for refusal (a differential test checks it)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
