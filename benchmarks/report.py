@@ -201,11 +201,11 @@ def _codec_panel(ax: Any, f: dict[str, float]) -> None:
 
 def _e2e_panel(ax: Any, f: dict[str, float]) -> None:
     names = {
-        "floor": "floor (asyncio)",
-        "floor_uvloop": "floor (uvloop)",
-        "serve_memory": "serve (memory)",
-        "serve_sqlite": "serve (SQLite)",
-        "serve_logging_off": "serve, logging off",
+        "floor": "floor\nasyncio",
+        "floor_uvloop": "floor\nuvloop",
+        "serve_memory": "serve\nmemory",
+        "serve_sqlite": "serve\nSQLite",
+        "serve_logging_off": "serve\nlogging off",
     }
     found = [k for k in names if f"e2e.{k}.tasks_per_s" in f]
     series = {
@@ -213,7 +213,7 @@ def _e2e_panel(ax: Any, f: dict[str, float]) -> None:
         "executor CPU µs per task": [f[f"e2e.{k}.cpu_us_per_task"] for k in found],
     }
     _bars(ax, [names[k] for k in found], series, "tasks/s (higher) · µs/task (lower)")
-    ax.set_title("End to end, concurrency 50: synapse serve beside the floor executor")
+    ax.set_title("End to end, concurrency 50: serve beside the floor")
 
 
 def _a2a_panel(ax: Any, f: dict[str, float]) -> None:
