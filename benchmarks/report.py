@@ -108,6 +108,13 @@ def _timers(f: dict[str, float]) -> tuple[str, bool] | None:
     return text, max(v[0], v[1]) < 0.02
 
 
+def _a2a_memory(f: dict[str, float]) -> tuple[str, bool] | None:
+    v = _get(f, "a2a_memory.a2a.rss_bytes_per_task", "a2a_memory.sdk.rss_bytes_per_task")
+    if v is None:
+        return None
+    return f"{v[0]:,.0f} B against the SDK's {v[1]:,.0f} B ({v[0] / v[1]:.1f}×)", v[0] <= v[1]
+
+
 TARGETS = (
     Target("codec vs pydantic v2, decode + validate", "≥ 4× faster", _codec_vs_pydantic),
     Target("codec vs bare msgspec floor", "within 1.5×", _codec_vs_floor),
@@ -125,6 +132,7 @@ TARGETS = (
     Target("serve p99 per exchange, concurrency 1", "< 2 ms", _e2e_p99),
     Target("echo tasks/s vs official A2A SDK, concurrency 50", "ahead", _a2a),
     Target("memory per stored finished task", "≤ 4 KiB", _memory),
+    Target("A2A binding: memory per finished task vs the A2A SDK", "≤ the SDK's", _a2a_memory),
     Target("10,000 idle in-flight tasks", "< 2 % of one core", _timers),
 )
 

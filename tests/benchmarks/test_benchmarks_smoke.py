@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import a2a_sdk, codec, e2e, memory, report, timers
+from benchmarks import a2a_memory, a2a_sdk, codec, e2e, memory, report, timers
 from benchmarks._common import Section, machine
 
 SDK = all(importlib.util.find_spec(m) is not None for m in ("a2a", "uvicorn", "starlette"))
@@ -71,6 +71,15 @@ def test_timers() -> None:
 def test_a2a_sdk() -> None:
     section = a2a_sdk.run(seconds=0.2, warmup=0.1, concurrencies=(2,))
     _check(section, "a2a.c2.sdk.tasks_per_s", "a2a.c2.a2a.tasks_per_s", "a2a.c2.synapse.over_sdk")
+
+
+@pytest.mark.skipif(not SDK, reason="the official A2A SDK (a2a-sdk[http-server], uvicorn)")
+def test_a2a_memory() -> None:
+    section = a2a_memory.run(tasks=20)
+    _check(section, "a2a_memory.a2a.traced_bytes_per_task")
+    assert {"a2a_memory.sdk.rss_bytes_per_task", "a2a_memory.a2a.rss_bytes_per_task"} <= set(
+        section.figures
+    )  # RSS moves in pages: 20 tasks may not move it at all
 
 
 def test_report(tmp_path: Path) -> None:
