@@ -35,7 +35,7 @@ QUICK: dict[str, Callable[[], Section]] = {
     "a2a_memory": lambda: a2a_memory.run(tasks=50),
 }
 
-#: What the figures mean beyond the tables: written once the targets were measured (issue 8).
+#: What the figures mean beyond the tables: written once the targets were measured.
 ANALYSIS = Path(__file__).with_name("analysis.md")
 
 

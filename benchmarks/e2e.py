@@ -74,11 +74,11 @@ def sample_body() -> str:
         TaskRequest,
         TaskRequestPayload,
         TaskSpec,
-        build_message,
+        build_message_now,
         encode_message,
     )
 
-    message = build_message(
+    message = build_message_now(
         TaskRequest,
         TaskRequestPayload(
             task=TaskSpec(id="task-" + "0" * 32, type="echo", payload={"text": "hello"})

@@ -30,12 +30,11 @@ class Summarizer:
 
 
 async def main() -> None:
-    # Port 0: each peer listens on a free port; once started, they learn each other's URL.
-    executor = Peer("agent-e", port=0, handler=Summarizer())
+    executor = Peer("agent-e", port=0, handler=Summarizer())  # port 0: any free port
     requester = Peer("agent-r", port=0)
-    async with executor, requester:
-        executor.add_partner("agent-r", requester.endpoint, [SECRET])
-        requester.add_partner("agent-e", executor.endpoint, [SECRET])
+    async with executor, requester:  # both listen now, so each can learn the other's URL
+        executor.add_partner("agent-r", requester.endpoint, (SECRET,))
+        requester.add_partner("agent-e", executor.endpoint, (SECRET,))
         handle = await requester.submit("agent-e", "summarize", {})
         answers = {"text": "Synapse peers delegate tasks.", "style": "terse"}
         async for event in handle:  # every message about the task, in order

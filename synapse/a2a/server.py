@@ -42,9 +42,9 @@ from synapse.a2a.errors import (
     unsupported,
 )
 from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, push_partner
-from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
+from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import P2PProtocol
 from synapse.p2p.states import Role
 from synapse.types import (
@@ -83,10 +83,10 @@ from synapse.types import (
     TaskState,
     TaskStatusUpdate,
     TaskStatusUpdatePayload,
-    build_message,
-    build_reply,
     new_message_id,
 )
+from synapse.types import build_message_now as build_message  # the wall clock: an edge
+from synapse.types import build_reply_now as build_reply
 from synapse.types.signing import Secret
 
 log = get_logger("synapse.a2a")

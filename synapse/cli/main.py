@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import LEVELS, configure_logging, parse_log_level
+from synapse.cli.ops import add_ops_arguments, ops_serve_options
 from synapse.cli.settings import (
     Settings,
     parse_a2a_token,
@@ -205,7 +206,7 @@ def build_parser() -> Parser:
         "$SYNAPSE_HANDLER)",
     )
     _signing(group)
-    group = serve.add_argument_group("A2A (docs/a2a.md)")
+    group = serve.add_argument_group("A2A (docs/a2a.md in the Synapse repository)")
     group.add_argument(
         "--a2a",
         action="store_true",
@@ -240,6 +241,14 @@ def build_parser() -> Parser:
         metavar="URL",
         help="the base URL A2A clients reach us at, for the card (default: the origin of "
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
+    )
+    add_ops_arguments(serve)
+    group = serve.add_argument_group("routing (docs/routing.md in the Synapse repository)")
+    group.add_argument(
+        "--route",
+        metavar="POOL.toml",
+        help="be a router: execute every task by requesting it of a capable partner of the "
+        "pool this TOML file describes, instead of running a handler ($SYNAPSE_ROUTE)",
     )
     _common(serve)
     serve.add_argument(
@@ -304,7 +313,7 @@ def build_parser() -> Parser:
         help="the task's priority (default normal)",
     )
     group = send.add_argument_group(
-        "A2A (docs/a2a.md)",
+        "A2A (docs/a2a.md in the Synapse repository)",
         "With --a2a URL the task goes to that A2A v1.0 agent instead: --target, --agent-id, "
         "--as, --secret, --peer-secret-file, --listen, --endpoint, --signing, --task-id and "
         "--priority have no meaning there and are refused as flags (their environment and "
@@ -384,9 +393,10 @@ def build_parser() -> Parser:
     demo = commands.add_parser(
         "demo",
         help="two peers in this process walk through every flow, printed as a timeline",
-        description="Start two peers on loopback ports and run the flows of seed §4 between "
-        "them (normal, progress, need_info, need_human, cancel), a failure and a rejection, "
-        "printing every message with each side's state. Takes about a second.",
+        description="Start two peers on loopback ports and run the flows of "
+        "specs/protocol.md, 'Flows' between them (normal, progress, need_info, need_human, "
+        "cancel), a failure and a rejection, printing every message with each side's state. "
+        "Takes about a second.",
         epilog=EPILOG,
     )
     demo.add_argument(
@@ -452,7 +462,11 @@ def _run_serve(ctx: Context) -> int:
         else "header",
         config=s.p2p_config(),
         a2a=a2a,
+        ops=ops_serve_options(s),
+        route=s.get("route", "SYNAPSE_ROUTE", "route", str),
     )
+    if options.route is not None and options.handler is not None:
+        raise CliError("--route and --handler exclude each other: a router runs no handler")
     if not options.partners and a2a is None:
         raise CliError(
             "no partner: give at least one --peer PARTNER_ID=CALLBACK_URL "

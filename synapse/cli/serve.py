@@ -1,4 +1,5 @@
-"""`synapse serve`: the reference peer of CONTRACT §7, until SIGINT or SIGTERM."""
+"""`synapse serve`: the reference peer of specs/protocol.md, 'The `synapse serve` command line',
+until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from typing import TYPE_CHECKING
 
 from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
+from synapse.cli.ops import OpsOptions, log_console, serve_ops
 from synapse.demo.handler import DemoHandler
-from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.handler import TaskHandler
+from synapse.p2p.logs import get_logger
 from synapse.store import TaskStore, open_store
 from synapse.transport.client import SenderMode
 from synapse.transport.partners import Partner
@@ -25,6 +27,7 @@ from synapse.transport.peer import Peer
 
 if TYPE_CHECKING:
     from synapse.a2a import A2AServer
+    from synapse.router import Router
 
 log = get_logger("synapse.cli")
 
@@ -55,6 +58,9 @@ class ServeOptions:
     config: P2PConfig
     a2a: A2AOptions | None = None
     drain_timeout: float = 5.0
+    ops: OpsOptions = field(default_factory=OpsOptions)
+    #: `--route POOL.toml`: be a router over that pool (docs/routing.md).
+    route: str | None = None
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -89,6 +95,18 @@ def load_handler(spec: str | None) -> TaskHandler:
             "(it needs execute_task, validate_task and get_capabilities)"
         )
     return target
+
+
+def serve_route(peer: Peer, path: str) -> Router:
+    """`Router(peer, PoolConfig.load(path))`, before the peer starts; a bad pool is one line."""
+    from synapse.router import PoolConfig, Router
+
+    try:
+        return Router(peer, PoolConfig.load(path))
+    except OSError as exc:
+        raise CliError(f"cannot read pool {path!r}: {exc}") from exc
+    except ValueError as exc:
+        raise CliError(f"bad pool {path!r}: {exc}") from exc
 
 
 def open_task_store(spec: str) -> TaskStore:
@@ -140,13 +158,20 @@ async def run_serve(options: ServeOptions) -> int:
         store=store,
     )
     try:
+        # The router first: it becomes the peer's handler, which the A2A card describes.
+        router = serve_route(peer, options.route) if options.route is not None else None
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
+        console_token = serve_ops(peer, options.ops)
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
+        if router is not None:
+            await router.start()
+            log.info("serving_routes", pool=options.route, partners=router.status())
         log.info(
             "serving",
             agent_id=options.agent_id,
             partners=[p.agent_id for p in options.partners],
-            handler=options.handler or "synapse.demo.handler:DemoHandler",
+            handler=options.handler
+            or ("synapse.router" if options.route else "synapse.demo.handler:DemoHandler"),
             store=options.store,
             signing=options.signing,
             event_loop=type(loop).__module__,
@@ -162,9 +187,12 @@ async def run_serve(options: ServeOptions) -> int:
                 push_allow=list(options.a2a.push_allow),
                 principals=sorted(set(options.a2a.tokens.values())) or None,
             )
+        log_console(peer, options.ops, console_token)
         await stop.wait()
         log.info("shutting_down", signal=received[0] if received else None)
         await peer.close(drain_timeout=options.drain_timeout)
+        if router is not None:
+            await router.close()  # after the peer: routed tasks still cancel their partners
         log.info("stopped", agent_id=options.agent_id)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):

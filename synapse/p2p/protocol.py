@@ -1,4 +1,5 @@
-"""`P2PProtocol` (seed §5.1): the asyncio runtime that drives the sans-IO `Engine`.
+"""`P2PProtocol` (specs/protocol.md, 'Peer interfaces and configuration'): the asyncio runtime that
+drives the sans-IO `Engine`.
 
 It runs handlers as tasks, delivers each task's outgoing messages one at a time and in order
 through a `CallbackSender`, fires the engine's timers from one sleeping coroutine, and gives
@@ -12,12 +13,11 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import (
     CancelExecution,
@@ -30,11 +30,20 @@ from synapse.p2p.engine import (
     StartExecution,
     Step,
     TaskEvent,
+    TaskEventKind,
     TaskKey,
     TaskRecord,
     Validation,
 )
-from synapse.p2p.handler import ExecutionContext, TaskHandler, as_result
+from synapse.p2p.handler import (
+    ExecutionContext,
+    ResumableHandler,
+    TaskFailure,
+    TaskHandler,
+    as_result,
+)
+from synapse.p2p.listener import AuditEntry, Direction, MessageEvent, RuntimeListener
+from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import MemoryStore, OutboxItem, Snapshot, TaskStore
 from synapse.p2p.sender import CallbackSender, DeliveryError
 from synapse.p2p.stream import EventStream
@@ -46,11 +55,16 @@ from synapse.types import (
     ErrorCode,
     Heartbeat,
     HeartbeatPayload,
+    HumanContext,
+    HumanDecisionPayload,
+    HumanOption,
     LocalProtocolError,
     Message,
+    MissingField,
     Nack,
     NackPayload,
     Priority,
+    Reason,
     Sender,
     SynapseError,
     TaskContext,
@@ -60,24 +74,9 @@ from synapse.types import (
     TaskState,
     decode_typed,
     encode_message,
-    new_message_id,
 )
 
 log = get_logger("synapse.p2p")
-
-#: `in`: a POSTed message we received; `reply_out`: our synchronous reply to it;
-#: `out`: a message we POST; `reply_in`: the partner's synchronous reply to it.
-Direction = Literal["in", "reply_out", "out", "reply_in"]
-
-
-@dataclass(frozen=True, slots=True)
-class MessageEvent:
-    """A message crossing this peer, for observers (timelines, tracing, metrics)."""
-
-    direction: Direction
-    message: Message
-    #: The agent id of the other side.
-    partner: str
 
 
 @dataclass(slots=True)
@@ -137,10 +136,19 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
     def _settle(self) -> None:
         self._settle_with(Outcome.of(self.record))
 
-    async def provide_info(self, fields: Mapping[str, Any], notes: str | None = None) -> None:
-        """Answer `task_need_info`."""
+    async def provide_info(
+        self, fields: Mapping[str, Any], notes: str | None = None, *, provided_by: str = ""
+    ) -> None:
+        """Answer `task_need_info` (`provided_by`: who answered, for the task's audit trail)."""
         rt = self._runtime
-        rt.apply(rt.engine.provide_info(self.key, fields, now=rt.clock(), notes=notes))
+        step = rt.engine.provide_info(self.key, fields, now=rt.clock(), notes=notes)
+        self._audit(
+            step,
+            provided_by or rt.engine.agent_id,
+            "info_provided",
+            {"fields": dict(fields), "notes": notes},
+        )
+        rt.apply(step)
 
     async def start_deciding(self) -> None:
         """Note that a person is deciding (`need_human → human_deciding`)."""
@@ -158,18 +166,30 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
     ) -> None:
         """Answer `task_need_human` with a `human_decision`."""
         rt = self._runtime
-        rt.apply(
-            rt.engine.decide(
-                self.key,
-                action,
-                now=rt.clock(),
-                decided_by=decided_by or DecidedBy(user_id=rt.engine.agent_id),
-                decision_id=f"dec-{new_message_id()[4:]}",
-                approved_fields=approved_fields,
-                rejection_reason=rejection_reason,
-                notes=notes,
-            )
+        by = decided_by or DecidedBy(user_id=rt.engine.agent_id)
+        step = rt.engine.decide(
+            self.key,
+            action,
+            now=rt.clock(),
+            decided_by=by,
+            decision_id=f"dec-{rt.engine.ids.message_id()[4:]}",
+            approved_fields=approved_fields,
+            rejection_reason=rejection_reason,
+            notes=notes,
         )
+        detail: dict[str, Any] = {"user_name": by.user_name, "role": by.role, "notes": notes}
+        if action is DecisionAction.APPROVE:
+            detail["approved_fields"] = dict(approved_fields or {})
+        else:
+            detail["rejection_reason"] = rejection_reason
+        self._audit(step, by.user_id, action.value, detail)
+        rt.apply(step)
+
+    def _audit(self, step: Step, actor: str, action: str, detail: dict[str, Any]) -> None:
+        # Before `apply`, which stores the record: the entry is durable with the answer.
+        message_id = step.outgoing[0].message.id if step.outgoing else None
+        entry = AuditEntry(self._runtime.clock(), actor, action, message_id, detail)
+        self.record.audit.append(entry)
 
     async def approve(self, approved_fields: Mapping[str, Any] | None = None, **kw: Any) -> None:
         await self.decide(DecisionAction.APPROVE, approved_fields=approved_fields, **kw)
@@ -184,7 +204,8 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
 
 
 class P2PProtocol:
-    """The protocol handler of one peer (seed §5.1), transport-independent."""
+    """The protocol handler of one peer (specs/protocol.md, 'Peer interfaces and configuration'),
+    transport-independent."""
 
     def __init__(
         self,
@@ -218,10 +239,14 @@ class P2PProtocol:
         self._closed = False
         #: Called synchronously for every message in or out; must not raise or block.
         self.observers: list[Callable[[MessageEvent], None]] = []
+        #: Told of messages, transitions, handler runs, deliveries and commits (metrics,
+        #: tracing, health, the console: `synapse.ops`).
+        self.listeners: list[RuntimeListener] = []
         if handler is not None:
             self.set_task_handler(handler)
 
-    # --- seed §5.1 ------------------------------------------------------------------------
+    # --- specs/protocol.md, 'Peer interfaces and configuration'
+    # ------------------------------------------------------------------------
 
     async def handle_message(self, message: Message, *, commit: bool = True) -> Message:
         """Apply a POSTed message from an authenticated partner and return the reply.
@@ -235,6 +260,7 @@ class P2PProtocol:
         try:
             step = self.engine.receive(message, self.clock())
         except SynapseError as exc:
+            self._notify("on_refused", message, exc)
             log.info(
                 "message_refused",
                 message_id=message.id,
@@ -248,7 +274,7 @@ class P2PProtocol:
         self.apply(step)
         assert step.reply is not None
         if commit:
-            await self.store.commit()
+            await self._commit()
         self._observe("reply_out", step.reply, message.sender_id)
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
@@ -256,7 +282,19 @@ class P2PProtocol:
 
     async def commit(self) -> None:
         """Make every effect applied so far durable (see `TaskStore.commit`)."""
-        await self.store.commit()
+        await self._commit()
+
+    async def _commit(self) -> None:
+        if not self.listeners:
+            await self.store.commit()
+            return
+        started = time.perf_counter()
+        try:
+            await self.store.commit()
+        except Exception as exc:
+            self._notify("on_commit", time.perf_counter() - started, exc)
+            raise
+        self._notify("on_commit", time.perf_counter() - started, None)
 
     def set_task_handler(self, handler: TaskHandler) -> None:
         self._handler = handler
@@ -379,10 +417,12 @@ class P2PProtocol:
         for item in snapshot.outbox:
             message = decode_typed(item.body)
             self._queue(_Queued(Outgoing(item.partner, message, item.key), item))
-        resumable = getattr(self._handler, "is_resumable", None)
+        handler = self._handler
         for rec in snapshot.tasks:
             if rec.role.value == "executor" and not rec.is_final:
-                can_resume = bool(resumable(rec.task.type)) if callable(resumable) else False
+                can_resume = isinstance(handler, ResumableHandler) and bool(
+                    handler.is_resumable(rec.task.type)
+                )
                 self.apply(self.engine.recover(rec.key, resumable=can_resume, now=now))
         log.info(
             "restored",
@@ -426,6 +466,16 @@ class P2PProtocol:
     def pending_deliveries(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
+    @property
+    def running(self) -> bool:
+        """Started and not yet closed."""
+        return self._timer_task is not None and not self._closed
+
+    def oldest_pending_since(self) -> float | None:
+        """When the oldest message still waiting for delivery was queued (clock time)."""
+        heads = [queue[0].item.created_at for queue in self._queues.values() if queue]
+        return min(heads) if heads else None
+
     async def close_store(self) -> None:
         await self.store.close()
 
@@ -434,6 +484,7 @@ class P2PProtocol:
     def apply(self, step: Step) -> None:
         """Carry out what the engine decided. Never awaits: engine calls stay atomic."""
         for transition in step.transitions:
+            self._notify("on_transition", transition)
             # A task's outcome is what an operator follows (one info line a task); the steps
             # before it are detail (debug), as is every message in and out.
             lifecycle = transition.to_state.is_final
@@ -507,6 +558,69 @@ class P2PProtocol:
         self._waiters[key] = waiter
         return waiter
 
+    # --- what a running handler asks of the runtime (ExecutionContext's TaskRuntime) -----------
+
+    def task_record(self, key: TaskKey) -> TaskRecord | None:
+        return self.engine.get(key)
+
+    def report_status(
+        self, key: TaskKey, *, progress: float | None, message: str, intermediate_result: Any
+    ) -> None:
+        """Send a `task_status_update` for the running task `key`."""
+        self.apply(
+            self.engine.report_status(
+                key,
+                now=self.clock(),
+                progress=progress,
+                message=message,
+                intermediate_result=intermediate_result,
+            )
+        )
+
+    async def request_info(
+        self,
+        key: TaskKey,
+        missing_fields: list[MissingField],
+        *,
+        question: str,
+        required_by: datetime | None,
+    ) -> Mapping[str, Any]:
+        """Send `task_need_info` and wait for the fields of the `task_info_provided`."""
+        waiter = self.expect_resume(key)
+        self.apply(
+            self.engine.request_info(
+                key, missing_fields, now=self.clock(), question=question, required_by=required_by
+            )
+        )
+        fields: Mapping[str, Any] = await waiter
+        return fields
+
+    async def request_human(
+        self,
+        key: TaskKey,
+        reason: Reason,
+        *,
+        context: HumanContext | None,
+        options: Iterable[HumanOption],
+        escalation_level: int,
+        deadline: datetime | None,
+    ) -> HumanDecisionPayload:
+        """Send `task_need_human` and wait for an approving `human_decision`."""
+        waiter = self.expect_resume(key)
+        self.apply(
+            self.engine.request_human(
+                key,
+                reason,
+                now=self.clock(),
+                context=context,
+                options=options,
+                escalation_level=escalation_level,
+                deadline=deadline,
+            )
+        )
+        decision: HumanDecisionPayload = await waiter
+        return decision
+
     # --- handlers -------------------------------------------------------------------------------
 
     def _start_handler(self, action: StartExecution) -> None:
@@ -520,20 +634,28 @@ class P2PProtocol:
 
     async def _run_handler(self, action: StartExecution, ctx: ExecutionContext) -> None:
         key = action.key
+        started, wall = time.perf_counter(), self.clock()
+        outcome = "completed"
         try:
             if self._handler is None:
                 raise LocalProtocolError("no TaskHandler set")
             value = await self._handler.execute_task(ctx, action.task_type, action.payload)
         except asyncio.CancelledError:
+            outcome = "cancelled"
             if not self._closed:
                 log.info("handler_cancelled", task_id=key.task_id, requester=key.requester)
             return
         except Exception as exc:
+            outcome = "failed"
             log.warning("handler_failed", task_id=key.task_id, error=repr(exc))
-            error = TaskError(
-                code=ErrorCode.EXECUTION_FAILED.value,
-                message=str(exc) or type(exc).__name__,
-                recoverable=True,
+            error = (
+                exc.error
+                if isinstance(exc, TaskFailure)
+                else TaskError(
+                    code=ErrorCode.EXECUTION_FAILED.value,
+                    message=str(exc) or type(exc).__name__,
+                    recoverable=True,
+                )
             )
             self.apply(self.engine.fail(key, error, now=self.clock()))
         else:
@@ -544,6 +666,9 @@ class P2PProtocol:
         finally:
             self._running.pop(key, None)
             self._waiters.pop(key, None)
+            if self.listeners:
+                seconds = time.perf_counter() - started
+                self._notify("on_handler_done", key, action.task_type, wall, seconds, outcome)
 
     # --- delivery -------------------------------------------------------------------------------
 
@@ -611,7 +736,7 @@ class P2PProtocol:
                 out = queued.out
                 sender = self._require_sender(out.partner)
                 # What the partner is about to see must survive our crash.
-                await self.store.commit()
+                await self._commit()
                 try:
                     self._observe("out", out.message, out.partner)
                     rec = self.engine.get(key)
@@ -626,6 +751,7 @@ class P2PProtocol:
                         )
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
+                    self._notify("on_delivery_failed", out.message, out.partner, exc)
                     if not exc.retryable:
                         self._dead_letter(queue, f"unusable reply: {exc}")
                         continue
@@ -673,6 +799,7 @@ class P2PProtocol:
             reason=reason,
         )
         self.store.dead_letter(message.id, reason, self.clock())
+        self._notify("on_dead_letter", message, queued.out.partner, reason)
         key = queued.out.key
         rec = self.engine.get(key) if key is not None else None
         if key is not None and rec is not None:
@@ -680,14 +807,15 @@ class P2PProtocol:
             self.store.put_task(rec, [])
             handle = self._handles.get(key)
             if handle is not None:
-                handle._push(TaskEvent(key, "dead_letter", rec.state, message, reason))
+                handle._push(TaskEvent(key, TaskEventKind.DEAD_LETTER, rec.state, message, reason))
 
     async def _send_once(self, out: Outgoing) -> None:
         sender = self._require_sender(out.partner)
         self._observe("out", out.message, out.partner)
         try:
             reply = await sender.send_callback(out.partner, out.message, retry=False)
-        except DeliveryError:
+        except DeliveryError as exc:
+            self._notify("on_delivery_failed", out.message, out.partner, exc)
             return  # a missed heartbeat: the engine notices the silence
         self._observe("reply_in", reply, out.partner)
         if isinstance(reply, Heartbeat):
@@ -695,8 +823,19 @@ class P2PProtocol:
         self.apply(self.engine.on_reply(out.message, reply, self.clock()))
 
     def _observe(self, direction: Direction, message: Message, partner: str) -> None:
+        if not self.observers and not self.listeners:
+            return
+        event = MessageEvent(direction, message, partner)
         for observer in self.observers:
-            observer(MessageEvent(direction, message, partner))
+            observer(event)
+        self._notify("on_message", event)
+
+    def _notify(self, method: str, *args: Any) -> None:
+        for listener in self.listeners:
+            try:
+                getattr(listener, method)(*args)
+            except Exception as exc:  # watching a peer must never break it
+                log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
 
     def _heartbeat_succeeded(self, partner: str) -> None:
         event = self._heartbeat_ok.pop(partner, None)
@@ -741,4 +880,4 @@ def _code(code: str) -> ErrorCode:
         return ErrorCode.INVALID_PARAMS
 
 
-__all__ = ["MessageEvent", "Outcome", "P2PProtocol", "TaskHandle", "Validation"]
+__all__ = ["Direction", "MessageEvent", "Outcome", "P2PProtocol", "TaskHandle", "Validation"]

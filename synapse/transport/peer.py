@@ -17,14 +17,12 @@ from typing import Any
 
 from aiohttp import web
 
-from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupStore
 from synapse.p2p.handler import TaskHandler
+from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import MemoryStore, Snapshot, TaskStore
 from synapse.p2p.protocol import P2PProtocol, TaskHandle
-from synapse.p2p.sender import DeliveryError
-from synapse.transport.client import DeliveryError as HttpDeliveryError
 from synapse.transport.client import HttpClient, SenderMode
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH, SynapseServer
@@ -55,12 +53,10 @@ class HttpSender:
         registered = self.partners.get(partner)
         if registered is None:
             raise LocalProtocolError(f"{partner!r} is not a registered partner")
-        try:
-            reply = await self.client.exchange(
-                registered, message, sender_mode=self.mode, retries=None if retry else 0
-            )
-        except HttpDeliveryError as exc:
-            raise DeliveryError(str(exc), retryable=exc.retryable, status=exc.status) from exc
+        # A DeliveryError (the one class, raised by the client) propagates as it is.
+        reply = await self.client.exchange(
+            registered, message, sender_mode=self.mode, retries=None if retry else 0
+        )
         return reply.message
 
 
@@ -109,6 +105,8 @@ class Peer:
         self.app_hooks: list[Callable[[web.Application], None]] = []
         #: Called with the runtime as soon as it is built, before restored tasks resume.
         self.protocol_hooks: list[Callable[[P2PProtocol], None]] = []
+        #: Called with the transport server as soon as it is built.
+        self.server_hooks: list[Callable[[SynapseServer], None]] = []
 
     # --- wiring -----------------------------------------------------------------------------
 
@@ -157,6 +155,8 @@ class Peer:
         self._server = SynapseServer(
             self._protocol, self.partners, dedup=dedup, rate_limit=self._rate_limit
         )
+        for server_hook in self.server_hooks:
+            server_hook(self._server)
         self._snapshot = snapshot
 
     def attach(self, app: web.Application, endpoint: str) -> None:

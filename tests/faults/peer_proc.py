@@ -28,10 +28,10 @@ from typing import Any
 from aiohttp import web
 
 from synapse.demo.handler import DemoHandler
-from synapse.logs import EventHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskRecord, Validation
 from synapse.p2p.handler import ExecutionContext
+from synapse.p2p.logs import EventHandler
 from synapse.p2p.persistence import MemoryStore, TaskStore
 from synapse.store import SqliteStore
 from synapse.transport.partners import Partner

@@ -7,7 +7,7 @@ import asyncio
 
 from flowkit import WAIT, E, Pair, R
 
-from synapse.logs import capture_events
+from synapse.p2p.logs import capture_events
 from synapse.types import TaskState
 
 

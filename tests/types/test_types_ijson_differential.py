@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from synapse.types.codec import decode_message
 from synapse.types.errors import SynapseError
-from synapse.types.ijson import parse_i_json, parse_i_json_reference
+from synapse.types.ijson import _parse_reference as parse_i_json_reference
+from synapse.types.ijson import parse_i_json
 
 MAX = 2**53 - 1
 
