@@ -133,9 +133,9 @@ def run(*, tasks: int = 2000) -> Section:
     labels = {"sdk": "A2A SDK (InMemoryTaskStore)", "a2a": "Synapse, A2A binding"}
     for key, label in labels.items():
         traced, rss = held[key]
-        table.add(
-            label, f"{tasks:,}", f"{rss:,.0f}", f"{rss / held['sdk'][1]:.2f}×", f"{traced:,.0f}"
-        )
+        base = held["sdk"][1]
+        share = f"{rss / base:.2f}×" if base > 0 else "–"  # a few tasks may not move RSS
+        table.add(label, f"{tasks:,}", f"{rss:,.0f}", share, f"{traced:,.0f}")
     section = Section(
         "a2a_memory",
         "Memory per finished A2A task: Synapse's A2A binding beside the official A2A SDK",

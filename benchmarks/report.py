@@ -110,7 +110,7 @@ def _timers(f: dict[str, float]) -> tuple[str, bool] | None:
 
 def _a2a_memory(f: dict[str, float]) -> tuple[str, bool] | None:
     v = _get(f, "a2a_memory.a2a.rss_bytes_per_task", "a2a_memory.sdk.rss_bytes_per_task")
-    if v is None:
+    if v is None or v[1] <= 0:
         return None
     return f"{v[0]:,.0f} B against the SDK's {v[1]:,.0f} B ({v[0] / v[1]:.1f}×)", v[0] <= v[1]
 
