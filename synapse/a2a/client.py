@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
-import structlog
 
 from synapse.a2a import mapping, wire
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
@@ -42,12 +41,13 @@ from synapse.a2a.transports import (
     grpc_available,
 )
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.logs import get_logger
 from synapse.p2p.stream import EventStream
 from synapse.transport.client import TRACE_CONFIGS
 from synapse.transport.retry import backoff_delay
 from synapse.types import DecisionAction, TaskError, TaskResult, TaskState
 
-log = structlog.get_logger("synapse.a2a.client")
+log = get_logger("synapse.a2a.client")
 
 T = TypeVar("T")
 USER_AGENT = "synapse-p2p-a2a/0.1"

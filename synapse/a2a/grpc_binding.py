@@ -15,17 +15,17 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
-import structlog
 
 from synapse.a2a import grpc_proto, wire
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.operations import METHODS
 from synapse.a2a.service import Subscription
+from synapse.p2p.logs import get_logger
 
 if TYPE_CHECKING:
     from synapse.a2a.server import A2AServer
 
-log = structlog.get_logger("synapse.a2a")
+log = get_logger("synapse.a2a")
 
 
 class GrpcBinding:

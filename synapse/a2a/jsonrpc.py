@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from aiohttp import web
 
 from synapse.a2a import wire
@@ -18,11 +17,12 @@ from synapse.a2a.errors import A2ACode, A2AError, invalid_params
 from synapse.a2a.httpbase import check_version, event_stream_response, read_json
 from synapse.a2a.operations import METHODS
 from synapse.a2a.service import Subscription
+from synapse.p2p.logs import get_logger
 
 if TYPE_CHECKING:
     from synapse.a2a.server import A2AServer
 
-log = structlog.get_logger("synapse.a2a")
+log = get_logger("synapse.a2a")
 
 
 class JsonRpcBinding:

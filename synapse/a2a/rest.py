@@ -15,7 +15,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from aiohttp import web
 
 from synapse.a2a import wire
@@ -23,11 +22,12 @@ from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.httpbase import check_version, event_stream_response, read_json
 from synapse.a2a.operations import METHODS
 from synapse.a2a.service import Subscription
+from synapse.p2p.logs import get_logger
 
 if TYPE_CHECKING:
     from synapse.a2a.server import A2AServer
 
-log = structlog.get_logger("synapse.a2a")
+log = get_logger("synapse.a2a")
 
 #: The media types a request body may have (none at all is taken as JSON too).
 JSON_TYPES = frozenset({"application/json", "application/a2a+json"})

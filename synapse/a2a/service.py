@@ -31,7 +31,6 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import msgspec
-import structlog
 
 from synapse.a2a import mapping, wire
 from synapse.a2a.errors import (
@@ -45,6 +44,7 @@ from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, push_partne
 from synapse.a2a.view import A2ATask, Queued
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
+from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import P2PProtocol
 from synapse.p2p.states import Role, allowed_events
 from synapse.types import (
@@ -89,7 +89,7 @@ from synapse.types import build_message_now as build_message  # the wall clock: 
 from synapse.types import build_reply_now as build_reply
 from synapse.types.signing import Secret
 
-log = structlog.get_logger("synapse.a2a")
+log = get_logger("synapse.a2a")
 
 #: Agent-id prefix of the virtual requesters that stand for A2A callers.
 REQUESTER_PREFIX = "a2a:"

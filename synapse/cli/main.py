@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
-from synapse.cli.logs import configure_logging
+from synapse.cli.logs import LEVELS, configure_logging, parse_log_level
 from synapse.cli.ops import add_ops_arguments, ops_serve_options
 from synapse.cli.settings import (
     Settings,
@@ -277,6 +277,13 @@ def build_parser() -> Parser:
         "pool this TOML file describes, instead of running a handler ($SYNAPSE_ROUTE)",
     )
     _common(serve)
+    serve.add_argument(
+        "--log-level",
+        type=_typed(parse_log_level, "log level"),
+        metavar="{" + ",".join(LEVELS) + "}",
+        help="info (default): startup, one line a task with its outcome, refusals, retries, "
+        "warnings; debug adds every message and transition ($SYNAPSE_LOG_LEVEL)",
+    )
     serve.set_defaults(run=_run_serve)
 
     send = commands.add_parser(
@@ -459,7 +466,9 @@ class Context:
         """Logs on stderr; client commands stay quiet unless --verbose."""
         verbose = self.settings.get("verbose", "SYNAPSE_VERBOSE", "verbose", parse_bool, False)
         as_json = self.settings.get("log_json", "SYNAPSE_LOG_JSON", "log_json", parse_bool, False)
+        level = self.settings.get("log_level", "SYNAPSE_LOG_LEVEL", "log_level", parse_log_level)
         configure_logging(
+            level=level,
             json=bool(as_json),
             verbose=bool(verbose),
             quiet=quiet and not verbose,
@@ -469,6 +478,7 @@ class Context:
 
 def _run_serve(ctx: Context) -> int:
     from synapse.cli.serve import ServeOptions, run_serve
+    from synapse.cli.speed import run_server
 
     s = ctx.settings
     a2a = _a2a_serve_options(s)
@@ -500,7 +510,7 @@ def _run_serve(ctx: Context) -> int:
             "(or SYNAPSE_PEERS, or [[peer]] in --config), or serve A2A clients only with --a2a"
         )
     ctx.logging(quiet=False)
-    return asyncio.run(run_serve(options))
+    return run_server(run_serve(options))
 
 
 #: `serve`'s A2A flags, which mean nothing without `--a2a`.

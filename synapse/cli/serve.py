@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-
 from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.ops import OpsOptions, log_console, serve_ops
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.handler import TaskHandler
+from synapse.p2p.logs import get_logger
 from synapse.store import TaskStore, open_store
 from synapse.transport.client import SenderMode
 from synapse.transport.partners import Partner
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
     from synapse.a2a import A2AServer
     from synapse.router import Router
 
-log = structlog.get_logger("synapse.cli")
+log = get_logger("synapse.cli")
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +185,7 @@ async def run_serve(options: ServeOptions) -> int:
             or ("synapse.router" if options.route else "synapse.demo.handler:DemoHandler"),
             store=options.store,
             signing=options.signing,
+            event_loop=type(loop).__module__,
         )
         if a2a is not None and options.a2a is not None:
             from synapse.a2a import AGENT_CARD_PATH

@@ -172,6 +172,7 @@ CONFIG_KEYS = frozenset(
         "listen",
         "retries",
         "log_json",
+        "log_level",
         "verbose",
         "a2a",
         "a2a_push_allow",

@@ -27,10 +27,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
-import structlog
 
 from synapse.p2p.engine import TaskKey, Validation
 from synapse.p2p.handler import ExecutionContext, TaskFailure
+from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import MessageEvent, TaskHandle
 from synapse.p2p.sender import DeliveryError
 from synapse.p2p.states import Role
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from synapse.a2a.client import A2AClient, A2ATaskHandle
     from synapse.router.fanout import FanOutPlan
 
-log = structlog.get_logger("synapse.router")
+log = get_logger("synapse.router")
 T = TypeVar("T")
 
 #: Reject codes after which the task goes to the next candidate (the partner ran nothing).
