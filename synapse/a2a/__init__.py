@@ -4,7 +4,8 @@
 
     peer = Peer("agent-a", handler=DemoHandler(), port=8080)
     enable_a2a(peer, default_task_type="echo", push_allowlist=["https://hooks.example/"])
-    await peer.start()          # also serves /.well-known/agent-card.json and POST /a2a
+    await peer.start()          # also serves /.well-known/agent-card.json, POST /a2a (JSON-RPC)
+                                # and the REST routes under /a2a (/a2a/message:send …)
 
     async with A2AClient("http://127.0.0.1:8080") as client:
         handle = await client.send({"text": "hi"}, task_type="echo")
@@ -13,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from synapse.a2a.card_signing import CardSignatureError, CardSigner, CardVerifier
@@ -23,6 +24,7 @@ from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.a2a.push import PushAllowlist
 from synapse.a2a.security import SecurityPolicy
 from synapse.a2a.server import DEFAULT_PATH, A2AServer
+from synapse.a2a.service import A2AService
 from synapse.a2a.wire import AGENT_CARD_PATH, PROTOCOL_VERSION, AgentProvider
 from synapse.types import LocalProtocolError
 from synapse.types.signing import Secret
@@ -46,6 +48,10 @@ def enable_a2a(
     provider: AgentProvider | None = None,
     security: SecurityPolicy | None = None,
     card_signer: CardSigner | None = None,
+    bindings: Sequence[str] | None = None,
+    grpc_port: int | None = None,
+    grpc_host: str = "127.0.0.1",
+    grpc_public_address: str | None = None,
 ) -> A2AServer:
     """Make `peer` speak A2A v1.0 too, on its own aiohttp app. Call before `peer.start()`.
 
@@ -61,6 +67,11 @@ def enable_a2a(
       OpenID Connect, mTLS; per skill and per method), declared in the card and enforced
       (`synapse.a2a.security`; `tokens` alone is a Bearer policy).
     - `card_signer`: signs the served card (`synapse.a2a.card_signing.CardSigner`).
+    - `bindings`: the protocol bindings served, in the order of preference the card lists
+      them in (default `JSONRPC`, `HTTP+JSON`, then `GRPC` when `grpc_port` is given).
+    - `grpc_port`: serve the gRPC binding on this port of `grpc_host` (0: any free port;
+      needs the `grpc` extra); `grpc_public_address` is the `host:port` the card gives
+      (default: the host of the HTTP interfaces' URL, and that port).
     """
     try:
         peer.protocol  # noqa: B018 - raises until the peer is started
@@ -86,6 +97,10 @@ def enable_a2a(
         provider=provider,
         security=security,
         card_signer=card_signer.sign if card_signer is not None else None,
+        bindings=bindings,
+        grpc_port=grpc_port,
+        grpc_host=grpc_host,
+        grpc_public_address=grpc_public_address,
     )
     if peer.tls is not None:
         server.pusher.ssl = peer.tls.client_context()
@@ -103,6 +118,7 @@ __all__ = [
     "A2AEvent",
     "A2AOutcome",
     "A2AServer",
+    "A2AService",
     "A2ATaskHandle",
     "A2AVersionError",
     "AgentProvider",
