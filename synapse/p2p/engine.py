@@ -484,9 +484,10 @@ class Engine:
     def receive(self, message: Message, now: float) -> Step:
         """Apply a POSTed message from an authenticated partner; `step.reply` answers it.
 
-        Raises `SynapseError` (and changes nothing) when the message is refused.
+        Raises `SynapseError` (and changes nothing) when the message is refused: only an
+        accepted message is a sign of life of its sender.
         """
-        self.heard(message.from_.agent_id, now, step := Step())
+        step = Step()
         if isinstance(message, TaskRequest):
             self._on_task_request(message, now, step)
         elif isinstance(message, TaskInfoProvided | TaskCancel | HumanDecision):
@@ -504,6 +505,7 @@ class Engine:
                 f"{message.message_type.value} is only ever a synchronous reply",
                 {"reason": "reply_only_type"},
             )
+        self.heard(message.from_.agent_id, now, step)
         return step
 
     def _capability_response(self, query: CapabilityQuery) -> CapabilityResponse:
@@ -1232,3 +1234,88 @@ class Engine:
         for rec in self.tasks.values():
             if rec.partner == partner and rec.role is Role.REQUESTER and not rec.is_final:
                 step.actions.append(TaskEvent(rec.key, kind, rec.state))
+
+    # --- undoing a message whose effects could not be stored ----------------------------------
+
+    def checkpoint(self, message: Message) -> Checkpoint:
+        """What `receive(message)` may change, to put back with `rollback` if its effects
+        cannot be made durable (the runtime then refuses the message as `agent_not_ready`)."""
+        key = self.incoming_key(message)
+        rec = self.tasks.get(key) if key is not None else None
+        partners = {message.from_.agent_id}
+        if rec is not None:
+            partners.add(rec.partner)
+        timers: list[_TimerKey] = [(_HEARTBEAT, p) for p in partners]
+        if key is not None:
+            timers += [(kind, key) for kind in (_TIMEOUT, _DEADLINE, _WAIT)]
+        liveness = {p: self._partners.get(p) for p in partners}
+        return Checkpoint(
+            key=key,
+            record=rec,
+            fields=_record_fields(rec) if rec is not None else {},
+            executing=self._executing,
+            in_flight={p: self._in_flight.get(p) for p in partners},
+            liveness={
+                p: None if v is None else _PartnerLiveness(v.last_heard, v.reachable)
+                for p, v in liveness.items()
+            },
+            backlog={p: p in self._backlog for p in partners},
+            timers={t: self._timers.deadline(t) for t in timers},
+        )
+
+    def rollback(self, checkpoint: Checkpoint) -> None:
+        """Undo what happened since `checkpoint` (see `checkpoint`)."""
+        key, rec = checkpoint.key, checkpoint.record
+        if key is not None:
+            if rec is None:
+                self.tasks.pop(key, None)
+            else:
+                for name, value in checkpoint.fields.items():
+                    setattr(rec, name, value)
+                self.tasks[key] = rec
+        self._executing = checkpoint.executing
+        for partner, count in checkpoint.in_flight.items():
+            if count is None:
+                self._in_flight.pop(partner, None)
+            else:
+                self._in_flight[partner] = count
+        for partner, liveness in checkpoint.liveness.items():
+            if liveness is None:
+                self._partners.pop(partner, None)
+            else:
+                self._partners[partner] = liveness
+        for partner, held in checkpoint.backlog.items():
+            if held:
+                self._backlog.add(partner)
+            else:
+                self._backlog.discard(partner)
+        for timer, when in checkpoint.timers.items():
+            if when is None:
+                self._timers.cancel(timer)
+            elif self._timers.deadline(timer) != when:
+                self._timers.set(timer, when)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The part of an engine one incoming message may change (see `Engine.checkpoint`)."""
+
+    key: TaskKey | None
+    record: TaskRecord | None
+    fields: dict[str, Any]
+    executing: int
+    in_flight: dict[str, int | None]
+    liveness: dict[str, _PartnerLiveness | None]
+    backlog: dict[str, bool]
+    timers: dict[_TimerKey, float | None]
+
+
+def _record_fields(rec: TaskRecord) -> dict[str, Any]:
+    """A copy of every field of `rec`, its mutable containers copied too."""
+    fields: dict[str, Any] = {}
+    for name in TaskRecord.__slots__:
+        value = getattr(rec, name)
+        if isinstance(value, list | dict):
+            value = value.copy()
+        fields[name] = value
+    return fields

@@ -57,6 +57,14 @@ class Snapshot:
     dedup: list[DedupEntry] = field(default_factory=list)
 
 
+class StoreUnavailable(Exception):
+    """A commit failed (the database is locked, the disk full, a file unwritable).
+
+    Nothing of the failed batch was written. Its writes stay buffered and the next `commit`
+    tries them again, in order, except those the caller asked to drop (see `commit`).
+    """
+
+
 class TaskStore(Protocol):
     """A durable (or not) home for tasks, the outbox and the deduplication table."""
 
@@ -89,8 +97,17 @@ class TaskStore(Protocol):
 
     def delete_dedup(self, keys: Iterable[DedupKey]) -> None: ...
 
-    async def commit(self) -> None:
-        """Make every write so far durable."""
+    def mark(self) -> int:
+        """A position in the buffered writes, for `commit(discard_after=...)`."""
+        ...
+
+    async def commit(self, *, discard_after: int | None = None) -> None:
+        """Make every write so far durable, or raise `StoreUnavailable` and write none.
+
+        On failure the buffered writes are kept and retried, in order, by the next commit;
+        those buffered after `discard_after` (a `mark()` taken earlier) are dropped instead:
+        their caller rolls back what they recorded and refuses the message.
+        """
         ...
 
     async def close(self) -> None: ...
@@ -133,7 +150,10 @@ class MemoryStore:
     def delete_dedup(self, keys: Iterable[DedupKey]) -> None:
         pass
 
-    async def commit(self) -> None:
+    def mark(self) -> int:
+        return 0
+
+    async def commit(self, *, discard_after: int | None = None) -> None:
         pass
 
     async def close(self) -> None:

@@ -35,7 +35,13 @@ from synapse.p2p.engine import (
     Validation,
 )
 from synapse.p2p.handler import ExecutionContext, TaskHandler, as_result
-from synapse.p2p.persistence import MemoryStore, OutboxItem, Snapshot, TaskStore
+from synapse.p2p.persistence import (
+    MemoryStore,
+    OutboxItem,
+    Snapshot,
+    StoreUnavailable,
+    TaskStore,
+)
 from synapse.p2p.sender import CallbackSender, DeliveryError
 from synapse.p2p.stream import EventStream
 from synapse.types import (
@@ -64,6 +70,9 @@ from synapse.types import (
 )
 
 log = structlog.get_logger("synapse.p2p")
+
+#: Seconds between commit attempts of a delivery worker while the store cannot write.
+_STORE_RETRY_FIRST, _STORE_RETRY_MAX = 0.05, 2.0
 
 #: `in`: a POSTed message we received; `reply_out`: our synchronous reply to it;
 #: `out`: a message we POST; `reply_in`: the partner's synchronous reply to it.
@@ -223,15 +232,26 @@ class P2PProtocol:
 
     # --- seed §5.1 ------------------------------------------------------------------------
 
-    async def handle_message(self, message: Message, *, commit: bool = True) -> Message:
+    async def handle_message(
+        self,
+        message: Message,
+        *,
+        commit: bool = True,
+        stage: Callable[[Message], None] | None = None,
+    ) -> Message:
         """Apply a POSTed message from an authenticated partner and return the reply.
 
         Raises `SynapseError` when the message is refused (the transport answers a `nack`).
-        With `commit` (the default) its effects are durable when this returns; a transport
-        that also stores the reply for deduplication passes False and calls `commit()` once
-        both are written.
+        With `commit` (the default) its effects are durable when this returns, or, when the
+        store cannot write them, undone (engine and store alike, nothing started or sent)
+        and the message refused with a retryable `agent_not_ready`. `stage(reply)`, called
+        before that commit, buffers writes that belong with the message (the transport's
+        stored reply for deduplication): they are committed or dropped with it. With
+        `commit=False` the caller commits, and nothing is undone if that fails.
         """
         self._observe("in", message, message.sender_id)
+        mark = self.store.mark()
+        checkpoint = self.engine.checkpoint(message) if commit else None
         try:
             step = self.engine.receive(message, self.clock())
         except SynapseError as exc:
@@ -245,10 +265,28 @@ class P2PProtocol:
                 reason=exc.message,
             )
             raise
-        self.apply(step)
         assert step.reply is not None
-        if commit:
-            await self.store.commit()
+        if not commit:
+            self.apply(step)
+        else:
+            assert checkpoint is not None
+            # Record, commit, and only then start handlers and deliveries: what this
+            # message set going must not run if the message is refused after all.
+            queued = self._record(step)
+            try:
+                if stage is not None:
+                    stage(step.reply)
+                await self.store.commit(discard_after=mark)
+            except BaseException as exc:
+                self.engine.rollback(checkpoint)
+                if not isinstance(exc, StoreUnavailable):
+                    raise
+                raise SynapseError(
+                    ErrorCode.AGENT_NOT_READY,
+                    "cannot store the message's effects; retry later",
+                    {"reason": "store_unavailable"},
+                ) from exc
+            self._carry_out(step, queued)
         self._observe("reply_out", step.reply, message.sender_id)
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
@@ -433,6 +471,10 @@ class P2PProtocol:
 
     def apply(self, step: Step) -> None:
         """Carry out what the engine decided. Never awaits: engine calls stay atomic."""
+        self._carry_out(step, self._record(step))
+
+    def _record(self, step: Step) -> list[_Queued | Outgoing]:
+        """The step's writes: its tasks and its outbox entries (buffered in the store)."""
         for transition in step.transitions:
             log.info(
                 "transition",
@@ -446,8 +488,15 @@ class P2PProtocol:
             )
         if step.transitions:
             self._persist(step)
-        for out in step.outgoing:
-            self._enqueue(out)
+        return [self._outbox(out) for out in step.outgoing]
+
+    def _carry_out(self, step: Step, queued: list[_Queued | Outgoing]) -> None:
+        """Start the step's deliveries and actions once its writes are recorded."""
+        for item in queued:
+            if isinstance(item, Outgoing):
+                self._spawn(self._send_once(item))  # heartbeats: the next one comes anyway
+            else:
+                self._queue(item)
         for action in step.actions:
             self._act(action)
         for transition in step.transitions:
@@ -556,10 +605,10 @@ class P2PProtocol:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _enqueue(self, out: Outgoing) -> None:
+    def _outbox(self, out: Outgoing) -> _Queued | Outgoing:
+        """The outbox entry of a message about a task (a heartbeat has none)."""
         if out.key is None:
-            self._spawn(self._send_once(out))  # heartbeats: the next one comes anyway
-            return
+            return out
         item = OutboxItem(
             seq=self.store.next_seq(),
             message_id=out.message.id,
@@ -569,7 +618,7 @@ class P2PProtocol:
             created_at=self.clock(),
         )
         self.store.add_outbox(item)
-        self._queue(_Queued(out, item))
+        return _Queued(out, item)
 
     def _queue(self, queued: _Queued) -> None:
         key = queued.out.key
@@ -607,7 +656,7 @@ class P2PProtocol:
                 out = queued.out
                 sender = self._require_sender(out.partner)
                 # What the partner is about to see must survive our crash.
-                await self.store.commit()
+                await self._commit_patiently()
                 try:
                     self._observe("out", out.message, out.partner)
                     rec = self.engine.get(key)
@@ -651,10 +700,29 @@ class P2PProtocol:
                     from_state=before,
                     to_state=rec.state.value if rec is not None else None,
                 )
+                if not queue:
+                    # Delivered is delivered: the outbox entry's removal is not left to
+                    # whichever commit comes next (a restart would send it again meanwhile).
+                    with contextlib.suppress(StoreUnavailable):
+                        await self.store.commit()
         finally:
             self._workers.pop(key, None)
             if not queue:
                 self._queues.pop(key, None)
+
+    async def _commit_patiently(self) -> None:
+        """Commit, waiting out a store that cannot write (it logs the failure episode once);
+        the delivery worker resumes where it stopped once the store writes again."""
+        delay = _STORE_RETRY_FIRST
+        while True:
+            try:
+                await self.store.commit()
+                return
+            except StoreUnavailable:
+                if self._closed:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _STORE_RETRY_MAX)
 
     def _dead_letter(self, queue: deque[_Queued], reason: str) -> None:
         queued = queue.popleft()

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from synapse.p2p.dedup import DedupStore, MemoryDedupStore, Outcome, StoredReply, is_storable
 from synapse.p2p.engine import TaskRecord
+from synapse.p2p.persistence import StoreUnavailable
 from synapse.p2p.protocol import P2PProtocol
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
@@ -39,6 +40,11 @@ DEFAULT_PATH = "/synapse/callback"
 #: What an unexpected failure inside is answered with: never a bare 500; the sender retries.
 _INTERNAL = SynapseError(
     ErrorCode.AGENT_NOT_READY, "internal error; retry later", {"reason": "internal"}
+)
+_STORE_UNAVAILABLE = SynapseError(
+    ErrorCode.AGENT_NOT_READY,
+    "cannot store the message; retry later",
+    {"reason": "store_unavailable"},
 )
 
 
@@ -241,22 +247,25 @@ class SynapseServer:
             if stored is not None:
                 return _response(stored)
         try:
-            reply = await self._process(inbound)
+            reply, committed = await self._process(inbound)
+            storable = is_storable(reply.status)
+            if storable and not committed:
+                # A refusal: its stored reply is durable before anyone sees it, a duplicate
+                # waiting for it included (the message's effects were, by `_process`).
+                mark = self.protocol.store.mark()
+                self.dedup.stage(inbound.key, reply)
+                try:
+                    await self.protocol.store.commit(discard_after=mark)
+                except StoreUnavailable:
+                    storable = False
+                    reply = self._nack_reply(
+                        _STORE_UNAVAILABLE, head.id, head.from_.agent_id, inbound.partner
+                    )
         except Exception as exc:
             # Our bug, but the sender is authenticated: its 503 is addressed and signed.
             self.dedup.abandon(inbound.key)
             log.exception("internal_error", message_id=head.id, error=repr(exc))
             return self._nack(_INTERNAL, head.id, head.from_.agent_id, inbound.partner)
-        except BaseException:
-            self.dedup.abandon(inbound.key)
-            raise
-        storable = is_storable(reply.status)
-        if storable:
-            self.dedup.stage(inbound.key, reply)
-        # The message's effects and its stored reply are durable before anyone sees the
-        # reply, a duplicate waiting for it included.
-        try:
-            await self.protocol.commit()
         except BaseException:
             self.dedup.abandon(inbound.key)
             raise
@@ -266,16 +275,26 @@ class SynapseServer:
             self.dedup.abandon(inbound.key)
         return _response(reply)
 
-    async def _process(self, inbound: Inbound) -> StoredReply:
+    async def _process(self, inbound: Inbound) -> tuple[StoredReply, bool]:
+        """The reply to an authenticated message, and whether it is already committed (with
+        the message's effects) or still to be stored (a refusal)."""
         head = inbound.head
         started = time.perf_counter()
         engine = self.protocol.engine
         key = before = None
+        staged: list[StoredReply] = []
+
+        def stage(reply: Message) -> None:
+            # The stored reply is committed with the message's effects, or dropped with them.
+            body, headers = encode_reply(reply, inbound.partner)
+            staged.append(StoredReply.of(200, body, headers))
+            self.dedup.stage(inbound.key, staged[0])
+
         try:
             message = decode_typed(inbound.body)
             key = engine.incoming_key(message)
             before = _state(engine.get(key)) if key is not None else None
-            reply: Message = await self.protocol.handle_message(message, commit=False)
+            reply: Message = await self.protocol.handle_message(message, stage=stage)
         except SynapseError as error:
             log.info(
                 "message_in",
@@ -289,8 +308,7 @@ class SynapseServer:
                 code=error.code.value,
                 reason=error.message,
             )
-            return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
-        body, headers = encode_reply(reply, inbound.partner)
+            return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner), False
         log.info(
             "message_in",
             message_id=head.id,
@@ -304,7 +322,7 @@ class SynapseServer:
             signed_by=inbound.signed_by,
             ms=round((time.perf_counter() - started) * 1000, 3),
         )
-        return StoredReply.of(200, body, headers)
+        return staged[0], True
 
     def _rate_wait(self, partner: str) -> float:
         if self.rate_limit is None:
