@@ -151,8 +151,8 @@ def _routes(peer: Peer, handler: CountingHandler) -> list[web.RouteDef]:
     ]
 
 
-def _store(spec: str) -> TaskStore:
-    return MemoryStore() if spec == "memory" else SqliteStore(spec)
+def _store(spec: str, busy_timeout: float) -> TaskStore:
+    return MemoryStore() if spec == "memory" else SqliteStore(spec, busy_timeout=busy_timeout)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -167,7 +167,7 @@ async def run(args: argparse.Namespace) -> None:
         partners=partners,
         handler=handler,
         config=config,
-        store=_store(args.store),
+        store=_store(args.store, args.busy_timeout),
         serve=False,
     )
     app = web.Application(client_max_size=config.max_body_size + 1024)
@@ -207,6 +207,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--resumable", action="store_true", help="handlers resume on restart")
     parser.add_argument("--executions-log", default=None)
     parser.add_argument("--drain-timeout", type=float, default=0.5)
+    parser.add_argument("--busy-timeout", type=float, default=5.0, help="SQLite busy timeout")
     parser.add_argument("--log-level", default="warning")
     return parser.parse_args(argv)
 

@@ -35,6 +35,10 @@ def ids(path: Path) -> list[str]:
         conn.close()
 
 
+def files_of(db: Path) -> list[Path]:
+    return sorted(db.parent.glob(db.name + "*"))
+
+
 async def test_a_held_write_lock_fails_the_commit_and_the_batch_is_written_later(
     tmp_path: Path,
 ) -> None:
@@ -123,7 +127,7 @@ async def test_unwritable_files_fail_the_commit_and_it_is_written_once_fixed(
     first = SqliteStore(db)
     first.add_outbox(outbox_item(1))
     await first.close()
-    files = sorted(tmp_path.glob("store.sqlite*"))
+    files = files_of(db)
     set_immutable(files, True)
     try:
         store = SqliteStore(db)  # opens (read-only: SQLite falls back to it)
