@@ -26,14 +26,18 @@ from synapse.p2p.protocol import P2PProtocol, TaskHandle
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.client import DeliveryError as HttpDeliveryError
 from synapse.transport.client import HttpClient, SenderMode
+from synapse.transport.guard import GuardedSite, HttpLimits
+from synapse.transport.inbound import encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH, SynapseServer
 from synapse.types import (
     CapabilityResponsePayload,
+    ErrorCode,
     HeartbeatPayload,
     LocalProtocolError,
     Message,
     Priority,
+    SynapseError,
     TaskContext,
 )
 from synapse.types.signing import Secret
@@ -83,6 +87,7 @@ class Peer:
         rate_limit: float | None = None,
         store: TaskStore | None = None,
         serve: bool = True,
+        http_limits: HttpLimits | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.partners = (
@@ -99,8 +104,11 @@ class Peer:
         self._dedup = dedup
         self._rate_limit = rate_limit
         self.store: TaskStore = store or MemoryStore()
+        #: Timeouts and connection cap of the server (see `synapse.transport.guard`).
+        self.http_limits = http_limits or HttpLimits()
         self.client = HttpClient(self.config)
         self._runner: web.AppRunner | None = None
+        self._site: GuardedSite | None = None
         self._protocol: P2PProtocol | None = None
         self._server: SynapseServer | None = None
         self._snapshot: Snapshot | None = None
@@ -155,7 +163,11 @@ class Peer:
 
             dedup = DurableDedupStore(self.config.dedup_window, self.store, snapshot.dedup)
         self._server = SynapseServer(
-            self._protocol, self.partners, dedup=dedup, rate_limit=self._rate_limit
+            self._protocol,
+            self.partners,
+            dedup=dedup,
+            rate_limit=self._rate_limit,
+            body_timeout=self.http_limits.body_timeout,
         )
         self._snapshot = snapshot
 
@@ -178,10 +190,19 @@ class Peer:
             app.router.add_post(self.path, self._dispatch)
             for app_hook in self.app_hooks:
                 app_hook(app)
-            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            self._runner = web.AppRunner(
+                app, access_log=None, handle_signals=False, **self.http_limits.runner_kwargs()
+            )
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+            site = GuardedSite(
+                self._runner,
+                self.host,
+                self.port,
+                limits=self.http_limits,
+                refusal=self._framing_refusal,
+            )
             await site.start()
+            self._site = site
             addresses = self._runner.addresses
             self.port = int(addresses[0][1]) if addresses else self.port
             if self._protocol is None:
@@ -193,6 +214,16 @@ class Peer:
             snapshot, self._snapshot = self._snapshot, None
             self.protocol.restore(snapshot)
         await self.protocol.start()
+
+    def _framing_refusal(self, status: int, reason: str) -> bytes:
+        if self._server is None:  # bound, not yet built: the peer is starting
+            endpoint = self._endpoint or f"http://{self.host}:{self.port}{self.path}"
+            error = SynapseError(ErrorCode.AGENT_NOT_READY, reason, {"reason": "starting"})
+            nack = nack_for(
+                error, agent_id=self.agent_id, endpoint=endpoint, request_id=None, to=None
+            )
+            return encode_reply(nack, None)[0]
+        return self._server.framing_refusal(status, reason)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         return await self.server.handle(request)

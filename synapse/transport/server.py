@@ -79,6 +79,7 @@ class SynapseServer:
         rate_limit: float | None = None,
         rate_burst: float = 50.0,
         utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+        body_timeout: float = 30.0,
     ) -> None:
         self.protocol = protocol
         self.partners = partners
@@ -89,6 +90,8 @@ class SynapseServer:
         self.rate_limit = rate_limit
         self.rate_burst = rate_burst
         self.utcnow = utcnow
+        #: Seconds to read a body once its head arrived; a slower one is answered 408.
+        self.body_timeout = body_timeout
         self._buckets: dict[str, _TokenBucket] = {}
         self._last_expiry = 0.0
 
@@ -164,11 +167,20 @@ class SynapseServer:
 
         if request.content_length is not None and request.content_length > limit:
             return too_large()
-        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
+        # Any Content-Encoding at all, each of several headers included ("identity" and
+        # then "gzip" must not pass on the first one), and before anything inflates the body.
+        encodings = request.headers.getall("Content-Encoding", [])
+        transfer = [
+            coding.strip().lower()
+            for header in request.headers.getall("Transfer-Encoding", [])
+            for coding in header.split(",")
+        ]
+        if encodings or any(coding != "chunked" for coding in transfer):
+            encodings += [f"Transfer-Encoding {c}" for c in transfer if c != "chunked"]
+            shown = ", ".join(e.strip() for e in encodings)
             return SynapseError(
                 ErrorCode.MESSAGE_FORMAT_INVALID,
-                f"Content-Encoding {encoding!r} is not accepted",
+                f"Content-Encoding is not accepted (got {shown!r})",
                 {"reason": "content_encoding"},
             )
         content_type = request.headers.get("Content-Type")
@@ -180,18 +192,36 @@ class SynapseServer:
             )
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.content.iter_chunked(65536):
-            size += len(chunk)
-            if size > limit:
-                return too_large()
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                async for chunk in request.content.iter_chunked(65536):
+                    size += len(chunk)
+                    if size > limit:
+                        return too_large()
+                    chunks.append(chunk)
+        except TimeoutError:
+            return SynapseError(
+                ErrorCode.MESSAGE_FORMAT_INVALID,
+                f"body not received within {self.body_timeout:g} s",
+                {"reason": "body_timeout"},
+                http_status=408,
+            )
         return b"".join(chunks)
+
+    def framing_refusal(self, status: int, reason: str) -> bytes:
+        """The body of the unsigned nack answering what never became a request (malformed
+        framing, a stalled head, no room for another connection): see `transport.guard`."""
+        code = ErrorCode.AGENT_NOT_READY if status >= 500 else ErrorCode.MESSAGE_FORMAT_INVALID
+        error = SynapseError(code, reason, {"reason": "http"}, http_status=status)
+        return self._nack_reply(error, None, None, None).body
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await self._read_body(request)
         if isinstance(body, SynapseError):
             log.info("message_refused", status=body.http_status, code=body.code.value)
-            return self._nack(body, None, None, None)
+            response = self._nack(body, None, None, None)
+            response.force_close()  # the rest of the body is not read
+            return response
         now = self.utcnow()
         try:
             inbound = authenticate(
