@@ -42,7 +42,7 @@ from synapse.a2a.errors import (
     task_not_found,
     unsupported,
 )
-from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, push_partner
+from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, normalize_url, push_partner
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
 from synapse.p2p.protocol import P2PProtocol
@@ -851,13 +851,16 @@ class A2AServer:
         self, config: wire.TaskPushNotificationConfig, task_id: str
     ) -> wire.TaskPushNotificationConfig:
         self._require_push()
-        if not self.allowlist.allows(config.url):
+        # Compared, kept and POSTed to in its RFC 3986 normal form: "/hooks/../admin" is
+        # "/admin", whatever the spelling.
+        url = normalize_url(config.url)
+        if url is None or not self.allowlist.allows(url):
             raise invalid_params(
                 "Invalid push notification URL: not allowed by this agent's operator",
                 path="url",
                 reason="push_url_not_allowed",
             )
-        return msgspec.structs.replace(config, task_id=task_id, id=config.id or task_id)
+        return msgspec.structs.replace(config, url=url, task_id=task_id, id=config.id or task_id)
 
     def _synthetic(self, view: A2ATask, state: TaskState, text: str) -> TaskStatusUpdate:
         """A status message standing for what no callback carries (a reject, a cancel)."""
