@@ -87,6 +87,7 @@ from synapse.types import (
     build_reply,
     new_message_id,
 )
+from synapse.types.ijson import parse_i_json
 from synapse.types.signing import Secret
 
 log = structlog.get_logger("synapse.a2a")
@@ -354,6 +355,10 @@ class A2AServer:
             return _error_response(rpc_id, exc)
         except asyncio.CancelledError:
             raise
+        except RecursionError:  # the parser's depth limit should make this unreachable
+            log.warning("a2a_refused", code=A2ACode.INVALID_REQUEST, message="nested too deeply")
+            error = A2AError(A2ACode.INVALID_REQUEST, "Invalid request: nested too deeply")
+            return _error_response(rpc_id, error)
         except Exception as exc:  # never a bare 500 or a traceback
             log.exception("a2a_internal_error", error=repr(exc))
             return _error_response(rpc_id, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
@@ -387,10 +392,15 @@ class A2AServer:
             raw += chunk
             if len(raw) > limit:
                 raise A2AError(A2ACode.INVALID_REQUEST, "Payload too large")
+        # The same I-JSON parser as Synapse envelopes: duplicate names, lone surrogates,
+        # non-finite numbers and out-of-range integers are parse errors, deep nesting an
+        # invalid request, before anything else sees the body.
         try:
-            return json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise A2AError(A2ACode.PARSE_ERROR, f"Parse error: {exc}") from None
+            return parse_i_json(bytes(raw))
+        except SynapseError as exc:
+            if (exc.details or {}).get("reason") == "nested too deeply":
+                raise A2AError(A2ACode.INVALID_REQUEST, f"Invalid request: {exc.message}") from None
+            raise A2AError(A2ACode.PARSE_ERROR, f"Parse error: {exc.message}") from None
 
     # --- JSON-RPC methods -----------------------------------------------------------------------
 
@@ -660,10 +670,14 @@ class A2AServer:
         queue = view.subscribe()
         try:
             reply = await protocol.handle_message(envelope)
-        except SynapseError as exc:
+        except BaseException as exc:
+            # Refused, or failed while being created: the engine, its capacity and the store
+            # were rolled back by `handle_message`; leave no view behind either.
             view.unsubscribe(queue)
             del self.tasks[task_id]
-            raise _from_synapse(exc, task_id) from None
+            if isinstance(exc, SynapseError):
+                raise _from_synapse(exc, task_id) from None
+            raise
         self._apply_decision(view, reply)
         log.info(
             "a2a_task",

@@ -101,6 +101,10 @@ class TaskStore(Protocol):
         """A position in the buffered writes, for `commit(discard_after=...)`."""
         ...
 
+    def discard(self, mark: int) -> None:
+        """Drop the writes buffered since `mark` (none of them committed yet)."""
+        ...
+
     async def commit(self, *, discard_after: int | None = None) -> None:
         """Make every write so far durable, or raise `StoreUnavailable` and write none.
 
@@ -122,6 +126,8 @@ class MemoryStore:
         self._seq = 0
         self.outbox: dict[str, OutboxItem] = {}
         self.dead_letters: dict[str, DeadLetter] = {}
+        #: Outbox entries added since the last commit, for `discard`.
+        self._since_commit: list[str] = []
 
     def load(self) -> Snapshot:
         return Snapshot()
@@ -135,6 +141,7 @@ class MemoryStore:
 
     def add_outbox(self, item: OutboxItem) -> None:
         self.outbox[item.message_id] = item
+        self._since_commit.append(item.message_id)
 
     def remove_outbox(self, message_id: str) -> None:
         self.outbox.pop(message_id, None)
@@ -151,10 +158,15 @@ class MemoryStore:
         pass
 
     def mark(self) -> int:
-        return 0
+        return len(self._since_commit)
+
+    def discard(self, mark: int) -> None:
+        for message_id in self._since_commit[mark:]:
+            self.outbox.pop(message_id, None)
+        del self._since_commit[mark:]
 
     async def commit(self, *, discard_after: int | None = None) -> None:
-        pass
+        self._since_commit.clear()
 
     async def close(self) -> None:
         pass

@@ -272,12 +272,15 @@ class P2PProtocol:
             assert checkpoint is not None
             # Record, commit, and only then start handlers and deliveries: what this
             # message set going must not run if the message is refused after all.
-            queued = self._record(step)
             try:
+                queued = self._record(step)
                 if stage is not None:
                     stage(step.reply)
                 await self.store.commit(discard_after=mark)
             except BaseException as exc:
+                # Whatever failed (the commit, or recording: a value the store cannot
+                # encode), the message leaves no trace: nothing of it stored, nothing started.
+                self.store.discard(mark)
                 self.engine.rollback(checkpoint)
                 if not isinstance(exc, StoreUnavailable):
                     raise

@@ -349,6 +349,9 @@ class SqliteStore:
     def mark(self) -> int:
         return len(self._pending)
 
+    def discard(self, mark: int) -> None:
+        del self._pending[mark:]
+
     def _write(self, ops: list[_Op], keep: int) -> None:  # in the writer thread
         with self._lock:
             batch = self._retry + ops
