@@ -442,6 +442,7 @@ def _run_serve(ctx: Context) -> int:
         else "header",
         config=s.p2p_config(),
         a2a=a2a,
+        http=s.http_limits(),
     )
     if not options.partners and a2a is None:
         raise CliError(

@@ -21,6 +21,7 @@ from synapse.p2p.config import P2PConfig
 from synapse.p2p.handler import TaskHandler
 from synapse.store import TaskStore, open_store
 from synapse.transport.client import SenderMode
+from synapse.transport.guard import HttpLimits
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 
@@ -56,6 +57,7 @@ class ServeOptions:
     config: P2PConfig
     a2a: A2AOptions | None = None
     drain_timeout: float = 5.0
+    http: HttpLimits = field(default_factory=HttpLimits)
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -139,6 +141,7 @@ async def run_serve(options: ServeOptions) -> int:
         config=options.config,
         signing_mode=options.signing,
         store=store,
+        http_limits=options.http,
     )
     try:
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
