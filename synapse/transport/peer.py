@@ -11,6 +11,7 @@ partners. It only ever POSTs to registered partner endpoints.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -183,6 +184,27 @@ class Peer:
             app_hook(app)
 
     async def start(self) -> None:
+        """Start serving (and the runtime). A peer that cannot start (its port in use, a bad
+        address) raises one `OSError` saying where, and leaves nothing open behind it."""
+        try:
+            await self._start()
+        except BaseException as exc:
+            await self._abandon_start()
+            if isinstance(exc, OSError) and self.serve:
+                raise OSError(
+                    exc.errno, f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+                ) from exc
+            raise
+
+    async def _abandon_start(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._runner is not None:
+                await self._runner.cleanup()
+        self._runner = self._site = None
+        with contextlib.suppress(Exception):
+            await self.client.close()
+
+    async def _start(self) -> None:
         await self.client.start()
         if self.serve and self._runner is None:
             # Bind first: with port 0 the endpoint is known only once bound.
