@@ -45,6 +45,7 @@ from synapse.a2a.errors import (
 from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, normalize_url, push_partner
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
+from synapse.p2p.persistence import StoreUnavailable
 from synapse.p2p.protocol import P2PProtocol
 from synapse.p2p.states import Role
 from synapse.types import (
@@ -355,6 +356,9 @@ class A2AServer:
             return _error_response(rpc_id, exc)
         except asyncio.CancelledError:
             raise
+        except StoreUnavailable:  # nothing was kept (see P2PProtocol.handle_message)
+            error = A2AError(A2ACode.AGENT_NOT_READY, "cannot store the change; retry later")
+            return _error_response(rpc_id, error)
         except RecursionError:  # the parser's depth limit should make this unreachable
             log.warning("a2a_refused", code=A2ACode.INVALID_REQUEST, message="nested too deeply")
             error = A2AError(A2ACode.INVALID_REQUEST, "Invalid request: nested too deeply")
