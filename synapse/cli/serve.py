@@ -16,6 +16,7 @@ import structlog
 
 from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
+from synapse.cli.ops import OpsOptions, log_console, serve_ops
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.handler import TaskHandler
@@ -58,6 +59,7 @@ class ServeOptions:
     a2a: A2AOptions | None = None
     drain_timeout: float = 5.0
     http: HttpLimits = field(default_factory=HttpLimits)
+    ops: OpsOptions = field(default_factory=OpsOptions)
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -145,6 +147,7 @@ async def run_serve(options: ServeOptions) -> int:
     )
     try:
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
+        console_token = serve_ops(peer, options.ops)
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
         log.info(
             "serving",
@@ -165,6 +168,7 @@ async def run_serve(options: ServeOptions) -> int:
                 push_allow=list(options.a2a.push_allow),
                 principals=sorted(set(options.a2a.tokens.values())) or None,
             )
+        log_console(peer, options.ops, console_token)
         await stop.wait()
         log.info("shutting_down", signal=received[0] if received else None)
         await peer.close(drain_timeout=options.drain_timeout)

@@ -118,6 +118,8 @@ class Peer:
         self.app_hooks: list[Callable[[web.Application], None]] = []
         #: Called with the runtime as soon as it is built, before restored tasks resume.
         self.protocol_hooks: list[Callable[[P2PProtocol], None]] = []
+        #: Called with the transport server as soon as it is built.
+        self.server_hooks: list[Callable[[SynapseServer], None]] = []
 
     # --- wiring -----------------------------------------------------------------------------
 
@@ -170,6 +172,8 @@ class Peer:
             rate_limit=self._rate_limit,
             body_timeout=self.http_limits.body_timeout,
         )
+        for server_hook in self.server_hooks:
+            server_hook(self._server)
         self._snapshot = snapshot
 
     def attach(self, app: web.Application, endpoint: str) -> None:

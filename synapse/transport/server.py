@@ -94,6 +94,8 @@ class SynapseServer:
         self.body_timeout = body_timeout
         self._buckets: dict[str, _TokenBucket] = {}
         self._last_expiry = 0.0
+        #: Called with every refusal we answer with a nack (metrics count them by code).
+        self.nack_listeners: list[Callable[[SynapseError], None]] = []
 
     @property
     def agent_id(self) -> str:
@@ -142,6 +144,8 @@ class SynapseServer:
         sign_with: Partner | None,
         headers: dict[str, str] | None = None,
     ) -> StoredReply:
+        for listener in self.nack_listeners:
+            listener(error)
         nack = nack_for(
             error,
             agent_id=self.agent_id,
