@@ -281,9 +281,11 @@ class SynapseServer:
             if stored is not None:
                 return _response(stored)
         try:
-            reply, committed = await self._process(inbound)
+            reply = await self._process(inbound)
             storable = is_storable(reply.status)
-            if storable and not committed:
+            # A 200 was committed with the message's effects (`handle_message`); a refusal
+            # changed nothing, and only its stored reply remains to be written.
+            if storable and reply.status != 200:
                 # A refusal: its stored reply is durable before anyone sees it, a duplicate
                 # waiting for it included (the message's effects were, by `_process`).
                 mark = self.protocol.store.mark()
@@ -309,9 +311,9 @@ class SynapseServer:
             self.dedup.abandon(inbound.key)
         return _response(reply)
 
-    async def _process(self, inbound: Inbound) -> tuple[StoredReply, bool]:
-        """The reply to an authenticated message, and whether it is already committed (with
-        the message's effects) or still to be stored (a refusal)."""
+    async def _process(self, inbound: Inbound) -> StoredReply:
+        """The reply to an authenticated message: a 200 is committed with the message's
+        effects when this returns; a refusal (a nack) is not stored yet."""
         head = inbound.head
         started = time.perf_counter()
         engine = self.protocol.engine
@@ -342,7 +344,7 @@ class SynapseServer:
                 code=error.code.value,
                 reason=error.message,
             )
-            return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner), False
+            return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
         log.info(
             "message_in",
             message_id=head.id,
@@ -356,7 +358,7 @@ class SynapseServer:
             signed_by=inbound.signed_by,
             ms=round((time.perf_counter() - started) * 1000, 3),
         )
-        return staged[0], True
+        return staged[0]
 
     def _rate_wait(self, partner: str) -> float:
         if self.rate_limit is None:
