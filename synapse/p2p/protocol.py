@@ -327,15 +327,22 @@ class P2PProtocol:
 
     async def _commit(self, *, discard_after: int | None = None) -> None:
         if not self.listeners:
-            await self.store.commit(discard_after=discard_after)
+            await self._store_commit(discard_after)
             return
         started = time.perf_counter()
         try:
-            await self.store.commit(discard_after=discard_after)
+            await self._store_commit(discard_after)
         except Exception as exc:
             self._notify("on_commit", time.perf_counter() - started, exc)
             raise
         self._notify("on_commit", time.perf_counter() - started, None)
+
+    async def _store_commit(self, discard_after: int | None) -> None:
+        # A store written before `discard_after` existed takes no argument.
+        if discard_after is None:
+            await self.store.commit()
+        else:
+            await self.store.commit(discard_after=discard_after)
 
     def set_task_handler(self, handler: TaskHandler) -> None:
         self._handler = handler
@@ -778,9 +785,11 @@ class P2PProtocol:
             try:
                 await self._commit()
                 return
-            except StoreUnavailable:
+            except Exception as exc:  # any store's failure, not only SQLite's
                 if self._closed:
                     raise
+                if delay == _STORE_RETRY_FIRST and not isinstance(exc, StoreUnavailable):
+                    log.error("commit_failed", error=repr(exc))  # SqliteStore logs its own
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _STORE_RETRY_MAX)
 

@@ -110,4 +110,6 @@ async def run_scenario(kind: str, db: Path, peer: PeerProcess, raw: RawPartner, 
         return bool(finals(sink, "during"))
 
     await eventually(during_finished, timeout=20, what="a final callback for the confirmed task")
-    assert len(finals(sink, "before")) == 1
+    # One final callback for it; a SIGKILL just after its reply may resend it (the crash
+    # window of docs/durability.md), but only as the same message, which dedup absorbs.
+    assert len({m["id"] for m in finals(sink, "before")}) == 1
