@@ -20,6 +20,9 @@ serves a peer's app with
   descriptors), with the count, instead of one per failure.
 
 The body timeout (`body_timeout`) is enforced where the body is read (`SynapseServer`).
+`Peer` serves through this site; an application that mounts `SynapseServer.add_routes` into
+its own aiohttp server keeps that server's own limits (pass `auto_decompress=False` and a
+`keepalive_timeout` to its runner, and serve it through `GuardedSite`, to get these).
 """
 
 from __future__ import annotations

@@ -333,8 +333,7 @@ def _string_patterns() -> list[str]:
         for field in getattr(node, "fields", ()) or ():
             walk(field)
 
-    classes = MESSAGE_CLASSES.values() if isinstance(MESSAGE_CLASSES, dict) else MESSAGE_CLASSES
-    for message_class in classes:
+    for message_class in MESSAGE_CLASSES.values():
         walk(msgspec.inspect.type_info(message_class))
     return sorted(found)
 
