@@ -243,6 +243,13 @@ def build_parser() -> Parser:
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
     add_ops_arguments(serve)
+    group = serve.add_argument_group("routing (docs/routing.md)")
+    group.add_argument(
+        "--route",
+        metavar="POOL.toml",
+        help="be a router: execute every task by requesting it of a capable partner of the "
+        "pool this TOML file describes, instead of running a handler ($SYNAPSE_ROUTE)",
+    )
     _common(serve)
     serve.set_defaults(run=_run_serve)
 
@@ -446,7 +453,10 @@ def _run_serve(ctx: Context) -> int:
         a2a=a2a,
         http=s.http_limits(),
         ops=ops_serve_options(s),
+        route=s.get("route", "SYNAPSE_ROUTE", "route", str),
     )
+    if options.route is not None and options.handler is not None:
+        raise CliError("--route and --handler exclude each other: a router runs no handler")
     if not options.partners and a2a is None:
         raise CliError(
             "no partner: give at least one --peer PARTNER_ID=CALLBACK_URL "

@@ -28,6 +28,7 @@ from synapse.transport.peer import Peer
 
 if TYPE_CHECKING:
     from synapse.a2a import A2AServer
+    from synapse.router import Router
 
 log = structlog.get_logger("synapse.cli")
 
@@ -60,6 +61,8 @@ class ServeOptions:
     drain_timeout: float = 5.0
     http: HttpLimits = field(default_factory=HttpLimits)
     ops: OpsOptions = field(default_factory=OpsOptions)
+    #: `--route POOL.toml`: be a router over that pool (docs/routing.md).
+    route: str | None = None
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -94,6 +97,18 @@ def load_handler(spec: str | None) -> TaskHandler:
             "(it needs execute_task, validate_task and get_capabilities)"
         )
     return target
+
+
+def serve_route(peer: Peer, path: str) -> Router:
+    """`Router(peer, PoolConfig.load(path))`, before the peer starts; a bad pool is one line."""
+    from synapse.router import PoolConfig, Router
+
+    try:
+        return Router(peer, PoolConfig.load(path))
+    except OSError as exc:
+        raise CliError(f"cannot read pool {path!r}: {exc}") from exc
+    except ValueError as exc:
+        raise CliError(f"bad pool {path!r}: {exc}") from exc
 
 
 def open_task_store(spec: str) -> TaskStore:
@@ -146,14 +161,20 @@ async def run_serve(options: ServeOptions) -> int:
         http_limits=options.http,
     )
     try:
+        # The router first: it becomes the peer's handler, which the A2A card describes.
+        router = serve_route(peer, options.route) if options.route is not None else None
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
         console_token = serve_ops(peer, options.ops)
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
+        if router is not None:
+            await router.start()
+            log.info("serving_routes", pool=options.route, partners=router.status())
         log.info(
             "serving",
             agent_id=options.agent_id,
             partners=[p.agent_id for p in options.partners],
-            handler=options.handler or "synapse.demo.handler:DemoHandler",
+            handler=options.handler
+            or ("synapse.router" if options.route else "synapse.demo.handler:DemoHandler"),
             store=options.store,
             signing=options.signing,
         )
@@ -172,6 +193,8 @@ async def run_serve(options: ServeOptions) -> int:
         await stop.wait()
         log.info("shutting_down", signal=received[0] if received else None)
         await peer.close(drain_timeout=options.drain_timeout)
+        if router is not None:
+            await router.close()  # after the peer: routed tasks still cancel their partners
         log.info("stopped", agent_id=options.agent_id)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):

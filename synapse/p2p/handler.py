@@ -15,6 +15,7 @@ from synapse.types import (
     MissingField,
     Reason,
     TaskContext,
+    TaskError,
     TaskResult,
     TaskSpec,
     TaskState,
@@ -151,6 +152,16 @@ class ExecutionContext:
         return decision
 
 
+class TaskFailure(Exception):
+    """Raised by `execute_task` to fail the task with exactly this `task_failed.error`
+    (any other exception becomes a recoverable `execution_failed`). A router relaying a
+    partner's failure uses it to pass the partner's code on unchanged."""
+
+    def __init__(self, error: TaskError) -> None:
+        super().__init__(error.message or error.code)
+        self.error = error
+
+
 def as_result(value: Any) -> TaskResult:
     """What `execute_task` returned, as `task_complete.result`."""
     if isinstance(value, TaskResult):
@@ -160,4 +171,4 @@ def as_result(value: Any) -> TaskResult:
     return TaskResult(output_type="json", output=value)
 
 
-__all__ = ["ExecutionContext", "TaskHandler", "Validation", "as_result"]
+__all__ = ["ExecutionContext", "TaskFailure", "TaskHandler", "Validation", "as_result"]

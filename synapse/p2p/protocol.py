@@ -34,7 +34,7 @@ from synapse.p2p.engine import (
     TaskRecord,
     Validation,
 )
-from synapse.p2p.handler import ExecutionContext, TaskHandler, as_result
+from synapse.p2p.handler import ExecutionContext, TaskFailure, TaskHandler, as_result
 from synapse.p2p.listener import AuditEntry, RuntimeListener
 from synapse.p2p.persistence import (
     MemoryStore,
@@ -638,10 +638,14 @@ class P2PProtocol:
         except Exception as exc:
             outcome = "failed"
             log.warning("handler_failed", task_id=key.task_id, error=repr(exc))
-            error = TaskError(
-                code=ErrorCode.EXECUTION_FAILED.value,
-                message=str(exc) or type(exc).__name__,
-                recoverable=True,
+            error = (
+                exc.error
+                if isinstance(exc, TaskFailure)
+                else TaskError(
+                    code=ErrorCode.EXECUTION_FAILED.value,
+                    message=str(exc) or type(exc).__name__,
+                    recoverable=True,
+                )
             )
             self.apply(self.engine.fail(key, error, now=self.clock()))
         else:
