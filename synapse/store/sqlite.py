@@ -361,9 +361,11 @@ class SqliteStore:
                 if self._reopen:
                     # SQLite opened the file read-only (it was unwritable): it never
                     # upgrades such a connection, so open the file again to see it fixed.
-                    fresh = connect(self.path, self._synchronous, self._busy_timeout)
+                    # Close first: connections of one process share the file's lock and
+                    # shared-memory state, so a new one would inherit the read-only mapping.
                     self._conn.close()
-                    self._conn, self._reopen = fresh, False
+                    self._conn = connect(self.path, self._synchronous, self._busy_timeout)
+                    self._reopen = False
                 conn = self._conn
                 try:
                     conn.execute("BEGIN IMMEDIATE")
@@ -383,7 +385,8 @@ class SqliteStore:
                 # Nothing was written: keep the batch for the next commit (in order), but
                 # not what the caller will roll back.
                 self._retry = self._retry + ops[:keep]
-                self._reopen = getattr(exc, "sqlite_errorcode", 0) & 0xFF in _REOPEN
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _REOPEN:
+                    self._reopen = True  # until a connection is opened again
                 self._failing = True
                 self._episode.failed(exc)
                 raise StoreUnavailable(f"{self.path}: {exc}") from exc

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from diskfaults import fill, small_tmpfs, write_lock
+from diskfaults import fill, set_immutable, small_tmpfs, write_lock
 from faultkit import SECRET, PeerProcess, RawPartner, Sink, eventually, free_ports
 from rawpost import check_nack
 
@@ -40,6 +40,10 @@ def fault(kind: str, db: Path) -> Iterator[None]:
             yield
         finally:
             filler.unlink()
+
+
+def files_of(db: Path) -> list[Path]:
+    return sorted(db.parent.glob(db.name + "*"))
 
 
 def finals(sink: Sink, task_id: str) -> list[dict[str, Any]]:
@@ -113,3 +117,42 @@ async def run_scenario(kind: str, db: Path, peer: PeerProcess, raw: RawPartner, 
     # One final callback for it; a SIGKILL just after its reply may resend it (the crash
     # window of docs/durability.md), but only as the same message, which dedup absorbs.
     assert len({m["id"] for m in finals(sink, "before")}) == 1
+
+
+async def test_a_peer_started_on_unwritable_files_refuses_until_they_are_fixed(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """Files even root cannot open for writing (`chattr +i`): SQLite opens them read-only,
+    every task is refused 503 and leaves nothing; fixed, the next retry is confirmed."""
+    db = tmp_path / "e.sqlite"
+    pe, ps = free_ports(2)
+    sink = Sink(R, ps)
+    await sink.start()
+    peer = spawn(E, pe, {R: sink.endpoint}, store=str(db))
+    await peer.start()
+    await peer.stop()  # a clean stop: the WAL is folded into the file
+    files = files_of(db)
+    set_immutable(files, True)
+    try:
+        await peer.start()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session:
+            raw = RawPartner(R, sink.endpoint, E, peer.endpoint, session)
+            request = raw.task_request("ro", "echo", {"text": "x"})
+            for _ in range(3):
+                reply = await raw.post(raw.restamped(request))
+                details = check_nack(reply, 503, "agent_not_ready", signed=True, secret=SECRET)
+                assert details.get("reason") == "store_unavailable", reply
+            assert "ro" not in await peer.tasks(history=False)
+            assert len(peer.log_events("store_unavailable")) == 1, peer.tail()
+            set_immutable(files, False)
+            reply = await raw.post(raw.restamped(request))
+            assert (reply.status, reply.type) == (200, "p2p:task_confirm"), reply
+
+            async def finished() -> bool:
+                return bool(finals(sink, "ro"))
+
+            await eventually(finished, timeout=15, what="the confirmed task's final callback")
+    finally:
+        set_immutable(files, False)
+        await peer.close()
+        await sink.close()
