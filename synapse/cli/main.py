@@ -206,7 +206,7 @@ def build_parser() -> Parser:
         "$SYNAPSE_HANDLER)",
     )
     _signing(group)
-    group = serve.add_argument_group("A2A (docs/a2a.md)")
+    group = serve.add_argument_group("A2A (docs/a2a.md in the Synapse repository)")
     group.add_argument(
         "--a2a",
         action="store_true",
@@ -243,7 +243,7 @@ def build_parser() -> Parser:
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
     add_ops_arguments(serve)
-    group = serve.add_argument_group("routing (docs/routing.md)")
+    group = serve.add_argument_group("routing (docs/routing.md in the Synapse repository)")
     group.add_argument(
         "--route",
         metavar="POOL.toml",
@@ -306,7 +306,7 @@ def build_parser() -> Parser:
         help="the task's priority (default normal)",
     )
     group = send.add_argument_group(
-        "A2A (docs/a2a.md)",
+        "A2A (docs/a2a.md in the Synapse repository)",
         "With --a2a URL the task goes to that A2A v1.0 agent instead: --target, --agent-id, "
         "--as, --secret, --peer-secret-file, --listen, --endpoint, --signing, --task-id and "
         "--priority have no meaning there and are refused as flags (their environment and "
@@ -386,9 +386,10 @@ def build_parser() -> Parser:
     demo = commands.add_parser(
         "demo",
         help="two peers in this process walk through every flow, printed as a timeline",
-        description="Start two peers on loopback ports and run the flows of seed §4 between "
-        "them (normal, progress, need_info, need_human, cancel), a failure and a rejection, "
-        "printing every message with each side's state. Takes about a second.",
+        description="Start two peers on loopback ports and run the flows of "
+        "specs/protocol.md, 'Flows' between them (normal, progress, need_info, need_human, "
+        "cancel), a failure and a rejection, printing every message with each side's state. "
+        "Takes about a second.",
         epilog=EPILOG,
     )
     demo.add_argument(

@@ -1,4 +1,5 @@
-"""`synapse serve`: the reference peer of CONTRACT §7, until SIGINT or SIGTERM."""
+"""`synapse serve`: the reference peer of specs/protocol.md, 'The `synapse serve` command line',
+until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 

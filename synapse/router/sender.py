@@ -32,7 +32,6 @@ import aiohttp
 import structlog
 
 from synapse.p2p.sender import DeliveryError
-from synapse.transport.client import DeliveryError as HttpDeliveryError
 from synapse.transport.client import HttpClient, SenderMode
 from synapse.transport.partners import PartnerRegistry
 from synapse.types import (
@@ -48,9 +47,10 @@ from synapse.types import (
     TaskCancelPayload,
     TaskRequest,
     build_message,
-    build_reply,
+    build_reply_now,
 )
 from synapse.types.codec import utc_now
+from synapse.types.errors import DeliveryError as HttpDeliveryError
 
 log = structlog.get_logger("synapse.router")
 
@@ -159,7 +159,7 @@ class RoutingSender:
         if delivered:
             self.withdraw.setdefault(partner, set()).add(message.payload.task.id)
         self.on_unreachable(partner)
-        nack: Nack = build_reply(
+        nack: Nack = build_reply_now(
             Nack,
             NackPayload(
                 code=ErrorCode.AGENT_NOT_READY.value,

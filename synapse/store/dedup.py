@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from synapse.p2p.dedup import DedupKey, MemoryDedupStore, StoredReply, is_storable
+from synapse.p2p.aio import MemoryDedupStore
+from synapse.p2p.dedup import DedupKey, StoredReply, is_storable
 from synapse.store.base import DedupEntry, TaskStore
 
 
