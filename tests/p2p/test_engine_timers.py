@@ -340,12 +340,13 @@ def test_a_refused_message_is_no_sign_of_life(pair: Pair) -> None:
     pair.r.keep_heartbeat(E_ID, pair.now)  # messages for E wait
     before = Snapshot.of(pair.r)
     pair.advance(1)
-    stray = pair.e.task_ack(pair.r.heartbeat(E_ID, pair.now), pair.rec(E_ID, key))
+    stray = pair.e.task_ack(pair.r.heartbeat(E_ID, pair.now), pair.rec(E_ID, key), pair.now)
     unknown = build_message(
         TaskStatusUpdate,
         TaskStatusUpdatePayload(task_id="no-such-task", status=S.EXECUTING),
         sender=pair.e.sender,
         to=R_ID,
+        timestamp=at(pair.now),
     )
     for message in (unknown, stray):
         with pytest.raises(SynapseError):
