@@ -17,16 +17,17 @@ exists, party to it, final, allowed in its state, capacity).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-import structlog
 from aiohttp import web
 
 from synapse.p2p.aio import MemoryDedupStore
 from synapse.p2p.dedup import DedupOutcome, DedupStore, StoredReply, is_storable
 from synapse.p2p.engine import TaskRecord
+from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import StoreUnavailable
 from synapse.p2p.protocol import P2PProtocol
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
@@ -38,7 +39,7 @@ from synapse.types import (
     decode_typed,
 )
 
-log = structlog.get_logger("synapse.transport")
+log = get_logger("synapse.transport")
 
 DEFAULT_PATH = "/synapse/callback"
 #: What an unexpected failure inside is answered with: never a bare 500; the sender retries.
@@ -204,6 +205,9 @@ class SynapseServer:
         size = 0
         try:
             async with asyncio.timeout(self.body_timeout):
+                if request.content_length is not None:
+                    # Declared within the limit (checked above): aiohttp reads exactly that.
+                    return await request.read()
                 async for chunk in request.content.iter_chunked(65536):
                     size += len(chunk)
                     if size > limit:
@@ -324,6 +328,7 @@ class SynapseServer:
         started = time.perf_counter()
         engine = self.protocol.engine
         key = before = None
+        debug = log.isEnabledFor(logging.DEBUG)
         staged: list[StoredReply] = []
 
         def stage(reply: Message) -> None:
@@ -335,10 +340,10 @@ class SynapseServer:
         try:
             message = decode_typed(inbound.body)
             key = engine.incoming_key(message)
-            before = _state(engine.get(key)) if key is not None else None
+            before = _state(engine.get(key)) if key is not None and debug else None
             reply: Message = await self.protocol.handle_message(message, stage=stage)
         except SynapseError as error:
-            log.info(
+            log.debug(
                 "message_in",
                 message_id=head.id,
                 type=head.type.value,
@@ -351,19 +356,20 @@ class SynapseServer:
                 reason=error.message,
             )
             return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
-        log.info(
-            "message_in",
-            message_id=head.id,
-            type=head.type.value,
-            sender=head.from_.agent_id,
-            task_id=key.task_id if key is not None else None,
-            from_state=before,
-            to_state=_state(engine.get(key)) if key is not None else None,
-            reply=reply.message_type.value,
-            status=200,
-            signed_by=inbound.signed_by,
-            ms=round((time.perf_counter() - started) * 1000, 3),
-        )
+        if debug:
+            log.debug(
+                "message_in",
+                message_id=head.id,
+                type=head.type.value,
+                sender=head.from_.agent_id,
+                task_id=key.task_id if key is not None else None,
+                from_state=before,
+                to_state=_state(engine.get(key)) if key is not None else None,
+                reply=reply.message_type.value,
+                status=200,
+                signed_by=inbound.signed_by,
+                ms=round((time.perf_counter() - started) * 1000, 3),
+            )
         return staged[0]
 
     def _rate_wait(self, partner: str) -> float:
