@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-import structlog
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
+from synapse.p2p.logs import get_logger
 from synapse.p2p.states import Event, Role
 from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
 from synapse.types import TaskState
@@ -79,7 +79,7 @@ CREATE TABLE IF NOT EXISTS dedup (
 );
 """
 
-log = structlog.get_logger("synapse.store")
+log = get_logger("synapse.store")
 
 _Op = Callable[[sqlite3.Connection], object]
 _record_encoder = msgspec.json.Encoder()

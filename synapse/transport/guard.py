@@ -35,13 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-log = structlog.get_logger("synapse.transport")
+from synapse.p2p.logs import get_logger
+
+log = get_logger("synapse.transport")
 
 #: (HTTP status, reason) → the JSON body of an unsigned nack saying so.
 Refusal = Callable[[int, str], bytes]

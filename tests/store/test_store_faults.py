@@ -12,10 +12,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-import structlog
 from diskfaults import fill, set_immutable, small_tmpfs, write_lock
 from storekit import outbox_item
 
+from synapse.p2p.logs import capture_events
 from synapse.store import SqliteStore, StoreUnavailable
 
 
@@ -78,12 +78,12 @@ async def test_discard_after_drops_only_what_the_caller_rolls_back(tmp_path: Pat
 async def test_one_log_line_per_failure_episode(tmp_path: Path) -> None:
     db = tmp_path / "store.sqlite"
     store = SqliteStore(db, busy_timeout=0.02)
-    with structlog.testing.capture_logs() as logs, write_lock(db):
+    with capture_events() as logs, write_lock(db):
         for seq in range(1, 6):
             store.add_outbox(outbox_item(seq))
             with pytest.raises(StoreUnavailable):
                 await store.commit()
-    with structlog.testing.capture_logs() as later:
+    with capture_events() as later:
         await store.commit()
         store.add_outbox(outbox_item(9))
         await store.commit()

@@ -19,10 +19,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-import structlog
 from rawpost import RawAgent
 
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.logs import capture_events
 from synapse.transport.guard import HttpLimits, _rate_limit_accept_errors
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
@@ -248,7 +248,7 @@ async def test_failing_accepts_are_logged_once_in_a_while() -> None:
     loop = asyncio.get_running_loop()
     previous = loop.get_exception_handler()
     try:
-        with structlog.testing.capture_logs() as logs:
+        with capture_events() as logs:
             _rate_limit_accept_errors(loop)
             _rate_limit_accept_errors(loop)  # installed once
             for _ in range(1000):
