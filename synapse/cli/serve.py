@@ -55,7 +55,6 @@ class ServeOptions:
     signing: SenderMode
     config: P2PConfig
     a2a: A2AOptions | None = None
-    drain_timeout: float = 5.0
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -119,10 +118,13 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
 async def run_serve(options: ServeOptions) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    stop_now = asyncio.Event()
     received: list[str] = []
 
     def on_signal(signum: signal.Signals) -> None:
         received.append(signum.name)
+        if stop.is_set():
+            stop_now.set()  # a second signal: stop at once
         stop.set()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -163,9 +165,14 @@ async def run_serve(options: ServeOptions) -> int:
                 principals=sorted(set(options.a2a.tokens.values())) or None,
             )
         await stop.wait()
-        log.info("shutting_down", signal=received[0] if received else None)
-        await peer.close(drain_timeout=options.drain_timeout)
-        log.info("stopped", agent_id=options.agent_id)
+        log.info(
+            "shutting_down",
+            signal=received[0] if received else None,
+            drain_timeout=options.config.drain_timeout,
+            outbox_grace=options.config.outbox_grace,
+        )
+        graceful = await peer.shutdown(now=stop_now)
+        log.info("stopped", agent_id=options.agent_id, graceful=graceful)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 from synapse.cli.errors import CliError
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.durations import parse_duration
 from synapse.transport.partners import Partner, normalize_url
 from synapse.transport.server import DEFAULT_PATH
 
@@ -434,14 +435,21 @@ class Settings:
 
     # --- the engine's settings ---------------------------------------------------------------
 
-    def p2p_config(self, **base: Any) -> P2PConfig:
-        """`P2PConfig` from `base`, then the file's `[p2p]` table, then `--retries`."""
+    def p2p_config(self, overrides: Mapping[str, Any] | None = None, **base: Any) -> P2PConfig:
+        """`P2PConfig` from `base`, then the file's `[p2p]` table, then `--retries` and the
+        `overrides` (flags and environment); a duration may be written `30s`, `15m`, `7d`."""
         fields = {f.name for f in dataclasses.fields(P2PConfig)}
         values = dict(base)
         for name, value in self.config.p2p.items():
             if name not in fields:
                 raise CliError(f"config file {self.config.path}: [p2p] has no setting {name!r}")
+            if name in DURATION_SETTINGS and isinstance(value, str):
+                try:
+                    value = parse_duration(value)
+                except ValueError as exc:
+                    raise CliError(f"config file {self.config.path}: [p2p] {name}: {exc}") from exc
             values[name] = value
+        values.update({k: v for k, v in (overrides or {}).items() if v is not None})
         retries = self.get("retries", "SYNAPSE_RETRIES", "retries", parse_count)
         if retries is not None:
             values["max_retries"] = retries
@@ -449,6 +457,32 @@ class Settings:
             return P2PConfig(**values)
         except (TypeError, ValueError) as exc:
             raise CliError(f"bad [p2p] settings: {exc}") from exc
+
+
+#: `P2PConfig` fields the `[p2p]` table may also write as a duration string (`"7d"`).
+DURATION_SETTINGS = frozenset(
+    {
+        "retain",
+        "drain_timeout",
+        "outbox_grace",
+        "input_timeout",
+        "task_timeout",
+        "heartbeat_interval",
+        "dead_letter_after",
+        "request_timeout",
+    }
+)
+
+
+def parse_positive(text: str) -> float:
+    """A positive number (a rate, say)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"must be a positive number: {text!r}")
+    return value
 
 
 def _split_list(text: str) -> list[str]:

@@ -312,6 +312,11 @@ _TIMEOUT = "timeout"
 _DEADLINE = "deadline"
 _WAIT = "wait"
 _HEARTBEAT = "heartbeat"
+#: R's own timers: the executor's silence about a task, and the task's deadline.
+_SILENCE = "silence"
+_R_DEADLINE = "r_deadline"
+#: States in which R owes the next message (E waits for it): E's silence is expected.
+_R_ANSWERING = frozenset({TaskState.INFO_NEEDED, TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING})
 
 _DECISIONS: Mapping[type[Any], type[TaskConfirm | TaskReject | TaskNeedInfo]] = {
     TaskConfirmPayload: TaskConfirm,
@@ -364,12 +369,25 @@ class Engine:
         self._partners: dict[str, _PartnerLiveness] = {}
         self._in_flight: dict[str, int] = {}  # partner → non-final tasks with it
         self._executing = 0  # non-final executor tasks (capacity)
+        self._executing_for: dict[str, int] = {}  # partner → its non-final executor tasks
+        #: Finished tasks no longer held here (see `forget`): the store's lookup.
+        self.finished_lookup: Callable[[TaskKey], TaskRecord | None] = lambda _key: None
         self._backlog: set[str] = set()  # partners holding messages we could not deliver
 
     # --- queries --------------------------------------------------------------------------
 
     def get(self, key: TaskKey) -> TaskRecord | None:
-        return self.tasks.get(key)
+        """The task, in flight (held here) or finished (looked up in the store)."""
+        rec = self.tasks.get(key)
+        return rec if rec is not None else self.finished_lookup(key)
+
+    def forget(self, key: TaskKey) -> bool:
+        """Drop a final task from memory (its record is in the store); False if not final."""
+        rec = self.tasks.get(key)
+        if rec is None or not rec.is_final:
+            return False
+        del self.tasks[key]
+        return True
 
     def active_executor_tasks(self) -> int:
         return self._executing
@@ -391,6 +409,12 @@ class Engine:
         if self._executing >= self.config.max_concurrent_tasks:
             return HeartbeatStatus.BUSY
         return HeartbeatStatus.OK
+
+    def silence_limit(self) -> float:
+        """How long R waits for word about a task before it gives up on its executor:
+        `task_timeout` (E fails a task that runs longer) plus the heartbeat-loss time."""
+        cfg = self.config
+        return cfg.task_timeout + cfg.missed_heartbeat_limit * cfg.heartbeat_interval
 
     def next_deadline(self) -> float | None:
         """When `on_timer` should next be called."""
@@ -446,6 +470,12 @@ class Engine:
                 self._timers.set((_TIMEOUT, rec.key), now + remaining)
         if old in (TaskState.INFO_NEEDED, TaskState.NEED_HUMAN) and new is not old:
             self._timers.cancel((_WAIT, rec.key))
+        if not executor and not new.is_final:
+            # Any word about the task (or our answer to it) restarts R's patience.
+            if new in _R_ANSWERING:
+                self._timers.cancel((_SILENCE, rec.key))
+            else:
+                self._timers.set((_SILENCE, rec.key), now + self.silence_limit())
         rec.state = new
         rec.updated_at = now
         transition = Transition(rec.key, rec.role, old, new, event, message_id, now)
@@ -461,6 +491,7 @@ class Engine:
         self._in_flight[rec.partner] = self._in_flight.get(rec.partner, 0) + 1
         if rec.role is Role.EXECUTOR:
             self._executing += 1
+            self._executing_for[rec.partner] = self._executing_for.get(rec.partner, 0) + 1
         liveness = self._partners.setdefault(rec.partner, _PartnerLiveness(last_heard=now))
         heartbeat_key = (_HEARTBEAT, rec.partner)
         if heartbeat_key not in self._timers:
@@ -469,7 +500,7 @@ class Engine:
             self._timers.set(heartbeat_key, now + self.config.heartbeat_interval)
 
     def _finished(self, rec: TaskRecord) -> None:
-        for kind in (_TIMEOUT, _DEADLINE, _WAIT):
+        for kind in (_TIMEOUT, _DEADLINE, _WAIT, _SILENCE, _R_DEADLINE):
             self._timers.cancel((kind, rec.key))
         left = self._in_flight.get(rec.partner, 0) - 1
         if left > 0:
@@ -478,6 +509,11 @@ class Engine:
             self._in_flight.pop(rec.partner, None)
         if rec.role is Role.EXECUTOR:
             self._executing -= 1
+            mine = self._executing_for.get(rec.partner, 0) - 1
+            if mine > 0:
+                self._executing_for[rec.partner] = mine
+            else:
+                self._executing_for.pop(rec.partner, None)
 
     # --- receiving POSTed requests and callbacks -----------------------------------------------
 
@@ -524,7 +560,7 @@ class Engine:
     def _on_task_request(self, message: TaskRequest, now: float, step: Step) -> None:
         spec = message.payload.task
         key = TaskKey(message.from_.agent_id, spec.id)
-        existing = self.tasks.get(key)
+        existing = self.get(key)
         if existing is not None:
             if existing.role is Role.EXECUTOR and existing.task == spec:
                 step.reply = self._decision_reply(existing, message)
@@ -556,7 +592,7 @@ class Engine:
             created_at=now,
             updated_at=now,
         )
-        verdict = self._judge(spec, now)
+        verdict = self._judge(spec, now, key.requester)
         self._track(rec, now)
         if isinstance(verdict, TaskRejectPayload):
             rec.reject = verdict
@@ -564,7 +600,7 @@ class Engine:
         elif isinstance(verdict, TaskNeedInfoPayload):
             rec.need_info = verdict
             self._move(rec, Event.SEND_TASK_NEED_INFO, now, message.id, step)
-            self._arm_wait(rec, verdict.required_by)
+            self._arm_wait(rec, verdict.required_by, now)
         else:
             self._move(rec, Event.SEND_TASK_CONFIRM, now, message.id, step)
             self._start(rec, now, step)
@@ -574,7 +610,7 @@ class Engine:
         step.reply = rec.decision
 
     def _judge(
-        self, spec: TaskSpec, now: float
+        self, spec: TaskSpec, now: float, partner: str = ""
     ) -> TaskConfirmPayload | TaskRejectPayload | TaskNeedInfoPayload:
         """Decide the synchronous answer to a new task (CONTRACT §4, §5)."""
 
@@ -595,6 +631,13 @@ class Engine:
             return reject(
                 ErrorCode.RATE_LIMITED,
                 "at max concurrent tasks",
+                self.config.capacity_retry_after,
+            )
+        share = self.config.max_tasks_per_partner
+        if share is not None and self._executing_for.get(partner, 0) >= share:
+            return reject(
+                ErrorCode.RATE_LIMITED,
+                f"at max tasks per partner ({share})",
                 self.config.capacity_retry_after,
             )
         try:
@@ -627,9 +670,11 @@ class Engine:
         reply: Message = self._reply(type(decision), decision.payload, request)
         return reply
 
-    def _arm_wait(self, rec: TaskRecord, until: datetime | None) -> None:
-        if until is not None:
-            self._timers.set((_WAIT, rec.key), _epoch(until))
+    def _arm_wait(self, rec: TaskRecord, until: datetime | None, now: float) -> None:
+        """Wait for R's answer until `until` (its `required_by` / `deadline`), else for
+        `input_timeout`: a question nobody answers must not hold capacity forever."""
+        when = _epoch(until) if until is not None else now + self.config.input_timeout
+        self._timers.set((_WAIT, rec.key), when)
 
     def _start(self, rec: TaskRecord, now: float, step: Step) -> None:
         """Enter `executing` and tell R so (its first callback is a status update)."""
@@ -665,7 +710,7 @@ class Engine:
         step.outgoing.append(self._callback(rec, TaskStatusUpdate, payload, now))
 
     def _executor_record(self, message: Message, task_id: str) -> TaskRecord:
-        rec = self.tasks.get(TaskKey(message.from_.agent_id, task_id))
+        rec = self.get(TaskKey(message.from_.agent_id, task_id))
         if rec is None or rec.role is not Role.EXECUTOR:
             raise _not_found(task_id)
         return rec
@@ -737,7 +782,7 @@ class Engine:
             rec.need_info = need
             self._move(rec, Event.SEND_TASK_NEED_INFO, now, None, step)
             step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
-            self._arm_wait(rec, need.required_by)
+            self._arm_wait(rec, need.required_by, now)
         else:
             self._start(rec, now, step)
 
@@ -751,7 +796,7 @@ class Engine:
     # requester side --------------------------------------------------------------------------
 
     def _requester_record(self, message: Message, task_id: str) -> TaskRecord:
-        rec = self.tasks.get(TaskKey(self.agent_id, task_id))
+        rec = self.get(TaskKey(self.agent_id, task_id))
         if rec is None or rec.role is not Role.REQUESTER or rec.partner != message.sender_id:
             raise _not_found(task_id)
         return rec
@@ -793,7 +838,7 @@ class Engine:
             self._on_nack(sent, reply.payload, now, step)
             return step
         if isinstance(sent, TaskRequest):
-            rec = self.tasks.get(TaskKey(self.agent_id, sent.payload.task.id))
+            rec = self.get(TaskKey(self.agent_id, sent.payload.task.id))
             event = _REPLY_EVENTS.get(type(reply))
             if rec is None or event is None:
                 return step
@@ -807,7 +852,7 @@ class Engine:
             # Otherwise a callback overtook this reply and implicitly confirmed the task.
             self._send_requested_cancel(rec, now, step)
         elif isinstance(sent, TaskCancel) and isinstance(reply, TaskAck):
-            rec = self.tasks.get(TaskKey(self.agent_id, sent.payload.task_id))
+            rec = self.get(TaskKey(self.agent_id, sent.payload.task_id))
             if rec is not None and not rec.is_final and reply.payload.state is TaskState.CANCELLED:
                 self._move(rec, Event.RECV_CANCEL_ACK, now, reply.id, step)
                 step.actions.append(TaskEvent(rec.key, reply.message_type.value, rec.state, reply))
@@ -823,6 +868,10 @@ class Engine:
             rec.refusal = nack
             self._move(rec, Event.REQUEST_REFUSED, now, None, step)
             step.actions.append(TaskEvent(rec.key, "refused", rec.state, None, nack.message))
+        elif not rec.is_final and nack.code == ErrorCode.TASK_NOT_FOUND.value:
+            # E has no such task (it lost it, or never had it): waiting would be forever.
+            text = f"{rec.partner} has no such task: {nack.message}"
+            self._give_up(rec, ErrorCode.TASK_NOT_FOUND, text, now, step)
         elif not rec.is_final:
             # 409 on a cancel: E finished first; its final callback is on its way.
             step.actions.append(TaskEvent(rec.key, "refused", rec.state, None, nack.message))
@@ -900,8 +949,42 @@ class Engine:
         self._track(rec, now)
         step = Step()
         self._move(rec, Event.SEND_TASK_REQUEST, now, message.id, step)
+        self._arm_requester(rec, now)
         step.outgoing.append(Outgoing(partner, message, key))
         return key, step
+
+    def _arm_requester(self, rec: TaskRecord, now: float) -> None:
+        """R's own timers: E's silence (re-armed by `_move`) and the task's deadline, plus a
+        heartbeat interval for E's `task_failed` about it to arrive first."""
+        if rec.state not in _R_ANSWERING:
+            self._timers.set((_SILENCE, rec.key), now + self.silence_limit())
+        if rec.task.deadline is not None:
+            grace = self.config.heartbeat_interval
+            self._timers.set((_R_DEADLINE, rec.key), _epoch(rec.task.deadline) + grace)
+
+    def give_up(self, key: TaskKey, code: ErrorCode, text: str, *, now: float) -> Step:
+        """R fails its task locally (E is silent, the deadline passed, or E lost the task)."""
+        step = Step()
+        rec = self.tasks.get(key)
+        if rec is None or rec.role is not Role.REQUESTER or rec.is_final:
+            return step
+        self._give_up(rec, code, text, now, step)
+        return step
+
+    def _give_up(self, rec: TaskRecord, code: ErrorCode, text: str, now: float, step: Step) -> None:
+        was = rec.state
+        rec.error = TaskError(code=code.value, message=text, recoverable=True)
+        self._move(rec, Event.GIVE_UP, now, None, step)
+        # Tell E, in case it still runs the task (not when it said it has none, and not
+        # before it answered the request: the queued request is dropped instead).
+        if code is not ErrorCode.TASK_NOT_FOUND and was is not TaskState.PENDING:
+            payload = TaskCancelPayload(task_id=rec.task_id, reason=text)
+            step.actions.append(DropQueued(rec.key))
+            step.outgoing.append(self._callback(rec, TaskCancel, payload, now))
+            rec.cancel_sent = True
+        else:
+            step.actions.append(DropQueued(rec.key))
+        step.actions.append(TaskEvent(rec.key, "gave_up", rec.state, None, text))
 
     def _requester(self, key: TaskKey) -> TaskRecord:
         rec = self.tasks.get(key)
@@ -1058,7 +1141,7 @@ class Engine:
         self._handler_move(rec, Event.SEND_TASK_NEED_INFO, now, step)
         rec.need_info = need
         step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
-        self._arm_wait(rec, required_by)
+        self._arm_wait(rec, required_by, now)
         return step
 
     def request_human(
@@ -1088,7 +1171,7 @@ class Engine:
         out = self._callback(rec, TaskNeedHuman, need, now)
         rec.need_human, rec.need_human_id = need, out.message.id
         step.outgoing.append(out)
-        self._arm_wait(rec, deadline)
+        self._arm_wait(rec, deadline, now)
         return step
 
     def complete(self, key: TaskKey, result: TaskResult, *, now: float, summary: str = "") -> Step:
@@ -1128,9 +1211,11 @@ class Engine:
                     remaining = max(0.0, self.config.task_timeout - rec.executed_time)
                     self._timers.set((_TIMEOUT, rec.key), now + remaining)
             if executor and rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
-                self._arm_wait(rec, rec.need_info.required_by)
+                self._arm_wait(rec, rec.need_info.required_by, now)
             if executor and rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
-                self._arm_wait(rec, rec.need_human.deadline)
+                self._arm_wait(rec, rec.need_human.deadline, now)
+            if not executor:
+                self._arm_requester(rec, now)
 
     def recover(self, key: TaskKey, *, resumable: bool, now: float) -> Step:
         """Decide the fate of an executor task whose handler a restart interrupted.
@@ -1178,12 +1263,24 @@ class Engine:
                 continue
             assert isinstance(target, TaskKey)
             rec = self.tasks.get(target)
-            if rec is None or rec.is_final or rec.role is not Role.EXECUTOR:
+            if rec is None or rec.is_final:
+                continue
+            if rec.role is Role.REQUESTER:
+                if kind == _SILENCE:
+                    silent = (
+                        f"no word from {rec.partner} about the task for "
+                        f"{self.silence_limit():g} s (task_timeout plus heartbeat loss)"
+                    )
+                    self._give_up(rec, ErrorCode.EXECUTION_TIMEOUT, silent, now, step)
+                elif kind == _R_DEADLINE:
+                    late = f"the task's deadline passed with no outcome from {rec.partner}"
+                    self._give_up(rec, ErrorCode.EXECUTION_TIMEOUT, late, now, step)
                 continue
             text = {
                 _TIMEOUT: f"TaskTimeout of {self.config.task_timeout:g} s passed",
                 _DEADLINE: "the task's deadline passed",
-                _WAIT: "no answer before the requested time",
+                _WAIT: "no answer to the question in time (required_by, deadline or "
+                f"input_timeout of {self.config.input_timeout:g} s)",
             }[kind]
             error = TaskError(
                 code=ErrorCode.EXECUTION_TIMEOUT.value, message=text, recoverable=True

@@ -9,6 +9,7 @@ acknowledged message is never lost and a POSTed one is never forgotten.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -49,7 +50,9 @@ class DedupEntry:
 
 @dataclass(slots=True)
 class Snapshot:
-    """Everything a store holds, as loaded at start-up."""
+    """What a store holds that a restart needs, as loaded at start-up: the tasks not final
+    yet (finished ones stay in the store, see `TaskStore.get_task`), the outbox and its
+    dead letters. `dedup` is empty for stores that answer `get_dedup` themselves."""
 
     tasks: list[TaskRecord] = field(default_factory=list)
     outbox: list[OutboxItem] = field(default_factory=list)
@@ -64,7 +67,24 @@ class TaskStore(Protocol):
     durable: bool
 
     def load(self) -> Snapshot:
-        """Everything stored (called once, at start-up, before any write)."""
+        """The live tasks and the outbox (once, at start-up, before any write; may be
+        called in a worker thread)."""
+        ...
+
+    def get_task(self, key: TaskKey) -> TaskRecord | None:
+        """A stored task (a finished one the engine let go of), or None. A point lookup,
+        fast enough for the event loop; the record returned is not to be modified."""
+        ...
+
+    def get_dedup(self, key: DedupKey) -> DedupEntry | None:
+        """The committed dedup entry of `key`, or None (expired entries may be returned)."""
+        ...
+
+    async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
+        """Delete up to `limit` rows of each kind: final tasks last updated before
+        `finished_before` with their history, dead letters given up before it, and dedup
+        entries expired at `now`; give the space back. Off the event loop. Returns the rows
+        deleted (call again while it returns `limit` or more)."""
         ...
 
     def next_seq(self) -> int:
@@ -97,14 +117,18 @@ class TaskStore(Protocol):
 
 
 class MemoryStore:
-    """Nothing survives a restart: tasks live in the engine; this lists the outbox."""
+    """Nothing survives a restart: live tasks are the engine's; this keeps the finished ones
+    (up to the retention and `max_finished`, oldest out first) and lists the outbox."""
 
     durable = False
 
-    def __init__(self) -> None:
+    def __init__(self, max_finished: int = 10_000) -> None:
         self._seq = 0
+        self.max_finished = max_finished
         self.outbox: dict[str, OutboxItem] = {}
         self.dead_letters: dict[str, DeadLetter] = {}
+        #: Final tasks in the order they ended (re-ending moves one to the back).
+        self.finished: OrderedDict[TaskKey, TaskRecord] = OrderedDict()
 
     def load(self) -> Snapshot:
         return Snapshot()
@@ -114,7 +138,35 @@ class MemoryStore:
         return self._seq
 
     def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
-        pass
+        if not record.is_final:
+            return
+        finished = self.finished
+        finished[record.key] = record
+        finished.move_to_end(record.key)
+        while len(finished) > self.max_finished:
+            finished.popitem(last=False)
+
+    def get_task(self, key: TaskKey) -> TaskRecord | None:
+        return self.finished.get(key)
+
+    def get_dedup(self, key: DedupKey) -> DedupEntry | None:
+        return None  # the memory dedup table keeps its entries itself
+
+    async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
+        removed = 0
+        finished = self.finished
+        while finished and removed < limit:
+            key, record = next(iter(finished.items()))
+            if record.updated_at >= finished_before:
+                break
+            del finished[key]
+            removed += 1
+        for message_id in [m for m, d in self.dead_letters.items() if d.at < finished_before][
+            :limit
+        ]:
+            del self.dead_letters[message_id]
+            removed += 1
+        return removed
 
     def add_outbox(self, item: OutboxItem) -> None:
         self.outbox[item.message_id] = item

@@ -74,7 +74,17 @@ CREATE TABLE IF NOT EXISTS dedup (
     headers TEXT NOT NULL,
     PRIMARY KEY (sender, message_id)
 );
+CREATE INDEX IF NOT EXISTS tasks_live ON tasks (state)
+    WHERE state NOT IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (updated_at)
+    WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated_at, requester, task_id);
+CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
+CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS NOT NULL;
 """
+_FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
+#: Size of the WAL file kept after a checkpoint (it is truncated down to this).
+_JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
 
 _Op = Callable[[sqlite3.Connection], object]
 _record_encoder = msgspec.json.Encoder()
@@ -87,6 +97,13 @@ def connect(path: str | Path, synchronous: str = "NORMAL") -> sqlite3.Connection
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA busy_timeout=5000")
+    # Pages freed by the retention purge go back to the file system (`purge` runs an
+    # incremental vacuum). A new file takes the mode at once; an older one needs one VACUUM.
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            conn.execute("VACUUM")
+    conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
     conn.executescript(_SCHEMA)
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     if row is None:
@@ -112,12 +129,51 @@ def _item(row: Sequence[Any]) -> OutboxItem:
 _OUTBOX_COLUMNS = "seq, message_id, partner, requester, task_id, body, created_at"
 
 
-def read_snapshot(conn: sqlite3.Connection) -> Snapshot:
+def _transition(row: Sequence[Any]) -> Transition:
+    return Transition(
+        TaskKey(row[0], row[1]),
+        Role(row[2]),
+        TaskState(row[3]),
+        TaskState(row[4]),
+        Event(row[5]),
+        row[6],
+        row[7],
+    )
+
+
+def read_task(conn: sqlite3.Connection, key: TaskKey) -> TaskRecord | None:
+    """One stored task with its history (a point lookup on the primary key)."""
+    row = conn.execute(
+        "SELECT record FROM tasks WHERE requester = ? AND task_id = ?",
+        (key.requester, key.task_id),
+    ).fetchone()
+    if row is None:
+        return None
+    record = _record_decoder.decode(row[0])
+    record.history = [
+        _transition(t)
+        for t in conn.execute(
+            "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
+            "FROM transitions WHERE requester = ? AND task_id = ? ORDER BY id",
+            (key.requester, key.task_id),
+        ).fetchall()
+    ]
+    return record
+
+
+def read_snapshot(conn: sqlite3.Connection, *, finished: bool = False) -> Snapshot:
+    """The live tasks (every task with `finished`), the outbox and its dead letters.
+
+    Finished tasks stay in the file: the engine looks them up one by one when a message
+    names one (`read_task`), so a restart reads only the work in flight.
+    """
     snapshot = Snapshot()
     history: dict[TaskKey, list[Transition]] = {}
+    where = "" if finished else f"WHERE k.state NOT IN {_FINAL}"
     for row in conn.execute(
-        "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
-        "FROM transitions ORDER BY id"
+        "SELECT t.requester, t.task_id, t.role, t.from_state, t.to_state, t.event, "
+        f"t.message_id, t.at FROM tasks k JOIN transitions t ON t.requester = k.requester "
+        f"AND t.task_id = k.task_id {where} ORDER BY t.id"
     ):
         key = TaskKey(row[0], row[1])
         history.setdefault(key, []).append(
@@ -131,7 +187,7 @@ def read_snapshot(conn: sqlite3.Connection) -> Snapshot:
                 row[7],
             )
         )
-    for (blob,) in conn.execute("SELECT record FROM tasks"):
+    for (blob,) in conn.execute(f"SELECT record FROM tasks k {where}"):
         record = _record_decoder.decode(blob)
         record.history = history.get(record.key, [])
         snapshot.tasks.append(record)
@@ -143,14 +199,54 @@ def read_snapshot(conn: sqlite3.Connection) -> Snapshot:
             snapshot.outbox.append(item)
         else:
             snapshot.dead_letters.append(DeadLetter(item, row[7], float(row[8])))
-    for sender, message_id, fingerprint, expires_at, status, body, headers in conn.execute(
-        "SELECT sender, message_id, fingerprint, expires_at, status, body, headers FROM dedup"
-    ):
-        reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
-        snapshot.dedup.append(
-            DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
-        )
     return snapshot
+
+
+def _dedup_entry(row: Sequence[Any]) -> DedupEntry:
+    sender, message_id, fingerprint, expires_at, status, body, headers = row
+    reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
+    return DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
+
+
+def read_dedup(conn: sqlite3.Connection, key: DedupKey) -> DedupEntry | None:
+    row = conn.execute(
+        "SELECT sender, message_id, fingerprint, expires_at, status, body, headers FROM dedup "
+        "WHERE sender = ? AND message_id = ?",
+        key,
+    ).fetchone()
+    return _dedup_entry(row) if row is not None else None
+
+
+def purge_batch(conn: sqlite3.Connection, finished_before: float, now: float, limit: int) -> int:
+    """One retention batch, in one transaction, then an incremental vacuum."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        keys = conn.execute(
+            f"SELECT requester, task_id FROM tasks WHERE state IN {_FINAL} "
+            "AND updated_at < ? ORDER BY updated_at LIMIT ?",
+            (finished_before, limit),
+        ).fetchall()
+        removed = len(keys)
+        if keys:
+            conn.executemany("DELETE FROM transitions WHERE requester = ? AND task_id = ?", keys)
+            conn.executemany("DELETE FROM tasks WHERE requester = ? AND task_id = ?", keys)
+        removed += conn.execute(
+            "DELETE FROM outbox WHERE rowid IN (SELECT rowid FROM outbox "
+            "WHERE dead_reason IS NOT NULL AND dead_at < ? LIMIT ?)",
+            (finished_before, limit),
+        ).rowcount
+        removed += conn.execute(
+            "DELETE FROM dedup WHERE rowid IN (SELECT rowid FROM dedup "
+            "WHERE expires_at <= ? LIMIT ?)",
+            (now, limit),
+        ).rowcount
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    if removed:
+        conn.execute("PRAGMA incremental_vacuum")
+    return removed
 
 
 class SqliteStore:
@@ -163,6 +259,10 @@ class SqliteStore:
     ) -> None:
         self.path = Path(path)
         self._conn = connect(self.path, synchronous)
+        # Point lookups on the event loop (finished tasks, dedup entries) use their own
+        # connection: in WAL mode they never wait for the writer thread.
+        self._reader = sqlite3.connect(str(self.path), check_same_thread=False)
+        self._reader.execute("PRAGMA query_only=1")
         self._pending: list[_Op] = []
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synapse-store")
         self._lock = threading.Lock()
@@ -176,6 +276,20 @@ class SqliteStore:
     def load(self) -> Snapshot:
         with self._lock:
             return read_snapshot(self._conn)
+
+    def get_task(self, key: TaskKey) -> TaskRecord | None:
+        return read_task(self._reader, key)
+
+    def get_dedup(self, key: DedupKey) -> DedupEntry | None:
+        return read_dedup(self._reader, key)
+
+    async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
+        def run() -> int:
+            with self._lock:
+                return purge_batch(self._conn, finished_before, now, limit)
+
+        # In the writer thread: in order with the commits, never on the loop.
+        return await asyncio.get_running_loop().run_in_executor(self._writer, run)
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -324,6 +438,7 @@ class SqliteStore:
         self._writer.shutdown(wait=True)
         with self._lock:
             self._conn.close()
+        self._reader.close()
 
     # --- maintenance (the `synapse outbox` command) -----------------------------------------
 
