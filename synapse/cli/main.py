@@ -326,6 +326,13 @@ def build_parser() -> Parser:
     group.add_argument("--notes", default="", help="notes sent with --approve or --reject")
     group.add_argument("--task-id", metavar="ID", help="the task's id (default: a new one)")
     group.add_argument(
+        "--timeout",
+        type=DURATION,
+        metavar="DURATION",
+        help="give up when the task has not ended after DURATION (30s, 15m, 2h or seconds): "
+        "cancel it and exit 1 (default: wait for its end)",
+    )
+    group.add_argument(
         "--priority",
         choices=[p.value for p in Priority],
         help="the task's priority (default normal)",
@@ -560,6 +567,7 @@ def _run_send(ctx: Context) -> int:
         decision=args.decision,
         notes=args.notes,
         as_json=bool(args.json),
+        timeout=args.timeout,
     )
     if args.a2a_url is not None:
         return _run_send_a2a(ctx, options)

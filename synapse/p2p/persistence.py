@@ -16,6 +16,7 @@ from typing import Protocol
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
+from synapse.types import TaskState
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,24 @@ class DedupEntry:
     reply: StoredReply
 
 
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """One line of a task listing."""
+
+    key: TaskKey
+    role: str
+    state: TaskState
+    updated_at: float
+
+    @property
+    def cursor(self) -> ListCursor:
+        return (self.updated_at, self.key.requester, self.key.task_id)
+
+
+#: Where a listing page starts: (updated_at, requester, task_id) of the row before it.
+ListCursor = tuple[float, str, str]
+
+
 @dataclass(slots=True)
 class Snapshot:
     """What a store holds that a restart needs, as loaded at start-up: the tasks not final
@@ -78,6 +97,12 @@ class TaskStore(Protocol):
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         """The committed dedup entry of `key`, or None (expired entries may be returned)."""
+        ...
+
+    def list_tasks(self, *, limit: int, before: ListCursor | None = None) -> list[TaskRow]:
+        """A page of stored tasks, newest `updated_at` first, strictly after `before` (the
+        last row of the previous page) in that order. Served by an index: a page costs the
+        same however many tasks are kept."""
         ...
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
@@ -151,6 +176,13 @@ class MemoryStore:
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         return None  # the memory dedup table keeps its entries itself
+
+    def list_tasks(self, *, limit: int, before: ListCursor | None = None) -> list[TaskRow]:
+        rows = (TaskRow(r.key, r.role.value, r.state, r.updated_at) for r in self.finished.values())
+        ordered = sorted(rows, key=lambda row: row.cursor, reverse=True)
+        if before is not None:
+            ordered = [row for row in ordered if row.cursor < before]
+        return ordered[:limit]
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         removed = 0

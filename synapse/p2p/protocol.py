@@ -357,9 +357,19 @@ class P2PProtocol:
         `missed_heartbeat_limit` heartbeats (until it answers again)."""
         return self.engine.partner_status()
 
-    def list_tasks(self) -> dict[str, TaskState]:
-        """Every task, keyed `requester/task_id`."""
-        return {str(key): rec.state for key, rec in self.engine.tasks.items()}
+    def list_tasks(self, page_size: int = 1000) -> dict[str, TaskState]:
+        """Every task kept, keyed `requester/task_id`: those in flight, and the finished ones
+        the store keeps (read page by page, see `TaskStore.list_tasks`)."""
+        found: dict[str, TaskState] = {}
+        cursor = None
+        while True:
+            rows = self.store.list_tasks(limit=page_size, before=cursor)
+            found.update((str(row.key), row.state) for row in rows)
+            if len(rows) < page_size:
+                break
+            cursor = rows[-1].cursor
+        found.update((str(key), rec.state) for key, rec in self.engine.tasks.items())
+        return found
 
     # --- requester API ----------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ import msgspec
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
+from synapse.p2p.persistence import ListCursor, TaskRow
 from synapse.p2p.states import Event, Role
 from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot
 from synapse.types import TaskState
@@ -282,6 +283,19 @@ class SqliteStore:
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         return read_dedup(self._reader, key)
+
+    def list_tasks(self, *, limit: int, before: ListCursor | None = None) -> list[TaskRow]:
+        query = "SELECT requester, task_id, role, state, updated_at FROM tasks"
+        params: tuple[Any, ...] = ()
+        if before is not None:
+            query += " WHERE (updated_at, requester, task_id) < (?, ?, ?)"
+            params = before
+        query += " ORDER BY updated_at DESC, requester DESC, task_id DESC LIMIT ?"
+        rows = self._reader.execute(query, (*params, limit)).fetchall()
+        return [
+            TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
+            for req, tid, role, state, at in rows
+        ]
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         def run() -> int:
