@@ -969,9 +969,16 @@ class A2AServer:
         if self._protocol is None:
             return
         self._rebuilt = True
-        for rec in self._protocol.engine.tasks.values():
+        # In flight and finished alike: finished tasks live in the store, not the engine.
+        engine = self._protocol.engine
+        for name in self._protocol.list_tasks():
+            requester, _, task_id = name.partition("/")
+            if not requester.startswith(REQUESTER_PREFIX):
+                continue
+            rec = engine.get(TaskKey(requester, task_id))
             if (
-                rec.role is Role.EXECUTOR
+                rec is not None
+                and rec.role is Role.EXECUTOR
                 and rec.partner.startswith(REQUESTER_PREFIX)
                 and rec.task_id not in self.tasks
             ):

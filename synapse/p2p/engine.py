@@ -987,7 +987,7 @@ class Engine:
         step.actions.append(TaskEvent(rec.key, "gave_up", rec.state, None, text))
 
     def _requester(self, key: TaskKey) -> TaskRecord:
-        rec = self.tasks.get(key)
+        rec = self.get(key)
         if rec is None or rec.role is not Role.REQUESTER:
             raise LocalProtocolError(f"no task {key} of ours as requester")
         return rec
@@ -1079,7 +1079,7 @@ class Engine:
     # --- executor commands (from the running handler) -------------------------------------------
 
     def _executor(self, key: TaskKey, step: Step) -> TaskRecord | None:
-        rec = self.tasks.get(key)
+        rec = self.get(key)
         if rec is None or rec.role is not Role.EXECUTOR:
             raise LocalProtocolError(f"no task {key} of ours as executor")
         if rec.is_final:
