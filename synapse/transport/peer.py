@@ -188,12 +188,19 @@ class Peer:
             self.port = int(addresses[0][1]) if addresses else self.port
             if self._protocol is None:
                 self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
-            log.info("listening", url=self.endpoint, agent_id=self.agent_id)
-        elif self._protocol is None:
-            self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
+            listening = True
+        else:
+            listening = False
+            if self._protocol is None:
+                self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
         if self._recovering:
-            # Off the loop: the port answers (503) while a large store is read.
+            # Off the loop: the port answers 503 agent_not_ready while the store is read.
             snapshot = await asyncio.to_thread(self.store.load)
+        if listening:
+            # Once recovery is done, so that whoever waits for this line finds us ready
+            # (what follows up to `ready` does not await: no request falls in between).
+            log.info("listening", url=self.endpoint, agent_id=self.agent_id)
+        if self._recovering:
             self.protocol.restore(snapshot)
             self._recovering = False
             self.protocol.engine.ready = True
