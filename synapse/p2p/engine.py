@@ -931,7 +931,7 @@ class Engine:
             payload=dict(payload or {}),
         )
         key = TaskKey(self.agent_id, spec.id)
-        if key in self.tasks:
+        if self.get(key) is not None:  # in flight, or finished and kept by the store
             raise LocalProtocolError(f"task id {spec.id!r} is already used")
         message: TaskRequest = self._message(
             TaskRequest, TaskRequestPayload(task=spec, context=context), partner, now
