@@ -42,6 +42,7 @@ from synapse.a2a.errors import (
     task_not_found,
     unsupported,
 )
+from synapse.a2a.listing import store_page
 from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, push_partner
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
@@ -460,6 +461,9 @@ class A2AServer:
                 raise invalid_params(
                     "statusTimestampAfter is not an RFC 3339 time", path="statusTimestampAfter"
                 ) from None
+        if self.protocol.store.durable and not req.context_id:
+            # Through the store's indexes, one page at a time (synapse/a2a/listing.py).
+            return _result(rpc_id, store_page(self, req, principal, page_size, after))
         views = [v for v in self._all() if v.principal == principal]
         if req.context_id:
             views = [v for v in views if v.context_id == req.context_id]

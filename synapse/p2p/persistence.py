@@ -67,6 +67,23 @@ class TaskRow:
 ListCursor = tuple[float, str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """Which tasks a listing wants (every field unset: all)."""
+
+    requester: str | None = None
+    states: frozenset[TaskState] | None = None
+    #: Only tasks updated at or after this time (epoch seconds).
+    updated_after: float | None = None
+
+    def matches(self, row: TaskRow) -> bool:
+        return (
+            (self.requester is None or row.key.requester == self.requester)
+            and (self.states is None or row.state in self.states)
+            and (self.updated_after is None or row.updated_at >= self.updated_after)
+        )
+
+
 @dataclass(slots=True)
 class Snapshot:
     """What a store holds that a restart needs, as loaded at start-up: the tasks not final
@@ -99,10 +116,16 @@ class TaskStore(Protocol):
         """The committed dedup entry of `key`, or None (expired entries may be returned)."""
         ...
 
-    def list_tasks(self, *, limit: int, before: ListCursor | None = None) -> list[TaskRow]:
+    def list_tasks(
+        self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
+    ) -> list[TaskRow]:
         """A page of stored tasks, newest `updated_at` first, strictly after `before` (the
-        last row of the previous page) in that order. Served by an index: a page costs the
-        same however many tasks are kept."""
+        last row of the previous page) in that order, that match `where`. Served by an
+        index: a page costs the same however many tasks are kept."""
+        ...
+
+    def count_tasks(self, where: TaskFilter | None = None) -> int:
+        """How many stored tasks match `where`."""
         ...
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
@@ -177,12 +200,20 @@ class MemoryStore:
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         return None  # the memory dedup table keeps its entries itself
 
-    def list_tasks(self, *, limit: int, before: ListCursor | None = None) -> list[TaskRow]:
+    def _rows(self, where: TaskFilter | None) -> list[TaskRow]:
         rows = (TaskRow(r.key, r.role.value, r.state, r.updated_at) for r in self.finished.values())
-        ordered = sorted(rows, key=lambda row: row.cursor, reverse=True)
+        return [row for row in rows if where is None or where.matches(row)]
+
+    def list_tasks(
+        self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
+    ) -> list[TaskRow]:
+        ordered = sorted(self._rows(where), key=lambda row: row.cursor, reverse=True)
         if before is not None:
             ordered = [row for row in ordered if row.cursor < before]
         return ordered[:limit]
+
+    def count_tasks(self, where: TaskFilter | None = None) -> int:
+        return len(self._rows(where))
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         removed = 0

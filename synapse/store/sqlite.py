@@ -25,7 +25,7 @@ import msgspec
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
-from synapse.p2p.persistence import ListCursor, TaskRow
+from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
 from synapse.p2p.states import Event, Role
 from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot
 from synapse.types import TaskState
@@ -80,6 +80,7 @@ CREATE INDEX IF NOT EXISTS tasks_live ON tasks (state)
 CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (updated_at)
     WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
 CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated_at, requester, task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_requester ON tasks (requester, updated_at, task_id);
 CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS NOT NULL;
 """
@@ -218,6 +219,25 @@ def read_dedup(conn: sqlite3.Connection, key: DedupKey) -> DedupEntry | None:
     return _dedup_entry(row) if row is not None else None
 
 
+def _where(where: TaskFilter | None) -> tuple[list[str], tuple[Any, ...]]:
+    """SQL conditions (and their parameters) for a listing filter."""
+    clauses: list[str] = []
+    params: tuple[Any, ...] = ()
+    if where is None:
+        return clauses, params
+    if where.requester is not None:
+        clauses.append("requester = ?")
+        params += (where.requester,)
+    if where.states is not None:
+        states = sorted(state.value for state in where.states)
+        clauses.append(f"state IN ({', '.join('?' * len(states))})")
+        params += tuple(states)
+    if where.updated_after is not None:
+        clauses.append("updated_at >= ?")
+        params += (where.updated_after,)
+    return clauses, params
+
+
 def purge_batch(conn: sqlite3.Connection, finished_before: float, now: float, limit: int) -> int:
     """One retention batch, in one transaction, then an incremental vacuum."""
     conn.execute("BEGIN IMMEDIATE")
@@ -284,18 +304,29 @@ class SqliteStore:
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         return read_dedup(self._reader, key)
 
-    def list_tasks(self, *, limit: int, before: ListCursor | None = None) -> list[TaskRow]:
-        query = "SELECT requester, task_id, role, state, updated_at FROM tasks"
-        params: tuple[Any, ...] = ()
+    def list_tasks(
+        self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
+    ) -> list[TaskRow]:
+        clauses, params = _where(where)
         if before is not None:
-            query += " WHERE (updated_at, requester, task_id) < (?, ?, ?)"
-            params = before
+            clauses.append("(updated_at, requester, task_id) < (?, ?, ?)")
+            params += before
+        query = "SELECT requester, task_id, role, state, updated_at FROM tasks"
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
         query += " ORDER BY updated_at DESC, requester DESC, task_id DESC LIMIT ?"
         rows = self._reader.execute(query, (*params, limit)).fetchall()
         return [
             TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
             for req, tid, role, state, at in rows
         ]
+
+    def count_tasks(self, where: TaskFilter | None = None) -> int:
+        clauses, params = _where(where)
+        query = "SELECT count(*) FROM tasks" + (
+            " WHERE " + " AND ".join(clauses) if clauses else ""
+        )
+        return int(self._reader.execute(query, params).fetchone()[0])
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         def run() -> int:
