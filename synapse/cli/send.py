@@ -86,7 +86,14 @@ class Follower(Conversation[TaskHandle]):
         self.setup = setup
 
     def ended_future(self) -> Awaitable[Any] | None:
-        return self.handle.result() if self.handle is not None else None
+        return self._ended(self.handle) if self.handle is not None else None
+
+    @staticmethod
+    async def _ended(handle: TaskHandle) -> Outcome:
+        try:
+            return await handle.result()
+        except TaskAbandoned as exc:  # the end too: `run` reports it
+            return exc.outcome
 
     def is_final(self) -> bool:
         return self.handle is not None and self.handle.state.is_final

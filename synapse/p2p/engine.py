@@ -962,15 +962,6 @@ class Engine:
             grace = self.config.heartbeat_interval
             self._timers.set((_R_DEADLINE, rec.key), _epoch(rec.task.deadline) + grace)
 
-    def give_up(self, key: TaskKey, code: ErrorCode, text: str, *, now: float) -> Step:
-        """R fails its task locally (E is silent, the deadline passed, or E lost the task)."""
-        step = Step()
-        rec = self.tasks.get(key)
-        if rec is None or rec.role is not Role.REQUESTER or rec.is_final:
-            return step
-        self._give_up(rec, code, text, now, step)
-        return step
-
     def _give_up(self, rec: TaskRecord, code: ErrorCode, text: str, now: float, step: Step) -> None:
         was = rec.state
         rec.error = TaskError(code=code.value, message=text, recoverable=True)
