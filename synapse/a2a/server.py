@@ -951,7 +951,16 @@ class A2AServer:
         return rec
 
     def _owned(self, task_id: str, principal: str) -> A2ATask:
-        view = self._find(task_id)
+        view = self.tasks.get(task_id)
+        if view is None and self._protocol is not None and self._protocol.store.durable:
+            # One lookup by key in the store, not a rebuild of every task it keeps.
+            rec = self._protocol.engine.get(TaskKey(REQUESTER_PREFIX + principal, task_id))
+            if rec is not None and rec.role is Role.EXECUTOR:
+                view = self._rebuild(rec)
+                if not view.is_terminal:
+                    self.tasks[task_id] = view  # callbacks will move it on
+        if view is None:
+            view = self._find(task_id)
         if view is None or view.principal != principal:
             raise task_not_found(task_id)
         return view
