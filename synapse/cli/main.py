@@ -33,6 +33,7 @@ from synapse.cli.settings import (
     parse_signing,
     parse_url,
 )
+from synapse.p2p.config import P2PConfig
 from synapse.p2p.durations import parse_duration
 from synapse.types import MessageType, Priority
 
@@ -465,6 +466,21 @@ class Context:
         )
 
 
+def serve_p2p_config(s: Settings) -> P2PConfig:
+    """`serve`'s engine settings: `[p2p]`, then `--retries`, then the flags (or their
+    variables) of running for months."""
+    return s.p2p_config(
+        overrides={
+            "retain": s.get("retain", "SYNAPSE_RETAIN", None, parse_duration),
+            "drain_timeout": s.get("drain_timeout", "SYNAPSE_DRAIN_TIMEOUT", None, parse_duration),
+            "rate_limit": s.get("rate_limit", "SYNAPSE_RATE_LIMIT", None, parse_positive),
+            "max_tasks_per_partner": s.get(
+                "max_tasks_per_partner", "SYNAPSE_MAX_TASKS_PER_PARTNER", None, parse_count
+            ),
+        }
+    )
+
+
 def _run_serve(ctx: Context) -> int:
     from synapse.cli.serve import ServeOptions, run_serve
 
@@ -481,18 +497,7 @@ def _run_serve(ctx: Context) -> int:
         signing="body"
         if s.get("signing", "SYNAPSE_SIGNING", "signing", parse_signing) == "body"
         else "header",
-        config=s.p2p_config(
-            overrides={
-                "retain": s.get("retain", "SYNAPSE_RETAIN", None, parse_duration),
-                "drain_timeout": s.get(
-                    "drain_timeout", "SYNAPSE_DRAIN_TIMEOUT", None, parse_duration
-                ),
-                "rate_limit": s.get("rate_limit", "SYNAPSE_RATE_LIMIT", None, parse_positive),
-                "max_tasks_per_partner": s.get(
-                    "max_tasks_per_partner", "SYNAPSE_MAX_TASKS_PER_PARTNER", None, parse_count
-                ),
-            }
-        ),
+        config=serve_p2p_config(s),
         a2a=a2a,
     )
     if not options.partners and a2a is None:
