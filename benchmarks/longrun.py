@@ -388,7 +388,13 @@ def run(tasks: int = 100_000, block: int = 10_000, *, restart_tasks: int = 100_0
         for name, store, retain, replay in plans:
             runs[name] = asyncio.run(_run_tasks(store, tasks, block, retain=retain, replay=replay))
     restart = asyncio.run(_restart(restart_tasks, 100))
+    return build_section({"runs": runs, "restart": restart}, tasks)
 
+
+def build_section(raw: dict[str, Any], tasks: int) -> Section:
+    """The tables and figures of a run (`raw`: what `run` measured, as saved by `--json`)."""
+    runs: dict[str, list[dict[str, Any]]] = raw["runs"]
+    restart: dict[str, Any] = raw["restart"]
     section = Section(
         "longrun",
         f"Running for months: {tasks:,} echo tasks per store",
@@ -469,7 +475,7 @@ def run(tasks: int = 100_000, block: int = 10_000, *, restart_tasks: int = 100_0
     section.tables.append(restart_table)
     section.figures["longrun.restart.recovery_s"] = restart["recovery_s"] + 1e-9
     section.figures["longrun.restart.answered_s"] = restart["answered_s"] + 1e-9
-    section.raw = {"runs": runs, "restart": restart}  # type: ignore[attr-defined]
+    section.raw = raw  # type: ignore[attr-defined]
     return section
 
 
@@ -506,6 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--restart-tasks", type=int, default=100_000)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--plot", type=Path)
+    parser.add_argument("--markdown", type=Path, help="write the tables as Markdown")
+    parser.add_argument("--from-json", type=Path, help="render a saved --json run")
     # The executor process:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--store", default="memory", help=argparse.SUPPRESS)
@@ -519,8 +527,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.quick:
         args.tasks, args.block, args.restart_tasks = 400, 100, 2000
-    section = run(args.tasks, args.block, restart_tasks=args.restart_tasks)
+    if args.from_json:
+        raw = json.loads(args.from_json.read_text())
+        section = build_section(raw, raw["runs"]["sqlite"][-1]["tasks"])
+    else:
+        section = run(args.tasks, args.block, restart_tasks=args.restart_tasks)
     print(section.text())
+    if args.markdown:
+        args.markdown.write_text("\n\n".join(t.markdown() for t in section.tables) + "\n")
     if args.json:
         args.json.write_text(json.dumps(section.raw, indent=1))  # type: ignore[attr-defined]
     if args.plot:
