@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import ROOT, Section, Table, free_port, quiet_logging
+from benchmarks._common import ROOT, Section, Table, free_port, quiet_logging, quiet_structlog
 
 SECRET = "bench-secret"
 E_ID, R_ID = "bench-e", "bench-r"
@@ -377,7 +377,11 @@ def _per_task(rows: list[dict[str, Any]]) -> float:
 
 
 def run(tasks: int = 100_000, block: int = 10_000, *, restart_tasks: int = 100_000) -> Section:
-    quiet_logging()
+    with quiet_structlog():  # maybe in a test process: its logging comes back afterwards
+        return _run(tasks, block, restart_tasks)
+
+
+def _run(tasks: int, block: int, restart_tasks: int) -> Section:
     runs: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         plans = [
