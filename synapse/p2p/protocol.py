@@ -855,4 +855,4 @@ def _code(code: str) -> ErrorCode:
         return ErrorCode.INVALID_PARAMS
 
 
-__all__ = ["MessageEvent", "Outcome", "P2PProtocol", "TaskHandle", "Validation"]
+__all__ = ["MessageEvent", "Outcome", "P2PProtocol", "TaskAbandoned", "TaskHandle", "Validation"]
