@@ -472,6 +472,26 @@ class SqliteStore:
         # Shielded: a cancelled caller must not mark the batch done while the thread writes.
         await asyncio.shield(batch)
 
+    async def probe_write(self) -> None:
+        """Raise if a write transaction cannot start now (readiness checks: `/readyz`).
+
+        Runs in the writer thread, after the batches before it, without waiting for a lock
+        another process holds.
+        """
+
+        def probe() -> None:
+            with self._lock:
+                conn = self._conn
+                (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
+                conn.execute("PRAGMA busy_timeout=0")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    conn.execute("ROLLBACK")
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout={int(timeout)}")
+
+        await asyncio.get_running_loop().run_in_executor(self._writer, probe)
+
     def commit_now(self) -> None:
         """Synchronous commit, for tools outside the event loop (`synapse outbox`)."""
         ops, self._pending = self._pending, []
