@@ -267,6 +267,9 @@ def purge_batch(conn: sqlite3.Connection, finished_before: float, now: float, li
     conn.execute("COMMIT")
     if removed:
         conn.execute("PRAGMA incremental_vacuum")
+        # Copy the log into the file and empty it: with a short retention the WAL would
+        # otherwise stay at its high-water mark (readers keep a checkpoint from resetting it).
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return removed
 
 
