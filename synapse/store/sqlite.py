@@ -81,6 +81,8 @@ CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (updated_at)
     WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
 CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated_at, requester, task_id);
 CREATE INDEX IF NOT EXISTS tasks_by_requester ON tasks (requester, updated_at, task_id);
+CREATE INDEX IF NOT EXISTS tasks_finished_by_role ON tasks (role, state)
+    WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
 CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS NOT NULL;
 """
@@ -323,6 +325,13 @@ class SqliteStore:
             TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
             for req, tid, role, state, at in rows
         ]
+
+    def count_finished(self) -> dict[tuple[str, TaskState], int]:
+        rows = self._reader.execute(
+            f"SELECT role, state, count(*) FROM tasks INDEXED BY tasks_finished_by_role "
+            f"WHERE state IN {_FINAL} GROUP BY role, state"
+        ).fetchall()
+        return {(role, TaskState(state)): int(n) for role, state, n in rows}
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
         clauses, params = _where(where)

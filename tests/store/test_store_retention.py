@@ -234,3 +234,21 @@ def test_bad_durations(text: str) -> None:
 def test_purge_interval_follows_the_retention() -> None:
     assert purge_interval(5) == 1.0 and purge_interval(100) == 20.0
     assert purge_interval(7 * 86400) == 60.0
+
+
+async def test_finished_tasks_are_counted_by_role_and_state_from_an_index(tmp_path: Path) -> None:
+    sqlite, memory = SqliteStore(tmp_path / "e.sqlite"), MemoryStore()
+    for store in (sqlite, memory):
+        for n in range(6):
+            state = (S.COMPLETED, S.FAILED, S.EXECUTING)[n % 3]
+            store.put_task(*record(n, state, T0))
+    await sqlite.commit()
+    expected = {("executor", S.COMPLETED): 2, ("executor", S.FAILED): 2}
+    assert sqlite.count_finished() == expected == memory.count_finished()
+    plan = sqlite._reader.execute(
+        "EXPLAIN QUERY PLAN SELECT role, state, count(*) FROM tasks INDEXED BY "
+        "tasks_finished_by_role WHERE state IN ('completed', 'failed', 'cancelled', "
+        "'rejected') GROUP BY role, state"
+    ).fetchall()
+    assert "COVERING INDEX" in str(plan)  # no table rows read, however many are kept
+    await sqlite.close()
