@@ -172,28 +172,19 @@ def read_snapshot(conn: sqlite3.Connection, *, finished: bool = False) -> Snapsh
     names one (`read_task`), so a restart reads only the work in flight.
     """
     snapshot = Snapshot()
-    history: dict[TaskKey, list[Transition]] = {}
     where = "" if finished else f"WHERE k.state NOT IN {_FINAL}"
-    for row in conn.execute(
-        "SELECT t.requester, t.task_id, t.role, t.from_state, t.to_state, t.event, "
-        f"t.message_id, t.at FROM tasks k JOIN transitions t ON t.requester = k.requester "
-        f"AND t.task_id = k.task_id {where} ORDER BY t.id"
-    ):
-        key = TaskKey(row[0], row[1])
-        history.setdefault(key, []).append(
-            Transition(
-                key,
-                Role(row[2]),
-                TaskState(row[3]),
-                TaskState(row[4]),
-                Event(row[5]),
-                row[6],
-                row[7],
-            )
-        )
-    for (blob,) in conn.execute(f"SELECT record FROM tasks k {where}"):
+    # The live tasks through their partial index, then each one's history through
+    # `transitions_task`: never a scan of the history of every task kept.
+    for (blob,) in conn.execute(f"SELECT record FROM tasks k {where}").fetchall():
         record = _record_decoder.decode(blob)
-        record.history = history.get(record.key, [])
+        record.history = [
+            _transition(row)
+            for row in conn.execute(
+                "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
+                "FROM transitions WHERE requester = ? AND task_id = ? ORDER BY id",
+                (record.key.requester, record.key.task_id),
+            ).fetchall()
+        ]
         snapshot.tasks.append(record)
     for row in conn.execute(
         f"SELECT {_OUTBOX_COLUMNS}, dead_reason, dead_at FROM outbox ORDER BY seq"
