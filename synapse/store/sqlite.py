@@ -98,15 +98,16 @@ _record_decoder = msgspec.json.Decoder(TaskRecord)
 def connect(path: str | Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
     """Open (and create or check) a store database."""
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA busy_timeout=5000")
     # Pages freed by the retention purge go back to the file system (`purge` runs an
-    # incremental vacuum). A new file takes the mode at once; an older one needs one VACUUM.
+    # incremental vacuum). A new file takes the mode if it is set before anything writes
+    # the file (the WAL switch below does); an older file needs one VACUUM, once.
     if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
             conn.execute("VACUUM")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
     conn.executescript(_SCHEMA)
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()

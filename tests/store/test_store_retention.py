@@ -131,6 +131,17 @@ async def test_with_a_short_retention_the_file_stops_growing(tmp_path: Path) -> 
     assert path.stat().st_size <= 1.3 * warm
 
 
+async def test_a_new_file_uses_incremental_vacuum_from_the_start(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = SqliteStore(tmp_path / "new.sqlite")
+    await store.close()
+    conn = sqlite3.connect(tmp_path / "new.sqlite")  # another process, say: no VACUUM needed
+    assert conn.execute("PRAGMA auto_vacuum").fetchone() == (2,)
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    conn.close()
+
+
 async def test_an_old_file_is_converted_to_incremental_vacuum(tmp_path: Path) -> None:
     import sqlite3
 
