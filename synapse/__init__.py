@@ -42,14 +42,12 @@ _EXPORTS = {
     "RemoteProtocolError": "synapse.types.errors",
     "LocalProtocolError": "synapse.types.errors",
     "DeliveryError": "synapse.types.errors",
-    "TaskAbandoned": "synapse.p2p.protocol",
 }
 
 if TYPE_CHECKING:
     from synapse.p2p.config import P2PConfig
     from synapse.p2p.engine import Validation
     from synapse.p2p.handler import ExecutionContext, ResumableHandler, TaskHandler
-    from synapse.p2p.protocol import TaskAbandoned
     from synapse.transport.partners import Partner
     from synapse.transport.peer import Peer
     from synapse.types import HumanContext, HumanOption, MissingField, Reason, TaskResult
@@ -84,7 +82,6 @@ __all__ = [
     "Reason",
     "RemoteProtocolError",
     "ResumableHandler",
-    "TaskAbandoned",
     "TaskHandler",
     "TaskResult",
     "Validation",
