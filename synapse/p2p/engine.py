@@ -701,7 +701,9 @@ class Engine:
             created_at=now,
             updated_at=now,
         )
-        verdict = self._judge(spec, now, key.requester)
+        verdict = self._judge(spec, now)
+        if not isinstance(verdict, TaskRejectPayload):
+            verdict = self._share_refusal(spec, key.requester) or verdict
         self._track(rec, now)
         if isinstance(verdict, TaskRejectPayload):
             rec.reject = verdict
@@ -724,8 +726,22 @@ class Engine:
         rec.decision = self._reply(_DECISIONS[type(verdict)], verdict, message, now)
         step.reply = rec.decision
 
+    def _share_refusal(self, spec: TaskSpec, partner: str) -> TaskRejectPayload | None:
+        """`rate_limited` if `partner` holds its whole share of the capacity already."""
+        share = self.config.max_tasks_per_partner
+        if share is None or self._executing_for.get(partner, 0) < share:
+            return None
+        retry = self.config.capacity_retry_after
+        return TaskRejectPayload(
+            task_id=spec.id,
+            reason=Reason(
+                code=ErrorCode.RATE_LIMITED.value, message=f"at max tasks per partner ({share})"
+            ),
+            alternatives=Alternatives(retry_after=retry) if retry else None,
+        )
+
     def _judge(
-        self, spec: TaskSpec, now: float, partner: str = ""
+        self, spec: TaskSpec, now: float
     ) -> TaskConfirmPayload | TaskRejectPayload | TaskNeedInfoPayload:
         """Decide the synchronous answer to a new task (specs/protocol.md, 'Transport' and
         'Error codes')."""
@@ -747,13 +763,6 @@ class Engine:
             return reject(
                 ErrorCode.RATE_LIMITED,
                 "at max concurrent tasks",
-                self.config.capacity_retry_after,
-            )
-        share = self.config.max_tasks_per_partner
-        if share is not None and self._executing_for.get(partner, 0) >= share:
-            return reject(
-                ErrorCode.RATE_LIMITED,
-                f"at max tasks per partner ({share})",
                 self.config.capacity_retry_after,
             )
         try:

@@ -101,6 +101,7 @@ class Peer:
         self._protocol: P2PProtocol | None = None
         self._server: SynapseServer | None = None
         self._recovering = False
+        self._ready_after_recovery = True
         #: Called with the aiohttp app before it serves (`start()` or `attach()`): mount
         #: extra routes here (the A2A binding does).
         self.app_hooks: list[Callable[[web.Application], None]] = []
@@ -157,7 +158,9 @@ class Peer:
         )
         for server_hook in self.server_hooks:
             server_hook(self._server)
-        # Until the store is loaded (`start`), every request is answered 503 agent_not_ready.
+        # Until the store is loaded (`start`), every request is answered 503 agent_not_ready;
+        # then readiness is what it was (a protocol hook, the router's, may hold it back).
+        self._ready_after_recovery = self._protocol.engine.ready
         self._protocol.engine.ready = False
         self._recovering = True
 
@@ -203,7 +206,7 @@ class Peer:
         if self._recovering:
             self.protocol.restore(snapshot)
             self._recovering = False
-            self.protocol.engine.ready = True
+            self.protocol.engine.ready = self._ready_after_recovery
         await self.protocol.start()
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
