@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import structlog
 
 from synapse.a2a import wire
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.logs import get_logger
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.client import RETRYABLE_STATUSES, TRACE_CONFIGS, parse_retry_after
 from synapse.transport.retry import RetriesExhausted, Transient, retrying
@@ -47,9 +47,9 @@ from synapse.types import (
 from synapse.types.signing import SIGNATURE_HEADER, Secret, header_signature
 
 if TYPE_CHECKING:
-    from synapse.a2a.server import A2AServer
+    from synapse.a2a.service import A2AService
 
-log = structlog.get_logger("synapse.a2a.push")
+log = get_logger("synapse.a2a.push")
 
 #: Agent-id prefix of the virtual partners that stand for push configurations.
 PUSH_PREFIX = "a2a-push:"
@@ -113,7 +113,7 @@ class PushSender:
 
     def __init__(
         self,
-        server: A2AServer,
+        server: A2AService,
         config: P2PConfig,
         *,
         secret: Secret | None = None,

@@ -123,6 +123,32 @@ def parse_a2a_token(text: str) -> tuple[str, str]:
     return token, name
 
 
+#: What `--a2a-bindings` / `--a2a-binding` accept for each A2A protocol binding.
+A2A_BINDING_NAMES = {
+    "jsonrpc": "JSONRPC",
+    "json-rpc": "JSONRPC",
+    "http+json": "HTTP+JSON",
+    "rest": "HTTP+JSON",
+    "grpc": "GRPC",
+}
+
+
+def parse_a2a_binding(text: str) -> str:
+    """`JSONRPC`, `HTTP+JSON` (or `REST`), `GRPC`, in any case."""
+    found = A2A_BINDING_NAMES.get(text.strip().lower())
+    if found is None:
+        raise ValueError(f"not an A2A binding (JSONRPC, HTTP+JSON or REST, GRPC): {text!r}")
+    return found
+
+
+def parse_a2a_bindings(text: str) -> tuple[str, ...]:
+    """A comma-separated list of A2A bindings, in order (each at most once)."""
+    found = tuple(parse_a2a_binding(name) for name in text.split(",") if name.strip())
+    if not found or len(set(found)) != len(found):
+        raise ValueError(f"expected distinct A2A bindings, comma-separated: {text!r}")
+    return found
+
+
 def callback_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:
     """The URL a peer listening on `host:port` receives POSTs on."""
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
@@ -147,6 +173,7 @@ CONFIG_KEYS = frozenset(
         "listen",
         "retries",
         "log_json",
+        "log_level",
         "verbose",
         "a2a",
         "a2a_push_allow",
@@ -154,6 +181,10 @@ CONFIG_KEYS = frozenset(
         "a2a_token",
         "a2a_default_task_type",
         "a2a_public_url",
+        "a2a_bindings",
+        "a2a_grpc_port",
+        "a2a_grpc_public_address",
+        "a2a_binding",
         "console",
         "console_tokens",
         "otel",

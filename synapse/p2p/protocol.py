@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-import structlog
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import (
@@ -44,6 +43,7 @@ from synapse.p2p.handler import (
     as_result,
 )
 from synapse.p2p.listener import AuditEntry, Direction, MessageEvent, RuntimeListener
+from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import MemoryStore, OutboxItem, Snapshot, TaskStore
 from synapse.p2p.sender import CallbackSender, DeliveryError
 from synapse.p2p.states import Event
@@ -77,7 +77,7 @@ from synapse.types import (
     encode_message,
 )
 
-log = structlog.get_logger("synapse.p2p")
+log = get_logger("synapse.p2p")
 
 
 @dataclass(slots=True)
@@ -471,7 +471,7 @@ class P2PProtocol:
 
     async def _exchange(self, partner: str, message: Message) -> Message:
         sender = self._require_sender(partner)
-        log.info("message_out", message_id=message.id, type=message.message_type.value, to=partner)
+        log.debug("message_out", message_id=message.id, type=message.message_type.value, to=partner)
         self._observe("out", message, partner)
         reply = await sender.send_callback(partner, message)
         self._observe("reply_in", reply, partner)
@@ -587,16 +587,20 @@ class P2PProtocol:
         """Carry out what the engine decided. Never awaits: engine calls stay atomic."""
         for transition in step.transitions:
             self._notify("on_transition", transition)
-            log.info(
-                "transition",
-                task_id=transition.key.task_id,
-                requester=transition.key.requester,
-                role=transition.role.value,
-                from_state=transition.from_state.value,
-                to_state=transition.to_state.value,
-                trigger=transition.event.value,
-                message_id=transition.message_id,
-            )
+            # A task's outcome is what an operator follows (one info line a task); the steps
+            # before it are detail (debug), as is every message in and out.
+            lifecycle = transition.to_state.is_final
+            if lifecycle or log.isEnabledFor(logging.DEBUG):
+                (log.info if lifecycle else log.debug)(
+                    "transition",
+                    task_id=transition.key.task_id,
+                    requester=transition.key.requester,
+                    role=transition.role.value,
+                    from_state=transition.from_state.value,
+                    to_state=transition.to_state.value,
+                    trigger=transition.event.value,
+                    message_id=transition.message_id,
+                )
         if step.transitions:
             self._persist(step)
         for out in step.outgoing:
@@ -854,14 +858,15 @@ class P2PProtocol:
                 try:
                     self._observe("out", out.message, out.partner)
                     rec = self.engine.get(key)
-                    log.info(
-                        "message_out",
-                        message_id=out.message.id,
-                        type=out.message.message_type.value,
-                        to=out.partner,
-                        task_id=key.task_id,
-                        state=rec.state.value if rec is not None else None,
-                    )
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug(
+                            "message_out",
+                            message_id=out.message.id,
+                            type=out.message.message_type.value,
+                            to=out.partner,
+                            task_id=key.task_id,
+                            state=rec.state.value if rec is not None else None,
+                        )
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
                     self._notify("on_delivery_failed", out.message, out.partner, exc)
@@ -886,15 +891,16 @@ class P2PProtocol:
                 self._observe("reply_in", reply, out.partner)
                 before = rec.state.value if rec is not None else None
                 self.apply(self.engine.on_reply(out.message, reply, self.clock()))
-                log.info(
-                    "reply_in",
-                    message_id=reply.id,
-                    reply_to=out.message.id,
-                    type=reply.message_type.value,
-                    task_id=key.task_id,
-                    from_state=before,
-                    to_state=rec.state.value if rec is not None else None,
-                )
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug(
+                        "reply_in",
+                        message_id=reply.id,
+                        reply_to=out.message.id,
+                        type=reply.message_type.value,
+                        task_id=key.task_id,
+                        from_state=before,
+                        to_state=rec.state.value if rec is not None else None,
+                    )
         finally:
             self._workers.pop(key, None)
             if not queue:

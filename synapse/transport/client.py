@@ -28,9 +28,9 @@ from typing import Any, Literal
 
 import aiohttp
 import msgspec
-import structlog
 
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.logs import get_logger
 from synapse.transport.partners import Partner
 from synapse.transport.retry import RetriesExhausted, Transient, retrying
 from synapse.types.codec import decode_typed, encode_message, refreshed, utc_now
@@ -46,7 +46,7 @@ from synapse.types.signing import (
     verify_header_signature,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Where the signature of a request goes (specs/protocol.md, 'Signatures').
 SenderMode = Literal["header", "body"]
@@ -113,6 +113,8 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
 
 
 async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    if response.content_length is not None and response.content_length <= limit:
+        return await response.read()  # the usual reply: its declared length, in one read
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_chunked(64 * 1024):
@@ -333,19 +335,19 @@ class HttpClient:
                 retry_after = response.headers.get("Retry-After")
                 signature = response.headers.get(SIGNATURE_HEADER)
         except DeliveryError as exc:
-            log.info("post_attempt", **fields, status=exc.status, error=str(exc))
+            log.debug("post_attempt", **fields, status=exc.status, error=str(exc))
             exc.attempts = attempt
             raise
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            log.info("post_attempt", **fields, status=None, error=error)
+            log.debug("post_attempt", **fields, status=None, error=error)
             raise Transient(error) from exc
         except aiohttp.ClientError as exc:
-            log.info("post_attempt", **fields, status=None, error=repr(exc))
+            log.debug("post_attempt", **fields, status=None, error=repr(exc))
             raise DeliveryError(
                 f"cannot POST to {partner.endpoint}: {exc!r}", retryable=False, attempts=attempt
             ) from exc
-        log.info("post_attempt", **fields, status=status)
+        log.debug("post_attempt", **fields, status=status)
         if status in RETRYABLE_STATUSES:
             try:
                 last: Reply | None = judge_reply(

@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-import structlog
 from aiohttp import web
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupStore
 from synapse.p2p.handler import TaskHandler
+from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import MemoryStore, TaskStore
 from synapse.p2p.protocol import P2PProtocol, TaskHandle
 from synapse.transport.client import HttpClient, SenderMode
@@ -37,7 +37,7 @@ from synapse.types import (
 )
 from synapse.types.signing import Secret
 
-log = structlog.get_logger("synapse.peer")
+log = get_logger("synapse.peer")
 
 
 class HttpSender:

@@ -17,16 +17,17 @@ exists, party to it, final, allowed in its state, capacity).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-import structlog
 from aiohttp import web
 
 from synapse.p2p.aio import MemoryDedupStore
 from synapse.p2p.dedup import DedupOutcome, DedupStore, StoredReply, is_storable
 from synapse.p2p.engine import TaskRecord
+from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import P2PProtocol
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
@@ -37,7 +38,7 @@ from synapse.types import (
     decode_typed,
 )
 
-log = structlog.get_logger("synapse.transport")
+log = get_logger("synapse.transport")
 
 DEFAULT_PATH = "/synapse/callback"
 #: What an unexpected failure inside is answered with: never a bare 500; the sender retries.
@@ -187,6 +188,9 @@ class SynapseServer:
                 f"Content-Type must be application/json, not {request.content_type!r}",
                 {"reason": "content_type"},
             )
+        if request.content_length is not None:
+            # Declared within the limit (checked above): aiohttp reads exactly that much.
+            return await request.read()
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.content.iter_chunked(65536):
@@ -290,13 +294,14 @@ class SynapseServer:
         started = time.perf_counter()
         engine = self.protocol.engine
         key = before = None
+        debug = log.isEnabledFor(logging.DEBUG)
         try:
             message = decode_typed(inbound.body)
             key = engine.incoming_key(message)
-            before = _state(engine.get(key)) if key is not None else None
+            before = _state(engine.get(key)) if key is not None and debug else None
             reply: Message = await self.protocol.handle_message(message, commit=False)
         except SynapseError as error:
-            log.info(
+            log.debug(
                 "message_in",
                 message_id=head.id,
                 type=head.type.value,
@@ -310,19 +315,20 @@ class SynapseServer:
             )
             return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
         body, headers = encode_reply(reply, inbound.partner)
-        log.info(
-            "message_in",
-            message_id=head.id,
-            type=head.type.value,
-            sender=head.from_.agent_id,
-            task_id=key.task_id if key is not None else None,
-            from_state=before,
-            to_state=_state(engine.get(key)) if key is not None else None,
-            reply=reply.message_type.value,
-            status=200,
-            signed_by=inbound.signed_by,
-            ms=round((time.perf_counter() - started) * 1000, 3),
-        )
+        if debug:
+            log.debug(
+                "message_in",
+                message_id=head.id,
+                type=head.type.value,
+                sender=head.from_.agent_id,
+                task_id=key.task_id if key is not None else None,
+                from_state=before,
+                to_state=_state(engine.get(key)) if key is not None else None,
+                reply=reply.message_type.value,
+                status=200,
+                signed_by=inbound.signed_by,
+                ms=round((time.perf_counter() - started) * 1000, 3),
+            )
         return StoredReply.of(200, body, headers)
 
     def _rate_wait(self, partner: str) -> float:

@@ -1,5 +1,5 @@
 """A pool partner reached over A2A that is a Synapse peer speaking A2A (`enable_a2a`): its
-INPUT_REQUIRED questions carry `missing_fields` and `synapse_needs`, which the router turns
+INPUT_REQUIRED questions carry `missing_fields` and `synapseNeeds`, which the router turns
 back into `task_need_info` and `task_need_human` for the client."""
 
 from __future__ import annotations
