@@ -13,6 +13,7 @@ shared with `send --a2a` (`send_a2a.py`); this module feeds it a Synapse task's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Awaitable
 from typing import Any, TextIO
@@ -27,10 +28,11 @@ from synapse.cli.conversation import (
     render_output,
     reported,
 )
-from synapse.cli.errors import CliError
+from synapse.cli.errors import CliError, Exit
 from synapse.cli.terminal import LineReader, TerminalConsole
+from synapse.p2p.durations import format_duration
 from synapse.p2p.engine import TaskEvent
-from synapse.p2p.protocol import Outcome, TaskHandle
+from synapse.p2p.protocol import Outcome, TaskAbandoned, TaskHandle
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.peer import HttpSender, Peer
 from synapse.types import (
@@ -90,7 +92,14 @@ class Follower(Conversation[TaskHandle]):
         self._sent_note = ""
 
     def ended_future(self) -> Awaitable[Any] | None:
-        return self.handle.result() if self.handle is not None else None
+        return self._ended(self.handle) if self.handle is not None else None
+
+    @staticmethod
+    async def _ended(handle: TaskHandle) -> Outcome:
+        try:
+            return await handle.result()
+        except TaskAbandoned as exc:  # the end too: `run` reports it
+            return exc.outcome
 
     def is_final(self) -> bool:
         return self.handle is not None and self.handle.state.is_final
@@ -118,8 +127,32 @@ class Follower(Conversation[TaskHandle]):
             if watch.failed.done() and not handle.state.is_final:
                 raise exchange_error(watch.failed.result(), self.setup)
 
-        await self.follow(handle.events(), self.on_event, wake=watch.failed, check=check)
-        return self.finish(await handle.result())
+        following = self.follow(handle.events(), self.on_event, wake=watch.failed, check=check)
+        if opts.timeout is None:
+            await following
+        else:
+            try:
+                await asyncio.wait_for(following, opts.timeout)
+            except TimeoutError:
+                await self.gave_up_waiting(handle, opts.timeout)
+        try:
+            return self.finish(await handle.result())
+        except TaskAbandoned as exc:  # we gave up on a silent executor, or it lost the task
+            return self.finish(exc.outcome)
+
+    async def gave_up_waiting(self, handle: TaskHandle, timeout: float) -> None:
+        """`--timeout` passed: cancel the task, wait a moment for the answer, say so."""
+        waited = format_duration(timeout)
+        await self.cancel(f"no outcome within {waited} (--timeout)")
+        with contextlib.suppress(TimeoutError, TaskAbandoned):
+            await handle.result(min(CANCEL_WAIT, 5.0))
+        self.console.close()
+        state = handle.state.value
+        raise CliError(
+            f"timed out after {waited} waiting for task {handle.task_id}: cancel sent "
+            f"(now {state})",
+            Exit.TASK_UNSUCCESSFUL,
+        )
 
     async def on_event(self, event: TaskEvent) -> bool:
         message = event.message

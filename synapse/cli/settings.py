@@ -51,6 +51,7 @@ from synapse.cli.typed_settings import (
     typed_dataclass,
 )
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.durations import parse_duration
 from synapse.transport.guard import HttpLimits
 from synapse.transport.partners import Partner, normalize_url
 from synapse.transport.server import DEFAULT_PATH
@@ -501,12 +502,21 @@ class Settings:
 
     # --- the engine's settings ---------------------------------------------------------------
 
-    def p2p_config(self, **base: Any) -> P2PConfig:
-        """`P2PConfig` from `base`, then the file's `[p2p]` table, then `--retries`."""
-        file_p2p = self.config.p2p
+    def p2p_config(self, overrides: Mapping[str, Any] | None = None, **base: Any) -> P2PConfig:
+        """`P2PConfig` from `base`, then the file's `[p2p]` table (each value's type checked),
+        then `--retries` and the `overrides` (flags and environment); a duration may be
+        written `30s`, `15m`, `7d`."""
+        file_p2p = dict(self.config.p2p)
+        for name in DURATION_SETTINGS & file_p2p.keys():
+            if isinstance(file_p2p[name], str):
+                try:
+                    file_p2p[name] = parse_duration(file_p2p[name])
+                except ValueError as exc:
+                    raise CliError(f"config file {self.config.path}: [p2p] {name}: {exc}") from exc
         checked = typed_dataclass(file_p2p, P2PConfig, file=self.config.path, table="p2p")
         values = dict(base)
         values.update({name: getattr(checked, name) for name in file_p2p})
+        values.update({k: v for k, v in (overrides or {}).items() if v is not None})
         retries = self.get("retries", "SYNAPSE_RETRIES", "retries", parse_count)
         if retries is not None:
             values["max_retries"] = retries
@@ -528,6 +538,32 @@ _TOML_NAMES: dict[type, str] = {
     list: "an array",
     dict: "a table",
 }
+
+
+#: `P2PConfig` fields the `[p2p]` table may also write as a duration string (`"7d"`).
+DURATION_SETTINGS = frozenset(
+    {
+        "retain",
+        "drain_timeout",
+        "outbox_grace",
+        "input_timeout",
+        "task_timeout",
+        "heartbeat_interval",
+        "dead_letter_after",
+        "request_timeout",
+    }
+)
+
+
+def parse_positive(text: str) -> float:
+    """A positive number (a rate, say)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"must be a positive number: {text!r}")
+    return value
 
 
 def _split_list(text: str) -> list[str]:

@@ -52,6 +52,7 @@ from synapse.p2p.persistence import (
     TaskStore,
 )
 from synapse.p2p.sender import CallbackSender, DeliveryError
+from synapse.p2p.states import Event
 from synapse.p2p.stream import EventStream
 from synapse.types import (
     CapabilityResponse,
@@ -116,6 +117,20 @@ class Outcome:
         return cls(rec.state, rec.result, rec.error, rec.reject, rec.refusal)
 
 
+class TaskAbandoned(Exception):
+    """The requester gave up on a task by itself: its executor fell silent past
+    `task_timeout` plus the heartbeat-loss time, the deadline passed, or the executor
+    answered `task_not_found`. `outcome` is the local failure (`state` failed)."""
+
+    def __init__(self, task_id: str, partner: str, outcome: Outcome) -> None:
+        error = outcome.error
+        why = f"{error.code}: {error.message}" if error is not None else "gave up"
+        super().__init__(f"task {task_id} at {partner} given up: {why}")
+        self.task_id = task_id
+        self.partner = partner
+        self.outcome = outcome
+
+
 class TaskHandle(EventStream[TaskEvent, "Outcome"]):
     """A task we requested: await it, iterate its events, answer it, cancel it."""
 
@@ -124,6 +139,8 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         self._runtime = runtime
         self.key = key
         self.partner = partner
+        #: Kept once final: the engine lets go of finished tasks (the store keeps them).
+        self._final: TaskRecord | None = None
 
     @property
     def task_id(self) -> str:
@@ -131,8 +148,11 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
 
     @property
     def record(self) -> TaskRecord:
+        if self._final is not None:
+            return self._final
         rec = self._runtime.engine.get(self.key)
-        assert rec is not None
+        if rec is None:
+            raise LocalProtocolError(f"task {self.key} is no longer kept (past its retention)")
         return rec
 
     @property
@@ -143,7 +163,25 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         return event.state.is_final
 
     def _settle(self) -> None:
-        self._settle_with(Outcome.of(self.record))
+        rec = self._final = self.record
+        outcome = Outcome.of(rec)
+        if rec.history and rec.history[-1].event is Event.GIVE_UP:
+            self._fail_with(TaskAbandoned(rec.task_id, rec.partner, outcome))
+            # Retrieved by whoever awaits the handle; nobody may, and that is no error.
+            self._done.exception()
+        else:
+            self._settle_with(outcome)
+
+    async def result(self, timeout: float | None = None) -> Outcome:
+        """Wait for the outcome (at most `timeout` seconds: then `TimeoutError`, saying what
+        was waited for). Raises `TaskAbandoned` if the requester gave up on the task."""
+        try:
+            return await super().result(timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"no outcome of task {self.task_id} from {self.partner} within {timeout:g} s "
+                f"(still {self.state.value})"
+            ) from None
 
     async def provide_info(
         self, fields: Mapping[str, Any], notes: str | None = None, *, provided_by: str = ""
@@ -230,6 +268,15 @@ class P2PProtocol:
         self.config = config or P2PConfig()
         self.store: TaskStore = store or MemoryStore()
         self.engine = Engine(agent_id=agent_id, endpoint=endpoint, config=self.config)
+        # Finished tasks leave memory (see `_evict`); the engine finds them in the store.
+        self.engine.finished_lookup = self.store.get_task
+        if isinstance(self.store, MemoryStore):
+            self.store.max_finished = self.config.max_finished_in_memory
+        #: Final tasks not yet evicted → the commit after which their record is durable.
+        self._finals: dict[TaskKey, int] = {}
+        self._commits_started = 0
+        self._commits_done = 0
+        self._purge_task: asyncio.Task[None] | None = None
         self.clock = clock
         self._handler: TaskHandler | None = None
         self._sender = sender
@@ -326,16 +373,34 @@ class P2PProtocol:
         await self._commit()
 
     async def _commit(self, *, discard_after: int | None = None) -> None:
+        self._commits_started += 1
+        number = self._commits_started
         if not self.listeners:
             await self._store_commit(discard_after)
+        else:
+            started = time.perf_counter()
+            try:
+                await self._store_commit(discard_after)
+            except Exception as exc:
+                self._notify("on_commit", time.perf_counter() - started, exc)
+                raise
+            self._notify("on_commit", time.perf_counter() - started, None)
+        self._commits_done = max(self._commits_done, number)
+        if self._finals:
+            for key in [k for k, n in self._finals.items() if n <= self._commits_done]:
+                self._evict(key)
+
+    def _evict(self, key: TaskKey) -> None:
+        """Let a final task go from memory once its record is durable and nothing about it
+        is left to deliver (its last callback was answered); the store keeps it."""
+        number = self._finals.get(key)
+        if number is None or number > self._commits_done or key in self._queues:
             return
-        started = time.perf_counter()
-        try:
-            await self._store_commit(discard_after)
-        except Exception as exc:
-            self._notify("on_commit", time.perf_counter() - started, exc)
-            raise
-        self._notify("on_commit", time.perf_counter() - started, None)
+        del self._finals[key]
+        self.engine.forget(key)
+        handle = self._handles.pop(key, None)
+        if handle is not None and not handle.settled:
+            handle._settle()
 
     async def _store_commit(self, discard_after: int | None) -> None:
         # A store written before `discard_after` existed takes no argument.
@@ -378,9 +443,19 @@ class P2PProtocol:
         `missed_heartbeat_limit` heartbeats (until it answers again)."""
         return self.engine.partner_status()
 
-    def list_tasks(self) -> dict[str, TaskState]:
-        """Every task, keyed `requester/task_id`."""
-        return {str(key): rec.state for key, rec in self.engine.tasks.items()}
+    def list_tasks(self, page_size: int = 1000) -> dict[str, TaskState]:
+        """Every task kept, keyed `requester/task_id`: those in flight, and the finished ones
+        the store keeps (read page by page, see `TaskStore.list_tasks`)."""
+        found: dict[str, TaskState] = {}
+        cursor = None
+        while True:
+            rows = self.store.list_tasks(limit=page_size, before=cursor)
+            found.update((str(row.key), row.state) for row in rows)
+            if len(rows) < page_size:
+                break
+            cursor = rows[-1].cursor
+        found.update((str(key), rec.state) for key, rec in self.engine.tasks.items())
+        return found
 
     # --- requester API ----------------------------------------------------------------------
 
@@ -482,6 +557,10 @@ class P2PProtocol:
     async def start(self) -> None:
         if self._timer_task is None:
             self._timer_task = asyncio.create_task(self._timer_loop(), name="synapse-timers")
+        if self._purge_task is None:
+            from synapse.p2p.retention import purge_loop
+
+            self._purge_task = asyncio.create_task(purge_loop(self), name="synapse-purge")
 
     async def drain(self, timeout: float) -> bool:
         """Refuse new tasks, then wait up to `timeout` for queued messages to be delivered."""
@@ -493,11 +572,34 @@ class P2PProtocol:
             )
         return not self._workers
 
+    async def shutdown(
+        self,
+        drain_timeout: float | None = None,
+        outbox_grace: float | None = None,
+        *,
+        now: asyncio.Event | None = None,
+    ) -> bool:
+        """Stop gracefully (SIGTERM): see `synapse.p2p.shutdown.graceful_shutdown`.
+
+        Returns False if `now` was set (a second signal) and the drain was cut short.
+        """
+        from synapse.p2p.shutdown import graceful_shutdown
+
+        return await graceful_shutdown(
+            self,
+            self.config.drain_timeout if drain_timeout is None else drain_timeout,
+            self.config.outbox_grace if outbox_grace is None else outbox_grace,
+            now,
+        )
+
     async def close(self) -> None:
         self._closed = True
         tasks = [*self._running.values(), *self._workers.values(), *self._background]
         if self._timer_task is not None:
             tasks.append(self._timer_task)
+        if self._purge_task is not None:
+            tasks.append(self._purge_task)
+            self._purge_task = None
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -566,6 +668,8 @@ class P2PProtocol:
             self._act(action)
         for transition in step.transitions:
             if transition.to_state.is_final:
+                # Durable with the next commit to start (its put_task is buffered now).
+                self._finals[transition.key] = self._commits_started + 1
                 handle = self._handles.get(transition.key)
                 if handle is not None:
                     handle._settle()
@@ -582,6 +686,8 @@ class P2PProtocol:
 
     def _act(self, action: Any) -> None:
         if isinstance(action, TaskEvent):
+            if action.kind == "gave_up":
+                self._abandon_request(action.key)
             handle = self._handles.get(action.key)
             if handle is not None:
                 handle._push(action)
@@ -767,6 +873,18 @@ class P2PProtocol:
         if key not in self._workers and not self._closed:
             self._workers[key] = asyncio.create_task(self._deliver(key))
 
+    def _abandon_request(self, key: TaskKey) -> None:
+        """R gave up on a task E never answered: stop trying to deliver its request."""
+        rec = self.engine.get(key)
+        if rec is None or not rec.history or rec.history[-1].from_state is not TaskState.PENDING:
+            return
+        queue = self._queues.get(key)
+        worker = self._workers.get(key)
+        while queue:
+            self.store.remove_outbox(queue.pop().item.message_id)
+        if worker is not None and worker is not asyncio.current_task():
+            worker.cancel()
+
     def _drop_queued(self, key: TaskKey) -> None:
         queue = self._queues.get(key)
         if not queue:
@@ -851,6 +969,8 @@ class P2PProtocol:
             self._workers.pop(key, None)
             if not queue:
                 self._queues.pop(key, None)
+                if key in self._finals:
+                    self._evict(key)
 
     async def _commit_patiently(self) -> None:
         """Commit, waiting out a store that cannot write (it logs the failure episode once);
@@ -960,4 +1080,12 @@ def _code(code: str) -> ErrorCode:
         return ErrorCode.INVALID_PARAMS
 
 
-__all__ = ["Direction", "MessageEvent", "Outcome", "P2PProtocol", "TaskHandle", "Validation"]
+__all__ = [
+    "Direction",
+    "MessageEvent",
+    "Outcome",
+    "P2PProtocol",
+    "TaskAbandoned",
+    "TaskHandle",
+    "Validation",
+]

@@ -28,6 +28,7 @@ import msgspec
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
 from synapse.p2p.logs import get_logger
+from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
 from synapse.p2p.states import Event, Role
 from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
 from synapse.types import TaskState
@@ -77,7 +78,20 @@ CREATE TABLE IF NOT EXISTS dedup (
     headers TEXT NOT NULL,
     PRIMARY KEY (sender, message_id)
 );
+CREATE INDEX IF NOT EXISTS tasks_live ON tasks (state)
+    WHERE state NOT IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (updated_at)
+    WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated_at, requester, task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_requester ON tasks (requester, updated_at, task_id);
+CREATE INDEX IF NOT EXISTS tasks_finished_by_role ON tasks (role, state)
+    WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
+CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS NOT NULL;
 """
+_FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
+#: Size of the WAL file kept after a checkpoint (it is truncated down to this).
+_JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
 
 log = get_logger("synapse.store")
 
@@ -95,9 +109,18 @@ def connect(
     before its commit fails.
     """
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout=5000")
+    # Pages freed by the retention purge go back to the file system (`purge` runs an
+    # incremental vacuum). A new file takes the mode if it is set before anything writes
+    # the file (the WAL switch below does); an older file needs one VACUUM, once.
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+            conn.execute("VACUUM")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+    conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
     conn.executescript(_SCHEMA)
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     if row is None:
@@ -123,28 +146,58 @@ def _item(row: Sequence[Any]) -> OutboxItem:
 _OUTBOX_COLUMNS = "seq, message_id, partner, requester, task_id, body, created_at"
 
 
-def read_snapshot(conn: sqlite3.Connection) -> Snapshot:
+def _transition(row: Sequence[Any]) -> Transition:
+    return Transition(
+        TaskKey(row[0], row[1]),
+        Role(row[2]),
+        TaskState(row[3]),
+        TaskState(row[4]),
+        Event(row[5]),
+        row[6],
+        row[7],
+    )
+
+
+def read_task(conn: sqlite3.Connection, key: TaskKey) -> TaskRecord | None:
+    """One stored task with its history (a point lookup on the primary key)."""
+    row = conn.execute(
+        "SELECT record FROM tasks WHERE requester = ? AND task_id = ?",
+        (key.requester, key.task_id),
+    ).fetchone()
+    if row is None:
+        return None
+    record = _record_decoder.decode(row[0])
+    record.history = [
+        _transition(t)
+        for t in conn.execute(
+            "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
+            "FROM transitions WHERE requester = ? AND task_id = ? ORDER BY id",
+            (key.requester, key.task_id),
+        ).fetchall()
+    ]
+    return record
+
+
+def read_snapshot(conn: sqlite3.Connection, *, finished: bool = False) -> Snapshot:
+    """The live tasks (every task with `finished`), the outbox and its dead letters.
+
+    Finished tasks stay in the file: the engine looks them up one by one when a message
+    names one (`read_task`), so a restart reads only the work in flight.
+    """
     snapshot = Snapshot()
-    history: dict[TaskKey, list[Transition]] = {}
-    for row in conn.execute(
-        "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
-        "FROM transitions ORDER BY id"
-    ):
-        key = TaskKey(row[0], row[1])
-        history.setdefault(key, []).append(
-            Transition(
-                key,
-                Role(row[2]),
-                TaskState(row[3]),
-                TaskState(row[4]),
-                Event(row[5]),
-                row[6],
-                row[7],
-            )
-        )
-    for (blob,) in conn.execute("SELECT record FROM tasks"):
+    where = "" if finished else f"WHERE k.state NOT IN {_FINAL}"
+    # The live tasks through their partial index, then each one's history through
+    # `transitions_task`: never a scan of the history of every task kept.
+    for (blob,) in conn.execute(f"SELECT record FROM tasks k {where}").fetchall():
         record = _record_decoder.decode(blob)
-        record.history = history.get(record.key, [])
+        record.history = [
+            _transition(row)
+            for row in conn.execute(
+                "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
+                "FROM transitions WHERE requester = ? AND task_id = ? ORDER BY id",
+                (record.key.requester, record.key.task_id),
+            ).fetchall()
+        ]
         snapshot.tasks.append(record)
     for row in conn.execute(
         f"SELECT {_OUTBOX_COLUMNS}, dead_reason, dead_at FROM outbox ORDER BY seq"
@@ -154,14 +207,76 @@ def read_snapshot(conn: sqlite3.Connection) -> Snapshot:
             snapshot.outbox.append(item)
         else:
             snapshot.dead_letters.append(DeadLetter(item, row[7], float(row[8])))
-    for sender, message_id, fingerprint, expires_at, status, body, headers in conn.execute(
-        "SELECT sender, message_id, fingerprint, expires_at, status, body, headers FROM dedup"
-    ):
-        reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
-        snapshot.dedup.append(
-            DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
-        )
     return snapshot
+
+
+def _dedup_entry(row: Sequence[Any]) -> DedupEntry:
+    sender, message_id, fingerprint, expires_at, status, body, headers = row
+    reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
+    return DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
+
+
+def read_dedup(conn: sqlite3.Connection, key: DedupKey) -> DedupEntry | None:
+    row = conn.execute(
+        "SELECT sender, message_id, fingerprint, expires_at, status, body, headers FROM dedup "
+        "WHERE sender = ? AND message_id = ?",
+        key,
+    ).fetchone()
+    return _dedup_entry(row) if row is not None else None
+
+
+def _where(where: TaskFilter | None) -> tuple[list[str], tuple[Any, ...]]:
+    """SQL conditions (and their parameters) for a listing filter."""
+    clauses: list[str] = []
+    params: tuple[Any, ...] = ()
+    if where is None:
+        return clauses, params
+    if where.requester is not None:
+        clauses.append("requester = ?")
+        params += (where.requester,)
+    if where.states is not None:
+        states = sorted(state.value for state in where.states)
+        clauses.append(f"state IN ({', '.join('?' * len(states))})")
+        params += tuple(states)
+    if where.updated_after is not None:
+        clauses.append("updated_at >= ?")
+        params += (where.updated_after,)
+    return clauses, params
+
+
+def purge_batch(conn: sqlite3.Connection, finished_before: float, now: float, limit: int) -> int:
+    """One retention batch, in one transaction, then an incremental vacuum."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        keys = conn.execute(
+            f"SELECT requester, task_id FROM tasks WHERE state IN {_FINAL} "
+            "AND updated_at < ? ORDER BY updated_at LIMIT ?",
+            (finished_before, limit),
+        ).fetchall()
+        removed = len(keys)
+        if keys:
+            conn.executemany("DELETE FROM transitions WHERE requester = ? AND task_id = ?", keys)
+            conn.executemany("DELETE FROM tasks WHERE requester = ? AND task_id = ?", keys)
+        removed += conn.execute(
+            "DELETE FROM outbox WHERE rowid IN (SELECT rowid FROM outbox "
+            "WHERE dead_reason IS NOT NULL AND dead_at < ? LIMIT ?)",
+            (finished_before, limit),
+        ).rowcount
+        removed += conn.execute(
+            "DELETE FROM dedup WHERE rowid IN (SELECT rowid FROM dedup "
+            "WHERE expires_at <= ? LIMIT ?)",
+            (now, limit),
+        ).rowcount
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    if removed:
+        conn.execute("PRAGMA incremental_vacuum")
+        # Copy the log into the file and empty it: with a short retention the WAL would
+        # otherwise stay at its high-water mark (readers keep a checkpoint from resetting it).
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return removed
 
 
 #: SQLite's primary result codes for a database that cannot be written right now (busy or
@@ -222,6 +337,10 @@ class SqliteStore:
         self.path = Path(path)
         self._synchronous, self._busy_timeout = synchronous, busy_timeout
         self._conn = connect(self.path, synchronous, busy_timeout)
+        # Point lookups on the event loop (finished tasks, dedup entries) use their own
+        # connection: in WAL mode they never wait for the writer thread.
+        self._reader = sqlite3.connect(str(self.path), check_same_thread=False)
+        self._reader.execute("PRAGMA query_only=1")
         self._pending: list[_Op] = []
         #: The writes of failed batches, written first by the next one (writer thread only).
         self._retry: list[_Op] = []
@@ -240,6 +359,51 @@ class SqliteStore:
     def load(self) -> Snapshot:
         with self._lock:
             return read_snapshot(self._conn)
+
+    def get_task(self, key: TaskKey) -> TaskRecord | None:
+        return read_task(self._reader, key)
+
+    def get_dedup(self, key: DedupKey) -> DedupEntry | None:
+        return read_dedup(self._reader, key)
+
+    def list_tasks(
+        self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
+    ) -> list[TaskRow]:
+        clauses, params = _where(where)
+        if before is not None:
+            clauses.append("(updated_at, requester, task_id) < (?, ?, ?)")
+            params += before
+        query = "SELECT requester, task_id, role, state, updated_at FROM tasks"
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        query += " ORDER BY updated_at DESC, requester DESC, task_id DESC LIMIT ?"
+        rows = self._reader.execute(query, (*params, limit)).fetchall()
+        return [
+            TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
+            for req, tid, role, state, at in rows
+        ]
+
+    def count_finished(self) -> dict[tuple[str, TaskState], int]:
+        rows = self._reader.execute(
+            f"SELECT role, state, count(*) FROM tasks INDEXED BY tasks_finished_by_role "
+            f"WHERE state IN {_FINAL} GROUP BY role, state"
+        ).fetchall()
+        return {(role, TaskState(state)): int(n) for role, state, n in rows}
+
+    def count_tasks(self, where: TaskFilter | None = None) -> int:
+        clauses, params = _where(where)
+        query = "SELECT count(*) FROM tasks" + (
+            " WHERE " + " AND ".join(clauses) if clauses else ""
+        )
+        return int(self._reader.execute(query, params).fetchone()[0])
+
+    async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
+        def run() -> int:
+            with self._lock:
+                return purge_batch(self._conn, finished_before, now, limit)
+
+        # In the writer thread: in order with the commits, never on the loop.
+        return await asyncio.get_running_loop().run_in_executor(self._writer, run)
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -448,6 +612,7 @@ class SqliteStore:
             self._writer.shutdown(wait=True)
             with self._lock:
                 self._conn.close()
+            self._reader.close()
 
     # --- maintenance (the `synapse outbox` command) -----------------------------------------
 

@@ -11,6 +11,7 @@ partners. It only ever POSTs to registered partner endpoints.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -22,7 +23,7 @@ from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupStore
 from synapse.p2p.handler import TaskHandler
 from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import MemoryStore, Snapshot, TaskStore
+from synapse.p2p.persistence import MemoryStore, TaskStore
 from synapse.p2p.protocol import P2PProtocol, TaskHandle
 from synapse.transport.client import HttpClient, SenderMode
 from synapse.transport.guard import GuardedSite, HttpLimits
@@ -108,7 +109,8 @@ class Peer:
         self._site: GuardedSite | None = None
         self._protocol: P2PProtocol | None = None
         self._server: SynapseServer | None = None
-        self._snapshot: Snapshot | None = None
+        self._recovering = False
+        self._ready_after_recovery = True
         #: Called with the aiohttp app before it serves (`start()` or `attach()`): mount
         #: extra routes here (the A2A binding does).
         self.app_hooks: list[Callable[[web.Application], None]] = []
@@ -155,12 +157,11 @@ class Peer:
         )
         for protocol_hook in self.protocol_hooks:
             protocol_hook(self._protocol)
-        snapshot = self.store.load()
         dedup = self._dedup
         if dedup is None and self.store.durable:
             from synapse.store.dedup import DurableDedupStore
 
-            dedup = DurableDedupStore(self.config.dedup_window, self.store, snapshot.dedup)
+            dedup = DurableDedupStore(self.config.dedup_window, self.store)
         self._server = SynapseServer(
             self._protocol,
             self.partners,
@@ -170,7 +171,11 @@ class Peer:
         )
         for server_hook in self.server_hooks:
             server_hook(self._server)
-        self._snapshot = snapshot
+        # Until the store is loaded (`start`), every request is answered 503 agent_not_ready;
+        # then readiness is what it was (a protocol hook, the router's, may hold it back).
+        self._ready_after_recovery = self._protocol.engine.ready
+        self._protocol.engine.ready = False
+        self._recovering = True
 
     def attach(self, app: web.Application, endpoint: str) -> None:
         """Mount this peer into an existing aiohttp `app` instead of serving on its own.
@@ -229,12 +234,22 @@ class Peer:
             self.port = int(addresses[0][1]) if addresses else self.port
             if self._protocol is None:
                 self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
+            listening = True
+        else:
+            listening = False
+            if self._protocol is None:
+                self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
+        if self._recovering:
+            # Off the loop: the port answers 503 agent_not_ready while the store is read.
+            snapshot = await asyncio.to_thread(self.store.load)
+        if listening:
+            # Once recovery is done, so that whoever waits for this line finds us ready
+            # (what follows up to `ready` does not await: no request falls in between).
             log.info("listening", url=self.endpoint, agent_id=self.agent_id)
-        elif self._protocol is None:
-            self._build(self._endpoint or f"http://{self.host}:{self.port}{self.path}")
-        if self._snapshot is not None:
-            snapshot, self._snapshot = self._snapshot, None
+        if self._recovering:
             self.protocol.restore(snapshot)
+            self._recovering = False
+            self.protocol.engine.ready = self._ready_after_recovery
         await self.protocol.start()
 
     def _framing_refusal(self, status: int, reason: str) -> bytes:
@@ -260,6 +275,21 @@ class Peer:
             self._runner = None
         await self.client.close()
         await self.store.close()
+
+    async def shutdown(
+        self,
+        drain_timeout: float | None = None,
+        outbox_grace: float | None = None,
+        *,
+        now: asyncio.Event | None = None,
+    ) -> bool:
+        """Stop gracefully (see `synapse.p2p.shutdown`), then close; False if `now` (a second
+        signal) cut the drain short."""
+        graceful = True
+        if self._protocol is not None:
+            graceful = await self._protocol.shutdown(drain_timeout, outbox_grace, now=now)
+        await self.close(drain_timeout=0)
+        return graceful
 
     async def __aenter__(self) -> Peer:
         await self.start()

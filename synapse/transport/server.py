@@ -52,6 +52,10 @@ _STORE_UNAVAILABLE = SynapseError(
     {"reason": "store_unavailable"},
 )
 
+_STARTING = SynapseError(
+    ErrorCode.AGENT_NOT_READY, "starting up: recovery is not done", {"reason": "starting"}
+)
+
 
 class _TokenBucket:
     """Requests per second allowed from one partner, with a burst."""
@@ -81,7 +85,7 @@ class SynapseServer:
         *,
         dedup: DedupStore | None = None,
         rate_limit: float | None = None,
-        rate_burst: float = 50.0,
+        rate_burst: float | None = None,
         utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
         body_timeout: float = 30.0,
         rate_clock: Callable[[], float] = time.monotonic,
@@ -92,8 +96,9 @@ class SynapseServer:
         self.dedup: DedupStore = (
             dedup if dedup is not None else MemoryDedupStore(self.config.dedup_window)
         )
-        self.rate_limit = rate_limit
-        self.rate_burst = rate_burst
+        # Per partner; the peer's settings (`P2PConfig.rate_limit`) unless given here.
+        self.rate_limit = rate_limit if rate_limit is not None else self.config.rate_limit
+        self.rate_burst = rate_burst if rate_burst is not None else self.config.rate_burst
         self.utcnow = utcnow
         #: Seconds to read a body once its head arrived; a slower one is answered 408.
         self.body_timeout = body_timeout
@@ -259,6 +264,10 @@ class SynapseServer:
                 refused.error, refused.request_id, refused.sender_id, refused.sign_with
             )
         head = inbound.head
+        if not self.protocol.engine.ready:
+            # Recovery (loading the store) is not done: nothing can be judged yet.
+            log.info("message_refused", message_id=head.id, code="agent_not_ready")
+            return self._nack(_STARTING, head.id, head.from_.agent_id, inbound.partner)
         wait = self._rate_wait(inbound.partner.agent_id)
         if wait:
             error = SynapseError(

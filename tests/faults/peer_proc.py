@@ -29,7 +29,7 @@ from aiohttp import web
 
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.engine import TaskRecord, Validation
+from synapse.p2p.engine import TaskKey, TaskRecord, Validation
 from synapse.p2p.handler import ExecutionContext
 from synapse.p2p.logs import EventHandler
 from synapse.p2p.persistence import MemoryStore, TaskStore
@@ -127,14 +127,20 @@ def _routes(peer: Peer, handler: CountingHandler) -> list[web.RouteDef]:
         return web.json_response({"task_ids": ids})
 
     async def tasks(request: web.Request) -> web.Response:
-        engine = peer.protocol.engine
+        # Every task kept: in flight (in memory) and finished (in the store only).
+        protocol = peer.protocol
+        listed = protocol.list_tasks()
         if request.query.get("summary"):
-            states = Counter(rec.state.value for rec in engine.tasks.values())
-            return web.json_response({"states": dict(states), "total": len(engine.tasks)})
+            states = Counter(state.value for state in listed.values())
+            return web.json_response({"states": dict(states), "total": len(listed)})
         history = request.query.get("history", "1") != "0"
-        return web.json_response(
-            {"tasks": [_record(rec, history=history) for rec in engine.tasks.values()]}
-        )
+        records = []
+        for name in listed:
+            requester, _, task_id = name.partition("/")
+            rec = protocol.engine.get(TaskKey(requester, task_id))
+            if rec is not None:
+                records.append(_record(rec, history=history))
+        return web.json_response({"tasks": records})
 
     async def stats(request: web.Request) -> web.Response:
         return web.json_response(

@@ -31,7 +31,7 @@ from pairing import E_ID, R_ID, Exchange, Pair, Snapshot, at
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import PartnerReachability, StartExecution, Step, TaskKey
-from synapse.p2p.states import Role
+from synapse.p2p.states import Event, Role
 from synapse.types import (
     NACK_CODES,
     DecisionAction,
@@ -331,6 +331,13 @@ class PairedEngines(RuleBasedStateMachine):
         for key in self.keys:
             r, e = self.pair.r.get(key), self.pair.e.get(key)
             assert r is not None
+            if r.history and r.history[-1].event is Event.GIVE_UP:
+                # R gave up on its own (past the deadline); once E had answered, E got a
+                # task_cancel and ended too.
+                assert r.state is S.FAILED and r.error is not None
+                if r.history[-1].from_state is not S.PENDING:
+                    assert e is None or e.is_final, e.state
+                continue
             if e is None:
                 assert r.state is S.REJECTED and r.refusal is not None  # E was draining
                 continue

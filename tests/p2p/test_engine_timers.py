@@ -33,6 +33,9 @@ QUIET = 100_000.0  # a heartbeat interval that never fires within a test
 
 
 def quiet(**kw: float) -> P2PConfig:
+    """No heartbeat, and no wait for an answer, ends within a test unless asked for."""
+    kw.setdefault("input_timeout", QUIET)
+    kw.setdefault("task_timeout", QUIET)
     return P2PConfig(heartbeat_interval=QUIET, **kw)  # type: ignore[arg-type]
 
 
