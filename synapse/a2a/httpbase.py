@@ -3,13 +3,14 @@ body, the `A2A-Version` check, the server-sent-events response."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
+from synapse.types import SynapseError
+from synapse.types.ijson import parse_i_json
 
 
 async def read_json(request: web.Request, limit: int) -> Any:
@@ -20,10 +21,15 @@ async def read_json(request: web.Request, limit: int) -> Any:
         raw += chunk
         if len(raw) > limit:
             raise A2AError(A2ACode.INVALID_REQUEST, "Payload too large")
+    # The same I-JSON parser as Synapse envelopes: duplicate names, lone surrogates,
+    # non-finite numbers and out-of-range integers are parse errors, deep nesting an
+    # invalid request, before anything else sees the body.
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise A2AError(A2ACode.PARSE_ERROR, f"Parse error: {exc}") from None
+        return parse_i_json(bytes(raw))
+    except SynapseError as exc:
+        if (exc.details or {}).get("reason") == "nested too deeply":
+            raise A2AError(A2ACode.INVALID_REQUEST, f"Invalid request: {exc.message}") from None
+        raise A2AError(A2ACode.PARSE_ERROR, f"Parse error: {exc.message}") from None
 
 
 def requested_version(request: web.Request) -> str:

@@ -18,6 +18,7 @@ from synapse.a2a.httpbase import check_version, event_stream_response, read_json
 from synapse.a2a.operations import METHODS
 from synapse.a2a.service import Subscription
 from synapse.p2p.logs import get_logger
+from synapse.p2p.persistence import StoreUnavailable
 
 if TYPE_CHECKING:
     from synapse.a2a.server import A2AServer
@@ -65,6 +66,12 @@ class JsonRpcBinding:
             return _error_response(rpc_id, exc)
         except asyncio.CancelledError:
             raise
+        except StoreUnavailable:  # nothing was kept (see P2PProtocol.handle_message)
+            error = A2AError(A2ACode.AGENT_NOT_READY, "cannot store the change; retry later")
+            return _error_response(rpc_id, error)
+        except RecursionError:  # the parser's depth limit should make this unreachable
+            error = A2AError(A2ACode.INVALID_REQUEST, "Invalid request: nested too deeply")
+            return _error_response(rpc_id, error)
         except Exception as exc:  # never a bare 500 or a traceback
             log.exception("a2a_internal_error", error=repr(exc))
             return _error_response(rpc_id, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))

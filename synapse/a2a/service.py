@@ -40,7 +40,7 @@ from synapse.a2a.errors import (
     task_not_found,
     unsupported,
 )
-from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, push_partner
+from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, normalize_url, push_partner
 from synapse.a2a.view import A2ATask, Queued
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
@@ -153,6 +153,9 @@ class A2AService:
     and returns the typed result, or raises `A2AError`.
     """
 
+    #: Its tasks' requester is this prefix and the caller's principal.
+    requester_prefix = REQUESTER_PREFIX
+
     def __init__(
         self,
         *,
@@ -260,6 +263,11 @@ class A2AService:
                 raise invalid_params(
                     "statusTimestampAfter is not an RFC 3339 time", path="statusTimestampAfter"
                 ) from None
+        if self.protocol.store.durable and not req.context_id:
+            # Through the store's indexes, one page at a time (synapse/a2a/listing.py).
+            from synapse.a2a.listing import store_page
+
+            return store_page(self, req, principal, page_size, after)
         views = [v for v in self._all() if v.principal == principal]
         if req.context_id:
             views = [v for v in views if v.context_id == req.context_id]
@@ -387,10 +395,14 @@ class A2AService:
         queue = view.subscribe()
         try:
             reply = await protocol.handle_message(envelope)
-        except SynapseError as exc:
+        except BaseException as exc:
+            # Refused, or failed while being created: the engine, its capacity and the store
+            # were rolled back by `handle_message`; leave no view behind either.
             view.unsubscribe(queue)
             del self.tasks[task_id]
-            raise _from_synapse(exc, task_id) from None
+            if isinstance(exc, SynapseError):
+                raise _from_synapse(exc, task_id) from None
+            raise
         self._apply_decision(view, reply)
         log.info(
             "a2a_task",
@@ -594,7 +606,10 @@ class A2AService:
         task's first configuration (as the SDK does), else a new one — a configuration
         created without an id never replaces another (`taken`: the ids in use)."""
         self._require_push()
-        if not self.allowlist.allows(config.url):
+        # Compared, kept and POSTed to in its RFC 3986 normal form: "/hooks/../admin" is
+        # "/admin", whatever the spelling.
+        url = normalize_url(config.url)
+        if url is None or not self.allowlist.allows(url):
             raise invalid_params(
                 "Invalid push notification URL: not allowed by this agent's operator",
                 path="url",
@@ -603,7 +618,7 @@ class A2AService:
         config_id = config.id
         if not config_id:
             config_id = task_id if task_id not in set(taken) else mapping.new_id()
-        return msgspec.structs.replace(config, task_id=task_id, id=config_id)
+        return msgspec.structs.replace(config, url=url, task_id=task_id, id=config_id)
 
     def _synthetic(self, view: A2ATask, state: TaskState, text: str) -> TaskStatusUpdate:
         """A status message standing for what no callback carries (a reject, a cancel)."""
@@ -693,7 +708,16 @@ class A2AService:
         return rec
 
     def _owned(self, task_id: str, principal: str) -> A2ATask:
-        view = self._find(task_id)
+        view = self.tasks.get(task_id)
+        if view is None and self._protocol is not None and self._protocol.store.durable:
+            # One lookup by key in the store, not a rebuild of every task it keeps.
+            rec = self._protocol.engine.get(TaskKey(REQUESTER_PREFIX + principal, task_id))
+            if rec is not None and rec.role is Role.EXECUTOR:
+                view = self._rebuild(rec)
+                if not view.is_terminal:
+                    self.tasks[task_id] = view  # callbacks will move it on
+        if view is None:
+            view = self._find(task_id)
         if view is None or view.principal != principal:
             raise task_not_found(task_id)
         return view
@@ -715,9 +739,16 @@ class A2AService:
         if self._protocol is None:
             return
         self._rebuilt = True
-        for rec in self._protocol.engine.tasks.values():
+        # In flight and finished alike: finished tasks live in the store, not the engine.
+        engine = self._protocol.engine
+        for name in self._protocol.list_tasks():
+            requester, _, task_id = name.partition("/")
+            if not requester.startswith(REQUESTER_PREFIX):
+                continue
+            rec = engine.get(TaskKey(requester, task_id))
             if (
-                rec.role is Role.EXECUTOR
+                rec is not None
+                and rec.role is Role.EXECUTOR
                 and rec.partner.startswith(REQUESTER_PREFIX)
                 and rec.task_id not in self.tasks
             ):

@@ -50,6 +50,8 @@ class SendOptions:
     decision: Literal["approve", "reject"] | None = None
     notes: str = ""
     as_json: bool = False
+    #: `--timeout`: give up (cancel, exit 1) when the task has not ended by then.
+    timeout: float | None = None
 
 
 class Answerable(Protocol):

@@ -40,9 +40,12 @@ from synapse.cli.settings import (
     parse_http_url,
     parse_listen,
     parse_port,
+    parse_positive,
     parse_signing,
     parse_url,
 )
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.durations import parse_duration
 from synapse.types import MessageType, Priority
 
 if TYPE_CHECKING:
@@ -76,6 +79,8 @@ HTTP_URL = _typed(parse_http_url, "URL")
 LISTEN = _typed(parse_listen, "HOST:PORT")
 COUNT = _typed(parse_count, "count")
 SIGNING = _typed(parse_signing, "signing")
+DURATION = _typed(parse_duration, "duration")
+POSITIVE = _typed(parse_positive, "number")
 
 EPILOG = "Exit status: 0 success, 1 task failed/rejected/cancelled, 2 usage or connection error."
 
@@ -220,6 +225,38 @@ def build_parser() -> Parser:
         "$SYNAPSE_HANDLER)",
     )
     _signing(group)
+    group = serve.add_argument_group(
+        "running for months (docs/durability.md in the Synapse repository)"
+    )
+    group.add_argument(
+        "--retain",
+        type=DURATION,
+        metavar="DURATION",
+        help="how long finished tasks, their history and dead letters are kept: 30s, 15m, 12h, "
+        "7d or seconds (default 7d; $SYNAPSE_RETAIN; [p2p] retain)",
+    )
+    group.add_argument(
+        "--drain-timeout",
+        type=DURATION,
+        metavar="DURATION",
+        help="on SIGTERM/SIGINT, how long running tasks may take to finish before they fail "
+        "with 'agent shutting down' (default 30s; $SYNAPSE_DRAIN_TIMEOUT; [p2p] drain_timeout)",
+    )
+    group.add_argument(
+        "--rate-limit",
+        type=POSITIVE,
+        metavar="PER_SECOND",
+        help="requests per second accepted from one partner, beyond which it gets 429 with "
+        "Retry-After (default: no limit; $SYNAPSE_RATE_LIMIT; [p2p] rate_limit)",
+    )
+    group.add_argument(
+        "--max-tasks-per-partner",
+        type=COUNT,
+        metavar="N",
+        help="executor tasks in flight one partner may hold, so that one partner cannot take "
+        "all of the capacity (default: no share; $SYNAPSE_MAX_TASKS_PER_PARTNER; "
+        "[p2p] max_tasks_per_partner)",
+    )
     group = serve.add_argument_group("A2A (docs/a2a.md in the Synapse repository)")
     group.add_argument(
         "--a2a",
@@ -344,6 +381,13 @@ def build_parser() -> Parser:
     )
     group.add_argument("--notes", default="", help="notes sent with --approve or --reject")
     group.add_argument("--task-id", metavar="ID", help="the task's id (default: a new one)")
+    group.add_argument(
+        "--timeout",
+        type=DURATION,
+        metavar="DURATION",
+        help="give up when the task has not ended after DURATION (30s, 15m, 2h or seconds): "
+        "cancel it and exit 1 (default: wait for its end)",
+    )
     group.add_argument(
         "--priority",
         choices=[p.value for p in Priority],
@@ -488,6 +532,21 @@ class Context:
         )
 
 
+def serve_p2p_config(s: Settings) -> P2PConfig:
+    """`serve`'s engine settings: `[p2p]`, then `--retries`, then the flags (or their
+    variables) of running for months."""
+    return s.p2p_config(
+        overrides={
+            "retain": s.get("retain", "SYNAPSE_RETAIN", None, parse_duration),
+            "drain_timeout": s.get("drain_timeout", "SYNAPSE_DRAIN_TIMEOUT", None, parse_duration),
+            "rate_limit": s.get("rate_limit", "SYNAPSE_RATE_LIMIT", None, parse_positive),
+            "max_tasks_per_partner": s.get(
+                "max_tasks_per_partner", "SYNAPSE_MAX_TASKS_PER_PARTNER", None, parse_count
+            ),
+        }
+    )
+
+
 def _run_serve(ctx: Context) -> int:
     from synapse.cli.security_settings import (
         allow_shared_secret,
@@ -514,11 +573,12 @@ def _run_serve(ctx: Context) -> int:
         signing="body"
         if s.get("signing", "SYNAPSE_SIGNING", "signing", parse_signing) == "body"
         else "header",
-        config=s.p2p_config(),
+        config=serve_p2p_config(s),
         a2a=a2a,
         tls=tls_config(s, serving=True),
         allow_shared_secrets=allow_shared_secret(s),
         secret_flags=tuple(secrets_on_command_line(ctx.args)),
+        http=s.http_limits(),
         ops=ops_serve_options(s),
         route=s.get("route", "SYNAPSE_ROUTE", "route", str),
     )
@@ -615,6 +675,7 @@ def _run_send(ctx: Context) -> int:
         decision=args.decision,
         notes=args.notes,
         as_json=bool(args.json),
+        timeout=args.timeout,
     )
     if args.a2a_url is not None:
         return _run_send_a2a(ctx, options)

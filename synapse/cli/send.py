@@ -13,6 +13,7 @@ shared with `send --a2a` (`send_a2a.py`); this module feeds it a Synapse task's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Awaitable
 from typing import Any, TextIO
@@ -27,10 +28,11 @@ from synapse.cli.conversation import (
     render_output,
     reported,
 )
-from synapse.cli.errors import CliError
+from synapse.cli.errors import CliError, Exit
 from synapse.cli.terminal import LineReader, TerminalConsole
+from synapse.p2p.durations import format_duration
 from synapse.p2p.engine import TaskEvent
-from synapse.p2p.protocol import Outcome, TaskHandle
+from synapse.p2p.protocol import Outcome, TaskAbandoned, TaskHandle
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.peer import HttpSender, Peer
 from synapse.types import (
@@ -60,6 +62,10 @@ class WatchingSender:
             raise
 
 
+#: Events that do not mean the target took the request.
+_NOT_ACCEPTED = frozenset({"undeliverable", "refused", "partner_unreachable", "partner_reachable"})
+
+
 class Follower(Conversation[TaskHandle]):
     """Follows one Synapse task: its events, through the shared conversation."""
 
@@ -82,9 +88,18 @@ class Follower(Conversation[TaskHandle]):
             interactive=interactive,
         )
         self.setup = setup
+        #: Said once the target accepted the request, not when it is queued.
+        self._sent_note = ""
 
     def ended_future(self) -> Awaitable[Any] | None:
-        return self.handle.result() if self.handle is not None else None
+        return self._ended(self.handle) if self.handle is not None else None
+
+    @staticmethod
+    async def _ended(handle: TaskHandle) -> Outcome:
+        try:
+            return await handle.result()
+        except TaskAbandoned as exc:  # the end too: `run` reports it
+            return exc.outcome
 
     def is_final(self) -> bool:
         return self.handle is not None and self.handle.state.is_final
@@ -100,7 +115,7 @@ class Follower(Conversation[TaskHandle]):
             task_id=opts.task_id,
             priority=opts.priority,
         )
-        self.console.note(f"→ {opts.task_type} task {handle.task_id} sent to {self.setup.where}")
+        self._sent_note = f"→ {opts.task_type} task {handle.task_id} sent to {self.setup.where}"
         self.emit(
             "submitted",
             task_id=handle.task_id,
@@ -112,12 +127,40 @@ class Follower(Conversation[TaskHandle]):
             if watch.failed.done() and not handle.state.is_final:
                 raise exchange_error(watch.failed.result(), self.setup)
 
-        await self.follow(handle.events(), self.on_event, wake=watch.failed, check=check)
-        return self.finish(await handle.result())
+        following = self.follow(handle.events(), self.on_event, wake=watch.failed, check=check)
+        if opts.timeout is None:
+            await following
+        else:
+            try:
+                await asyncio.wait_for(following, opts.timeout)
+            except TimeoutError:
+                await self.gave_up_waiting(handle, opts.timeout)
+        try:
+            return self.finish(await handle.result())
+        except TaskAbandoned as exc:  # we gave up on a silent executor, or it lost the task
+            return self.finish(exc.outcome)
+
+    async def gave_up_waiting(self, handle: TaskHandle, timeout: float) -> None:
+        """`--timeout` passed: cancel the task, wait a moment for the answer, say so."""
+        waited = format_duration(timeout)
+        await self.cancel(f"no outcome within {waited} (--timeout)")
+        with contextlib.suppress(TimeoutError, TaskAbandoned):
+            await handle.result(min(CANCEL_WAIT, 5.0))
+        self.console.close()
+        state = handle.state.value
+        raise CliError(
+            f"timed out after {waited} waiting for task {handle.task_id}: cancel sent "
+            f"(now {state})",
+            Exit.TASK_UNSUCCESSFUL,
+        )
 
     async def on_event(self, event: TaskEvent) -> bool:
         message = event.message
         payload = message.payload if message is not None else None
+        if self._sent_note and message is not None and event.kind not in _NOT_ACCEPTED:
+            # Sent means the target took it: its reply (or a callback that overtook it).
+            self.console.note(self._sent_note)
+            self._sent_note = ""
         self.emit(
             event.kind.removeprefix("p2p:"),
             task_id=event.key.task_id,

@@ -39,6 +39,13 @@ def a2a_error(exc: A2AError, where: str) -> CliError:
     """An A2A error as one line: `-32106 UNAUTHENTICATED: …`, `cannot reach …`."""
     known = exc.known
     reason = known.reason if known is not None else str(exc.metadata.get("reason", "")) or "ERROR"
+    if exc.message.startswith(("no agent card at", "agent card is not")):
+        # A 404 page or a Synapse peer served without --a2a: say what is missing.
+        return CliError(
+            f"{where} has no A2A agent card ({exc.message}); is it an A2A agent? "
+            "A Synapse peer answers A2A only when served with --a2a; without --a2a, "
+            "send speaks Synapse"
+        )
     if exc.http_status == 401 or exc.code == A2ACode.AUTHENTICATION_FAILED:
         hint = " (give --a2a-token)" if "token" not in exc.message.lower() else ""
         return CliError(f"{exc.code} {reason}: {exc.message}{hint}")

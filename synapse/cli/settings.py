@@ -21,6 +21,13 @@ the default secret (`--secret`, `SYNAPSE_SECRET`, `secret`), whatever their sour
 
     [p2p]                             # any P2PConfig field
     max_retries = 3
+
+    [http]                            # the server's limits (synapse.transport.guard)
+    header_timeout = 10.0             # seconds; body_timeout = 30.0, keepalive_timeout = 75.0
+    max_connections = 1024
+
+Every value is typed as TOML writes it (see `synapse.cli.typed_settings`): `port = "8080"` is
+an error naming the key and the file, not a port.
 """
 
 from __future__ import annotations
@@ -44,7 +51,16 @@ from synapse.cli.security_settings import (
     secret_from_file,
     secrets_from_env,
 )
+from synapse.cli.typed_settings import (
+    FileValues,
+    PeerTable,
+    toml_type_of,
+    typed,
+    typed_dataclass,
+)
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.durations import parse_duration
+from synapse.transport.guard import HttpLimits
 from synapse.transport.partners import Partner, PartnerRegistry, normalize_url
 from synapse.transport.server import DEFAULT_PATH
 
@@ -198,6 +214,7 @@ CONFIG_KEYS = frozenset(
         "route",
         "peer",
         "p2p",
+        "http",
     }
 )
 CONFIG_KEYS |= SECURITY_KEYS  # TLS, secret files, A2A security (synapse.cli.security_settings)
@@ -225,6 +242,7 @@ class ConfigFile:
     values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     peers: tuple[PeerEntry, ...] = ()
     p2p: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    http: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def read_secret_file(path: Path, partner: str) -> tuple[str, ...]:
@@ -264,21 +282,27 @@ def load_config(path: str | None, command: str | None = None) -> ConfigFile:
         section = data[table]
         if not isinstance(section, dict):
             raise CliError(f"config file {file}: `{table}` must be a table ([{table}])")
-        unknown = sorted(set(section) - CONFIG_KEYS - {"peer", "p2p"})
-        if unknown or {"peer", "p2p"} & set(section):
-            bad = unknown[0] if unknown else sorted({"peer", "p2p"} & set(section))[0]
+        tables = {"peer", "p2p", "http"}
+        unknown = sorted(set(section) - CONFIG_KEYS - tables)
+        if unknown or tables & set(section):
+            bad = unknown[0] if unknown else sorted(tables & set(section))[0]
             raise CliError(f"config file {file}: [{table}] cannot hold {bad!r}")
+        typed(section, FileValues, file=file, table=table)
     peers_raw = data.get("peer", [])
     if not isinstance(peers_raw, list) or not all(isinstance(p, dict) for p in peers_raw):
         raise CliError(f"config file {file}: `peer` must be an array of tables ([[peer]])")
     peers = tuple(_config_peer(file, i, entry) for i, entry in enumerate(peers_raw))
-    p2p = data.get("p2p", {})
-    if not isinstance(p2p, dict):
-        raise CliError(f"config file {file}: `p2p` must be a table ([p2p])")
-    values = {k: v for k, v in data.items() if k in CONFIG_KEYS and k not in ("peer", "p2p")}
+    p2p, http = data.get("p2p", {}), data.get("http", {})
+    for name, table_value in (("p2p", p2p), ("http", http)):
+        if not isinstance(table_value, dict):
+            raise CliError(f"config file {file}: `{name}` must be a table ([{name}])")
+    values = {
+        k: v for k, v in data.items() if k in CONFIG_KEYS and k not in ("peer", "p2p", "http")
+    }
+    typed(values, FileValues, file=file, table=None)
     if command in data:
         values.update(data[command])
-    return ConfigFile(path=file, values=values, peers=peers, p2p=p2p)
+    return ConfigFile(path=file, values=values, peers=peers, p2p=p2p, http=http)
 
 
 def _config_peer(file: Path, index: int, entry: Mapping[str, Any]) -> PeerEntry:
@@ -286,6 +310,7 @@ def _config_peer(file: Path, index: int, entry: Mapping[str, Any]) -> PeerEntry:
     unknown = sorted(set(entry) - PEER_KEYS)
     if unknown:
         raise CliError(f"{where}: unknown key {unknown[0]!r}")
+    typed(entry, PeerTable, file=file, table=f"[[peer]] #{index + 1}")
     agent_id, endpoint = entry.get("agent_id"), entry.get("endpoint")
     if not isinstance(agent_id, str) or not agent_id:
         raise CliError(f"{where}: needs a string `agent_id`")
@@ -350,6 +375,14 @@ class Settings:
                 raise CliError(f"environment variable {env}: {exc}") from exc
         if key is not None and key in self.config.values:
             raw = self.config.values[key]
+            expected = toml_type_of(parse)
+            # Typed as written: `port = "8080"` or `secret = 5` is an error, not converted.
+            if expected is not None and not (
+                isinstance(raw, expected) and (bool in expected or not isinstance(raw, bool))
+            ):
+                want = " or ".join(_TOML_NAMES.get(t, t.__name__) for t in expected)
+                got = _TOML_NAMES.get(type(raw), type(raw).__name__)
+                raise CliError(f"config file {self.config.path}: `{key}` must be {want}, not {got}")
             try:
                 if isinstance(raw, str):
                     return parse(raw)
@@ -506,14 +539,21 @@ class Settings:
 
     # --- the engine's settings ---------------------------------------------------------------
 
-    def p2p_config(self, **base: Any) -> P2PConfig:
-        """`P2PConfig` from `base`, then the file's `[p2p]` table, then `--retries`."""
-        fields = {f.name for f in dataclasses.fields(P2PConfig)}
+    def p2p_config(self, overrides: Mapping[str, Any] | None = None, **base: Any) -> P2PConfig:
+        """`P2PConfig` from `base`, then the file's `[p2p]` table (each value's type checked),
+        then `--retries` and the `overrides` (flags and environment); a duration may be
+        written `30s`, `15m`, `7d`."""
+        file_p2p = dict(self.config.p2p)
+        for name in DURATION_SETTINGS & file_p2p.keys():
+            if isinstance(file_p2p[name], str):
+                try:
+                    file_p2p[name] = parse_duration(file_p2p[name])
+                except ValueError as exc:
+                    raise CliError(f"config file {self.config.path}: [p2p] {name}: {exc}") from exc
+        checked = typed_dataclass(file_p2p, P2PConfig, file=self.config.path, table="p2p")
         values = dict(base)
-        for name, value in self.config.p2p.items():
-            if name not in fields:
-                raise CliError(f"config file {self.config.path}: [p2p] has no setting {name!r}")
-            values[name] = value
+        values.update({name: getattr(checked, name) for name in file_p2p})
+        values.update({k: v for k, v in (overrides or {}).items() if v is not None})
         retries = self.get("retries", "SYNAPSE_RETRIES", "retries", parse_count)
         if retries is not None:
             values["max_retries"] = retries
@@ -521,6 +561,46 @@ class Settings:
             return P2PConfig(**values)
         except (TypeError, ValueError) as exc:
             raise CliError(f"bad [p2p] settings: {exc}") from exc
+
+    def http_limits(self) -> HttpLimits:
+        """The server's timeouts and connection cap: `HttpLimits` from the `[http]` table."""
+        return typed_dataclass(self.config.http, HttpLimits, file=self.config.path, table="http")
+
+
+_TOML_NAMES: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    list: "an array",
+    dict: "a table",
+}
+
+
+#: `P2PConfig` fields the `[p2p]` table may also write as a duration string (`"7d"`).
+DURATION_SETTINGS = frozenset(
+    {
+        "retain",
+        "drain_timeout",
+        "outbox_grace",
+        "input_timeout",
+        "task_timeout",
+        "heartbeat_interval",
+        "dead_letter_after",
+        "request_timeout",
+    }
+)
+
+
+def parse_positive(text: str) -> float:
+    """A positive number (a rate, say)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"must be a positive number: {text!r}")
+    return value
 
 
 def _split_list(text: str) -> list[str]:

@@ -122,9 +122,15 @@ class _RuntimeGauges(Collector):
             labels=["partner"],
         )
         if protocol is not None:
+            # In flight from memory; finished ones from the store, which keeps them once they
+            # leave memory (docs/durability.md, "Running for months").
             counts = Tally(
-                (rec.role.value, rec.state.value) for rec in protocol.engine.tasks.values()
+                (rec.role.value, rec.state.value)
+                for rec in protocol.engine.tasks.values()
+                if not rec.is_final
             )
+            for (role, final), n in protocol.store.count_finished().items():
+                counts[(role, final.value)] += n
             for (role, state), count in sorted(counts.items()):
                 tasks.add_metric([role, state], count)
             depth.add_metric([], protocol.pending_deliveries)

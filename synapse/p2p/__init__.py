@@ -27,6 +27,7 @@ _EXPORTS = {
     "Outcome": "synapse.p2p.protocol",
     "P2PProtocol": "synapse.p2p.protocol",
     "TaskHandle": "synapse.p2p.protocol",
+    "TaskAbandoned": "synapse.p2p.protocol",
     "CallbackSender": "synapse.p2p.sender",
     "DeliveryError": "synapse.p2p.sender",
     "TRANSITIONS": "synapse.p2p.states",
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
         Validation,
     )
     from synapse.p2p.handler import ExecutionContext, ResumableHandler, TaskHandler
-    from synapse.p2p.protocol import MessageEvent, Outcome, P2PProtocol, TaskHandle
+    from synapse.p2p.protocol import MessageEvent, Outcome, P2PProtocol, TaskAbandoned, TaskHandle
     from synapse.p2p.sender import CallbackSender, DeliveryError
     from synapse.p2p.states import TRANSITIONS, Event, Role, TransitionError, next_state
 
@@ -77,6 +78,7 @@ __all__ = [
     "ResumableHandler",
     "Role",
     "Step",
+    "TaskAbandoned",
     "TaskEvent",
     "TaskEventKind",
     "TaskHandle",

@@ -41,6 +41,23 @@ class P2PConfig:
     max_body_size: int = 1024 * 1024
     #: Time an undeliverable callback may stay in the outbox before it is dead-lettered.
     dead_letter_after: float = 3600.0
+    #: How long finished tasks, their history and their dead letters are kept (7 days).
+    retain: float = 7 * 86400.0
+    #: Finished tasks a memory store keeps at most (the oldest go first).
+    max_finished_in_memory: int = 10_000
+    #: Longest wait for a `task_info_provided` or `human_decision` when the message names no
+    #: `required_by` / `deadline`; then the task fails with `execution_timeout`.
+    input_timeout: float = 3600.0
+    #: Executor tasks in flight one partner may hold (None: up to `max_concurrent_tasks`).
+    max_tasks_per_partner: int | None = None
+    #: Requests per second accepted from one partner (None: no limit); beyond it, 429.
+    rate_limit: float | None = None
+    #: Requests a partner may send at once above `rate_limit` before it is limited.
+    rate_burst: float = 50.0
+    #: On SIGTERM/SIGINT: how long running tasks may take to finish before they fail.
+    drain_timeout: float = 30.0
+    #: After the drain: how long queued callbacks may take to be delivered.
+    outbox_grace: float = 5.0
 
     def __post_init__(self) -> None:
         if self.dedup_window < 2 * self.replay_window:
@@ -52,3 +69,13 @@ class P2PConfig:
             raise ValueError("max_retries and retry_base_delay must not be negative")
         if self.missed_heartbeat_limit < 1 or self.heartbeat_interval <= 0:
             raise ValueError("heartbeats need a positive interval and limit")
+        if self.retain < 0 or self.input_timeout <= 0:
+            raise ValueError("retain must not be negative and input_timeout must be positive")
+        if self.drain_timeout < 0 or self.outbox_grace < 0:
+            raise ValueError("drain_timeout and outbox_grace must not be negative")
+        if self.max_tasks_per_partner is not None and self.max_tasks_per_partner < 1:
+            raise ValueError("max_tasks_per_partner must be at least 1")
+        if self.rate_limit is not None and (self.rate_limit <= 0 or self.rate_burst < 1):
+            raise ValueError("rate_limit must be positive and rate_burst at least 1")
+        if self.max_finished_in_memory < 0:
+            raise ValueError("max_finished_in_memory must not be negative")

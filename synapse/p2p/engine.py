@@ -219,6 +219,9 @@ class TaskEventKind(StrEnum):
     HUMAN_DECISION = "p2p:human_decision"
     PARTNER_UNREACHABLE = "partner_unreachable"
     """The executor missed its heartbeats; no state changed."""
+    GAVE_UP = "gave_up"
+    """We gave up on the task ourselves (executor silent, deadline passed, or the executor
+    has no such task): it failed here, `detail` says why."""
     PARTNER_REACHABLE = "partner_reachable"
     """The executor answered again."""
     UNDELIVERABLE = "undeliverable"
@@ -384,6 +387,11 @@ _WAIT = "wait"
 _HEARTBEAT = "heartbeat"
 #: The timer-queue kind of each timer a state runs.
 _TIMER_KINDS = {StateTimer.TASK_TIMEOUT: _TIMEOUT, StateTimer.ANSWER_WAIT: _WAIT}
+#: R's own timers: the executor's silence about a task, and the task's deadline.
+_SILENCE = "silence"
+_R_DEADLINE = "r_deadline"
+#: States in which R owes the next message (E waits for it): E's silence is expected.
+_R_ANSWERING = frozenset({TaskState.INFO_NEEDED, TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING})
 
 _DECISIONS: Mapping[type[Any], type[TaskConfirm | TaskReject | TaskNeedInfo]] = {
     TaskConfirmPayload: TaskConfirm,
@@ -439,12 +447,25 @@ class Engine:
         self._partners: dict[str, _PartnerLiveness] = {}
         self._in_flight: dict[str, int] = {}  # partner → non-final tasks with it
         self._executing = 0  # non-final executor tasks (capacity)
+        self._executing_for: dict[str, int] = {}  # partner → its non-final executor tasks
+        #: Finished tasks no longer held here (see `forget`): the store's lookup.
+        self.finished_lookup: Callable[[TaskKey], TaskRecord | None] = lambda _key: None
         self._backlog: set[str] = set()  # partners holding messages we could not deliver
 
     # --- queries --------------------------------------------------------------------------
 
     def get(self, key: TaskKey) -> TaskRecord | None:
-        return self.tasks.get(key)
+        """The task, in flight (held here) or finished (looked up in the store)."""
+        rec = self.tasks.get(key)
+        return rec if rec is not None else self.finished_lookup(key)
+
+    def forget(self, key: TaskKey) -> bool:
+        """Drop a final task from memory (its record is in the store); False if not final."""
+        rec = self.tasks.get(key)
+        if rec is None or not rec.is_final:
+            return False
+        del self.tasks[key]
+        return True
 
     def active_executor_tasks(self) -> int:
         return self._executing
@@ -466,6 +487,12 @@ class Engine:
         if self._executing >= self.config.max_concurrent_tasks:
             return HeartbeatStatus.BUSY
         return HeartbeatStatus.OK
+
+    def silence_limit(self) -> float:
+        """How long R waits for word about a task before it gives up on its executor:
+        `task_timeout` (E fails a task that runs longer) plus the heartbeat-loss time."""
+        cfg = self.config
+        return cfg.task_timeout + cfg.missed_heartbeat_limit * cfg.heartbeat_interval
 
     def next_deadline(self) -> float | None:
         """When `on_timer` should next be called."""
@@ -552,6 +579,12 @@ class Engine:
             self._timers.cancel((_TIMER_KINDS[timer], rec.key))
         for timer in timers_entered(rec.role, old, new):
             self._start_state_timer(rec, timer, now, wait_until)
+        if rec.role is Role.REQUESTER and not new.is_final:
+            # Any word about the task (or our answer to it) restarts R's patience.
+            if new in _R_ANSWERING:
+                self._timers.cancel((_SILENCE, rec.key))
+            else:
+                self._timers.set((_SILENCE, rec.key), now + self.silence_limit())
         rec.state = new
         rec.updated_at = now
         transition = Transition(rec.key, rec.role, old, new, event, message_id, now)
@@ -567,6 +600,7 @@ class Engine:
         self._in_flight[rec.partner] = self._in_flight.get(rec.partner, 0) + 1
         if rec.role is Role.EXECUTOR:
             self._executing += 1
+            self._executing_for[rec.partner] = self._executing_for.get(rec.partner, 0) + 1
         liveness = self._partners.setdefault(rec.partner, _PartnerLiveness(last_heard=now))
         heartbeat_key = (_HEARTBEAT, rec.partner)
         if heartbeat_key not in self._timers:
@@ -575,7 +609,7 @@ class Engine:
             self._timers.set(heartbeat_key, now + self.config.heartbeat_interval)
 
     def _finished(self, rec: TaskRecord) -> None:
-        for kind in (_TIMEOUT, _DEADLINE, _WAIT):
+        for kind in (_TIMEOUT, _DEADLINE, _WAIT, _SILENCE, _R_DEADLINE):
             self._timers.cancel((kind, rec.key))
         left = self._in_flight.get(rec.partner, 0) - 1
         if left > 0:
@@ -584,15 +618,21 @@ class Engine:
             self._in_flight.pop(rec.partner, None)
         if rec.role is Role.EXECUTOR:
             self._executing -= 1
+            mine = self._executing_for.get(rec.partner, 0) - 1
+            if mine > 0:
+                self._executing_for[rec.partner] = mine
+            else:
+                self._executing_for.pop(rec.partner, None)
 
     # --- receiving POSTed requests and callbacks -----------------------------------------------
 
     def receive(self, message: Message, now: float) -> Step:
         """Apply a POSTed message from an authenticated partner; `step.reply` answers it.
 
-        Raises `SynapseError` (and changes nothing) when the message is refused.
+        Raises `SynapseError` (and changes nothing) when the message is refused: only an
+        accepted message is a sign of life of its sender.
         """
-        self.heard(message.from_.agent_id, now, step := Step())
+        step = Step()
         if isinstance(message, TaskRequest):
             self._on_task_request(message, now, step)
         elif isinstance(message, TaskInfoProvided | TaskCancel | HumanDecision):
@@ -610,6 +650,7 @@ class Engine:
                 f"{message.message_type.value} is only ever a synchronous reply",
                 {"reason": "reply_only_type"},
             )
+        self.heard(message.from_.agent_id, now, step)
         return step
 
     def _capability_response(self, query: CapabilityQuery, now: float) -> CapabilityResponse:
@@ -630,7 +671,7 @@ class Engine:
     def _on_task_request(self, message: TaskRequest, now: float, step: Step) -> None:
         spec = message.payload.task
         key = TaskKey(message.from_.agent_id, spec.id)
-        existing = self.tasks.get(key)
+        existing = self.get(key)
         if existing is not None:
             if existing.role is Role.EXECUTOR and existing.task == spec:
                 step.reply = self._decision_reply(existing, message, now)
@@ -663,6 +704,8 @@ class Engine:
             updated_at=now,
         )
         verdict = self._judge(spec, now)
+        if not isinstance(verdict, TaskRejectPayload):
+            verdict = self._share_refusal(spec, key.requester) or verdict
         self._track(rec, now)
         if isinstance(verdict, TaskRejectPayload):
             rec.reject = verdict
@@ -684,6 +727,20 @@ class Engine:
             self._timers.set((_DEADLINE, key), _epoch(spec.deadline))
         rec.decision = self._reply(_DECISIONS[type(verdict)], verdict, message, now)
         step.reply = rec.decision
+
+    def _share_refusal(self, spec: TaskSpec, partner: str) -> TaskRejectPayload | None:
+        """`rate_limited` if `partner` holds its whole share of the capacity already."""
+        share = self.config.max_tasks_per_partner
+        if share is None or self._executing_for.get(partner, 0) < share:
+            return None
+        retry = self.config.capacity_retry_after
+        return TaskRejectPayload(
+            task_id=spec.id,
+            reason=Reason(
+                code=ErrorCode.RATE_LIMITED.value, message=f"at max tasks per partner ({share})"
+            ),
+            alternatives=Alternatives(retry_after=retry) if retry else None,
+        )
 
     def _judge(
         self, spec: TaskSpec, now: float
@@ -747,8 +804,11 @@ class Engine:
         if timer is StateTimer.TASK_TIMEOUT:
             remaining = max(0.0, self.config.task_timeout - rec.executed_time)
             self._timers.set((_TIMEOUT, rec.key), now + remaining)
-        elif wait_until is not None:  # ANSWER_WAIT: only when the question set a limit
-            self._timers.set((_WAIT, rec.key), _epoch(wait_until))
+        else:
+            # ANSWER_WAIT: until the question's `required_by` / `deadline`, else for
+            # `input_timeout`: a question nobody answers must not hold capacity forever.
+            when = _epoch(wait_until) if wait_until is not None else now + self.config.input_timeout
+            self._timers.set((_WAIT, rec.key), when)
 
     def _wait_until(self, rec: TaskRecord) -> datetime | None:
         """The limit of the answer `rec` waits for, from the question it asked (at restore)."""
@@ -792,7 +852,7 @@ class Engine:
         step.outgoing.append(self._callback(rec, TaskStatusUpdate, payload, now))
 
     def _executor_record(self, message: Message, task_id: str) -> TaskRecord:
-        rec = self.tasks.get(TaskKey(message.from_.agent_id, task_id))
+        rec = self.get(TaskKey(message.from_.agent_id, task_id))
         if rec is None or rec.role is not Role.EXECUTOR:
             raise _not_found(task_id)
         return rec
@@ -877,7 +937,7 @@ class Engine:
     # requester side --------------------------------------------------------------------------
 
     def _requester_record(self, message: Message, task_id: str) -> TaskRecord:
-        rec = self.tasks.get(TaskKey(self.agent_id, task_id))
+        rec = self.get(TaskKey(self.agent_id, task_id))
         if rec is None or rec.role is not Role.REQUESTER or rec.partner != message.sender_id:
             raise _not_found(task_id)
         return rec
@@ -921,7 +981,7 @@ class Engine:
             self._on_nack(sent, reply.payload, now, step)
             return step
         if isinstance(sent, TaskRequest):
-            rec = self.tasks.get(TaskKey(self.agent_id, sent.payload.task.id))
+            rec = self.get(TaskKey(self.agent_id, sent.payload.task.id))
             event = _REPLY_EVENTS.get(type(reply))
             if rec is None or event is None:
                 return step
@@ -937,7 +997,7 @@ class Engine:
             # Otherwise a callback overtook this reply and implicitly confirmed the task.
             self._send_requested_cancel(rec, now, step)
         elif isinstance(sent, TaskCancel) and isinstance(reply, TaskAck):
-            rec = self.tasks.get(TaskKey(self.agent_id, sent.payload.task_id))
+            rec = self.get(TaskKey(self.agent_id, sent.payload.task_id))
             if rec is not None and not rec.is_final and reply.payload.state is TaskState.CANCELLED:
                 self._move(rec, Event.RECV_CANCEL_ACK, now, reply.id, step)
                 step.actions.append(
@@ -957,6 +1017,10 @@ class Engine:
             step.actions.append(
                 TaskEvent(rec.key, TaskEventKind.REFUSED, rec.state, None, nack.message)
             )
+        elif not rec.is_final and nack.code == ErrorCode.TASK_NOT_FOUND.value:
+            # E has no such task (it lost it, or never had it): waiting would be forever.
+            text = f"{rec.partner} has no such task: {nack.message}"
+            self._give_up(rec, ErrorCode.TASK_NOT_FOUND, text, now, step)
         elif not rec.is_final:
             # 409 on a cancel: E finished first; its final callback is on its way.
             step.actions.append(
@@ -1020,7 +1084,7 @@ class Engine:
             payload=dict(payload or {}),
         )
         key = TaskKey(self.agent_id, spec.id)
-        if key in self.tasks:
+        if self.get(key) is not None:  # in flight, or finished and kept by the store
             raise LocalProtocolError(f"task id {spec.id!r} is already used")
         message: TaskRequest = self._message(
             TaskRequest, TaskRequestPayload(task=spec, context=context), partner, now
@@ -1038,11 +1102,36 @@ class Engine:
         self._track(rec, now)
         step = Step()
         self._move(rec, Event.SEND_TASK_REQUEST, now, message.id, step)
+        self._arm_requester(rec, now)
         step.outgoing.append(Outgoing(partner, message, key))
         return key, step
 
+    def _arm_requester(self, rec: TaskRecord, now: float) -> None:
+        """R's own timers: E's silence (re-armed by `_move`) and the task's deadline, plus a
+        heartbeat interval for E's `task_failed` about it to arrive first."""
+        if rec.state not in _R_ANSWERING:
+            self._timers.set((_SILENCE, rec.key), now + self.silence_limit())
+        if rec.task.deadline is not None:
+            grace = self.config.heartbeat_interval
+            self._timers.set((_R_DEADLINE, rec.key), _epoch(rec.task.deadline) + grace)
+
+    def _give_up(self, rec: TaskRecord, code: ErrorCode, text: str, now: float, step: Step) -> None:
+        was = rec.state
+        rec.error = TaskError(code=code.value, message=text, recoverable=True)
+        self._move(rec, Event.GIVE_UP, now, None, step)
+        # Tell E, in case it still runs the task (not when it said it has none, and not
+        # before it answered the request: the queued request is dropped instead).
+        if code is not ErrorCode.TASK_NOT_FOUND and was is not TaskState.PENDING:
+            payload = TaskCancelPayload(task_id=rec.task_id, reason=text)
+            step.actions.append(DropQueued(rec.key))
+            step.outgoing.append(self._callback(rec, TaskCancel, payload, now))
+            rec.cancel_sent = True
+        else:
+            step.actions.append(DropQueued(rec.key))
+        step.actions.append(TaskEvent(rec.key, TaskEventKind.GAVE_UP, rec.state, None, text))
+
     def _requester(self, key: TaskKey) -> TaskRecord:
-        rec = self.tasks.get(key)
+        rec = self.get(key)
         if rec is None or rec.role is not Role.REQUESTER:
             raise LocalProtocolError(f"no task {key} of ours as requester")
         return rec
@@ -1135,7 +1224,7 @@ class Engine:
     # --- executor commands (from the running handler) -------------------------------------------
 
     def _executor(self, key: TaskKey, step: Step) -> TaskRecord | None:
-        rec = self.tasks.get(key)
+        rec = self.get(key)
         if rec is None or rec.role is not Role.EXECUTOR:
             raise LocalProtocolError(f"no task {key} of ours as executor")
         if rec.is_final:
@@ -1272,6 +1361,8 @@ class Engine:
             # The same timers a live move into this state starts (STATE_TIMERS).
             for timer in state_timers(rec.role, rec.state):
                 self._start_state_timer(rec, timer, now, self._wait_until(rec))
+            if not executor:
+                self._arm_requester(rec, now)
 
     def recover(self, key: TaskKey, *, resumable: bool, now: float) -> Step:
         """Decide the fate of an executor task whose handler a restart interrupted.
@@ -1313,12 +1404,24 @@ class Engine:
                 continue
             assert isinstance(target, TaskKey)
             rec = self.tasks.get(target)
-            if rec is None or rec.is_final or rec.role is not Role.EXECUTOR:
+            if rec is None or rec.is_final:
+                continue
+            if rec.role is Role.REQUESTER:
+                if kind == _SILENCE:
+                    silent = (
+                        f"no word from {rec.partner} about the task for "
+                        f"{self.silence_limit():g} s (task_timeout plus heartbeat loss)"
+                    )
+                    self._give_up(rec, ErrorCode.EXECUTION_TIMEOUT, silent, now, step)
+                elif kind == _R_DEADLINE:
+                    late = f"the task's deadline passed with no outcome from {rec.partner}"
+                    self._give_up(rec, ErrorCode.EXECUTION_TIMEOUT, late, now, step)
                 continue
             text = {
                 _TIMEOUT: f"TaskTimeout of {self.config.task_timeout:g} s passed",
                 _DEADLINE: "the task's deadline passed",
-                _WAIT: "no answer before the requested time",
+                _WAIT: "no answer to the question in time (required_by, deadline or "
+                f"input_timeout of {self.config.input_timeout:g} s)",
             }[kind]
             error = TaskError(
                 code=ErrorCode.EXECUTION_TIMEOUT.value, message=text, recoverable=True
@@ -1367,3 +1470,88 @@ class Engine:
         for rec in self.tasks.values():
             if rec.partner == partner and rec.role is Role.REQUESTER and not rec.is_final:
                 step.actions.append(TaskEvent(rec.key, kind, rec.state))
+
+    # --- undoing a message whose effects could not be stored ----------------------------------
+
+    def checkpoint(self, message: Message) -> Checkpoint:
+        """What `receive(message)` may change, to put back with `rollback` if its effects
+        cannot be made durable (the runtime then refuses the message as `agent_not_ready`)."""
+        key = self.incoming_key(message)
+        rec = self.tasks.get(key) if key is not None else None
+        partners = {message.from_.agent_id}
+        if rec is not None:
+            partners.add(rec.partner)
+        timers: list[_TimerKey] = [(_HEARTBEAT, p) for p in partners]
+        if key is not None:
+            timers += [(kind, key) for kind in (_TIMEOUT, _DEADLINE, _WAIT)]
+        liveness = {p: self._partners.get(p) for p in partners}
+        return Checkpoint(
+            key=key,
+            record=rec,
+            fields=_record_fields(rec) if rec is not None else {},
+            executing=self._executing,
+            in_flight={p: self._in_flight.get(p) for p in partners},
+            liveness={
+                p: None if v is None else _PartnerLiveness(v.last_heard, v.reachable)
+                for p, v in liveness.items()
+            },
+            backlog={p: p in self._backlog for p in partners},
+            timers={t: self._timers.deadline(t) for t in timers},
+        )
+
+    def rollback(self, checkpoint: Checkpoint) -> None:
+        """Undo what happened since `checkpoint` (see `checkpoint`)."""
+        key, rec = checkpoint.key, checkpoint.record
+        if key is not None:
+            if rec is None:
+                self.tasks.pop(key, None)
+            else:
+                for name, value in checkpoint.fields.items():
+                    setattr(rec, name, value)
+                self.tasks[key] = rec
+        self._executing = checkpoint.executing
+        for partner, count in checkpoint.in_flight.items():
+            if count is None:
+                self._in_flight.pop(partner, None)
+            else:
+                self._in_flight[partner] = count
+        for partner, liveness in checkpoint.liveness.items():
+            if liveness is None:
+                self._partners.pop(partner, None)
+            else:
+                self._partners[partner] = liveness
+        for partner, held in checkpoint.backlog.items():
+            if held:
+                self._backlog.add(partner)
+            else:
+                self._backlog.discard(partner)
+        for timer, when in checkpoint.timers.items():
+            if when is None:
+                self._timers.cancel(timer)
+            elif self._timers.deadline(timer) != when:
+                self._timers.set(timer, when)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The part of an engine one incoming message may change (see `Engine.checkpoint`)."""
+
+    key: TaskKey | None
+    record: TaskRecord | None
+    fields: dict[str, Any]
+    executing: int
+    in_flight: dict[str, int | None]
+    liveness: dict[str, _PartnerLiveness | None]
+    backlog: dict[str, bool]
+    timers: dict[_TimerKey, float | None]
+
+
+def _record_fields(rec: TaskRecord) -> dict[str, Any]:
+    """A copy of every field of `rec`, its mutable containers copied too."""
+    fields: dict[str, Any] = {}
+    for name in TaskRecord.__slots__:
+        value = getattr(rec, name)
+        if isinstance(value, list | dict):
+            value = value.copy()
+        fields[name] = value
+    return fields

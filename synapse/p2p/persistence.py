@@ -9,12 +9,14 @@ acknowledged message is never lost and a POSTed one is never forgotten.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
+from synapse.types import TaskState
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +49,59 @@ class DedupEntry:
     reply: StoredReply
 
 
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """One line of a task listing."""
+
+    key: TaskKey
+    role: str
+    state: TaskState
+    updated_at: float
+
+    @property
+    def cursor(self) -> ListCursor:
+        return (self.updated_at, self.key.requester, self.key.task_id)
+
+
+#: Where a listing page starts: (updated_at, requester, task_id) of the row before it.
+ListCursor = tuple[float, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """Which tasks a listing wants (every field unset: all)."""
+
+    requester: str | None = None
+    states: frozenset[TaskState] | None = None
+    #: Only tasks updated at or after this time (epoch seconds).
+    updated_after: float | None = None
+
+    def matches(self, row: TaskRow) -> bool:
+        return (
+            (self.requester is None or row.key.requester == self.requester)
+            and (self.states is None or row.state in self.states)
+            and (self.updated_after is None or row.updated_at >= self.updated_after)
+        )
+
+
 @dataclass(slots=True)
 class Snapshot:
-    """Everything a store holds, as loaded at start-up."""
+    """What a store holds that a restart needs, as loaded at start-up: the tasks not final
+    yet (finished ones stay in the store, see `TaskStore.get_task`), the outbox and its
+    dead letters. `dedup` is empty for stores that answer `get_dedup` themselves."""
 
     tasks: list[TaskRecord] = field(default_factory=list)
     outbox: list[OutboxItem] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     dedup: list[DedupEntry] = field(default_factory=list)
+
+
+class StoreUnavailable(Exception):
+    """A commit failed (the database is locked, the disk full, a file unwritable).
+
+    Nothing of the failed batch was written. Its writes stay buffered and the next `commit`
+    tries them again, in order, except those the caller asked to drop (see `commit`).
+    """
 
 
 class TaskStore(Protocol):
@@ -64,7 +111,40 @@ class TaskStore(Protocol):
     durable: bool
 
     def load(self) -> Snapshot:
-        """Everything stored (called once, at start-up, before any write)."""
+        """The live tasks and the outbox (once, at start-up, before any write; may be
+        called in a worker thread)."""
+        ...
+
+    def get_task(self, key: TaskKey) -> TaskRecord | None:
+        """A stored task (a finished one the engine let go of), or None. A point lookup,
+        fast enough for the event loop; the record returned is not to be modified."""
+        ...
+
+    def get_dedup(self, key: DedupKey) -> DedupEntry | None:
+        """The committed dedup entry of `key`, or None (expired entries may be returned)."""
+        ...
+
+    def list_tasks(
+        self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
+    ) -> list[TaskRow]:
+        """A page of stored tasks, newest `updated_at` first, strictly after `before` (the
+        last row of the previous page) in that order, that match `where`. Served by an
+        index: a page costs the same however many tasks are kept."""
+        ...
+
+    def count_tasks(self, where: TaskFilter | None = None) -> int:
+        """How many stored tasks match `where`."""
+        ...
+
+    def count_finished(self) -> dict[tuple[str, TaskState], int]:
+        """Stored final tasks by (role, state), from an index (for gauges)."""
+        ...
+
+    async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
+        """Delete up to `limit` rows of each kind: final tasks last updated before
+        `finished_before` with their history, dead letters given up before it, and dedup
+        entries expired at `now`; give the space back. Off the event loop. Returns the rows
+        deleted (call again while it returns `limit` or more)."""
         ...
 
     def next_seq(self) -> int:
@@ -89,22 +169,41 @@ class TaskStore(Protocol):
 
     def delete_dedup(self, keys: Iterable[DedupKey]) -> None: ...
 
-    async def commit(self) -> None:
-        """Make every write so far durable."""
+    def mark(self) -> int:
+        """A position in the buffered writes, for `commit(discard_after=...)`."""
+        ...
+
+    def discard(self, mark: int) -> None:
+        """Drop the writes buffered since `mark` (none of them committed yet)."""
+        ...
+
+    async def commit(self, *, discard_after: int | None = None) -> None:
+        """Make every write so far durable, or raise `StoreUnavailable` and write none.
+
+        On failure the buffered writes are kept and retried, in order, by the next commit;
+        those buffered after `discard_after` (a `mark()` taken earlier) are dropped instead:
+        their caller rolls back what they recorded and refuses the message.
+        """
         ...
 
     async def close(self) -> None: ...
 
 
 class MemoryStore:
-    """Nothing survives a restart: tasks live in the engine; this lists the outbox."""
+    """Nothing survives a restart: live tasks are the engine's; this keeps the finished ones
+    (up to the retention and `max_finished`, oldest out first) and lists the outbox."""
 
     durable = False
 
-    def __init__(self) -> None:
+    def __init__(self, max_finished: int = 10_000) -> None:
         self._seq = 0
+        self.max_finished = max_finished
         self.outbox: dict[str, OutboxItem] = {}
         self.dead_letters: dict[str, DeadLetter] = {}
+        #: Outbox entries added since the last commit, for `discard`.
+        self._since_commit: list[str] = []
+        #: Final tasks in the order they ended (re-ending moves one to the back).
+        self.finished: OrderedDict[TaskKey, TaskRecord] = OrderedDict()
 
     def load(self) -> Snapshot:
         return Snapshot()
@@ -114,10 +213,61 @@ class MemoryStore:
         return self._seq
 
     def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
-        pass
+        if not record.is_final:
+            return
+        finished = self.finished
+        finished[record.key] = record
+        finished.move_to_end(record.key)
+        while len(finished) > self.max_finished:
+            finished.popitem(last=False)
+
+    def get_task(self, key: TaskKey) -> TaskRecord | None:
+        return self.finished.get(key)
+
+    def get_dedup(self, key: DedupKey) -> DedupEntry | None:
+        return None  # the memory dedup table keeps its entries itself
+
+    def _rows(self, where: TaskFilter | None) -> list[TaskRow]:
+        rows = (TaskRow(r.key, r.role.value, r.state, r.updated_at) for r in self.finished.values())
+        return [row for row in rows if where is None or where.matches(row)]
+
+    def list_tasks(
+        self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
+    ) -> list[TaskRow]:
+        ordered = sorted(self._rows(where), key=lambda row: row.cursor, reverse=True)
+        if before is not None:
+            ordered = [row for row in ordered if row.cursor < before]
+        return ordered[:limit]
+
+    def count_tasks(self, where: TaskFilter | None = None) -> int:
+        return len(self._rows(where))
+
+    def count_finished(self) -> dict[tuple[str, TaskState], int]:
+        counts: dict[tuple[str, TaskState], int] = {}
+        for record in self.finished.values():
+            key = (record.role.value, record.state)
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
+        removed = 0
+        finished = self.finished
+        while finished and removed < limit:
+            key, record = next(iter(finished.items()))
+            if record.updated_at >= finished_before:
+                break
+            del finished[key]
+            removed += 1
+        for message_id in [m for m, d in self.dead_letters.items() if d.at < finished_before][
+            :limit
+        ]:
+            del self.dead_letters[message_id]
+            removed += 1
+        return removed
 
     def add_outbox(self, item: OutboxItem) -> None:
         self.outbox[item.message_id] = item
+        self._since_commit.append(item.message_id)
 
     def remove_outbox(self, message_id: str) -> None:
         self.outbox.pop(message_id, None)
@@ -133,8 +283,16 @@ class MemoryStore:
     def delete_dedup(self, keys: Iterable[DedupKey]) -> None:
         pass
 
-    async def commit(self) -> None:
-        pass
+    def mark(self) -> int:
+        return len(self._since_commit)
+
+    def discard(self, mark: int) -> None:
+        for message_id in self._since_commit[mark:]:
+            self.outbox.pop(message_id, None)
+        del self._since_commit[mark:]
+
+    async def commit(self, *, discard_after: int | None = None) -> None:
+        self._since_commit.clear()
 
     async def close(self) -> None:
         pass

@@ -44,8 +44,15 @@ from synapse.p2p.handler import (
 )
 from synapse.p2p.listener import AuditEntry, Direction, MessageEvent, RuntimeListener
 from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import MemoryStore, OutboxItem, Snapshot, TaskStore
+from synapse.p2p.persistence import (
+    MemoryStore,
+    OutboxItem,
+    Snapshot,
+    StoreUnavailable,
+    TaskStore,
+)
 from synapse.p2p.sender import CallbackSender, DeliveryError
+from synapse.p2p.states import Event
 from synapse.p2p.stream import EventStream
 from synapse.types import (
     CapabilityResponse,
@@ -78,6 +85,9 @@ from synapse.types import (
 
 log = get_logger("synapse.p2p")
 
+#: Seconds between commit attempts of a delivery worker while the store cannot write.
+_STORE_RETRY_FIRST, _STORE_RETRY_MAX = 0.05, 2.0
+
 
 @dataclass(slots=True)
 class _Queued:
@@ -107,6 +117,20 @@ class Outcome:
         return cls(rec.state, rec.result, rec.error, rec.reject, rec.refusal)
 
 
+class TaskAbandoned(Exception):
+    """The requester gave up on a task by itself: its executor fell silent past
+    `task_timeout` plus the heartbeat-loss time, the deadline passed, or the executor
+    answered `task_not_found`. `outcome` is the local failure (`state` failed)."""
+
+    def __init__(self, task_id: str, partner: str, outcome: Outcome) -> None:
+        error = outcome.error
+        why = f"{error.code}: {error.message}" if error is not None else "gave up"
+        super().__init__(f"task {task_id} at {partner} given up: {why}")
+        self.task_id = task_id
+        self.partner = partner
+        self.outcome = outcome
+
+
 class TaskHandle(EventStream[TaskEvent, "Outcome"]):
     """A task we requested: await it, iterate its events, answer it, cancel it."""
 
@@ -115,6 +139,8 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         self._runtime = runtime
         self.key = key
         self.partner = partner
+        #: Kept once final: the engine lets go of finished tasks (the store keeps them).
+        self._final: TaskRecord | None = None
 
     @property
     def task_id(self) -> str:
@@ -122,8 +148,11 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
 
     @property
     def record(self) -> TaskRecord:
+        if self._final is not None:
+            return self._final
         rec = self._runtime.engine.get(self.key)
-        assert rec is not None
+        if rec is None:
+            raise LocalProtocolError(f"task {self.key} is no longer kept (past its retention)")
         return rec
 
     @property
@@ -134,7 +163,25 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         return event.state.is_final
 
     def _settle(self) -> None:
-        self._settle_with(Outcome.of(self.record))
+        rec = self._final = self.record
+        outcome = Outcome.of(rec)
+        if rec.history and rec.history[-1].event is Event.GIVE_UP:
+            self._fail_with(TaskAbandoned(rec.task_id, rec.partner, outcome))
+            # Retrieved by whoever awaits the handle; nobody may, and that is no error.
+            self._done.exception()
+        else:
+            self._settle_with(outcome)
+
+    async def result(self, timeout: float | None = None) -> Outcome:
+        """Wait for the outcome (at most `timeout` seconds: then `TimeoutError`, saying what
+        was waited for). Raises `TaskAbandoned` if the requester gave up on the task."""
+        try:
+            return await super().result(timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"no outcome of task {self.task_id} from {self.partner} within {timeout:g} s "
+                f"(still {self.state.value})"
+            ) from None
 
     async def provide_info(
         self, fields: Mapping[str, Any], notes: str | None = None, *, provided_by: str = ""
@@ -221,6 +268,15 @@ class P2PProtocol:
         self.config = config or P2PConfig()
         self.store: TaskStore = store or MemoryStore()
         self.engine = Engine(agent_id=agent_id, endpoint=endpoint, config=self.config)
+        # Finished tasks leave memory (see `_evict`); the engine finds them in the store.
+        self.engine.finished_lookup = self.store.get_task
+        if isinstance(self.store, MemoryStore):
+            self.store.max_finished = self.config.max_finished_in_memory
+        #: Final tasks not yet evicted → the commit after which their record is durable.
+        self._finals: dict[TaskKey, int] = {}
+        self._commits_started = 0
+        self._commits_done = 0
+        self._purge_task: asyncio.Task[None] | None = None
         self.clock = clock
         self._handler: TaskHandler | None = None
         self._sender = sender
@@ -248,15 +304,26 @@ class P2PProtocol:
     # --- specs/protocol.md, 'Peer interfaces and configuration'
     # ------------------------------------------------------------------------
 
-    async def handle_message(self, message: Message, *, commit: bool = True) -> Message:
+    async def handle_message(
+        self,
+        message: Message,
+        *,
+        commit: bool = True,
+        stage: Callable[[Message], None] | None = None,
+    ) -> Message:
         """Apply a POSTed message from an authenticated partner and return the reply.
 
         Raises `SynapseError` when the message is refused (the transport answers a `nack`).
-        With `commit` (the default) its effects are durable when this returns; a transport
-        that also stores the reply for deduplication passes False and calls `commit()` once
-        both are written.
+        With `commit` (the default) its effects are durable when this returns, or, when the
+        store cannot write them, undone (engine and store alike, nothing started or sent)
+        and the message refused with a retryable `agent_not_ready`. `stage(reply)`, called
+        before that commit, buffers writes that belong with the message (the transport's
+        stored reply for deduplication): they are committed or dropped with it. With
+        `commit=False` the caller commits, and nothing is undone if that fails.
         """
         self._observe("in", message, message.sender_id)
+        mark = self.store.mark()
+        checkpoint = self.engine.checkpoint(message) if commit else None
         try:
             step = self.engine.receive(message, self.clock())
         except SynapseError as exc:
@@ -271,10 +338,31 @@ class P2PProtocol:
                 reason=exc.message,
             )
             raise
-        self.apply(step)
         assert step.reply is not None
-        if commit:
-            await self._commit()
+        if not commit:
+            self.apply(step)
+        else:
+            assert checkpoint is not None
+            # Record, commit, and only then start handlers and deliveries: what this
+            # message set going must not run if the message is refused after all.
+            try:
+                queued = self._record(step)
+                if stage is not None:
+                    stage(step.reply)
+                await self._commit(discard_after=mark)
+            except BaseException as exc:
+                # Whatever failed (the commit, or recording: a value the store cannot
+                # encode), the message leaves no trace: nothing of it stored, nothing started.
+                self.store.discard(mark)
+                self.engine.rollback(checkpoint)
+                if not isinstance(exc, StoreUnavailable):
+                    raise
+                raise SynapseError(
+                    ErrorCode.AGENT_NOT_READY,
+                    "cannot store the message's effects; retry later",
+                    {"reason": "store_unavailable"},
+                ) from exc
+            self._carry_out(step, queued, committed=True)
         self._observe("reply_out", step.reply, message.sender_id)
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
@@ -284,17 +372,42 @@ class P2PProtocol:
         """Make every effect applied so far durable (see `TaskStore.commit`)."""
         await self._commit()
 
-    async def _commit(self) -> None:
+    async def _commit(self, *, discard_after: int | None = None) -> None:
+        self._commits_started += 1
+        number = self._commits_started
         if not self.listeners:
-            await self.store.commit()
+            await self._store_commit(discard_after)
+        else:
+            started = time.perf_counter()
+            try:
+                await self._store_commit(discard_after)
+            except Exception as exc:
+                self._notify("on_commit", time.perf_counter() - started, exc)
+                raise
+            self._notify("on_commit", time.perf_counter() - started, None)
+        self._commits_done = max(self._commits_done, number)
+        if self._finals:
+            for key in [k for k, n in self._finals.items() if n <= self._commits_done]:
+                self._evict(key)
+
+    def _evict(self, key: TaskKey) -> None:
+        """Let a final task go from memory once its record is durable and nothing about it
+        is left to deliver (its last callback was answered); the store keeps it."""
+        number = self._finals.get(key)
+        if number is None or number > self._commits_done or key in self._queues:
             return
-        started = time.perf_counter()
-        try:
+        del self._finals[key]
+        self.engine.forget(key)
+        handle = self._handles.pop(key, None)
+        if handle is not None and not handle.settled:
+            handle._settle()
+
+    async def _store_commit(self, discard_after: int | None) -> None:
+        # A store written before `discard_after` existed takes no argument.
+        if discard_after is None:
             await self.store.commit()
-        except Exception as exc:
-            self._notify("on_commit", time.perf_counter() - started, exc)
-            raise
-        self._notify("on_commit", time.perf_counter() - started, None)
+        else:
+            await self.store.commit(discard_after=discard_after)
 
     def set_task_handler(self, handler: TaskHandler) -> None:
         self._handler = handler
@@ -330,9 +443,19 @@ class P2PProtocol:
         `missed_heartbeat_limit` heartbeats (until it answers again)."""
         return self.engine.partner_status()
 
-    def list_tasks(self) -> dict[str, TaskState]:
-        """Every task, keyed `requester/task_id`."""
-        return {str(key): rec.state for key, rec in self.engine.tasks.items()}
+    def list_tasks(self, page_size: int = 1000) -> dict[str, TaskState]:
+        """Every task kept, keyed `requester/task_id`: those in flight, and the finished ones
+        the store keeps (read page by page, see `TaskStore.list_tasks`)."""
+        found: dict[str, TaskState] = {}
+        cursor = None
+        while True:
+            rows = self.store.list_tasks(limit=page_size, before=cursor)
+            found.update((str(row.key), row.state) for row in rows)
+            if len(rows) < page_size:
+                break
+            cursor = rows[-1].cursor
+        found.update((str(key), rec.state) for key, rec in self.engine.tasks.items())
+        return found
 
     # --- requester API ----------------------------------------------------------------------
 
@@ -434,6 +557,10 @@ class P2PProtocol:
     async def start(self) -> None:
         if self._timer_task is None:
             self._timer_task = asyncio.create_task(self._timer_loop(), name="synapse-timers")
+        if self._purge_task is None:
+            from synapse.p2p.retention import purge_loop
+
+            self._purge_task = asyncio.create_task(purge_loop(self), name="synapse-purge")
 
     async def drain(self, timeout: float) -> bool:
         """Refuse new tasks, then wait up to `timeout` for queued messages to be delivered."""
@@ -445,11 +572,34 @@ class P2PProtocol:
             )
         return not self._workers
 
+    async def shutdown(
+        self,
+        drain_timeout: float | None = None,
+        outbox_grace: float | None = None,
+        *,
+        now: asyncio.Event | None = None,
+    ) -> bool:
+        """Stop gracefully (SIGTERM): see `synapse.p2p.shutdown.graceful_shutdown`.
+
+        Returns False if `now` was set (a second signal) and the drain was cut short.
+        """
+        from synapse.p2p.shutdown import graceful_shutdown
+
+        return await graceful_shutdown(
+            self,
+            self.config.drain_timeout if drain_timeout is None else drain_timeout,
+            self.config.outbox_grace if outbox_grace is None else outbox_grace,
+            now,
+        )
+
     async def close(self) -> None:
         self._closed = True
         tasks = [*self._running.values(), *self._workers.values(), *self._background]
         if self._timer_task is not None:
             tasks.append(self._timer_task)
+        if self._purge_task is not None:
+            tasks.append(self._purge_task)
+            self._purge_task = None
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -483,6 +633,10 @@ class P2PProtocol:
 
     def apply(self, step: Step) -> None:
         """Carry out what the engine decided. Never awaits: engine calls stay atomic."""
+        self._carry_out(step, self._record(step))
+
+    def _record(self, step: Step) -> list[_Queued | Outgoing]:
+        """The step's writes: its tasks and its outbox entries (buffered in the store)."""
         for transition in step.transitions:
             self._notify("on_transition", transition)
             # A task's outcome is what an operator follows (one info line a task); the steps
@@ -501,15 +655,33 @@ class P2PProtocol:
                 )
         if step.transitions:
             self._persist(step)
-        for out in step.outgoing:
-            self._enqueue(out)
+        return [self._outbox(out) for out in step.outgoing]
+
+    def _carry_out(
+        self, step: Step, queued: list[_Queued | Outgoing], *, committed: bool = False
+    ) -> None:
+        """Start the step's deliveries and actions once its writes are recorded (and, when
+        `committed`, already durable)."""
+        for item in queued:
+            if isinstance(item, Outgoing):
+                self._spawn(self._send_once(item))  # heartbeats: the next one comes anyway
+            else:
+                self._queue(item)
         for action in step.actions:
             self._act(action)
         for transition in step.transitions:
             if transition.to_state.is_final:
+                # Durable already, or with the next commit to start (its put_task is
+                # buffered now).
+                durable_with = self._commits_done if committed else self._commits_started + 1
+                self._finals[transition.key] = durable_with
                 handle = self._handles.get(transition.key)
                 if handle is not None:
                     handle._settle()
+        if committed:
+            for transition in step.transitions:
+                if transition.to_state.is_final:
+                    self._evict(transition.key)
         self._rearm_timer()
 
     def _persist(self, step: Step) -> None:
@@ -523,6 +695,8 @@ class P2PProtocol:
 
     def _act(self, action: Any) -> None:
         if isinstance(action, TaskEvent):
+            if action.kind == "gave_up":
+                self._abandon_request(action.key)
             handle = self._handles.get(action.key)
             if handle is not None:
                 handle._push(action)
@@ -685,10 +859,10 @@ class P2PProtocol:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _enqueue(self, out: Outgoing) -> None:
+    def _outbox(self, out: Outgoing) -> _Queued | Outgoing:
+        """The outbox entry of a message about a task (a heartbeat has none)."""
         if out.key is None:
-            self._spawn(self._send_once(out))  # heartbeats: the next one comes anyway
-            return
+            return out
         item = OutboxItem(
             seq=self.store.next_seq(),
             message_id=out.message.id,
@@ -698,7 +872,7 @@ class P2PProtocol:
             created_at=self.clock(),
         )
         self.store.add_outbox(item)
-        self._queue(_Queued(out, item))
+        return _Queued(out, item)
 
     def _queue(self, queued: _Queued) -> None:
         key = queued.out.key
@@ -707,6 +881,18 @@ class P2PProtocol:
         queue.append(queued)
         if key not in self._workers and not self._closed:
             self._workers[key] = asyncio.create_task(self._deliver(key))
+
+    def _abandon_request(self, key: TaskKey) -> None:
+        """R gave up on a task E never answered: stop trying to deliver its request."""
+        rec = self.engine.get(key)
+        if rec is None or not rec.history or rec.history[-1].from_state is not TaskState.PENDING:
+            return
+        queue = self._queues.get(key)
+        worker = self._workers.get(key)
+        while queue:
+            self.store.remove_outbox(queue.pop().item.message_id)
+        if worker is not None and worker is not asyncio.current_task():
+            worker.cancel()
 
     def _drop_queued(self, key: TaskKey) -> None:
         queue = self._queues.get(key)
@@ -736,7 +922,7 @@ class P2PProtocol:
                 out = queued.out
                 sender = self._require_sender(out.partner)
                 # What the partner is about to see must survive our crash.
-                await self._commit()
+                await self._commit_patiently()
                 try:
                     self._observe("out", out.message, out.partner)
                     rec = self.engine.get(key)
@@ -783,10 +969,33 @@ class P2PProtocol:
                         from_state=before,
                         to_state=rec.state.value if rec is not None else None,
                     )
+                if not queue:
+                    # Delivered is delivered: the outbox entry's removal is not left to
+                    # whichever commit comes next (a restart would send it again meanwhile).
+                    with contextlib.suppress(StoreUnavailable):
+                        await self._commit()
         finally:
             self._workers.pop(key, None)
             if not queue:
                 self._queues.pop(key, None)
+                if key in self._finals:
+                    self._evict(key)
+
+    async def _commit_patiently(self) -> None:
+        """Commit, waiting out a store that cannot write (it logs the failure episode once);
+        the delivery worker resumes where it stopped once the store writes again."""
+        delay = _STORE_RETRY_FIRST
+        while True:
+            try:
+                await self._commit()
+                return
+            except Exception as exc:  # any store's failure, not only SQLite's
+                if self._closed:
+                    raise
+                if delay == _STORE_RETRY_FIRST and not isinstance(exc, StoreUnavailable):
+                    log.error("commit_failed", error=repr(exc))  # SqliteStore logs its own
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _STORE_RETRY_MAX)
 
     def _dead_letter(self, queue: deque[_Queued], reason: str) -> None:
         queued = queue.popleft()
@@ -880,4 +1089,12 @@ def _code(code: str) -> ErrorCode:
         return ErrorCode.INVALID_PARAMS
 
 
-__all__ = ["Direction", "MessageEvent", "Outcome", "P2PProtocol", "TaskHandle", "Validation"]
+__all__ = [
+    "Direction",
+    "MessageEvent",
+    "Outcome",
+    "P2PProtocol",
+    "TaskAbandoned",
+    "TaskHandle",
+    "Validation",
+]

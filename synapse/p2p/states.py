@@ -42,6 +42,9 @@ class Event(StrEnum):
     SEND_HUMAN_REJECT = "send human_decision(reject)"
     RECV_CANCEL_ACK = "recv task_ack(cancelled)"
     REQUEST_REFUSED = "recv nack to task_request"
+    #: R gives up on its own: the executor fell silent past `task_timeout` and the
+    #: heartbeat-loss time, the deadline passed, or it answered `task_not_found`.
+    GIVE_UP = "give up (executor silent or lost the task)"
 
     SEND_TASK_CONFIRM = "send task_confirm"
     SEND_TASK_REJECT = "send task_reject"
@@ -96,6 +99,7 @@ TRANSITIONS: Mapping[Role, Mapping[TaskState, Mapping[Event, TaskState]]] = {
     Role.REQUESTER: {
         S.IDLE: {Event.SEND_TASK_REQUEST: S.PENDING},
         S.PENDING: {
+            Event.GIVE_UP: S.FAILED,
             Event.RECV_TASK_CONFIRM: S.CONFIRMED,
             Event.RECV_TASK_REJECT: S.REJECTED,
             Event.RECV_TASK_NEED_INFO: S.INFO_NEEDED,
@@ -106,31 +110,35 @@ TRANSITIONS: Mapping[Role, Mapping[TaskState, Mapping[Event, TaskState]]] = {
             Event.RECV_TASK_COMPLETE: S.COMPLETED,
             Event.RECV_TASK_FAILED: S.FAILED,
         },
-        S.CONFIRMED: dict(_R_CALLBACKS),
-        S.EXECUTING: dict(_R_CALLBACKS),
+        S.CONFIRMED: {**_R_CALLBACKS, Event.GIVE_UP: S.FAILED},
+        S.EXECUTING: {**_R_CALLBACKS, Event.GIVE_UP: S.FAILED},
         S.INFO_NEEDED: {
             Event.SEND_TASK_INFO_PROVIDED: S.INFO_PROVIDED,
             Event.RECV_TASK_FAILED: S.FAILED,
             Event.RECV_CANCEL_ACK: S.CANCELLED,
+            Event.GIVE_UP: S.FAILED,
         },
-        S.INFO_PROVIDED: dict(_R_CALLBACKS),
+        S.INFO_PROVIDED: {**_R_CALLBACKS, Event.GIVE_UP: S.FAILED},
         S.NEED_HUMAN: {
             Event.HUMAN_DECIDING: S.HUMAN_DECIDING,
             Event.SEND_HUMAN_APPROVE: S.HUMAN_APPROVED,
             Event.SEND_HUMAN_REJECT: S.HUMAN_REJECTED,
             Event.RECV_TASK_FAILED: S.FAILED,
             Event.RECV_CANCEL_ACK: S.CANCELLED,
+            Event.GIVE_UP: S.FAILED,
         },
         S.HUMAN_DECIDING: {
             Event.SEND_HUMAN_APPROVE: S.HUMAN_APPROVED,
             Event.SEND_HUMAN_REJECT: S.HUMAN_REJECTED,
             Event.RECV_TASK_FAILED: S.FAILED,
             Event.RECV_CANCEL_ACK: S.CANCELLED,
+            Event.GIVE_UP: S.FAILED,
         },
-        S.HUMAN_APPROVED: dict(_R_CALLBACKS),
+        S.HUMAN_APPROVED: {**_R_CALLBACKS, Event.GIVE_UP: S.FAILED},
         S.HUMAN_REJECTED: {
             Event.RECV_TASK_FAILED: S.FAILED,
             Event.RECV_CANCEL_ACK: S.CANCELLED,
+            Event.GIVE_UP: S.FAILED,
         },
         S.COMPLETED: {},
         S.FAILED: {},

@@ -1,51 +1,97 @@
-"""A deduplication table that survives restarts: memory for speed, the store for durability."""
+"""A deduplication table that survives restarts and costs no memory per message.
+
+Answered messages live in the store only (`TaskStore.put_dedup`, committed with the
+message's effects, and `get_dedup`, a point lookup): the dedup window, however long and
+however busy, holds nothing in memory. Memory holds only the messages being processed right
+now, so that a retry arriving meanwhile waits for the original's reply. Expired entries are
+removed by the store's retention purge (`TaskStore.purge`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
-from synapse.p2p.aio import MemoryDedupStore
-from synapse.p2p.dedup import DedupKey, StoredReply, is_storable
+from synapse.p2p.dedup import Begin, DedupKey, DedupOutcome, StoredReply, is_storable
 from synapse.store.base import DedupEntry, TaskStore
 
 
-class DurableDedupStore(MemoryDedupStore):
-    """Every stored reply is also written to `store` (committed with the request's effects)."""
+@dataclass(slots=True)
+class _InProgress:
+    fingerprint: bytes
+    expires_at: datetime
+    staged: bool = False
+    waiters: list[asyncio.Future[StoredReply | None]] = field(default_factory=list)
+
+
+class DurableDedupStore:
+    """`DedupStore` over a `TaskStore`: in progress in memory, answered in the store."""
 
     def __init__(self, window: float, store: TaskStore, entries: Iterable[DedupEntry] = ()) -> None:
-        super().__init__(window)
+        """`entries` is accepted for compatibility and ignored: they are in `store`."""
+        if window <= 0:
+            raise ValueError("the deduplication window must be positive")
+        self._window = timedelta(seconds=window)
         self._store = store
-        self._staged: set[DedupKey] = set()
-        now = datetime.now(UTC)
-        for entry in entries:
-            expires_at = datetime.fromtimestamp(entry.expires_at, UTC)
-            if expires_at > now:
-                self.restore(entry.key, entry.fingerprint, expires_at, entry.reply)
+        self._in_progress: dict[DedupKey, _InProgress] = {}
+
+    def __len__(self) -> int:
+        return len(self._in_progress)
 
     def __bool__(self) -> bool:
         # An empty table (`__len__` 0) is still this table: `dedup or MemoryDedupStore(...)`
-        # must never swap a fresh durable store for a memory one.
+        # must never swap a durable store for a memory one.
         return True
 
+    def begin(
+        self, key: DedupKey, fingerprint: bytes, *, now: datetime, timestamp: datetime
+    ) -> Begin:
+        pending = self._in_progress.get(key)
+        if pending is not None:
+            if pending.fingerprint != fingerprint:
+                return Begin(DedupOutcome.REUSED)
+            waiter: asyncio.Future[StoredReply | None] = asyncio.get_running_loop().create_future()
+            pending.waiters.append(waiter)
+            return Begin(DedupOutcome.IN_PROGRESS, waiter=waiter)
+        stored = self._store.get_dedup(key)
+        if stored is not None and datetime.fromtimestamp(stored.expires_at, UTC) > now:
+            if stored.fingerprint != fingerprint:
+                return Begin(DedupOutcome.REUSED)
+            return Begin(DedupOutcome.DUPLICATE, reply=stored.reply)
+        expires_at = max(now, timestamp) + self._window
+        self._in_progress[key] = _InProgress(fingerprint, expires_at)
+        return Begin(DedupOutcome.NEW)
+
     def stage(self, key: DedupKey, reply: StoredReply) -> None:
-        kept = self.expiry_of(key)
-        if kept is not None and is_storable(reply.status):
-            fingerprint, expires_at = kept
-            self._store.put_dedup(DedupEntry(key, fingerprint, expires_at.timestamp(), reply))
-            self._staged.add(key)
+        pending = self._in_progress.get(key)
+        if pending is not None and is_storable(reply.status):
+            entry = DedupEntry(key, pending.fingerprint, pending.expires_at.timestamp(), reply)
+            self._store.put_dedup(entry)
+            pending.staged = True
+
+    def _finish(self, key: DedupKey, reply: StoredReply | None) -> _InProgress:
+        pending = self._in_progress.pop(key, None)
+        if pending is None:
+            raise KeyError(f"{key!r} is not in progress")
+        for waiter in pending.waiters:
+            if not waiter.done():
+                waiter.set_result(reply)
+        return pending
 
     def complete(self, key: DedupKey, reply: StoredReply) -> None:
-        if key not in self._staged:
+        pending = self._in_progress.get(key)
+        if pending is not None and not pending.staged:
             self.stage(key, reply)  # written with the next commit
-        self._staged.discard(key)
-        super().complete(key, reply)
+        self._finish(key, reply)
 
     def abandon(self, key: DedupKey) -> None:
-        self._staged.discard(key)
-        super().abandon(key)
+        self._finish(key, None)
 
-    def expire_keys(self, now: datetime) -> list[DedupKey]:
-        removed = super().expire_keys(now)
-        self._store.delete_dedup(removed)
-        return removed
+    def expire(self, now: datetime) -> int:
+        """Nothing to do here: the store's purge removes expired entries."""
+        return 0
+
+
+__all__ = ["DurableDedupStore"]

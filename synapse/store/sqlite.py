@@ -12,10 +12,12 @@ and before it POSTs a queued message. The database runs in WAL mode with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,8 +27,10 @@ import msgspec
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
+from synapse.p2p.logs import get_logger
+from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
 from synapse.p2p.states import Event, Role
-from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot
+from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
 from synapse.types import TaskState
 
 SCHEMA_VERSION = 1
@@ -74,19 +78,49 @@ CREATE TABLE IF NOT EXISTS dedup (
     headers TEXT NOT NULL,
     PRIMARY KEY (sender, message_id)
 );
+CREATE INDEX IF NOT EXISTS tasks_live ON tasks (state)
+    WHERE state NOT IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (updated_at)
+    WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated_at, requester, task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_requester ON tasks (requester, updated_at, task_id);
+CREATE INDEX IF NOT EXISTS tasks_finished_by_role ON tasks (role, state)
+    WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
+CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS NOT NULL;
 """
+_FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
+#: Size of the WAL file kept after a checkpoint (it is truncated down to this).
+_JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
+
+log = get_logger("synapse.store")
 
 _Op = Callable[[sqlite3.Connection], object]
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(TaskRecord)
 
 
-def connect(path: str | Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
-    """Open (and create or check) a store database."""
+def connect(
+    path: str | Path, synchronous: str = "NORMAL", busy_timeout: float = 5.0
+) -> sqlite3.Connection:
+    """Open (and create or check) a store database.
+
+    `busy_timeout` is how long (seconds) a write waits for another connection's lock
+    before its commit fails.
+    """
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout=5000")
+    # Pages freed by the retention purge go back to the file system (`purge` runs an
+    # incremental vacuum). A new file takes the mode if it is set before anything writes
+    # the file (the WAL switch below does); an older file needs one VACUUM, once.
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+            conn.execute("VACUUM")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
-    conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+    conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
     conn.executescript(_SCHEMA)
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     if row is None:
@@ -112,28 +146,58 @@ def _item(row: Sequence[Any]) -> OutboxItem:
 _OUTBOX_COLUMNS = "seq, message_id, partner, requester, task_id, body, created_at"
 
 
-def read_snapshot(conn: sqlite3.Connection) -> Snapshot:
+def _transition(row: Sequence[Any]) -> Transition:
+    return Transition(
+        TaskKey(row[0], row[1]),
+        Role(row[2]),
+        TaskState(row[3]),
+        TaskState(row[4]),
+        Event(row[5]),
+        row[6],
+        row[7],
+    )
+
+
+def read_task(conn: sqlite3.Connection, key: TaskKey) -> TaskRecord | None:
+    """One stored task with its history (a point lookup on the primary key)."""
+    row = conn.execute(
+        "SELECT record FROM tasks WHERE requester = ? AND task_id = ?",
+        (key.requester, key.task_id),
+    ).fetchone()
+    if row is None:
+        return None
+    record = _record_decoder.decode(row[0])
+    record.history = [
+        _transition(t)
+        for t in conn.execute(
+            "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
+            "FROM transitions WHERE requester = ? AND task_id = ? ORDER BY id",
+            (key.requester, key.task_id),
+        ).fetchall()
+    ]
+    return record
+
+
+def read_snapshot(conn: sqlite3.Connection, *, finished: bool = False) -> Snapshot:
+    """The live tasks (every task with `finished`), the outbox and its dead letters.
+
+    Finished tasks stay in the file: the engine looks them up one by one when a message
+    names one (`read_task`), so a restart reads only the work in flight.
+    """
     snapshot = Snapshot()
-    history: dict[TaskKey, list[Transition]] = {}
-    for row in conn.execute(
-        "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
-        "FROM transitions ORDER BY id"
-    ):
-        key = TaskKey(row[0], row[1])
-        history.setdefault(key, []).append(
-            Transition(
-                key,
-                Role(row[2]),
-                TaskState(row[3]),
-                TaskState(row[4]),
-                Event(row[5]),
-                row[6],
-                row[7],
-            )
-        )
-    for (blob,) in conn.execute("SELECT record FROM tasks"):
+    where = "" if finished else f"WHERE k.state NOT IN {_FINAL}"
+    # The live tasks through their partial index, then each one's history through
+    # `transitions_task`: never a scan of the history of every task kept.
+    for (blob,) in conn.execute(f"SELECT record FROM tasks k {where}").fetchall():
         record = _record_decoder.decode(blob)
-        record.history = history.get(record.key, [])
+        record.history = [
+            _transition(row)
+            for row in conn.execute(
+                "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
+                "FROM transitions WHERE requester = ? AND task_id = ? ORDER BY id",
+                (record.key.requester, record.key.task_id),
+            ).fetchall()
+        ]
         snapshot.tasks.append(record)
     for row in conn.execute(
         f"SELECT {_OUTBOX_COLUMNS}, dead_reason, dead_at FROM outbox ORDER BY seq"
@@ -143,14 +207,119 @@ def read_snapshot(conn: sqlite3.Connection) -> Snapshot:
             snapshot.outbox.append(item)
         else:
             snapshot.dead_letters.append(DeadLetter(item, row[7], float(row[8])))
-    for sender, message_id, fingerprint, expires_at, status, body, headers in conn.execute(
-        "SELECT sender, message_id, fingerprint, expires_at, status, body, headers FROM dedup"
-    ):
-        reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
-        snapshot.dedup.append(
-            DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
-        )
     return snapshot
+
+
+def _dedup_entry(row: Sequence[Any]) -> DedupEntry:
+    sender, message_id, fingerprint, expires_at, status, body, headers = row
+    reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
+    return DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
+
+
+def read_dedup(conn: sqlite3.Connection, key: DedupKey) -> DedupEntry | None:
+    row = conn.execute(
+        "SELECT sender, message_id, fingerprint, expires_at, status, body, headers FROM dedup "
+        "WHERE sender = ? AND message_id = ?",
+        key,
+    ).fetchone()
+    return _dedup_entry(row) if row is not None else None
+
+
+def _where(where: TaskFilter | None) -> tuple[list[str], tuple[Any, ...]]:
+    """SQL conditions (and their parameters) for a listing filter."""
+    clauses: list[str] = []
+    params: tuple[Any, ...] = ()
+    if where is None:
+        return clauses, params
+    if where.requester is not None:
+        clauses.append("requester = ?")
+        params += (where.requester,)
+    if where.states is not None:
+        states = sorted(state.value for state in where.states)
+        clauses.append(f"state IN ({', '.join('?' * len(states))})")
+        params += tuple(states)
+    if where.updated_after is not None:
+        clauses.append("updated_at >= ?")
+        params += (where.updated_after,)
+    return clauses, params
+
+
+def purge_batch(conn: sqlite3.Connection, finished_before: float, now: float, limit: int) -> int:
+    """One retention batch, in one transaction, then an incremental vacuum."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        keys = conn.execute(
+            f"SELECT requester, task_id FROM tasks WHERE state IN {_FINAL} "
+            "AND updated_at < ? ORDER BY updated_at LIMIT ?",
+            (finished_before, limit),
+        ).fetchall()
+        removed = len(keys)
+        if keys:
+            conn.executemany("DELETE FROM transitions WHERE requester = ? AND task_id = ?", keys)
+            conn.executemany("DELETE FROM tasks WHERE requester = ? AND task_id = ?", keys)
+        removed += conn.execute(
+            "DELETE FROM outbox WHERE rowid IN (SELECT rowid FROM outbox "
+            "WHERE dead_reason IS NOT NULL AND dead_at < ? LIMIT ?)",
+            (finished_before, limit),
+        ).rowcount
+        removed += conn.execute(
+            "DELETE FROM dedup WHERE rowid IN (SELECT rowid FROM dedup "
+            "WHERE expires_at <= ? LIMIT ?)",
+            (now, limit),
+        ).rowcount
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    if removed:
+        conn.execute("PRAGMA incremental_vacuum")
+        # Copy the log into the file and empty it: with a short retention the WAL would
+        # otherwise stay at its high-water mark (readers keep a checkpoint from resetting it).
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return removed
+
+
+#: SQLite's primary result codes for a database that cannot be written right now (busy or
+#: locked by another connection, out of memory, read-only, I/O error, full, cannot open the
+#: file, lock protocol, permission), as opposed to a bug in a statement.
+_ENVIRONMENTAL = frozenset({3, 5, 6, 7, 8, 10, 13, 14, 15, 23})
+
+
+#: Read-only, cannot open, permission: the connection must be opened again to recover.
+_REOPEN = frozenset({3, 8, 14})
+
+
+def _is_environmental(exc: Exception) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _ENVIRONMENTAL
+    return isinstance(exc, OSError | MemoryError)
+
+
+class _FailureEpisode:
+    """One log line when commits start failing and one when they succeed again, not one
+    per failed commit: a locked or full disk fails every request until it is fixed."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.failures = 0
+        self.since = 0.0
+
+    def failed(self, exc: Exception) -> None:
+        self.failures += 1
+        if self.failures == 1:
+            self.since = time.monotonic()
+            log.error("store_unavailable", path=self.path, error=str(exc))
+
+    def recovered(self) -> None:
+        if self.failures:
+            log.warning(
+                "store_recovered",
+                path=self.path,
+                failed_commits=self.failures,
+                seconds=round(time.monotonic() - self.since, 3),
+            )
+            self.failures = 0
 
 
 class SqliteStore:
@@ -159,11 +328,25 @@ class SqliteStore:
     durable = True
 
     def __init__(
-        self, path: str | Path, *, synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+        self,
+        path: str | Path,
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        busy_timeout: float = 5.0,
     ) -> None:
         self.path = Path(path)
-        self._conn = connect(self.path, synchronous)
+        self._synchronous, self._busy_timeout = synchronous, busy_timeout
+        self._conn = connect(self.path, synchronous, busy_timeout)
+        # Point lookups on the event loop (finished tasks, dedup entries) use their own
+        # connection: in WAL mode they never wait for the writer thread.
+        self._reader = sqlite3.connect(str(self.path), check_same_thread=False)
+        self._reader.execute("PRAGMA query_only=1")
         self._pending: list[_Op] = []
+        #: The writes of failed batches, written first by the next one (writer thread only).
+        self._retry: list[_Op] = []
+        self._failing = False
+        self._reopen = False
+        self._episode = _FailureEpisode(str(self.path))
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synapse-store")
         self._lock = threading.Lock()
         row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM outbox").fetchone()
@@ -176,6 +359,51 @@ class SqliteStore:
     def load(self) -> Snapshot:
         with self._lock:
             return read_snapshot(self._conn)
+
+    def get_task(self, key: TaskKey) -> TaskRecord | None:
+        return read_task(self._reader, key)
+
+    def get_dedup(self, key: DedupKey) -> DedupEntry | None:
+        return read_dedup(self._reader, key)
+
+    def list_tasks(
+        self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
+    ) -> list[TaskRow]:
+        clauses, params = _where(where)
+        if before is not None:
+            clauses.append("(updated_at, requester, task_id) < (?, ?, ?)")
+            params += before
+        query = "SELECT requester, task_id, role, state, updated_at FROM tasks"
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        query += " ORDER BY updated_at DESC, requester DESC, task_id DESC LIMIT ?"
+        rows = self._reader.execute(query, (*params, limit)).fetchall()
+        return [
+            TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
+            for req, tid, role, state, at in rows
+        ]
+
+    def count_finished(self) -> dict[tuple[str, TaskState], int]:
+        rows = self._reader.execute(
+            f"SELECT role, state, count(*) FROM tasks INDEXED BY tasks_finished_by_role "
+            f"WHERE state IN {_FINAL} GROUP BY role, state"
+        ).fetchall()
+        return {(role, TaskState(state)): int(n) for role, state, n in rows}
+
+    def count_tasks(self, where: TaskFilter | None = None) -> int:
+        clauses, params = _where(where)
+        query = "SELECT count(*) FROM tasks" + (
+            " WHERE " + " AND ".join(clauses) if clauses else ""
+        )
+        return int(self._reader.execute(query, params).fetchone()[0])
+
+    async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
+        def run() -> int:
+            with self._lock:
+                return purge_batch(self._conn, finished_before, now, limit)
+
+        # In the writer thread: in order with the commits, never on the loop.
+        return await asyncio.get_running_loop().run_in_executor(self._writer, run)
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -282,33 +510,72 @@ class SqliteStore:
 
     # --- committing -------------------------------------------------------------------------
 
-    def _write(self, ops: list[_Op]) -> None:  # in the writer thread
-        with self._lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for op in ops:
-                    op(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            self.commits += 1
+    def mark(self) -> int:
+        return len(self._pending)
 
-    async def commit(self) -> None:
+    def discard(self, mark: int) -> None:
+        del self._pending[mark:]
+
+    def _write(self, ops: list[_Op], keep: int) -> None:  # in the writer thread
+        with self._lock:
+            batch = self._retry + ops
+            if not batch:
+                return
+            try:
+                if self._reopen:
+                    # SQLite opened the file read-only (it was unwritable): it never
+                    # upgrades such a connection, so open the file again to see it fixed.
+                    # Close first: connections of one process share the file's lock and
+                    # shared-memory state, so a new one would inherit the read-only mapping.
+                    self._conn.close()
+                    self._conn = connect(self.path, self._synchronous, self._busy_timeout)
+                    self._reopen = False
+                conn = self._conn
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    for op in batch:
+                        op(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+            except Exception as exc:
+                if not _is_environmental(exc):
+                    # A bug (bad SQL, a broken constraint): retrying would fail forever.
+                    self._retry = []
+                    raise
+                # Nothing was written: keep the batch for the next commit (in order), but
+                # not what the caller will roll back.
+                self._retry = self._retry + ops[:keep]
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _REOPEN:
+                    self._reopen = True  # until a connection is opened again
+                self._failing = True
+                self._episode.failed(exc)
+                raise StoreUnavailable(f"{self.path}: {exc}") from exc
+            self._retry = []
+            self._failing = False
+            self.commits += 1
+            self._episode.recovered()
+
+    async def commit(self, *, discard_after: int | None = None) -> None:
         """Write every buffered change in one transaction (in the writer thread).
 
         The writer runs batches in order, so when this returns every earlier batch is durable
         too. With nothing buffered it only waits for the latest batch still being written (no
-        thread hop when there is none: the runtime commits before every POST).
+        thread hop when there is none: the runtime commits before every POST), unless an
+        earlier batch failed: then it writes that one again. Raises `StoreUnavailable` when
+        the transaction fails (see `TaskStore.commit`).
         """
         ops, self._pending = self._pending, []
-        if not ops:
+        if not ops and not self._failing:
             last = self._last
             if last is not None and not last.done():
                 await asyncio.shield(last)
             return
-        batch = asyncio.get_running_loop().run_in_executor(self._writer, self._write, ops)
+        keep = len(ops) if discard_after is None else max(0, min(discard_after, len(ops)))
+        batch = asyncio.get_running_loop().run_in_executor(self._writer, self._write, ops, keep)
         self._last = batch
         # Shielded: a cancelled caller must not mark the batch done while the thread writes.
         await asyncio.shield(batch)
@@ -336,14 +603,16 @@ class SqliteStore:
     def commit_now(self) -> None:
         """Synchronous commit, for tools outside the event loop (`synapse outbox`)."""
         ops, self._pending = self._pending, []
-        if ops:
-            self._write(ops)
+        self._write(ops, len(ops))
 
     async def close(self) -> None:
-        await self.commit()
-        self._writer.shutdown(wait=True)
-        with self._lock:
-            self._conn.close()
+        try:
+            await self.commit()
+        finally:
+            self._writer.shutdown(wait=True)
+            with self._lock:
+                self._conn.close()
+            self._reader.close()
 
     # --- maintenance (the `synapse outbox` command) -----------------------------------------
 

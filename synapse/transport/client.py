@@ -151,7 +151,7 @@ def judge_reply(
         parse_i_json(body)
         message = decode_typed(body)
     except SynapseError as exc:
-        raise refuse(f"not an envelope ({exc})") from exc
+        raise refuse(_not_an_envelope(status, body, exc)) from exc
     verified = bool(partner.secrets) and (
         signature is not None and verify_header_signature(partner.secrets, body, signature)
     )
@@ -175,6 +175,22 @@ def judge_reply(
         if not 200 <= status < 300:
             raise refuse(f"HTTP {status} with a {message.type.value}, not a nack")
     return Reply(status=status, message=message, verified=verified, body=body, attempts=attempts)
+
+
+def _not_an_envelope(status: int, body: bytes, error: SynapseError) -> str:
+    """Why a reply is not a Synapse envelope, in terms a person recognizes (a 404 page is a
+    wrong URL, not "Extra data")."""
+    text = body.lstrip()[:200]
+    if not text:
+        what = "an empty body"
+    elif text[:1] == b"<":
+        what = "an HTML page" if b"html" in text.lower() else "XML"
+    elif text[:1] in (b"{", b"["):
+        return f"HTTP {status} with JSON that is not a Synapse envelope ({error.message})"
+    else:
+        shown = text[:60].decode("utf-8", "replace").splitlines()[0]
+        what = f"text {shown!r}"
+    return f"not a Synapse endpoint: HTTP {status} with {what}"
 
 
 def _log_retry(message: Envelope[Any], attempt: int, delay: float | None) -> None:

@@ -11,6 +11,8 @@ partners. It only ever POSTs to registered partner endpoints.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -21,18 +23,22 @@ from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupStore
 from synapse.p2p.handler import TaskHandler
 from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import MemoryStore, Snapshot, TaskStore
+from synapse.p2p.persistence import MemoryStore, TaskStore
 from synapse.p2p.protocol import P2PProtocol, TaskHandle
 from synapse.transport.client import HttpClient, SenderMode
+from synapse.transport.guard import GuardedSite, HttpLimits
+from synapse.transport.inbound import encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH, SynapseServer
 from synapse.transport.tls import TLSConfig
 from synapse.types import (
     CapabilityResponsePayload,
+    ErrorCode,
     HeartbeatPayload,
     LocalProtocolError,
     Message,
     Priority,
+    SynapseError,
     TaskContext,
 )
 from synapse.types.signing import Secret
@@ -82,6 +88,7 @@ class Peer:
         serve: bool = True,
         tls: TLSConfig | None = None,
         allow_shared_secrets: bool = False,
+        http_limits: HttpLimits | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.partners = (
@@ -102,11 +109,15 @@ class Peer:
         self.tls = tls
         #: Partners sharing a secret can sign as each other: refused at start unless allowed.
         self.allow_shared_secrets = allow_shared_secrets
+        #: Timeouts and connection cap of the server (see `synapse.transport.guard`).
+        self.http_limits = http_limits or HttpLimits()
         self.client = HttpClient(self.config, tls=tls)
         self._runner: web.AppRunner | None = None
+        self._site: GuardedSite | None = None
         self._protocol: P2PProtocol | None = None
         self._server: SynapseServer | None = None
-        self._snapshot: Snapshot | None = None
+        self._recovering = False
+        self._ready_after_recovery = True
         #: Called with the aiohttp app before it serves (`start()` or `attach()`): mount
         #: extra routes here (the A2A binding does).
         self.app_hooks: list[Callable[[web.Application], None]] = []
@@ -161,18 +172,25 @@ class Peer:
         )
         for protocol_hook in self.protocol_hooks:
             protocol_hook(self._protocol)
-        snapshot = self.store.load()
         dedup = self._dedup
         if dedup is None and self.store.durable:
             from synapse.store.dedup import DurableDedupStore
 
-            dedup = DurableDedupStore(self.config.dedup_window, self.store, snapshot.dedup)
+            dedup = DurableDedupStore(self.config.dedup_window, self.store)
         self._server = SynapseServer(
-            self._protocol, self.partners, dedup=dedup, rate_limit=self._rate_limit
+            self._protocol,
+            self.partners,
+            dedup=dedup,
+            rate_limit=self._rate_limit,
+            body_timeout=self.http_limits.body_timeout,
         )
         for server_hook in self.server_hooks:
             server_hook(self._server)
-        self._snapshot = snapshot
+        # Until the store is loaded (`start`), every request is answered 503 agent_not_ready;
+        # then readiness is what it was (a protocol hook, the router's, may hold it back).
+        self._ready_after_recovery = self._protocol.engine.ready
+        self._protocol.engine.ready = False
+        self._recovering = True
 
     def attach(self, app: web.Application, endpoint: str) -> None:
         """Mount this peer into an existing aiohttp `app` instead of serving on its own.
@@ -190,6 +208,27 @@ class Peer:
         return "https" if self.tls is not None and self.tls.serves_tls else "http"
 
     async def start(self) -> None:
+        """Start serving (and the runtime). A peer that cannot start (its port in use, a bad
+        address) raises one `OSError` saying where, and leaves nothing open behind it."""
+        try:
+            await self._start()
+        except BaseException as exc:
+            await self._abandon_start()
+            if isinstance(exc, OSError) and self.serve:
+                raise OSError(
+                    exc.errno, f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+                ) from exc
+            raise
+
+    async def _abandon_start(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._runner is not None:
+                await self._runner.cleanup()
+        self._runner = self._site = None
+        with contextlib.suppress(Exception):
+            await self.client.close()
+
+    async def _start(self) -> None:
         self.partners.check_distinct_secrets(allow_shared=self.allow_shared_secrets)
         await self.client.start()
         if self.serve and self._runner is None:
@@ -198,26 +237,56 @@ class Peer:
             app.router.add_post(self.path, self._dispatch)
             for app_hook in self.app_hooks:
                 app_hook(app)
-            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            self._runner = web.AppRunner(
+                app, access_log=None, handle_signals=False, **self.http_limits.runner_kwargs()
+            )
             await self._runner.setup()
             ssl_context = self.tls.server_context() if self.tls is not None else None
-            site = web.TCPSite(
-                self._runner, self.host, self.port, reuse_address=True, ssl_context=ssl_context
+            site = GuardedSite(
+                self._runner,
+                self.host,
+                self.port,
+                limits=self.http_limits,
+                refusal=self._framing_refusal,
+                ssl_context=ssl_context,
             )
             await site.start()
+            self._site = site
             addresses = self._runner.addresses
             self.port = int(addresses[0][1]) if addresses else self.port
             if self._protocol is None:
                 self._build(
                     self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}"
                 )
+            listening = True
+        else:
+            listening = False
+            if self._protocol is None:
+                self._build(
+                    self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}"
+                )
+        if self._recovering:
+            # Off the loop: the port answers 503 agent_not_ready while the store is read.
+            snapshot = await asyncio.to_thread(self.store.load)
+        if listening:
+            # Once recovery is done, so that whoever waits for this line finds us ready
+            # (what follows up to `ready` does not await: no request falls in between).
             log.info("listening", url=self.endpoint, agent_id=self.agent_id)
-        elif self._protocol is None:
-            self._build(self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}")
-        if self._snapshot is not None:
-            snapshot, self._snapshot = self._snapshot, None
+        if self._recovering:
             self.protocol.restore(snapshot)
+            self._recovering = False
+            self.protocol.engine.ready = self._ready_after_recovery
         await self.protocol.start()
+
+    def _framing_refusal(self, status: int, reason: str) -> bytes:
+        if self._server is None:  # bound, not yet built: the peer is starting
+            endpoint = self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}"
+            error = SynapseError(ErrorCode.AGENT_NOT_READY, reason, {"reason": "starting"})
+            nack = nack_for(
+                error, agent_id=self.agent_id, endpoint=endpoint, request_id=None, to=None
+            )
+            return encode_reply(nack, None)[0]
+        return self._server.framing_refusal(status, reason)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         return await self.server.handle(request)
@@ -232,6 +301,21 @@ class Peer:
             self._runner = None
         await self.client.close()
         await self.store.close()
+
+    async def shutdown(
+        self,
+        drain_timeout: float | None = None,
+        outbox_grace: float | None = None,
+        *,
+        now: asyncio.Event | None = None,
+    ) -> bool:
+        """Stop gracefully (see `synapse.p2p.shutdown`), then close; False if `now` (a second
+        signal) cut the drain short."""
+        graceful = True
+        if self._protocol is not None:
+            graceful = await self._protocol.shutdown(drain_timeout, outbox_grace, now=now)
+        await self.close(drain_timeout=0)
+        return graceful
 
     async def __aenter__(self) -> Peer:
         await self.start()

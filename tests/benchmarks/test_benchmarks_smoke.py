@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import a2a_memory, a2a_sdk, codec, e2e, memory, report, timers
+from benchmarks import a2a_memory, a2a_sdk, codec, e2e, longrun, memory, report, timers
 from benchmarks._common import Section, machine
 
 SDK = all(importlib.util.find_spec(m) is not None for m in ("a2a", "uvicorn", "starlette"))
@@ -97,3 +97,17 @@ def test_report(tmp_path: Path) -> None:
     if importlib.util.find_spec("matplotlib") is not None:
         assert report.chart(section.figures, tmp_path / "chart.png")
         assert (tmp_path / "chart.png").stat().st_size > 0
+
+
+def test_longrun() -> None:
+    section = longrun.run(200, 100, restart_tasks=300)
+    _check(
+        section,
+        "longrun.sqlite.store_growth",
+        "longrun.sqlite_retain_5s.throughput_last_over_first",
+        "longrun.restart.recovery_s",
+        "longrun.restart.answered_s",
+    )
+    runs = section.raw["runs"]  # type: ignore[attr-defined]
+    assert [row["tasks"] for row in runs["sqlite"]] == [0, 100, 200]
+    assert all(row["in_memory"] == 0 for rows in runs.values() for row in rows[1:])

@@ -145,3 +145,57 @@ def test_listen_addresses() -> None:
     for bad in ("8080", ":80", "h:", "h:99999"):
         with pytest.raises(ValueError):
             parse_listen(bad)
+
+
+def test_serve_settings_for_running_for_months(tmp_path: Path) -> None:
+    from synapse.cli.main import serve_p2p_config
+
+    config = write(
+        tmp_path / "c.toml",
+        """
+        [p2p]
+        retain = "12h"
+        drain_timeout = "1m"
+        input_timeout = "15m"
+        rate_limit = 20
+        """,
+    )
+    s = settings(["serve", "--config", config])
+    c = serve_p2p_config(s)
+    assert (c.retain, c.drain_timeout, c.input_timeout, c.rate_limit) == (43200, 60, 900, 20)
+    assert c.max_tasks_per_partner is None
+    env = {"SYNAPSE_RETAIN": "7d", "SYNAPSE_MAX_TASKS_PER_PARTNER": "4"}
+    c = serve_p2p_config(settings(["serve", "--config", config], env))
+    assert (c.retain, c.max_tasks_per_partner) == (7 * 86400, 4)
+    flags = ["serve", "--config", config, "--retain", "30s", "--drain-timeout", "2"]
+    c = serve_p2p_config(settings([*flags, "--rate-limit", "0.5"], env))
+    assert (c.retain, c.drain_timeout, c.rate_limit) == (30, 2, 0.5)
+    defaults = serve_p2p_config(settings(["serve"]))
+    assert (defaults.retain, defaults.drain_timeout, defaults.input_timeout) == (
+        7 * 86400,
+        30,
+        3600,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--retain", "5x"], "not a duration"),
+        (["--drain-timeout", "-1"], "not a duration"),
+        (["--rate-limit", "0"], "positive"),
+    ],
+)
+def test_bad_serve_durations_are_usage_errors(args: list[str], message: str) -> None:
+    from clikit import run_here
+
+    status, _, err = run_here("serve", "--agent-id", "e", "--port", "0", *args)
+    assert status == 2 and message in err and "Traceback" not in err
+
+
+def test_a_bad_duration_in_the_config_file_names_it(tmp_path: Path) -> None:
+    from synapse.cli.main import serve_p2p_config
+
+    config = write(tmp_path / "c.toml", '[p2p]\nretain = "soon"\n')
+    with pytest.raises(CliError, match="retain"):
+        serve_p2p_config(settings(["serve", "--config", config]))

@@ -28,6 +28,7 @@ from synapse.demo.handler import DemoHandler
 from synapse.p2p.aio import MemoryDedupStore
 from synapse.p2p.dedup import Begin, DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey
+from synapse.p2p.persistence import MemoryStore
 from synapse.transport.client import HttpClient
 from synapse.transport.inbound import Inbound
 from synapse.transport.partners import Partner, PartnerRegistry
@@ -183,7 +184,7 @@ class ReplayTwiceServer(SynapseServer):
         if isinstance(message, TaskRequest):
             key = TaskKey(inbound.head.from_.agent_id, message.payload.task.id)
             engine = self.protocol.engine
-            rec = engine.tasks.get(key)
+            rec = engine.get(key)
             if rec is not None and rec.request_id == inbound.head.id:
                 # The same request again: once the first run is over, run it anew.
                 for _ in range(500):
@@ -191,6 +192,9 @@ class ReplayTwiceServer(SynapseServer):
                         break
                     await asyncio.sleep(0.01)
                 engine.tasks.pop(key, None)
+                store = self.protocol.store
+                if isinstance(store, MemoryStore):
+                    store.finished.pop(key, None)  # finished tasks are kept there
         return await super()._process(inbound)
 
 

@@ -29,7 +29,7 @@ from aiohttp import web
 
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.engine import TaskRecord, Validation
+from synapse.p2p.engine import TaskKey, TaskRecord, Validation
 from synapse.p2p.handler import ExecutionContext
 from synapse.p2p.logs import EventHandler
 from synapse.p2p.persistence import MemoryStore, TaskStore
@@ -127,14 +127,20 @@ def _routes(peer: Peer, handler: CountingHandler) -> list[web.RouteDef]:
         return web.json_response({"task_ids": ids})
 
     async def tasks(request: web.Request) -> web.Response:
-        engine = peer.protocol.engine
+        # Every task kept: in flight (in memory) and finished (in the store only).
+        protocol = peer.protocol
+        listed = protocol.list_tasks()
         if request.query.get("summary"):
-            states = Counter(rec.state.value for rec in engine.tasks.values())
-            return web.json_response({"states": dict(states), "total": len(engine.tasks)})
+            states = Counter(state.value for state in listed.values())
+            return web.json_response({"states": dict(states), "total": len(listed)})
         history = request.query.get("history", "1") != "0"
-        return web.json_response(
-            {"tasks": [_record(rec, history=history) for rec in engine.tasks.values()]}
-        )
+        records = []
+        for name in listed:
+            requester, _, task_id = name.partition("/")
+            rec = protocol.engine.get(TaskKey(requester, task_id))
+            if rec is not None:
+                records.append(_record(rec, history=history))
+        return web.json_response({"tasks": records})
 
     async def stats(request: web.Request) -> web.Response:
         return web.json_response(
@@ -151,8 +157,8 @@ def _routes(peer: Peer, handler: CountingHandler) -> list[web.RouteDef]:
     ]
 
 
-def _store(spec: str) -> TaskStore:
-    return MemoryStore() if spec == "memory" else SqliteStore(spec)
+def _store(spec: str, busy_timeout: float) -> TaskStore:
+    return MemoryStore() if spec == "memory" else SqliteStore(spec, busy_timeout=busy_timeout)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -167,7 +173,7 @@ async def run(args: argparse.Namespace) -> None:
         partners=partners,
         handler=handler,
         config=config,
-        store=_store(args.store),
+        store=_store(args.store, args.busy_timeout),
         serve=False,
     )
     app = web.Application(client_max_size=config.max_body_size + 1024)
@@ -207,6 +213,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--resumable", action="store_true", help="handlers resume on restart")
     parser.add_argument("--executions-log", default=None)
     parser.add_argument("--drain-timeout", type=float, default=0.5)
+    parser.add_argument("--busy-timeout", type=float, default=5.0, help="SQLite busy timeout")
     parser.add_argument("--log-level", default="warning")
     return parser.parse_args(argv)
 

@@ -57,7 +57,7 @@ async def test_approve_completes(pair: Pair) -> None:
         TaskState.EXECUTING,
         TaskState.COMPLETED,
     ]
-    executor = [t.to_state for t in pair.e.protocol.engine.tasks[handle.key].history]
+    executor = [t.to_state for t in pair.e.protocol.engine.get(handle.key).history]
     assert executor == [
         TaskState.CONFIRMED,
         TaskState.EXECUTING,
@@ -84,7 +84,7 @@ async def test_reject_fails_with_permission_denied_not_recoverable(pair: Pair) -
     assert outcome.error is not None
     assert outcome.error.code == "permission_denied" and outcome.error.recoverable is False
     assert [e.kind for e in events][-2:] == ["p2p:task_need_human", "p2p:task_failed"]
-    executor = [t.to_state for t in pair.e.protocol.engine.tasks[handle.key].history]
+    executor = [t.to_state for t in pair.e.protocol.engine.get(handle.key).history]
     assert executor[-2:] == [TaskState.HUMAN_REJECTED, TaskState.FAILED]
     assert TaskState.HUMAN_REJECTED in [t.to_state for t in handle.record.history]
     assert pair.seen(E, "out", "task_complete", handle.task_id) == []

@@ -49,7 +49,7 @@ async def test_need_info_then_provide_info_then_complete(pair: Pair) -> None:
     assert provided.message.payload.fields == {"style": "浪漫"}
     [ack] = pair.seen(E, "reply_out", "task_ack", handle.task_id)
     assert ack.message.reply_to == provided.message.id
-    executor_states = [t.to_state for t in pair.e.protocol.engine.tasks[handle.key].history]
+    executor_states = [t.to_state for t in pair.e.protocol.engine.get(handle.key).history]
     assert executor_states == [
         TaskState.INFO_NEEDED,
         TaskState.INFO_PROVIDED,

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.engine import TaskKey
 from synapse.p2p.handler import ExecutionContext
 from synapse.store import SqliteStore
 from synapse.transport.partners import Partner
@@ -404,10 +405,14 @@ class LivePeer:
 
         async def read() -> Snapshot:
             assert self.peer is not None
-            tasks = self.peer.protocol.engine.tasks
-            return tuple(
-                sorted((str(k), rec.state.value, len(rec.history)) for k, rec in tasks.items())
-            )
+            protocol = self.peer.protocol
+            rows = []
+            for name in protocol.list_tasks():  # in flight, and finished ones in the store
+                requester, _, task_id = name.partition("/")
+                rec = protocol.engine.get(TaskKey(requester, task_id))
+                assert rec is not None
+                rows.append((name, rec.state.value, len(rec.history)))
+            return tuple(sorted(rows))
 
         return self.call(read())
 

@@ -39,6 +39,8 @@ def oracle(role: Role, state: TaskState, event: Event) -> TaskState | None:
             return S.PENDING if event is E.SEND_TASK_REQUEST else None
         if event is E.RECV_TASK_FAILED:
             return S.FAILED  # E may fail a task it holds at any moment
+        if event is E.GIVE_UP:
+            return S.FAILED  # R may give up on a live task at any moment (nobody waits forever)
         if event is E.RECV_CANCEL_ACK:
             return S.CANCELLED if state is not S.PENDING else None  # no cancel before the reply
         if state is S.PENDING:

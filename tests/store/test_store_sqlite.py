@@ -12,7 +12,7 @@ from storekit import R_ID, T0, Duo, dedup_entry, outbox_item
 
 from synapse.p2p.persistence import DeadLetter, MemoryStore, Snapshot
 from synapse.store import SqliteStore, open_store
-from synapse.store.sqlite import SCHEMA_VERSION
+from synapse.store.sqlite import SCHEMA_VERSION, read_snapshot
 from synapse.types import TaskState
 
 
@@ -22,11 +22,18 @@ def db(tmp_path: Path) -> Path:
 
 
 async def reopened(store: SqliteStore) -> Snapshot:
-    """Close `store` and load what a new process would find in its file."""
+    """Close `store` and read what a new process would find in its file: the snapshot it
+    loads, plus the finished tasks and dedup entries it looks up by key."""
     await store.close()
     again = SqliteStore(store.path)
     try:
-        return again.load()
+        snapshot = read_snapshot(again._conn, finished=True)
+        rows = again._conn.execute("SELECT sender, message_id FROM dedup").fetchall()
+        for sender, message_id in rows:
+            entry = again.get_dedup((sender, message_id))
+            assert entry is not None
+            snapshot.dedup.append(entry)
+        return snapshot
     finally:
         await again.close()
 

@@ -17,8 +17,10 @@ from synapse.ops.console.auth import ConsoleAuth, Reviewer, Session, Sessions, c
 from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.listener import RuntimeListener
 from synapse.p2p.logs import get_logger
+from synapse.p2p.persistence import TaskFilter
 from synapse.p2p.states import Role
 from synapse.types import DecidedBy, DecisionAction, LocalProtocolError, TaskState
+from synapse.types.enums import FINAL_STATES
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import Transition
@@ -312,11 +314,19 @@ class Console(RuntimeListener):
 
     def _task_list(self, state: str | None = None) -> list[dict[str, Any]]:
         now = self.protocol.clock()
-        records = [
-            r
-            for r in self.protocol.engine.tasks.values()
-            if state is None or r.state.value == state
-        ]
+        engine = self.protocol.engine
+        records = [r for r in engine.tasks.values() if state is None or r.state.value == state]
+        # Finished tasks leave memory for the store (docs/durability.md): the newest of them.
+        finished = FINAL_STATES if state is None else FINAL_STATES & {TaskState(state)}
+        if finished:
+            held = {r.key for r in records}
+            rows = self.protocol.store.list_tasks(
+                limit=LIST_LIMIT, where=TaskFilter(states=frozenset(finished))
+            )
+            for row in rows:
+                rec = engine.get(row.key) if row.key not in held else None
+                if rec is not None:
+                    records.append(rec)
         # Waiting for a person first, then the newest: a person's questions are never cut off.
         records.sort(
             key=lambda r: (r.role is Role.REQUESTER and r.state in WAITING, r.created_at),
