@@ -59,6 +59,7 @@ class PeerTable(msgspec.Struct, forbid_unknown_fields=True):
     secret: str | None = None
     secrets: list[str] | None = None
     secret_file: str | None = None
+    secret_env: str | None = None
 
 
 _TYPE_NAMES = {
