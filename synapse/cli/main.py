@@ -199,8 +199,9 @@ def build_parser() -> Parser:
     group = serve.add_argument_group("behaviour")
     group.add_argument(
         "--store",
-        metavar="PATH|memory",
-        help="where tasks, the outbox and dedup records live: an SQLite file, or memory "
+        metavar="PATH|URL|memory",
+        help="where tasks, the outbox and dedup records live: an SQLite file, a "
+        "postgresql://USER@HOST:PORT/DB database (replicas may share one), or memory "
         "(default; $SYNAPSE_STORE)",
     )
     group.add_argument(
@@ -429,6 +430,10 @@ def build_parser() -> Parser:
     )
     _common(demo)
     demo.set_defaults(run=_run_demo)
+
+    from synapse.cli.migrate import add_parser as add_migrate
+
+    add_migrate(commands)  # `synapse migrate` parses its own flags (PostgreSQL store)
 
     try:  # `synapse conformance` lives with the conformance kit, which owns its flags
         from synapse.conformance.cli import add_parser as add_conformance

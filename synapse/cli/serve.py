@@ -103,8 +103,12 @@ def freeze_startup_heap() -> None:
 def open_task_store(spec: str) -> TaskStore:
     try:
         return open_store(spec)
-    except (sqlite3.Error, OSError) as exc:
+    except (sqlite3.Error, OSError, RuntimeError) as exc:
         raise CliError(f"cannot open store {spec!r}: {exc}") from exc
+    except Exception as exc:  # psycopg's errors (the module is optional)
+        if type(exc).__module__.startswith("psycopg"):
+            raise CliError(f"cannot open store {spec!r}: {str(exc).strip()}") from exc
+        raise
 
 
 def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
