@@ -227,6 +227,13 @@ def build_parser() -> Parser:
         "with 'agent shutting down' (default 30s; $SYNAPSE_DRAIN_TIMEOUT; [p2p] drain_timeout)",
     )
     group.add_argument(
+        "--lease-ttl",
+        type=DURATION,
+        metavar="DURATION",
+        help="replicas on one PostgreSQL --store: how soon a dead replica's tasks are taken "
+        "over (default 10s; $SYNAPSE_LEASE_TTL; [p2p] lease_ttl)",
+    )
+    group.add_argument(
         "--rate-limit",
         type=POSITIVE,
         metavar="PER_SECOND",
@@ -478,6 +485,7 @@ def serve_p2p_config(s: Settings) -> P2PConfig:
         overrides={
             "retain": s.get("retain", "SYNAPSE_RETAIN", None, parse_duration),
             "drain_timeout": s.get("drain_timeout", "SYNAPSE_DRAIN_TIMEOUT", None, parse_duration),
+            "lease_ttl": s.get("lease_ttl", "SYNAPSE_LEASE_TTL", None, parse_duration),
             "rate_limit": s.get("rate_limit", "SYNAPSE_RATE_LIMIT", None, parse_positive),
             "max_tasks_per_partner": s.get(
                 "max_tasks_per_partner", "SYNAPSE_MAX_TASKS_PER_PARTNER", None, parse_count

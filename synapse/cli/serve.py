@@ -8,7 +8,7 @@ import importlib
 import signal
 import sqlite3
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,6 +100,17 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
+def _enable_replicas(peer: Peer, store: TaskStore, ttl: float) -> Callable[[], object]:
+    """On a PostgreSQL store this process is one replica of the agent (docs/deploy.md)."""
+    if not type(store).__module__.endswith(".postgres"):
+        return lambda: None
+    from synapse.store.postgres import PostgresStore
+    from synapse.transport.replicas import enable_replicas
+
+    assert isinstance(store, PostgresStore)
+    return enable_replicas(peer, store, ttl=ttl)
+
+
 def open_task_store(spec: str) -> TaskStore:
     try:
         return open_store(spec)
@@ -155,6 +166,7 @@ async def run_serve(options: ServeOptions) -> int:
         signing_mode=options.signing,
         store=store,
     )
+    _enable_replicas(peer, store, options.config.lease_ttl)  # no-op unless PostgreSQL
     try:
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
         await start_peer(peer, (options.host, options.port))  # logs `listening` first

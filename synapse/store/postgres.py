@@ -25,7 +25,7 @@ import asyncio
 import dataclasses
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -50,7 +50,8 @@ _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(TaskRecord)
 
 #: A buffered write: a statement and its parameters (a list of them: executemany).
-_Op = tuple[str, Sequence[Any] | list[Sequence[Any]], bool]
+Op = tuple[str, Sequence[Any] | list[Sequence[Any]], bool]
+_Op = Op
 
 
 def is_postgres_url(spec: str) -> bool:
@@ -191,6 +192,12 @@ class PostgresStore:
         self._seq_next = 0
         self._seq_end = 0
         self.commits = 0
+        #: Set by `synapse.store.leases.Ownership`: the statement that fences a task's
+        #: writes by its lease, added before each `put_task` in the same transaction.
+        self.fence: Callable[[TaskKey], _Op] | None = None
+        #: Set by `Ownership` too: what `load()` returns at start-up when replicas share
+        #: the database (the tasks this process took over, not every live task).
+        self.load_override: Callable[[], Snapshot] | None = None
 
     # --- connections ------------------------------------------------------------------------
 
@@ -201,12 +208,25 @@ class PostgresStore:
         return self._pool
 
     def _read(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement on the autocommit connection; its rows, if it returns any."""
         with self._lock:
-            return self._reader.execute(query.encode(), params).fetchall()
+            cur = self._reader.execute(query.encode(), params)
+            return cur.fetchall() if cur.description is not None else []
+
+    async def execute(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement in its own transaction on a pooled connection, without blocking
+        the loop (statements that may wait for a row lock must not run on `_read`'s
+        connection: the loop would wait for a transaction that needs the loop to end)."""
+        pool = await self._open_pool()
+        async with pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(query.encode(), params)
+            return await cur.fetchall() if cur.description is not None else []
 
     # --- reading ----------------------------------------------------------------------------
 
     def load(self) -> Snapshot:
+        if self.load_override is not None:
+            return self.load_override()
         snapshot = Snapshot()
         history: dict[TaskKey, list[Transition]] = {}
         live = f"k.state NOT IN {_FINAL}"
@@ -229,6 +249,20 @@ class PostgresStore:
                 snapshot.outbox.append(item)
             else:
                 snapshot.dead_letters.append(DeadLetter(item, row[7], float(row[8])))
+        return snapshot
+
+    def task_snapshot(self, key: TaskKey) -> Snapshot:
+        """One task with its history and its pending outbox rows (a takeover)."""
+        snapshot = Snapshot()
+        record = self.get_task(key)
+        if record is not None:
+            snapshot.tasks.append(record)
+        for row in self._read(
+            f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE requester = %s AND task_id = %s "
+            "AND dead_reason IS NULL ORDER BY seq",
+            (key.requester, key.task_id),
+        ):
+            snapshot.outbox.append(_item(row))
         return snapshot
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
@@ -332,6 +366,8 @@ class PostgresStore:
 
     def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
         key = record.key
+        if self.fence is not None:
+            self._pending.append(self.fence(key))
         self._pending.append(
             (
                 "INSERT INTO tasks (requester, task_id, role, state, updated_at, record) "

@@ -110,6 +110,8 @@ class Peer:
         self.app_hooks: list[Callable[[web.Application], None]] = []
         #: Called with the runtime as soon as it is built, before restored tasks resume.
         self.protocol_hooks: list[Callable[[P2PProtocol], None]] = []
+        #: Called with the server once built (replicas set its routing hook there).
+        self.server_hooks: list[Callable[[SynapseServer], None]] = []
 
     # --- wiring -----------------------------------------------------------------------------
 
@@ -157,6 +159,8 @@ class Peer:
         self._server = SynapseServer(
             self._protocol, self.partners, dedup=dedup, rate_limit=self._rate_limit
         )
+        for server_hook in self.server_hooks:
+            server_hook(self._server)
         # Until the store is loaded (`start`), every request is answered 503 agent_not_ready.
         self._protocol.engine.ready = False
         self._recovering = True
