@@ -154,12 +154,15 @@ class Ownership:
     async def take_over(self, key: TaskKey) -> Snapshot | None:
         """The task, if its lease has expired and it is orphaned: the lease is ours now."""
         now = self.clock()
+        # Taken unless the task is over with nothing left to deliver. A lease with no task
+        # row is taken too: its holder claimed it for a task_request and died (or failed
+        # to commit) before writing the task.
         rows = await self._aexecute(
             "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
-            "FROM tasks t WHERE l.requester = %s AND l.task_id = %s AND l.expires_at < %s "
-            "AND t.requester = l.requester AND t.task_id = l.task_id AND " + _ORPHANED + " "
-            "RETURNING l.epoch",
-            (self.replica_id, now + self.ttl, key.requester, key.task_id, now),
+            "WHERE l.requester = %s AND l.task_id = %s AND l.expires_at < %s "
+            "AND l.holder <> %s AND NOT EXISTS (SELECT 1 FROM tasks t "
+            "WHERE t.requester = l.requester AND t.task_id = l.task_id AND NOT " + _ORPHANED + ") RETURNING l.epoch",
+            (self.replica_id, now + self.ttl, key.requester, key.task_id, now, self.replica_id),
         )
         if not rows:
             return None
@@ -175,17 +178,36 @@ class Ownership:
         return (
             "WITH orphans AS (SELECT l.requester, l.task_id FROM leases l JOIN tasks t "
             "ON t.requester = l.requester AND t.task_id = l.task_id "
-            "WHERE l.expires_at < %s AND " + _ORPHANED + " LIMIT %s FOR UPDATE OF l SKIP LOCKED) "
+            "WHERE l.expires_at < %s AND l.holder <> %s AND " + _ORPHANED + " "
+            "LIMIT %s FOR UPDATE OF l SKIP LOCKED) "
             "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
             "FROM orphans o WHERE l.requester = o.requester AND l.task_id = o.task_id "
             "RETURNING l.requester, l.task_id, l.epoch",
-            (now, limit, self.replica_id, now + self.ttl),
+            (now, self.replica_id, limit, self.replica_id, now + self.ttl),
+        )
+
+    def _unleased_query(self, limit: int) -> tuple[str, tuple[object, ...]]:
+        """Orphaned tasks with no lease row at all (a store a single process used before,
+        or a lease given back while a callback was still to be delivered)."""
+        return (
+            "INSERT INTO leases (requester, task_id, holder, epoch, expires_at) "
+            "SELECT t.requester, t.task_id, %s, 1, %s FROM tasks t WHERE " + _ORPHANED + " "
+            "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.requester = t.requester "
+            "AND l.task_id = t.task_id) LIMIT %s "
+            "ON CONFLICT DO NOTHING RETURNING requester, task_id, epoch",
+            (self.replica_id, self.clock() + self.ttl, limit),
         )
 
     async def take_over_expired(self, limit: int = 100) -> Snapshot:
-        """Every orphaned task whose lease expired (up to `limit`), in one statement; rows
-        another replica is taking over at the same moment are skipped."""
-        return self._snapshot_of(await self._aexecute(*self._orphans_query(limit)))
+        """Every orphaned task whose lease expired or is missing (up to `limit`); rows
+        another replica is taking over at the same moment are skipped. A lease of ours that
+        ran out (a slow renewal) is not taken over but renewed: its epoch is unchanged."""
+        snapshot = self._snapshot_of(await self._aexecute(*self._orphans_query(limit)))
+        more = self._snapshot_of(await self._aexecute(*self._unleased_query(limit)))
+        snapshot.tasks.extend(more.tasks)
+        snapshot.outbox.extend(more.outbox)
+        snapshot.outbox.sort(key=lambda item: item.seq)
+        return snapshot
 
     def _snapshot_of(self, rows: list[tuple[object, ...]]) -> Snapshot:
         snapshot = Snapshot()
@@ -205,15 +227,7 @@ class Ownership:
         """At start-up: register, lease the live tasks nobody leases (a store used by a
         single process before) and take over the expired ones."""
         self.register()
-        now = self.clock()
-        rows = self._execute(
-            "INSERT INTO leases (requester, task_id, holder, epoch, expires_at) "
-            "SELECT t.requester, t.task_id, %s, 1, %s FROM tasks t WHERE " + _ORPHANED + " "
-            "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.requester = t.requester "
-            "AND l.task_id = t.task_id) ON CONFLICT DO NOTHING RETURNING requester, task_id, epoch",
-            (self.replica_id, now + self.ttl),
-        )
-        snapshot = self._snapshot_of(rows)
+        snapshot = self._snapshot_of(self._execute(*self._unleased_query(10_000)))
         more = self._snapshot_of(self._execute(*self._orphans_query(10_000)))
         snapshot.tasks.extend(more.tasks)
         snapshot.outbox.extend(more.outbox)

@@ -12,10 +12,12 @@ import os
 import signal
 import sys
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lbserver import Nginx
 from pgserver import free_port
 
 from synapse.p2p.config import P2PConfig
@@ -139,9 +141,7 @@ class Requester:
 
     def __init__(self, executor_url: str) -> None:
         self.port = free_port()
-        self.peer = Peer(
-            R, host="127.0.0.1", port=self.port, config=R_CONFIG, endpoint=self.url
-        )
+        self.peer = Peer(R, host="127.0.0.1", port=self.port, config=R_CONFIG, endpoint=self.url)
         self.executor_url = executor_url
         #: task id -> message types received from the executor, in arrival order
         self.inbound: dict[str, list[str]] = defaultdict(list)
@@ -162,7 +162,7 @@ class Requester:
         task_id = getattr(payload, "task_id", None)
         if isinstance(task_id, str):
             kind = event.message.message_type.value
-            state = getattr(payload, "state", None)
+            state = getattr(payload, "status", None)
             if state is not None:  # task_status_update: which state it reports
                 kind += f":{getattr(state, 'value', state)}"
             self.inbound[task_id].append(kind)
@@ -178,3 +178,15 @@ FINAL_CALLBACKS = {"p2p:task_complete", "p2p:task_failed", "p2p:task_status_upda
 
 def finals(seen: list[str]) -> list[str]:
     return [kind for kind in seen if kind in FINAL_CALLBACKS]
+
+
+@dataclass
+class Cluster:
+    replicas: list[Replica]
+    nginx: Nginx
+    requester: Requester
+    store: str
+
+
+#: `await make_cluster(count, lease_ttl=..., read_timeout=...)` (tests/cluster/conftest.py)
+ClusterFactory = Callable[..., Awaitable[Cluster]]

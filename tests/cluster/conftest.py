@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from clusterkit import Replica, Requester, replica_config
+from clusterkit import Cluster, ClusterFactory, Replica, Requester, replica_config
 from lbserver import Nginx
-
-
-@dataclass
-class Cluster:
-    replicas: list[Replica]
-    nginx: Nginx
-    requester: Requester
-    store: str
-    extra: list[object] = field(default_factory=list)
-
-
-ClusterFactory = Callable[..., Awaitable[Cluster]]
 
 
 @pytest.fixture
@@ -30,9 +17,7 @@ async def make_cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[ClusterFact
     async def make(count: int = 3, *, lease_ttl: float = 2.0, read_timeout: float = 3.0) -> Cluster:
         # nginx needs the replicas' ports and the replicas need its URL: ports first.
         config = replica_config(tmp_path / "replica.toml", lease_ttl)
-        replicas = [
-            Replica(f"e{n}", pg_url, "", "", config, tmp_path) for n in range(1, count + 1)
-        ]
+        replicas = [Replica(f"e{n}", pg_url, "", "", config, tmp_path) for n in range(1, count + 1)]
         nginx = Nginx([r.hostport for r in replicas], read_timeout=read_timeout)
         requester = Requester(f"{nginx.url}/synapse/callback")
         cluster = Cluster(replicas, nginx, requester, pg_url)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import ClusterFactory
+from clusterkit import ClusterFactory, E, finals
 
-from clusterkit import E, finals
 from synapse.types import TaskState
 
 
