@@ -161,7 +161,8 @@ class Ownership:
             "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
             "WHERE l.requester = %s AND l.task_id = %s AND l.expires_at < %s "
             "AND l.holder <> %s AND NOT EXISTS (SELECT 1 FROM tasks t "
-            "WHERE t.requester = l.requester AND t.task_id = l.task_id AND NOT " + _ORPHANED + ") RETURNING l.epoch",
+            "WHERE t.requester = l.requester AND t.task_id = l.task_id "
+            "AND NOT " + _ORPHANED + ") RETURNING l.epoch",
             (self.replica_id, now + self.ttl, key.requester, key.task_id, now, self.replica_id),
         )
         if not rows:
