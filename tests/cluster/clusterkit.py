@@ -167,6 +167,20 @@ class Requester:
                 kind += f":{getattr(state, 'value', state)}"
             self.inbound[task_id].append(kind)
 
+    async def pause(self) -> None:
+        """Stop listening (an outage): POSTs to our port are refused until `resume`."""
+        runner = self.peer._runner
+        assert runner is not None
+        for site in list(runner.sites):
+            await site.stop()
+
+    async def resume(self) -> None:
+        from aiohttp import web
+
+        runner = self.peer._runner
+        assert runner is not None
+        await web.TCPSite(runner, "127.0.0.1", self.port, reuse_address=True).start()
+
     async def close(self) -> None:
         await self.peer.close(drain_timeout=0)
 
