@@ -433,8 +433,7 @@ class PostgresStore:
     def dead_letter(self, message_id: str, reason: str, at: float) -> None:
         self._pending.append(
             (
-                "UPDATE outbox SET dead_reason = %s, dead_at = %s, claimed_by = NULL, "
-                "claim_expires_at = NULL WHERE message_id = %s",
+                "UPDATE outbox SET dead_reason = %s, dead_at = %s WHERE message_id = %s",
                 (reason, at, message_id),
                 False,
             )
