@@ -489,8 +489,11 @@ class PostgresStore:
         for the latest batch still being written."""
         ops, self._pending = self._pending, []
         if not ops:
+            # The latest batch may hold this caller's writes (buffered before someone else
+            # committed them): if it failed, so does this commit, so nothing is sent or
+            # acknowledged on the strength of writes that were rolled back.
             last = self._last
-            if last is not None and not last.done():
+            if last is not None:
                 await asyncio.shield(last)
             return
         batch = asyncio.ensure_future(self._write(ops))

@@ -168,3 +168,18 @@ async def test_purging_from_two_replicas_deletes_each_row_once(pg_url: str) -> N
     assert first.count_tasks() == 0
     await first.close()
     await second.close()
+
+
+async def test_after_a_failed_batch_a_commit_with_nothing_new_fails_too(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    store.add_outbox(outbox_item(1, "bad\x00id"))
+    first = asyncio.ensure_future(store.commit())
+    # Another caller whose writes went into that batch commits with nothing new buffered.
+    with pytest.raises(psycopg.Error):
+        await store.commit()
+    with pytest.raises(psycopg.Error):
+        await first
+    store.add_outbox(outbox_item(2))
+    await store.commit()  # a new batch that succeeds clears it
+    await store.commit()
+    await store.close()
