@@ -61,12 +61,6 @@ def request_of(kind: str, n: int) -> tuple[str, dict[str, Any]]:
     return "echo", {"text": f"t{n}"}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race, being fixed: right after a replica wakes from a SIGSTOP longer than "
-    "the lease, a task its successor completed can still be failed 'interrupted' by a second "
-    "takeover (the requester refuses the late task_failed: task_already_completed)",
-)
 async def test_kill_and_freeze_replicas_mid_run(make_cluster: ClusterFactory) -> None:
     cluster = await make_cluster(3, lease_ttl=LEASE_TTL, read_timeout=3.0)
     killed, frozen, _ = cluster.replicas
