@@ -503,7 +503,8 @@ class PostgresStore:
 
     async def close(self) -> None:
         try:
-            await self.commit()
+            if self._pending:  # an earlier failed batch was reported to its callers
+                await self.commit()
         finally:
             if self._pool_opened:
                 await self._pool.close()
