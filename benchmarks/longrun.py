@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import ROOT, Section, Table, free_port, quiet_logging
+from benchmarks._common import ROOT, Section, Table, free_port, quiet_logging, quiet_structlog
 
 SECRET = "bench-secret"
 E_ID, R_ID = "bench-e", "bench-r"
@@ -135,6 +135,9 @@ async def executor(args: argparse.Namespace) -> None:
                 "gc_any_max_ms": max(watch.longest) * 1000,
                 "gc_full": watch.full,
                 "in_memory": len(peer.protocol.engine.tasks),
+                # CPU seconds of the executor process: per task, a loaded machine barely
+                # disturbs it (wall-clock throughput it does).
+                "cpu_s": time.process_time(),
             }
         )
 
@@ -369,6 +372,18 @@ async def _restart(finished: int, live: int) -> dict[str, float]:
         }
 
 
+def _cpu_per_task(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """Executor CPU µs per task in the first and in the last block (None if not measured)."""
+    if "cpu_s" not in rows[0]:
+        return None
+
+    def block(i: int) -> float:
+        tasks = rows[i]["tasks"] - rows[i - 1]["tasks"]
+        return (rows[i]["cpu_s"] - rows[i - 1]["cpu_s"]) * 1e6 / tasks
+
+    return block(1), block(len(rows) - 1)
+
+
 def _per_task(rows: list[dict[str, Any]]) -> float:
     """RSS bytes per finished task after the first block."""
     first, last = rows[1], rows[-1]
@@ -376,8 +391,21 @@ def _per_task(rows: list[dict[str, Any]]) -> float:
     return (last["rss_kib"] - first["rss_kib"]) * KIB / tasks if tasks else 0.0
 
 
-def run(tasks: int = 100_000, block: int = 10_000, *, restart_tasks: int = 100_000) -> Section:
-    quiet_logging()
+STORES = ("memory", "sqlite", "sqlite-retain-5s")
+
+
+def run(
+    tasks: int = 100_000,
+    block: int = 10_000,
+    *,
+    restart_tasks: int = 100_000,
+    stores: Sequence[str] = STORES,
+) -> Section:
+    with quiet_structlog():  # maybe in a test process: its logging comes back afterwards
+        return _run(tasks, block, restart_tasks, stores)
+
+
+def _run(tasks: int, block: int, restart_tasks: int, stores: Sequence[str]) -> Section:
     runs: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         plans = [
@@ -386,6 +414,8 @@ def run(tasks: int = 100_000, block: int = 10_000, *, restart_tasks: int = 100_0
             ("sqlite-retain-5s", str(Path(tmp) / "short.sqlite"), 5.0, 15.0),
         ]
         for name, store, retain, replay in plans:
+            if name not in stores:
+                continue
             runs[name] = asyncio.run(_run_tasks(store, tasks, block, retain=retain, replay=replay))
     restart = asyncio.run(_restart(restart_tasks, 100))
     return build_section({"runs": runs, "restart": restart}, tasks)
@@ -434,6 +464,7 @@ def build_section(raw: dict[str, Any], tasks: int) -> Section:
             "throughput last/first",
             "full GC max ms",
             "… CPU ms",
+            "executor CPU µs/task first → last",
         ],
         title="Summary (after the first block as warm-up)",
     )
@@ -445,6 +476,7 @@ def build_section(raw: dict[str, Any], tasks: int) -> Section:
         gc_max = max(row["gc_full_max_ms"] for row in rows)
         gc_cpu = max(row["gc_full_cpu_max_ms"] for row in rows)
         per_task = _per_task(rows)
+        cpu = _cpu_per_task(rows)
         summary.add(
             name,
             f"{per_task:.0f}",
@@ -452,7 +484,11 @@ def build_section(raw: dict[str, Any], tasks: int) -> Section:
             f"{last_rate / first_rate:.2f}",
             f"{gc_max:.1f}",
             f"{gc_cpu:.1f}",
+            f"{cpu[0]:.0f} → {cpu[1]:.0f}" if cpu else "-",
         )
+        if cpu:
+            key = name.replace("-", "_")
+            section.figures[f"longrun.{key}.cpu_last_over_first"] = cpu[1] / cpu[0]
         key = name.replace("-", "_")
         section.figures[f"longrun.{key}.rss_bytes_per_task"] = max(per_task, 0.0) + 1e-9
         section.figures[f"longrun.{key}.store_growth"] = growth + 1e-9
@@ -510,6 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--block", type=int, default=10_000)
     parser.add_argument("--restart-tasks", type=int, default=100_000)
+    parser.add_argument("--stores", default=",".join(STORES), help="which runs, comma-separated")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--plot", type=Path)
     parser.add_argument("--markdown", type=Path, help="write the tables as Markdown")
@@ -531,7 +568,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw = json.loads(args.from_json.read_text())
         section = build_section(raw, raw["runs"]["sqlite"][-1]["tasks"])
     else:
-        section = run(args.tasks, args.block, restart_tasks=args.restart_tasks)
+        stores = [name for name in args.stores.split(",") if name]
+        section = run(args.tasks, args.block, restart_tasks=args.restart_tasks, stores=stores)
     print(section.text())
     if args.markdown:
         args.markdown.write_text("\n\n".join(t.markdown() for t in section.tables) + "\n")

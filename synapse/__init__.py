@@ -21,6 +21,7 @@ _EXPORTS = {
     "P2PProtocol": "synapse.p2p.protocol",
     "TaskHandle": "synapse.p2p.protocol",
     "Outcome": "synapse.p2p.protocol",
+    "TaskAbandoned": "synapse.p2p.protocol",
     "TaskHandler": "synapse.p2p.handler",
     "ExecutionContext": "synapse.p2p.handler",
     "Validation": "synapse.p2p.engine",
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from synapse.p2p.config import P2PConfig
     from synapse.p2p.engine import Validation
     from synapse.p2p.handler import ExecutionContext, TaskHandler
-    from synapse.p2p.protocol import Outcome, P2PProtocol, TaskHandle
+    from synapse.p2p.protocol import Outcome, P2PProtocol, TaskAbandoned, TaskHandle
     from synapse.store import MemoryStore, SqliteStore
     from synapse.transport.partners import Partner, PartnerRegistry
     from synapse.transport.peer import Peer
@@ -60,6 +61,7 @@ __all__ = [
     "PartnerRegistry",
     "Peer",
     "SqliteStore",
+    "TaskAbandoned",
     "TaskHandle",
     "TaskHandler",
     "Validation",

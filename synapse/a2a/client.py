@@ -35,7 +35,7 @@ from synapse.a2a import mapping, wire
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.stream import EventStream
-from synapse.transport.client import backoff_delay
+from synapse.transport.client import TRACE_CONFIGS, backoff_delay
 from synapse.types import DecisionAction, TaskError, TaskResult, TaskState
 
 log = structlog.get_logger("synapse.a2a.client")
@@ -171,7 +171,9 @@ class A2AClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(headers=self.headers)
+            self._session = aiohttp.ClientSession(
+                headers=self.headers, trace_configs=list(TRACE_CONFIGS) or None
+            )
             self._own_session = True
         return self._session
 

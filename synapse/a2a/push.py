@@ -31,7 +31,12 @@ import structlog
 from synapse.a2a import wire
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.sender import DeliveryError
-from synapse.transport.client import RETRYABLE_STATUSES, backoff_delay, parse_retry_after
+from synapse.transport.client import (
+    RETRYABLE_STATUSES,
+    TRACE_CONFIGS,
+    backoff_delay,
+    parse_retry_after,
+)
 from synapse.types import (
     Ack,
     AckPayload,
@@ -130,6 +135,7 @@ class PushSender:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.config.request_timeout),
                 headers={"User-Agent": USER_AGENT},
+                trace_configs=list(TRACE_CONFIGS) or None,
             )
         return self._session
 

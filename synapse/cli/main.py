@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import configure_logging
+from synapse.cli.ops import add_ops_arguments, ops_serve_options
 from synapse.cli.settings import (
     Settings,
     parse_a2a_token,
@@ -284,6 +285,7 @@ def build_parser() -> Parser:
         help="the base URL A2A clients reach us at, for the card (default: the origin of "
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
+    add_ops_arguments(serve)
     _common(serve)
     serve.set_defaults(run=_run_serve)
 
@@ -512,6 +514,7 @@ def _run_serve(ctx: Context) -> int:
         else "header",
         config=serve_p2p_config(s),
         a2a=a2a,
+        ops=ops_serve_options(s),
     )
     if not options.partners and a2a is None:
         raise CliError(

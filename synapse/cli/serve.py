@@ -17,6 +17,7 @@ import structlog
 
 from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
+from synapse.cli.ops import OpsOptions, log_console, serve_ops
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.handler import TaskHandler
@@ -56,6 +57,7 @@ class ServeOptions:
     signing: SenderMode
     config: P2PConfig
     a2a: A2AOptions | None = None
+    ops: OpsOptions = field(default_factory=OpsOptions)
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -169,6 +171,7 @@ async def run_serve(options: ServeOptions) -> int:
     _enable_replicas(peer, store, options.config.lease_ttl)  # no-op unless PostgreSQL
     try:
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
+        console_token = serve_ops(peer, options.ops)
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
         freeze_startup_heap()
         log.info(
@@ -190,6 +193,7 @@ async def run_serve(options: ServeOptions) -> int:
                 push_allow=list(options.a2a.push_allow),
                 principals=sorted(set(options.a2a.tokens.values())) or None,
             )
+        log_console(peer, options.ops, console_token)
         await stop.wait()
         log.info(
             "shutting_down",

@@ -154,6 +154,9 @@ CONFIG_KEYS = frozenset(
         "a2a_token",
         "a2a_default_task_type",
         "a2a_public_url",
+        "console",
+        "console_tokens",
+        "otel",
         "peer",
         "p2p",
     }

@@ -4,7 +4,7 @@ runtime that drives it (`protocol`), handler interfaces, config, timers and dedu
 from synapse.p2p.config import CapacityPolicy, P2PConfig
 from synapse.p2p.engine import Engine, Step, TaskEvent, TaskKey, TaskRecord, Transition, Validation
 from synapse.p2p.handler import ExecutionContext, TaskHandler
-from synapse.p2p.protocol import MessageEvent, Outcome, P2PProtocol, TaskHandle
+from synapse.p2p.protocol import MessageEvent, Outcome, P2PProtocol, TaskAbandoned, TaskHandle
 from synapse.p2p.sender import CallbackSender, DeliveryError
 from synapse.p2p.states import TRANSITIONS, Event, Role, TransitionError, next_state
 
@@ -22,6 +22,7 @@ __all__ = [
     "P2PProtocol",
     "Role",
     "Step",
+    "TaskAbandoned",
     "TaskEvent",
     "TaskHandle",
     "TaskHandler",

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeAlias, TypeVar
 
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.listener import AuditEntry
 from synapse.p2p.states import Event, Role, TransitionError, next_state
 from synapse.p2p.timers import TimerQueue
 from synapse.types import (
@@ -290,6 +291,8 @@ class TaskRecord:
     cancel_sent: bool = False
     #: Ids of our messages about this task that were given up on (see `synapse outbox`).
     dead_letters: list[str] = field(default_factory=list)
+    #: Who answered this task's questions from this side, and how (a person's decision).
+    audit: list[AuditEntry] = field(default_factory=list)
 
     @property
     def task_id(self) -> str:

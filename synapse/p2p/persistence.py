@@ -128,6 +128,10 @@ class TaskStore(Protocol):
         """How many stored tasks match `where`."""
         ...
 
+    def count_finished(self) -> dict[tuple[str, TaskState], int]:
+        """Stored final tasks by (role, state), from an index (for gauges)."""
+        ...
+
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         """Delete up to `limit` rows of each kind: final tasks last updated before
         `finished_before` with their history, dead letters given up before it, and dedup
@@ -214,6 +218,13 @@ class MemoryStore:
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
         return len(self._rows(where))
+
+    def count_finished(self) -> dict[tuple[str, TaskState], int]:
+        counts: dict[tuple[str, TaskState], int] = {}
+        for record in self.finished.values():
+            key = (record.role.value, record.state)
+            counts[key] = counts.get(key, 0) + 1
+        return counts
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         removed = 0

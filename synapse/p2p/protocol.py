@@ -35,6 +35,7 @@ from synapse.p2p.engine import (
     Validation,
 )
 from synapse.p2p.handler import ExecutionContext, TaskHandler, as_result
+from synapse.p2p.listener import AuditEntry, RuntimeListener
 from synapse.p2p.persistence import MemoryStore, OutboxItem, Snapshot, TaskStore
 from synapse.p2p.sender import CallbackSender, DeliveryError
 from synapse.p2p.states import Event
@@ -175,10 +176,19 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
                 f"(still {self.state.value})"
             ) from None
 
-    async def provide_info(self, fields: Mapping[str, Any], notes: str | None = None) -> None:
-        """Answer `task_need_info`."""
+    async def provide_info(
+        self, fields: Mapping[str, Any], notes: str | None = None, *, provided_by: str = ""
+    ) -> None:
+        """Answer `task_need_info` (`provided_by`: who answered, for the task's audit trail)."""
         rt = self._runtime
-        rt.apply(rt.engine.provide_info(self.key, fields, now=rt.clock(), notes=notes))
+        step = rt.engine.provide_info(self.key, fields, now=rt.clock(), notes=notes)
+        self._audit(
+            step,
+            provided_by or rt.engine.agent_id,
+            "info_provided",
+            {"fields": dict(fields), "notes": notes},
+        )
+        rt.apply(step)
 
     async def start_deciding(self) -> None:
         """Note that a person is deciding (`need_human → human_deciding`)."""
@@ -196,18 +206,30 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
     ) -> None:
         """Answer `task_need_human` with a `human_decision`."""
         rt = self._runtime
-        rt.apply(
-            rt.engine.decide(
-                self.key,
-                action,
-                now=rt.clock(),
-                decided_by=decided_by or DecidedBy(user_id=rt.engine.agent_id),
-                decision_id=f"dec-{new_message_id()[4:]}",
-                approved_fields=approved_fields,
-                rejection_reason=rejection_reason,
-                notes=notes,
-            )
+        by = decided_by or DecidedBy(user_id=rt.engine.agent_id)
+        step = rt.engine.decide(
+            self.key,
+            action,
+            now=rt.clock(),
+            decided_by=by,
+            decision_id=f"dec-{new_message_id()[4:]}",
+            approved_fields=approved_fields,
+            rejection_reason=rejection_reason,
+            notes=notes,
         )
+        detail: dict[str, Any] = {"user_name": by.user_name, "role": by.role, "notes": notes}
+        if action is DecisionAction.APPROVE:
+            detail["approved_fields"] = dict(approved_fields or {})
+        else:
+            detail["rejection_reason"] = rejection_reason
+        self._audit(step, by.user_id, action.value, detail)
+        rt.apply(step)
+
+    def _audit(self, step: Step, actor: str, action: str, detail: dict[str, Any]) -> None:
+        # Before `apply`, which stores the record: the entry is durable with the answer.
+        message_id = step.outgoing[0].message.id if step.outgoing else None
+        entry = AuditEntry(self._runtime.clock(), actor, action, message_id, detail)
+        self.record.audit.append(entry)
 
     async def approve(self, approved_fields: Mapping[str, Any] | None = None, **kw: Any) -> None:
         await self.decide(DecisionAction.APPROVE, approved_fields=approved_fields, **kw)
@@ -265,6 +287,9 @@ class P2PProtocol:
         self._closed = False
         #: Called synchronously for every message in or out; must not raise or block.
         self.observers: list[Callable[[MessageEvent], None]] = []
+        #: Told of messages, transitions, handler runs, deliveries and commits (metrics,
+        #: tracing, health, the console: `synapse.ops`).
+        self.listeners: list[RuntimeListener] = []
         if handler is not None:
             self.set_task_handler(handler)
 
@@ -282,6 +307,7 @@ class P2PProtocol:
         try:
             step = self.engine.receive(message, self.clock())
         except SynapseError as exc:
+            self._notify("on_refused", message, exc)
             log.info(
                 "message_refused",
                 message_id=message.id,
@@ -295,7 +321,7 @@ class P2PProtocol:
         self.apply(step)
         assert step.reply is not None
         if commit:
-            await self.commit()
+            await self._commit()
         self._observe("reply_out", step.reply, message.sender_id)
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
@@ -303,9 +329,21 @@ class P2PProtocol:
 
     async def commit(self) -> None:
         """Make every effect applied so far durable (see `TaskStore.commit`)."""
+        await self._commit()
+
+    async def _commit(self) -> None:
         self._commits_started += 1
         number = self._commits_started
-        await self.store.commit()
+        if not self.listeners:
+            await self.store.commit()
+        else:
+            started = time.perf_counter()
+            try:
+                await self.store.commit()
+            except Exception as exc:
+                self._notify("on_commit", time.perf_counter() - started, exc)
+                raise
+            self._notify("on_commit", time.perf_counter() - started, None)
         self._commits_done = max(self._commits_done, number)
         if self._finals:
             for key in [k for k, n in self._finals.items() if n <= self._commits_done]:
@@ -540,6 +578,16 @@ class P2PProtocol:
     def pending_deliveries(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
+    @property
+    def running(self) -> bool:
+        """Started and not yet closed."""
+        return self._timer_task is not None and not self._closed
+
+    def oldest_pending_since(self) -> float | None:
+        """When the oldest message still waiting for delivery was queued (clock time)."""
+        heads = [queue[0].item.created_at for queue in self._queues.values() if queue]
+        return min(heads) if heads else None
+
     async def close_store(self) -> None:
         await self.store.close()
 
@@ -548,6 +596,7 @@ class P2PProtocol:
     def apply(self, step: Step) -> None:
         """Carry out what the engine decided. Never awaits: engine calls stay atomic."""
         for transition in step.transitions:
+            self._notify("on_transition", transition)
             log.info(
                 "transition",
                 task_id=transition.key.task_id,
@@ -634,15 +683,19 @@ class P2PProtocol:
 
     async def _run_handler(self, action: StartExecution, ctx: ExecutionContext) -> None:
         key = action.key
+        started, wall = time.perf_counter(), self.clock()
+        outcome = "completed"
         try:
             if self._handler is None:
                 raise LocalProtocolError("no TaskHandler set")
             value = await self._handler.execute_task(ctx, action.task_type, action.payload)
         except asyncio.CancelledError:
+            outcome = "cancelled"
             if not self._closed:
                 log.info("handler_cancelled", task_id=key.task_id, requester=key.requester)
             return
         except Exception as exc:
+            outcome = "failed"
             log.warning("handler_failed", task_id=key.task_id, error=repr(exc))
             error = TaskError(
                 code=ErrorCode.EXECUTION_FAILED.value,
@@ -658,6 +711,9 @@ class P2PProtocol:
         finally:
             self._running.pop(key, None)
             self._waiters.pop(key, None)
+            if self.listeners:
+                seconds = time.perf_counter() - started
+                self._notify("on_handler_done", key, action.task_type, wall, seconds, outcome)
 
     # --- delivery -------------------------------------------------------------------------------
 
@@ -737,7 +793,7 @@ class P2PProtocol:
                 out = queued.out
                 sender = self._require_sender(out.partner)
                 # What the partner is about to see must survive our crash.
-                await self.commit()
+                await self._commit()
                 try:
                     self._observe("out", out.message, out.partner)
                     rec = self.engine.get(key)
@@ -751,6 +807,7 @@ class P2PProtocol:
                     )
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
+                    self._notify("on_delivery_failed", out.message, out.partner, exc)
                     if not exc.retryable:
                         self._dead_letter(queue, f"unusable reply: {exc}")
                         continue
@@ -799,6 +856,7 @@ class P2PProtocol:
             reason=reason,
         )
         self.store.dead_letter(message.id, reason, self.clock())
+        self._notify("on_dead_letter", message, queued.out.partner, reason)
         key = queued.out.key
         rec = self.engine.get(key) if key is not None else None
         if key is not None and rec is not None:
@@ -813,7 +871,8 @@ class P2PProtocol:
         self._observe("out", out.message, out.partner)
         try:
             reply = await sender.send_callback(out.partner, out.message, retry=False)
-        except DeliveryError:
+        except DeliveryError as exc:
+            self._notify("on_delivery_failed", out.message, out.partner, exc)
             return  # a missed heartbeat: the engine notices the silence
         self._observe("reply_in", reply, out.partner)
         if isinstance(reply, Heartbeat):
@@ -821,8 +880,19 @@ class P2PProtocol:
         self.apply(self.engine.on_reply(out.message, reply, self.clock()))
 
     def _observe(self, direction: Direction, message: Message, partner: str) -> None:
+        if not self.observers and not self.listeners:
+            return
+        event = MessageEvent(direction, message, partner)
         for observer in self.observers:
-            observer(MessageEvent(direction, message, partner))
+            observer(event)
+        self._notify("on_message", event)
+
+    def _notify(self, method: str, *args: Any) -> None:
+        for listener in self.listeners:
+            try:
+                getattr(listener, method)(*args)
+            except Exception as exc:  # watching a peer must never break it
+                log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
 
     def _heartbeat_succeeded(self, partner: str) -> None:
         event = self._heartbeat_ok.pop(partner, None)
@@ -867,4 +937,4 @@ def _code(code: str) -> ErrorCode:
         return ErrorCode.INVALID_PARAMS
 
 
-__all__ = ["MessageEvent", "Outcome", "P2PProtocol", "TaskHandle", "Validation"]
+__all__ = ["MessageEvent", "Outcome", "P2PProtocol", "TaskAbandoned", "TaskHandle", "Validation"]

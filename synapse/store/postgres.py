@@ -314,6 +314,12 @@ class PostgresStore:
         )
         return int(self._read(query, params)[0][0])
 
+    def count_finished(self) -> dict[tuple[str, TaskState], int]:
+        rows = self._read(
+            f"SELECT role, state, count(*) FROM tasks WHERE state IN {_FINAL} GROUP BY role, state"
+        )
+        return {(str(role), TaskState(state)): int(n) for role, state, n in rows}
+
     def outbox_count(self) -> int:
         """Messages not yet delivered (dead letters excluded)."""
         return int(self._read("SELECT count(*) FROM outbox WHERE dead_reason IS NULL")[0][0])

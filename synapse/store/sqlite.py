@@ -81,6 +81,8 @@ CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (updated_at)
     WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
 CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated_at, requester, task_id);
 CREATE INDEX IF NOT EXISTS tasks_by_requester ON tasks (requester, updated_at, task_id);
+CREATE INDEX IF NOT EXISTS tasks_finished_by_role ON tasks (role, state)
+    WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
 CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS NOT NULL;
 """
@@ -96,15 +98,16 @@ _record_decoder = msgspec.json.Decoder(TaskRecord)
 def connect(path: str | Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
     """Open (and create or check) a store database."""
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA busy_timeout=5000")
     # Pages freed by the retention purge go back to the file system (`purge` runs an
-    # incremental vacuum). A new file takes the mode at once; an older one needs one VACUUM.
+    # incremental vacuum). A new file takes the mode if it is set before anything writes
+    # the file (the WAL switch below does); an older file needs one VACUUM, once.
     if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
             conn.execute("VACUUM")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
     conn.executescript(_SCHEMA)
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -170,28 +173,19 @@ def read_snapshot(conn: sqlite3.Connection, *, finished: bool = False) -> Snapsh
     names one (`read_task`), so a restart reads only the work in flight.
     """
     snapshot = Snapshot()
-    history: dict[TaskKey, list[Transition]] = {}
     where = "" if finished else f"WHERE k.state NOT IN {_FINAL}"
-    for row in conn.execute(
-        "SELECT t.requester, t.task_id, t.role, t.from_state, t.to_state, t.event, "
-        f"t.message_id, t.at FROM tasks k JOIN transitions t ON t.requester = k.requester "
-        f"AND t.task_id = k.task_id {where} ORDER BY t.id"
-    ):
-        key = TaskKey(row[0], row[1])
-        history.setdefault(key, []).append(
-            Transition(
-                key,
-                Role(row[2]),
-                TaskState(row[3]),
-                TaskState(row[4]),
-                Event(row[5]),
-                row[6],
-                row[7],
-            )
-        )
-    for (blob,) in conn.execute(f"SELECT record FROM tasks k {where}"):
+    # The live tasks through their partial index, then each one's history through
+    # `transitions_task`: never a scan of the history of every task kept.
+    for (blob,) in conn.execute(f"SELECT record FROM tasks k {where}").fetchall():
         record = _record_decoder.decode(blob)
-        record.history = history.get(record.key, [])
+        record.history = [
+            _transition(row)
+            for row in conn.execute(
+                "SELECT requester, task_id, role, from_state, to_state, event, message_id, at "
+                "FROM transitions WHERE requester = ? AND task_id = ? ORDER BY id",
+                (record.key.requester, record.key.task_id),
+            ).fetchall()
+        ]
         snapshot.tasks.append(record)
     for row in conn.execute(
         f"SELECT {_OUTBOX_COLUMNS}, dead_reason, dead_at FROM outbox ORDER BY seq"
@@ -267,6 +261,9 @@ def purge_batch(conn: sqlite3.Connection, finished_before: float, now: float, li
     conn.execute("COMMIT")
     if removed:
         conn.execute("PRAGMA incremental_vacuum")
+        # Copy the log into the file and empty it: with a short retention the WAL would
+        # otherwise stay at its high-water mark (readers keep a checkpoint from resetting it).
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return removed
 
 
@@ -320,6 +317,13 @@ class SqliteStore:
             TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
             for req, tid, role, state, at in rows
         ]
+
+    def count_finished(self) -> dict[tuple[str, TaskState], int]:
+        rows = self._reader.execute(
+            f"SELECT role, state, count(*) FROM tasks INDEXED BY tasks_finished_by_role "
+            f"WHERE state IN {_FINAL} GROUP BY role, state"
+        ).fetchall()
+        return {(role, TaskState(state)): int(n) for role, state, n in rows}
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
         clauses, params = _where(where)
@@ -471,6 +475,26 @@ class SqliteStore:
         self._last = batch
         # Shielded: a cancelled caller must not mark the batch done while the thread writes.
         await asyncio.shield(batch)
+
+    async def probe_write(self) -> None:
+        """Raise if a write transaction cannot start now (readiness checks: `/readyz`).
+
+        Runs in the writer thread, after the batches before it, without waiting for a lock
+        another process holds.
+        """
+
+        def probe() -> None:
+            with self._lock:
+                conn = self._conn
+                (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
+                conn.execute("PRAGMA busy_timeout=0")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    conn.execute("ROLLBACK")
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout={int(timeout)}")
+
+        await asyncio.get_running_loop().run_in_executor(self._writer, probe)
 
     def commit_now(self) -> None:
         """Synchronous commit, for tools outside the event loop (`synapse outbox`)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -229,6 +229,11 @@ def _log_retry(message: Envelope[Any], attempt: int, delay: float | None) -> Non
     )
 
 
+#: aiohttp trace configs each of our HTTP client sessions is created with: tracing adds its
+#: W3C `traceparent` injector here (`synapse.ops.tracing.instrument_http_clients`).
+TRACE_CONFIGS: list[aiohttp.TraceConfig] = []
+
+
 class HttpClient:
     """POSTs messages to partners over one shared, keep-alive `aiohttp.ClientSession`.
 
@@ -256,6 +261,10 @@ class HttpClient:
         self._clock = clock
         self._jitter = jitter
         self._session: aiohttp.ClientSession | None = None
+        #: Called with (message, attempt that failed) before each retry (metrics).
+        self.retry_listeners: list[Callable[[Envelope[Any], int], None]] = []
+        #: Extra HTTP headers for one message's POSTs (tracing's `traceparent`).
+        self.header_hooks: list[Callable[[Envelope[Any]], Mapping[str, str]]] = []
 
     async def start(self) -> None:
         """Open the session (idempotent)."""
@@ -290,6 +299,7 @@ class HttpClient:
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=self.config.request_timeout),
                 headers={"User-Agent": USER_AGENT},
+                trace_configs=list(TRACE_CONFIGS) or None,
             )
         return self._session
 
@@ -361,6 +371,7 @@ class HttpClient:
         def log_retry(state: RetryCallState) -> None:
             delay = state.next_action.sleep if state.next_action is not None else None
             _log_retry(message, attempts, delay)
+            self._notify_retry(message, attempts)
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(retries),
@@ -378,12 +389,17 @@ class HttpClient:
             attempt=1,
             delay=first_delay,
         )
+        self._notify_retry(message, 1)
         await self._sleep(first_delay)
         try:
             reply: Reply = await retrying(attempt)
         except _Transient:
             raise self._exhausted(partner, last, attempts) from last.__cause__
         return reply
+
+    def _notify_retry(self, message: Envelope[Any], attempt: int) -> None:
+        for listener in self.retry_listeners:
+            listener(message, attempt)
 
     @staticmethod
     def _exhausted(partner: Partner, failure: _Transient, attempts: int) -> DeliveryError:
@@ -408,6 +424,8 @@ class HttpClient:
         session = self._ensure_session()
         sent = refreshed(message, self._clock())
         body, headers = encode_request(sent, partner.signing_secret, mode)
+        for hook in self.header_hooks:
+            headers = {**headers, **hook(message)}
         fields = {
             "message_id": sent.id,
             "type": sent.type.value,

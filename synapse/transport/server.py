@@ -90,6 +90,8 @@ class SynapseServer:
         self.utcnow = utcnow
         self._buckets: dict[str, _TokenBucket] = {}
         self._last_expiry = 0.0
+        #: Called with every refusal we answer with a nack (metrics count them by code).
+        self.nack_listeners: list[Callable[[SynapseError], None]] = []
         #: Replicas sharing a store (`synapse.transport.replicas`): given an authenticated
         #: message, a reply from the replica that owns its task, an error to answer, or None
         #: to handle it here.
@@ -145,6 +147,8 @@ class SynapseServer:
         sign_with: Partner | None,
         headers: dict[str, str] | None = None,
     ) -> StoredReply:
+        for listener in self.nack_listeners:
+            listener(error)
         nack = nack_for(
             error,
             agent_id=self.agent_id,

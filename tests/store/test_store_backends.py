@@ -134,6 +134,7 @@ async def test_listing_pages_newest_first_with_filters_and_counts(backend: Backe
     assert last is not None
     recent = store.list_tasks(limit=10, where=TaskFilter(updated_after=last.updated_at))
     assert [row.key for row in recent] == [keys[-1]]
+    assert store.count_finished() == {("requester", TaskState.COMPLETED): 7}
 
 
 # --- the outbox -----------------------------------------------------------------------------------

@@ -131,6 +131,17 @@ async def test_with_a_short_retention_the_file_stops_growing(tmp_path: Path) -> 
     assert path.stat().st_size <= 1.3 * warm
 
 
+async def test_a_new_file_uses_incremental_vacuum_from_the_start(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = SqliteStore(tmp_path / "new.sqlite")
+    await store.close()
+    conn = sqlite3.connect(tmp_path / "new.sqlite")  # another process, say: no VACUUM needed
+    assert conn.execute("PRAGMA auto_vacuum").fetchone() == (2,)
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    conn.close()
+
+
 async def test_an_old_file_is_converted_to_incremental_vacuum(tmp_path: Path) -> None:
     import sqlite3
 
@@ -234,3 +245,21 @@ def test_bad_durations(text: str) -> None:
 def test_purge_interval_follows_the_retention() -> None:
     assert purge_interval(5) == 1.0 and purge_interval(100) == 20.0
     assert purge_interval(7 * 86400) == 60.0
+
+
+async def test_finished_tasks_are_counted_by_role_and_state_from_an_index(tmp_path: Path) -> None:
+    sqlite, memory = SqliteStore(tmp_path / "e.sqlite"), MemoryStore()
+    for store in (sqlite, memory):
+        for n in range(6):
+            state = (S.COMPLETED, S.FAILED, S.EXECUTING)[n % 3]
+            store.put_task(*record(n, state, T0))
+    await sqlite.commit()
+    expected = {("executor", S.COMPLETED): 2, ("executor", S.FAILED): 2}
+    assert sqlite.count_finished() == expected == memory.count_finished()
+    plan = sqlite._reader.execute(
+        "EXPLAIN QUERY PLAN SELECT role, state, count(*) FROM tasks INDEXED BY "
+        "tasks_finished_by_role WHERE state IN ('completed', 'failed', 'cancelled', "
+        "'rejected') GROUP BY role, state"
+    ).fetchall()
+    assert "COVERING INDEX" in str(plan)  # no table rows read, however many are kept
+    await sqlite.close()

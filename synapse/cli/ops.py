@@ -1,0 +1,122 @@
+"""`synapse serve`'s operations: health, metrics (always on), the console and tracing (flags).
+
+Kept apart from `main.py` and `serve.py` so the serve command gains them through two calls:
+`add_ops_arguments(parser)` and `serve_ops(peer, options)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+
+from synapse.cli.errors import CliError
+from synapse.cli.settings import Settings, parse_a2a_token
+
+if TYPE_CHECKING:
+    from synapse.transport.peer import Peer
+
+log = structlog.get_logger("synapse.cli")
+
+CONSOLE_PATH = "/console"
+#: Keys of the config file these settings read.
+OPS_CONFIG_KEYS = frozenset({"console", "console_tokens", "otel"})
+
+
+@dataclass(frozen=True, slots=True)
+class OpsOptions:
+    console: bool = False
+    #: Sign-in token → reviewer id; empty: one random token, logged at start-up.
+    console_tokens: Mapping[str, str] = field(default_factory=dict)
+    otel: bool = False
+
+
+def add_ops_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "operations (docs/operations.md): /healthz, /readyz and /metrics are always served"
+    )
+    group.add_argument(
+        "--console",
+        action="store_true",
+        default=None,
+        help=f"serve the web console at {CONSOLE_PATH}, where people answer need_info and "
+        "need_human ($SYNAPSE_CONSOLE)",
+    )
+    group.add_argument(
+        "--console-token",
+        action="append",
+        metavar="TOKEN[=REVIEWER]",
+        help="a sign-in token of the console and the reviewer it names (decided_by); "
+        "repeatable; none: a random one, logged at start-up ($SYNAPSE_CONSOLE_TOKENS, "
+        "comma-separated)",
+    )
+    group.add_argument(
+        "--otel",
+        action="store_true",
+        default=None,
+        help="OpenTelemetry spans to the process's tracer provider (needs the otel extra; "
+        "configure the exporter as OpenTelemetry says, e.g. opentelemetry-instrument; "
+        "$SYNAPSE_OTEL)",
+    )
+
+
+def ops_serve_options(s: Settings) -> OpsOptions:
+    console = s.switch("console", "SYNAPSE_CONSOLE", "console")
+    tokens = dict(
+        s.get_list(
+            "console_token",
+            "SYNAPSE_CONSOLE_TOKENS",
+            "console_tokens",
+            parse_a2a_token,
+            flag="--console-token",
+        )
+    )
+    if tokens and not console:
+        raise CliError("--console-token needs --console")
+    short = [name for token, name in tokens.items() if len(token) < 16]
+    if short:
+        raise CliError(f"the console token of {short[0]!r} is shorter than 16 characters")
+    return OpsOptions(
+        console=console, console_tokens=tokens, otel=s.switch("otel", "SYNAPSE_OTEL", "otel")
+    )
+
+
+def serve_ops(peer: Peer, options: OpsOptions) -> str | None:
+    """Switch on what `options` says, before the peer starts; the generated console token
+    (None if tokens were given or there is no console)."""
+    from synapse.ops import enable_health, enable_metrics
+    from synapse.ops.console import Reviewer, TokenAuth, enable_console
+
+    enable_health(peer)
+    enable_metrics(peer)
+    generated: str | None = None
+    if options.console:
+        tokens = dict(options.console_tokens)
+        if not tokens:
+            generated = secrets.token_urlsafe(24)
+            tokens = {generated: "operator"}
+        enable_console(peer, TokenAuth({t: Reviewer(user_id=n) for t, n in tokens.items()}))
+    if options.otel:
+        try:
+            from synapse.ops.tracing import enable_tracing
+        except ImportError as exc:
+            raise CliError(
+                f"--otel needs the otel extra (pip install 'synapse-p2p[otel]'): {exc}"
+            ) from exc
+        enable_tracing(peer)
+    return generated
+
+
+def log_console(peer: Peer, options: OpsOptions, generated: str | None) -> None:
+    if not options.console:
+        return
+    url = f"http://{peer.host}:{peer.port}{CONSOLE_PATH}"
+    if generated is not None:
+        # Like a notebook server: the one way in, shown once to whoever started the peer.
+        log.info("serving_console", url=url, token=generated, reviewer="operator")
+    else:
+        log.info("serving_console", url=url, reviewers=sorted(set(options.console_tokens.values())))

@@ -1,0 +1,342 @@
+"""Prometheus metrics of one peer at `GET /metrics` (`prometheus-client`).
+
+Each peer gets its own `CollectorRegistry` (never the process-global one), so that several
+peers in one process, as in tests or an A2A gateway, do not collide. Counters and histograms
+are fed by the runtime's `RuntimeListener` calls, the transport's nack and retry hooks and an
+aiohttp middleware; gauges (tasks by state, outbox, partners) are read from the runtime at
+scrape time. docs/operations.md lists every metric.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections import Counter as Tally
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from synapse.p2p.listener import RuntimeListener
+from synapse.types import Message, MessageType, Nack, SynapseError
+
+if TYPE_CHECKING:
+    from synapse.p2p.engine import TaskKey, Transition
+    from synapse.p2p.protocol import MessageEvent, P2PProtocol
+    from synapse.p2p.sender import DeliveryError
+    from synapse.transport.peer import Peer
+    from synapse.transport.server import SynapseServer
+
+METRICS_PATH = "/metrics"
+
+#: Handler runs last from milliseconds to hours (a person may be asked on the way).
+HANDLER_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, float("inf"))
+#: HTTP requests and store commits: sub-millisecond to seconds.
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    float("inf"),
+)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _type(message: Message) -> str:
+    return message.message_type.value
+
+
+class _Children:
+    """A metric's children by label values, looked up once: `labels()` takes a lock and
+    checks its arguments on every call, a cost paid per message otherwise. Keys may hold
+    enums (their `.value` is the label)."""
+
+    __slots__ = ("_cache", "_metric")
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._cache: dict[tuple[Any, ...], Any] = {}
+
+    def __call__(self, *key: Any) -> Any:
+        child = self._cache.get(key)
+        if child is None:
+            values = [k.value if isinstance(k, Enum) else str(k) for k in key]
+            child = self._cache[key] = self._metric.labels(*values)
+        return child
+
+
+#: Exchanges tracked at once; past it the oldest are forgotten (a ping that raised, say).
+_TRACKED = 10_000
+
+
+def _remember(
+    table: OrderedDict[str, MessageType], message_id: str, message_type: MessageType
+) -> None:
+    table[message_id] = message_type
+    if len(table) > _TRACKED:
+        table.popitem(last=False)
+
+
+class _RuntimeGauges(Collector):
+    """Gauges read from the runtime when Prometheus scrapes."""
+
+    def __init__(self, metrics: PeerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        protocol = self._metrics.protocol
+        tasks = GaugeMetricFamily(
+            "synapse_tasks", "Tasks this peer knows, by role and state.", labels=["role", "state"]
+        )
+        depth = GaugeMetricFamily(
+            "synapse_outbox_messages", "Messages queued for delivery, not yet answered."
+        )
+        age = GaugeMetricFamily(
+            "synapse_outbox_oldest_age_seconds",
+            "Age of the oldest message queued for delivery (0 when none is queued).",
+        )
+        dead = GaugeMetricFamily(
+            "synapse_outbox_dead_letters",
+            "Messages given up on and still listed (see `synapse outbox`), per task record.",
+        )
+        reachable = GaugeMetricFamily(
+            "synapse_partner_reachable",
+            "1 if the partner answers, 0 once it missed its heartbeats.",
+            labels=["partner"],
+        )
+        if protocol is not None:
+            # In flight from memory; finished ones from the store, which keeps them once they
+            # leave memory (docs/durability.md, "Running for months").
+            counts = Tally(
+                (rec.role.value, rec.state.value)
+                for rec in protocol.engine.tasks.values()
+                if not rec.is_final
+            )
+            for (role, final), n in protocol.store.count_finished().items():
+                counts[(role, final.value)] += n
+            for (role, state), count in sorted(counts.items()):
+                tasks.add_metric([role, state], count)
+            depth.add_metric([], protocol.pending_deliveries)
+            oldest = protocol.oldest_pending_since()
+            age.add_metric([], max(0.0, protocol.clock() - oldest) if oldest is not None else 0.0)
+            dead.add_metric(
+                [], sum(len(rec.dead_letters) for rec in protocol.engine.tasks.values())
+            )
+            for partner, ok in sorted(protocol.partner_status().items()):
+                reachable.add_metric([partner], 1 if ok else 0)
+        yield from (tasks, depth, age, dead, reachable)
+
+
+class PeerMetrics(RuntimeListener):
+    """The metrics of one peer, in `registry` (a new one by default). See `enable_metrics`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.protocol: P2PProtocol | None = None
+        r = self.registry
+        self.transitions = Counter(
+            "synapse_task_transitions",
+            "Task state changes.",
+            ["role", "from_state", "to_state"],
+            registry=r,
+        )
+        self.received = Counter(
+            "synapse_messages_received",
+            "Authenticated messages received, by type and outcome (accepted, refused).",
+            ["type", "outcome"],
+            registry=r,
+        )
+        self.sent = Counter(
+            "synapse_messages_sent",
+            "Messages we POSTed, by type and outcome (answered, refused, failed).",
+            ["type", "outcome"],
+            registry=r,
+        )
+        self.nacks_sent = Counter(
+            "synapse_nacks_sent", "Nacks we answered with, by error code.", ["code"], registry=r
+        )
+        self.nacks_received = Counter(
+            "synapse_nacks_received",
+            "Nacks our partners answered our POSTs with, by error code.",
+            ["code"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "synapse_post_retries",
+            "HTTP retries of our POSTs after a transient failure, by message type.",
+            ["type"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "synapse_dead_letters", "Messages given up on.", ["type"], registry=r
+        )
+        self.handler_seconds = Histogram(
+            "synapse_handler_duration_seconds",
+            "Run time of TaskHandler.execute_task, by task type and outcome.",
+            ["task_type", "outcome"],
+            buckets=HANDLER_BUCKETS,
+            registry=r,
+        )
+        self.http_seconds = Histogram(
+            "synapse_http_request_duration_seconds",
+            "Time to answer an HTTP request, by method, route and status.",
+            ["method", "route", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "synapse_store_commit_duration_seconds",
+            "Time to make buffered store writes durable, by outcome (ok, error).",
+            ["outcome"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        r.register(_RuntimeGauges(self))
+        self._transitions = _Children(self.transitions)
+        self._received = _Children(self.received)
+        self._sent = _Children(self.sent)
+        self._nacks_received = _Children(self.nacks_received)
+        self._nacks_sent = _Children(self.nacks_sent)
+        self._retries = _Children(self.retries)
+        self._commit_ok = self.commit_seconds.labels("ok")
+        self._commit_error = self.commit_seconds.labels("error")
+        self._http = _Children(self.http_seconds)
+        #: Message id → type of exchanges still waiting for their reply.
+        self._received_types: OrderedDict[str, MessageType] = OrderedDict()
+        self._sent_types: OrderedDict[str, MessageType] = OrderedDict()
+
+    # --- RuntimeListener --------------------------------------------------------------------
+
+    def on_transition(self, transition: Transition) -> None:
+        self._transitions(transition.role, transition.from_state, transition.to_state).inc()
+
+    def on_refused(self, message: Message, error: SynapseError) -> None:
+        self._received_types.pop(message.id, None)
+        self._received(message.message_type, "refused").inc()
+
+    def on_handler_done(
+        self, key: TaskKey, task_type: str, started: float, seconds: float, outcome: str
+    ) -> None:
+        self.handler_seconds.labels(task_type, outcome).observe(seconds)
+
+    def on_delivery_failed(self, message: Message, partner: str, error: DeliveryError) -> None:
+        self._sent_types.pop(message.id, None)
+        self._sent(message.message_type, "failed").inc()
+
+    def on_dead_letter(self, message: Message, partner: str, reason: str) -> None:
+        self.dead_letters.labels(_type(message)).inc()
+
+    def on_commit(self, seconds: float, error: BaseException | None) -> None:
+        (self._commit_ok if error is None else self._commit_error).observe(seconds)
+
+    def on_message(self, event: MessageEvent) -> None:
+        # A reply names what it answers by `reply_to`: pair the halves of each exchange.
+        message = event.message
+        direction = event.direction
+        if direction == "in":
+            _remember(self._received_types, message.id, message.message_type)
+        elif direction == "reply_out":
+            # The answer to an accepted message (a refusal raises and goes to `on_refused`).
+            request_type = self._received_types.pop(message.reply_to or "", None)
+            if request_type is not None:
+                self._received(request_type, "accepted").inc()
+        elif direction == "out":
+            _remember(self._sent_types, message.id, message.message_type)
+        else:  # reply_in
+            sent_type = self._sent_types.pop(message.reply_to or "", None) or "unknown"
+            if isinstance(message, Nack):
+                self._nacks_received(message.payload.code).inc()
+                self._sent(sent_type, "refused").inc()
+            else:
+                self._sent(sent_type, "answered").inc()
+
+    # --- transport hooks --------------------------------------------------------------------
+
+    def on_nack_sent(self, error: SynapseError) -> None:
+        self._nacks_sent(error.code).inc()
+
+    def on_retry(self, message: Any, attempt: int) -> None:
+        self._retries(message.type).inc()
+
+    def middleware(self) -> Any:
+        children = self._http
+
+        @web.middleware
+        async def timed(request: web.Request, handler: Handler) -> web.StreamResponse:
+            started = time.perf_counter()
+            status = 500
+            try:
+                response = await handler(request)
+                status = response.status
+                return response
+            except web.HTTPException as exc:
+                status = exc.status
+                raise
+            finally:
+                resource = request.match_info.route.resource
+                route = resource.canonical if resource is not None else "unmatched"
+                children(request.method, route, status).observe(time.perf_counter() - started)
+
+        return timed
+
+    # --- exposition -------------------------------------------------------------------------
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The exposition in the format `accept` asks for (text or OpenMetrics)."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+
+def enable_metrics(
+    peer: Peer, *, registry: CollectorRegistry | None = None, token: str | None = None
+) -> PeerMetrics:
+    """Serve `GET /metrics` on `peer`'s app (call before `start()` / `attach()`).
+
+    `token`: if set, scrapes must send `Authorization: Bearer <token>`.
+    """
+    metrics = PeerMetrics(registry)
+
+    def on_protocol(protocol: P2PProtocol) -> None:
+        metrics.protocol = protocol
+        protocol.listeners.append(metrics)
+
+    def on_server(server: SynapseServer) -> None:
+        server.nack_listeners.append(metrics.on_nack_sent)
+
+    async def scrape(request: web.Request) -> web.Response:
+        if token is not None:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return web.Response(status=401, headers={"WWW-Authenticate": "Bearer"})
+        body, content_type = metrics.render(request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    def on_app(app: web.Application) -> None:
+        app.middlewares.append(metrics.middleware())
+        app.router.add_get(METRICS_PATH, scrape)
+
+    peer.protocol_hooks.append(on_protocol)
+    peer.server_hooks.append(on_server)
+    peer.app_hooks.append(on_app)
+    peer.client.retry_listeners.append(metrics.on_retry)
+    return metrics
+
+
+__all__ = ["METRICS_PATH", "PeerMetrics", "enable_metrics"]

@@ -1,0 +1,65 @@
+"""`RuntimeListener`: what the runtime tells observers (metrics, tracing, health, consoles).
+
+The runtime calls every registered listener synchronously, from the event loop, at the points
+below. A listener overrides the methods it needs; each must be quick and must not raise (an
+exception is logged and swallowed, so that watching a peer never breaks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from synapse.p2p.engine import TaskKey, Transition
+    from synapse.p2p.protocol import MessageEvent
+    from synapse.p2p.sender import DeliveryError
+    from synapse.types import Message, SynapseError
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """Who did what to a task from this side (a person's answer, say): its audit trail.
+
+    Kept on the task record (`TaskRecord.audit`), so a durable store keeps it with the task.
+    """
+
+    at: float
+    #: The person or program that acted (`decided_by.user_id` for a decision).
+    actor: str
+    #: `info_provided`, `approve` or `reject`.
+    action: str
+    #: The id of the message that carried it.
+    message_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class RuntimeListener:
+    """No-op base: subclass and override what you observe."""
+
+    def on_message(self, event: MessageEvent) -> None:
+        """A message crossed this peer (see `MessageEvent.direction`)."""
+
+    def on_refused(self, message: Message, error: SynapseError) -> None:
+        """We refused an authenticated incoming message (the transport answers a nack)."""
+
+    def on_transition(self, transition: Transition) -> None:
+        """A task changed state."""
+
+    def on_handler_done(
+        self, key: TaskKey, task_type: str, started: float, seconds: float, outcome: str
+    ) -> None:
+        """A handler run ended: `outcome` is `completed`, `failed` or `cancelled`;
+        `started` is its wall-clock start (epoch seconds)."""
+
+    def on_delivery_failed(self, message: Message, partner: str, error: DeliveryError) -> None:
+        """A POST of ours got no usable reply (after the transport's retries)."""
+
+    def on_dead_letter(self, message: Message, partner: str, reason: str) -> None:
+        """We gave up on delivering `message`."""
+
+    def on_commit(self, seconds: float, error: BaseException | None) -> None:
+        """A store commit ended (`error` is what it raised, if it failed)."""
+
+
+__all__ = ["AuditEntry", "RuntimeListener"]

@@ -1,0 +1,196 @@
+"""The console end to end in real headless Chromium (Debian's `chromium`, driven by Playwright).
+
+A person signs in, sees a `portrait` task waiting for a decision, approves it and the
+executor's task completes; another is rejected with a reason; a `text_generation` task's
+question is answered from the generated form; an answer without signing in is refused.
+Set SYNAPSE_CONSOLE_SCREENSHOTS=DIR to keep the screenshots (docs/operations.md uses them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opskit import WAIT, E, R, base_url, eventually, peer_pair
+
+from synapse.ops.console import Reviewer, TokenAuth, enable_console
+from synapse.p2p.engine import TaskKey
+from synapse.transport.peer import Peer
+from synapse.types import TaskState
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+TOKEN = "alice-browser-token-0123456789"
+TIMEOUT_MS = WAIT * 1000
+
+
+def chromium_missing() -> bool:
+    return not Path(CHROMIUM).exists()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    if chromium_missing():
+        message = f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+def setup_console(peer: Peer) -> None:
+    enable_console(peer, TokenAuth({TOKEN: Reviewer("alice", "Alice Example")}))
+
+
+def screenshots() -> Path | None:
+    where = os.environ.get("SYNAPSE_CONSOLE_SCREENSHOTS")
+    if not where:
+        return None
+    path = Path(where)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+async def test_console_end_to_end_in_chromium(browser: Any, tmp_path: Path) -> None:
+    from playwright.async_api import expect
+
+    shots = screenshots()
+    async with peer_pair(setup_r=setup_console) as pair:
+        url = base_url(pair.r) + "/console"
+        context = await browser.new_context(viewport={"width": 1360, "height": 860})
+        page = await context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+
+        # --- sign in (a wrong token first) ---------------------------------------------------
+        await page.goto(url)
+        await expect(page.get_by_test_id("signin-form")).to_be_visible()
+        await page.fill("#token", "not-the-token-at-all-000")
+        await page.click("button[type=submit]")
+        await expect(page.get_by_test_id("signin-error")).to_have_text("That did not sign you in.")
+        if shots:
+            await page.screenshot(path=str(shots / "console-signin.png"))
+        await page.fill("#token", TOKEN)
+        await page.click("button[type=submit]")
+        await expect(page.get_by_test_id("reviewer")).to_have_text("Alice Example")
+        await expect(page.get_by_test_id("live")).to_have_text("live")
+
+        # --- a portrait requested from the console, approved ---------------------------------
+        await page.click("[data-testid=new-task] summary")
+        await page.fill("input[name=task_type]", "portrait")
+        await page.fill("textarea[name=payload]", '{"subject": "Ada Lovelace"}')
+        await page.click("#submit-form button[type=submit]")
+        approved_id = await page.get_by_test_id("detail-task-id").text_content()
+        assert approved_id
+        row = page.locator(f'tr[data-task-id="{approved_id}"]')
+        # Shown to a person, the request moves to human_deciding (the requester's own state).
+        await expect(row).to_have_attribute("data-state", "human_deciding")
+        panel = page.get_by_test_id("human-panel")
+        await expect(panel).to_contain_text("涉及伦理决策需要人工审核")
+        await expect(panel).to_contain_text("需要确认肖像使用授权")
+        await expect(panel).to_contain_text("继续生成,假设已授权")
+        await expect(panel).to_contain_text("70 %")
+        if shots:
+            await page.screenshot(path=str(shots / "console-need-human.png"))
+        await panel.get_by_role("button", name="Approve").click()
+        await expect(page.get_by_test_id("detail-state")).to_have_text("completed")
+        await expect(page.get_by_test_id("audit")).to_contain_text("alice")
+        await expect(page.get_by_test_id("audit")).to_contain_text("approve")
+        executor = pair.e.protocol.engine.get(TaskKey(R, approved_id))
+        assert executor is not None and executor.state is TaskState.COMPLETED
+        assert executor.result is not None
+        assert executor.result.metadata["approved_fields"] == {"authorized": True}
+
+        # --- a portrait requested by a program appears live, and is rejected ---------------
+        rejected = await pair.r.submit(E, "portrait", {"subject": "Charles Babbage"})
+        row = page.locator(f'tr[data-task-id="{rejected.task_id}"]')
+        await expect(row).to_have_attribute("data-state", "need_human")
+        await page.select_option("[data-testid=filter]", "@waiting")
+        await expect(page.locator("#task-rows tr")).to_have_count(1)
+        await row.click()
+        await expect(row).to_have_attribute("data-state", "human_deciding")
+        panel = page.get_by_test_id("human-panel")
+        if shots:
+            await page.evaluate("window.scrollTo(0, 0)")
+            await page.screenshot(path=str(shots / "console-tasks-waiting.png"))
+        await panel.get_by_label("rejection reason").fill("no consent from the subject")
+        await panel.get_by_role("button", name="Reject").click()
+        await expect(page.get_by_test_id("detail-state")).to_have_text("failed")
+        await expect(page.get_by_test_id("audit")).to_contain_text("no consent from the subject")
+        outcome = await rejected.result(timeout=WAIT)
+        assert outcome.state is TaskState.FAILED
+        executor = pair.e.protocol.engine.get(rejected.key)
+        assert executor is not None and executor.state is TaskState.FAILED
+        assert executor.error is not None
+        assert executor.error.message == "no consent from the subject"
+        await page.select_option("[data-testid=filter]", "")
+
+        # --- text_generation: the question's form, an alternative chosen --------------------
+        writing = await pair.r.submit(E, "text_generation", {"prompt": "秋夜"})
+        row = page.locator(f'tr[data-task-id="{writing.task_id}"]')
+        await expect(row).to_have_attribute("data-state", "info_needed")
+        await row.click()
+        form = page.get_by_test_id("info-form")
+        await expect(form).to_contain_text("请选择生成风格")
+        await expect(form).to_contain_text("未指定生成风格")
+        await expect(form.locator("input[data-field=style]")).to_have_value("古典")
+        if shots:
+            await page.evaluate("window.scrollTo(0, 0)")
+            await page.screenshot(path=str(shots / "console-need-info.png"))
+        await form.get_by_role("button", name="浪漫").click()
+        await expect(form.locator("input[data-field=style]")).to_have_value("浪漫")
+        await form.get_by_role("button", name="Provide information").click()
+        await expect(page.get_by_test_id("detail-state")).to_have_text("completed")
+        await expect(page.get_by_test_id("result")).to_contain_text("《秋夜》(浪漫风格)")
+        await expect(row).to_have_attribute("data-state", "completed")  # the list, live
+        if shots:
+            await page.get_by_test_id("audit").scroll_into_view_if_needed()
+            await page.screenshot(path=str(shots / "console-completed.png"))
+
+        # --- a POST from the signed-in page without the CSRF token is refused ---------------
+        waiting = await pair.r.submit(E, "portrait", {"subject": "Hopper"})
+        await eventually(lambda: waiting.state is TaskState.NEED_HUMAN)
+        decision = f"{url}/api/tasks/{waiting.task_id}/decision"
+        status = await page.evaluate(
+            """async (url) => (await fetch(url, {method: "POST",
+                headers: {"Content-Type": "application/json"},
+                body: JSON.stringify({action: "approve"})})).status""",
+            decision,
+        )
+        assert status == 403
+
+        # --- without signing in: the sign-in page, and an answer refused -------------------
+        stranger = await browser.new_context()
+        other = await stranger.new_page()
+        await other.goto(url)
+        await expect(other.get_by_test_id("signin-form")).to_be_visible()
+        status = await other.evaluate(
+            """async (url) => (await fetch(url, {method: "POST",
+                headers: {"Content-Type": "application/json"},
+                body: JSON.stringify({action: "approve", approved_fields: {}})})).status""",
+            decision,
+        )
+        assert status == 401
+        assert waiting.state is TaskState.NEED_HUMAN
+        await stranger.close()
+        await waiting.cancel()
+        await context.close()
