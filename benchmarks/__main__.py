@@ -33,7 +33,7 @@ QUICK: dict[str, Callable[[], Section]] = {
     "a2a_sdk": lambda: a2a_sdk.run(seconds=0.4, warmup=0.2),
 }
 
-#: What the figures mean beyond the tables: written once the targets were measured (issue 8).
+#: What the figures mean beyond the tables: written once the targets were measured.
 ANALYSIS = Path(__file__).with_name("analysis.md")
 
 

@@ -39,7 +39,7 @@ from synapse.types import (
     TaskStatusUpdate,
     TaskStatusUpdatePayload,
     body_signature,
-    build_message,
+    build_message_now,
     decode_head,
     decode_message,
     decode_typed,
@@ -153,7 +153,7 @@ def _signed(message: Any) -> bytes:
 
 
 def samples() -> dict[str, tuple[Any, bytes]]:
-    request = build_message(
+    request = build_message_now(
         TaskRequest,
         TaskRequestPayload(
             task=TaskSpec(
@@ -174,7 +174,7 @@ def samples() -> dict[str, tuple[Any, bytes]]:
         message_id="msg-alice-0001",
         timestamp=AT,
     )
-    update = build_message(
+    update = build_message_now(
         TaskStatusUpdate,
         TaskStatusUpdatePayload(
             task_id="task-20260101-poem-0001",
@@ -320,8 +320,9 @@ def run(seconds: float = 3.0) -> Section:
         "decode, the encode, header sign + verify); ÷ floor: relative to the msgspec floor.",
         "Typed decode = decode + validate into the typed message (what the transport runs "
         "after authentication). The full receive path adds the I-JSON pass (duplicate names, "
-        "surrogates, number range) that CONTRACT §3 requires on every body, and which the "
-        "transport runs once per message to get the value it authenticates and deduplicates.",
+        "surrogates, number range) that specs/protocol.md, 'Signatures' requires on every "
+        "body, and which the transport runs once per message to get the value it "
+        "authenticates and deduplicates.",
         "pydantic v2 validates into the one known model (no dispatch on `type` across the 17 "
         "messages, which Synapse's decoder does); json.loads checks nothing.",
         f"Each figure is the best of {ROUNDS} interleaved rounds.",

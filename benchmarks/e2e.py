@@ -5,7 +5,8 @@ bare aiohttp ceiling measured in the same run.
 
 R (a `Peer` driving load) and E (a `Peer` serving the demo handler) run in two processes on
 127.0.0.1, memory stores, header-mode HMAC signatures on, structlog filtered at warning. An
-`echo` task costs 3 HTTP exchanges (CONTRACT §4): R POSTs `task_request` (E answers
+`echo` task costs 3 HTTP exchanges (specs/protocol.md, 'Transport'): R POSTs `task_request` (E
+answers
 `task_confirm`), E POSTs `task_status_update{executing}` (R answers `ack`), E POSTs
 `task_complete` (R answers `task_ack`).
 
@@ -44,11 +45,11 @@ def sample_body() -> str:
         TaskRequest,
         TaskRequestPayload,
         TaskSpec,
-        build_message,
+        build_message_now,
         encode_message,
     )
 
-    message = build_message(
+    message = build_message_now(
         TaskRequest,
         TaskRequestPayload(
             task=TaskSpec(id="task-" + "0" * 32, type="echo", payload={"text": "hello"})

@@ -526,6 +526,7 @@ def plot(section: Section, path: Path) -> bool:
     runs = section.raw["runs"]  # type: ignore[attr-defined]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for name, rows in runs.items():
+        rows = [row for row in rows if row["rss_kib"]]  # a run rebuilt from its log has no start
         xs = [row["tasks"] for row in rows]
         left.plot(xs, [row["rss_kib"] / 1024 for row in rows], marker="o", label=name)
         right.plot(xs, [row["store_bytes"] / 1e6 for row in rows], marker="o", label=name)

@@ -126,12 +126,12 @@ class _Acknowledger:
         self.sender = Sender(agent_id=R_ID, endpoint=R_URL)
 
     async def send_callback(self, partner: str, message: Any, *, retry: bool = True) -> Any:
-        from synapse.types import Ack, AckPayload, Heartbeat, HeartbeatPayload, build_reply
+        from synapse.types import Ack, AckPayload, Heartbeat, HeartbeatPayload, build_reply_now
 
         if isinstance(message, Heartbeat):
             payload = HeartbeatPayload(status=message.payload.status, active_tasks=0)
-            return build_reply(Heartbeat, payload, request=message, sender=self.sender)
-        return build_reply(Ack, AckPayload(), request=message, sender=self.sender)
+            return build_reply_now(Heartbeat, payload, request=message, sender=self.sender)
+        return build_reply_now(Ack, AckPayload(), request=message, sender=self.sender)
 
 
 class _Idle:
@@ -155,7 +155,7 @@ async def _in_flight(count: int) -> dict[str, float]:
         TaskRequest,
         TaskRequestPayload,
         TaskSpec,
-        build_message,
+        build_message_now,
         decode_typed,
         encode_message,
     )
@@ -179,7 +179,7 @@ async def _in_flight(count: int) -> dict[str, float]:
     try:
         before = tracemalloc.get_traced_memory()[0]
         for i in range(count):
-            message = build_message(
+            message = build_message_now(
                 TaskRequest,
                 TaskRequestPayload(
                     task=TaskSpec(
@@ -224,9 +224,9 @@ async def _in_flight(count: int) -> dict[str, float]:
 
 
 def _request(requester: Any, task_id: str, deadline: datetime) -> Any:
-    from synapse.types import TaskRequest, TaskRequestPayload, TaskSpec, build_message
+    from synapse.types import TaskRequest, TaskRequestPayload, TaskSpec, build_message_now
 
-    return build_message(
+    return build_message_now(
         TaskRequest,
         TaskRequestPayload(
             task=TaskSpec(id=task_id, type="echo", deadline=deadline, payload={"text": "x"})

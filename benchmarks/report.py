@@ -1,6 +1,6 @@
 """`docs/benchmarks.md` and its chart, from the sections one run measured.
 
-The targets of issue 8 are judged here, from the figures; the chart needs matplotlib (the
+The performance targets are judged here, from the figures; the chart needs matplotlib (the
 `bench` extra) and is skipped, with a note, without it.
 """
 
@@ -105,7 +105,7 @@ TARGETS = (
 
 
 def targets_table(figures: dict[str, float]) -> Table:
-    table = Table(["target", "goal", "measured", "met"], title="Targets (issue 8)")
+    table = Table(["target", "goal", "measured", "met"], title="Targets")
     for target in TARGETS:
         judged = target.judge(figures)
         if judged is None:

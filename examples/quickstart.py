@@ -8,14 +8,12 @@ import logging
 
 import structlog
 
-from synapse import ExecutionContext, Partner, Peer, Validation
+from synapse import ExecutionContext, Peer, Validation
 
 # The engine logs every message and transition; keep this demo's output to its own prints.
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 SECRET = "s3cret"
-EXECUTOR_URL = "http://127.0.0.1:18001/synapse/callback"
-REQUESTER_URL = "http://127.0.0.1:18002/synapse/callback"
 
 
 class Summarizer:
@@ -38,14 +36,11 @@ class Summarizer:
 
 
 async def main() -> None:
-    executor = Peer(
-        "agent-e",
-        port=18001,
-        handler=Summarizer(),
-        partners=[Partner("agent-r", REQUESTER_URL, (SECRET,))],
-    )
-    requester = Peer("agent-r", port=18002, partners=[Partner("agent-e", EXECUTOR_URL, (SECRET,))])
-    async with executor, requester:
+    executor = Peer("agent-e", port=0, handler=Summarizer())  # port 0: any free port
+    requester = Peer("agent-r", port=0)
+    async with executor, requester:  # both listen now, so each can learn the other's URL
+        executor.add_partner("agent-r", requester.endpoint, (SECRET,))
+        requester.add_partner("agent-e", executor.endpoint, (SECRET,))
         handle = await requester.submit("agent-e", "summarize", {})
         answers = {"text": "Synapse peers delegate tasks.", "style": "terse"}
         async for event in handle:  # every message about the task, in order

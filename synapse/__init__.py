@@ -1,44 +1,62 @@
 """Synapse: a Python engine for the Synapse agent-to-agent P2P protocol.
 
-The names most programs need are importable from here (loaded on first use, so that
-`import synapse.types` stays light):
+What someone embedding a task handler needs is importable from here (loaded on first use, so
+that `import synapse.types` stays light):
 
-    from synapse import Peer, Partner, P2PConfig, TaskHandler, ExecutionContext, Validation
+    from synapse import ExecutionContext, Partner, Peer, TaskHandler, Validation
+
+Everything else lives in its own module: `synapse.p2p` (engine and runtime), `synapse.types`
+(wire types), `synapse.store`, `synapse.transport`, `synapse.a2a`, `synapse.conformance`.
 """
 
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+try:
+    #: The one version string is the package metadata's (`pyproject.toml`).
+    __version__ = version("synapse-p2p")
+except PackageNotFoundError:  # pragma: no cover - running from a tree that was never installed
+    __version__ = "0.0.0+unknown"
 
 _EXPORTS = {
-    "Peer": "synapse.transport.peer",
-    "Partner": "synapse.transport.partners",
-    "PartnerRegistry": "synapse.transport.partners",
-    "P2PConfig": "synapse.p2p.config",
-    "P2PProtocol": "synapse.p2p.protocol",
-    "TaskHandle": "synapse.p2p.protocol",
-    "Outcome": "synapse.p2p.protocol",
-    "TaskAbandoned": "synapse.p2p.protocol",
+    # the handler's side
     "TaskHandler": "synapse.p2p.handler",
+    "ResumableHandler": "synapse.p2p.handler",
     "ExecutionContext": "synapse.p2p.handler",
     "Validation": "synapse.p2p.engine",
-    "SqliteStore": "synapse.store",
-    "MemoryStore": "synapse.store",
-    "DemoHandler": "synapse.demo",
+    # what a handler builds for need_info, need_human and its result
+    "MissingField": "synapse.types",
+    "Reason": "synapse.types",
+    "HumanContext": "synapse.types",
+    "HumanOption": "synapse.types",
+    "TaskResult": "synapse.types",
+    # running it
+    "Peer": "synapse.transport.peer",
+    "Partner": "synapse.transport.partners",
+    "P2PConfig": "synapse.p2p.config",
+    # errors
+    "ProtocolError": "synapse.types.errors",
+    "RemoteProtocolError": "synapse.types.errors",
+    "LocalProtocolError": "synapse.types.errors",
+    "DeliveryError": "synapse.types.errors",
 }
 
 if TYPE_CHECKING:
-    from synapse.demo import DemoHandler
     from synapse.p2p.config import P2PConfig
     from synapse.p2p.engine import Validation
-    from synapse.p2p.handler import ExecutionContext, TaskHandler
-    from synapse.p2p.protocol import Outcome, P2PProtocol, TaskAbandoned, TaskHandle
-    from synapse.store import MemoryStore, SqliteStore
-    from synapse.transport.partners import Partner, PartnerRegistry
+    from synapse.p2p.handler import ExecutionContext, ResumableHandler, TaskHandler
+    from synapse.transport.partners import Partner
     from synapse.transport.peer import Peer
+    from synapse.types import HumanContext, HumanOption, MissingField, Reason, TaskResult
+    from synapse.types.errors import (
+        DeliveryError,
+        LocalProtocolError,
+        ProtocolError,
+        RemoteProtocolError,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -51,19 +69,21 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DemoHandler",
+    "DeliveryError",
     "ExecutionContext",
-    "MemoryStore",
-    "Outcome",
+    "HumanContext",
+    "HumanOption",
+    "LocalProtocolError",
+    "MissingField",
     "P2PConfig",
-    "P2PProtocol",
     "Partner",
-    "PartnerRegistry",
     "Peer",
-    "SqliteStore",
-    "TaskAbandoned",
-    "TaskHandle",
+    "ProtocolError",
+    "Reason",
+    "RemoteProtocolError",
+    "ResumableHandler",
     "TaskHandler",
+    "TaskResult",
     "Validation",
     "__version__",
 ]

@@ -34,3 +34,25 @@ def test_the_example_runs_to_completion() -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "p2p:task_need_info → info_needed"
     assert lines[-1] == "completed [terse] Synapse peers delegate tasks."
+
+
+def _python_blocks(text: str) -> list[str]:
+    blocks = text.split("```python\n")[1:]
+    return [block.split("```", 1)[0] for block in blocks]
+
+
+def test_the_plugin_snippet_passes_under_pytest_asyncio_default_mode(tmp_path: Path) -> None:
+    """The README's pytest example, copied into a project of its own with no asyncio_mode set."""
+    (snippet,) = [b for b in _python_blocks(README) if "synapse_executor" in b]
+    (tmp_path / "test_snippet.py").write_text(snippet, encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # strict: the default
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout, done.stdout

@@ -35,7 +35,8 @@ from synapse.a2a import mapping, wire
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.stream import EventStream
-from synapse.transport.client import TRACE_CONFIGS, backoff_delay
+from synapse.transport.client import TRACE_CONFIGS
+from synapse.transport.retry import backoff_delay
 from synapse.types import DecisionAction, TaskError, TaskResult, TaskState
 
 log = structlog.get_logger("synapse.a2a.client")

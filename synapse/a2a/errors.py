@@ -3,9 +3,9 @@ exception that carries them.
 
 JSON-RPC 2.0 codes: -32700 parse error, -32600 invalid request, -32601 method not found,
 -32602 invalid params, -32603 internal error. A2A v1.0 codes: -32001 … -32009. Two further
-codes come from the A2A overview this project started from (seed 000: -32101 agent not ready,
+codes come from the earlier A2A error table Synapse follows (-32101 agent not ready,
 -32106 authentication failed) for conditions A2A v1.0 gives no code of its own; see
-`docs/a2a.md` for how every code of that overview maps.
+`docs/a2a.md` in the repository for how every code of that table maps.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ class A2ACode(IntEnum):
     EXTENDED_AGENT_CARD_NOT_CONFIGURED = -32007
     EXTENSION_SUPPORT_REQUIRED = -32008
     VERSION_NOT_SUPPORTED = -32009
-    #: Seed 000's "Agent Not Ready": starting up or draining (A2A v1.0 has no code for it).
+    #: The earlier table's "Agent Not Ready": starting up or draining (A2A v1.0 has no code for it).
     AGENT_NOT_READY = -32101
-    #: Seed 000's "Authentication Failed" (sent with HTTP 401).
+    #: The earlier table's "Authentication Failed" (sent with HTTP 401).
     AUTHENTICATION_FAILED = -32106
 
     @property

@@ -23,7 +23,7 @@ from synapse.types import (
     TaskState,
 )
 
-#: Synapse task state → A2A task state (issue 9).
+#: Synapse task state → A2A task state.
 STATE_MAP: Final[Mapping[TaskState, str]] = {
     TaskState.IDLE: wire.SUBMITTED,
     TaskState.PENDING: wire.SUBMITTED,

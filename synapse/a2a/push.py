@@ -9,7 +9,8 @@ out until the next heartbeat, and dead-letters them after `dead_letter_after`, e
 callbacks to a real partner. `PushSender` is the `CallbackSender` behind that prefix: it
 turns each message into an A2A `StreamResponse` and POSTs it to the webhook with the
 configuration's token (`X-A2A-Notification-Token`), its `Authorization`, and an
-`X-Synapse-Signature` (HMAC-SHA256 of the body, CONTRACT §3 header mode) when the operator
+`X-Synapse-Signature` (HMAC-SHA256 of the body, specs/protocol.md, 'Signatures' header mode) when
+the operator
 configured a push secret. The body carries the message id and timestamp in
 `metadata.synapse`, so a receiver can deduplicate retries and refuse stale replays.
 
@@ -31,12 +32,8 @@ import structlog
 from synapse.a2a import wire
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.sender import DeliveryError
-from synapse.transport.client import (
-    RETRYABLE_STATUSES,
-    TRACE_CONFIGS,
-    backoff_delay,
-    parse_retry_after,
-)
+from synapse.transport.client import RETRYABLE_STATUSES, TRACE_CONFIGS, parse_retry_after
+from synapse.transport.retry import RetriesExhausted, Transient, retrying
 from synapse.types import (
     Ack,
     AckPayload,
@@ -44,7 +41,7 @@ from synapse.types import (
     HeartbeatPayload,
     Message,
     Sender,
-    build_reply,
+    build_reply_now,
     format_timestamp,
 )
 from synapse.types.signing import SIGNATURE_HEADER, Secret, header_signature
@@ -148,14 +145,14 @@ class PushSender:
         me = Sender(agent_id=partner, endpoint="a2a://push")
         if isinstance(message, Heartbeat):
             # The webhook has no heartbeat: answering lets parked notifications try again.
-            return build_reply(Heartbeat, HeartbeatPayload(), request=message, sender=me)
+            return build_reply_now(Heartbeat, HeartbeatPayload(), request=message, sender=me)
         found = self.server.push_target(partner, message)
         if found is None:
             log.info("push_dropped", partner=partner, message_id=message.id, reason="no config")
-            return build_reply(Ack, AckPayload(), request=message, sender=me)
+            return build_reply_now(Ack, AckPayload(), request=message, sender=me)
         target, event = found
         await self._post(target, event, message, retries=self.config.max_retries if retry else 0)
-        return build_reply(Ack, AckPayload(), request=message, sender=me)
+        return build_reply_now(Ack, AckPayload(), request=message, sender=me)
 
     def body(self, event: wire.StreamResponse, message: Message) -> bytes:
         """The JSON body: the event, with the message id and the attempt's time inside."""
@@ -188,13 +185,13 @@ class PushSender:
         *,
         retries: int,
     ) -> None:
-        """POST with CONTRACT §4's retry policy; raise `DeliveryError` when it gives up."""
+        """POST with the retries of specs/protocol.md, 'Transport'; raise `DeliveryError` when it
+        gives up."""
         session = self._ensure_session()
-        last = ""
-        status: int | None = None
-        for attempt in range(1, retries + 2):
+
+        async def attempt(number: int) -> None:
             body = self.body(event, message)  # a fresh timestamp and signature each attempt
-            retry_after: float | None = None
+            fields = {"task_id": target.task_id, "config_id": target.id, "message_id": message.id}
             try:
                 async with session.post(
                     target.url,
@@ -208,47 +205,39 @@ class PushSender:
                         response.headers.get("Retry-After"), datetime.now(UTC)
                     )
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-                status, last = None, f"{type(exc).__name__}: {exc}".rstrip(": ")
+                error = f"{type(exc).__name__}: {exc}".rstrip(": ")
+                log.info("push_attempt", **fields, attempt=number, error=error)
+                raise Transient[None](error) from exc
             except aiohttp.ClientError as exc:
                 raise DeliveryError(
                     f"cannot POST to {target.url}: {exc!r}", retryable=False
                 ) from exc
-            else:
-                if 200 <= status < 300:
-                    log.info(
-                        "push_delivered",
-                        task_id=target.task_id,
-                        config_id=target.id,
-                        message_id=message.id,
-                        attempt=attempt,
-                    )
-                    return
-                if status not in RETRYABLE_STATUSES:
-                    raise DeliveryError(
-                        f"push to {target.url} refused: HTTP {status}",
-                        retryable=False,
-                        status=status,
-                    )
-                last = f"HTTP {status}"
-            log.info(
-                "push_attempt",
-                task_id=target.task_id,
-                config_id=target.id,
-                message_id=message.id,
-                attempt=attempt,
-                error=last,
+            if 200 <= status < 300:
+                log.info("push_delivered", **fields, attempt=number)
+                return
+            if status not in RETRYABLE_STATUSES:
+                raise DeliveryError(
+                    f"push to {target.url} refused: HTTP {status}", retryable=False, status=status
+                )
+            log.info("push_attempt", **fields, attempt=number, error=f"HTTP {status}")
+            raise Transient[None](f"HTTP {status}", status=status, retry_after=retry_after)
+
+        try:
+            await retrying(
+                attempt,
+                retries=retries,
+                config=self.config,
+                sleep=self._sleep,
+                jitter=self._jitter,
             )
-            if attempt <= retries:
-                if retry_after is not None:
-                    delay = min(retry_after, self.config.retry_max_delay)
-                else:
-                    delay = backoff_delay(attempt, self.config, self._jitter())
-                await self._sleep(delay)
-        raise DeliveryError(
-            f"no push delivery to {target.url} after {retries + 1} attempts: {last}",
-            retryable=True,
-            status=status,
-        )
+        except RetriesExhausted as exhausted:
+            raise DeliveryError(
+                f"no push delivery to {target.url} after {exhausted.attempts} attempts: "
+                f"{exhausted.last}",
+                retryable=True,
+                status=exhausted.last.status,
+                attempts=exhausted.attempts,
+            ) from exhausted.last
 
 
 __all__ = ["PUSH_PREFIX", "PushAllowlist", "PushSender", "push_partner"]

@@ -84,10 +84,10 @@ from synapse.types import (
     TaskState,
     TaskStatusUpdate,
     TaskStatusUpdatePayload,
-    build_message,
-    build_reply,
     new_message_id,
 )
+from synapse.types import build_message_now as build_message  # the wall clock: an edge
+from synapse.types import build_reply_now as build_reply
 from synapse.types.signing import Secret
 
 log = structlog.get_logger("synapse.a2a")

@@ -4,7 +4,7 @@ Each of them runs a short-lived requester `Peer` named `--as`, with one partner:
 `--agent-id` at `--target`. The executor checks that our messages come from the callback URL it
 has registered for us, so that URL (`--endpoint`, default from `--listen HOST:PORT`) must match
 its `--peer` for us. The command line uses a small retry budget (2 retries from 0.2 s, instead
-of the contract's 5 from 2 s), so that an unreachable target is reported within a second.
+of the specification's 5 from 2 s), so that an unreachable target is reported within a second.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def exchange_error(exc: Exception, setup: ClientSetup) -> CliError:
 
 def root_cause(exc: BaseException) -> str:
     """The innermost cause of a delivery failure (`Connect call failed …`, `HTTP 503`)."""
-    attempts = getattr(exc.__cause__, "attempts", None)
+    attempts = exc.attempts if isinstance(exc, DeliveryError) else None
     while exc.__cause__ is not None:
         exc = exc.__cause__
     text = str(exc) or type(exc).__name__

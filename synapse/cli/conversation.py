@@ -22,7 +22,7 @@ from typing import Any, Generic, Literal, Protocol, TextIO, TypeVar
 
 from synapse.cli.client import to_json
 from synapse.cli.errors import CliError, Exit
-from synapse.cli.terminal import Console, LineReader, parse_value
+from synapse.cli.terminal import LineReader, TerminalConsole, parse_value
 from synapse.types import (
     MissingField,
     Priority,
@@ -93,7 +93,7 @@ class Conversation(Generic[H]):
         *,
         who: str,
         out: TextIO,
-        console: Console,
+        console: TerminalConsole,
         reader: LineReader,
         interactive: bool,
     ) -> None:

@@ -1,7 +1,9 @@
-"""`synapse demo`: every flow of seed §4 between two real peers in this process, as a timeline.
+"""`synapse demo`: every flow of specs/protocol.md, 'Flows' between two real peers in this process,
+as a timeline.
 
 Two peers, `alice` (the requester, R) and `bob` (the executor, E, running the demo handler of
-CONTRACT §8), listen on ephemeral loopback ports and exchange signed HTTP messages exactly as
+specs/protocol.md, 'The demo handler'), listen on ephemeral loopback ports and exchange signed HTTP
+messages exactly as
 two separate `synapse serve` processes would. One exchange (a POST and its synchronous reply)
 is in flight at a time, so that the timeline reads in wire order and prints the same lines on
 every run. Nothing waits for a person: alice's answers are scripted.
@@ -55,7 +57,7 @@ class Flow:
 
 FLOWS: tuple[Flow, ...] = (
     Flow(
-        "1. A task that just runs (seed §4.1): echo",
+        "1. A task that just runs (specs/protocol.md, 'Normal task'): echo",
         "alice asks; bob confirms in the HTTP reply, reports that it is executing, then "
         "POSTs the result, which alice acknowledges with task_ack.",
         "echo",
@@ -63,7 +65,7 @@ FLOWS: tuple[Flow, ...] = (
         "demo-echo",
     ),
     Flow(
-        "2. Progress updates (seed §4.1): slow",
+        "2. Progress updates (specs/protocol.md, 'Normal task'): slow",
         "Each step is a task_status_update with its progress; each callback is POSTed only "
         "after the previous one was acknowledged.",
         "slow",
@@ -71,7 +73,8 @@ FLOWS: tuple[Flow, ...] = (
         "demo-slow",
     ),
     Flow(
-        "3. Missing information (seed §4.2): text_generation without a style",
+        "3. Missing information (specs/protocol.md, 'Missing information'): "
+        "text_generation without a style",
         "bob answers the request with task_need_info instead of a confirm; alice provides "
         "the field and bob executes, without any task_confirm.",
         "text_generation",
@@ -79,7 +82,7 @@ FLOWS: tuple[Flow, ...] = (
         "demo-text",
     ),
     Flow(
-        "4. A person decides (seed §4.3): portrait, approved",
+        "4. A person decides (specs/protocol.md, 'Human decision'): portrait, approved",
         "bob stops at need_human; a person at alice decides (human_deciding) and approves "
         "with a human_decision; bob resumes and completes.",
         "portrait",
@@ -87,7 +90,7 @@ FLOWS: tuple[Flow, ...] = (
         "demo-portrait",
     ),
     Flow(
-        "5. Cancelling (seed §4.4): slow, cancelled after its first step",
+        "5. Cancelling (specs/protocol.md, 'Cancellation'): slow, cancelled after its first step",
         "alice sends task_cancel; bob stops the task and acknowledges with task_ack "
         "(state cancelled). Nothing more is sent about it.",
         "slow",
@@ -177,7 +180,7 @@ async def run_demo(out: TextIO, *, signing: SenderMode = "header") -> int:
         write(
             "Synapse demo: two peers in this process, talking signed HTTP over loopback.\n"
             f"  R = {REQUESTER}, the requester.  E = {EXECUTOR}, the executor "
-            "(the demo handler of CONTRACT §8).\n"
+            "(the demo handler (specs/protocol.md, 'The demo handler')).\n"
             f"  Every message is signed with HMAC-SHA256 ({signing} mode) and checked.\n"
             "Each numbered line is one message: `R → E` a POST from alice to bob, `E → R` one\n"
             "from bob to alice, `↳ … (sync reply)` the HTTP response to the POST just above.\n"

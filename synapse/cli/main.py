@@ -212,7 +212,9 @@ def build_parser() -> Parser:
         "$SYNAPSE_HANDLER)",
     )
     _signing(group)
-    group = serve.add_argument_group("running for months (docs/durability.md)")
+    group = serve.add_argument_group(
+        "running for months (docs/durability.md in the Synapse repository)"
+    )
     group.add_argument(
         "--retain",
         type=DURATION,
@@ -249,7 +251,7 @@ def build_parser() -> Parser:
         "all of the capacity (default: no share; $SYNAPSE_MAX_TASKS_PER_PARTNER; "
         "[p2p] max_tasks_per_partner)",
     )
-    group = serve.add_argument_group("A2A (docs/a2a.md)")
+    group = serve.add_argument_group("A2A (docs/a2a.md in the Synapse repository)")
     group.add_argument(
         "--a2a",
         action="store_true",
@@ -286,6 +288,13 @@ def build_parser() -> Parser:
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
     add_ops_arguments(serve)
+    group = serve.add_argument_group("routing (docs/routing.md in the Synapse repository)")
+    group.add_argument(
+        "--route",
+        metavar="POOL.toml",
+        help="be a router: execute every task by requesting it of a capable partner of the "
+        "pool this TOML file describes, instead of running a handler ($SYNAPSE_ROUTE)",
+    )
     _common(serve)
     serve.set_defaults(run=_run_serve)
 
@@ -349,7 +358,7 @@ def build_parser() -> Parser:
         help="the task's priority (default normal)",
     )
     group = send.add_argument_group(
-        "A2A (docs/a2a.md)",
+        "A2A (docs/a2a.md in the Synapse repository)",
         "With --a2a URL the task goes to that A2A v1.0 agent instead: --target, --agent-id, "
         "--as, --secret, --peer-secret-file, --listen, --endpoint, --signing, --task-id and "
         "--priority have no meaning there and are refused as flags (their environment and "
@@ -429,9 +438,10 @@ def build_parser() -> Parser:
     demo = commands.add_parser(
         "demo",
         help="two peers in this process walk through every flow, printed as a timeline",
-        description="Start two peers on loopback ports and run the flows of seed §4 between "
-        "them (normal, progress, need_info, need_human, cancel), a failure and a rejection, "
-        "printing every message with each side's state. Takes about a second.",
+        description="Start two peers on loopback ports and run the flows of "
+        "specs/protocol.md, 'Flows' between them (normal, progress, need_info, need_human, "
+        "cancel), a failure and a rejection, printing every message with each side's state. "
+        "Takes about a second.",
         epilog=EPILOG,
     )
     demo.add_argument(
@@ -515,7 +525,10 @@ def _run_serve(ctx: Context) -> int:
         config=serve_p2p_config(s),
         a2a=a2a,
         ops=ops_serve_options(s),
+        route=s.get("route", "SYNAPSE_ROUTE", "route", str),
     )
+    if options.route is not None and options.handler is not None:
+        raise CliError("--route and --handler exclude each other: a router runs no handler")
     if not options.partners and a2a is None:
         raise CliError(
             "no partner: give at least one --peer PARTNER_ID=CALLBACK_URL "

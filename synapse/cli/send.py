@@ -29,7 +29,7 @@ from synapse.cli.conversation import (
     reported,
 )
 from synapse.cli.errors import CliError, Exit
-from synapse.cli.terminal import Console, LineReader
+from synapse.cli.terminal import LineReader, TerminalConsole
 from synapse.p2p.durations import format_duration
 from synapse.p2p.engine import TaskEvent
 from synapse.p2p.protocol import Outcome, TaskAbandoned, TaskHandle
@@ -71,7 +71,7 @@ class Follower(Conversation[TaskHandle]):
         options: SendOptions,
         *,
         out: TextIO,
-        console: Console,
+        console: TerminalConsole,
         reader: LineReader,
         interactive: bool,
     ) -> None:
@@ -219,13 +219,14 @@ async def run_send(
     stdin_is_tty: bool | None = None,
 ) -> int:
     interactive = os.isatty(0) if stdin_is_tty is None else stdin_is_tty
-    console = Console(err, quiet=options.as_json)
+    console = TerminalConsole(err, quiet=options.as_json)
+    line_reader = reader or LineReader(0)
     follower = Follower(
         setup,
         options,
         out=out,
         console=console,
-        reader=reader or LineReader(0),
+        reader=line_reader,
         interactive=interactive,
     )
     with interruptible(follower):
@@ -238,6 +239,8 @@ async def run_send(
         finally:
             console.close()
             await peer.close(drain_timeout=0)  # at the end nothing is left worth waiting for
+            if reader is None:
+                line_reader.close()  # its thread ends before stdin could be reused
 
 
 __all__ = [

@@ -29,7 +29,7 @@ from synapse.a2a import (
 )
 from synapse.cli.conversation import Conversation, SendOptions, interruptible, reported
 from synapse.cli.errors import CliError
-from synapse.cli.terminal import Console, LineReader, parse_value
+from synapse.cli.terminal import LineReader, TerminalConsole, parse_value
 from synapse.p2p.config import P2PConfig
 from synapse.types import TaskNeedHumanPayload, TaskNeedInfoPayload
 
@@ -57,7 +57,7 @@ class A2AFollower(Conversation[A2ATaskHandle]):
         options: SendOptions,
         *,
         out: TextIO,
-        console: Console,
+        console: TerminalConsole,
         reader: LineReader,
         interactive: bool,
     ) -> None:
@@ -217,13 +217,14 @@ async def run_send_a2a(
     stdin_is_tty: bool | None = None,
 ) -> int:
     interactive = os.isatty(0) if stdin_is_tty is None else stdin_is_tty
-    console = Console(err, quiet=options.as_json)
+    console = TerminalConsole(err, quiet=options.as_json)
+    line_reader = reader or LineReader(0)
     follower = A2AFollower(
         url,
         options,
         out=out,
         console=console,
-        reader=reader or LineReader(0),
+        reader=line_reader,
         interactive=interactive,
     )
     client = A2AClient(url, token=token, config=config, timeout=config.request_timeout)
@@ -233,6 +234,8 @@ async def run_send_a2a(
         finally:
             console.close()
             await client.close()
+            if reader is None:
+                line_reader.close()  # its thread ends before stdin could be reused
 
 
 __all__ = ["A2AFollower", "a2a_error", "need_human_of", "run_send_a2a"]

@@ -1,4 +1,5 @@
-"""`synapse serve`: the reference peer of CONTRACT §7, until SIGINT or SIGTERM."""
+"""`synapse serve`: the reference peer of specs/protocol.md, 'The `synapse serve` command line',
+until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from synapse.transport.peer import Peer
 
 if TYPE_CHECKING:
     from synapse.a2a import A2AServer
+    from synapse.router import Router
 
 log = structlog.get_logger("synapse.cli")
 
@@ -58,6 +60,8 @@ class ServeOptions:
     config: P2PConfig
     a2a: A2AOptions | None = None
     ops: OpsOptions = field(default_factory=OpsOptions)
+    #: `--route POOL.toml`: be a router over that pool (docs/routing.md).
+    route: str | None = None
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -111,6 +115,18 @@ def _enable_replicas(peer: Peer, store: TaskStore, ttl: float) -> Callable[[], o
 
     assert isinstance(store, PostgresStore)
     return enable_replicas(peer, store, ttl=ttl)
+
+
+def serve_route(peer: Peer, path: str) -> Router:
+    """`Router(peer, PoolConfig.load(path))`, before the peer starts; a bad pool is one line."""
+    from synapse.router import PoolConfig, Router
+
+    try:
+        return Router(peer, PoolConfig.load(path))
+    except OSError as exc:
+        raise CliError(f"cannot read pool {path!r}: {exc}") from exc
+    except ValueError as exc:
+        raise CliError(f"bad pool {path!r}: {exc}") from exc
 
 
 def open_task_store(spec: str) -> TaskStore:
@@ -170,15 +186,21 @@ async def run_serve(options: ServeOptions) -> int:
     )
     _enable_replicas(peer, store, options.config.lease_ttl)  # no-op unless PostgreSQL
     try:
+        # The router first: it becomes the peer's handler, which the A2A card describes.
+        router = serve_route(peer, options.route) if options.route is not None else None
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
         console_token = serve_ops(peer, options.ops)
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
+        if router is not None:
+            await router.start()
+            log.info("serving_routes", pool=options.route, partners=router.status())
         freeze_startup_heap()
         log.info(
             "serving",
             agent_id=options.agent_id,
             partners=[p.agent_id for p in options.partners],
-            handler=options.handler or "synapse.demo.handler:DemoHandler",
+            handler=options.handler
+            or ("synapse.router" if options.route else "synapse.demo.handler:DemoHandler"),
             store=options.store,
             signing=options.signing,
         )
@@ -202,6 +224,8 @@ async def run_serve(options: ServeOptions) -> int:
             outbox_grace=options.config.outbox_grace,
         )
         graceful = await peer.shutdown(now=stop_now)
+        if router is not None:
+            await router.close()  # after the peer: routed tasks still cancel their partners
         log.info("stopped", agent_id=options.agent_id, graceful=graceful)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -157,6 +157,7 @@ CONFIG_KEYS = frozenset(
         "console",
         "console_tokens",
         "otel",
+        "route",
         "peer",
         "p2p",
     }

@@ -3,7 +3,7 @@
 `LineReader` reads stdin on a daemon thread, so that waiting for an answer never blocks the
 loop (the executor's callbacks still get their acks) and works the same with a TTY, a pipe or
 a file; it reads the raw file descriptor, so an unfinished read never holds a lock at exit.
-`Console` draws the live progress bar on a TTY and plain lines otherwise.
+`TerminalConsole` draws the live progress bar on a TTY and plain lines otherwise.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import sys
 import threading
 from typing import Any, TextIO
@@ -20,12 +21,20 @@ from synapse.cli.errors import CliError
 
 
 class LineReader:
-    """Lines of a file descriptor (stdin), one `await readline()` at a time; None at EOF."""
+    """Lines of a file descriptor (stdin), one `await readline()` at a time; None at EOF.
+
+    A daemon thread reads the descriptor. `close()` stops it for good: once it returns the
+    thread has ended and will never read the descriptor again, so the caller may close it (a
+    thread outliving its reader would otherwise read whatever file next gets that descriptor
+    number, and post to a loop that is closed).
+    """
 
     def __init__(self, fd: int = 0) -> None:
         self.fd = fd
         self._queue: asyncio.Queue[str | None] | None = None
         self._eof = False
+        self._thread: threading.Thread | None = None
+        self._wake: tuple[int, int] | None = None  # (read end, write end) that stops the thread
 
     def _start(self) -> asyncio.Queue[str | None]:
         if self._queue is None:
@@ -34,17 +43,26 @@ class LineReader:
             self._queue = queue
 
             def put(line: str | None) -> None:
-                loop.call_soon_threadsafe(queue.put_nowait, line)
+                # The loop may be gone already (the command ended while a line was on its way).
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(queue.put_nowait, line)
 
-            thread = threading.Thread(
-                target=self._read, args=(put,), name="synapse-stdin", daemon=True
+            self._wake = os.pipe()
+            self._thread = threading.Thread(
+                target=self._read, args=(put, self._wake[0]), name="synapse-stdin", daemon=True
             )
-            thread.start()
+            self._thread.start()
         return self._queue
 
-    def _read(self, put: Any) -> None:
+    def _read(self, put: Any, wake: int) -> None:
         buffer = b""
         while True:
+            try:
+                ready, _, _ = select.select([self.fd, wake], [], [])
+            except (OSError, ValueError):
+                ready = [self.fd]  # let os.read report what is wrong with it
+            if wake in ready:
+                return  # closed: never touch the descriptor again
             try:
                 chunk = os.read(self.fd, 4096)
             except OSError:
@@ -67,6 +85,18 @@ class LineReader:
         if line is None:
             self._eof = True
         return line
+
+    def close(self) -> None:
+        """Stop the reading thread and wait for it; idempotent."""
+        thread, wake = self._thread, self._wake
+        self._thread = self._wake = None
+        if wake is None:
+            return
+        os.write(wake[1], b"x")
+        if thread is not None:
+            thread.join()
+        os.close(wake[0])
+        os.close(wake[1])
 
 
 def parse_value(text: str) -> Any:
@@ -92,7 +122,7 @@ def is_tty(stream: Any) -> bool:
         return False
 
 
-class Console:
+class TerminalConsole:
     """`send`'s side of the conversation: notes, progress and prompts on stderr.
 
     stdout is kept for what the task produced (or `--json` events); everything a person reads

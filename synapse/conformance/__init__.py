@@ -1,10 +1,11 @@
-"""Conformance kit: check any Synapse peer against the contract's flows, black box, over HTTP.
+"""Conformance kit: check any Synapse peer against the protocol's flows, black box, over HTTP.
 
     report = await run_conformance("http://127.0.0.1:8765/synapse/callback", "agent-e", secret)
     print(report.table())
 
 The kit plays the requester against a running peer that offers the demo capabilities of
-CONTRACT §8 and judges every reply and callback it gets (see docs/conformance.md).
+specs/protocol.md, 'The demo handler' and judges every reply and callback it gets (see
+docs/conformance.md).
 """
 
 from synapse.conformance.checks import CHECKS, Check, Timing

@@ -25,10 +25,11 @@ from synapse.conformance.checks import CHECKS, Timing
 from synapse.conformance.kit import DEFAULT_KIT_ID, DEFAULT_LISTEN, parse_listen, run_conformance
 
 DESCRIPTION = """\
-Check a running Synapse peer against the wire contract, black box, over HTTP: the flows of
-seed §4 message by message, signatures, every error of CONTRACT §5, deduplication and the
-rules of CONTRACT §6. The target must offer the demo capabilities (CONTRACT §8) and know the
-kit as a partner: agent id --as, callback URL http://LISTEN/synapse/callback, secret --secret.
+Check a running Synapse peer against the wire specification (specs/protocol.md in the Synapse
+repository), black box, over HTTP: its 'Flows' message by message, 'Signatures', every one of
+its 'Error codes', 'Deduplication' and the rules of its 'Task states'. The target must offer
+'The demo handler' capabilities and know the kit as a partner: agent id --as, callback URL
+http://LISTEN/synapse/callback, secret --secret.
 """
 
 EPILOG = """\
@@ -47,7 +48,7 @@ def add_parser(subparsers: Any) -> None:
     """Add the `conformance` subcommand to `subparsers` (from `ArgumentParser.add_subparsers`)."""
     parser = subparsers.add_parser(
         "conformance",
-        help="check a running peer against the contract",
+        help="check a running peer against specs/protocol.md",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
-from synapse.conformance.checks import CHECKS, Check, Context, Timing
+from synapse.conformance.checks import CHECKS, Check, CheckContext, Timing
 from synapse.conformance.listener import CALLBACK_PATH, CallbackListener
 from synapse.conformance.report import CheckResult, Report, Status
 from synapse.conformance.wire import CheckFailed, Clock, Identity, RawClient, Skip
@@ -136,7 +136,7 @@ class ConformanceKit:
         await self.start()
         started = time.monotonic()
         timing = self.config.timing
-        ctx = Context(self.client, self.listener, timing)
+        ctx = CheckContext(self.client, self.listener, timing)
         checks = self.config.selected(CHECKS)
         results: dict[str, CheckResult] = {}
         for check in (c for c in checks if c.phase == "setup"):
@@ -175,7 +175,7 @@ class ConformanceKit:
             duration=time.monotonic() - started,
         )
 
-    async def _run_one(self, check: Check, ctx: Context) -> CheckResult:
+    async def _run_one(self, check: Check, ctx: CheckContext) -> CheckResult:
         started = time.monotonic()
         timeout = self.config.timing.check_timeout
         status, reason = Status.PASS, None

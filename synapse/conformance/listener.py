@@ -49,7 +49,7 @@ from synapse.types import (
     TaskAck,
     TaskAckPayload,
     TaskState,
-    build_message,
+    build_message_now,
     decode_message,
     encode_message,
     header_signature,
@@ -59,7 +59,7 @@ from synapse.types import (
 log = structlog.get_logger("synapse.conformance")
 
 CALLBACK_PATH = "/synapse/callback"
-#: Largest callback body accepted (CONTRACT §4's default limit).
+#: Largest callback body accepted (the default limit of specs/protocol.md, 'Transport').
 MAX_BODY = 1024 * 1024
 
 
@@ -215,11 +215,13 @@ class CallbackListener:
         self.replay_window = replay_window
         self.ack_delay = ack_delay
         self.traces: dict[str, TaskTrace] = {}
-        #: Problems with callbacks' envelopes and authentication (CONTRACT §3, §4).
+        #: Problems with callbacks' envelopes and authentication (specs/protocol.md, 'Signatures'
+        #: and 'Transport').
         self.problems: list[str] = []
         #: Callbacks about tasks the kit never requested.
         self.strays: list[str] = []
-        #: Two callbacks of one task in flight at once (CONTRACT §4: one at a time).
+        #: Two callbacks of one task in flight at once (specs/protocol.md, 'Transport': one at a
+        #: time).
         self.overlaps: list[str] = []
         #: Every POST received, retries included.
         self.posts = 0
@@ -275,7 +277,7 @@ class CallbackListener:
         signed: bool,
         details: dict[str, Any] | None = None,
     ) -> tuple[int, bytes, dict[str, str]]:
-        nack = build_message(
+        nack = build_message_now(
             Nack,
             NackPayload(code=code, message=text, details=details),
             sender=self.sender,
@@ -362,7 +364,7 @@ class CallbackListener:
         self, message: Message, value: dict[str, Any], signed_by: str | None, at: int, label: str
     ) -> tuple[int, bytes, dict[str, str]]:
         if isinstance(message, Heartbeat):
-            beat = build_message(
+            beat = build_message_now(
                 Heartbeat,
                 HeartbeatPayload(active_tasks=0),
                 sender=self.sender,
@@ -371,7 +373,7 @@ class CallbackListener:
             )
             return self._reply(beat)
         if isinstance(message, CapabilityQuery):
-            response = build_message(
+            response = build_message_now(
                 CapabilityResponse,
                 CapabilityResponsePayload(agent_id=self.identity.kit_id),
                 sender=self.sender,
@@ -434,7 +436,7 @@ class CallbackListener:
                     if message.message_type.value == "p2p:task_complete"
                     else TaskState.FAILED
                 )
-                reply = build_message(
+                reply = build_message_now(
                     TaskAck,
                     TaskAckPayload(task_id=task_id, state=kit_state),
                     sender=self.sender,
@@ -442,7 +444,7 @@ class CallbackListener:
                     reply_to=message.id,
                 )
             else:
-                reply = build_message(
+                reply = build_message_now(
                     Ack,
                     AckPayload(),
                     sender=self.sender,

@@ -12,7 +12,7 @@ class Status(StrEnum):
     """The outcome of one check."""
 
     PASS = "PASS"
-    """The target behaved as the contract says."""
+    """The target behaved as specs/protocol.md says."""
     FAIL = "FAIL"
     """It did not; `reason` says how."""
     SKIP = "SKIP"
@@ -23,7 +23,8 @@ class Status(StrEnum):
 class CheckResult:
     id: str
     title: str
-    #: The part of the spec it covers, e.g. "seed §4.2" or "CONTRACT §3".
+    #: The part of the spec it covers, e.g. "specs/protocol.md, 'Missing information'" or
+    #: "specs/protocol.md, 'Signatures'".
     section: str
     status: Status
     #: Why it failed or was skipped (None when it passed).
@@ -90,9 +91,10 @@ class Report:
 
     def table(self) -> str:
         """A plain-text table: check, section, result, title; each failure's reason below it."""
-        head = ("CHECK", "SECTION", "RESULT", "TIME", "TITLE")
+        head = ("CHECK", "SECTION OF specs/protocol.md", "RESULT", "TIME", "TITLE")
         rows = [
-            (r.id, r.section, r.status.value, f"{r.duration:.2f}s", r.title) for r in self.results
+            (r.id, _short_section(r.section), r.status.value, f"{r.duration:.2f}s", r.title)
+            for r in self.results
         ]
         widths = [max(len(row[i]) for row in [head, *rows]) for i in range(4)]
 
@@ -125,3 +127,11 @@ class Report:
 
 
 __all__ = ["CheckResult", "Report", "Status"]
+
+
+def _short_section(section: str) -> str:
+    """`specs/protocol.md, 'A' and 'B'` as the table shows it, under its header: `A, B`."""
+    prefix = "specs/protocol.md, "
+    if not section.startswith(prefix):
+        return section
+    return section[len(prefix) :].replace("' and '", ", ").replace("', '", ", ").strip("'")

@@ -1,4 +1,5 @@
-"""The rules of CONTRACT §6 judged from outside: states never go backwards, nothing after final.
+"""The rules of specs/protocol.md, 'Task states' judged from outside: states never go backwards,
+nothing after final.
 
 The kit sees the executor's state of a task only through what it says: the synchronous decision
 (`task_confirm` → confirmed, `task_need_info` → info_needed, `task_reject` → rejected), each
@@ -10,9 +11,10 @@ request somewhere in between and a callback may cross it.
 
 "Never backwards" over a graph with loops (executing → info_needed → info_provided →
 executing) means: whenever one observation certainly precedes another, the later state is
-reachable from the earlier one in the executor's graph below (seed §3, CONTRACT §6) — through
+reachable from the earlier one in the executor's graph below (specs/protocol.md, 'Task states') —
+through
 the moves that need a message of the requester's (info, decision, cancel) only if the kit sent
-one in between. The graph is the kit's own, written from the contract, not imported from the
+one in between. The graph is the kit's own, written from specs/protocol.md, not imported from the
 engine it may be checking.
 """
 
@@ -21,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-#: The executor's moves (seed §3.2, CONTRACT §6). `failed` is reachable from every live state
+#: The executor's moves (specs/protocol.md, 'Task states'). `failed` is reachable from every live
+#: state
 #: (a timeout or an error), `cancelled` likewise (R cancels).
 EXECUTOR_MOVES: Mapping[str, frozenset[str]] = {
     "confirmed": frozenset({"executing"}),

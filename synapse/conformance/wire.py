@@ -3,7 +3,8 @@
 The kit speaks raw JSON rather than through the engine, so that it can send what no
 well-behaved peer would (bad signatures, stale timestamps, reply-only types, …) and judge the
 target on its bytes alone. Every POST becomes an `Exchange`: what was sent, what came back, and
-when (on the kit's event clock, see `Clock`), so that the rules of CONTRACT §6 can order a
+when (on the kit's event clock, see `Clock`), so that the rules of specs/protocol.md, 'Task states'
+can order a
 synchronous reply against the callbacks that crossed it.
 """
 
@@ -44,7 +45,7 @@ SIGNED_CODES = frozenset({"invalid_params", "task_not_found", "task_already_comp
 
 
 class CheckFailed(Exception):
-    """The target did something the contract forbids; the message is the reason shown."""
+    """The target did something specs/protocol.md forbids; the message is the reason shown."""
 
 
 class Skip(Exception):
@@ -311,7 +312,8 @@ class RawClient:
     # --- judging --------------------------------------------------------------------------
 
     def reply_problems(self, exchange: Exchange) -> list[str]:
-        """What is wrong with `exchange`'s reply whatever the check expected (CONTRACT §3, §4):
+        """What is wrong with `exchange`'s reply whatever the check expected (specs/protocol.md,
+        'Signatures' and 'Transport'):
         not an envelope; a 200 not answering us or not header-signed with the shared secret;
         a nack signed where it must not be, or unsigned where it must be signed."""
         if exchange.error is not None:
@@ -379,7 +381,8 @@ class RawClient:
         signed: bool,
         reason: str | None = None,
     ) -> dict[str, Any]:
-        """Require a nack with `status` and `code`, signed or not as CONTRACT §3 says;
+        """Require a nack with `status` and `code`, signed or not as specs/protocol.md, 'Signatures'
+        says;
         `reason`: the `details.reason` it must carry. Returns its `details`."""
         if exchange.status != status or exchange.code != code:
             raise CheckFailed(
@@ -393,8 +396,9 @@ class RawClient:
                 raise CheckFailed("; ".join(problems))
         elif signature is not None or exchange.message.signature is not None:
             raise CheckFailed(
-                f"{exchange.label}: the {status} {code} nack is signed; CONTRACT §3 says a nack "
-                "issued before the signature verified, or a 403, never is"
+                f"{exchange.label}: the {status} {code} nack is signed; "
+                "specs/protocol.md, 'Signatures' says a nack issued before the signature "
+                "verified, or a 403, never is"
             )
         sent_id = exchange.sent_id
         reply_to = exchange.message.reply_to
@@ -416,7 +420,7 @@ def verify_callback(
 ) -> str | None:
     """How a callback's signature verified ("header" or "body"), or None if it did not.
 
-    The header decides when both are present (CONTRACT §3).
+    The header decides when both are present (specs/protocol.md, 'Signatures').
     """
     secrets = [identity.secret]
     if header is not None and header.strip():

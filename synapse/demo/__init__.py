@@ -1,4 +1,5 @@
-"""The built-in demo handler (CONTRACT §8) and the `synapse demo` walkthrough."""
+"""The built-in demo handler (specs/protocol.md, 'The demo handler') and the `synapse demo`
+walkthrough."""
 
 from synapse.demo.handler import DemoHandler
 

@@ -1,4 +1,5 @@
-"""`DemoHandler`: the capabilities of CONTRACT §8, so every flow of seed §4 can be shown.
+"""`DemoHandler`: the capabilities of specs/protocol.md, 'The demo handler', so every flow of
+specs/protocol.md, 'Flows' can be shown.
 
 | type | behaviour |
 | --- | --- |
@@ -81,7 +82,7 @@ def _is_number(value: Any) -> bool:
 
 
 class DemoHandler:
-    """The reference peer's handler (CONTRACT §8)."""
+    """The reference peer's handler (specs/protocol.md, 'The demo handler')."""
 
     def get_capabilities(self) -> Sequence[Capability]:
         return CAPABILITIES

@@ -1,46 +1,43 @@
-"""`P2PConfig`: the seed's settings (§5.4) with their defaults, plus the ones CONTRACT adds."""
+"""`P2PConfig`: the settings of specs/protocol.md, 'Peer interfaces and configuration', and more.
+
+Defaults are the specification's where it gives one.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
-
-
-class CapacityPolicy(StrEnum):
-    """What an executor does with a `task_request` when it is at `max_concurrent_tasks`."""
-
-    REJECT = "reject"
-    """Answer `task_reject` with `rate_limited` and `alternatives.retry_after` (CONTRACT §5)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class P2PConfig:
     """Every duration is in seconds."""
 
-    #: Retries of one POST after its first attempt (seed default 5).
+    #: Retries of one POST after its first attempt (default 5, as specified).
     max_retries: int = 5
-    #: First backoff delay, doubled on each retry: 2, 4, 8, 16, 32 s (seed default 2 s).
+    #: First backoff delay, doubled on each retry: 2, 4, 8, 16, 32 s (default 2 s, as specified).
     retry_base_delay: float = 2.0
     #: Ceiling of one backoff delay, and of a `Retry-After` we honour.
     retry_max_delay: float = 120.0
-    #: Executing time a task may use before it fails with `execution_timeout` (seed: 5 min).
+    #: Executing time a task may use before it fails with `execution_timeout` (specified: 5 min).
     task_timeout: float = 300.0
-    #: Between heartbeats to a partner we have tasks in flight with (seed: 30 s).
+    #: Between heartbeats to a partner we have tasks in flight with (specified: 30 s).
     heartbeat_interval: float = 30.0
     #: Heartbeat intervals without an answer before a partner is marked unreachable.
     missed_heartbeat_limit: int = 3
-    #: Executor tasks in flight at once; beyond it new requests are refused (`rate_limited`).
+    #: Executor tasks in flight at once; beyond it a new `task_request` is answered
+    #: `task_reject` with `rate_limited` and `alternatives.retry_after` (specs/protocol.md,
+    #: 'Choices of this implementation': requests are not queued).
     max_concurrent_tasks: int = 100
-    capacity_policy: CapacityPolicy = CapacityPolicy.REJECT
     #: `alternatives.retry_after` advised when at capacity.
     capacity_retry_after: int = 5
-    #: Largest accepted distance between a message's `timestamp` and our clock (CONTRACT §3).
+    #: Largest accepted distance between a message's `timestamp` and our clock (specs/protocol.md,
+    #: 'Signatures').
     replay_window: float = 300.0
     #: How long a (sender, message id) is remembered; at least twice the replay window.
     dedup_window: float = 600.0
-    #: Client timeout of one HTTP exchange (seed §8.1: 30 s).
+    #: Client timeout of one HTTP exchange (specs/protocol.md, 'Transport': 30 s).
     request_timeout: float = 30.0
-    #: Largest accepted HTTP body (CONTRACT §4: 1 MiB).
+    #: Largest accepted HTTP body (specs/protocol.md, 'Transport': 1 MiB).
     max_body_size: int = 1024 * 1024
     #: Time an undeliverable callback may stay in the outbox before it is dead-lettered.
     dead_letter_after: float = 3600.0
@@ -67,7 +64,10 @@ class P2PConfig:
 
     def __post_init__(self) -> None:
         if self.dedup_window < 2 * self.replay_window:
-            raise ValueError("dedup_window must be at least twice replay_window (CONTRACT §4)")
+            raise ValueError(
+                "dedup_window must be at least twice replay_window "
+                "(specs/protocol.md, 'Deduplication')"
+            )
         if self.max_retries < 0 or self.retry_base_delay < 0:
             raise ValueError("max_retries and retry_base_delay must not be negative")
         if self.missed_heartbeat_limit < 1 or self.heartbeat_interval <= 0:

@@ -1,4 +1,5 @@
-"""Deduplication of incoming messages by (`from.agent_id`, `id`) (CONTRACT §4).
+"""Deduplication of incoming messages by (`from.agent_id`, `id`) (specs/protocol.md,
+'Deduplication').
 
 A message is recorded only once authenticated. What comes next with the same key is:
 
@@ -10,18 +11,18 @@ Entries live until the later of receipt and `timestamp`, plus `dedup_window` (at
 the replay window, so a message can never be stale-accepted again after its entry is gone).
 429 and 5xx replies are not stored: the sender will retry, and the retry is processed anew.
 
-The table is sans-IO apart from the futures handed to waiters; "now" is always passed in.
+The table is sans-IO: "now" is always passed in, and the waiters it hands out come from the
+factory it is given (the runtime's asyncio futures: `synapse.p2p.aio.MemoryDedupStore`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 #: (`from.agent_id`, `id`).
 DedupKey = tuple[str, str]
@@ -50,7 +51,7 @@ class StoredReply:
         return dict(self.headers)
 
 
-class Outcome(Enum):
+class DedupOutcome(Enum):
     """What `begin` found for a key."""
 
     NEW = "new"
@@ -67,7 +68,7 @@ class Outcome(Enum):
 class Begin:
     """The result of `DedupStore.begin`."""
 
-    outcome: Outcome
+    outcome: DedupOutcome
     #: The stored reply (DUPLICATE only).
     reply: StoredReply | None = None
     #: Resolves to the original's reply once it completes, or to None if it was abandoned
@@ -102,13 +103,23 @@ class DedupStore(Protocol):
         ...
 
 
+class Waiter(Protocol):
+    """What a retry waits on: resolved with the original's reply (or None), once."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: StoredReply | None, /) -> None: ...
+
+    def __await__(self) -> Generator[Any, None, StoredReply | None]: ...
+
+
 @dataclass(slots=True)
 class _Entry:
     fingerprint: bytes
     expires_at: datetime
     reply: StoredReply | None = None
     #: Futures of the retries waiting for the reply (in progress only).
-    waiters: list[asyncio.Future[StoredReply | None]] = field(default_factory=list)
+    waiters: list[Waiter] = field(default_factory=list)
     #: Whether (expires_at, key) is in the expiry heap.
     queued: bool = True
 
@@ -117,17 +128,22 @@ class _Entry:
         return self.reply is None
 
 
-class MemoryDedupStore:
-    """`DedupStore` in memory: a dict of entries and a heap ordered by expiry."""
+class DedupTable:
+    """`DedupStore` in memory, sans-IO: a dict of entries and a heap ordered by expiry.
 
-    def __init__(self, window: float) -> None:
+    The runtime's `synapse.p2p.aio.MemoryDedupStore` is this table with asyncio futures as
+    waiters.
+    """
+
+    def __init__(self, window: float, *, new_waiter: Callable[[], Waiter]) -> None:
         """`window`: seconds an entry outlives the later of receipt and `timestamp`
-        (`P2PConfig.dedup_window`)."""
+        (`P2PConfig.dedup_window`); `new_waiter` makes the waiter of a retry in progress."""
         if window <= 0:
             raise ValueError("the deduplication window must be positive")
         self._window = timedelta(seconds=window)
         self._entries: dict[DedupKey, _Entry] = {}
         self._heap: list[tuple[datetime, DedupKey]] = []
+        self._new_waiter = new_waiter
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -146,15 +162,15 @@ class MemoryDedupStore:
             expires_at = max(now, timestamp) + self._window
             self._entries[key] = _Entry(fingerprint, expires_at)
             heapq.heappush(self._heap, (expires_at, key))
-            return Begin(Outcome.NEW)
+            return Begin(DedupOutcome.NEW)
         if entry.fingerprint != fingerprint:
-            return Begin(Outcome.REUSED)
+            return Begin(DedupOutcome.REUSED)
         if entry.reply is not None:
-            return Begin(Outcome.DUPLICATE, reply=entry.reply)
+            return Begin(DedupOutcome.DUPLICATE, reply=entry.reply)
         # One future per waiter: a waiter cancelled while waiting cancels only its own.
-        waiter: asyncio.Future[StoredReply | None] = asyncio.get_running_loop().create_future()
+        waiter = self._new_waiter()
         entry.waiters.append(waiter)
-        return Begin(Outcome.IN_PROGRESS, waiter=waiter)
+        return Begin(DedupOutcome.IN_PROGRESS, waiter=waiter)
 
     def _finish(self, key: DedupKey, reply: StoredReply | None) -> _Entry:
         entry = self._entries.get(key)

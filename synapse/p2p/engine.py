@@ -15,11 +15,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, TypeAlias, TypeVar
 
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.listener import AuditEntry
-from synapse.p2p.states import Event, Role, TransitionError, next_state
+from synapse.p2p.states import (
+    AWAITING_REPLY,
+    RUNNING_STATES,
+    Event,
+    Role,
+    StateTimer,
+    TransitionError,
+    next_state,
+    state_timers,
+    timers_entered,
+    timers_left,
+)
 from synapse.p2p.timers import TimerQueue
 from synapse.types import (
     EXECUTOR_TO_REQUESTER,
@@ -45,6 +56,7 @@ from synapse.types import (
     HumanOption,
     LocalProtocolError,
     Message,
+    MessageType,
     MissingField,
     Nack,
     NackPayload,
@@ -81,15 +93,33 @@ from synapse.types import (
     TaskStatusUpdatePayload,
     build_message,
     build_reply,
-    new_task_id,
 )
+from synapse.types.codec import IdFactory, RandomIds
 
 # --- values the engine hands out ----------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """Who did what to a task from this side (a person's answer, say): its audit trail.
+
+    Kept on the task record (`TaskRecord.audit`), so a durable store keeps it with the task.
+    """
+
+    at: float
+    #: The person or program that acted (`decided_by.user_id` for a decision).
+    actor: str
+    #: `info_provided`, `approve` or `reject`.
+    action: str
+    #: The id of the message that carried it.
+    message_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class TaskKey:
-    """A task is keyed by its requester's agent id and the `task.id` it chose (CONTRACT §2)."""
+    """A task is keyed by its requester's agent id and the `task.id` it chose (specs/protocol.md,
+    'Roles and peers')."""
 
     requester: str
     task_id: str
@@ -163,16 +193,55 @@ class PartnerReachability:
     reachable: bool
 
 
-@dataclass(frozen=True, slots=True)
-class TaskEvent:
-    """Something the requester's handle should see: a message about the task, or a note.
+class TaskEventKind(StrEnum):
+    """What a `TaskEvent` is: a message about the task (its type), or a note.
 
-    `kind` is the message type (`p2p:task_status_update`, …) or one of `partner_unreachable`,
-    `partner_reachable`, `undeliverable`, `refused`.
+    A `StrEnum`: `kind == "p2p:task_need_info"` and `kind is TaskEventKind.TASK_NEED_INFO`
+    both hold for the same event.
     """
 
+    TASK_REQUEST = "p2p:task_request"
+    TASK_CONFIRM = "p2p:task_confirm"
+    TASK_REJECT = "p2p:task_reject"
+    TASK_NEED_INFO = "p2p:task_need_info"
+    TASK_INFO_PROVIDED = "p2p:task_info_provided"
+    TASK_STATUS_UPDATE = "p2p:task_status_update"
+    TASK_COMPLETE = "p2p:task_complete"
+    TASK_FAILED = "p2p:task_failed"
+    TASK_CANCEL = "p2p:task_cancel"
+    TASK_ACK = "p2p:task_ack"
+    ACK = "p2p:ack"
+    NACK = "p2p:nack"
+    HEARTBEAT = "p2p:heartbeat"
+    CAPABILITY_QUERY = "p2p:capability_query"
+    CAPABILITY_RESPONSE = "p2p:capability_response"
+    TASK_NEED_HUMAN = "p2p:task_need_human"
+    HUMAN_DECISION = "p2p:human_decision"
+    PARTNER_UNREACHABLE = "partner_unreachable"
+    """The executor missed its heartbeats; no state changed."""
+    GAVE_UP = "gave_up"
+    """We gave up on the task ourselves (executor silent, deadline passed, or the executor
+    has no such task): it failed here, `detail` says why."""
+    PARTNER_REACHABLE = "partner_reachable"
+    """The executor answered again."""
+    UNDELIVERABLE = "undeliverable"
+    """Retries ran out; the message waits in the outbox for the partner's next heartbeat."""
+    REFUSED = "refused"
+    """The partner answered one of our messages with a `nack` (`detail` says why)."""
+    DEAD_LETTER = "dead_letter"
+    """A message stayed undeliverable past `dead_letter_after`."""
+
+    @classmethod
+    def of(cls, message_type: MessageType) -> TaskEventKind:
+        return cls(message_type.value)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """Something the requester's handle should see: a message about the task, or a note."""
+
     key: TaskKey
-    kind: str
+    kind: TaskEventKind
     state: TaskState
     message: Message | None = None
     detail: str = ""
@@ -215,7 +284,8 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Validation:
-    """The answer of `TaskHandler.validate_task` (seed §5.2: missing fields and can-handle)."""
+    """The answer of `TaskHandler.validate_task` (specs/protocol.md,
+    'Peer interfaces and configuration': missing fields and can-handle)."""
 
     ok: bool = True
     #: What is missing; a plain field name stands for `MissingField(field=name)`.
@@ -238,7 +308,7 @@ class Validation:
 
     @classmethod
     def coerce(cls, value: Validation | tuple[Sequence[MissingField | str], bool]) -> Validation:
-        """Accept the seed's `([]MissingField, bool)` shape as well."""
+        """Accept the protocol's `([]MissingField, bool)` shape as well."""
         if isinstance(value, Validation):
             return value
         missing, ok = value
@@ -315,6 +385,8 @@ _TIMEOUT = "timeout"
 _DEADLINE = "deadline"
 _WAIT = "wait"
 _HEARTBEAT = "heartbeat"
+#: The timer-queue kind of each timer a state runs.
+_TIMER_KINDS = {StateTimer.TASK_TIMEOUT: _TIMEOUT, StateTimer.ANSWER_WAIT: _WAIT}
 #: R's own timers: the executor's silence about a task, and the task's deadline.
 _SILENCE = "silence"
 _R_DEADLINE = "r_deadline"
@@ -358,8 +430,11 @@ class Engine:
         config: P2PConfig | None = None,
         validator: Validator | None = None,
         capabilities: CapabilityProvider | None = None,
+        ids: IdFactory | None = None,
     ) -> None:
         self.agent_id = agent_id
+        #: Where message and task ids come from (random by default; `CountingIds` in tests).
+        self.ids: IdFactory = ids or RandomIds()
         self.endpoint = endpoint
         self.config = config or P2PConfig()
         self.sender = Sender(agent_id=agent_id, endpoint=endpoint)
@@ -435,10 +510,24 @@ class Engine:
     # --- building messages ------------------------------------------------------------------
 
     def _message(self, cls: type[M], payload: Any, to: str, now: float) -> M:
-        return build_message(cls, payload, sender=self.sender, to=to, timestamp=_at(now))
+        return build_message(
+            cls,
+            payload,
+            sender=self.sender,
+            to=to,
+            timestamp=_at(now),
+            message_id=self.ids.message_id(),
+        )
 
-    def _reply(self, cls: type[M], payload: Any, request: Envelope[Any]) -> M:
-        return build_reply(cls, payload, request=request, sender=self.sender)
+    def _reply(self, cls: type[M], payload: Any, request: Envelope[Any], now: float) -> M:
+        return build_reply(
+            cls,
+            payload,
+            request=request,
+            sender=self.sender,
+            timestamp=_at(now),
+            message_id=self.ids.message_id(),
+        )
 
     def _callback(
         self, rec: TaskRecord, cls: type[Envelope[Any]], payload: Any, now: float
@@ -446,8 +535,9 @@ class Engine:
         message: Any = self._message(cls, payload, rec.partner, now)
         return Outgoing(rec.partner, message, rec.key)
 
-    def task_ack(self, request: Envelope[Any], rec: TaskRecord) -> TaskAck:
-        return self._reply(TaskAck, TaskAckPayload(task_id=rec.task_id, state=rec.state), request)
+    def task_ack(self, request: Envelope[Any], rec: TaskRecord, now: float) -> TaskAck:
+        payload = TaskAckPayload(task_id=rec.task_id, state=rec.state)
+        return self._reply(TaskAck, payload, request, now)
 
     def heartbeat(self, partner: str, now: float) -> Heartbeat:
         payload = HeartbeatPayload(
@@ -465,24 +555,40 @@ class Engine:
     # --- transitions ------------------------------------------------------------------------
 
     def _move(
-        self, rec: TaskRecord, event: Event, now: float, message_id: str | None, step: Step
+        self,
+        rec: TaskRecord,
+        event: Event,
+        now: float,
+        message_id: str | None,
+        step: Step,
+        *,
+        wait_until: datetime | None = None,
     ) -> TaskState:
-        """Apply `event` to `rec` (or raise `TransitionError` and change nothing)."""
+        """Apply `event` to `rec`, or raise and change nothing.
+
+        A received message the state does not allow raises `TransitionError` (a remote
+        protocol error: the partner's fault, answered with a nack). A local step the table does
+        not allow (starting execution, sending a message, ...) is a bug of ours, even while a
+        received message is being applied: `LocalProtocolError`, never sent to the partner.
+        """
         old = rec.state
-        new = next_state(rec.role, old, event)
-        executor = rec.role is Role.EXECUTOR
+        try:
+            new = next_state(rec.role, old, event)
+        except TransitionError as exc:
+            if event.message_type is None and event is not Event.REQUEST_REFUSED:
+                raise LocalProtocolError(f"{event.value} in state {old.value}") from exc
+            raise
         if old is TaskState.EXECUTING and new is not TaskState.EXECUTING:
             rec.executed_time += now - (rec.executing_since or now)
             rec.executing_since = None
-            self._timers.cancel((_TIMEOUT, rec.key))
         if new is TaskState.EXECUTING and old is not TaskState.EXECUTING:
             rec.executing_since = now
-            if executor:
-                remaining = max(0.0, self.config.task_timeout - rec.executed_time)
-                self._timers.set((_TIMEOUT, rec.key), now + remaining)
-        if old in (TaskState.INFO_NEEDED, TaskState.NEED_HUMAN) and new is not old:
-            self._timers.cancel((_WAIT, rec.key))
-        if not executor and not new.is_final:
+        # The timers of the state left stop, those of the state entered start (STATE_TIMERS).
+        for timer in timers_left(rec.role, old, new):
+            self._timers.cancel((_TIMER_KINDS[timer], rec.key))
+        for timer in timers_entered(rec.role, old, new):
+            self._start_state_timer(rec, timer, now, wait_until)
+        if rec.role is Role.REQUESTER and not new.is_final:
             # Any word about the task (or our answer to it) restarts R's patience.
             if new in _R_ANSWERING:
                 self._timers.cancel((_SILENCE, rec.key))
@@ -543,9 +649,9 @@ class Engine:
             self._on_executor_callback(message, now, step)
         elif isinstance(message, Heartbeat):
             reply = self.heartbeat(message.from_.agent_id, now)
-            step.reply = build_reply(Heartbeat, reply.payload, request=message, sender=self.sender)
+            step.reply = self._reply(Heartbeat, reply.payload, message, now)
         elif isinstance(message, CapabilityQuery):
-            step.reply = self._capability_response(message)
+            step.reply = self._capability_response(message, now)
         else:
             raise SynapseError(
                 ErrorCode.INVALID_PARAMS,
@@ -554,7 +660,7 @@ class Engine:
             )
         return step
 
-    def _capability_response(self, query: CapabilityQuery) -> CapabilityResponse:
+    def _capability_response(self, query: CapabilityQuery, now: float) -> CapabilityResponse:
         wanted = query.payload.task_type
         caps = [as_capability(c) for c in self.capabilities()]
         if wanted is not None:
@@ -564,7 +670,7 @@ class Engine:
             capabilities=caps,
             max_concurrent_tasks=self.config.max_concurrent_tasks,
         )
-        response: CapabilityResponse = self._reply(CapabilityResponse, payload, query)
+        response: CapabilityResponse = self._reply(CapabilityResponse, payload, query, now)
         return response
 
     # executor side ---------------------------------------------------------------------------
@@ -575,7 +681,7 @@ class Engine:
         existing = self.get(key)
         if existing is not None:
             if existing.role is Role.EXECUTOR and existing.task == spec:
-                step.reply = self._decision_reply(existing, message)
+                step.reply = self._decision_reply(existing, message, now)
                 return
             if existing.is_final:
                 raise SynapseError(
@@ -611,20 +717,27 @@ class Engine:
             self._move(rec, Event.SEND_TASK_REJECT, now, message.id, step)
         elif isinstance(verdict, TaskNeedInfoPayload):
             rec.need_info = verdict
-            self._move(rec, Event.SEND_TASK_NEED_INFO, now, message.id, step)
-            self._arm_wait(rec, verdict.required_by, now)
+            self._move(
+                rec,
+                Event.SEND_TASK_NEED_INFO,
+                now,
+                message.id,
+                step,
+                wait_until=verdict.required_by,
+            )
         else:
             self._move(rec, Event.SEND_TASK_CONFIRM, now, message.id, step)
             self._start(rec, now, step)
         if spec.deadline is not None and not rec.is_final:
             self._timers.set((_DEADLINE, key), _epoch(spec.deadline))
-        rec.decision = self._reply(_DECISIONS[type(verdict)], verdict, message)
+        rec.decision = self._reply(_DECISIONS[type(verdict)], verdict, message, now)
         step.reply = rec.decision
 
     def _judge(
         self, spec: TaskSpec, now: float, partner: str = ""
     ) -> TaskConfirmPayload | TaskRejectPayload | TaskNeedInfoPayload:
-        """Decide the synchronous answer to a new task (CONTRACT §4, §5)."""
+        """Decide the synchronous answer to a new task (specs/protocol.md, 'Transport' and
+        'Error codes')."""
 
         def reject(code: ErrorCode, text: str, retry_after: int | None = None) -> TaskRejectPayload:
             alternatives = Alternatives(retry_after=retry_after) if retry_after else None
@@ -675,18 +788,33 @@ class Engine:
             capabilities_used=[spec.type],
         )
 
-    def _decision_reply(self, rec: TaskRecord, request: TaskRequest) -> Message:
+    def _decision_reply(self, rec: TaskRecord, request: TaskRequest, now: float) -> Message:
         """The original synchronous answer again, now answering `request`."""
         decision = rec.decision
         assert decision is not None
-        reply: Message = self._reply(type(decision), decision.payload, request)
+        reply: Message = self._reply(type(decision), decision.payload, request, now)
         return reply
 
-    def _arm_wait(self, rec: TaskRecord, until: datetime | None, now: float) -> None:
-        """Wait for R's answer until `until` (its `required_by` / `deadline`), else for
-        `input_timeout`: a question nobody answers must not hold capacity forever."""
-        when = _epoch(until) if until is not None else now + self.config.input_timeout
-        self._timers.set((_WAIT, rec.key), when)
+    def _start_state_timer(
+        self, rec: TaskRecord, timer: StateTimer, now: float, wait_until: datetime | None
+    ) -> None:
+        """Arm `timer` of the state `rec` enters (or, at restore, is in)."""
+        if timer is StateTimer.TASK_TIMEOUT:
+            remaining = max(0.0, self.config.task_timeout - rec.executed_time)
+            self._timers.set((_TIMEOUT, rec.key), now + remaining)
+        else:
+            # ANSWER_WAIT: until the question's `required_by` / `deadline`, else for
+            # `input_timeout`: a question nobody answers must not hold capacity forever.
+            when = _epoch(wait_until) if wait_until is not None else now + self.config.input_timeout
+            self._timers.set((_WAIT, rec.key), when)
+
+    def _wait_until(self, rec: TaskRecord) -> datetime | None:
+        """The limit of the answer `rec` waits for, from the question it asked (at restore)."""
+        if rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
+            return rec.need_info.required_by
+        if rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
+            return rec.need_human.deadline
+        return None
 
     def _start(self, rec: TaskRecord, now: float, step: Step) -> None:
         """Enter `executing` and tell R so (its first callback is a status update)."""
@@ -733,11 +861,11 @@ class Engine:
         rec = self._executor_record(message, message.payload.task_id)
         if isinstance(message, TaskCancel):
             self._move(rec, Event.RECV_TASK_CANCEL, now, message.id, step)
-            step.reply = self.task_ack(message, rec)
+            step.reply = self.task_ack(message, rec, now)
             step.actions += [CancelExecution(rec.key, "cancelled"), DropQueued(rec.key)]
         elif isinstance(message, TaskInfoProvided):
             self._move(rec, Event.RECV_TASK_INFO_PROVIDED, now, message.id, step)
-            step.reply = self.task_ack(message, rec)
+            step.reply = self.task_ack(message, rec, now)
             rec.provided.update(message.payload.fields)
             self._after_info(rec, message.payload.fields, now, step)
         else:
@@ -752,7 +880,7 @@ class Engine:
                     {"reason": "reply_to_mismatch", "expected": rec.need_human_id},
                 )
             self._move(rec, event, now, message.id, step)
-            step.reply = self.task_ack(message, rec)
+            step.reply = self.task_ack(message, rec, now)
             if approve:
                 self._start(rec, now, step)
                 step.actions.append(ResumeExecution(rec.key, message.payload))
@@ -792,9 +920,8 @@ class Engine:
                 required_by=validation.required_by,
             )
             rec.need_info = need
-            self._move(rec, Event.SEND_TASK_NEED_INFO, now, None, step)
+            self._move(rec, Event.SEND_TASK_NEED_INFO, now, None, step, wait_until=need.required_by)
             step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
-            self._arm_wait(rec, need.required_by, now)
         else:
             self._start(rec, now, step)
 
@@ -821,24 +948,26 @@ class Engine:
             if message.payload.progress is not None:
                 rec.progress = message.payload.progress
             rec.status_message = message.payload.message
-            step.reply = self._reply(Ack, AckPayload(), message)
+            step.reply = self._reply(Ack, AckPayload(), message, now)
         elif isinstance(message, TaskNeedInfo):
             self._move(rec, Event.RECV_TASK_NEED_INFO, now, message.id, step)
             rec.need_info = message.payload
-            step.reply = self._reply(Ack, AckPayload(), message)
+            step.reply = self._reply(Ack, AckPayload(), message, now)
         elif isinstance(message, TaskNeedHuman):
             self._move(rec, Event.RECV_TASK_NEED_HUMAN, now, message.id, step)
             rec.need_human, rec.need_human_id = message.payload, message.id
-            step.reply = self._reply(Ack, AckPayload(), message)
+            step.reply = self._reply(Ack, AckPayload(), message, now)
         elif isinstance(message, TaskComplete):
             self._move(rec, Event.RECV_TASK_COMPLETE, now, message.id, step)
             rec.result = message.payload.result
-            step.reply = self.task_ack(message, rec)
+            step.reply = self.task_ack(message, rec, now)
         elif isinstance(message, TaskFailed):
             self._move(rec, Event.RECV_TASK_FAILED, now, message.id, step)
             rec.error = message.payload.error
-            step.reply = self.task_ack(message, rec)
-        step.actions.append(TaskEvent(rec.key, message.message_type.value, rec.state, message))
+            step.reply = self.task_ack(message, rec, now)
+        step.actions.append(
+            TaskEvent(rec.key, TaskEventKind.of(message.message_type), rec.state, message)
+        )
 
     # --- replies to what we POSTed --------------------------------------------------------------
 
@@ -854,20 +983,24 @@ class Engine:
             event = _REPLY_EVENTS.get(type(reply))
             if rec is None or event is None:
                 return step
-            if rec.state is TaskState.PENDING:
+            if rec.state in AWAITING_REPLY:
                 self._move(rec, event, now, reply.id, step)
                 if isinstance(reply, TaskReject):
                     rec.reject = reply.payload
                 elif isinstance(reply, TaskNeedInfo):
                     rec.need_info = reply.payload
-                step.actions.append(TaskEvent(rec.key, reply.message_type.value, rec.state, reply))
+                step.actions.append(
+                    TaskEvent(rec.key, TaskEventKind.of(reply.message_type), rec.state, reply)
+                )
             # Otherwise a callback overtook this reply and implicitly confirmed the task.
             self._send_requested_cancel(rec, now, step)
         elif isinstance(sent, TaskCancel) and isinstance(reply, TaskAck):
             rec = self.get(TaskKey(self.agent_id, sent.payload.task_id))
             if rec is not None and not rec.is_final and reply.payload.state is TaskState.CANCELLED:
                 self._move(rec, Event.RECV_CANCEL_ACK, now, reply.id, step)
-                step.actions.append(TaskEvent(rec.key, reply.message_type.value, rec.state, reply))
+                step.actions.append(
+                    TaskEvent(rec.key, TaskEventKind.of(reply.message_type), rec.state, reply)
+                )
         return step
 
     def _on_nack(self, sent: Message, nack: NackPayload, now: float, step: Step) -> None:
@@ -876,17 +1009,21 @@ class Engine:
         rec = self.tasks.get(key) if key is not None else None
         if rec is None or rec.role is not Role.REQUESTER:
             return
-        if isinstance(sent, TaskRequest) and rec.state is TaskState.PENDING:
+        if isinstance(sent, TaskRequest) and rec.state in AWAITING_REPLY:
             rec.refusal = nack
             self._move(rec, Event.REQUEST_REFUSED, now, None, step)
-            step.actions.append(TaskEvent(rec.key, "refused", rec.state, None, nack.message))
+            step.actions.append(
+                TaskEvent(rec.key, TaskEventKind.REFUSED, rec.state, None, nack.message)
+            )
         elif not rec.is_final and nack.code == ErrorCode.TASK_NOT_FOUND.value:
             # E has no such task (it lost it, or never had it): waiting would be forever.
             text = f"{rec.partner} has no such task: {nack.message}"
             self._give_up(rec, ErrorCode.TASK_NOT_FOUND, text, now, step)
         elif not rec.is_final:
             # 409 on a cancel: E finished first; its final callback is on its way.
-            step.actions.append(TaskEvent(rec.key, "refused", rec.state, None, nack.message))
+            step.actions.append(
+                TaskEvent(rec.key, TaskEventKind.REFUSED, rec.state, None, nack.message)
+            )
 
     def incoming_key(self, message: Message) -> TaskKey | None:
         """The key of the task a POSTed `message` is about (None if about no task)."""
@@ -916,7 +1053,9 @@ class Engine:
         rec = self.tasks.get(key) if key is not None else None
         if rec is not None and rec.role is Role.REQUESTER:
             step.actions.append(
-                TaskEvent(rec.key, "undeliverable", rec.state, sent, "partner did not answer")
+                TaskEvent(
+                    rec.key, TaskEventKind.UNDELIVERABLE, rec.state, sent, "partner did not answer"
+                )
             )
         return step
 
@@ -936,7 +1075,7 @@ class Engine:
     ) -> tuple[TaskKey, Step]:
         """Create a task as requester and queue its `task_request` to `partner`."""
         spec = TaskSpec(
-            id=task_id or new_task_id(),
+            id=task_id or self.ids.task_id(),
             type=task_type,
             priority=priority,
             deadline=deadline,
@@ -987,7 +1126,7 @@ class Engine:
             rec.cancel_sent = True
         else:
             step.actions.append(DropQueued(rec.key))
-        step.actions.append(TaskEvent(rec.key, "gave_up", rec.state, None, text))
+        step.actions.append(TaskEvent(rec.key, TaskEventKind.GAVE_UP, rec.state, None, text))
 
     def _requester(self, key: TaskKey) -> TaskRecord:
         rec = self.get(key)
@@ -1061,7 +1200,8 @@ class Engine:
         return step
 
     def cancel(self, key: TaskKey, *, now: float, reason: str | None = None) -> Step:
-        """Ask E to cancel. Sent once R has the reply to its request (CONTRACT §6)."""
+        """Ask E to cancel. Sent once R has the reply to its request (specs/protocol.md,
+        'Task states')."""
         rec = self._requester(key)
         step = Step()
         if rec.is_final or rec.cancel_requested:
@@ -1073,7 +1213,7 @@ class Engine:
     def _send_requested_cancel(self, rec: TaskRecord, now: float, step: Step) -> None:
         if not rec.cancel_requested or rec.cancel_sent or rec.is_final:
             return
-        if rec.state is TaskState.PENDING:
+        if rec.state in AWAITING_REPLY:
             return  # wait for the reply to the task_request
         rec.cancel_sent = True
         payload = TaskCancelPayload(task_id=rec.task_id, reason=rec.cancel_reason)
@@ -1090,9 +1230,17 @@ class Engine:
             return None
         return rec
 
-    def _handler_move(self, rec: TaskRecord, event: Event, now: float, step: Step) -> None:
+    def _handler_move(
+        self,
+        rec: TaskRecord,
+        event: Event,
+        now: float,
+        step: Step,
+        *,
+        wait_until: datetime | None = None,
+    ) -> None:
         try:
-            self._move(rec, event, now, None, step)
+            self._move(rec, event, now, None, step, wait_until=wait_until)
         except TransitionError as exc:
             raise LocalProtocolError(
                 f"handler asked for {event.value} in state {rec.state.value}"
@@ -1141,10 +1289,9 @@ class Engine:
             question=question,
             required_by=required_by,
         )
-        self._handler_move(rec, Event.SEND_TASK_NEED_INFO, now, step)
+        self._handler_move(rec, Event.SEND_TASK_NEED_INFO, now, step, wait_until=required_by)
         rec.need_info = need
         step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
-        self._arm_wait(rec, required_by, now)
         return step
 
     def request_human(
@@ -1170,11 +1317,10 @@ class Engine:
             escalation_level=escalation_level,
             deadline=deadline,
         )
-        self._handler_move(rec, Event.SEND_TASK_NEED_HUMAN, now, step)
+        self._handler_move(rec, Event.SEND_TASK_NEED_HUMAN, now, step, wait_until=deadline)
         out = self._callback(rec, TaskNeedHuman, need, now)
         rec.need_human, rec.need_human_id = need, out.message.id
         step.outgoing.append(out)
-        self._arm_wait(rec, deadline, now)
         return step
 
     def complete(self, key: TaskKey, result: TaskResult, *, now: float, summary: str = "") -> Step:
@@ -1210,13 +1356,9 @@ class Engine:
                 self._timers.set((_DEADLINE, rec.key), _epoch(rec.task.deadline))
             if rec.state is TaskState.EXECUTING:
                 rec.executing_since = now  # time spent down is not executing time
-                if executor:
-                    remaining = max(0.0, self.config.task_timeout - rec.executed_time)
-                    self._timers.set((_TIMEOUT, rec.key), now + remaining)
-            if executor and rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
-                self._arm_wait(rec, rec.need_info.required_by, now)
-            if executor and rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
-                self._arm_wait(rec, rec.need_human.deadline, now)
+            # The same timers a live move into this state starts (STATE_TIMERS).
+            for timer in state_timers(rec.role, rec.state):
+                self._start_state_timer(rec, timer, now, self._wait_until(rec))
             if not executor:
                 self._arm_requester(rec, now)
 
@@ -1234,13 +1376,7 @@ class Engine:
             return step
         if not rec.handler_started:
             return step
-        running = (
-            TaskState.CONFIRMED,
-            TaskState.EXECUTING,
-            TaskState.INFO_PROVIDED,
-            TaskState.HUMAN_APPROVED,
-        )
-        if resumable and rec.state in running:
+        if resumable and rec.state in RUNNING_STATES:
             if rec.state is not TaskState.EXECUTING:
                 self._move(rec, Event.START_EXECUTION, now, None, step)
                 self._status_callback(rec, now, step, message="executing")
@@ -1294,7 +1430,7 @@ class Engine:
     def keep_heartbeat(self, partner: str, now: float) -> None:
         """Heartbeat `partner` even with no task in flight: messages to it are waiting.
 
-        Delivery resumes after its next successful heartbeat (CONTRACT §4).
+        Delivery resumes after its next successful heartbeat (specs/protocol.md, 'Transport').
         """
         self._backlog.add(partner)
         if (_HEARTBEAT, partner) not in self._timers:
@@ -1309,7 +1445,7 @@ class Engine:
         if liveness.reachable and silent_for >= limit:
             liveness.reachable = False
             step.actions.append(PartnerReachability(partner, reachable=False))
-            self._partner_events(partner, "partner_unreachable", step)
+            self._partner_events(partner, TaskEventKind.PARTNER_UNREACHABLE, step)
         step.outgoing.append(Outgoing(partner, self.heartbeat(partner, now)))
         self._timers.set((_HEARTBEAT, partner), now + self.config.heartbeat_interval)
 
@@ -1325,10 +1461,10 @@ class Engine:
         if not liveness.reachable:
             liveness.reachable = True
             step.actions.append(PartnerReachability(partner, reachable=True))
-            self._partner_events(partner, "partner_reachable", step)
+            self._partner_events(partner, TaskEventKind.PARTNER_REACHABLE, step)
         return step
 
-    def _partner_events(self, partner: str, kind: str, step: Step) -> None:
+    def _partner_events(self, partner: str, kind: TaskEventKind, step: Step) -> None:
         for rec in self.tasks.values():
             if rec.partner == partner and rec.role is Role.REQUESTER and not rec.is_final:
                 step.actions.append(TaskEvent(rec.key, kind, rec.state))

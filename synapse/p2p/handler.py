@@ -1,12 +1,13 @@
-"""`TaskHandler` (seed §5.2), and the context a running task uses to talk to its requester."""
+"""`TaskHandler` (specs/protocol.md, 'Peer interfaces and configuration'), and the context a running
+task uses to talk to its requester."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from synapse.p2p.engine import TaskKey, Validation, ValidationResult
+from synapse.p2p.engine import TaskKey, TaskRecord, Validation, ValidationResult
 from synapse.types import (
     Capability,
     HumanContext,
@@ -15,21 +16,20 @@ from synapse.types import (
     MissingField,
     Reason,
     TaskContext,
+    TaskError,
     TaskResult,
     TaskSpec,
     TaskState,
 )
-
-if TYPE_CHECKING:
-    from synapse.p2p.protocol import P2PProtocol
 
 
 @runtime_checkable
 class TaskHandler(Protocol):
     """What a peer runs for the tasks it accepts.
 
-    `validate_task` decides the synchronous answer to a `task_request` (seed §5.2): return a
-    `Validation` (or the seed's `(missing_fields, can_handle)` pair). `execute_task` runs the
+    `validate_task` decides the synchronous answer to a `task_request` (specs/protocol.md,
+    'Peer interfaces and configuration'): return a
+    `Validation` (or the protocol's `(missing_fields, can_handle)` pair). `execute_task` runs the
     task as straight-line async code; what it returns becomes `task_complete.result` (a
     `TaskResult`, or any JSON value, wrapped with `output_type` "text" for a string and "json"
     otherwise); what it raises becomes `task_failed` (`execution_failed`).
@@ -44,6 +44,52 @@ class TaskHandler(Protocol):
     def get_capabilities(self) -> Sequence[str | Capability]: ...
 
 
+@runtime_checkable
+class ResumableHandler(TaskHandler, Protocol):
+    """A `TaskHandler` whose interrupted tasks may be started again after a restart.
+
+    With a durable store, a restart interrupts running handlers. For each such task the runtime
+    asks `is_resumable(task_type)`: true starts it again from the beginning, false fails it with
+    a recoverable `execution_failed` ("interrupted by restart").
+    """
+
+    def is_resumable(self, task_type: str) -> bool: ...
+
+
+class TaskRuntime(Protocol):
+    """What an `ExecutionContext` asks of the runtime that runs its task (`P2PProtocol`).
+
+    The context talks to these methods only, never to the engine behind them, so this module
+    does not depend on the runtime's module (which imports it).
+    """
+
+    def task_record(self, key: TaskKey) -> TaskRecord | None: ...
+
+    def report_status(
+        self, key: TaskKey, *, progress: float | None, message: str, intermediate_result: Any
+    ) -> None: ...
+
+    async def request_info(
+        self,
+        key: TaskKey,
+        missing_fields: list[MissingField],
+        *,
+        question: str,
+        required_by: datetime | None,
+    ) -> Mapping[str, Any]: ...
+
+    async def request_human(
+        self,
+        key: TaskKey,
+        reason: Reason,
+        *,
+        context: HumanContext | None,
+        options: Iterable[HumanOption],
+        escalation_level: int,
+        deadline: datetime | None,
+    ) -> HumanDecisionPayload: ...
+
+
 class ExecutionContext:
     """Handed to `execute_task`: report progress, ask for information or a person's decision.
 
@@ -51,7 +97,7 @@ class ExecutionContext:
     times out meanwhile, the handler's coroutine is cancelled (`asyncio.CancelledError`).
     """
 
-    def __init__(self, runtime: P2PProtocol, key: TaskKey, task: TaskSpec) -> None:
+    def __init__(self, runtime: TaskRuntime, key: TaskKey, task: TaskSpec) -> None:
         self._runtime = runtime
         self.key = key
         self.task = task
@@ -66,12 +112,12 @@ class ExecutionContext:
 
     @property
     def context(self) -> TaskContext | None:
-        rec = self._runtime.engine.get(self.key)
+        rec = self._runtime.task_record(self.key)
         return rec.context if rec else None
 
     @property
     def state(self) -> TaskState:
-        rec = self._runtime.engine.get(self.key)
+        rec = self._runtime.task_record(self.key)
         return rec.state if rec else TaskState.IDLE
 
     @property
@@ -85,14 +131,8 @@ class ExecutionContext:
         intermediate_result: Any = None,
     ) -> None:
         """Send a `task_status_update`."""
-        self._runtime.apply(
-            self._runtime.engine.report_status(
-                self.key,
-                now=self._runtime.clock(),
-                progress=progress,
-                message=message,
-                intermediate_result=intermediate_result,
-            )
+        self._runtime.report_status(
+            self.key, progress=progress, message=message, intermediate_result=intermediate_result
         )
 
     async def need_info(
@@ -106,17 +146,9 @@ class ExecutionContext:
         fields = [
             f if isinstance(f, MissingField) else MissingField(field=f) for f in missing_fields
         ]
-        waiter = self._runtime.expect_resume(self.key)
-        self._runtime.apply(
-            self._runtime.engine.request_info(
-                self.key,
-                fields,
-                now=self._runtime.clock(),
-                question=question,
-                required_by=required_by,
-            )
+        value = await self._runtime.request_info(
+            self.key, fields, question=question, required_by=required_by
         )
-        value: Mapping[str, Any] = await waiter
         return dict(value)
 
     async def need_human(
@@ -135,20 +167,24 @@ class ExecutionContext:
         """
         if isinstance(reason, str):
             reason = Reason(code=reason, message=message)
-        waiter = self._runtime.expect_resume(self.key)
-        self._runtime.apply(
-            self._runtime.engine.request_human(
-                self.key,
-                reason,
-                now=self._runtime.clock(),
-                context=context,
-                options=options,
-                escalation_level=escalation_level,
-                deadline=deadline,
-            )
+        return await self._runtime.request_human(
+            self.key,
+            reason,
+            context=context,
+            options=options,
+            escalation_level=escalation_level,
+            deadline=deadline,
         )
-        decision: HumanDecisionPayload = await waiter
-        return decision
+
+
+class TaskFailure(Exception):
+    """Raised by `execute_task` to fail the task with exactly this `task_failed.error`
+    (any other exception becomes a recoverable `execution_failed`). A router relaying a
+    partner's failure uses it to pass the partner's code on unchanged."""
+
+    def __init__(self, error: TaskError) -> None:
+        super().__init__(error.message or error.code)
+        self.error = error
 
 
 def as_result(value: Any) -> TaskResult:
@@ -160,4 +196,12 @@ def as_result(value: Any) -> TaskResult:
     return TaskResult(output_type="json", output=value)
 
 
-__all__ = ["ExecutionContext", "TaskHandler", "Validation", "as_result"]
+__all__ = [
+    "ExecutionContext",
+    "ResumableHandler",
+    "TaskFailure",
+    "TaskHandler",
+    "TaskRuntime",
+    "Validation",
+    "as_result",
+]

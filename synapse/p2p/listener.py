@@ -7,31 +7,32 @@ exception is logged and swallowed, so that watching a peer never breaks it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+# The audit entry is a plain value of the core (the engine keeps it on task records).
+from synapse.p2p.engine import AuditEntry
+from synapse.types import Message
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
-    from synapse.p2p.protocol import MessageEvent
     from synapse.p2p.sender import DeliveryError
-    from synapse.types import Message, SynapseError
+    from synapse.types import SynapseError
+
+
+#: `in`: a POSTed message we received; `reply_out`: our synchronous reply to it;
+#: `out`: a message we POST; `reply_in`: the partner's synchronous reply to it.
+Direction = Literal["in", "reply_out", "out", "reply_in"]
 
 
 @dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """Who did what to a task from this side (a person's answer, say): its audit trail.
+class MessageEvent:
+    """A message crossing this peer, for observers (timelines, tracing, metrics)."""
 
-    Kept on the task record (`TaskRecord.audit`), so a durable store keeps it with the task.
-    """
-
-    at: float
-    #: The person or program that acted (`decided_by.user_id` for a decision).
-    actor: str
-    #: `info_provided`, `approve` or `reject`.
-    action: str
-    #: The id of the message that carried it.
-    message_id: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    direction: Direction
+    message: Message
+    #: The agent id of the other side.
+    partner: str
 
 
 class RuntimeListener:
@@ -62,4 +63,4 @@ class RuntimeListener:
         """A store commit ended (`error` is what it raised, if it failed)."""
 
 
-__all__ = ["AuditEntry", "RuntimeListener"]
+__all__ = ["AuditEntry", "Direction", "MessageEvent", "RuntimeListener"]

@@ -1,4 +1,5 @@
-"""`P2PProtocol` (seed §5.1): the asyncio runtime that drives the sans-IO `Engine`.
+"""`P2PProtocol` (specs/protocol.md, 'Peer interfaces and configuration'): the asyncio runtime that
+drives the sans-IO `Engine`.
 
 It runs handlers as tasks, delivers each task's outgoing messages one at a time and in order
 through a `CallbackSender`, fires the engine's timers from one sleeping coroutine, and gives
@@ -11,10 +12,10 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 
@@ -30,12 +31,19 @@ from synapse.p2p.engine import (
     StartExecution,
     Step,
     TaskEvent,
+    TaskEventKind,
     TaskKey,
     TaskRecord,
     Validation,
 )
-from synapse.p2p.handler import ExecutionContext, TaskHandler, as_result
-from synapse.p2p.listener import AuditEntry, RuntimeListener
+from synapse.p2p.handler import (
+    ExecutionContext,
+    ResumableHandler,
+    TaskFailure,
+    TaskHandler,
+    as_result,
+)
+from synapse.p2p.listener import AuditEntry, Direction, MessageEvent, RuntimeListener
 from synapse.p2p.persistence import MemoryStore, OutboxItem, Snapshot, TaskStore
 from synapse.p2p.sender import CallbackSender, DeliveryError
 from synapse.p2p.states import Event
@@ -48,11 +56,16 @@ from synapse.types import (
     ErrorCode,
     Heartbeat,
     HeartbeatPayload,
+    HumanContext,
+    HumanDecisionPayload,
+    HumanOption,
     LocalProtocolError,
     Message,
+    MissingField,
     Nack,
     NackPayload,
     Priority,
+    Reason,
     Sender,
     SynapseError,
     TaskContext,
@@ -62,24 +75,9 @@ from synapse.types import (
     TaskState,
     decode_typed,
     encode_message,
-    new_message_id,
 )
 
 log = structlog.get_logger("synapse.p2p")
-
-#: `in`: a POSTed message we received; `reply_out`: our synchronous reply to it;
-#: `out`: a message we POST; `reply_in`: the partner's synchronous reply to it.
-Direction = Literal["in", "reply_out", "out", "reply_in"]
-
-
-@dataclass(frozen=True, slots=True)
-class MessageEvent:
-    """A message crossing this peer, for observers (timelines, tracing, metrics)."""
-
-    direction: Direction
-    message: Message
-    #: The agent id of the other side.
-    partner: str
 
 
 @dataclass(slots=True)
@@ -212,7 +210,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
             action,
             now=rt.clock(),
             decided_by=by,
-            decision_id=f"dec-{new_message_id()[4:]}",
+            decision_id=f"dec-{rt.engine.ids.message_id()[4:]}",
             approved_fields=approved_fields,
             rejection_reason=rejection_reason,
             notes=notes,
@@ -244,7 +242,8 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
 
 
 class P2PProtocol:
-    """The protocol handler of one peer (seed §5.1), transport-independent."""
+    """The protocol handler of one peer (specs/protocol.md, 'Peer interfaces and configuration'),
+    transport-independent."""
 
     def __init__(
         self,
@@ -293,7 +292,8 @@ class P2PProtocol:
         if handler is not None:
             self.set_task_handler(handler)
 
-    # --- seed §5.1 ------------------------------------------------------------------------
+    # --- specs/protocol.md, 'Peer interfaces and configuration'
+    # ------------------------------------------------------------------------
 
     async def handle_message(self, message: Message, *, commit: bool = True) -> Message:
         """Apply a POSTed message from an authenticated partner and return the reply.
@@ -504,10 +504,12 @@ class P2PProtocol:
         for item in snapshot.outbox:
             message = decode_typed(item.body)
             self._queue(_Queued(Outgoing(item.partner, message, item.key), item))
-        resumable = getattr(self._handler, "is_resumable", None)
+        handler = self._handler
         for rec in snapshot.tasks:
             if rec.role.value == "executor" and not rec.is_final:
-                can_resume = bool(resumable(rec.task.type)) if callable(resumable) else False
+                can_resume = isinstance(handler, ResumableHandler) and bool(
+                    handler.is_resumable(rec.task.type)
+                )
                 self.apply(self.engine.recover(rec.key, resumable=can_resume, now=now))
         log.info(
             "restored",
@@ -670,6 +672,69 @@ class P2PProtocol:
         self._waiters[key] = waiter
         return waiter
 
+    # --- what a running handler asks of the runtime (ExecutionContext's TaskRuntime) -----------
+
+    def task_record(self, key: TaskKey) -> TaskRecord | None:
+        return self.engine.get(key)
+
+    def report_status(
+        self, key: TaskKey, *, progress: float | None, message: str, intermediate_result: Any
+    ) -> None:
+        """Send a `task_status_update` for the running task `key`."""
+        self.apply(
+            self.engine.report_status(
+                key,
+                now=self.clock(),
+                progress=progress,
+                message=message,
+                intermediate_result=intermediate_result,
+            )
+        )
+
+    async def request_info(
+        self,
+        key: TaskKey,
+        missing_fields: list[MissingField],
+        *,
+        question: str,
+        required_by: datetime | None,
+    ) -> Mapping[str, Any]:
+        """Send `task_need_info` and wait for the fields of the `task_info_provided`."""
+        waiter = self.expect_resume(key)
+        self.apply(
+            self.engine.request_info(
+                key, missing_fields, now=self.clock(), question=question, required_by=required_by
+            )
+        )
+        fields: Mapping[str, Any] = await waiter
+        return fields
+
+    async def request_human(
+        self,
+        key: TaskKey,
+        reason: Reason,
+        *,
+        context: HumanContext | None,
+        options: Iterable[HumanOption],
+        escalation_level: int,
+        deadline: datetime | None,
+    ) -> HumanDecisionPayload:
+        """Send `task_need_human` and wait for an approving `human_decision`."""
+        waiter = self.expect_resume(key)
+        self.apply(
+            self.engine.request_human(
+                key,
+                reason,
+                now=self.clock(),
+                context=context,
+                options=options,
+                escalation_level=escalation_level,
+                deadline=deadline,
+            )
+        )
+        decision: HumanDecisionPayload = await waiter
+        return decision
+
     # --- handlers -------------------------------------------------------------------------------
 
     def _start_handler(self, action: StartExecution) -> None:
@@ -697,10 +762,14 @@ class P2PProtocol:
         except Exception as exc:
             outcome = "failed"
             log.warning("handler_failed", task_id=key.task_id, error=repr(exc))
-            error = TaskError(
-                code=ErrorCode.EXECUTION_FAILED.value,
-                message=str(exc) or type(exc).__name__,
-                recoverable=True,
+            error = (
+                exc.error
+                if isinstance(exc, TaskFailure)
+                else TaskError(
+                    code=ErrorCode.EXECUTION_FAILED.value,
+                    message=str(exc) or type(exc).__name__,
+                    recoverable=True,
+                )
             )
             self.apply(self.engine.fail(key, error, now=self.clock()))
         else:
@@ -864,7 +933,7 @@ class P2PProtocol:
             self.store.put_task(rec, [])
             handle = self._handles.get(key)
             if handle is not None:
-                handle._push(TaskEvent(key, "dead_letter", rec.state, message, reason))
+                handle._push(TaskEvent(key, TaskEventKind.DEAD_LETTER, rec.state, message, reason))
 
     async def _send_once(self, out: Outgoing) -> None:
         sender = self._require_sender(out.partner)
@@ -937,4 +1006,12 @@ def _code(code: str) -> ErrorCode:
         return ErrorCode.INVALID_PARAMS
 
 
-__all__ = ["MessageEvent", "Outcome", "P2PProtocol", "TaskAbandoned", "TaskHandle", "Validation"]
+__all__ = [
+    "Direction",
+    "MessageEvent",
+    "Outcome",
+    "P2PProtocol",
+    "TaskAbandoned",
+    "TaskHandle",
+    "Validation",
+]

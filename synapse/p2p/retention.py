@@ -9,12 +9,13 @@ records whose window has ended. The store does it in bounded batches away from t
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Any
 
 import structlog
 
-if TYPE_CHECKING:
-    from synapse.p2p.protocol import P2PProtocol
+#: The runtime (`synapse.p2p.protocol.P2PProtocol`), which imports this module: not imported
+#: back, so that the import graph has no cycle.
+P2PProtocol = Any
 
 log = structlog.get_logger("synapse.store")
 
@@ -32,7 +33,7 @@ async def purge_once(protocol: P2PProtocol, batch: int = PURGE_BATCH) -> int:
     total = 0
     while True:
         now = protocol.clock()
-        removed = await protocol.store.purge(
+        removed: int = await protocol.store.purge(
             finished_before=now - protocol.config.retain, now=now, limit=batch
         )
         total += removed

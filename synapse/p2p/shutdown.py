@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 import structlog
 
 from synapse.p2p.states import Role
 from synapse.types import ErrorCode, TaskError
 
-if TYPE_CHECKING:
-    from synapse.p2p.protocol import P2PProtocol
+#: The runtime (`synapse.p2p.protocol.P2PProtocol`), which imports this module: not imported
+#: back, so that the import graph has no cycle.
+P2PProtocol = Any
 
 log = structlog.get_logger("synapse.p2p")
 

@@ -20,9 +20,9 @@ class Role(StrEnum):
     """Which side of a task this peer is."""
 
     REQUESTER = "requester"
-    """R: submitted the task (seed: 请求方)."""
+    """R: submitted the task (the protocol: 请求方)."""
     EXECUTOR = "executor"
-    """E: runs the task (seed: 执行方)."""
+    """E: runs the task (the protocol: 执行方)."""
 
 
 class Event(StrEnum):
@@ -231,6 +231,73 @@ def allowed_messages(role: Role, state: TaskState) -> list[str]:
             if name not in found:
                 found.append(name)
     return found
+
+
+def allows(role: Role, state: TaskState, event: Event) -> bool:
+    """Whether the table has `event` in `state` for `role`."""
+    return event in TRANSITIONS[role].get(state, {})
+
+
+# --- timers and sets derived from the table -----------------------------------------------------
+
+
+class StateTimer(StrEnum):
+    """A timer that runs while a task is in a state: started on entering it, stopped on leaving."""
+
+    TASK_TIMEOUT = "task_timeout"
+    """`TaskTimeout`: executing time left; passing it fails the task (`execution_timeout`)."""
+    ANSWER_WAIT = "answer_wait"
+    """The `required_by` of a `task_need_info` or the `deadline` of a `task_need_human`, if set;
+    passing it unanswered fails the task (`execution_timeout`)."""
+
+
+#: Which timers run in which state, per role: declared once, used by the live path (each move
+#: starts the timers of the state it enters and stops those of the state it leaves) and by
+#: `restore` (a restarted task re-arms the timers of the state it is in).
+STATE_TIMERS: Mapping[Role, Mapping[TaskState, frozenset[StateTimer]]] = {
+    Role.EXECUTOR: {
+        S.EXECUTING: frozenset({StateTimer.TASK_TIMEOUT}),
+        S.INFO_NEEDED: frozenset({StateTimer.ANSWER_WAIT}),
+        S.NEED_HUMAN: frozenset({StateTimer.ANSWER_WAIT}),
+    },
+    Role.REQUESTER: {},
+}
+
+
+def state_timers(role: Role, state: TaskState) -> frozenset[StateTimer]:
+    return STATE_TIMERS[role].get(state, frozenset())
+
+
+def timers_entered(role: Role, old: TaskState, new: TaskState) -> frozenset[StateTimer]:
+    """Timers to start on the move `old → new`."""
+    return state_timers(role, new) - state_timers(role, old)
+
+
+def timers_left(role: Role, old: TaskState, new: TaskState) -> frozenset[StateTimer]:
+    """Timers to stop on the move `old → new`."""
+    return state_timers(role, old) - state_timers(role, new)
+
+
+#: Executor states whose handler is running or about to run: `executing`, and every state
+#: execution starts (or resumes) from. A restart that interrupts a handler in one of them may
+#: start it again.
+RUNNING_STATES: frozenset[TaskState] = frozenset(
+    {S.EXECUTING}
+    | {
+        state
+        for state, moves in TRANSITIONS[Role.EXECUTOR].items()
+        if Event.START_EXECUTION in moves
+    }
+)
+
+#: Requester states that still await the synchronous reply to the `task_request` (the states
+#: that accept a `task_confirm`): the reply applies only there, a refusal of the request moves
+#: only from there, and a `task_cancel` waits until the task has left them.
+AWAITING_REPLY: frozenset[TaskState] = frozenset(
+    state
+    for state, moves in TRANSITIONS[Role.REQUESTER].items()
+    if Event.RECV_TASK_CONFIRM in moves
+)
 
 
 # --- documentation --------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from synapse.p2p.dedup import Begin, DedupKey, Outcome, StoredReply, is_storable
+from synapse.p2p.dedup import Begin, DedupKey, DedupOutcome, StoredReply, is_storable
 from synapse.store.base import DedupEntry, TaskStore
 
 
@@ -51,18 +51,18 @@ class DurableDedupStore:
         pending = self._in_progress.get(key)
         if pending is not None:
             if pending.fingerprint != fingerprint:
-                return Begin(Outcome.REUSED)
+                return Begin(DedupOutcome.REUSED)
             waiter: asyncio.Future[StoredReply | None] = asyncio.get_running_loop().create_future()
             pending.waiters.append(waiter)
-            return Begin(Outcome.IN_PROGRESS, waiter=waiter)
+            return Begin(DedupOutcome.IN_PROGRESS, waiter=waiter)
         stored = self._store.get_dedup(key)
         if stored is not None and datetime.fromtimestamp(stored.expires_at, UTC) > now:
             if stored.fingerprint != fingerprint:
-                return Begin(Outcome.REUSED)
-            return Begin(Outcome.DUPLICATE, reply=stored.reply)
+                return Begin(DedupOutcome.REUSED)
+            return Begin(DedupOutcome.DUPLICATE, reply=stored.reply)
         expires_at = max(now, timestamp) + self._window
         self._in_progress[key] = _InProgress(fingerprint, expires_at)
-        return Begin(Outcome.NEW)
+        return Begin(DedupOutcome.NEW)
 
     def stage(self, key: DedupKey, reply: StoredReply) -> None:
         pending = self._in_progress.get(key)

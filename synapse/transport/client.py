@@ -1,4 +1,5 @@
-"""The HTTP client side: POST one message to a partner, with CONTRACT §4's retries, and judge
+"""The HTTP client side: POST one message to a partner, with the retries of
+specs/protocol.md, 'Transport', and judge
 the envelope that comes back.
 
 Every attempt keeps the message `id` but gets a fresh `timestamp` and a fresh signature, so a
@@ -9,7 +10,8 @@ the partner asked for (capped likewise). Anything else is final.
 
 A reply must be an envelope answering our message. It is trusted only with a valid header
 signature under a secret we share with the partner; the one exception is a `nack`, which
-CONTRACT §3 sends unsigned when the partner refused us before verifying our signature (it
+specs/protocol.md, 'Signatures' sends unsigned when the partner refused us before verifying our
+signature (it
 comes back with `Reply.verified` False and can never be mistaken for an acknowledgement).
 """
 
@@ -27,13 +29,13 @@ from typing import Any, Literal
 import aiohttp
 import msgspec
 import structlog
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from synapse.p2p.config import P2PConfig
-from synapse.transport.partners import Partner, PartnerRegistry
+from synapse.transport.partners import Partner
+from synapse.transport.retry import RetriesExhausted, Transient, retrying
 from synapse.types.codec import decode_typed, encode_message, refreshed, utc_now
 from synapse.types.enums import REPLY_ONLY_TYPES
-from synapse.types.errors import LocalProtocolError, SynapseError
+from synapse.types.errors import DeliveryError, LocalProtocolError, SynapseError
 from synapse.types.ijson import parse_i_json
 from synapse.types.messages import Envelope, Message, Nack
 from synapse.types.signing import (
@@ -46,12 +48,10 @@ from synapse.types.signing import (
 
 log = structlog.get_logger(__name__)
 
-#: Where the signature of a request goes (CONTRACT §3).
+#: Where the signature of a request goes (specs/protocol.md, 'Signatures').
 SenderMode = Literal["header", "body"]
-#: HTTP statuses after which the same POST is tried again (CONTRACT §4).
+#: HTTP statuses after which the same POST is tried again (specs/protocol.md, 'Transport').
 RETRYABLE_STATUSES: frozenset[int] = frozenset({429, 502, 503, 504})
-#: Each backoff delay is its nominal value times a factor drawn in [1 - JITTER, 1 + JITTER).
-JITTER = 0.25
 USER_AGENT = "synapse-p2p/0.1"
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -75,49 +75,6 @@ class Reply:
     @property
     def is_nack(self) -> bool:
         return isinstance(self.message, Nack)
-
-
-class DeliveryError(Exception):
-    """A POST that produced no acceptable reply.
-
-    `retryable`: retries ran out on a transient failure (connection error, timeout, 429,
-    502, 503, 504) and the message may be sent again later; False when the answer can never
-    be accepted (not an envelope, forged, not answering our message). `status` is the last
-    HTTP status (None if none came), `reply` the last reply's envelope if it was one (a 503
-    nack, say), and `__cause__` the last exception.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        status: int | None = None,
-        attempts: int = 1,
-        reply: Reply | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.status = status
-        self.attempts = attempts
-        self.reply = reply
-
-
-class _Transient(Exception):
-    """One attempt failed in a way worth retrying."""
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-        reply: Reply | None = None,
-    ) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.retry_after = retry_after
-        self.reply = reply
 
 
 def encode_request(
@@ -153,13 +110,6 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     if when.tzinfo is None:  # an HTTP-date is always GMT
         return None
     return max(0.0, (when - now).total_seconds())
-
-
-def backoff_delay(retry: int, config: P2PConfig, jitter: float = 0.5) -> float:
-    """The delay before retry number `retry` (1-based): `retry_base_delay`·2^(retry−1),
-    times a jitter factor (`jitter` in [0, 1) maps to [1−JITTER, 1+JITTER)), capped."""
-    nominal = config.retry_base_delay * 2.0 ** min(retry - 1, 62)
-    return min(config.retry_max_delay, nominal * (1 - JITTER + 2 * JITTER * jitter))
 
 
 async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> bytes:
@@ -204,7 +154,8 @@ def judge_reply(
     )
     our_id = sent.from_.agent_id
     if isinstance(message, Nack):
-        # Possibly unsigned (CONTRACT §3): the partner may not have read our id or name.
+        # Possibly unsigned (specs/protocol.md, 'Signatures'): the partner may not have read our id
+        # or name.
         if message.reply_to not in (None, sent.id):
             raise refuse("nack answers another message")
         if message.to.agent_id not in (our_id, "unknown"):
@@ -331,92 +282,33 @@ class HttpClient:
             retries = self.config.max_retries
         if retries < 0:
             raise ValueError("retries must not be negative")
-        # The first attempt, by far the most common path, runs without any retry machinery
-        # (setting up a retrying controller per message cost ~75 µs of CPU an exchange).
+
+        def before_retry(attempt: int, delay: float) -> None:
+            _log_retry(message, attempt, delay)
+            self._notify_retry(message, attempt)
+
         try:
-            return await self._attempt(partner, message, sender_mode, 1)
-        except _Transient as failure:
-            if retries == 0:
-                raise self._exhausted(partner, failure, 1) from failure.__cause__
-            first = failure
-        return await self._retry(partner, message, sender_mode, retries, first)
-
-    async def _retry(
-        self,
-        partner: Partner,
-        message: Envelope[Any],
-        mode: SenderMode,
-        retries: int,
-        first: _Transient,
-    ) -> Reply:
-        """Up to `retries` more attempts after a transient failure, driven by tenacity:
-        exponential backoff with jitter from `retry_base_delay`, or the partner's
-        `Retry-After` (both capped at `retry_max_delay`)."""
-        attempts = 1
-        last = first
-
-        async def attempt() -> Reply:
-            nonlocal attempts, last
-            attempts += 1
-            try:
-                return await self._attempt(partner, message, mode, attempts)
-            except _Transient as failure:
-                last = failure
-                raise
-
-        def wait(state: RetryCallState) -> float:
-            # `state` counts tenacity's own attempts; ours include the first one.
-            return self._delay(last, attempts)
-
-        def log_retry(state: RetryCallState) -> None:
-            delay = state.next_action.sleep if state.next_action is not None else None
-            _log_retry(message, attempts, delay)
-            self._notify_retry(message, attempts)
-
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(retries),
-            wait=wait,
-            retry=retry_if_exception_type(_Transient),
-            sleep=self._sleep,
-            before_sleep=log_retry,
-            reraise=True,
-        )
-        first_delay = self._delay(first, 1)
-        log.info(
-            "post_retry",
-            message_id=message.id,
-            type=message.type.value,
-            attempt=1,
-            delay=first_delay,
-        )
-        self._notify_retry(message, 1)
-        await self._sleep(first_delay)
-        try:
-            reply: Reply = await retrying(attempt)
-        except _Transient:
-            raise self._exhausted(partner, last, attempts) from last.__cause__
-        return reply
+            return await retrying(
+                lambda attempt: self._attempt(partner, message, sender_mode, attempt),
+                retries=retries,
+                config=self.config,
+                sleep=self._sleep,
+                jitter=self._jitter,
+                before_retry=before_retry,
+            )
+        except RetriesExhausted as exhausted:
+            last: Transient[Reply] = exhausted.last
+            raise DeliveryError(
+                f"no delivery to {partner.agent_id} after {exhausted.attempts} attempts: {last}",
+                retryable=True,
+                status=last.status,
+                attempts=exhausted.attempts,
+                reply=last.reply,
+            ) from last.__cause__
 
     def _notify_retry(self, message: Envelope[Any], attempt: int) -> None:
         for listener in self.retry_listeners:
             listener(message, attempt)
-
-    @staticmethod
-    def _exhausted(partner: Partner, failure: _Transient, attempts: int) -> DeliveryError:
-        return DeliveryError(
-            f"no delivery to {partner.agent_id} after {attempts} attempts: {failure}",
-            retryable=True,
-            status=failure.status,
-            attempts=attempts,
-            reply=failure.reply,
-        )
-
-    def _delay(self, failure: _Transient, attempt: int) -> float:
-        """The pause after failed attempt number `attempt`: the partner's `Retry-After`
-        (capped), else the jittered exponential backoff."""
-        if failure.retry_after is not None:
-            return min(failure.retry_after, self.config.retry_max_delay)
-        return backoff_delay(attempt, self.config, self._jitter())
 
     async def _attempt(
         self, partner: Partner, message: Envelope[Any], mode: SenderMode, attempt: int
@@ -447,7 +339,7 @@ class HttpClient:
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}".rstrip(": ")
             log.info("post_attempt", **fields, status=None, error=error)
-            raise _Transient(error) from exc
+            raise Transient(error) from exc
         except aiohttp.ClientError as exc:
             log.info("post_attempt", **fields, status=None, error=repr(exc))
             raise DeliveryError(
@@ -461,41 +353,10 @@ class HttpClient:
                 )
             except DeliveryError:
                 last = None
-            raise _Transient(
+            raise Transient(
                 f"HTTP {status}",
                 status=status,
                 retry_after=parse_retry_after(retry_after, self._clock()),
                 reply=last,
             )
         return judge_reply(partner, sent, status, raw, signature, attempts=attempt)
-
-
-class HttpCallbackSender:
-    """The seed's `CallbackSender` over `HttpClient`: POST a message to a registered partner."""
-
-    def __init__(
-        self,
-        client: HttpClient,
-        partners: PartnerRegistry,
-        *,
-        sender_mode: SenderMode = "header",
-    ) -> None:
-        self.client = client
-        self.partners = partners
-        self.sender_mode = sender_mode
-
-    def resolve(self, target: str | Partner) -> Partner:
-        """The registered partner named by agent id or registered endpoint URL."""
-        if isinstance(target, Partner):
-            return target
-        partner = self.partners.get(target) or self.partners.by_endpoint(target)
-        if partner is None:
-            # We only ever POST to registered endpoints (CONTRACT §4): asking otherwise is a bug.
-            raise LocalProtocolError(f"{target!r} is not a registered partner or endpoint")
-        return partner
-
-    async def send_callback(self, target: str | Partner, message: Envelope[Any]) -> Reply:
-        """POST `message` to the partner `target` (agent id, registered endpoint or Partner)."""
-        return await self.client.exchange(
-            self.resolve(target), message, sender_mode=self.sender_mode
-        )

@@ -1,4 +1,5 @@
-"""Authentication of an incoming POST: CONTRACT §4's order of checks, up to deduplication.
+"""Authentication of an incoming POST, in specs/protocol.md's 'Order of checks', up to
+deduplication.
 
 Pure: bytes, the signature header and "now" in; an `Inbound` (authenticated, not yet
 deduplicated, payload not yet decoded) or a `Refused` out. The first failing check answers:
@@ -6,7 +7,8 @@ deduplicated, payload not yet decoded) or a `Refused` out. The first failing che
     size → JSON / I-JSON → envelope shape and version → partner known → signature →
     staleness → `to` → endpoint → reply-only type or `reply_to`
 
-CONTRACT §3: every refusal before the signature verified, and every 403, is answered with an
+specs/protocol.md, 'Signatures': every refusal before the signature verified, and every 403, is
+answered with an
 unsigned nack, so that a forger never obtains a signed envelope. Only the last check (a reply
 replayed as a request) comes after verification and is not a 403: `Refused.sign_with` carries
 the partner for it, and is None for every other refusal.
@@ -25,7 +27,7 @@ from synapse.p2p.config import P2PConfig
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.types.codec import (
     EnvelopeHead,
-    build_message,
+    build_message_now,
     check_version,
     decode_head,
     encode_message,
@@ -114,7 +116,8 @@ class Refused(Exception):
 
 
 def message_fingerprint(value: dict[str, Any]) -> bytes:
-    """Content hash of an envelope apart from `timestamp` and `signature` (CONTRACT §4).
+    """Content hash of an envelope apart from `timestamp` and `signature` (specs/protocol.md,
+    'Transport').
 
     Computed on the parsed value with sorted members, so member order, spacing and string
     escapes do not matter. The stdlib's C encoder is used rather than RFC 8785 (pure
@@ -230,7 +233,7 @@ def authenticate(
         raise refuse(
             _denied("endpoint_mismatch", "from.endpoint is not the partner's registered endpoint")
         )
-    # Verified from here on: this refusal is signed (CONTRACT §3).
+    # Verified from here on: this refusal is signed (specs/protocol.md, 'Signatures').
     if head.type in REPLY_ONLY_TYPES:
         raise refuse(
             SynapseError(
@@ -272,7 +275,7 @@ def nack_for(
 
     `reply_to` is the refused request's id when known; `to` is "unknown" when not.
     """
-    return build_message(
+    return build_message_now(
         Nack,
         NackPayload(code=error.code.value, message=error.message, details=error.details),
         sender=Sender(agent_id=agent_id, endpoint=endpoint),

@@ -1,6 +1,7 @@
 """Partners: the peers we know from configuration, and URL normalization to compare endpoints.
 
-CONTRACT §4: a peer knows each partner's agent id, callback endpoint and secrets; it POSTs only
+specs/protocol.md, 'Transport': a peer knows each partner's agent id, callback endpoint and secrets;
+it POSTs only
 to that endpoint, and refuses a message whose `from.endpoint` differs from it once both are
 normalized per RFC 3986 §6.2.2 (case of scheme and host, default port, empty path = `/`; we also
 normalize percent-encodings, which RFC 3986 §6.2.2.2 counts in the same syntax-based step).

@@ -24,8 +24,6 @@ from synapse.p2p.dedup import DedupStore
 from synapse.p2p.handler import TaskHandler
 from synapse.p2p.persistence import MemoryStore, TaskStore
 from synapse.p2p.protocol import P2PProtocol, TaskHandle
-from synapse.p2p.sender import DeliveryError
-from synapse.transport.client import DeliveryError as HttpDeliveryError
 from synapse.transport.client import HttpClient, SenderMode
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH, SynapseServer
@@ -56,12 +54,10 @@ class HttpSender:
         registered = self.partners.get(partner)
         if registered is None:
             raise LocalProtocolError(f"{partner!r} is not a registered partner")
-        try:
-            reply = await self.client.exchange(
-                registered, message, sender_mode=self.mode, retries=None if retry else 0
-            )
-        except HttpDeliveryError as exc:
-            raise DeliveryError(str(exc), retryable=exc.retryable, status=exc.status) from exc
+        # A DeliveryError (the one class, raised by the client) propagates as it is.
+        reply = await self.client.exchange(
+            registered, message, sender_mode=self.mode, retries=None if retry else 0
+        )
         return reply.message
 
 

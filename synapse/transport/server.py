@@ -1,11 +1,14 @@
 """The aiohttp side that receives: `POST /synapse/callback` → checks → engine → signed reply.
 
-Every POST gets an envelope back: the synchronous reply of CONTRACT §4, or a `nack` with the
-HTTP status of CONTRACT §5, signed or not as CONTRACT §3 says. Never a bare 500, never a
+Every POST gets an envelope back: the synchronous reply of specs/protocol.md, 'Synchronous replies',
+or a `nack` with the
+HTTP status of specs/protocol.md, 'Error codes', signed or not as specs/protocol.md, 'Signatures'
+says. Never a bare 500, never a
 traceback: an unexpected failure inside is answered 503 `agent_not_ready` (the sender retries)
 and logged.
 
-The order of checks is CONTRACT §4's: size → JSON / I-JSON → envelope and version → partner →
+The order of checks is that of specs/protocol.md, 'Order of checks': size → JSON / I-JSON → envelope
+and version → partner →
 signature → staleness → `to` → endpoint → reply-only type or `reply_to` (all in
 `synapse.transport.inbound`) → rate limit → deduplication → payload shape → the engine (task
 exists, party to it, final, allowed in its state, capacity).
@@ -21,7 +24,8 @@ from datetime import UTC, datetime
 import structlog
 from aiohttp import web
 
-from synapse.p2p.dedup import DedupStore, MemoryDedupStore, Outcome, StoredReply, is_storable
+from synapse.p2p.aio import MemoryDedupStore
+from synapse.p2p.dedup import DedupOutcome, DedupStore, StoredReply, is_storable
 from synapse.p2p.engine import TaskRecord
 from synapse.p2p.protocol import P2PProtocol
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
@@ -51,12 +55,11 @@ class _TokenBucket:
 
     __slots__ = ("burst", "rate", "stamp", "tokens")
 
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate, self.burst, self.tokens, self.stamp = rate, burst, burst, time.monotonic()
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.stamp = rate, burst, burst, now
 
-    def take(self) -> float:
-        """0 if a request may go now, else the seconds until one may."""
-        now = time.monotonic()
+    def take(self, now: float) -> float:
+        """0 if a request may go at `now` (monotonic seconds), else the seconds until one may."""
         self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
         if self.tokens >= 1:
@@ -77,6 +80,7 @@ class SynapseServer:
         rate_limit: float | None = None,
         rate_burst: float | None = None,
         utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+        rate_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.protocol = protocol
         self.partners = partners
@@ -88,6 +92,8 @@ class SynapseServer:
         self.rate_limit = rate_limit if rate_limit is not None else self.config.rate_limit
         self.rate_burst = rate_burst if rate_burst is not None else self.config.rate_burst
         self.utcnow = utcnow
+        #: The monotonic clock the rate limit's token buckets run on (a fake one in tests).
+        self.rate_clock = rate_clock
         self._buckets: dict[str, _TokenBucket] = {}
         self._last_expiry = 0.0
         #: Called with every refusal we answer with a nack (metrics count them by code).
@@ -156,7 +162,7 @@ class SynapseServer:
             request_id=request_id,
             to=to,
         )
-        # CONTRACT §3: a 403 is never signed.
+        # specs/protocol.md, 'Signatures': a 403 is never signed.
         body, reply_headers = encode_reply(nack, None if error.http_status == 403 else sign_with)
         reply_headers.update(headers or {})
         return StoredReply.of(error.http_status, body, reply_headers)
@@ -249,13 +255,13 @@ class SynapseServer:
             begun = self.dedup.begin(
                 inbound.key, inbound.fingerprint, now=now, timestamp=head.timestamp
             )
-            if begun.outcome is Outcome.NEW:
+            if begun.outcome is DedupOutcome.NEW:
                 break
-            if begun.outcome is Outcome.DUPLICATE:
+            if begun.outcome is DedupOutcome.DUPLICATE:
                 assert begun.reply is not None
                 log.info("message_duplicate", message_id=head.id, sender=head.from_.agent_id)
                 return _response(begun.reply)
-            if begun.outcome is Outcome.REUSED:
+            if begun.outcome is DedupOutcome.REUSED:
                 error = SynapseError(
                     ErrorCode.INVALID_PARAMS,
                     f"message id {head.id!r} was already used for another message",
@@ -337,8 +343,9 @@ class SynapseServer:
             return 0.0
         bucket = self._buckets.get(partner)
         if bucket is None:
-            bucket = self._buckets[partner] = _TokenBucket(self.rate_limit, self.rate_burst)
-        return bucket.take()
+            bucket = _TokenBucket(self.rate_limit, self.rate_burst, self.rate_clock())
+            self._buckets[partner] = bucket
+        return bucket.take(self.rate_clock())
 
     def _expire(self, now: datetime) -> None:
         # Purging is cheap but need not run on every request.

@@ -4,7 +4,8 @@
 pass (the tag `type` picks the payload struct). Errors name the JSON path of the bad field and
 map to `message_format_invalid` (the envelope) or `invalid_params` (the payload).
 
-The transport needs the checks in CONTRACT §4's order (the envelope is judged before the sender
+The transport needs the checks in the order of specs/protocol.md, 'Order of checks' (the envelope is
+judged before the sender
 is authenticated, the payload after), so `decode_head` decodes the envelope alone, leaving the
 payload as raw bytes.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -35,7 +36,7 @@ from synapse.types.payloads import Timestamp
 
 
 class EnvelopeHead(msgspec.Struct, frozen=True, kw_only=True):
-    """The envelope with its payload left undecoded (CONTRACT §4's order of checks)."""
+    """The envelope with its payload left undecoded (specs/protocol.md, 'Order of checks')."""
 
     version: Version
     id: MessageId
@@ -174,7 +175,90 @@ def new_task_id() -> str:
     return f"task-{_random_hex()}"
 
 
+class IdFactory(Protocol):
+    """Where an engine gets the ids it mints: message ids and task ids, unique per sender."""
+
+    def message_id(self) -> str: ...
+
+    def task_id(self) -> str: ...
+
+
+class RandomIds:
+    """The default `IdFactory`: `msg-…` / `task-…` with 128 random bits (pooled urandom)."""
+
+    def message_id(self) -> str:
+        return new_message_id()
+
+    def task_id(self) -> str:
+        return new_task_id()
+
+
+class CountingIds:
+    """A deterministic `IdFactory` for tests and replays: `msg-{prefix}1`, `task-{prefix}1`, …"""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self._messages = 0
+        self._tasks = 0
+
+    def message_id(self) -> str:
+        self._messages += 1
+        return f"msg-{self.prefix}{self._messages}"
+
+    def task_id(self) -> str:
+        self._tasks += 1
+        return f"task-{self.prefix}{self._tasks}"
+
+
 def build_message(
+    cls: type[M],
+    payload: Any,
+    *,
+    sender: Sender,
+    to: str,
+    timestamp: datetime,
+    reply_to: str | None = None,
+    message_id: str | None = None,
+) -> M:
+    """A message of class `cls` with `version`, `id` and the given `timestamp`.
+
+    The timestamp is required: the sans-IO engine writes only the `now` it was given. Code at
+    the edges that means "now" says so, with `build_message_now`. Without `message_id` a random
+    one is drawn.
+    """
+    return cls(
+        version=PROTOCOL_VERSION,
+        id=message_id or new_message_id(),
+        from_=sender,
+        to=Recipient(agent_id=to),
+        timestamp=timestamp,
+        reply_to=reply_to,
+        payload=payload,
+    )
+
+
+def build_reply(
+    cls: type[M],
+    payload: Any,
+    *,
+    request: Envelope[Any],
+    sender: Sender,
+    timestamp: datetime,
+    message_id: str | None = None,
+) -> M:
+    """A reply of class `cls` to `request` (`reply_to` = its id, `to` = its sender)."""
+    return build_message(
+        cls,
+        payload,
+        sender=sender,
+        to=request.from_.agent_id,
+        reply_to=request.id,
+        timestamp=timestamp,
+        message_id=message_id,
+    )
+
+
+def build_message_now(
     cls: type[M],
     payload: Any,
     *,
@@ -184,23 +268,22 @@ def build_message(
     message_id: str | None = None,
     timestamp: datetime | None = None,
 ) -> M:
-    """A message of class `cls` with `version`, `id` and `timestamp` filled in."""
-    return cls(
-        version=PROTOCOL_VERSION,
-        id=message_id or new_message_id(),
-        from_=sender,
-        to=Recipient(agent_id=to),
-        timestamp=timestamp or utc_now(),
-        reply_to=reply_to,
-        payload=payload,
-    )
-
-
-def build_reply(cls: type[M], payload: Any, *, request: Envelope[Any], sender: Sender) -> M:
-    """A reply of class `cls` to `request` (`reply_to` = its id, `to` = its sender)."""
+    """`build_message` stamped with the wall clock unless `timestamp` is given (for the edges:
+    transports, tools and tests, never the engine)."""
     return build_message(
-        cls, payload, sender=sender, to=request.from_.agent_id, reply_to=request.id
+        cls,
+        payload,
+        sender=sender,
+        to=to,
+        reply_to=reply_to,
+        message_id=message_id,
+        timestamp=timestamp or utc_now(),
     )
+
+
+def build_reply_now(cls: type[M], payload: Any, *, request: Envelope[Any], sender: Sender) -> M:
+    """`build_reply` stamped with the wall clock (for the edges, never the engine)."""
+    return build_reply(cls, payload, request=request, sender=sender, timestamp=utc_now())
 
 
 def refreshed(message: M, timestamp: datetime | None = None) -> M:

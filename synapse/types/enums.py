@@ -6,7 +6,7 @@ from enum import StrEnum
 
 
 class MessageType(StrEnum):
-    """The 17 `p2p:` message types of seed §2.1."""
+    """The 17 `p2p:` message types of specs/protocol.md, 'Message types'."""
 
     TASK_REQUEST = "p2p:task_request"
     """R → E: submit a task."""
@@ -49,7 +49,8 @@ class MessageType(StrEnum):
         return self.value[4:]
 
 
-#: Types that only ever travel as synchronous HTTP replies (CONTRACT §3, §4).
+#: Types that only ever travel as synchronous HTTP replies (specs/protocol.md, 'Signatures' and
+#: 'Transport').
 REPLY_ONLY_TYPES: frozenset[MessageType] = frozenset(
     {
         MessageType.TASK_CONFIRM,
@@ -61,7 +62,7 @@ REPLY_ONLY_TYPES: frozenset[MessageType] = frozenset(
     }
 )
 
-#: Callbacks that only the executor sends about a task (seed §2.1).
+#: Callbacks that only the executor sends about a task (specs/protocol.md, 'Message types').
 EXECUTOR_TO_REQUESTER: frozenset[MessageType] = frozenset(
     {
         MessageType.TASK_NEED_INFO,
@@ -72,7 +73,8 @@ EXECUTOR_TO_REQUESTER: frozenset[MessageType] = frozenset(
     }
 )
 
-#: Messages that only the requester sends about an existing task (seed §2.1).
+#: Messages that only the requester sends about an existing task (specs/protocol.md,
+#: 'Message types').
 REQUESTER_TO_EXECUTOR: frozenset[MessageType] = frozenset(
     {
         MessageType.TASK_INFO_PROVIDED,
@@ -83,7 +85,7 @@ REQUESTER_TO_EXECUTOR: frozenset[MessageType] = frozenset(
 
 
 class TaskState(StrEnum):
-    """The 14 task states of seed §3.1."""
+    """The 14 task states of specs/protocol.md, 'Task states'."""
 
     IDLE = "idle"
     """Initial state, nothing sent yet."""
@@ -125,7 +127,7 @@ FINAL_STATES: frozenset[TaskState] = frozenset(
 
 
 class Priority(StrEnum):
-    """`task.priority` (CONTRACT §2)."""
+    """`task.priority` (specs/protocol.md, 'Payloads')."""
 
     LOW = "low"
     NORMAL = "normal"

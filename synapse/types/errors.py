@@ -1,13 +1,21 @@
-"""Error codes of CONTRACT §5, their HTTP statuses, and the one exception that carries them."""
+"""Error codes of specs/protocol.md, 'Error codes', their HTTP statuses, and Synapse's errors.
+
+`ProtocolError` is the base of the two kinds of protocol error, `RemoteProtocolError` (the
+partner's fault: a nack) and `LocalProtocolError` (ours: never sent); `DeliveryError` says a
+message could not be delivered.
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from synapse.types.messages import Message
 
 
 class ErrorCode(StrEnum):
-    """Protocol error codes (seed §7, CONTRACT §5)."""
+    """Protocol error codes (specs/protocol.md, 'Error codes')."""
 
     MESSAGE_FORMAT_INVALID = "message_format_invalid"
     CAPABILITY_LACKING = "capability_lacking"
@@ -38,7 +46,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.RATE_LIMITED: 429,
 }
 
-#: Codes a `nack` may carry (CONTRACT §5: nacks never carry the task-level codes).
+#: Codes a `nack` may carry (specs/protocol.md, 'Error codes': nacks never carry the task-level
+#: codes).
 NACK_CODES: frozenset[ErrorCode] = frozenset(
     {
         ErrorCode.MESSAGE_FORMAT_INVALID,
@@ -52,10 +61,22 @@ NACK_CODES: frozenset[ErrorCode] = frozenset(
 )
 
 
-class SynapseError(Exception):
-    """A protocol error: the other side sent something we refuse.
+class ProtocolError(Exception):
+    """Base class of Synapse's protocol errors: catch this for either kind.
 
-    It becomes a `p2p:nack` with `code`, `message` and `details`, answered with `http_status`.
+    As in h11, there are two kinds. A `RemoteProtocolError` means the partner sent something
+    the protocol refuses; it is converted to a `p2p:nack` at one place only, the boundary where
+    a received message enters the engine. A `LocalProtocolError` means this program was about
+    to break the rules (a bug or a misuse of the API); it is raised to the caller and never
+    sent to the partner.
+    """
+
+
+class RemoteProtocolError(ProtocolError):
+    """The other side sent something we refuse.
+
+    It becomes a `p2p:nack` with `code`, `message` and `details`, answered with `http_status`
+    (specs/protocol.md, 'Error codes').
     """
 
     def __init__(
@@ -73,8 +94,52 @@ class SynapseError(Exception):
         self.http_status = http_status if http_status is not None else code.http_status
 
     def __repr__(self) -> str:
-        return f"SynapseError({self.code.value!r}, {self.message!r}, {self.details!r})"
+        return f"{type(self).__name__}({self.code.value!r}, {self.message!r}, {self.details!r})"
 
 
-class LocalProtocolError(Exception):
+#: The name `RemoteProtocolError` had first; the same class.
+SynapseError = RemoteProtocolError
+
+
+class LocalProtocolError(ProtocolError):
     """We were about to do something the protocol forbids: a bug on our side, never sent."""
+
+
+class ReplyLike(Protocol):
+    """What `DeliveryError.reply` holds: the envelope a partner answered with, and its status."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def message(self) -> Message: ...
+
+    @property
+    def is_nack(self) -> bool: ...
+
+
+class DeliveryError(Exception):
+    """A message could not be delivered: a POST produced no acceptable reply.
+
+    `retryable` is true when retries ran out on a transient failure (connection error, timeout,
+    429, 502, 503, 504): the message may be sent again later and stays queued until the partner
+    answers again. False when the answer can never be accepted (not an envelope, forged, not
+    answering our message). `status` is the last HTTP status (None if none came), `attempts`
+    how many were made, `reply` the last reply if it was an envelope (a 503 nack, say), and
+    `__cause__` the last exception.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        attempts: int = 1,
+        reply: ReplyLike | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+        self.attempts = attempts
+        self.reply = reply

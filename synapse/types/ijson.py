@@ -1,4 +1,5 @@
-"""I-JSON (RFC 7493) parsing: the only JSON CONTRACT §3 accepts, in either signing mode.
+"""I-JSON (RFC 7493) parsing: the only JSON specs/protocol.md, 'Signatures' accepts, in either
+signing mode.
 
 Refused: invalid UTF-8, duplicate member names, lone surrogates, non-finite numbers and
 integers beyond ±(2⁵³−1). The parsed value is what body-mode signatures and deduplication
@@ -112,6 +113,11 @@ def parse_i_json(data: bytes) -> Any:
     value = _parse_plain(data)
     if value is not _NOT_PLAIN:
         return value
+    return _parse_reference(data)
+
+
+def _parse_reference(data: bytes) -> Any:
+    """The reference parser (the stdlib's, with I-JSON's checks): decides every document."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

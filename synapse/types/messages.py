@@ -1,4 +1,5 @@
-"""The envelope (`UnifiedSynapseMessage`, CONTRACT §1) and one typed message class per type.
+"""The envelope (`UnifiedSynapseMessage`, specs/protocol.md, 'Envelope') and one typed message class
+per type.
 
 Each class is the envelope with its `payload` typed; `type` is the msgspec tag, so a single
 decoder picks the payload type from `type` while it decodes the bytes.

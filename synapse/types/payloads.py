@@ -1,6 +1,6 @@
-"""Payload structs of the 17 message types (seed §6, CONTRACT §2).
+"""Payload structs of the 17 message types (specs/protocol.md, 'Payloads').
 
-Field names are the wire names. Constraints the seed implies live in the types, so that a
+Field names are the wire names. Constraints the protocol implies live in the types, so that a
 payload that decodes is a payload we can act on. Unknown fields are ignored at every level.
 """
 

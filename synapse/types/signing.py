@@ -1,4 +1,4 @@
-"""HMAC-SHA256 signing primitives of CONTRACT §3 (pure functions, no I/O).
+"""HMAC-SHA256 signing primitives of specs/protocol.md, 'Signatures' (pure functions, no I/O).
 
 Header mode signs the raw HTTP body; body mode signs the RFC 8785 (JCS) canonical form of the
 envelope as received, without its `signature` member. Several secrets may be valid for one

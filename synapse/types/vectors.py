@@ -1,4 +1,5 @@
-"""Signature test vectors (CONTRACT §3) that another implementation can check itself against.
+"""Signature test vectors (specs/protocol.md, 'Signatures') that another implementation can check
+itself against.
 
 Run as a module to write `specs/signature-vectors.json`, or with `--check` to fail (exit 1)
 when the checked-in file is stale:

@@ -14,6 +14,7 @@ from a2a.types.a2a_pb2 import TaskPushNotificationConfig
 from a2akit import PUSH_SECRET, A2APeer, SdkClientFactory, collect, sdk_message, stream_response
 from aiohttp import web
 from google.protobuf.json_format import ParseDict
+from rawpost import eventually
 
 from synapse.types.signing import SIGNATURE_HEADER, verify_header_signature
 
@@ -90,8 +91,10 @@ async def test_notifications_reach_a_receiver_that_was_down(
     events = await collect(client, message, taskPushNotificationConfig=push)
     assert events[-1]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     task_id = events[-1]["task"]["id"]
-    # The receiver is down: the notifications wait in the outbox, retried and parked.
-    await asyncio.sleep(0.8)
+    # The receiver is down: the notifications wait in the outbox, retried and parked (the push
+    # partner joins the engine's backlog once its retries ran out).
+    engine = a2a_peer.peer.protocol.engine
+    await eventually(lambda: bool(engine._backlog), timeout=10)
     outbox = a2a_peer.peer.store.outbox  # type: ignore[attr-defined]
     assert outbox, "the notifications are kept until delivered"
     await receiver.start()

@@ -213,8 +213,10 @@ async def test_get_list_and_cancel(sdk_client: SdkClientFactory) -> None:
     (event,) = await collect(client, slow, returnImmediately=True)
     task_id = event["task"]["id"]
     assert event["task"]["contextId"] == "ctx-list"
-    await asyncio.sleep(0.2)
-    task = await client.get_task(GetTaskRequest(id=task_id))
+    for _ in range(200):  # until it reports working (it was submitted a moment ago)
+        task = await client.get_task(GetTaskRequest(id=task_id))
+        if task.status.state != TaskState.TASK_STATE_SUBMITTED:
+            break
     assert task.status.state == TaskState.TASK_STATE_WORKING
     assert task.metadata["task_type"] == "slow"
     assert [m.message_id for m in task.history][:1] == [slow.message_id]

@@ -39,7 +39,7 @@ from synapse.a2a import wire
 from synapse.cli.conversation import SendOptions
 from synapse.cli.send_a2a import A2AFollower
 from synapse.cli.settings import parse_a2a_token
-from synapse.cli.terminal import Console, LineReader
+from synapse.cli.terminal import LineReader, TerminalConsole
 
 TOKEN = "tok-for-cli-tests"
 
@@ -382,12 +382,13 @@ async def test_another_agents_question_is_answered_with_one_reply(
     os.write(write, typed.encode())
     os.close(write)
     err = io.StringIO()
+    reader = LineReader(read)
     follower = A2AFollower(
         "http://agent.example",
         SendOptions(task_type="book", payload={}, **flags),
         out=io.StringIO(),
-        console=Console(err, live=False),
-        reader=LineReader(read),
+        console=TerminalConsole(err, live=False),
+        reader=reader,
         interactive=False,
     )
     handle = StandIn("Which city?")
@@ -396,6 +397,27 @@ async def test_another_agents_question_is_answered_with_one_reply(
         await follower.input_required()
         await follower.input_required()  # the same question again (a resumed stream): once
     finally:
+        reader.close()  # the reading thread has ended: the descriptor may be closed and reused
         os.close(read)
     assert handle.replies == [sent]
     assert "? http://agent.example asks: Which city?" in err.getvalue()
+
+
+async def test_a_closed_line_reader_never_reads_its_descriptor_again() -> None:
+    """The root of a flake: a reader's thread outliving its case read the next case's pipe once
+    the descriptor number was reused. After `close()` the thread is gone, whatever comes next."""
+    read, write = os.pipe()
+    reader = LineReader(read)
+    os.write(write, b"first\n")
+    assert await reader.readline() == "first"
+    reader.close()
+    os.close(read)
+    os.close(write)
+    reused_read, reused_write = os.pipe()  # likely the same descriptor numbers again
+    try:
+        os.write(reused_write, b"meant for someone else\n")
+        os.close(reused_write)
+        with os.fdopen(reused_read, "rb") as stream:
+            assert stream.read() == b"meant for someone else\n"  # nothing was stolen
+    finally:
+        reader.close()  # idempotent

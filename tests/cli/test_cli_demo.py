@@ -1,4 +1,5 @@
-"""`synapse demo`: every flow of seed §4, a failure and a rejection, as a deterministic timeline."""
+"""`synapse demo`: every flow of specs/protocol.md, 'Flows', a failure and a rejection, as a
+deterministic timeline."""
 
 from __future__ import annotations
 

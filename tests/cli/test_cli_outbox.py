@@ -62,7 +62,7 @@ async def _prepare(made: Made) -> None:
             assert time.monotonic() < deadline, "task-dead never became a dead letter"
             await asyncio.sleep(0.02)
         await peer.submit(EXEC, "echo", {"text": "still queued"}, task_id="task-pending")
-        await asyncio.sleep(0.05)
+        assert peer.protocol.pending_deliveries == 1  # queued, and durable once submit returns
     finally:
         await peer.close(drain_timeout=0)
     store = SqliteStore(made.path)

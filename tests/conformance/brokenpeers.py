@@ -25,7 +25,8 @@ from aiohttp import web
 
 from synapse.conformance import Report
 from synapse.demo.handler import DemoHandler
-from synapse.p2p.dedup import Begin, DedupKey, MemoryDedupStore, StoredReply
+from synapse.p2p.aio import MemoryDedupStore
+from synapse.p2p.dedup import Begin, DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey
 from synapse.p2p.persistence import MemoryStore
 from synapse.transport.client import HttpClient
@@ -40,7 +41,7 @@ from synapse.types import (
     TaskCompletePayload,
     TaskRequest,
     TaskResult,
-    build_message,
+    build_message_now,
     decode_typed,
 )
 
@@ -142,7 +143,7 @@ class CompleteAfterCancelServer(SynapseServer):
 
     async def _complete_anyway(self, partner: Partner, task_id: str) -> None:
         await asyncio.sleep(0.1)  # the cancel's task_ack has reached the kit by now
-        complete = build_message(
+        complete = build_message_now(
             TaskComplete,
             TaskCompletePayload(
                 task_id=task_id, result=TaskResult(output_type="text", output="done anyway")

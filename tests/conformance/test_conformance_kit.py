@@ -11,7 +11,16 @@ from brokenpeers import DemoPeer, RunKit
 from synapse.conformance import CHECKS, Status
 from synapse.p2p.config import P2PConfig
 
-SECTIONS = ("seed §4.1", "seed §4.2", "seed §4.3", "seed §4.4", "CONTRACT §")
+SECTIONS = (
+    "specs/protocol.md, 'Normal task'",
+    "specs/protocol.md, 'Missing information'",
+    "specs/protocol.md, 'Human decision'",
+    "specs/protocol.md, 'Cancellation'",
+    "specs/protocol.md, 'Signatures'",
+    "specs/protocol.md, 'Error codes'",
+    "specs/protocol.md, 'Deduplication'",
+    "specs/protocol.md, 'Task states'",
+)
 
 
 async def test_every_check_passes_against_our_demo_peer(run_kit: RunKit) -> None:
@@ -45,7 +54,7 @@ async def test_report_as_table_and_json(run_kit: RunKit) -> None:
     report = await run_kit(only=["flow.echo", "heartbeat"])
     assert [r.id for r in report.results] == ["setup", "heartbeat", "flow.echo"]
     table = report.table()
-    assert "flow.echo" in table and "seed §4.1" in table and "PASS" in table
+    assert "flow.echo" in table and "Normal task" in table and "PASS" in table
     assert "CONFORMANT" in table.splitlines()[-1]
     data = json.loads(report.to_json())
     assert data["ok"] is True
@@ -56,7 +65,7 @@ async def test_report_as_table_and_json(run_kit: RunKit) -> None:
     assert echo == {
         "id": "flow.echo",
         "title": echo["title"],
-        "section": "seed §4.1",
+        "section": "specs/protocol.md, 'Normal task'",
         "status": "PASS",
         "reason": None,
         "duration": echo["duration"],
@@ -95,3 +104,14 @@ async def test_one_check_at_a_time_passes_against_a_peer_taking_two_tasks(
 
     report = await run_kit(Small, only=["flow.*", "sig.bad", "dedup.*"], concurrency=1)
     assert report.ok, report.table()
+
+
+def test_the_refusal_checks_are_rows_of_one_table() -> None:
+    from synapse.conformance.checks.refusals import REFUSALS, STALE
+
+    registered = {c.id: c for c in CHECKS}
+    assert len(REFUSALS) >= 15
+    for row in REFUSALS:
+        assert registered[row.id].run == row.run  # registered from the table itself
+        assert registered[row.id].title == row.title and registered[row.id].section == row.section
+    assert STALE.answer == (403, "permission_denied", False) and STALE.reason == "stale"

@@ -1,4 +1,5 @@
-"""CONTRACT §6 judged from outside: the executor's graph and the ordering of observations."""
+"""specs/protocol.md, 'Task states' judged from outside: the executor's graph and the ordering of
+observations."""
 
 from __future__ import annotations
 
@@ -96,9 +97,9 @@ def test_parse_listen() -> None:
 
 
 def test_a_report_is_ok_only_without_failures() -> None:
-    passed = CheckResult("a", "A", "CONTRACT §1", Status.PASS)
-    failed = CheckResult("b", "B", "CONTRACT §2", Status.FAIL, "it broke")
-    skipped = CheckResult("c", "C", "CONTRACT §3", Status.SKIP, "not run")
+    passed = CheckResult("a", "A", "specs/protocol.md, 'Envelope'", Status.PASS)
+    failed = CheckResult("b", "B", "specs/protocol.md, 'Payloads'", Status.FAIL, "it broke")
+    skipped = CheckResult("c", "C", "specs/protocol.md, 'Signatures'", Status.SKIP, "not run")
     assert Report("u", "t", "k", "cb", [passed, skipped]).ok
     assert not Report("u", "t", "k", "cb", [passed, failed]).ok
     assert not Report("u", "t", "k", "cb", []).ok

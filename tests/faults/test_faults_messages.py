@@ -102,7 +102,10 @@ async def test_duplicates_get_the_stored_reply_byte_for_byte_and_run_once(
     assert (after.status, after.body) == (200, first.body)
     assert after.headers[SIGNATURE_HEADER] == first.headers[SIGNATURE_HEADER]
 
-    await asyncio.sleep(0.3)
+    # Restarted from the same store: a re-execution would have begun as it restored its tasks.
+    await eventually(
+        lambda: _idle(peer), timeout=10, what="nothing left to deliver after the restart"
+    )
     assert peer.executions() == {f"{R}/dup-1": 1}
     assert len(sink.of_type("task_complete")) == 1
     tasks = await peer.tasks()
@@ -150,7 +153,8 @@ async def test_reordered_and_late_callbacks_at_the_requester(spawn: Spawn) -> No
             [task_id] = await r.submit(E, "echo", {"text": "x"}, prefix="race")
             await asyncio.wait_for(sink.held.wait(), 10)  # our confirm is held back
 
-            # A status update overtakes the confirm: an implicit confirm (CONTRACT §6).
+            # A status update overtakes the confirm: an implicit confirm (specs/protocol.md,
+            # 'Task states').
             update = raw.envelope(
                 "task_status_update",
                 {"task_id": task_id, "status": "executing", "message": "executing"},
@@ -168,7 +172,8 @@ async def test_reordered_and_late_callbacks_at_the_requester(spawn: Spawn) -> No
             await eventually(
                 lambda: _true(len(sink.of_type("task_request")) == 1), timeout=5, what="request"
             )
-            await asyncio.sleep(0.3)
+            # The held confirm was answered and applied once R has nothing left to deliver.
+            await eventually(lambda: _idle(r), timeout=10, what="the late confirm applied")
             assert (await r.states([task_id]))[task_id] == "executing"  # never backwards
 
             done = raw.envelope(
@@ -216,7 +221,7 @@ async def test_clock_skew_inside_the_window_is_accepted_outside_it_stale(
         assert reply.payload["code"] == "permission_denied"
         assert reply.payload["details"]["reason"] == "stale"
         assert "server_time" in reply.payload["details"]
-        assert not reply.signed  # CONTRACT §3: a 403 is never signed
+        assert not reply.signed  # specs/protocol.md, 'Signatures': a 403 is never signed
         # A stale refusal is not remembered: the same message, re-stamped, goes through.
         fresh = await raw.post(raw.restamped(request))
         assert fresh.status == 200 and fresh.type == "p2p:task_confirm", fresh
@@ -228,6 +233,8 @@ async def test_clock_skew_inside_the_window_is_accepted_outside_it_stale(
 async def test_a_slow_body_client_does_not_block_other_requests(executor: Executor) -> None:
     raw, peer = executor.raw, executor.peer
     port = int(peer.endpoint.split(":")[2].split("/")[0])
+
+    midway = asyncio.Semaphore(0)  # released once per client in the middle of its body
 
     async def trickle(n: int, *, finish: bool) -> bytes:
         """Send the headers at once, then the body 8 bytes every 0.1 s."""
@@ -247,7 +254,9 @@ async def test_a_slow_body_client_does_not_block_other_requests(executor: Execut
             for i in range(0, len(sent), 8):
                 writer.write(sent[i : i + 8])
                 await writer.drain()
-                await asyncio.sleep(0.1)
+                if i == 16:
+                    midway.release()
+                await asyncio.sleep(0.1)  # the slowness under test, not a synchronisation
             if not finish:
                 await asyncio.sleep(1.0)
                 return b""
@@ -256,7 +265,8 @@ async def test_a_slow_body_client_does_not_block_other_requests(executor: Execut
             writer.close()
 
     slow = [asyncio.create_task(trickle(n, finish=n % 2 == 0)) for n in range(6)]
-    await asyncio.sleep(0.3)  # every slow client is connected and in the middle of its body
+    for _ in slow:  # every slow client is connected and in the middle of its body
+        await asyncio.wait_for(midway.acquire(), 10)
     latencies = []
     for n in range(20):
         started = time.perf_counter()
@@ -280,3 +290,7 @@ async def test_a_slow_body_client_does_not_block_other_requests(executor: Execut
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def _idle(peer: PeerProcess) -> bool:
+    return bool((await peer.stats())["pending_deliveries"] == 0)

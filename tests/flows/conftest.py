@@ -1,7 +1,8 @@
 """Two real peers on 127.0.0.1 ephemeral ports, sharing a secret, for the end-to-end flows.
 
 `pair` is parametrized over the requests' signing mode (header, body); replies are always
-header-signed (CONTRACT §3). Every message either peer sees is recorded on one timeline through
+header-signed (specs/protocol.md, 'Signatures'). Every message either peer sees is recorded on one
+timeline through
 `protocol.observers`, and every POST either server authenticates is recorded with how its
 signature was checked, so that a test can assert which mode was really on the wire.
 """

@@ -1,11 +1,12 @@
-"""Seed §4.4 end to end: `task_cancel` and its `task_ack`; both sides end `cancelled` and the
+"""specs/protocol.md, 'Cancellation' end to end: `task_cancel` and its `task_ack`; both sides end
+`cancelled` and the
 executor sends nothing more about the task (no late `task_complete`)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from flowkit import WAIT, E, Pair, R, collect
+from flowkit import WAIT, E, Pair, R, collect, eventually
 
 from synapse.p2p.engine import TaskEvent
 from synapse.types import TaskState
@@ -30,8 +31,8 @@ async def test_cancel_a_slow_task_both_sides_cancelled_nothing_after(pair: Pair)
     assert cancel.message.payload.reason == "changed my mind"
     [ack] = pair.seen(E, "reply_out", "task_ack", task_id)
     assert ack.message.payload.state is TaskState.CANCELLED
-    # Long enough for several more steps, had the handler not been stopped.
-    await asyncio.sleep(0.2)
+    # The handler was stopped: once its coroutine has ended nothing more can come of it.
+    await eventually(lambda: handle.key not in pair.e.protocol._running)
     assert pair.seen(R, "in", "task_complete", task_id) == []
     assert pair.seen(E, "out", "task_complete", task_id) == []
     assert [s for s in pair.seen(E, "out", task_id=task_id) if s.seq > ack.seq] == []
@@ -78,6 +79,7 @@ async def test_cancelling_a_finished_task_sends_nothing(pair: Pair) -> None:
     handle = await pair.r.submit(E, "echo", {"text": "done"})
     assert (await asyncio.wait_for(handle, WAIT)).ok
     await handle.cancel()
-    await asyncio.sleep(0.05)
+    # A cancel to send would be queued by now: cancel() applies the engine's step at once.
+    assert pair.r.protocol.pending_deliveries == 0
     assert pair.seen(R, "out", "task_cancel") == []
     pair.assert_states_agree(handle.task_id, TaskState.COMPLETED)

@@ -8,10 +8,16 @@ import dataclasses
 
 from flowkit import FAST, WAIT, E, PairFactory, R, collect, eventually
 
+from synapse.p2p.engine import Engine
 from synapse.types import HeartbeatStatus, TaskState
 
 INTERVAL = 0.05
 BEATING = dataclasses.replace(FAST, heartbeat_interval=INTERVAL)
+
+
+def beating(engine: Engine, partner: str) -> bool:
+    """Whether `engine` has a heartbeat to `partner` armed."""
+    return ("heartbeat", partner) in engine._timers
 
 
 async def test_heartbeats_flow_both_ways_while_tasks_are_in_flight(
@@ -42,11 +48,13 @@ async def test_heartbeats_flow_both_ways_while_tasks_are_in_flight(
             assert answered >= {b.message.id for b in beats}
         pair.assert_signed_in_mode()
 
-        # Nothing in flight any more: the heartbeats stop (one already due may still go).
-        await asyncio.sleep(3 * INTERVAL)
-        count = len(pair.seen(R, "in", "heartbeat")) + len(pair.seen(E, "in", "heartbeat"))
-        await asyncio.sleep(6 * INTERVAL)
-        assert len(pair.seen(R, "in", "heartbeat")) + len(pair.seen(E, "in", "heartbeat")) == count
+        # Nothing in flight any more: the heartbeats stop. Each side's heartbeat timer for the
+        # other is disarmed (one already due may still have gone), so no further one can leave.
+        await eventually(
+            lambda: (
+                not beating(pair.r.protocol.engine, E) and not beating(pair.e.protocol.engine, R)
+            )
+        )
         assert pair.r.protocol.engine.in_flight_with(E) == 0
         assert pair.e.protocol.engine.in_flight_with(R) == 0
         pair.assert_states_agree(handle.task_id, TaskState.COMPLETED)
@@ -66,5 +74,10 @@ async def test_ping_answers_with_the_partners_status(make_pair: PairFactory) -> 
 
 async def test_no_heartbeats_without_tasks_in_flight(make_pair: PairFactory) -> None:
     async with make_pair("header", config=BEATING) as pair:
-        await asyncio.sleep(5 * INTERVAL)
+        # No heartbeat timer is armed, so none can ever leave (instead of waiting to see none);
+        # a task arms one, which shows the probe can tell.
+        assert not beating(pair.r.protocol.engine, E) and not beating(pair.e.protocol.engine, R)
         assert [s for s in pair.timeline if s.type == "p2p:heartbeat"] == []
+        handle = await pair.r.submit(E, "echo", {"text": "x"})
+        assert beating(pair.r.protocol.engine, E)
+        assert (await asyncio.wait_for(handle, WAIT)).ok

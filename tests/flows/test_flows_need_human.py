@@ -1,4 +1,5 @@
-"""Seed §4.3 end to end: `task_need_human`, a person deciding, `human_decision`; approve
+"""specs/protocol.md, 'Human decision' end to end: `task_need_human`, a person deciding,
+`human_decision`; approve
 completes, reject fails with `permission_denied` (not recoverable)."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Seed §4.2 end to end: `task_need_info` as the synchronous reply, `task_info_provided`, then
+"""specs/protocol.md, 'Missing information' end to end: `task_need_info` as the synchronous reply,
+`task_info_provided`, then
 executing again (first callback: a status update `executing`) and complete."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Seed §4.1 end to end: submit, confirm or reject, progress, complete or fail; capabilities.
+"""specs/protocol.md, 'Normal task' end to end: submit, confirm or reject, progress, complete or
+fail; capabilities.
 
 Two real peers on 127.0.0.1, requests signed in header and in body mode.
 """

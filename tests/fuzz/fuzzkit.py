@@ -252,7 +252,7 @@ def check_answer(answer: Answer, *, sent_id: str | None = None) -> dict[str, Any
     expected = 413 if value["payload"].get("details", {}).get("reason") == "too_large" else None
     assert answer.status == (expected or HTTP_STATUS[code]), answer
     if answer.status == 403:
-        assert SIGNATURE_HEADER not in answer.headers  # CONTRACT §3
+        assert SIGNATURE_HEADER not in answer.headers  # specs/protocol.md, 'Signatures'
     if sent_id is not None and value.get("reply_to") is not None:
         assert value["reply_to"] == sent_id
     return value

@@ -59,7 +59,8 @@ CONFIG = P2PConfig()
 
 
 def decoded(data: bytes) -> Message | None:
-    """The message, or None if refused as CONTRACT §5 says; anything else fails the test."""
+    """The message, or None if refused as specs/protocol.md, 'Error codes' says; anything else fails
+    the test."""
     try:
         message = decode_message(data)
     except SynapseError as exc:

@@ -27,6 +27,7 @@ from synapse.p2p.engine import (
     Validation,
 )
 from synapse.types import (
+    CountingIds,
     DecidedBy,
     DecisionAction,
     ErrorCode,
@@ -41,7 +42,7 @@ from synapse.types import (
     TaskError,
     TaskResult,
     TaskState,
-    build_reply,
+    build_reply_now,
 )
 
 #: 2026-01-01T00:00:00Z: the fake clock starts here (engine time is epoch seconds).
@@ -66,7 +67,8 @@ def style_missing() -> MissingField:
 
 
 def demo_validator(task_type: str, payload: dict[str, Any]) -> Validation:
-    """The demo handler's ValidateTask: `text_generation` needs a `style` (CONTRACT §8)."""
+    """The demo handler's ValidateTask: `text_generation` needs a `style` (specs/protocol.md,
+    'The demo handler')."""
     if task_type == "text_generation" and "style" not in payload:
         return Validation(missing_fields=[style_missing()], question="请选择生成风格")
     return Validation()
@@ -75,7 +77,7 @@ def demo_validator(task_type: str, payload: dict[str, Any]) -> Validation:
 def nack_for(receiver: Engine, message: Message, error: SynapseError) -> Nack:
     """The `nack` the transport answers a refused message with."""
     payload = NackPayload(code=error.code.value, message=error.message, details=error.details)
-    nack: Nack = build_reply(Nack, payload, request=message, sender=receiver.sender)
+    nack: Nack = build_reply_now(Nack, payload, request=message, sender=receiver.sender)
     return nack
 
 
@@ -141,6 +143,7 @@ class Pair:
         r_config: P2PConfig | None = None,
         e_config: P2PConfig | None = None,
         now: float = T0,
+        deterministic_ids: bool = False,
     ) -> None:
         self.now = now
         caps = list(capabilities)
@@ -149,6 +152,7 @@ class Pair:
             endpoint="http://r.test/synapse/callback",
             config=r_config,
             capabilities=lambda: caps,
+            ids=CountingIds("r") if deterministic_ids else None,
         )
         self.e = Engine(
             agent_id=E_ID,
@@ -156,6 +160,7 @@ class Pair:
             config=e_config,
             validator=validator,
             capabilities=lambda: caps,
+            ids=CountingIds("e") if deterministic_ids else None,
         )
         self.outbox: dict[str, list[Outgoing]] = {R_ID: [], E_ID: []}
         self.actions: dict[str, list[Action]] = {R_ID: [], E_ID: []}

@@ -1,4 +1,4 @@
-"""Deduplication by (`from.agent_id`, `id`): CONTRACT §4."""
+"""Deduplication by (`from.agent_id`, `id`): specs/protocol.md, 'Deduplication'."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from synapse.p2p.aio import MemoryDedupStore
 from synapse.p2p.dedup import (
     Begin,
+    DedupOutcome,
     DedupStore,
-    MemoryDedupStore,
-    Outcome,
     StoredReply,
     is_storable,
 )
@@ -38,15 +38,15 @@ def begin(
 
 def test_memory_store_is_a_dedup_store() -> None:
     store: DedupStore = MemoryDedupStore(WINDOW)
-    assert store.begin(KEY, FP, now=T0, timestamp=T0).outcome is Outcome.NEW
+    assert store.begin(KEY, FP, now=T0, timestamp=T0).outcome is DedupOutcome.NEW
 
 
 async def test_new_then_duplicate_gets_the_same_bytes() -> None:
     store = MemoryDedupStore(WINDOW)
-    assert begin(store).outcome is Outcome.NEW
+    assert begin(store).outcome is DedupOutcome.NEW
     store.complete(KEY, REPLY)
     again = begin(store, now=at(5), timestamp=at(5))
-    assert again.outcome is Outcome.DUPLICATE
+    assert again.outcome is DedupOutcome.DUPLICATE
     assert again.reply == REPLY
     assert again.reply is not None and again.reply.body == REPLY.body
     assert again.reply.header_dict["X-Synapse-Signature"] == "s"
@@ -55,31 +55,31 @@ async def test_new_then_duplicate_gets_the_same_bytes() -> None:
 async def test_other_content_with_the_same_key_is_reused() -> None:
     store = MemoryDedupStore(WINDOW)
     begin(store)
-    assert begin(store, fp=OTHER_FP).outcome is Outcome.REUSED  # while in progress
+    assert begin(store, fp=OTHER_FP).outcome is DedupOutcome.REUSED  # while in progress
     store.complete(KEY, REPLY)
-    assert begin(store, fp=OTHER_FP).outcome is Outcome.REUSED  # and after
+    assert begin(store, fp=OTHER_FP).outcome is DedupOutcome.REUSED  # and after
 
 
 async def test_keys_are_per_sender() -> None:
     store = MemoryDedupStore(WINDOW)
     begin(store)
-    assert begin(store, ("agent-other", "msg-1"), OTHER_FP).outcome is Outcome.NEW
-    assert begin(store, ("agent-r", "msg-2"), OTHER_FP).outcome is Outcome.NEW
+    assert begin(store, ("agent-other", "msg-1"), OTHER_FP).outcome is DedupOutcome.NEW
+    assert begin(store, ("agent-r", "msg-2"), OTHER_FP).outcome is DedupOutcome.NEW
     assert len(store) == 3
 
 
 async def test_in_progress_waiters_get_the_same_reply() -> None:
     store = MemoryDedupStore(WINDOW)
-    assert begin(store).outcome is Outcome.NEW
+    assert begin(store).outcome is DedupOutcome.NEW
     first, second = begin(store), begin(store)
-    assert first.outcome is second.outcome is Outcome.IN_PROGRESS
+    assert first.outcome is second.outcome is DedupOutcome.IN_PROGRESS
     assert first.waiter is not None and second.waiter is not None
     waiting = asyncio.gather(first.waiter, second.waiter)
     await asyncio.sleep(0)
     assert not waiting.done()
     store.complete(KEY, REPLY)
     assert list(await waiting) == [REPLY, REPLY]
-    assert begin(store).outcome is Outcome.DUPLICATE
+    assert begin(store).outcome is DedupOutcome.DUPLICATE
 
 
 async def test_a_cancelled_waiter_does_not_cancel_the_others() -> None:
@@ -104,7 +104,7 @@ async def test_429_and_5xx_are_not_stored_but_reach_waiters(status: int) -> None
     store.complete(KEY, busy)
     assert await waiting.waiter == busy
     assert KEY not in store
-    assert begin(store).outcome is Outcome.NEW  # the sender's retry is processed anew
+    assert begin(store).outcome is DedupOutcome.NEW  # the sender's retry is processed anew
 
 
 @pytest.mark.parametrize("status", [200, 400, 403, 404, 409])
@@ -120,7 +120,7 @@ async def test_abandon_forgets_and_wakes_waiters_with_none() -> None:
     assert waiting.waiter is not None
     store.abandon(KEY)
     assert await waiting.waiter is None
-    assert begin(store).outcome is Outcome.NEW
+    assert begin(store).outcome is DedupOutcome.NEW
 
 
 def test_complete_or_abandon_an_unknown_key_is_a_bug() -> None:
@@ -153,8 +153,10 @@ def test_an_expired_entry_is_new_again_even_before_purging() -> None:
     store = MemoryDedupStore(WINDOW)
     begin(store)
     store.complete(KEY, REPLY)
-    assert begin(store, now=at(WINDOW - 1)).outcome is Outcome.DUPLICATE
-    assert begin(store, fp=OTHER_FP, now=at(WINDOW), timestamp=at(WINDOW)).outcome is Outcome.NEW
+    assert begin(store, now=at(WINDOW - 1)).outcome is DedupOutcome.DUPLICATE
+    assert (
+        begin(store, fp=OTHER_FP, now=at(WINDOW), timestamp=at(WINDOW)).outcome is DedupOutcome.NEW
+    )
     store.complete(KEY, REPLY)
     assert store.expire(at(WINDOW)) == 0  # the old heap item no longer matches
     assert store.expire(at(2 * WINDOW)) == 1
@@ -165,7 +167,7 @@ async def test_in_progress_entries_outlive_their_expiry_until_completed() -> Non
     begin(store)
     assert store.expire(at(WINDOW + 1)) == 0
     assert KEY in store
-    assert begin(store, now=at(WINDOW + 1)).outcome is Outcome.IN_PROGRESS
+    assert begin(store, now=at(WINDOW + 1)).outcome is DedupOutcome.IN_PROGRESS
     store.complete(KEY, REPLY)
     assert store.expire(at(WINDOW + 2)) == 1
 

@@ -1,4 +1,5 @@
-"""What the engine refuses, with which code, and that a refusal changes nothing (CONTRACT §4-6)."""
+"""What the engine refuses, with which code, and that a refusal changes nothing (specs/protocol.md,
+'Order of checks', 'Error codes' and 'Task states')."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from synapse.types import (
     TaskState,
     TaskStatusUpdate,
     TaskStatusUpdatePayload,
-    build_message,
+    build_message_now,
 )
 
 S = TaskState
@@ -68,7 +69,7 @@ def refused(engine: Engine, message: Message, now: float) -> SynapseError:
 
 
 def as_from(sender: Sender, cls: Any, payload: Any, to: str, now: float) -> Message:
-    message: Message = build_message(cls, payload, sender=sender, to=to, timestamp=at(now))
+    message: Message = build_message_now(cls, payload, sender=sender, to=to, timestamp=at(now))
     return message
 
 

@@ -1,4 +1,5 @@
-"""The four flows of seed §4, message by message, with both engines paired and no sockets."""
+"""The four flows (specs/protocol.md, 'Flows'), message by message, with both engines paired and no
+sockets."""
 
 from __future__ import annotations
 

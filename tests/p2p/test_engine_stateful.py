@@ -19,6 +19,7 @@ message under a fresh id (a broken or hostile partner). Through all of it:
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable
 
@@ -357,10 +358,32 @@ class PairedEngines(RuleBasedStateMachine):
         self.check_agreement()
 
 
+#: Multiply the example budget, as the fuzz tests do (e.g. SYNAPSE_FUZZ_SCALE=10 for a long run).
+SCALE = float(os.environ.get("SYNAPSE_FUZZ_SCALE", "1"))
+
 PairedEngines.TestCase.settings = settings(
-    max_examples=150,
+    max_examples=max(1, round(150 * SCALE)),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestPairedEngines = PairedEngines.TestCase
+
+
+def test_the_budget_follows_synapse_fuzz_scale() -> None:
+    """SYNAPSE_FUZZ_SCALE=10 runs ten times the examples, as with the fuzz tests."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    code = (
+        f"import sys; sys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]\n"
+        "import test_engine_stateful as t\n"
+        "print(t.PairedEngines.TestCase.settings.max_examples)"
+    )
+    env = {**os.environ, "SYNAPSE_FUZZ_SCALE": "10"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "1500"

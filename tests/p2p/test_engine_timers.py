@@ -1,4 +1,5 @@
-"""Timeouts, deadlines and heartbeats on a fake clock (CONTRACT §6), with no sleeping."""
+"""Timeouts, deadlines and heartbeats on a fake clock (specs/protocol.md, 'Task states'), with no
+sleeping."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from aiohttp import web
 from storekit import R_ID, dedup_entry
 
-from synapse.p2p.dedup import Outcome, StoredReply
+from synapse.p2p.dedup import DedupOutcome, StoredReply
 from synapse.store import DurableDedupStore, SqliteStore
 from synapse.transport.peer import Peer
 
@@ -20,7 +20,7 @@ async def test_completed_replies_are_written_to_the_store(tmp_path: Path) -> Non
     store = SqliteStore(tmp_path / "d.sqlite")
     table = DurableDedupStore(600, store)
     key = (R_ID, "m-1")
-    assert table.begin(key, b"f", now=at, timestamp=at).outcome is Outcome.NEW
+    assert table.begin(key, b"f", now=at, timestamp=at).outcome is DedupOutcome.NEW
     table.complete(key, REPLY)
     await store.commit()
     await store.close()
@@ -34,8 +34,8 @@ async def test_completed_replies_are_written_to_the_store(tmp_path: Path) -> Non
     restored = DurableDedupStore(600, again)
     assert len(restored) == 0  # nothing per message in memory
     begun = restored.begin(key, b"f", now=at, timestamp=at)
-    assert begun.outcome is Outcome.DUPLICATE and begun.reply == REPLY
-    assert restored.begin(key, b"g", now=at, timestamp=at).outcome is Outcome.REUSED
+    assert begun.outcome is DedupOutcome.DUPLICATE and begun.reply == REPLY
+    assert restored.begin(key, b"g", now=at, timestamp=at).outcome is DedupOutcome.REUSED
     await again.close()
 
 
@@ -63,10 +63,10 @@ async def test_expired_entries_are_not_restored(tmp_path: Path) -> None:
     await store.commit()
     table = DurableDedupStore(600, store)
     fresh = table.begin((R_ID, "fresh"), b"\x01" * 32, now=at, timestamp=at)
-    assert fresh.outcome is Outcome.DUPLICATE
+    assert fresh.outcome is DedupOutcome.DUPLICATE
     # The expired one is just another new message now.
     begun = table.begin((R_ID, "old"), b"\x01" * 32, now=at, timestamp=at)
-    assert begun.outcome is Outcome.NEW
+    assert begun.outcome is DedupOutcome.NEW
     await store.close()
 
 

@@ -33,7 +33,7 @@ from synapse.types import (
     TaskRequestPayload,
     TaskSpec,
     TaskState,
-    build_message,
+    build_message_now,
     encode_message,
     header_signature,
     refreshed,
@@ -198,7 +198,7 @@ async def test_undelivered_callbacks_are_resent_after_a_restart(
     assert [i.seq for i in undelivered] == sorted(i.seq for i in undelivered)
 
     await e.start()  # the executor comes back first: its outbox parks, R is still down
-    await asyncio.sleep(0.3)
+    await until(lambda: R in e.running.protocol.engine._backlog, what="E parks its outbox")
     await r.start()  # R restores its task and keeps waiting; E resends after a heartbeat
     restored = r.running.protocol.handle(TaskKey(R, task_id))
     assert restored is not None
@@ -218,7 +218,7 @@ async def test_undelivered_callbacks_are_resent_after_a_restart(
 
 
 def signed_request(task_id: str, r_port: int) -> tuple[TaskRequest, bytes, dict[str, str]]:
-    message = build_message(
+    message = build_message_now(
         TaskRequest,
         TaskRequestPayload(task=TaskSpec(id=task_id, type="echo", payload={"text": "t"})),
         sender=Sender(agent_id=R, endpoint=url(r_port)),

@@ -18,15 +18,14 @@ from structlog.testing import capture_logs
 from synapse.p2p.config import P2PConfig
 from synapse.transport.client import (
     DeliveryError,
-    HttpCallbackSender,
     HttpClient,
-    Reply,
-    backoff_delay,
     encode_request,
     parse_retry_after,
 )
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
+from synapse.transport.peer import HttpSender
+from synapse.transport.retry import backoff_delay
 from synapse.types import (
     SIGNATURE_HEADER,
     Ack,
@@ -39,8 +38,8 @@ from synapse.types import (
     Recipient,
     Sender,
     SynapseError,
-    build_message,
-    build_reply,
+    build_message_now,
+    build_reply_now,
     decode_message,
     utc_now,
 )
@@ -135,7 +134,7 @@ def ack(*, secret: str | None = SECRET, **changes: Any) -> Action:
                 secret=None,
             )
         request = decode_message(seen.body)
-        reply = build_reply(Ack, AckPayload(), request=request, sender=_peer())
+        reply = build_reply_now(Ack, AckPayload(), request=request, sender=_peer())
         if changes:
             reply = msgspec.structs.replace(reply, **changes)
         return _reply(reply, secret=secret)
@@ -217,7 +216,7 @@ class Clock:
 
 
 def heartbeat(to: str = PEER) -> Heartbeat:
-    return build_message(
+    return build_message_now(
         Heartbeat,
         HeartbeatPayload(),
         sender=Sender(agent_id=ME, endpoint=ME_ENDPOINT),
@@ -435,7 +434,9 @@ async def test_a_forged_ack_with_an_error_status_is_refused(
     fake, peer = partner
 
     def signed_ack_400(seen: Received) -> web.Response:
-        reply = build_reply(Ack, AckPayload(), request=decode_message(seen.body), sender=_peer())
+        reply = build_reply_now(
+            Ack, AckPayload(), request=decode_message(seen.body), sender=_peer()
+        )
         return _reply(reply, 400)
 
     fake.script = [signed_ack_400]
@@ -539,7 +540,7 @@ async def test_local_errors_fail_loudly(
     fake, peer = partner
     with pytest.raises(LocalProtocolError):
         await client.exchange(peer, heartbeat(to="agent-other"))
-    reply_only = build_message(
+    reply_only = build_message_now(
         Ack, AckPayload(), sender=Sender(agent_id=ME, endpoint=ME_ENDPOINT), to=PEER
     )
     with pytest.raises(LocalProtocolError):
@@ -553,16 +554,13 @@ async def test_callback_sender_posts_only_to_registered_partners(
     client: HttpClient, partner: tuple[FakePartner, Partner]
 ) -> None:
     fake, peer = partner
-    sender = HttpCallbackSender(client, PartnerRegistry([peer]), sender_mode="body")
-    by_id = await sender.send_callback(PEER, heartbeat())
-    by_url = await sender.send_callback(peer.endpoint.replace("http:", "HTTP:"), heartbeat())
-    by_partner = await sender.send_callback(peer, heartbeat())
-    assert all(isinstance(r, Reply) and r.verified for r in (by_id, by_url, by_partner))
-    assert [r.inbound.signed_by for r in fake.received if r.inbound] == ["body"] * 3
-    with pytest.raises(LocalProtocolError):
-        await sender.send_callback("http://127.0.0.1:1/elsewhere", heartbeat())
+    sender = HttpSender(client, PartnerRegistry([peer]), "body")
+    reply = await sender.send_callback(PEER, heartbeat())
+    assert reply.reply_to is not None
+    assert [r.inbound.signed_by for r in fake.received if r.inbound] == ["body"]
     with pytest.raises(LocalProtocolError):
         await sender.send_callback("agent-unknown", heartbeat())
+    assert len(fake.received) == 1
 
 
 # --- pure helpers -----------------------------------------------------------------------------

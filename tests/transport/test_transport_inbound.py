@@ -1,4 +1,4 @@
-"""Authentication of incoming POSTs: CONTRACT §4's order of checks and §3's signatures."""
+"""Authentication of incoming POSTs: specs/protocol.md, 'Order of checks' and 'Signatures'."""
 
 from __future__ import annotations
 

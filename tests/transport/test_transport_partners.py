@@ -1,4 +1,4 @@
-"""Partners and RFC 3986 endpoint normalization (CONTRACT §4)."""
+"""Partners and RFC 3986 endpoint normalization (specs/protocol.md, 'Transport')."""
 
 from __future__ import annotations
 

@@ -6,11 +6,13 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 
 import msgspec
+import pytest
 
 from synapse.types import (
     PROTOCOL_VERSION,
     Ack,
     AckPayload,
+    CountingIds,
     Heartbeat,
     HeartbeatPayload,
     MessageType,
@@ -19,6 +21,7 @@ from synapse.types import (
     TaskRequestPayload,
     TaskSpec,
     build_message,
+    build_message_now,
     build_reply,
     decode_head,
     decode_message,
@@ -34,7 +37,8 @@ BOB = Sender(agent_id="agent-bob", endpoint="https://bob.example.com/synapse/cal
 
 def _request() -> TaskRequest:
     task = TaskSpec(id=new_task_id(), type="echo", payload={"text": "你好"})
-    return build_message(TaskRequest, TaskRequestPayload(task=task), sender=ALICE, to="agent-bob")
+    payload = TaskRequestPayload(task=task)
+    return build_message_now(TaskRequest, payload, sender=ALICE, to="agent-bob")
 
 
 def test_build_message_fills_version_id_and_timestamp() -> None:
@@ -72,8 +76,9 @@ def test_explicit_id_and_timestamp_are_kept() -> None:
 
 def test_build_reply_answers_the_request() -> None:
     request = _request()
-    reply = build_reply(Ack, AckPayload(), request=request, sender=BOB)
-    assert reply.reply_to == request.id
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    reply = build_reply(Ack, AckPayload(), request=request, sender=BOB, timestamp=at)
+    assert reply.reply_to == request.id and reply.timestamp == at
     assert reply.to.agent_id == request.from_.agent_id
     assert reply.from_ == BOB
     assert reply.id != request.id
@@ -115,3 +120,18 @@ def test_decode_head_leaves_the_payload_raw_and_unchecked() -> None:
     assert head.type is MessageType.TASK_REQUEST
     assert isinstance(head.payload, msgspec.Raw)
     assert msgspec.json.decode(head.payload) == value["payload"]
+
+
+def test_build_message_has_no_wall_clock_fallback() -> None:
+    """The core's builder takes the time it is given and nothing else (`build_message_now` is
+    the edges' wall-clock variant)."""
+    with pytest.raises(TypeError):
+        build_message(Heartbeat, HeartbeatPayload(), sender=BOB, to="agent-alice")  # type: ignore[call-arg]
+    request = _request()
+    with pytest.raises(TypeError):
+        build_reply(Ack, AckPayload(), request=request, sender=BOB)  # type: ignore[call-arg]
+
+
+def test_counting_ids_are_deterministic() -> None:
+    ids = CountingIds("a")
+    assert [ids.message_id(), ids.message_id(), ids.task_id()] == ["msg-a1", "msg-a2", "task-a1"]

@@ -1,10 +1,10 @@
-"""Error codes and their HTTP statuses (CONTRACT §5)."""
+"""Error codes and their HTTP statuses (specs/protocol.md, 'Error codes')."""
 
 from __future__ import annotations
 
 from synapse.types import HTTP_STATUS, NACK_CODES, ErrorCode, SynapseError
 
-#: CONTRACT §5, the codes a nack carries, with their HTTP status.
+#: specs/protocol.md, 'Error codes', the codes a nack carries, with their HTTP status.
 CONTRACT_NACK_STATUS = {
     "message_format_invalid": 400,
     "invalid_params": 400,

@@ -1,4 +1,5 @@
-"""Each kind of malformed input is refused with its CONTRACT §5 code and says where."""
+"""Each kind of malformed input is refused with its specs/protocol.md, 'Error codes' code and says
+where."""
 
 from __future__ import annotations
 

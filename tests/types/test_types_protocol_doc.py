@@ -1,4 +1,4 @@
-"""specs/protocol.md names every message type, state and error code with the seed's spelling."""
+"""specs/protocol.md names every message type, state and error code with the protocol's spelling."""
 
 from __future__ import annotations
 
@@ -29,4 +29,4 @@ def test_every_error_code_is_described(code: ErrorCode) -> None:
 def test_links_to_the_generated_companions() -> None:
     for target in ("state-machine.md", "schema/", "examples/", "signature-vectors.json"):
         assert f"]({target})" in DOC
-    assert "canceled" not in DOC  # the seed spells it `cancelled`
+    assert "canceled" not in DOC  # the protocol spells it `cancelled`

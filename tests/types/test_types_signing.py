@@ -1,4 +1,4 @@
-"""HMAC-SHA256 signatures in header and body mode (CONTRACT §3)."""
+"""HMAC-SHA256 signatures in header and body mode (specs/protocol.md, 'Signatures')."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1060 @@
+"""`Router`: a host agent. It executes for its requesters by requesting from a pool of partners.
+
+    peer = Peer("hub", partners=[Partner("client", url, (secret,))])
+    router = Router(peer, PoolConfig.load("pool.toml"))
+    async with router:          # starts the peer, discovers the pool, refreshes it
+        ...                     # requesters' tasks now go to capable partners
+
+A task of type T that reaches the router's peer goes to a pool partner that offers T, is
+reachable and has room (least loaded per weight, or first in T's pin). If the partner refuses
+it before confirming (`task_reject` with `alternatives.suggested_agent_id` or `retry_after`,
+`rate_limited`, `capability_lacking`, a refused connection), the router tries the next
+candidate, within the task's deadline. Once a partner has accepted the task, the router never
+gives it to another one. Everything the partner asks (`task_need_info`, `task_need_human`)
+is asked of the original requester and its answers go back; progress is relayed; a cancel
+propagates; the final outcome is relayed once. See docs/routing.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import aiohttp
+import structlog
+
+from synapse.p2p.engine import TaskKey, Validation
+from synapse.p2p.handler import ExecutionContext, TaskFailure
+from synapse.p2p.protocol import MessageEvent, TaskHandle
+from synapse.p2p.sender import DeliveryError
+from synapse.p2p.states import Role
+from synapse.router.pool import Member, Pool, PoolConfig
+from synapse.router.sender import UNREACHABLE, RoutingSender
+from synapse.router.trust import CardVerifier, ResultCheck, judge_card, load_callable, same_origin
+from synapse.transport.partners import Partner
+from synapse.transport.peer import Peer
+from synapse.types import (
+    Capability,
+    DecidedBy,
+    DecisionAction,
+    ErrorCode,
+    Heartbeat,
+    HumanContext,
+    HumanDecisionPayload,
+    HumanOption,
+    LocalProtocolError,
+    MissingField,
+    Priority,
+    Reason,
+    SynapseError,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskState,
+    new_task_id,
+)
+
+if TYPE_CHECKING:
+    from synapse.a2a.client import A2AClient, A2ATaskHandle
+    from synapse.router.fanout import FanOutPlan
+
+log = structlog.get_logger("synapse.router")
+T = TypeVar("T")
+
+#: Reject codes after which the task goes to the next candidate (the partner ran nothing).
+FAILOVER_CODES = frozenset(
+    {
+        ErrorCode.RATE_LIMITED.value,
+        ErrorCode.CAPABILITY_LACKING.value,
+        ErrorCode.AGENT_NOT_READY.value,
+    }
+)
+#: `context.metadata` key of a sub-task: how many routers the task came through.
+HOPS_KEY = "route_hops"
+#: Upper bound of one wait for a busy partner's `retry_after`, so a refresh is noticed.
+_MAX_ROOM_WAIT = 5.0
+
+
+# --- what one attempt ended with ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Declined:
+    """The partner did not take the task (it runs nothing for it)."""
+
+    partner: str
+    code: str
+    message: str = ""
+    retry_after: float | None = None
+    suggested: str | None = None
+    unreachable: bool = False
+    #: The partner refused the request message itself (a `nack`: authentication, capacity,
+    #: draining …): nothing of the task reached its handler, so another partner may try.
+    refused: bool = False
+
+    @property
+    def fails_over(self) -> bool:
+        """Whether another partner should get the task (else the refusal is the outcome)."""
+        return (
+            self.code in FAILOVER_CODES
+            or self.suggested is not None
+            or self.retry_after is not None
+            or self.unreachable
+            or self.refused
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """How a routed task ended at the partner that accepted it."""
+
+    partner: str
+    state: TaskState
+    result: TaskResult | None = None
+    error: TaskError | None = None
+    #: The partners that declined it first, in order.
+    declined: tuple[Declined, ...] = ()
+    #: The sub-task's id at the partner (Synapse task id, or A2A task id).
+    remote_task_id: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.state is TaskState.COMPLETED
+
+
+# --- talking back to the original requester -----------------------------------------------------
+
+
+class Relay:
+    """The original task, as a routed sub-task talks to it: progress, questions, decisions.
+
+    Questions of concurrent sub-tasks (fan-out) are asked one at a time: the requester sees one
+    `task_need_info` or `task_need_human` after another.
+    """
+
+    def __init__(self, ctx: ExecutionContext, router: Router) -> None:
+        self.ctx = ctx
+        self.router = router
+        self._ask = asyncio.Lock()
+
+    @property
+    def task_id(self) -> str:
+        return self.ctx.task_id
+
+    @property
+    def deadline(self) -> datetime | None:
+        return self.ctx.task.deadline
+
+    @property
+    def priority(self) -> Priority:
+        return self.ctx.task.priority
+
+    def sub_context(self) -> TaskContext:
+        """The context of a sub-task: the requester's session and correlation, with
+        `parent_task_id` = this task. Its `metadata` stays here — it may hold what only the
+        router may see (an A2A requester's push tokens, say) — but for the hop count."""
+        original = self.ctx.context
+        return TaskContext(
+            session_id=original.session_id if original else None,
+            parent_task_id=self.ctx.task_id,
+            correlation_id=(original.correlation_id if original else None) or self.ctx.task_id,
+            metadata={HOPS_KEY: self.hops + 1},
+        )
+
+    @property
+    def hops(self) -> int:
+        """Routers the original task came through before this one."""
+        original = self.ctx.context
+        value = original.metadata.get(HOPS_KEY) if original is not None else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    async def progress(
+        self, progress: float | None = None, message: str = "", intermediate_result: Any = None
+    ) -> None:
+        # The original may wait for an answer meanwhile (a sibling part asked): skip it.
+        with contextlib.suppress(LocalProtocolError):
+            await self.ctx.progress(progress, message, intermediate_result)
+
+    async def need_info(
+        self,
+        missing_fields: Sequence[MissingField],
+        *,
+        question: str = "",
+        required_by: datetime | None = None,
+    ) -> dict[str, Any]:
+        async with self._ask:
+            return await self.ctx.need_info(
+                missing_fields, question=question, required_by=required_by
+            )
+
+    async def need_human(
+        self,
+        reason: Reason,
+        *,
+        context: HumanContext | None = None,
+        options: Sequence[HumanOption] = (),
+        escalation_level: int = 1,
+        deadline: datetime | None = None,
+    ) -> HumanDecisionPayload:
+        async with self._ask:
+            return await self.ctx.need_human(
+                reason,
+                context=context,
+                options=options,
+                escalation_level=escalation_level,
+                deadline=deadline,
+            )
+
+    def human_rejection(self) -> str | None:
+        """Why the original requester's person rejected the task, if that is why it stopped."""
+        rec = self.router.peer.protocol.engine.get(self.ctx.key)
+        if rec is None or rec.error is None:
+            return None
+        if rec.error.code == ErrorCode.PERMISSION_DENIED.value and rec.need_human is not None:
+            return rec.error.message
+        return None
+
+
+# --- the handler the router's peer runs ---------------------------------------------------------
+
+
+class RoutingHandler:
+    """The router's `TaskHandler`: it offers what its usable partners offer."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    def get_capabilities(self) -> Sequence[Capability]:
+        return self.router.capabilities()
+
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
+        # The engine has refused types nobody offers (`capability_lacking`); the partner
+        # judges the payload, and its questions reach the requester.
+        return Validation()
+
+    async def execute_task(
+        self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
+    ) -> TaskResult:
+        relay = Relay(ctx, self.router)
+        if relay.hops >= self.router.config.max_hops:
+            raise TaskFailure(
+                _error(
+                    ErrorCode.INVALID_PARAMS,
+                    f"the task came through {relay.hops} routers (max_hops): a routing loop?",
+                    recoverable=False,
+                )
+            )
+        plan = self.router.plans.get(task_type)
+        if plan is not None:
+            from synapse.router.fanout import run_plan
+
+            return await run_plan(self.router, relay, plan, payload)
+        routed = await self.router.route(relay, task_type, payload)
+        if routed.ok and routed.result is not None:
+            return routed.result
+        raise TaskFailure(routed.error or _error(ErrorCode.EXECUTION_FAILED, "no result"))
+
+
+def _error(
+    code: ErrorCode | str, message: str, *, recoverable: bool = True, **details: Any
+) -> TaskError:
+    return TaskError(
+        code=code.value if isinstance(code, ErrorCode) else code,
+        message=message,
+        recoverable=recoverable,
+        details=details or None,
+    )
+
+
+# --- the router ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _A2AMember:
+    url: str
+    token: str | None
+    require_signed: bool
+    allow_foreign_interface: bool
+    client: A2AClient | None = None
+
+
+@dataclass(slots=True)
+class _Commitments:
+    """Which partner accepted which (original task, part): never two for one."""
+
+    #: (requester, task id, part) → partner, oldest first; the last `keep` are kept (a
+    #: router runs for months: this must not grow without bound).
+    by_task: OrderedDict[tuple[str, str, int], str] = field(default_factory=OrderedDict)
+    keep: int = 10_000
+
+    def commit(self, key: tuple[str, str, int], partner: str) -> None:
+        held = self.by_task.get(key)
+        if held is not None:
+            raise LocalProtocolError(f"{key} was already accepted by {held}")
+        self.by_task[key] = partner
+        while len(self.by_task) > self.keep:
+            self.by_task.popitem(last=False)
+
+
+class Router:
+    """A host agent over `peer` and the pool `config` (see the module docstring)."""
+
+    def __init__(
+        self,
+        peer: Peer,
+        config: PoolConfig,
+        *,
+        card_verifier: CardVerifier | None = None,
+        result_check: ResultCheck | None = None,
+        plans: Mapping[str, FanOutPlan] | None = None,
+        handler_class: type[RoutingHandler] = RoutingHandler,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.peer = peer
+        self.config = config
+        self.pool = Pool.of(config)
+        self.clock = clock
+        self.card_verifier = card_verifier or (
+            load_callable(config.card_verifier, "card_verifier") if config.card_verifier else None
+        )
+        self.result_check = result_check or (
+            load_callable(config.result_check, "result_check") if config.result_check else None
+        )
+        self.plans: dict[str, FanOutPlan] = dict(plans or {})
+        self.commitments = _Commitments()
+        #: (requester, session id) → the partner of the session's last task (`sticky_sessions`).
+        self.sessions: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._capabilities: dict[str, dict[str, Capability]] = {}
+        self._a2a: dict[str, _A2AMember] = {}
+        for a in config.a2a:
+            required = (
+                a.require_signed_card
+                if a.require_signed_card is not None
+                else config.require_signed_cards
+            )
+            self._a2a[a.name] = _A2AMember(a.url, a.token, required, a.allow_foreign_interface)
+        for p in config.partner:
+            if p.agent_id in peer.partners and peer.partners[p.agent_id].endpoint != p.endpoint:
+                raise ValueError(f"{p.agent_id!r} is registered with another endpoint")
+            peer.partners.add(Partner(p.agent_id, p.endpoint, tuple(p.secrets)))
+        self.sender = RoutingSender(
+            peer.client,
+            peer.partners,
+            mode=peer.signing_mode,
+            is_pool_partner=lambda name: self.pool.get(name) is not None,
+            request_retries=config.request_retries,
+            on_unreachable=self._lost,
+            abandoned=self._abandoned,
+        )
+        self.handler = handler_class(self)
+        peer.handler = self.handler
+        try:
+            protocol = peer.protocol
+        except LocalProtocolError:
+            peer.protocol_hooks.append(self._bind)  # bound when the peer starts
+        else:
+            self._bind(protocol)  # the peer runs already
+        self._session: aiohttp.ClientSession | None = None
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._refresh_wanted = asyncio.Event()
+        self._due: set[str] = set()
+        #: Set whenever the pool's picture changes (a refresh, a sub-task ending).
+        self._changed = asyncio.Event()
+        self._started_peer = False
+        self.refreshes = 0
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def _bind(self, protocol: Any) -> None:
+        # Until the pool is first discovered the router knows no partner: new tasks get 503
+        # `agent_not_ready` ("starting"), which requesters retry, not `capability_lacking`.
+        protocol.engine.ready = False
+        protocol.set_task_handler(self.handler)
+        protocol.set_callback_sender(self.sender)
+        protocol.observers.append(self._observe)
+        self.sender.own = protocol.agent_endpoint()
+
+    def _observe(self, event: MessageEvent) -> None:
+        """Every heartbeat a pool partner sends or answers updates its load and status: the
+        engine heartbeats partners while tasks are in flight, so the picture stays current
+        between refreshes."""
+        message = event.message
+        if event.direction not in ("in", "reply_in") or not isinstance(message, Heartbeat):
+            return
+        member = self.pool.get(event.partner)
+        if member is not None:
+            member.status = message.payload.status
+            member.remote_active = message.payload.active_tasks
+            self._changed.set()  # it may have room now
+
+    async def start(self) -> None:
+        """Start the peer (unless it runs already), discover the pool, refresh it from now on."""
+        try:
+            self.peer.protocol  # noqa: B018 - started already?
+        except LocalProtocolError:
+            await self.peer.start()
+            self._started_peer = True
+        self._session = aiohttp.ClientSession()
+        await self._cancel_orphans()
+        await self.refresh()
+        self.peer.protocol.engine.ready = True
+        self._refresh_task = asyncio.create_task(self._refresh_loop(), name="synapse-router")
+        log.info("router_started", agent_id=self.peer.agent_id, pool=self.status())
+
+    async def _cancel_orphans(self) -> None:
+        """Cancel sub-tasks whose original task is over: after a restart with a durable store
+        the engine failed the tasks this router was routing ("interrupted by restart"), and
+        their partners must not go on with them for nobody."""
+        protocol = self.peer.protocol
+        engine = protocol.engine
+        live = {
+            rec.task_id
+            for rec in engine.tasks.values()
+            if rec.role is Role.EXECUTOR and not rec.is_final
+        }
+        for key, rec in list(engine.tasks.items()):
+            parent = rec.context.parent_task_id if rec.context is not None else None
+            if (
+                rec.role is Role.REQUESTER
+                and not rec.is_final
+                and rec.partner in self.pool
+                and parent is not None
+                and parent not in live
+            ):
+                handle = protocol.handle(key)
+                if handle is not None:
+                    log.info("route_orphan_cancelled", task_id=rec.task_id, partner=rec.partner)
+                    await handle.cancel("the task it was part of has ended")
+
+    async def close(self) -> None:
+        if self._refresh_task is not None:
+            self._refresh_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresh_task
+            self._refresh_task = None
+        if self._started_peer:
+            await self.peer.close()
+            self._started_peer = False
+        await self.sender.close()
+        for member in self._a2a.values():
+            if member.client is not None:
+                await member.client.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> Router:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- what the router offers -----------------------------------------------------------------
+
+    def capabilities(self) -> list[Capability]:
+        """Every task type a usable partner offers (their descriptions), and the fan-out plans."""
+        now = self.clock()
+        found: dict[str, Capability] = {}
+        for task_type in sorted(self.pool.task_types(now)):
+            for member in self.pool.capable(task_type, now):
+                cap = self._capabilities.get(member.name, {}).get(task_type)
+                if cap is not None:
+                    found.setdefault(task_type, cap)
+            found.setdefault(task_type, Capability(name=task_type))
+        for task_type, plan in self.plans.items():
+            found[task_type] = Capability(name=task_type, description=plan.description)
+        return [found[name] for name in sorted(found)]
+
+    def status(self) -> list[dict[str, Any]]:
+        now = self.clock()
+        return [m.view(now) for m in self.pool.members.values()]
+
+    # --- discovery ----------------------------------------------------------------------------
+
+    async def refresh(self, names: Sequence[str] | None = None) -> None:
+        """Ask every partner (or those named) what it offers and how busy it is."""
+        members = [m for m in self.pool.members.values() if names is None or m.name in set(names)]
+        await asyncio.gather(*(self._refresh_one(m) for m in members))
+        self.refreshes += 1
+        self._changed.set()
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(
+                    self._refresh_wanted.wait(), timeout=self.config.refresh_interval
+                )
+            except TimeoutError:
+                names: list[str] | None = None
+            else:
+                names = sorted(self._due)
+            self._refresh_wanted.clear()
+            self._due.clear()
+            try:
+                await self.refresh(names)
+            except Exception as exc:  # one bad partner must not end the refreshes
+                log.exception("route_refresh_failed", error=repr(exc))
+
+    def _abandoned(self, task_id: str) -> bool:
+        """A sub-task whose request we answered as unreachable (it ended `rejected`)."""
+        rec = self.peer.protocol.engine.get(TaskKey(self.peer.agent_id, task_id))
+        return rec is None or rec.state is TaskState.REJECTED
+
+    def _lost(self, name: str) -> None:
+        """`name` failed: mark it unreachable and refresh it soon."""
+        member = self.pool.get(name)
+        if member is not None:
+            member.reachable = False
+            member.note = "unreachable"
+        self._due.add(name)
+        self._refresh_wanted.set()
+
+    async def _refresh_one(self, member: Member) -> None:
+        member.last_refresh = self.clock()
+        try:
+            if member.kind == "synapse":
+                await self._refresh_synapse(member)
+            else:
+                await self._refresh_a2a(member)
+        except Exception as exc:
+            if member.reachable:
+                log.warning("route_partner_lost", partner=member.name, error=str(exc))
+            member.reachable = False
+            member.note = f"refresh failed: {exc}"
+            return
+        if member.note:
+            log.info("route_partner_back", partner=member.name)
+        member.reachable = True
+        member.note = ""
+
+    async def _refresh_synapse(self, member: Member) -> None:
+        protocol = self.peer.protocol
+        try:
+            caps = await protocol.query_capabilities(member.name)
+            heartbeat, _ = await protocol.ping(member.name)
+        except (DeliveryError, SynapseError) as exc:
+            raise RuntimeError(str(exc)) from exc
+        if caps.agent_id != member.name:
+            raise RuntimeError(f"capability_response names {caps.agent_id!r}")
+        self._capabilities[member.name] = {c.name: c for c in caps.capabilities}
+        member.offers = frozenset(c.name for c in caps.capabilities)
+        member.max_concurrent = caps.max_concurrent_tasks or None
+        member.status = heartbeat.status
+        member.remote_active = heartbeat.active_tasks
+
+    async def _refresh_a2a(self, member: Member) -> None:
+        from synapse.a2a import wire
+        from synapse.a2a.client import A2AClient, parse_card
+
+        spec = self._a2a[member.name]
+        url = (
+            spec.url if spec.url.endswith(".json") else spec.url.rstrip("/") + wire.AGENT_CARD_PATH
+        )
+        assert self._session is not None
+        async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as response:
+            if response.status != 200:
+                raise RuntimeError(f"no agent card at {url}: HTTP {response.status}")
+            raw = await response.read()
+        verdict = judge_card(raw, required=spec.require_signed, verifier=self.card_verifier)
+        if not verdict.accepted:
+            member.offers = frozenset()
+            log.warning("route_card_refused", partner=member.name, reason=verdict.reason)
+            raise RuntimeError(f"card refused: {verdict.reason}")
+        card = parse_card(raw)
+        interface = card.interface(wire.JSONRPC_BINDING)
+        if interface is None:
+            raise RuntimeError("the card offers no A2A 1.x JSON-RPC interface")
+        if not spec.allow_foreign_interface and not same_origin(interface.url, spec.url):
+            member.offers = frozenset()
+            raise RuntimeError(f"card points to another origin: {interface.url}")
+        if spec.client is None:
+            spec.client = A2AClient(spec.url, token=spec.token, config=self.peer.config)
+        # The card just judged is the one used: never a second fetch that could differ.
+        spec.client.card, spec.client.rpc_url = card, interface.url
+        self._capabilities[member.name] = {
+            s.id: Capability(name=s.id, description=s.description) for s in card.skills
+        }
+        member.offers = frozenset(s.id for s in card.skills)
+
+    # --- routing --------------------------------------------------------------------------------
+
+    async def route(
+        self,
+        relay: Relay,
+        task_type: str,
+        payload: Mapping[str, Any],
+        *,
+        part: int = 0,
+        prefer: str | None = None,
+        avoid: Sequence[str] = (),
+    ) -> Routed:
+        """Run one task at one partner, failing over until one accepts it (see the module doc).
+
+        `prefer` is tried first when it has room; `avoid` only when nothing else can (fan-out
+        spreads its parts so). Returns how the task ended at the partner that accepted it, or
+        a failed `Routed` (no partner, `partner` empty) when none did in time.
+        """
+        deadline = relay.deadline
+        give_up_at = (
+            deadline.timestamp()
+            if deadline is not None
+            else self.clock() + self.config.failover_timeout
+        )
+        declined: list[Declined] = []
+        # Never back to whoever asked (a pool partner may also be a requester).
+        excluded: set[str] = {relay.ctx.requester}
+        session = self._session_key(relay, part)
+        suggested = prefer or (self.sessions.get(session) if session else None)
+        while True:
+            now = self.clock()
+            member = self._pick(task_type, now, excluded, suggested, avoid)
+            suggested = None
+            if member is None:
+                # Capable partners that are only full (or asked us to wait) get a chance until
+                # the deadline: a task ending, a heartbeat or a refresh may make room.
+                full = any(m.reachable for m in self.pool.capable(task_type, now, excluded))
+                if now >= give_up_at or not full:
+                    return self._nobody(task_type, declined, timed_out=now >= give_up_at)
+                wake = self.pool.next_room(task_type, now, excluded)
+                await self._wait_for_change(min(wake or give_up_at, give_up_at) - now)
+                continue
+            outcome = await self._attempt(member, relay, task_type, payload, part)
+            if isinstance(outcome, Routed):
+                return Routed(
+                    outcome.partner,
+                    outcome.state,
+                    outcome.result,
+                    outcome.error,
+                    tuple(declined),
+                    outcome.remote_task_id,
+                )
+            declined.append(outcome)
+            log.info(
+                "route_declined",
+                task_id=relay.task_id,
+                partner=member.name,
+                code=outcome.code,
+                retry_after=outcome.retry_after,
+                suggested=outcome.suggested,
+            )
+            self._learn(member, task_type, outcome, now)
+            if not outcome.retry_after or outcome.retry_after <= 0 or outcome.unreachable:
+                excluded.add(member.name)  # (a `retry_after` of 0 would loop at once)
+            if outcome.suggested is not None:
+                if outcome.suggested in self.pool:
+                    suggested = outcome.suggested
+                else:
+                    log.warning(
+                        "route_suggestion_ignored",
+                        task_id=relay.task_id,
+                        suggested=outcome.suggested,
+                        reason="not in the pool",
+                    )
+            if not outcome.fails_over:
+                # The partner judged the task itself (invalid_params, a past deadline):
+                # another one would too. Its reason is the outcome.
+                return Routed(
+                    "",
+                    TaskState.FAILED,
+                    error=_error(outcome.code, outcome.message, recoverable=False),
+                    declined=tuple(declined),
+                )
+
+    def _pick(
+        self,
+        task_type: str,
+        now: float,
+        excluded: set[str],
+        suggested: str | None,
+        avoid: Sequence[str],
+    ) -> Member | None:
+        if suggested is not None:
+            # Only a pool member that may take this type (pins included) and has room.
+            for member in self.pool.capable(task_type, now, excluded):
+                if member.name == suggested and member.has_room(now):
+                    return member
+        if avoid:
+            choice = self.pool.choose(task_type, now, excluded | set(avoid))
+            if choice is not None:
+                return choice
+        return self.pool.choose(task_type, now, excluded)
+
+    def _learn(self, member: Member, task_type: str, declined: Declined, now: float) -> None:
+        if declined.retry_after is not None:
+            member.busy_until = max(member.busy_until, now + declined.retry_after)
+        if declined.code == ErrorCode.CAPABILITY_LACKING.value:
+            member.offers = member.offers - {task_type}  # its card or answer was stale
+            self._due.add(member.name)
+            self._refresh_wanted.set()
+        if declined.unreachable:
+            self._lost(member.name)
+
+    def _nobody(self, task_type: str, declined: list[Declined], *, timed_out: bool) -> Routed:
+        if timed_out:
+            code, text = ErrorCode.EXECUTION_TIMEOUT.value, "no partner accepted it in time"
+        elif declined:
+            code, text = declined[-1].code, "every capable partner declined it"
+        else:
+            code, text = ErrorCode.CAPABILITY_LACKING.value, f"no usable partner offers {task_type}"
+        tried = [{"partner": d.partner, "code": d.code} for d in declined]
+        return Routed(
+            "",
+            TaskState.FAILED,
+            error=_error(code, text, recoverable=True, declined=tried),
+            declined=tuple(declined),
+        )
+
+    async def _wait_for_change(self, timeout: float) -> None:
+        """Until the pool changes (a refresh, a task ending) or `timeout` (a `retry_after`)."""
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), max(0.0, min(timeout, _MAX_ROOM_WAIT)))
+
+    async def _attempt(
+        self, member: Member, relay: Relay, task_type: str, payload: Mapping[str, Any], part: int
+    ) -> Routed | Declined:
+        member.in_flight += 1
+        try:
+            if member.kind == "synapse":
+                return await self._attempt_synapse(member, relay, task_type, payload, part)
+            return await self._attempt_a2a(member, relay, task_type, payload, part)
+        finally:
+            member.in_flight -= 1
+            self._changed.set()
+
+    def _session_key(self, relay: Relay, part: int) -> tuple[str, str] | None:
+        """The session a task belongs to, for `sticky_sessions` (fan-out parts spread)."""
+        context = relay.ctx.context
+        if not self.config.sticky_sessions or part or context is None or not context.session_id:
+            return None
+        return (relay.ctx.requester, context.session_id)
+
+    def _commit(self, member: Member, relay: Relay, part: int) -> None:
+        self.commitments.commit((relay.ctx.requester, relay.task_id, part), member.name)
+        session = self._session_key(relay, part)
+        if session is not None:
+            self.sessions[session] = member.name
+            self.sessions.move_to_end(session)
+            while len(self.sessions) > self.commitments.keep:
+                self.sessions.popitem(last=False)
+        member.confirmed += 1
+        log.info("route_accepted", task_id=relay.task_id, part=part, partner=member.name)
+
+    def _checked(self, member: Member, task_type: str, routed: Routed) -> Routed:
+        """Apply the pool's result check; quarantine a partner that keeps failing it."""
+        if self.result_check is None or not routed.ok or routed.result is None:
+            return routed
+        try:
+            ok = bool(self.result_check(task_type, routed.result))
+        except Exception as exc:
+            log.warning("route_result_check_raised", partner=member.name, error=repr(exc))
+            ok = False
+        if ok:
+            return routed
+        member.failed_checks += 1
+        if member.failed_checks >= self.config.quarantine_after:
+            span = self.config.quarantine_for
+            member.quarantined_until = self.clock() + span if span else float("inf")
+            member.note = "quarantined: results failed the pool's check"
+            log.warning("route_partner_quarantined", partner=member.name, task_type=task_type)
+        error = _error(
+            ErrorCode.EXECUTION_FAILED,
+            f"the result of {member.name} failed the router's check",
+            partner=member.name,
+        )
+        return Routed(member.name, TaskState.FAILED, None, error, (), routed.remote_task_id)
+
+    # --- Synapse partners -----------------------------------------------------------------------
+
+    async def _attempt_synapse(
+        self, member: Member, relay: Relay, task_type: str, payload: Mapping[str, Any], part: int
+    ) -> Routed | Declined:
+        handle = await self.peer.protocol.submit(
+            member.name,
+            task_type,
+            payload,
+            task_id=new_task_id(),
+            priority=relay.priority,
+            deadline=relay.deadline,
+            context=relay.sub_context(),
+        )
+        accepted = False
+        try:
+            async for event in handle:
+                kind, message = event.kind, event.message
+                if not accepted:
+                    if kind == "p2p:task_reject" and message is not None:
+                        reject: Any = message.payload
+                        alternatives = reject.alternatives
+                        return Declined(
+                            member.name,
+                            reject.reason.code,
+                            reject.reason.message,
+                            retry_after=alternatives.retry_after if alternatives else None,
+                            suggested=alternatives.suggested_agent_id if alternatives else None,
+                        )
+                    if kind == "refused" and handle.state.is_final:
+                        nack = handle.record.refusal
+                        details = (nack.details or {}) if nack else {}
+                        return Declined(
+                            member.name,
+                            nack.code if nack else "refused",
+                            nack.message if nack else event.detail,
+                            unreachable=details.get("reason") == UNREACHABLE,
+                            refused=True,
+                        )
+                    if kind.startswith("p2p:"):
+                        accepted = True
+                        self._commit(member, relay, part)
+                await self._relay_synapse(member, relay, handle, kind, message)
+            outcome = await handle
+        except asyncio.CancelledError:
+            await self._stop_synapse(handle, relay)
+            raise
+        routed = Routed(
+            member.name, outcome.state, outcome.result, outcome.error, (), handle.task_id
+        )
+        if outcome.state is TaskState.CANCELLED and outcome.error is None:
+            error = _error(ErrorCode.EXECUTION_FAILED, f"{member.name} cancelled the task")
+            routed = Routed(member.name, TaskState.FAILED, None, error, (), handle.task_id)
+        return self._checked(member, handle.record.task.type, routed)
+
+    async def _relay_synapse(
+        self, member: Member, relay: Relay, handle: TaskHandle, kind: str, message: Any
+    ) -> None:
+        payload: Any = message.payload if message is not None else None
+        if kind == "p2p:task_status_update":
+            await relay.progress(payload.progress, payload.message, payload.intermediate_result)
+        elif kind == "p2p:task_need_info":
+            fields = await _unless_settled(
+                handle,
+                relay.need_info(
+                    payload.missing_fields,
+                    question=payload.question,
+                    required_by=payload.required_by,
+                ),
+            )
+            if fields is not None:
+                await handle.provide_info(fields)
+        elif kind == "p2p:task_need_human":
+            decision = await _unless_settled(
+                handle,
+                relay.need_human(
+                    payload.reason,
+                    context=payload.context,
+                    options=payload.options,
+                    escalation_level=payload.escalation_level,
+                    deadline=payload.deadline,
+                ),
+            )
+            if decision is None:
+                return
+            await handle.decide(
+                DecisionAction.APPROVE,
+                approved_fields=decision.decision.approved_fields,
+                notes=decision.notes,
+                decided_by=decision.decided_by,
+            )
+        elif kind == "partner_unreachable" and handle.state is not TaskState.PENDING:
+            # It accepted the task and went silent: it may still be running it, so the
+            # task is not given to anyone else. Withdraw it and say so.
+            self._lost(member.name)
+            await handle.cancel("the partner became unreachable")
+            raise TaskFailure(
+                _error(
+                    ErrorCode.EXECUTION_FAILED,
+                    f"{member.name} became unreachable after accepting the task; "
+                    "it is not run elsewhere",
+                    partner=member.name,
+                )
+            )
+
+    async def _stop_synapse(self, handle: TaskHandle, relay: Relay) -> None:
+        """The original task stopped: pass it on (a person's rejection, else a cancel)."""
+        if handle.state.is_final:
+            return
+        rejected = relay.human_rejection()
+        if rejected is not None and handle.record.need_human_id is not None:
+            with contextlib.suppress(LocalProtocolError):
+                await handle.decide(
+                    DecisionAction.REJECT,
+                    rejection_reason=rejected,
+                    decided_by=DecidedBy(user_id=relay.ctx.requester),
+                )
+                return
+        await handle.cancel("the original task was cancelled")
+
+    # --- A2A partners ---------------------------------------------------------------------------
+
+    async def _attempt_a2a(
+        self, member: Member, relay: Relay, task_type: str, payload: Mapping[str, Any], part: int
+    ) -> Routed | Declined:
+        from synapse.a2a.errors import A2AError
+
+        client = self._a2a[member.name].client
+        if client is None:
+            return Declined(
+                member.name, ErrorCode.AGENT_NOT_READY.value, "no card", unreachable=True
+            )
+        try:
+            handle = await client.send(message=_a2a_message(relay, task_type, payload))
+        except A2AError as exc:
+            unreachable = isinstance(exc.__cause__, aiohttp.ClientConnectionError | TimeoutError)
+            return Declined(
+                member.name,
+                ErrorCode.AGENT_NOT_READY.value if unreachable else f"a2a:{exc.code}",
+                exc.message,
+                unreachable=True,  # an agent that errs on a new message is not used again now
+            )
+        try:
+            return await self._follow_a2a(member, relay, handle, task_type, part)
+        except asyncio.CancelledError:
+            await self._stop_a2a(handle, relay)
+            raise
+        finally:
+            await handle.close()
+
+    async def _follow_a2a(
+        self, member: Member, relay: Relay, handle: A2ATaskHandle, task_type: str, part: int
+    ) -> Routed | Declined:
+        from synapse.a2a import wire
+
+        accepted = False
+        answered: set[str] = set()
+        async for event in handle:
+            if not accepted:
+                if event.state == wire.REJECTED:
+                    return _a2a_declined(member.name, event.text, event.data)
+                accepted = True
+                self._commit(member, relay, part)
+            if event.state == wire.WORKING and event.kind == "status_update":
+                data = event.data if isinstance(event.data, dict) else {}
+                await relay.progress(
+                    _percent(data.get("progress")), event.text, data.get("intermediate_result")
+                )
+            elif event.state == wire.INPUT_REQUIRED:
+                question = handle.status_message
+                marker = question.message_id if question is not None else ""
+                if marker in answered:
+                    continue
+                answered.add(marker)
+                await self._answer_a2a(relay, handle, event.text, event.data, question)
+        outcome = await handle
+        routed = Routed(
+            member.name, outcome.state, outcome.result, outcome.error, (), handle.task_id
+        )
+        return self._checked(member, task_type, routed)
+
+    async def _answer_a2a(
+        self, relay: Relay, handle: A2ATaskHandle, text: str, data: Any, question: Any
+    ) -> None:
+        needs = (question.metadata or {}).get("synapse_needs") if question is not None else None
+        data = data if isinstance(data, dict) else {}
+        if needs == "human_decision":
+            reason = data.get("reason") if isinstance(data.get("reason"), dict) else {}
+            decision = await relay.need_human(
+                Reason(code=str(reason.get("code") or "a2a_input_required"), message=text)
+            )
+            await handle.approve(decision.decision.approved_fields, notes=decision.notes)
+            return
+        listed = data.get("missing_fields")
+        fields: list[MissingField] = []
+        if isinstance(listed, list):
+            fields = [
+                MissingField(
+                    field=str(f["field"]),
+                    reason=str(f.get("reason") or ""),
+                    suggested_value=f.get("suggested_value"),
+                    alternatives=list(alternatives)
+                    if isinstance(alternatives := f.get("alternatives"), list)
+                    else [],
+                )
+                for f in listed
+                if isinstance(f, dict) and f.get("field")
+            ]
+        if fields:
+            answer = await relay.need_info(fields, question=text)
+            await handle.provide_info(answer)
+            return
+        # Another agent's free-text question: one field, `answer`, sent back as text.
+        answer = await relay.need_info(
+            [MissingField(field="answer", reason=text or "the agent asks for input")],
+            question=text,
+        )
+        await handle.reply(str(answer.get("answer", "")))
+
+    async def _stop_a2a(self, handle: A2ATaskHandle, relay: Relay) -> None:
+        from synapse.a2a.errors import A2AError
+
+        if handle.settled:
+            return
+        rejected = relay.human_rejection()
+        with contextlib.suppress(A2AError, TimeoutError):
+            if rejected is not None:
+                await asyncio.wait_for(handle.reject(rejected), 10)
+            else:
+                await asyncio.wait_for(handle.cancel("the original task was cancelled"), 10)
+
+
+async def _unless_settled(handle: TaskHandle, ask: Awaitable[T]) -> T | None:
+    """`ask` (a question to the original requester), unless the partner ends the task first
+    (it timed out waiting, say): then None, and the question is withdrawn."""
+    asking = asyncio.ensure_future(ask)
+    ended = asyncio.ensure_future(handle.result())
+    try:
+        await asyncio.wait({asking, ended}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not asking.done():
+            asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asking
+        ended.cancel()
+    return asking.result() if not asking.cancelled() else None
+
+
+def _percent(value: Any) -> float | None:
+    """Another agent's progress figure, if it is one (a number from 0 to 100)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 100:
+        return float(value)
+    return None
+
+
+def _a2a_message(relay: Relay, task_type: str, payload: Mapping[str, Any]) -> Any:
+    """The A2A message of a routed task: the payload as a data part, the task type and the
+    original task's id (`parent_task_id`) in its metadata."""
+    from synapse.a2a import mapping, wire
+
+    return wire.Message(
+        message_id=mapping.new_id(),
+        role=wire.ROLE_USER,
+        parts=[wire.data_part(dict(payload))],
+        metadata={mapping.TASK_TYPE_KEY: task_type, "parent_task_id": relay.task_id},
+    )
+
+
+def _a2a_declined(partner: str, text: str, data: Any) -> Declined:
+    """A REJECTED A2A task: `<code>: <message>` and `{"reason", "alternatives"}` from a
+    Synapse agent, anything from others."""
+    data = data if isinstance(data, dict) else {}
+    reason = data.get("reason") if isinstance(data.get("reason"), dict) else {}
+    alternatives = data.get("alternatives") if isinstance(data.get("alternatives"), dict) else {}
+    code = str(reason.get("code") or text.partition(":")[0].strip() or "rejected")
+    retry_after = alternatives.get("retry_after")
+    suggested = alternatives.get("suggested_agent_id")
+    return Declined(
+        partner,
+        code,
+        str(reason.get("message") or text),
+        retry_after=float(retry_after) if isinstance(retry_after, int | float) else None,
+        suggested=str(suggested) if isinstance(suggested, str) else None,
+    )
+
+
+__all__ = ["FAILOVER_CODES", "Declined", "Relay", "Routed", "Router", "RoutingHandler"]
