@@ -1,6 +1,6 @@
 """Run every benchmark, print their tables and write `docs/benchmarks.md` with its chart.
 
-    python -m benchmarks [--quick] [--only codec,e2e,memory,timers,a2a_sdk] [--no-write]
+    python -m benchmarks [--quick] [--only codec,e2e,memory,timers,a2a_sdk,a2a_memory] [--no-write]
 
 The full run takes about four minutes (the timer benchmark alone watches 10,000 idle tasks
 for 30 s). `--quick` runs each benchmark with its smallest setting, in well under a minute,
@@ -15,22 +15,24 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import a2a_sdk, codec, e2e, memory, report, timers
+from benchmarks import a2a_memory, a2a_sdk, codec, e2e, memory, report, timers
 from benchmarks._common import ROOT, Section, machine, quiet_logging
 
 FULL: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=6.0),
-    "e2e": lambda: e2e.run(seconds=4.0, warmup=1.0, rounds=2),
+    "e2e": lambda: e2e.run(seconds=4.0, warmup=1.0, rounds=3, compare=True),
     "memory": lambda: memory.run((10_000, 100_000), 10_000),
     "timers": lambda: timers.run(tasks=10_000, seconds=30.0),
     "a2a_sdk": lambda: a2a_sdk.run(seconds=4.0, warmup=1.0, rounds=1),
+    "a2a_memory": lambda: a2a_memory.run(tasks=3000),
 }
 QUICK: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=0.3),
-    "e2e": lambda: e2e.run(seconds=0.4, warmup=0.2, rounds=1),
+    "e2e": lambda: e2e.run(seconds=0.4, warmup=0.2, rounds=1, sweep=(1,)),
     "memory": lambda: memory.run((1_000,), 1_000),
     "timers": lambda: timers.run(tasks=500, seconds=1.0),
     "a2a_sdk": lambda: a2a_sdk.run(seconds=0.4, warmup=0.2),
+    "a2a_memory": lambda: a2a_memory.run(tasks=50),
 }
 
 #: What the figures mean beyond the tables: written once the targets were measured.

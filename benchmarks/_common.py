@@ -24,8 +24,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 
@@ -197,26 +195,19 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "versions": versions(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        # The machine is shared: how busy it was when the run began (1, 5, 15 min).
+        "load": [round(x, 2) for x in os.getloadavg()],
     }
 
 
 # --- logging ----------------------------------------------------------------------------------
 
 
-def quiet_logging(level: int = logging.WARNING, *, cache: bool = True, stdlib: bool = True) -> None:
-    """structlog filtered at `level` (warnings and errors still go to stderr), for a process
-    of its own (a worker, a command line): the benchmarks measure the protocol, not log
-    rendering."""
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=cache,
-    )
+def quiet_logging(level: int = logging.WARNING, *, stdlib: bool = True) -> None:
+    """Synapse's loggers at `level` (warnings and errors still go to stderr), for a process of
+    its own (a worker, a command line): the benchmarks measure the protocol, not log
+    rendering. (The library is quiet by default already; this makes it explicit.)"""
+    logging.getLogger("synapse").setLevel(level)
     if stdlib:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 
@@ -224,13 +215,14 @@ def quiet_logging(level: int = logging.WARNING, *, cache: bool = True, stdlib: b
 @contextlib.contextmanager
 def quiet_structlog() -> Iterator[None]:
     """`quiet_logging` for a while, in a process that is not ours (a test): the previous
-    configuration comes back afterwards, and no logger is cached meanwhile."""
-    previous = structlog.get_config()
-    quiet_logging(cache=False, stdlib=False)
+    level comes back afterwards."""
+    synapse_logger = logging.getLogger("synapse")
+    previous = synapse_logger.level
+    quiet_logging(stdlib=False)
     try:
         yield
     finally:
-        structlog.configure(**previous)
+        synapse_logger.setLevel(previous)
 
 
 # --- child processes ----------------------------------------------------------------------------

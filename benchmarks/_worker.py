@@ -12,6 +12,7 @@ Roles:
 - `http-client`: aiohttp POSTing a fixed body to a URL (the ceiling's client), or A2A
   `SendMessage` JSON-RPC calls (`--jsonrpc`), at a given concurrency.
 - `sdk-server`: an echo agent built with the official A2A SDK (Starlette + uvicorn).
+- `floor-executor`, `floor-requester`: the floor of `benchmarks.floor`.
 
 Each prints one JSON line once it accepts connections, then answers each JSON command read
 from stdin (`load`, `stats`, `cpu`, `quit`, ...) with one JSON line.
@@ -31,6 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+from benchmarks import floor
 from benchmarks._common import HOST, answer, percentile, quiet_logging, read_commands
 
 PATH = "/synapse/callback"
@@ -452,7 +454,15 @@ def run_sdk_server(args: argparse.Namespace) -> None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks._worker")
     parser.add_argument(
-        "role", choices=["synapse-peer", "bare-server", "http-client", "sdk-server"]
+        "role",
+        choices=[
+            "synapse-peer",
+            "bare-server",
+            "http-client",
+            "sdk-server",
+            "floor-executor",
+            "floor-requester",
+        ],
     )
     parser.add_argument("--agent-id", default="agent-e")
     parser.add_argument("--port", type=int, default=0)
@@ -464,6 +474,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heartbeat-interval", type=float, default=30.0)
     parser.add_argument("--task-timeout", type=float, default=300.0)
     parser.add_argument("--max-concurrent-tasks", type=int, default=100)
+    parser.add_argument("--connections", type=int, default=0, help="client pool, 0: unlimited")
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop's event loop")
+    parser.add_argument(
+        "--log-file", default=None, help="log as `synapse serve` does by default (info), here"
+    )
     return parser.parse_args(argv)
 
 
@@ -471,15 +486,26 @@ ROLES: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {
     "synapse-peer": synapse_peer,
     "bare-server": bare_server,
     "http-client": http_client,
+    "floor-executor": floor.floor_executor,
+    "floor-requester": floor.floor_requester,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     quiet_logging()
+    if args.log_file:
+        from synapse.cli.logs import configure_logging
+
+        configure_logging(stream=open(args.log_file, "a"))  # noqa: SIM115 (the process's)
     with contextlib.suppress(KeyboardInterrupt):
         if args.role == "sdk-server":
             run_sdk_server(args)
+        elif args.uvloop:
+            import uvloop
+
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(ROLES[args.role](args))
         else:
             asyncio.run(ROLES[args.role](args))
 

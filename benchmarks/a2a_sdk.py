@@ -20,7 +20,9 @@ part, blocking until the task is `TASK_STATE_COMPLETED`.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from benchmarks._common import Child, Section, Table, children, free_port, ms, rate, ratio
@@ -47,25 +49,28 @@ def run(
     rounds: int = 1,
 ) -> Section:
     started = time.monotonic()
-    sdk_port, e_port, r_port = free_port(), free_port(), free_port()
+    sdk_port, e_port, r_port, l_port = free_port(), free_port(), free_port(), free_port()
+    log_file = Path(tempfile.mkdtemp(prefix="synapse-a2a-")) / "a2a.log"
+    # The A2A binding again, logging as `synapse serve --a2a` does by default (info, a file).
+    l_spec = ("synapse-peer", "--agent-id", "agent-l", "--port", str(l_port), "--a2a")
+    l_spec += ("--log-file", str(log_file))
     e_spec = ("synapse-peer", "--agent-id", "agent-e", "--port", str(e_port), "--a2a")
     e_spec += ("--peer", f"agent-r={_url(r_port)}", "--secret", SECRET)
     r_spec = ("synapse-peer", "--agent-id", "agent-r", "--port", str(r_port))
     r_spec += ("--peer", f"agent-e={_url(e_port)}", "--secret", SECRET)
     results: dict[int, dict[str, dict[str, Any]]] = {}
-    with children(("sdk-server", "--port", str(sdk_port)), e_spec, r_spec, ("http-client",)) as (
-        sdk,
-        _e,
-        r,
-        client,
-    ):
+    with children(
+        ("sdk-server", "--port", str(sdk_port)), e_spec, r_spec, l_spec, ("http-client",)
+    ) as (sdk, _e, r, _l, client):
         sdk_url, a2a_url = sdk.ready["url"], f"http://127.0.0.1:{e_port}/a2a"
+        logged_url = f"http://127.0.0.1:{l_port}/a2a"
         for c in concurrencies:
-            runs: dict[str, list[dict[str, Any]]] = {"sdk": [], "a2a": [], "synapse": []}
+            runs: dict[str, list[dict[str, Any]]] = {k: [] for k in LABELS}
             common = {"concurrency": c, "seconds": seconds, "warmup": warmup}
             for _ in range(rounds):
                 runs["sdk"].append(_load(client, url=sdk_url, jsonrpc=True, **common))
                 runs["a2a"].append(_load(client, url=a2a_url, jsonrpc=True, **common))
+                runs["a2a_logged"].append(_load(client, url=logged_url, jsonrpc=True, **common))
                 runs["synapse"].append(_load(r, partner="agent-e", **common))
             results[c] = {k: max(v, key=lambda x: x["rate"]) for k, v in runs.items()}
         stack = f"{sdk.ready['loop']} loop, {sdk.ready['http'].rsplit('.', 1)[-1]}"
@@ -75,6 +80,7 @@ def run(
 LABELS = {
     "sdk": "A2A SDK (Starlette + uvicorn)",
     "a2a": "Synapse, A2A binding",
+    "a2a_logged": "Synapse, A2A binding, serve's default logging (info, to a file)",
     "synapse": "Synapse, Synapse binding",
 }
 
@@ -115,6 +121,9 @@ def report(
         f"complete), served by uvicorn ({stack}).",
         "A2A clients: raw JSON-RPC `SendMessage` from aiohttp (one text part, blocking until "
         "TASK_STATE_COMPLETED), the same client for both A2A servers; latency per call.",
+        "Synapse's A2A binding is measured twice: as the library runs by default (quiet: "
+        "warnings only) and logging as `synapse serve --a2a` does by default (info, one line "
+        "a task, to a file).",
         "Synapse binding: a requester `Peer` process submitting echo tasks (3 signed HTTP "
         "exchanges each) and awaiting their outcome; latency per task.",
         f"Each figure is the best of {rounds} run(s) of {seconds:g} s after a warm-up; the "

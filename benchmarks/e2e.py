@@ -1,45 +1,74 @@
-"""End to end: completed `echo` tasks per second between two peers in two processes, beside the
-bare aiohttp ceiling measured in the same run.
+"""End to end: echo tasks/s and CPU per task of `synapse serve` beside the floor executor and
+the bare aiohttp server, measured in one run, in alternating rounds.
 
-    python -m benchmarks.e2e [--seconds 5] [--quick]
+    python -m benchmarks.e2e [--seconds 4] [--rounds 3] [--compare] [--quick]
 
-R (a `Peer` driving load) and E (a `Peer` serving the demo handler) run in two processes on
-127.0.0.1, memory stores, header-mode HMAC signatures on, structlog filtered at warning. An
-`echo` task costs 3 HTTP exchanges (specs/protocol.md, 'Transport'): R POSTs `task_request` (E
-answers
+One independent requester (`benchmarks.floor`: aiohttp, stdlib json, HMAC-SHA256) drives
+every executor alike over 127.0.0.1, each in its own process:
+
+- **floor**: `benchmarks.floor`'s executor, the least an executor of the same three
+  exchanges can do (no I-JSON, no dedup, no state table, no store, no logs);
+- **serve (memory)** and **serve (SQLite)**: `synapse serve` as an operator starts it (its
+  default logging, to a file), demo handler, header-mode signatures both ways;
+- **bare aiohttp**: an aiohttp server answering a POST with a small JSON reply, driven by an
+  aiohttp client: what one HTTP exchange costs on this stack.
+
+An `echo` task is 3 exchanges: the requester POSTs `task_request` (E answers
 `task_confirm`), E POSTs `task_status_update{executing}` (R answers `ack`), E POSTs
-`task_complete` (R answers `task_ack`).
+`task_complete` (R answers `task_ack`). CPU is each executor process's own (utime + stime
+from /proc), per task it served; the requester's CPU is the same for every executor.
 
-The ceiling is a bare aiohttp server answering a POST of the same size with a small JSON reply,
-and an aiohttp client, also in two processes: the most requests per second this stack can
-carry here. The engine's figure of merit is its exchanges per second (3 × tasks/s) as a
-fraction of the ceiling's requests per second, at the same concurrency.
+`--compare` adds A/B variants of `synapse serve` (memory store): logging off, without
+uvloop, without the collector thresholds, so that each setting's worth is measured in the
+same run as the rest.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
 from typing import Any
 
 from benchmarks._common import (
+    HOST,
+    ROOT,
     Child,
     Section,
     Table,
-    children,
     free_port,
     ms,
     pct,
-    percentile,
     rate,
 )
 
 EXCHANGES_PER_TASK = 3
 SECRET = "bench-secret-2026"
+REQUESTER = "agent-r"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: serve runs on uvloop when it is installed: the floor is then measured on it too.
+UVLOOP = importlib.util.find_spec("uvloop") is not None
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process `pid` so far, from /proc/PID/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def sample_body() -> str:
-    """A signed-sized envelope like the task_request of an echo task, for the ceiling."""
+    """A signed-sized envelope like the task_request of an echo task, for the bare server."""
     from synapse.types import (
         Sender,
         TaskRequest,
@@ -60,69 +89,124 @@ def sample_body() -> str:
     return encode_message(message).decode()
 
 
-def _url(port: int) -> str:
-    return f"http://127.0.0.1:{port}/synapse/callback"
+class ServeProcess:
+    """`synapse serve` in its own process, logging to a file as an operator would run it."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        requester: str,
+        *,
+        store: str,
+        flags: tuple[str, ...],
+        log: Path,
+        root: Path = ROOT,
+    ) -> None:
+        """`root`: the checkout whose code runs (another one, for an A/B of two commits)."""
+        self.agent_id = agent_id
+        self.port = free_port()
+        self.url = f"http://{HOST}:{self.port}/synapse/callback"
+        self.log = log
+        wrapper = [f for f in flags if f in ("--no-uvloop", "--no-gc-tuning")]
+        serve = [f for f in flags if f not in wrapper]
+        argv = [sys.executable, "-m", "benchmarks._serve", *wrapper, "serve"]
+        argv += ["--agent-id", agent_id, "--port", str(self.port), "--secret", SECRET]
+        argv += ["--peer", f"{REQUESTER}={requester}", "--store", store, *serve]
+        self._log_file = log.open("wb")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SYNAPSE_")}
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log_file,
+            env=env,
+        )
+        self._wait_listening(timeout=60)
+
+    def _wait_listening(self, timeout: float) -> None:
+        # A process we started: poll its port (`--log-level off` logs no `listening`).
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection((HOST, self.port), 1):
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"synapse serve exited: {self.log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("synapse serve is not listening")
+            time.sleep(0.05)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_lines(self) -> int:
+        return self.log.read_bytes().count(b"\n")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
 
 
-def synapse_pair(*extra: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Worker specs of E and R, wired to each other."""
-    e_port, r_port = free_port(), free_port()
-    common = ("--secret", SECRET, *extra)
-    e = ("synapse-peer", "--agent-id", "agent-e", "--port", str(e_port))
-    e += ("--peer", f"agent-r={_url(r_port)}", *common)
-    r = ("synapse-peer", "--agent-id", "agent-r", "--port", str(r_port))
-    r += ("--peer", f"agent-e={_url(e_port)}", *common)
-    return e, r
+@dataclass
+class Executor:
+    """One executor under test: its name, its process, where the requester POSTs."""
+
+    name: str
+    agent_id: str
+    url: str
+    pid: int
+    serve: ServeProcess | None = None
+    runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def measure_synapse(
-    e: Child, r: Child, concurrency: int, seconds: float, warmup: float
+def measure(
+    requester: Child, executor: Executor, concurrency: int, seconds: float, warmup: float
 ) -> dict[str, Any]:
-    """One load run of R against E; CPU of both processes; per-exchange latencies."""
-    e.call("stats", reset=True)
-    e_before = e.call("cpu")
-    result = r.call(
+    lines_before = executor.serve.log_lines() if executor.serve else 0
+    cpu_before, wall_before = process_cpu(executor.pid), time.monotonic()
+    result = requester.call(
         "load",
-        partner="agent-e",
+        url=executor.url,
+        agent_id=executor.agent_id,
         concurrency=concurrency,
         seconds=seconds,
         warmup=warmup,
-        timeout=seconds + warmup + 60,
+        timeout=seconds + warmup + 120,
     )
-    e_after = e.call("cpu")
-    e_stats = e.call("stats")
-    if result["errors"]:
-        raise RuntimeError(f"{result['errors']} tasks failed: {result['last_error']}")
-    tasks = result["completed"]
-    exchanges = result["exchanges"]["latencies"] + e_stats["latencies"]
-    e_cpu_per_task = (e_after["cpu"] - e_before["cpu"]) / max(1, e_stats["served"])
-    r_cpu_per_task = result["cpu"] / max(1, tasks)
-    return {
+    cpu_after, wall_after = process_cpu(executor.pid), time.monotonic()
+    run = {
+        **result,
+        # CPU over the whole call (warm-up included), per task completed in the whole call.
+        "executor_cpu_s": cpu_after - cpu_before,
+        "executor_wall_s": wall_after - wall_before,
         "tasks_per_s": result["rate"],
-        "exchanges_per_s": result["rate"] * EXCHANGES_PER_TASK,
-        "p50": result["p50"],
-        "p99": result["p99"],
-        "exchange_p50": percentile(exchanges, 50),
-        "exchange_p99": percentile(exchanges, 99),
-        "cpu_per_exchange": (e_cpu_per_task + r_cpu_per_task) / EXCHANGES_PER_TASK,
-        "r_cpu": result["cpu"] / result["seconds"],
-        "e_cpu": (e_after["cpu"] - e_before["cpu"]) / (e_after["wall"] - e_before["wall"]),
+        "log_lines": (executor.serve.log_lines() - lines_before) if executor.serve else 0,
     }
+    run["executor_cpu_share"] = run["executor_cpu_s"] / max(1e-9, run["executor_wall_s"])
+    run["requester_cpu_us"] = result["cpu"] / max(1, result["completed"]) * 1e6
+    return run
 
 
-def measure_ceiling(
-    server: Child,
-    client: Child,
-    url: str,
-    body: str,
-    concurrency: int,
-    seconds: float,
-    warmup: float,
+def cpu_per_task(run: dict[str, Any]) -> float:
+    """Executor CPU µs per task: its CPU over the whole `load` call (warm-up included), per
+    task the requester completed in that call (every task it started ran to its end)."""
+    return float(run["executor_cpu_s"] / max(1, run["total"]) * 1e6)
+
+
+def measure_bare(
+    server: Child, client: Child, body: str, concurrency: int, seconds: float, warmup: float
 ) -> dict[str, Any]:
     before = server.call("cpu")
     result = client.call(
         "load",
-        url=url,
+        url=server.ready["url"],
         body=body,
         concurrency=concurrency,
         seconds=seconds,
@@ -137,143 +221,304 @@ def measure_ceiling(
         "requests_per_s": result["rate"],
         "p50": result["p50"],
         "p99": result["p99"],
-        "cpu_per_exchange": result["cpu"] / max(1, result["completed"])
-        + (after["cpu"] - before["cpu"]) / served,
-        "client_cpu": result["cpu"] / result["seconds"],
-        "server_cpu": (after["cpu"] - before["cpu"]) / (after["wall"] - before["wall"]),
+        "server_cpu_us": (after["cpu"] - before["cpu"]) / served * 1e6,
     }
 
 
-def best(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    return max(runs, key=lambda r: r[key])
+VARIANTS: dict[str, tuple[str, ...]] = {
+    # A second serve exactly like the first: how far two identical executors drift apart.
+    "serve, control (the same again)": (),
+    "serve, logging off": ("--log-level", "off"),
+    "serve, no uvloop": ("--no-uvloop",),
+    "serve, default GC thresholds": ("--no-gc-tuning",),
+}
+
+
+@contextlib.contextmanager
+def executors(
+    requester_url: str, logs: Path, *, compare: bool, sqlite: bool, only: tuple[str, ...] = ()
+) -> Iterator[list[Executor]]:
+    started: list[Child | ServeProcess] = []
+    found: list[Executor] = []
+    try:
+        loops = [("floor", ())] + ([("floor (uvloop)", ("--uvloop",))] if UVLOOP else [])
+        for name, loop in loops:
+            floor = Child(
+                "floor-executor",
+                "--agent-id",
+                "agent-f",
+                "--port",
+                str(free_port()),
+                "--secret",
+                SECRET,
+                *loop,
+            )
+            started.append(floor)
+            found.append(Executor(name, "agent-f", floor.ready["url"], floor.proc.pid))
+        specs: list[tuple[str, str, tuple[str, ...]]] = [("serve (memory)", "memory", ())]
+        if sqlite:
+            specs.append(("serve (SQLite)", str(logs / "serve.sqlite"), ()))
+        if compare:
+            specs += [
+                (name, "memory", flags)
+                for name, flags in VARIANTS.items()
+                if not only or any(word in name for word in only)
+            ]
+        for i, (name, store, flags) in enumerate(specs):
+            agent_id = f"agent-e{i}"
+            serve = ServeProcess(
+                agent_id, requester_url, store=store, flags=flags, log=logs / f"{agent_id}.log"
+            )
+            started.append(serve)
+            found.append(Executor(name, agent_id, serve.url, serve.pid, serve))
+        yield found
+    finally:
+        for child in reversed(started):
+            child.close()
 
 
 def run(
     *,
-    seconds: float = 5.0,
+    seconds: float = 4.0,
     warmup: float = 1.0,
-    concurrencies: tuple[int, ...] = (1, 50),
-    rounds: int = 1,
+    rounds: int = 3,
+    headline: int = 50,
+    sweep: tuple[int, ...] = (1, 10, 200, 1000),
+    compare: bool = False,
+    only: tuple[str, ...] = (),
+    sqlite: bool = True,
 ) -> Section:
     started = time.monotonic()
     body = sample_body()
-    e_spec, r_spec = synapse_pair()
-    b_port = free_port()
-    results: dict[int, dict[str, Any]] = {}
-    with children(e_spec, r_spec, ("bare-server", "--port", str(b_port)), ("http-client",)) as (
-        e,
-        r,
-        server,
-        client,
+    with (
+        tempfile.TemporaryDirectory(prefix="synapse-e2e-") as tmp,
+        contextlib.ExitStack() as stack,
     ):
-        url = server.ready["url"]
-        for c in concurrencies:
-            ceiling_runs, synapse_runs = [], []
-            # Alternate the two so that a slow spell of the machine hits both alike.
-            for _ in range(rounds):
-                ceiling_runs.append(measure_ceiling(server, client, url, body, c, seconds, warmup))
-                synapse_runs.append(measure_synapse(e, r, c, seconds, warmup))
-            results[c] = {
-                "ceiling": best(ceiling_runs, "requests_per_s"),
-                "synapse": best(synapse_runs, "tasks_per_s"),
-            }
-    return report(results, body, seconds, rounds, time.monotonic() - started)
+        requester = Child(
+            "floor-requester",
+            "--agent-id",
+            REQUESTER,
+            "--port",
+            str(free_port()),
+            "--secret",
+            SECRET,
+        )
+        stack.callback(requester.close)
+        bare_server = Child("bare-server", "--port", str(free_port()))
+        stack.callback(bare_server.close)
+        bare_client = Child("http-client")
+        stack.callback(bare_client.close)
+        found = stack.enter_context(
+            executors(
+                requester.ready["endpoint"], Path(tmp), compare=compare, sqlite=sqlite, only=only
+            )
+        )
+        bare_runs: list[dict[str, Any]] = []
+        # Alternate: a slow spell of the shared machine hits every executor alike.
+        for _ in range(rounds):
+            bare_runs.append(
+                measure_bare(bare_server, bare_client, body, headline, seconds, warmup)
+            )
+            for executor in found:
+                executor.runs.setdefault(headline, []).append(
+                    measure(requester, executor, headline, seconds, warmup)
+                )
+        serve_memory = next(e for e in found if e.name == "serve (memory)")
+        for c in sweep:
+            for executor in (floor_of(found, serve_memory), serve_memory):
+                executor.runs.setdefault(c, []).append(
+                    measure(requester, executor, c, seconds, warmup)
+                )
+    return report(found, bare_runs, headline, seconds, warmup, rounds, time.monotonic() - started)
+
+
+def floor_of(found: list[Executor], executor: Executor) -> Executor:
+    """The floor on the same event loop as `executor` (serve uses uvloop when installed)."""
+    on_uvloop = UVLOOP and executor.serve is not None and "no uvloop" not in executor.name
+    if executor.serve is None:
+        return executor
+    return next(e for e in found if e.name == ("floor (uvloop)" if on_uvloop else "floor"))
+
+
+def key_of(executor: Executor) -> str:
+    return "_".join(
+        executor.name.lower().replace("(", "").replace(")", "").replace(",", "").split()
+    )
+
+
+def summary(runs: list[dict[str, Any]], seconds: float, warmup: float) -> dict[str, Any]:
+    """Best tasks/s of the rounds, median CPU per task over them."""
+    best = max(runs, key=lambda r: r["tasks_per_s"])
+    return {
+        **best,
+        "cpu_us": median(cpu_per_task(r) for r in runs),
+        "errors": sum(r["errors"] for r in runs),
+        "rejected": sum(r["rejected"] for r in runs),
+        "log_lines_per_task": median(r["log_lines"] / max(1, r["total"]) for r in runs),
+    }
 
 
 def report(
-    results: dict[int, dict[str, Any]], body: str, seconds: float, rounds: int, elapsed: float
+    found: list[Executor],
+    bare_runs: list[dict[str, Any]],
+    headline: int,
+    seconds: float,
+    warmup: float,
+    rounds: int,
+    elapsed: float,
 ) -> Section:
     section = Section(
         "e2e",
-        "End to end: echo tasks between two peer processes vs the bare aiohttp ceiling",
+        "End to end: `synapse serve` beside the floor executor and the bare aiohttp server",
         "python -m benchmarks.e2e",
         seconds=elapsed,
     )
-    tasks = Table(
+    bare = max(bare_runs, key=lambda r: r["requests_per_s"])
+    bare_cpu = median(r["server_cpu_us"] for r in bare_runs)
+    main = Table(
         [
-            "concurrency",
-            "Synapse tasks/s",
-            "exchanges/s (3 per task)",
-            "ceiling requests/s",
-            "fraction of ceiling",
-            "task p50 ms",
+            "executor",
+            "tasks/s",
+            "floor on the same loop",
+            "of the floor",
+            "executor CPU µs/task",
+            "CPU vs floor",
+            "requester CPU µs/task",
+            "log lines/task",
             "task p99 ms",
+            "errors",
         ],
-        title="Throughput (per HTTP exchange, against the ceiling)",
+        title=f"Concurrency {headline}: best tasks/s of {rounds} alternating rounds, "
+        "median CPU per task",
     )
-    latency = Table(
-        [
-            "concurrency",
-            "Synapse exchange p50 ms",
-            "Synapse exchange p99 ms",
-            "ceiling p50 ms",
-            "ceiling p99 ms",
-            "CPU µs/exchange Synapse",
-            "CPU µs/exchange ceiling",
-            "CPU ratio",
-        ],
-        title="Per exchange (latency as seen by the POSTing side; CPU of both processes)",
-    )
-    for c, res in results.items():
-        s, b = res["synapse"], res["ceiling"]
-        fraction = s["exchanges_per_s"] / b["requests_per_s"]
-        tasks.add(
-            c,
+    for executor in found:
+        s = summary(executor.runs[headline], seconds, warmup)
+        reference = floor_of(found, executor)
+        floor = summary(reference.runs[headline], seconds, warmup)
+        key = key_of(executor)
+        of_floor = s["tasks_per_s"] / floor["tasks_per_s"]
+        cpu_ratio = s["cpu_us"] / floor["cpu_us"]
+        main.add(
+            executor.name,
             rate(s["tasks_per_s"]),
-            rate(s["exchanges_per_s"]),
-            rate(b["requests_per_s"]),
-            pct(fraction),
-            ms(s["p50"]),
+            reference.name,
+            pct(of_floor),
+            f"{s['cpu_us']:.0f}",
+            f"{cpu_ratio:.2f}×",
+            f"{s['requester_cpu_us']:.0f}",
+            f"{s['log_lines_per_task']:.2f}" if executor.serve else "–",
             ms(s["p99"]),
-        )
-        latency.add(
-            c,
-            ms(s["exchange_p50"]),
-            ms(s["exchange_p99"]),
-            ms(b["p50"]),
-            ms(b["p99"]),
-            f"{s['cpu_per_exchange'] * 1e6:.0f}",
-            f"{b['cpu_per_exchange'] * 1e6:.0f}",
-            f"{s['cpu_per_exchange'] / b['cpu_per_exchange']:.2f}×",
+            f"{s['errors']}",
         )
         section.figures |= {
-            f"e2e.c{c}.tasks_per_s": s["tasks_per_s"],
-            f"e2e.c{c}.exchanges_per_s": s["exchanges_per_s"],
-            f"e2e.c{c}.ceiling_per_s": b["requests_per_s"],
-            f"e2e.c{c}.fraction": fraction,
-            f"e2e.c{c}.task_p50_ms": s["p50"] * 1e3,
-            f"e2e.c{c}.task_p99_ms": s["p99"] * 1e3,
-            f"e2e.c{c}.exchange_p50_ms": s["exchange_p50"] * 1e3,
-            f"e2e.c{c}.exchange_p99_ms": s["exchange_p99"] * 1e3,
-            f"e2e.c{c}.ceiling_p50_ms": b["p50"] * 1e3,
-            f"e2e.c{c}.ceiling_p99_ms": b["p99"] * 1e3,
-            f"e2e.c{c}.cpu_us_per_exchange": s["cpu_per_exchange"] * 1e6,
-            f"e2e.c{c}.ceiling_cpu_us_per_request": b["cpu_per_exchange"] * 1e6,
+            f"e2e.{key}.tasks_per_s": s["tasks_per_s"],
+            f"e2e.{key}.of_floor": of_floor,
+            f"e2e.{key}.cpu_us_per_task": s["cpu_us"],
+            f"e2e.{key}.cpu_vs_floor": cpu_ratio,
+            f"e2e.{key}.floor_tasks_per_s": floor["tasks_per_s"],
+            f"e2e.{key}.floor_cpu_us_per_task": floor["cpu_us"],
         }
-    section.tables += [tasks, latency]
+    main.add(
+        "bare aiohttp (requests/s, 1 exchange)",
+        rate(bare["requests_per_s"]),
+        "asyncio",
+        "–",
+        f"{bare_cpu:.0f} per request",
+        "–",
+        "–",
+        "–",
+        ms(bare["p99"]),
+        "0",
+    )
+    section.figures |= {
+        "e2e.bare.requests_per_s": bare["requests_per_s"],
+        "e2e.bare.server_cpu_us_per_request": bare_cpu,
+    }
+    sweep = Table(
+        [
+            "concurrency",
+            "floor tasks/s",
+            "serve tasks/s",
+            "of the floor",
+            "floor CPU µs/task",
+            "serve CPU µs/task",
+            "CPU vs floor",
+            "serve p99 ms per exchange (request / executing / complete)",
+            "floor p99 ms per exchange",
+            "serve rejected (at capacity)",
+            "serve errors",
+        ],
+        title="Concurrency sweep, memory store (one round each)",
+    )
+    serve_memory = next(e for e in found if e.name == "serve (memory)")
+    sweep_floor = floor_of(found, serve_memory)
+    sweep.title += f"; the floor: {sweep_floor.name}"
+    for c in sorted(serve_memory.runs):
+        f = summary(sweep_floor.runs[c], seconds, warmup)
+        s = summary(serve_memory.runs[c], seconds, warmup)
+        p99 = s["exchange_p99"]
+        sweep.add(
+            c,
+            rate(f["tasks_per_s"]),
+            rate(s["tasks_per_s"]),
+            pct(s["tasks_per_s"] / f["tasks_per_s"]),
+            f"{f['cpu_us']:.0f}",
+            f"{s['cpu_us']:.0f}",
+            f"{s['cpu_us'] / f['cpu_us']:.2f}×",
+            " / ".join(ms(p99[k]) for k in ("request", "executing", "complete")),
+            " / ".join(ms(f["exchange_p99"][k]) for k in ("request", "executing", "complete")),
+            f"{s['rejected']}",
+            f"{s['errors'] - s['rejected']}",
+        )
+        section.figures |= {
+            f"e2e.c{c}.floor_tasks_per_s": f["tasks_per_s"],
+            f"e2e.c{c}.serve_tasks_per_s": s["tasks_per_s"],
+            f"e2e.c{c}.serve_exchange_p99_ms": max(p99.values()) * 1e3,
+            f"e2e.c{c}.floor_exchange_p99_ms": max(f["exchange_p99"].values()) * 1e3,
+            f"e2e.c{c}.serve_rejected": float(s["rejected"]),
+        }
+    section.tables += [main, sweep]
     section.notes += [
         "One echo task = 3 HTTP exchanges: task_request → task_confirm, "
-        "task_status_update{executing} → ack, task_complete → task_ack.",
-        f"Each figure is the best of {rounds} run(s) of {seconds:g} s after a warm-up; "
-        "ceiling and Synapse runs alternate.",
-        f"Ceiling: aiohttp server parsing a {len(body)}-byte JSON POST and answering a small "
-        "JSON reply, aiohttp client reading and parsing it; no signatures, no protocol.",
-        "Synapse: two `Peer`s, memory stores, header-mode HMAC-SHA256 on every request and "
-        "reply, DemoHandler `echo`, structlog filtered at warning.",
+        "task_status_update{executing} → ack, task_complete → task_ack; header-mode "
+        "HMAC-SHA256 on every request and reply.",
+        f"Each run: {warmup:g} s warm-up, {seconds:g} s measured; executors and the bare "
+        "server alternate within every round. CPU per task is the executor process's own "
+        "(utime + stime from /proc), the requester's is shown apart.",
+        "Floor: aiohttp + stdlib json + hmac, the same exchanges and nothing else. serve: "
+        "`synapse serve` with its defaults, demo handler, its log on stderr into a file.",
+        "Per-exchange latencies are seen from the requester: `request` is its POST; "
+        "`executing` and `complete` are the gaps until the executor's next callback arrives.",
+        "Rejected: task requests answered `task_reject` because the executor was at its "
+        "`max_concurrent_tasks` (backpressure); the requester tries again 10 ms later. The "
+        "short window holds few tasks at concurrency 1,000 on 2 CPUs: each takes seconds.",
     ]
     return section
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured time per run")
-    parser.add_argument("--rounds", type=int, default=2, help="runs per figure (best kept)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured time per run")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
+    parser.add_argument("--compare", action="store_true", help="also A/B variants of serve")
+    parser.add_argument(
+        "--only", default="", help="with --compare: the variants whose name has one of these words"
+    )
+    parser.add_argument("--no-sqlite", action="store_true", help="no serve (SQLite) run")
+    parser.add_argument("--no-sweep", action="store_true", help="concurrency 50 only")
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test)")
     args = parser.parse_args(argv)
     if args.quick:
-        section = run(seconds=0.5, warmup=0.2, rounds=1)
+        section = run(seconds=0.3, warmup=0.2, rounds=1, sweep=(1,), compare=args.compare)
     else:
-        section = run(seconds=args.seconds, rounds=args.rounds)
+        section = run(
+            seconds=args.seconds,
+            rounds=args.rounds,
+            compare=args.compare,
+            only=tuple(w for w in args.only.split(",") if w),
+            sqlite=not args.no_sqlite,
+            sweep=() if args.no_sweep else (1, 10, 200, 1000),
+        )
     print(section.text())
     return 0
 

@@ -4,14 +4,8 @@ Run it: `python examples/quickstart.py` (the README shows this file).
 """
 
 import asyncio
-import logging
-
-import structlog
 
 from synapse import ExecutionContext, Peer, Validation
-
-# The engine logs every message and transition; keep this demo's output to its own prints.
-structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 SECRET = "s3cret"
 

@@ -36,6 +36,30 @@ def test_the_example_runs_to_completion() -> None:
     assert lines[-1] == "completed [terse] Synapse peers delegate tasks."
 
 
+def test_the_library_is_quiet_until_the_program_configures_logging() -> None:
+    """Used from Python, Synapse prints nothing of its own: the example's output is its own
+    7 prints, and nothing reaches stderr. Its events go to `logging`, at the level the
+    program sets (here, info: each task's outcome, the peers' start)."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert len(done.stdout.splitlines()) == 7
+    configured = (
+        "import logging, runpy, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr);"
+        f" runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", configured], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 7
+    logged = done.stderr.splitlines()
+    assert any(line.startswith("INFO:synapse.peer:listening url=") for line in logged), logged
+    assert any("transition" in line and "to_state='completed'" in line for line in logged)
+    assert not any("message_in" in line for line in logged)  # per message: debug
+
+
 def _python_blocks(text: str) -> list[str]:
     blocks = text.split("```python\n")[1:]
     return [block.split("```", 1)[0] for block in blocks]

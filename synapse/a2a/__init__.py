@@ -4,7 +4,8 @@
 
     peer = Peer("agent-a", handler=DemoHandler(), port=8080)
     enable_a2a(peer, default_task_type="echo", push_allowlist=["https://hooks.example/"])
-    await peer.start()          # also serves /.well-known/agent-card.json and POST /a2a
+    await peer.start()          # also serves /.well-known/agent-card.json, POST /a2a (JSON-RPC)
+                                # and the REST routes under /a2a (/a2a/message:send …)
 
     async with A2AClient("http://127.0.0.1:8080") as client:
         handle = await client.send({"text": "hi"}, task_type="echo")
@@ -13,13 +14,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from synapse.a2a.client import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.a2a.push import PushAllowlist
 from synapse.a2a.server import DEFAULT_PATH, A2AServer
+from synapse.a2a.service import A2AService
 from synapse.a2a.wire import AGENT_CARD_PATH, PROTOCOL_VERSION, AgentProvider
 from synapse.types import LocalProtocolError
 from synapse.types.signing import Secret
@@ -41,6 +43,10 @@ def enable_a2a(
     description: str = "",
     version: str | None = None,
     provider: AgentProvider | None = None,
+    bindings: Sequence[str] | None = None,
+    grpc_port: int | None = None,
+    grpc_host: str = "127.0.0.1",
+    grpc_public_address: str | None = None,
 ) -> A2AServer:
     """Make `peer` speak A2A v1.0 too, on its own aiohttp app. Call before `peer.start()`.
 
@@ -52,6 +58,11 @@ def enable_a2a(
     - `tokens`: bearer token → principal. When given, every JSON-RPC call must carry one
       (the card declares the scheme) and each principal sees only its own tasks.
     - `public_url`: the base URL clients reach (default: the origin of the peer's endpoint).
+    - `bindings`: the protocol bindings served, in the order of preference the card lists
+      them in (default `JSONRPC`, `HTTP+JSON`, then `GRPC` when `grpc_port` is given).
+    - `grpc_port`: serve the gRPC binding on this port of `grpc_host` (0: any free port;
+      needs the `grpc` extra); `grpc_public_address` is the `host:port` the card gives
+      (default: the host of the HTTP interfaces' URL, and that port).
     """
     try:
         peer.protocol  # noqa: B018 - raises until the peer is started
@@ -75,6 +86,10 @@ def enable_a2a(
         description=description,
         version=version or __version__,
         provider=provider,
+        bindings=bindings,
+        grpc_port=grpc_port,
+        grpc_host=grpc_host,
+        grpc_public_address=grpc_public_address,
     )
     peer.protocol_hooks.append(server.bind)
     peer.app_hooks.append(server.add_routes)
@@ -90,6 +105,7 @@ __all__ = [
     "A2AEvent",
     "A2AOutcome",
     "A2AServer",
+    "A2AService",
     "A2ATaskHandle",
     "A2AVersionError",
     "AgentProvider",

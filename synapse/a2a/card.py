@@ -1,8 +1,8 @@
 """The agent card of a Synapse peer speaking A2A, generated from its handler's capabilities.
 
-One skill per task type (its id is the `task_type` a message names in its metadata); A2A
+One skill per task type (its id is the `taskType` a message names in its metadata); A2A
 skills have no input schema, so each task type's JSON Schema travels in a card extension
-(`TASK_TYPES_EXTENSION`, `params.task_types[<id>].input_schema`) and examples are generated
+(`TASK_TYPES_EXTENSION`, `params.taskTypes[<id>].inputSchema`) and examples are generated
 from it. `capabilities` and `securitySchemes` say what the binding actually does.
 """
 
@@ -54,7 +54,7 @@ def skill_examples(capability: Capability) -> list[str]:
     payload = example_value(schema)
     message = {
         "role": wire.ROLE_USER,
-        "metadata": {"task_type": capability.name},
+        "metadata": {"taskType": capability.name},
         "parts": [{"data": payload}],
     }
     return [json.dumps(message, ensure_ascii=False, separators=(",", ":"))]
@@ -65,7 +65,7 @@ def build_card(
     *,
     name: str,
     description: str,
-    url: str,
+    interfaces: Sequence[wire.AgentInterface],
     version: str,
     default_task_type: str | None,
     push_notifications: bool,
@@ -78,7 +78,7 @@ def build_card(
     for cap in capabilities:
         description_text = cap.description or f"Synapse task type {cap.name}"
         if cap.name == default_task_type:
-            description_text += " (the default for messages without metadata.task_type)"
+            description_text += " (the default for messages without metadata.taskType)"
         skills.append(
             wire.AgentSkill(
                 id=cap.name,
@@ -92,18 +92,18 @@ def build_card(
         )
         entry: dict[str, Any] = {"version": cap.version}
         if cap.input_schema is not None:
-            entry["input_schema"] = cap.input_schema
+            entry["inputSchema"] = cap.input_schema
         task_types[cap.name] = entry
     params: dict[str, Any] = {
-        "task_type_key": "task_type",
-        "default_task_type": default_task_type,
-        "task_types": task_types,
+        "taskTypeKey": "taskType",
+        "defaultTaskType": default_task_type,
+        "taskTypes": task_types,
     }
     extension = wire.AgentExtension(
         uri=wire.TASK_TYPES_EXTENSION,
         description=(
-            "Synapse task types: name one in message.metadata.task_type and put its payload "
-            "in the first data part; params.task_types[<skill id>].input_schema is its JSON "
+            "Synapse task types: name one in message.metadata.taskType and put its payload "
+            "in the first data part; params.taskTypes[<skill id>].inputSchema is its JSON "
             "Schema."
         ),
         required=False,
@@ -115,20 +115,14 @@ def build_card(
         schemes["bearer"] = {
             "httpAuthSecurityScheme": {
                 "scheme": "Bearer",
-                "description": "A token the operator issued; required on every JSON-RPC call.",
+                "description": "A token the operator issued; required on every call.",
             }
         }
         requirements.append(wire.SecurityRequirement(schemes={"bearer": wire.StringList()}))
     return wire.AgentCard(
         name=name,
         description=description or f"Synapse peer {name}, speaking A2A {wire.PROTOCOL_VERSION}",
-        supported_interfaces=[
-            wire.AgentInterface(
-                url=url,
-                protocol_binding=wire.JSONRPC_BINDING,
-                protocol_version=wire.PROTOCOL_VERSION,
-            )
-        ],
+        supported_interfaces=list(interfaces),
         provider=provider,
         version=version,
         documentation_url=documentation_url,

@@ -22,24 +22,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
-import structlog
 
 from synapse.a2a import mapping, wire
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
+from synapse.a2a.transports import (
+    GrpcTransport,
+    JsonRpcTransport,
+    RestTransport,
+    StreamBroken,
+    Transport,
+    describe_failure,
+    grpc_available,
+)
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.logs import get_logger
 from synapse.p2p.stream import EventStream
 from synapse.transport.client import TRACE_CONFIGS
 from synapse.transport.retry import backoff_delay
 from synapse.types import DecisionAction, TaskError, TaskResult, TaskState
 
-log = structlog.get_logger("synapse.a2a.client")
+log = get_logger("synapse.a2a.client")
 
 T = TypeVar("T")
 USER_AGENT = "synapse-p2p-a2a/0.1"
@@ -63,14 +71,22 @@ class A2AEvent:
     text: str = ""
     data: Any = None
     raw: wire.StreamResponse | None = None
+    #: The task still reports the interruption we already answered (some agents, such as
+    #: those built on the JavaScript SDK, repeat it at the start of the reply's stream).
+    answered: bool = False
 
     @property
     def final(self) -> bool:
         return wire.is_terminal(self.state)
 
     @property
+    def interrupted(self) -> bool:
+        """The task waits for us (INPUT_REQUIRED or AUTH_REQUIRED), and we have not answered."""
+        return self.state in wire.INTERRUPTED_STATES and not self.answered
+
+    @property
     def input_required(self) -> bool:
-        return self.state == wire.INPUT_REQUIRED
+        return self.state == wire.INPUT_REQUIRED and not self.answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +140,13 @@ class A2AOutcome:
 # --- the client ---------------------------------------------------------------------------------
 
 
+def card_major(interface: wire.AgentInterface) -> int | None:
+    return wire.major(interface.protocol_version)
+
+
 class A2AClient:
-    """A client of one A2A agent (JSON-RPC binding, A2A 1.0)."""
+    """A client of one A2A agent (A2A 1.0), over the binding its card prefers among
+    JSON-RPC, HTTP+JSON/REST and gRPC (`bindings` narrows what this client may use)."""
 
     def __init__(
         self,
@@ -137,6 +158,8 @@ class A2AClient:
         config: P2PConfig | None = None,
         session: aiohttp.ClientSession | None = None,
         poll_interval: float = 0.5,
+        bindings: Sequence[str] | None = None,
+        extensions: Sequence[str] = (),
     ) -> None:
         self.url = url.rstrip("/")
         self.config = config or P2PConfig()
@@ -152,7 +175,18 @@ class A2AClient:
         self._session = session
         self._own_session = session is None
         self.card: wire.AgentCard | None = None
-        self.rpc_url: str | None = None
+        self.transport: Transport | None = None
+        speaks = [b for b in wire.BINDINGS if b != wire.GRPC_BINDING or grpc_available()]
+        #: The bindings this client may use; which one is the card's choice (its order).
+        self.bindings = tuple(b for b in (bindings or speaks) if b in wire.BINDINGS)
+        if not self.bindings:
+            raise ValueError(f"bindings must name some of {', '.join(wire.BINDINGS)}")
+        #: Extension URIs to request (`A2A-Extensions`).
+        self.extensions = tuple(extensions)
+        if self.extensions:
+            self.headers["A2A-Extensions"] = ",".join(self.extensions)
+        #: task id → the id of the push configuration this client last created for it.
+        self._push_ids: dict[str, str] = {}
 
     async def __aenter__(self) -> A2AClient:
         try:
@@ -166,6 +200,9 @@ class A2AClient:
         await self.close()
 
     async def close(self) -> None:
+        transport, self.transport = self.transport, None
+        if transport is not None:
+            await transport.close()
         session, self._session = self._session, None
         if self._own_session and session is not None and not session.closed:
             await session.close()
@@ -194,78 +231,88 @@ class A2AClient:
                         http_status=response.status,
                     )
                 raw = await response.read()
-        except aiohttp.ClientError as exc:
-            raise A2AError(A2ACode.INTERNAL_ERROR, f"cannot fetch {url}: {exc!r}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise A2AError(
+                A2ACode.INTERNAL_ERROR, f"cannot fetch {url}: {describe_failure(exc, self.timeout)}"
+            ) from exc
         card = parse_card(raw)
-        interface = card.interface(wire.JSONRPC_BINDING)
-        if interface is None:
-            offered = [
-                f"{i.protocol_binding} {i.protocol_version or '?'}"
-                for i in card.supported_interfaces
-            ]
-            raise A2AVersionError(
-                f"agent {card.name!r} offers no A2A 1.x JSON-RPC interface "
-                f"(offers: {', '.join(offered) or 'none'}); this client speaks A2A "
-                f"{wire.PROTOCOL_VERSION} and does not downgrade",
-                {"offered": ", ".join(offered)},
-            )
-        self.card, self.rpc_url = card, interface.url
+        await self.use_card(card)
         return card
 
-    async def _rpc_url(self) -> str:
-        if self.rpc_url is None:
-            await self.discover()
-        assert self.rpc_url is not None
-        return self.rpc_url
+    async def use_card(
+        self, card: wire.AgentCard, interface: wire.AgentInterface | None = None
+    ) -> None:
+        """Talk to the agent through `card` (one fetched and judged elsewhere), over
+        `interface` (one of its interfaces), else the one `pick` takes."""
+        chosen = interface if interface is not None else self.pick(card)
+        if self.transport is not None:
+            await self.transport.close()
+        self.card = card
+        self.transport = self._make_transport(chosen)
+
+    def pick(self, card: wire.AgentCard) -> wire.AgentInterface:
+        """The first interface of the card (its order is the agent's preference) that
+        speaks A2A 1.x over a binding this client speaks."""
+        for interface in card.supported_interfaces:
+            if interface.protocol_binding in self.bindings and card_major(interface) == 1:
+                return interface
+        offered = [
+            f"{i.protocol_binding} {i.protocol_version or '?'}" for i in card.supported_interfaces
+        ]
+        raise A2AVersionError(
+            f"agent {card.name!r} offers no A2A 1.x interface over "
+            f"{', '.join(self.bindings)} (offers: {', '.join(offered) or 'none'}); this client "
+            f"speaks A2A {wire.PROTOCOL_VERSION} and does not downgrade",
+            {"offered": ", ".join(offered)},
+        )
+
+    def _make_transport(self, interface: wire.AgentInterface) -> Transport:
+        binding = interface.protocol_binding
+        if binding == wire.GRPC_BINDING:
+            return GrpcTransport(interface.url, self.headers, self.timeout, self.extensions)
+        if binding == wire.REST_BINDING:
+            return RestTransport(interface.url, self._http, self.timeout)
+        return JsonRpcTransport(interface.url, self._http, self.timeout)
+
+    @property
+    def rpc_url(self) -> str | None:
+        """The URL of the interface in use (after discovery)."""
+        return self.transport.url if self.transport is not None else None
+
+    @rpc_url.setter
+    def rpc_url(self, url: str | None) -> None:
+        # Pointing the binding in use elsewhere (an HTTP one; a test's unreachable agent).
+        if self.transport is not None and url is not None:
+            self.transport.url = url
+
+    @property
+    def binding(self) -> str | None:
+        """The protocol binding in use (after discovery)."""
+        return self.transport.binding if self.transport is not None else None
 
     @property
     def streaming(self) -> bool:
         return self.card is not None and self.card.capabilities.streaming
 
-    # --- JSON-RPC ---------------------------------------------------------------------------
+    # --- the binding ------------------------------------------------------------------------
+
+    async def _transport_now(self) -> Transport:
+        if self.transport is None:
+            await self.discover()
+        assert self.transport is not None
+        return self.transport
 
     async def call(self, method: str, params: Any) -> Any:
-        """One JSON-RPC call; the `result`, or `A2AError` for an `error`."""
-        rpc_id = str(uuid.uuid4())
-        body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
-        url = await self._rpc_url()
-        try:
-            async with self._http().post(
-                url,
-                data=body,
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-            ) as response:
-                raw = await response.read()
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise A2AError(
-                A2ACode.INTERNAL_ERROR, f"{method}: cannot reach {url}: {exc!r}"
-            ) from exc
-        return _judge(_json(raw, status), rpc_id, status)
+        """One call of an A2A operation (its request as proto JSON), over the binding the
+        card offered; the answer as proto JSON, or `A2AError`."""
+        transport = await self._transport_now()
+        return await transport.call(method, params)
 
     async def stream(self, method: str, params: Any) -> AsyncIterator[wire.StreamResponse]:
-        """A streaming call: each server-sent event's `result`, as a `StreamResponse`."""
-        rpc_id = str(uuid.uuid4())
-        body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
-        url = await self._rpc_url()
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
-        try:
-            async with self._http().post(
-                url,
-                data=body,
-                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-                timeout=timeout,
-            ) as response:
-                if "text/event-stream" not in response.headers.get("Content-Type", ""):
-                    result = _judge(_json(await response.read(), response.status), rpc_id, 200)
-                    yield _convert(result, wire.StreamResponse)
-                    return
-                async for data in _sse(response):
-                    result = _judge(_json(data.encode(), response.status), rpc_id, 200)
-                    yield _convert(result, wire.StreamResponse)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise StreamBroken(f"{method}: stream from {url} broke: {exc!r}") from exc
+        """A streaming call: each event as a `StreamResponse`."""
+        transport = await self._transport_now()
+        async for value in transport.stream(method, params):
+            yield _convert(value, wire.StreamResponse)
 
     # --- the methods of A2A v1.0 -------------------------------------------------------------
 
@@ -342,12 +389,26 @@ class A2AClient:
             task_id=task_id, url=url, token=token, id=config_id, authentication=authentication
         )
         result = await self.call("CreateTaskPushNotificationConfig", wire.to_builtins(config))
-        return _convert(result, wire.TaskPushNotificationConfig)
+        created = _convert(result, wire.TaskPushNotificationConfig)
+        # The agent chooses the id of a configuration created without one: remember it.
+        self._push_ids[task_id] = created.id
+        return created
+
+    def _push_id(self, task_id: str, config_id: str) -> str:
+        found = config_id or self._push_ids.get(task_id, "")
+        if not found:
+            raise ValueError(
+                f"config_id is required: no push configuration of task {task_id} was created "
+                "through this client (its id is the one CreateTaskPushNotificationConfig "
+                "returned, or one ListTaskPushNotificationConfigs lists)"
+            )
+        return found
 
     async def get_push_config(
         self, task_id: str, config_id: str = ""
     ) -> wire.TaskPushNotificationConfig:
-        params = {"taskId": task_id, "id": config_id or task_id}
+        """One push configuration (default: the last one this client created for the task)."""
+        params = {"taskId": task_id, "id": self._push_id(task_id, config_id)}
         result = await self.call("GetTaskPushNotificationConfig", params)
         return _convert(result, wire.TaskPushNotificationConfig)
 
@@ -356,8 +417,11 @@ class A2AClient:
         return _convert(result, wire.ListTaskPushNotificationConfigsResponse).configs
 
     async def delete_push_config(self, task_id: str, config_id: str = "") -> None:
-        params = {"taskId": task_id, "id": config_id or task_id}
+        """Delete a push configuration (default: the last one this client created for it)."""
+        params = {"taskId": task_id, "id": self._push_id(task_id, config_id)}
         await self.call("DeleteTaskPushNotificationConfig", params)
+        if self._push_ids.get(task_id) == params["id"]:
+            del self._push_ids[task_id]
 
     async def get_extended_card(self) -> wire.AgentCard:
         return parse_card(wire.encode(await self.call("GetExtendedAgentCard", {})))
@@ -377,7 +441,7 @@ class A2AClient:
         """Send a message and follow the task it starts.
 
         `payload`: a mapping becomes a data part, a string a text part; `task_type` goes to
-        `metadata.task_type` (a skill id of a Synapse agent). Or pass a ready `message`.
+        `metadata.taskType` (a skill id of a Synapse agent). Or pass a ready `message`.
         `stream`: use `SendStreamingMessage` (default: when the card says it streams).
         """
         if self.card is None:
@@ -398,13 +462,6 @@ class A2AClient:
         if not handle._settle_if_final():
             handle._follow(None)
         return handle
-
-
-class StreamBroken(A2AError):
-    """A stream ended by a network failure (not by the agent)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(A2ACode.INTERNAL_ERROR, message)
 
 
 def user_message(
@@ -459,6 +516,9 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
         self._follower: asyncio.Task[None] | None = None
         #: Follow with streams (else by polling `GetTask`).
         self._streaming = client.streaming
+        #: The interrupted status our last reply answered: (timestamp, message id). Until the
+        #: status changes (a newer timestamp, another message), it no longer waits for us.
+        self._answered: tuple[str, str] | None = None
 
     @property
     def task_id(self) -> str:
@@ -479,15 +539,31 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
     def status_message(self) -> wire.Message | None:
         return self.task.status.message if self.task is not None else None
 
+    def _status_key(self) -> tuple[str, str]:
+        status = self.task.status if self.task is not None else None
+        if status is None:
+            return ("", "")
+        return (status.timestamp or "", status.message.message_id if status.message else "")
+
+    @property
+    def _stale(self) -> bool:
+        """The task reports the interrupted status we already answered."""
+        return self._answered is not None and self._status_key() == self._answered
+
     @property
     def _waiting(self) -> bool:
-        """The task waits for us (INPUT_REQUIRED, or AUTH_REQUIRED): stop following it."""
-        return self.state in wire.INTERRUPTED_STATES
+        """The task waits for us (INPUT_REQUIRED, or AUTH_REQUIRED): stop following it.
+
+        After a reply, the same interrupted status does not count again: only a changed
+        status (newer timestamp, or another message) is a new question."""
+        return self.state in wire.INTERRUPTED_STATES and not self._stale
 
     @property
     def input_required(self) -> wire.Message | None:
-        """What the agent asks for, while the task is INPUT_REQUIRED."""
-        return self.status_message if self.state == wire.INPUT_REQUIRED else None
+        """What the agent asks for, while the task is INPUT_REQUIRED (and not answered)."""
+        if self.state == wire.INPUT_REQUIRED and not self._stale:
+            return self.status_message
+        return None
 
     # --- outcome and events ---------------------------------------------------------------------
 
@@ -506,6 +582,8 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
                 await self._follower
         message = user_message(payload, context_id=self.context_id, task_id=self.task_id)
         configuration = wire.SendMessageConfiguration()
+        if self.state in wire.INTERRUPTED_STATES:
+            self._answered = self._status_key()
         await self._begin(message, configuration, self._streaming)
 
     async def provide_info(self, fields: Mapping[str, Any], notes: str | None = None) -> None:
@@ -672,8 +750,11 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
             text, data = _content_parts(update2.artifact.parts)
         else:
             return
+        if self.state not in wire.INTERRUPTED_STATES:
+            self._answered = None  # the status moved on: the next interruption is new
         if not quiet:
-            self._push(A2AEvent(kind, self.state, self.task_id, text, data, event))
+            answered = self._stale and self.state in wire.INTERRUPTED_STATES
+            self._push(A2AEvent(kind, self.state, self.task_id, text, data, event, answered))
 
     def _ensure_task(self, task_id: str, context_id: str) -> None:
         if self.task is None:
@@ -703,69 +784,14 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
 # --- helpers --------------------------------------------------------------------------------------
 
 
-def _json(raw: bytes, status: int) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise A2AError(
-            A2ACode.INVALID_AGENT_RESPONSE,
-            f"HTTP {status}: not a JSON-RPC response: {raw[:200]!r}",
-            http_status=status,
-        ) from None
-
-
-def _judge(body: Any, rpc_id: str, status: int) -> Any:
-    if not isinstance(body, dict):
-        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "a JSON-RPC response must be an object")
-    if "error" in body and body["error"] is not None:
-        error = A2AError.from_json(body["error"])
-        error.http_status = status
-        raise error
-    if body.get("id") not in (rpc_id, None):
-        raise A2AError(
-            A2ACode.INVALID_AGENT_RESPONSE, f"response id {body.get('id')!r} is not ours"
-        )
-    if "result" not in body:
-        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "response has neither result nor error")
-    return body["result"]
-
-
 def _convert(value: Any, cls: type[T]) -> T:
     try:
-        return msgspec.convert(value, cls)
+        # Not strict: gRPC's proto JSON writes 64-bit integers as strings.
+        return msgspec.convert(value, cls, strict=False)
     except msgspec.ValidationError as exc:
         raise A2AError(
             A2ACode.INVALID_AGENT_RESPONSE, f"unexpected {cls.__name__} from the agent: {exc}"
         ) from None
-
-
-async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
-    """The `data` of each server-sent event; an `error` event raises its JSON-RPC error."""
-    name, lines = "message", list[str]()
-    while True:
-        raw = await response.content.readline()
-        if not raw:
-            break
-        line = raw.decode("utf-8").rstrip("\r\n")
-        if not line:
-            if lines:
-                data = "\n".join(lines)
-                if name == "error":
-                    body = _json(data.encode(), response.status)
-                    raise A2AError.from_json(body.get("error") if isinstance(body, dict) else body)
-                yield data
-            name, lines = "message", list[str]()
-            continue
-        if line.startswith(":"):
-            continue
-        key, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if key == "event":
-            name = value
-        elif key == "data":
-            lines.append(value)
-    if lines:
-        yield "\n".join(lines)
 
 
 def _content_parts(parts: list[wire.Part]) -> tuple[str, Any]:
@@ -789,4 +815,12 @@ def _merge_artifact(task: wire.Task, update: wire.TaskArtifactUpdateEvent) -> No
     task.artifacts.append(update.artifact)
 
 
-__all__ = ["A2AClient", "A2AEvent", "A2AOutcome", "A2ATaskHandle", "parse_card", "user_message"]
+__all__ = [
+    "A2AClient",
+    "A2AEvent",
+    "A2AOutcome",
+    "A2ATaskHandle",
+    "describe_failure",
+    "parse_card",
+    "user_message",
+]

@@ -43,6 +43,16 @@ class A2ACode(IntEnum):
         """The `ErrorInfo.reason` the SDK writes for this code."""
         return _REASONS[self]
 
+    @property
+    def http_status(self) -> int:
+        """The HTTP status of this error in the HTTP+JSON/REST binding."""
+        return _STATUSES[self][0]
+
+    @property
+    def grpc_status(self) -> str:
+        """The gRPC status code name of this error (gRPC binding, and REST `status`)."""
+        return _STATUSES[self][1]
+
 
 _REASONS: dict[A2ACode, str] = {
     A2ACode.PARSE_ERROR: "PARSE_ERROR",
@@ -62,6 +72,41 @@ _REASONS: dict[A2ACode, str] = {
     A2ACode.AGENT_NOT_READY: "AGENT_NOT_READY",
     A2ACode.AUTHENTICATION_FAILED: "UNAUTHENTICATED",
 }
+
+
+#: A2A v1.0's mapping of its errors to HTTP and gRPC statuses; the JSON-RPC-only codes
+#: (parse error, invalid request …) as the SDK maps them; the earlier table's two codes as what they
+#: mean (not ready: 503 UNAVAILABLE; authentication: 401 UNAUTHENTICATED).
+_STATUSES: dict[A2ACode, tuple[int, str]] = {
+    A2ACode.PARSE_ERROR: (400, "INVALID_ARGUMENT"),
+    A2ACode.INVALID_REQUEST: (400, "INVALID_ARGUMENT"),
+    A2ACode.METHOD_NOT_FOUND: (404, "NOT_FOUND"),
+    A2ACode.INVALID_PARAMS: (400, "INVALID_ARGUMENT"),
+    A2ACode.INTERNAL_ERROR: (500, "INTERNAL"),
+    A2ACode.TASK_NOT_FOUND: (404, "NOT_FOUND"),
+    A2ACode.TASK_NOT_CANCELABLE: (409, "FAILED_PRECONDITION"),
+    A2ACode.PUSH_NOTIFICATION_NOT_SUPPORTED: (400, "UNIMPLEMENTED"),
+    A2ACode.UNSUPPORTED_OPERATION: (400, "UNIMPLEMENTED"),
+    A2ACode.CONTENT_TYPE_NOT_SUPPORTED: (415, "INVALID_ARGUMENT"),
+    A2ACode.INVALID_AGENT_RESPONSE: (502, "INTERNAL"),
+    A2ACode.EXTENDED_AGENT_CARD_NOT_CONFIGURED: (400, "FAILED_PRECONDITION"),
+    A2ACode.EXTENSION_SUPPORT_REQUIRED: (400, "FAILED_PRECONDITION"),
+    A2ACode.VERSION_NOT_SUPPORTED: (400, "UNIMPLEMENTED"),
+    A2ACode.AGENT_NOT_READY: (503, "UNAVAILABLE"),
+    A2ACode.AUTHENTICATION_FAILED: (401, "UNAUTHENTICATED"),
+}
+
+#: gRPC status name → the A2A code a client reports when the answer carries no ErrorInfo.
+GRPC_FALLBACK: dict[str, A2ACode] = {
+    "NOT_FOUND": A2ACode.TASK_NOT_FOUND,
+    "INVALID_ARGUMENT": A2ACode.INVALID_PARAMS,
+    "UNAUTHENTICATED": A2ACode.AUTHENTICATION_FAILED,
+    "UNAVAILABLE": A2ACode.AGENT_NOT_READY,
+    "UNIMPLEMENTED": A2ACode.UNSUPPORTED_OPERATION,
+    "FAILED_PRECONDITION": A2ACode.UNSUPPORTED_OPERATION,
+    "INTERNAL": A2ACode.INTERNAL_ERROR,
+}
+_BY_REASON: dict[str, A2ACode] = {}
 
 
 class A2AError(Exception):
@@ -106,6 +151,58 @@ class A2AError(Exception):
             ],
         }
 
+    @property
+    def status(self) -> tuple[int, str]:
+        """(HTTP status, gRPC status name) of this error outside JSON-RPC."""
+        known = self.known
+        return _STATUSES[known] if known is not None else (500, "UNKNOWN")
+
+    def to_status_json(self) -> dict[str, Any]:
+        """The REST error body: a `google.rpc.Status` as JSON, `code` the HTTP status
+        (`{"error": {"code", "status", "message", "details": [ErrorInfo]}}`)."""
+        http_status, grpc_status = self.status
+        return {
+            "error": {
+                "code": http_status,
+                "status": grpc_status,
+                "message": self.message,
+                "details": self.to_json()["data"],
+            }
+        }
+
+    @classmethod
+    def from_reason(
+        cls, reason: str, message: str, metadata: dict[str, Any], fallback: A2ACode | int
+    ) -> A2AError:
+        """The error an `ErrorInfo.reason` names (REST and gRPC carry no A2A code)."""
+        if not _BY_REASON:
+            _BY_REASON.update({code.reason: code for code in A2ACode})
+        code = _BY_REASON.get(reason, fallback)
+        return cls(code, message, {**metadata, "reason": reason} if reason else metadata)
+
+    @classmethod
+    def from_status_json(cls, body: Any, http_status: int) -> A2AError:
+        """The error of a REST error body (or of an HTTP status without one)."""
+        error = body.get("error") if isinstance(body, dict) else None
+        fallback: A2ACode = {
+            401: A2ACode.AUTHENTICATION_FAILED,
+            404: A2ACode.TASK_NOT_FOUND,
+            503: A2ACode.AGENT_NOT_READY,
+        }.get(http_status, A2ACode.INTERNAL_ERROR if http_status >= 500 else A2ACode.INVALID_PARAMS)
+        if not isinstance(error, dict):
+            return cls(fallback, f"HTTP {http_status}: {body!r}"[:300], http_status=http_status)
+        message = error.get("message")
+        text = message if isinstance(message, str) else f"HTTP {http_status}"
+        for detail in error.get("details") or []:
+            if isinstance(detail, dict) and detail.get("@type") == ERROR_INFO_TYPE:
+                found = detail.get("metadata")
+                metadata = dict(found) if isinstance(found, dict) else {}
+                reason = detail.get("reason")
+                made = cls.from_reason(str(reason or ""), text, metadata, fallback)
+                made.http_status = http_status
+                return made
+        return cls(fallback, text, http_status=http_status)
+
     @classmethod
     def from_json(cls, error: Any) -> A2AError:
         """The error of a JSON-RPC error object (as received)."""
@@ -148,6 +245,7 @@ def unsupported(message: str, **metadata: Any) -> A2AError:
 
 
 __all__ = [
+    "GRPC_FALLBACK",
     "A2ACode",
     "A2AError",
     "A2AVersionError",

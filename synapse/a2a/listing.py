@@ -14,15 +14,12 @@ import base64
 import binascii
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from synapse.a2a import mapping, wire
 from synapse.a2a.errors import invalid_params
 from synapse.p2p.persistence import ListCursor, TaskFilter
 from synapse.types import TaskState
-
-if TYPE_CHECKING:
-    from synapse.a2a.server import A2AServer
 
 
 def states_of(status: str) -> frozenset[TaskState] | None:
@@ -56,16 +53,15 @@ def decode_token(token: str, requester: str) -> ListCursor:
 
 
 def store_page(
-    server: A2AServer,
+    server: Any,
     req: wire.ListTasksRequest,
     principal: str,
     page_size: int,
     after: datetime | None,
 ) -> wire.ListTasksResponse:
-    from synapse.a2a.server import REQUESTER_PREFIX
-
     protocol = server.protocol
-    requester = REQUESTER_PREFIX + principal
+    # The A2A service (which imports this module: typed `Any`, no import back).
+    requester = server.requester_prefix + principal
     where = TaskFilter(
         requester=requester,
         states=states_of(req.status),

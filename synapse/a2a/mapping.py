@@ -5,6 +5,8 @@ Pure functions, no I/O; the server binding and the client both use them.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
 from collections.abc import Mapping
 from typing import Any, Final, TypedDict
@@ -49,10 +51,29 @@ FINAL_STATE_MAP: Final[Mapping[str, TaskState]] = {
     wire.REJECTED: TaskState.REJECTED,
 }
 
-#: Where the task type travels in an A2A message (a skill id of the agent card).
-TASK_TYPE_KEY: Final = "task_type"
+#: Where the task type travels in an A2A message (a skill id of the agent card). Metadata
+#: keys are camelCase like every member of A2A's JSON; the snake_case spelling of earlier
+#: versions is still read.
+TASK_TYPE_KEY: Final = "taskType"
+LEGACY_TASK_TYPE_KEY: Final = "task_type"
 #: What an INPUT_REQUIRED status message asks for, in its metadata.
-NEEDS_KEY: Final = "synapse_needs"
+NEEDS_KEY: Final = "synapseNeeds"
+LEGACY_NEEDS_KEY: Final = "synapse_needs"
+#: Marks the output artifact while it holds partial output (`intermediate_result` chunks).
+PARTIAL_KEY: Final = "synapsePartial"
+#: The Synapse `output_type` of a result artifact, in its metadata.
+OUTPUT_TYPE_KEY: Final = "outputType"
+LEGACY_OUTPUT_TYPE_KEY: Final = "output_type"
+
+
+def meta_value(metadata: Mapping[str, Any] | None, key: str, legacy: str) -> Any:
+    """`metadata[key]`, else `metadata[legacy]` (the snake_case spelling), else None."""
+    if not metadata:
+        return None
+    value = metadata.get(key)
+    return metadata.get(legacy) if value is None else value
+
+
 NEEDS_INFO: Final = "info"
 NEEDS_HUMAN: Final = "human_decision"
 
@@ -128,8 +149,8 @@ def message_text(message: wire.Message, delimiter: str = "\n") -> str:
 
 
 def task_type_of(message: wire.Message, default: str | None) -> str:
-    """`message.metadata["task_type"]`, else the configured default."""
-    value = (message.metadata or {}).get(TASK_TYPE_KEY)
+    """`message.metadata["taskType"]` (or `"task_type"`), else the configured default."""
+    value = meta_value(message.metadata, TASK_TYPE_KEY, LEGACY_TASK_TYPE_KEY)
     if value is None:
         if default is None:
             raise invalid_params(
@@ -145,10 +166,60 @@ def task_type_of(message: wire.Message, default: str | None) -> str:
     return value
 
 
+#: Where a message's file parts go in the task payload.
+FILES_KEY: Final = "files"
+#: The Synapse `output_type`s of file results: one file (`output` a file object), or a list.
+FILE_OUTPUT: Final = "file"
+FILES_OUTPUT: Final = "files"
+
+
+def file_of(part: wire.Part, where: str = "message.parts") -> dict[str, Any] | None:
+    """A file part as a payload value: `{"url": …}` or `{"raw": <base64>}`, with
+    `filename` and `media_type` when given; None for any other part."""
+    found: dict[str, Any]
+    if isinstance(part.url, str):
+        if not part.url:
+            raise invalid_params("a file part's url must not be empty", path=where)
+        found = {"url": part.url}
+    elif isinstance(part.raw, str):
+        try:
+            base64.b64decode(part.raw, validate=True)
+        except (binascii.Error, ValueError):
+            raise invalid_params("a file part's raw bytes must be base64", path=where) from None
+        found = {"raw": part.raw}
+    else:
+        return None
+    if part.filename:
+        found["filename"] = part.filename
+    if part.media_type:
+        found["media_type"] = part.media_type
+    return found
+
+
+def file_part(value: Any) -> wire.Part:
+    """A file object of a handler's result (`{"url" | "raw", "filename", "media_type"}`)
+    as a part."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"a file result must be an object with url or raw: {value!r}")
+    filename = str(value.get("filename") or "")
+    media_type = str(value.get("media_type") or value.get("mediaType") or "")
+    if isinstance(value.get("url"), str):
+        return wire.Part(url=value["url"], filename=filename, media_type=media_type)
+    if isinstance(value.get("raw"), bytes | bytearray):
+        raw = base64.b64encode(bytes(value["raw"])).decode()
+        return wire.Part(raw=raw, filename=filename, media_type=media_type)
+    if isinstance(value.get("raw"), str):
+        return wire.Part(raw=value["raw"], filename=filename, media_type=media_type)
+    raise ValueError(f"a file result needs url or raw: {value!r}")
+
+
 def payload_of(message: wire.Message) -> dict[str, Any]:
-    """The task payload: the first data part (an object), else `{"text": <the text>}`."""
+    """The task payload: the first data part (an object), else `{"text": <the text>}`; the
+    message's file parts (inline bytes or URLs) under `files`, in order."""
     if not message.parts:
         raise invalid_params("message.parts must not be empty", path="message.parts")
+    files = [f for i, p in enumerate(message.parts) if (f := file_of(p, f"message.parts[{i}]"))]
+    payload: dict[str, Any]
     data = first_data(message)
     if data is not msgspec.UNSET:
         if not isinstance(data, dict):
@@ -156,13 +227,32 @@ def payload_of(message: wire.Message) -> dict[str, Any]:
                 "the first data part must hold a JSON object (the task payload)",
                 path="message.parts",
             )
-        return dict(data)
-    if any(isinstance(p.text, str) for p in message.parts):
-        return {"text": message_text(message)}
-    raise A2AError(
-        A2ACode.CONTENT_TYPE_NOT_SUPPORTED,
-        "this agent takes a data part (the task payload) or text; files are not accepted",
-    )
+        payload = dict(data)
+    elif any(isinstance(p.text, str) for p in message.parts):
+        payload = {"text": message_text(message)}
+    elif files:
+        payload = {}
+    else:
+        raise A2AError(
+            A2ACode.CONTENT_TYPE_NOT_SUPPORTED,
+            "this agent takes a data part (the task payload), text or files",
+        )
+    if files:
+        if FILES_KEY in payload:
+            raise invalid_params(
+                f"the data part has a {FILES_KEY!r} member and the message has file parts: "
+                "the files would overwrite it",
+                path="message.parts",
+            )
+        payload[FILES_KEY] = files
+    return payload
+
+
+def partial_parts(value: Any) -> list[wire.Part]:
+    """A handler's `intermediate_result` as the parts of an artifact chunk."""
+    if isinstance(value, str):
+        return [wire.text_part(value)]
+    return [wire.data_part(value)]
 
 
 def info_fields(message: wire.Message, need: TaskNeedInfoPayload | None) -> dict[str, Any]:
@@ -286,17 +376,27 @@ def reject_message(reject: TaskRejectPayload, *, task_id: str, context_id: str) 
     return agent_message(text, data, task_id=task_id, context_id=context_id)
 
 
-def result_artifact(result: TaskResult, *, name: str, summary: str = "") -> wire.Artifact:
-    """A `task_complete.result` as one artifact: text as a text part, anything else as data."""
+def result_artifact(
+    result: TaskResult, *, name: str, summary: str = "", artifact_id: str = ""
+) -> wire.Artifact:
+    """A `task_complete.result` as one artifact: text as a text part, a file (`output_type`
+    "file") or files ("files": a list) as file parts, anything else as data."""
+    parts: list[wire.Part] | None = None
     if result.output_type == "text" and isinstance(result.output, str):
         parts = [wire.text_part(result.output)]
-    else:
+    elif result.output_type in (FILE_OUTPUT, FILES_OUTPUT):
+        outputs = result.output if result.output_type == FILES_OUTPUT else [result.output]
+        try:
+            parts = [file_part(o) for o in outputs] if isinstance(outputs, list) else None
+        except ValueError:
+            parts = None  # not files after all: carried as data, as any other output
+    if not parts:
         parts = [wire.data_part(result.output)]
-    metadata: dict[str, Any] = {"output_type": result.output_type}
+    metadata: dict[str, Any] = {OUTPUT_TYPE_KEY: result.output_type}
     if result.metadata:
         metadata["metadata"] = result.metadata
     return wire.Artifact(
-        artifact_id=new_id(),
+        artifact_id=artifact_id or new_id(),
         name=name,
         description=summary,
         parts=parts,
@@ -314,7 +414,7 @@ def artifact_result(artifacts: list[wire.Artifact]) -> TaskResult | None:
         return None
     parts = [p for a in artifacts for p in a.parts]
     found = dict(artifacts[0].metadata or {})
-    output_type = found.get("output_type")
+    output_type = meta_value(found, OUTPUT_TYPE_KEY, LEGACY_OUTPUT_TYPE_KEY)
     if isinstance(output_type, str) and output_type:  # written by `result_artifact`
         inner = found.get("metadata")
         metadata = dict(inner) if isinstance(inner, dict) else {}
@@ -322,6 +422,11 @@ def artifact_result(artifacts: list[wire.Artifact]) -> TaskResult | None:
         output_type, metadata = None, found
     texts = [p.text for p in parts if isinstance(p.text, str)]
     data = [p.data for p in parts if p.data is not msgspec.UNSET]
+    files = [f for p in parts if (f := file_of(p)) is not None]
+    if files and len(files) == len(parts):
+        if len(files) == 1 and output_type != FILES_OUTPUT:
+            return TaskResult(output_type=FILE_OUTPUT, output=files[0], metadata=metadata)
+        return TaskResult(output_type=FILES_OUTPUT, output=files, metadata=metadata)
     if len(parts) == len(texts):
         return TaskResult(
             output_type=output_type or "text", output="".join(texts), metadata=metadata

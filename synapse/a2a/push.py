@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import structlog
+import yarl
 
 from synapse.a2a import wire
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.logs import get_logger
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.client import RETRYABLE_STATUSES, TRACE_CONFIGS, parse_retry_after
 from synapse.transport.retry import RetriesExhausted, Transient, retrying
@@ -47,9 +49,9 @@ from synapse.types import (
 from synapse.types.signing import SIGNATURE_HEADER, Secret, header_signature
 
 if TYPE_CHECKING:
-    from synapse.a2a.server import A2AServer
+    from synapse.a2a.service import A2AService
 
-log = structlog.get_logger("synapse.a2a.push")
+log = get_logger("synapse.a2a.push")
 
 #: Agent-id prefix of the virtual partners that stand for push configurations.
 PUSH_PREFIX = "a2a-push:"
@@ -62,20 +64,96 @@ def push_partner(task_id: str, config_id: str) -> str:
     return f"{PUSH_PREFIX}{task_id}/{config_id}"
 
 
-def _normalized(url: str) -> tuple[str, str, int, str] | None:
-    """(scheme, host, port, path) with RFC 3986 normalization, or None if not http(s)."""
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+#: What may appear, unencoded, in a normalized path or query (RFC 3986 pchar, "/" and "?").
+_PATH_CHARS = _UNRESERVED | frozenset("!$&'()*+,;=:@/%")
+_QUERY_CHARS = _PATH_CHARS | frozenset("?")
+_HOST = re.compile(r"[a-z0-9._~!$&'()*+,;=-]+|\[[0-9a-f:.]+\]")
+_HEX = frozenset("0123456789ABCDEFabcdef")
+
+
+def _normalize_percent(text: str, allowed: frozenset[str], *, path: bool) -> str | None:
+    """Decode percent-encoded unreserved characters, upper-case the other escapes (RFC 3986
+    §6.2.2.2); None for an invalid escape, a character outside `allowed`, or an encoded
+    "/" or "\\" (a server may decode it into a path separator)."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "%":
+            pair = text[i + 1 : i + 3]
+            if len(pair) != 2 or not set(pair) <= _HEX:
+                return None
+            decoded = chr(int(pair, 16))
+            if decoded in _UNRESERVED:
+                out.append(decoded)
+            elif path and decoded in "/\\":
+                return None
+            else:
+                out.append("%" + pair.upper())
+            i += 3
+            continue
+        if char not in allowed:
+            return None
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4, for an absolute path."""
+    out: list[str] = []
+    segments = path.split("/")[1:]
+    for index, segment in enumerate(segments):
+        last = index == len(segments) - 1
+        if segment in (".", ".."):
+            if segment == ".." and out:
+                out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(segment)
+    return "/" + "/".join(out)
+
+
+def normalize_url(url: str) -> str | None:
+    """`url` in RFC 3986 normal form (§6.2.2: case of scheme and host, percent-encoding of
+    unreserved characters, dot segments; and the scheme's default port left out), or None
+    if it is not an http(s) URL a webhook may have: userinfo, an encoded "/" or "\\", a
+    backslash, or any character outside RFC 3986 refuse it. The fragment, never sent, is
+    dropped. What this returns is what is compared with the allowlist and what is POSTed to.
+    """
+    if not url.isascii() or any(c.isspace() or ord(c) < 0x20 for c in url) or "\\" in url:
+        return None
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
         return None
     scheme = parts.scheme.lower()
-    if scheme not in ("http", "https") or not parts.hostname:
+    if scheme not in ("http", "https") or "@" in parts.netloc:
         return None
-    if parts.username is not None or parts.password is not None:
+    host = (parts.netloc.rpartition(":")[0] if port is not None else parts.netloc).lower()
+    if not _HOST.fullmatch(host):  # no escapes in a host: one spelling per name
         return None
+    path = _normalize_percent(parts.path or "/", _PATH_CHARS, path=True)
+    query = _normalize_percent(parts.query, _QUERY_CHARS, path=False)
+    if path is None or query is None or not path.startswith("/"):
+        return None
+    path = _remove_dot_segments(path)
     default = 443 if scheme == "https" else 80
-    return scheme, parts.hostname.lower(), port or default, parts.path or "/"
+    netloc = host if port in (None, default) else f"{host}:{port}"
+    return f"{scheme}://{netloc}{path}" + (f"?{query}" if query else "")
+
+
+def _normalized(url: str) -> tuple[str, str, int, str] | None:
+    """(scheme, host, port, path) of the normal form of `url` (see `normalize_url`)."""
+    normal = normalize_url(url)
+    if normal is None:
+        return None
+    parts = urlsplit(normal)
+    scheme, host = parts.scheme, parts.netloc.rpartition(":")[0] if parts.port else parts.netloc
+    return scheme, host, parts.port or (443 if scheme == "https" else 80), parts.path
 
 
 class PushAllowlist:
@@ -96,6 +174,7 @@ class PushAllowlist:
         return bool(self._entries)
 
     def allows(self, url: str) -> bool:
+        """Whether `url`, in its normal form (see `normalize_url`), is under an entry."""
         candidate = _normalized(url)
         if candidate is None:
             return False
@@ -113,7 +192,7 @@ class PushSender:
 
     def __init__(
         self,
-        server: A2AServer,
+        server: A2AService,
         config: P2PConfig,
         *,
         secret: Secret | None = None,
@@ -188,13 +267,18 @@ class PushSender:
         """POST with the retries of specs/protocol.md, 'Transport'; raise `DeliveryError` when it
         gives up."""
         session = self._ensure_session()
+        # Exactly the URL that was checked: its normal form, not re-parsed or re-quoted.
+        normal = normalize_url(target.url)
+        if normal is None or not self.server.allowlist.allows(normal):
+            raise DeliveryError(f"push URL {target.url!r} is not allowed", retryable=False)
+        url = yarl.URL(normal, encoded=True)
 
         async def attempt(number: int) -> None:
             body = self.body(event, message)  # a fresh timestamp and signature each attempt
             fields = {"task_id": target.task_id, "config_id": target.id, "message_id": message.id}
             try:
                 async with session.post(
-                    target.url,
+                    url,
                     data=body,
                     headers=self.headers(target, body),
                     allow_redirects=False,
@@ -240,4 +324,4 @@ class PushSender:
             ) from exhausted.last
 
 
-__all__ = ["PUSH_PREFIX", "PushAllowlist", "PushSender", "push_partner"]
+__all__ = ["PUSH_PREFIX", "PushAllowlist", "PushSender", "normalize_url", "push_partner"]

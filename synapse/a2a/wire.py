@@ -11,10 +11,13 @@ some); enum values are kept as strings so that an unknown one is not a decoding 
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
+
+from synapse.a2a.errors import A2ACode, A2AError
 
 #: The A2A protocol version this package speaks.
 PROTOCOL_VERSION: Final = "1.0"
@@ -27,6 +30,12 @@ AGENT_CARD_PATH: Final = "/.well-known/agent-card.json"
 #: The header carrying a push configuration's `token` on each notification.
 NOTIFICATION_TOKEN_HEADER: Final = "X-A2A-Notification-Token"
 JSONRPC_BINDING: Final = "JSONRPC"
+REST_BINDING: Final = "HTTP+JSON"
+GRPC_BINDING: Final = "GRPC"
+#: Every protocol binding of A2A v1.0, in this package's default order of preference.
+BINDINGS: Final = (JSONRPC_BINDING, REST_BINDING, GRPC_BINDING)
+#: The A2A media type (A2A v1.0); `application/json` is what is written.
+A2A_JSON_MEDIA_TYPE: Final = "application/a2a+json"
 #: The agent-card extension that carries each skill's input schema (A2A skills have none).
 TASK_TYPES_EXTENSION: Final = "https://synapse-p2p.dev/a2a/ext/task-types/v1"
 
@@ -62,9 +71,9 @@ def ends_stream(state: str) -> bool:
 
 
 def timestamp(at: datetime | None = None) -> str:
-    """RFC 3339 UTC with microseconds and `Z`, as the proto JSON mapping writes it."""
+    """RFC 3339 UTC with milliseconds and `Z` (A2A v1.0: timestamps in milliseconds)."""
     value = (at or datetime.now(UTC)).astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -233,7 +242,7 @@ class ListTasksRequest(Wire):
 class ListTasksResponse(msgspec.Struct, kw_only=True, rename="camel"):
     """Every member is always written (the SDK prints fields without presence here)."""
 
-    tasks: list[Task]
+    tasks: list[Task] = msgspec.field(default_factory=list)
     next_page_token: str = ""
     page_size: int = 0
     total_size: int = 0
@@ -350,6 +359,29 @@ class AgentCard(Wire):
         return found[0] if found else None
 
 
+_MAJOR_MINOR = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
+
+
+def check_version(given: str) -> None:
+    """Refuse (-32009) what is not `1.MINOR`: no version (an A2A 0.3 client), another major,
+    or anything but `MAJOR.MINOR` (`1.0.1`, `1`, `v1.0`). Never a silent downgrade."""
+    version = given or VERSION_WITHOUT_HEADER
+    matched = _MAJOR_MINOR.fullmatch(version)
+    if matched is None or matched.group(1) != "1":
+        if not given:
+            told = "no A2A-Version header (that is A2A 0.3)"
+        elif matched is None:
+            told = f"A2A-Version {given!r} (not MAJOR.MINOR)"
+        else:
+            told = f"A2A-Version {given!r}"
+        raise A2AError(
+            A2ACode.VERSION_NOT_SUPPORTED,
+            f"{told} is not supported: this agent speaks A2A {PROTOCOL_VERSION} only; "
+            f"send '{VERSION_HEADER}: {PROTOCOL_VERSION}'",
+            {"supportedVersions": PROTOCOL_VERSION, "requestedVersion": version},
+        )
+
+
 def major(version: str) -> int | None:
     head = version.strip().split(".", 1)[0]
     return int(head) if head.isdigit() else None
@@ -358,6 +390,50 @@ def major(version: str) -> int | None:
 def minor(version: str) -> int | None:
     parts = version.strip().split(".")
     return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
+# --- member names ----------------------------------------------------------------------------
+
+
+def camel_members(value: Any, cls: Any) -> Any:
+    """`value` (decoded JSON meant for `cls`) with snake_case member names as camelCase.
+
+    Proto3 JSON parsers accept both the camelCase JSON name and the original field name of
+    every member, and clients in the wild send both; this package writes camelCase only.
+    Only the members of the wire types are renamed, never the keys of free-form values
+    (`metadata`, data parts, card extension `params`).
+    """
+    return _rename(value, msgspec.inspect.type_info(cls))
+
+
+def _rename(value: Any, info: msgspec.inspect.Type) -> Any:
+    if isinstance(info, msgspec.inspect.UnionType):
+        for option in info.types:
+            if isinstance(option, msgspec.inspect.StructType) and isinstance(value, dict):
+                return _rename(value, option)
+            if isinstance(option, msgspec.inspect.ListType) and isinstance(value, list):
+                return _rename(value, option)
+        return value
+    if isinstance(info, msgspec.inspect.ListType) and isinstance(value, list):
+        return [_rename(item, info.item_type) for item in value]
+    if isinstance(info, msgspec.inspect.DictType) and isinstance(value, dict):
+        if isinstance(info.value_type, msgspec.inspect.StructType):
+            return {k: _rename(v, info.value_type) for k, v in value.items()}
+        return value
+    if isinstance(info, msgspec.inspect.StructType) and isinstance(value, dict):
+        fields: dict[str, msgspec.inspect.Field] = {f.encode_name: f for f in info.fields}
+        by_name: dict[str, str] = {f.name: f.encode_name for f in info.fields}
+        renamed: dict[str, Any] = {}
+        for key, item in value.items():
+            name = str(key)
+            if name not in fields:
+                name = by_name.get(name, name)
+            if name in renamed and name != key:
+                continue  # both spellings given: the camelCase one wins
+            field = fields.get(name)
+            renamed[name] = _rename(item, field.type) if field is not None else item
+        return renamed
+    return value
 
 
 # --- encoding ---------------------------------------------------------------------------------
@@ -385,15 +461,18 @@ def data_part(data: Any) -> Part:
 __all__ = [
     "AGENT_CARD_PATH",
     "AUTH_REQUIRED",
+    "BINDINGS",
     "CANCELED",
     "COMPLETED",
     "FAILED",
+    "GRPC_BINDING",
     "INPUT_REQUIRED",
     "INTERRUPTED_STATES",
     "JSONRPC_BINDING",
     "NOTIFICATION_TOKEN_HEADER",
     "PROTOCOL_VERSION",
     "REJECTED",
+    "REST_BINDING",
     "ROLE_AGENT",
     "ROLE_USER",
     "SUBMITTED",

@@ -1,10 +1,16 @@
-"""structlog for the command line: events on stderr, for a person or as JSON lines.
+"""Logging for the command line: the one place where Synapse configures logging.
 
 Logs always go to stderr: stdout carries what a command produces (a task's result, a JSON
-event stream, a schema), so that it can be piped. By default a person sees one line per
-message (`message_in`, `message_out`) plus lifecycle events and warnings; `--verbose` adds
-every state transition and HTTP attempt. The standard library's `logging` (aiohttp, asyncio)
-is routed through the same renderer, so `--log-json` output stays one JSON object a line.
+event stream, a schema), so that it can be piped. The library emits structlog events through
+the standard `logging` module (`synapse.p2p.logs`); here the root logger gets one handler that
+renders every record, Synapse's and other libraries' (aiohttp, asyncio), as a console line
+or a JSON object a line (`--log-json`).
+
+Levels (`--log-level`, `SYNAPSE_LOG_LEVEL`, `log_level` in the TOML file): `info`, the
+default of `serve`, is what an operator needs: startup and shutdown, one line a task with its
+outcome (its last transition), refusals, retries, warnings; `debug` (or `--verbose`) adds
+every message in and out, every transition and every HTTP attempt; `warning`, `error`, and
+`off`. Whatever the level but `off`, `serve`'s first line is `listening`, with the URL.
 """
 
 from __future__ import annotations
@@ -13,21 +19,23 @@ import logging
 import sys
 from typing import Any, TextIO
 
-import structlog
-from structlog.typing import EventDict, Processor, WrappedLogger
+from synapse.p2p.logs import EventHandler
 
-#: Info events that repeat what the per-message lines already say; shown with --verbose.
-DETAIL_EVENTS = frozenset({"transition", "post_attempt"})
+#: `--log-level` values.
+LEVELS: dict[str, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "off": logging.CRITICAL + 1,
+}
 
 
-def _drop_details(_logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
-    if method in ("debug", "info") and event.get("event") in DETAIL_EVENTS:
-        raise structlog.DropEvent
-    return event
-
-
-def _drop_all(_logger: WrappedLogger, _method: str, _event: EventDict) -> EventDict:
-    raise structlog.DropEvent
+def parse_log_level(value: str) -> int:
+    try:
+        return LEVELS[value.strip().lower()]
+    except KeyError:
+        raise ValueError(f"expected one of {', '.join(LEVELS)}") from None
 
 
 def configure_logging(
@@ -35,53 +43,36 @@ def configure_logging(
     json: bool = False,
     verbose: bool = False,
     quiet: bool = False,
+    level: int | None = None,
     stream: TextIO | None = None,
 ) -> None:
-    """Send structlog and stdlib logging to `stream` (stderr), as console lines or JSON.
+    """Send Synapse's and stdlib logging to `stream` (stderr), as console lines or JSON.
 
     `quiet` (the client commands without --verbose, which report what matters themselves)
-    drops every event; `verbose` keeps the detail events and debug.
+    drops every event; `verbose` means debug; otherwise `level` (default info) applies to
+    Synapse's loggers, and other libraries log their warnings and errors.
     """
     stream = stream or sys.stderr
-    level = logging.DEBUG if verbose else logging.INFO
-    shared: list[Processor] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    if not verbose:
-        shared.insert(0, _drop_details)
-    if quiet:
-        shared.insert(0, _drop_all)
-    renderer: Processor
-    if json:
-        renderer = structlog.processors.JSONRenderer(ensure_ascii=False)
-    else:
-        renderer = structlog.dev.ConsoleRenderer(
-            colors=_is_tty(stream), exception_formatter=structlog.dev.plain_traceback
-        )
-    structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer]
-        if json
-        else [*shared, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=False,
-    )
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-            foreign_pre_chain=[
-                structlog.stdlib.add_logger_name,
-                structlog.processors.add_log_level,
-                structlog.processors.TimeStamper(fmt="iso", utc=True),
-            ],
-        )
-    )
+    if verbose:
+        level = logging.DEBUG
+    elif quiet:
+        level = LEVELS["off"]
+    elif level is None:
+        level = logging.INFO
+    # A command line is an application: it may spare every record the work of finding its
+    # caller, thread and process, which no renderer here shows (logging HOWTO, "Optimization").
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     root = logging.getLogger()
-    root.handlers = [handler]
-    root.setLevel(logging.CRITICAL + 1 if quiet else max(level, logging.WARNING))
+    root.handlers = [EventHandler(stream, json=json, colors=_is_tty(stream))]
+    root.setLevel(max(level, logging.WARNING))
+    logging.getLogger("synapse").setLevel(level)
+    # `listening` (the peer's one event) stays the first line at every level but `off`:
+    # scripts and supervisors wait for it to know the port.
+    peer_level = level if level > logging.CRITICAL else min(level, logging.INFO)
+    logging.getLogger("synapse.peer").setLevel(peer_level)
     logging.captureWarnings(True)
 
 

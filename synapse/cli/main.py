@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import sys
 import traceback
@@ -20,10 +21,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
-from synapse.cli.logs import configure_logging
+from synapse.cli.logs import LEVELS, configure_logging, parse_log_level
 from synapse.cli.ops import add_ops_arguments, ops_serve_options
 from synapse.cli.settings import (
     Settings,
+    parse_a2a_binding,
+    parse_a2a_bindings,
     parse_a2a_token,
     parse_bool,
     parse_count,
@@ -62,6 +65,8 @@ def _typed(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
 
 
 PORT = _typed(parse_port, "port")
+A2A_BINDING = _typed(parse_a2a_binding, "A2A binding")
+A2A_BINDINGS = _typed(parse_a2a_bindings, "A2A bindings")
 URL = _typed(parse_url, "URL")
 HTTP_URL = _typed(parse_http_url, "URL")
 LISTEN = _typed(parse_listen, "HOST:PORT")
@@ -287,6 +292,27 @@ def build_parser() -> Parser:
         help="the base URL A2A clients reach us at, for the card (default: the origin of "
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
+    group.add_argument(
+        "--a2a-bindings",
+        type=A2A_BINDINGS,
+        metavar="LIST",
+        help="the A2A bindings to serve, comma-separated, in the order the card lists them "
+        "(the order clients should prefer): JSONRPC, HTTP+JSON (or REST), GRPC (default "
+        "JSONRPC,HTTP+JSON, and GRPC with --a2a-grpc-port; $SYNAPSE_A2A_BINDINGS)",
+    )
+    group.add_argument(
+        "--a2a-grpc-port",
+        type=PORT,
+        metavar="PORT",
+        help="also serve the A2A gRPC binding on this port of --host (0: any free port; "
+        "needs the grpc extra; $SYNAPSE_A2A_GRPC_PORT)",
+    )
+    group.add_argument(
+        "--a2a-grpc-public-address",
+        metavar="HOST:PORT",
+        help="the gRPC address the card gives (default: the host of --a2a-public-url or of "
+        "--endpoint, and the gRPC port; $SYNAPSE_A2A_GRPC_PUBLIC_ADDRESS)",
+    )
     add_ops_arguments(serve)
     group = serve.add_argument_group("routing (docs/routing.md in the Synapse repository)")
     group.add_argument(
@@ -296,6 +322,13 @@ def build_parser() -> Parser:
         "pool this TOML file describes, instead of running a handler ($SYNAPSE_ROUTE)",
     )
     _common(serve)
+    serve.add_argument(
+        "--log-level",
+        type=_typed(parse_log_level, "log level"),
+        metavar="{" + ",".join(LEVELS) + "}",
+        help="info (default): startup, one line a task with its outcome, refusals, retries, "
+        "warnings; debug adds every message and transition ($SYNAPSE_LOG_LEVEL)",
+    )
     serve.set_defaults(run=_run_serve)
 
     send = commands.add_parser(
@@ -375,6 +408,13 @@ def build_parser() -> Parser:
         "--a2a-token",
         metavar="TOKEN",
         help="the bearer token the A2A agent expects ($SYNAPSE_A2A_TOKEN)",
+    )
+    group.add_argument(
+        "--a2a-binding",
+        type=A2A_BINDING,
+        metavar="NAME",
+        help="use only this A2A binding (JSONRPC, HTTP+JSON or REST, GRPC); default: the "
+        "first of the agent card's interfaces this client speaks ($SYNAPSE_A2A_BINDING)",
     )
     _common(send)
     send.set_defaults(run=_run_send)
@@ -482,7 +522,9 @@ class Context:
         """Logs on stderr; client commands stay quiet unless --verbose."""
         verbose = self.settings.get("verbose", "SYNAPSE_VERBOSE", "verbose", parse_bool, False)
         as_json = self.settings.get("log_json", "SYNAPSE_LOG_JSON", "log_json", parse_bool, False)
+        level = self.settings.get("log_level", "SYNAPSE_LOG_LEVEL", "log_level", parse_log_level)
         configure_logging(
+            level=level,
             json=bool(as_json),
             verbose=bool(verbose),
             quiet=quiet and not verbose,
@@ -508,9 +550,14 @@ def serve_p2p_config(s: Settings) -> P2PConfig:
 
 def _run_serve(ctx: Context) -> int:
     from synapse.cli.serve import ServeOptions, run_serve
+    from synapse.cli.speed import run_server
 
     s = ctx.settings
     a2a = _a2a_serve_options(s)
+    if a2a is not None and a2a.grpc_port is not None:  # gRPC listens on --host too
+        a2a = dataclasses.replace(
+            a2a, grpc_host=s.get("host", "SYNAPSE_HOST", "host", str) or "127.0.0.1"
+        )
     options = ServeOptions(
         agent_id=s.require("agent_id", "SYNAPSE_AGENT_ID", "agent_id", str, flag="--agent-id"),
         host=s.get("host", "SYNAPSE_HOST", "host", str) or "127.0.0.1",
@@ -524,6 +571,7 @@ def _run_serve(ctx: Context) -> int:
         else "header",
         config=serve_p2p_config(s),
         a2a=a2a,
+        http=s.http_limits(),
         ops=ops_serve_options(s),
         route=s.get("route", "SYNAPSE_ROUTE", "route", str),
     )
@@ -535,7 +583,7 @@ def _run_serve(ctx: Context) -> int:
             "(or SYNAPSE_PEERS, or [[peer]] in --config), or serve A2A clients only with --a2a"
         )
     ctx.logging(quiet=False)
-    return asyncio.run(run_serve(options))
+    return run_server(run_serve(options))
 
 
 #: `serve`'s A2A flags, which mean nothing without `--a2a`.
@@ -544,6 +592,9 @@ A2A_SERVE_FLAGS = {
     "a2a_token": "--a2a-token",
     "a2a_default_task_type": "--a2a-default-task-type",
     "a2a_public_url": "--a2a-public-url",
+    "a2a_bindings": "--a2a-bindings",
+    "a2a_grpc_port": "--a2a-grpc-port",
+    "a2a_grpc_public_address": "--a2a-grpc-public-address",
 }
 
 
@@ -582,6 +633,14 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
         push_secret=secret if push_allow else None,
         tokens=tokens,
         public_url=s.get("a2a_public_url", "SYNAPSE_A2A_PUBLIC_URL", "a2a_public_url", parse_url),
+        bindings=s.get("a2a_bindings", "SYNAPSE_A2A_BINDINGS", "a2a_bindings", parse_a2a_bindings),
+        grpc_port=s.get("a2a_grpc_port", "SYNAPSE_A2A_GRPC_PORT", "a2a_grpc_port", parse_port),
+        grpc_public_address=s.get(
+            "a2a_grpc_public_address",
+            "SYNAPSE_A2A_GRPC_PUBLIC_ADDRESS",
+            "a2a_grpc_public_address",
+            str,
+        ),
     )
 
 
@@ -607,6 +666,8 @@ def _run_send(ctx: Context) -> int:
         return _run_send_a2a(ctx, options)
     if args.a2a_token is not None:
         raise CliError("--a2a-token needs --a2a URL")
+    if args.a2a_binding is not None:
+        raise CliError("--a2a-binding needs --a2a URL")
 
     from synapse.cli.client import client_setup
     from synapse.cli.send import run_send
@@ -643,10 +704,19 @@ def _run_send_a2a(ctx: Context, options: SendOptions) -> int:
             )
     s = ctx.settings
     token = s.get("a2a_token", "SYNAPSE_A2A_TOKEN", "a2a_token", str)
+    binding = s.get("a2a_binding", "SYNAPSE_A2A_BINDING", "a2a_binding", parse_a2a_binding)
     config = s.p2p_config(**CLIENT_P2P)
     ctx.logging(quiet=True)
     return asyncio.run(
-        run_send_a2a(ctx.args.a2a_url, token, options, config=config, out=ctx.out, err=ctx.err)
+        run_send_a2a(
+            ctx.args.a2a_url,
+            token,
+            options,
+            config=config,
+            out=ctx.out,
+            err=ctx.err,
+            bindings=(binding,) if binding else None,
+        )
     )
 
 

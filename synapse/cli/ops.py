@@ -12,15 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import structlog
-
 from synapse.cli.errors import CliError
 from synapse.cli.settings import Settings, parse_a2a_token
+from synapse.p2p.logs import get_logger
 
 if TYPE_CHECKING:
     from synapse.transport.peer import Peer
 
-log = structlog.get_logger("synapse.cli")
+log = get_logger("synapse.cli")
 
 CONSOLE_PATH = "/console"
 #: Keys of the config file these settings read.

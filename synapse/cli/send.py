@@ -62,6 +62,10 @@ class WatchingSender:
             raise
 
 
+#: Events that do not mean the target took the request.
+_NOT_ACCEPTED = frozenset({"undeliverable", "refused", "partner_unreachable", "partner_reachable"})
+
+
 class Follower(Conversation[TaskHandle]):
     """Follows one Synapse task: its events, through the shared conversation."""
 
@@ -84,6 +88,8 @@ class Follower(Conversation[TaskHandle]):
             interactive=interactive,
         )
         self.setup = setup
+        #: Said once the target accepted the request, not when it is queued.
+        self._sent_note = ""
 
     def ended_future(self) -> Awaitable[Any] | None:
         return self._ended(self.handle) if self.handle is not None else None
@@ -109,7 +115,7 @@ class Follower(Conversation[TaskHandle]):
             task_id=opts.task_id,
             priority=opts.priority,
         )
-        self.console.note(f"→ {opts.task_type} task {handle.task_id} sent to {self.setup.where}")
+        self._sent_note = f"→ {opts.task_type} task {handle.task_id} sent to {self.setup.where}"
         self.emit(
             "submitted",
             task_id=handle.task_id,
@@ -151,6 +157,10 @@ class Follower(Conversation[TaskHandle]):
     async def on_event(self, event: TaskEvent) -> bool:
         message = event.message
         payload = message.payload if message is not None else None
+        if self._sent_note and message is not None and event.kind not in _NOT_ACCEPTED:
+            # Sent means the target took it: its reply (or a callback that overtook it).
+            self.console.note(self._sent_note)
+            self._sent_note = ""
         self.emit(
             event.kind.removeprefix("p2p:"),
             task_id=event.key.task_id,

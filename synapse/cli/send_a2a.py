@@ -3,7 +3,7 @@
 `A2AClient` discovers the agent by its card, sends the payload as a data part with
 `metadata.task_type`, and follows the task (streamed, or polled for an agent that does not
 stream). The shared `Conversation` renders its events and answers INPUT_REQUIRED: a Synapse
-agent's status message says what it needs (`metadata.synapse_needs`: the missing fields, or a
+agent's status message says what it needs (`metadata.synapseNeeds`: the missing fields, or a
 person's decision, docs/a2a.md), so the questions are the same as with `send`; any other
 agent's question is shown as text and answered with one line (or `--field`s, as a data part).
 Ctrl-C sends `CancelTask`.
@@ -27,6 +27,7 @@ from synapse.a2a import (
     mapping,
     wire,
 )
+from synapse.a2a.client import describe_failure
 from synapse.cli.conversation import Conversation, SendOptions, interruptible, reported
 from synapse.cli.errors import CliError
 from synapse.cli.terminal import LineReader, TerminalConsole, parse_value
@@ -38,13 +39,24 @@ def a2a_error(exc: A2AError, where: str) -> CliError:
     """An A2A error as one line: `-32106 UNAUTHENTICATED: …`, `cannot reach …`."""
     known = exc.known
     reason = known.reason if known is not None else str(exc.metadata.get("reason", "")) or "ERROR"
+    if exc.message.startswith(("no agent card at", "agent card is not")):
+        # A 404 page or a Synapse peer served without --a2a: say what is missing.
+        return CliError(
+            f"{where} has no A2A agent card ({exc.message}); is it an A2A agent? "
+            "A Synapse peer answers A2A only when served with --a2a; without --a2a, "
+            "send speaks Synapse"
+        )
     if exc.http_status == 401 or exc.code == A2ACode.AUTHENTICATION_FAILED:
         hint = " (give --a2a-token)" if "token" not in exc.message.lower() else ""
         return CliError(f"{exc.code} {reason}: {exc.message}{hint}")
     if exc.__cause__ is not None and (
         "cannot fetch" in exc.message or "cannot reach" in exc.message
     ):
-        return CliError(f"cannot reach the A2A agent at {where}: {exc.__cause__}")
+        if isinstance(exc.__cause__, TimeoutError):  # say which call, and how long we waited
+            return CliError(f"the A2A agent at {where} did not answer in time: {exc.message}")
+        return CliError(
+            f"cannot reach the A2A agent at {where}: {describe_failure(exc.__cause__, None)}"
+        )
     return CliError(f"{exc.code} {reason}: {exc.message}")
 
 
@@ -90,7 +102,8 @@ class A2AFollower(Conversation[A2ATaskHandle]):
         except A2AError as exc:
             raise a2a_error(exc, self.url) from exc
         self.console.note(
-            f"→ {opts.task_type} task {handle.task_id} sent to {self.who} at {self.url} (A2A)"
+            f"→ {opts.task_type} task {handle.task_id} sent to {self.who} at {self.url} "
+            f"(A2A, {client.binding})"
         )
         self.emit(
             "submitted",
@@ -98,6 +111,7 @@ class A2AFollower(Conversation[A2ATaskHandle]):
             task_type=opts.task_type,
             target=self.url,
             agent=self.who,
+            binding=client.binding,
         )
         try:
             await self.follow(handle.events(), self.on_event)
@@ -128,7 +142,7 @@ class A2AFollower(Conversation[A2ATaskHandle]):
                 self.console.progress(progress, shown)
             elif event.text:  # a task snapshot after our answer has none: nothing new
                 self.console.note(event.text)
-        elif event.state in wire.INTERRUPTED_STATES and not self.cancel_sent:
+        elif event.interrupted and not self.cancel_sent:
             await self.input_required()
         return event.final or event.kind == "message"
 
@@ -139,7 +153,7 @@ class A2AFollower(Conversation[A2ATaskHandle]):
         if message is None or message.message_id in self.answered:
             return
         self.answered.add(message.message_id)
-        needs = (message.metadata or {}).get(mapping.NEEDS_KEY)
+        needs = mapping.meta_value(message.metadata, mapping.NEEDS_KEY, mapping.LEGACY_NEEDS_KEY)
         missing = mapping.missing_fields_of(message)
         task_id = self.handle.task_id
         if missing:
@@ -215,6 +229,7 @@ async def run_send_a2a(
     err: TextIO,
     reader: LineReader | None = None,
     stdin_is_tty: bool | None = None,
+    bindings: tuple[str, ...] | None = None,
 ) -> int:
     interactive = os.isatty(0) if stdin_is_tty is None else stdin_is_tty
     console = TerminalConsole(err, quiet=options.as_json)
@@ -227,7 +242,9 @@ async def run_send_a2a(
         reader=line_reader,
         interactive=interactive,
     )
-    client = A2AClient(url, token=token, config=config, timeout=config.request_timeout)
+    client = A2AClient(
+        url, token=token, config=config, timeout=config.request_timeout, bindings=bindings
+    )
     with interruptible(follower):
         try:
             return await reported(follower, follower.run(client))

@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-
 from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.ops import OpsOptions, log_console, serve_ops
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.handler import TaskHandler
+from synapse.p2p.logs import get_logger
 from synapse.store import TaskStore, open_store
 from synapse.transport.client import SenderMode
+from synapse.transport.guard import HttpLimits
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from synapse.a2a import A2AServer
     from synapse.router import Router
 
-log = structlog.get_logger("synapse.cli")
+log = get_logger("synapse.cli")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,13 @@ class A2AOptions:
     #: Bearer token → principal name; empty: no authentication.
     tokens: Mapping[str, str] = field(default_factory=dict)
     public_url: str | None = None
+    #: The bindings served, in the card's order of preference (None: the default order).
+    bindings: tuple[str, ...] | None = None
+    #: Serve gRPC on this port (0: any free one) of this host.
+    grpc_port: int | None = None
+    grpc_host: str = "127.0.0.1"
+    #: The `host:port` the card gives for gRPC (default: the public URL's host, that port).
+    grpc_public_address: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +66,7 @@ class ServeOptions:
     signing: SenderMode
     config: P2PConfig
     a2a: A2AOptions | None = None
+    http: HttpLimits = field(default_factory=HttpLimits)
     ops: OpsOptions = field(default_factory=OpsOptions)
     #: `--route POOL.toml`: be a router over that pool (docs/routing.md).
     route: str | None = None
@@ -152,6 +160,10 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
             push_secret=options.push_secret,
             tokens=dict(options.tokens) or None,
             public_url=options.public_url,
+            bindings=options.bindings,
+            grpc_port=options.grpc_port,
+            grpc_host=options.grpc_host,
+            grpc_public_address=options.grpc_public_address,
         )
     except ValueError as exc:
         raise CliError(f"bad A2A settings: {exc}") from exc
@@ -183,6 +195,7 @@ async def run_serve(options: ServeOptions) -> int:
         config=options.config,
         signing_mode=options.signing,
         store=store,
+        http_limits=options.http,
     )
     _enable_replicas(peer, store, options.config.lease_ttl)  # no-op unless PostgreSQL
     try:
@@ -203,6 +216,7 @@ async def run_serve(options: ServeOptions) -> int:
             or ("synapse.router" if options.route else "synapse.demo.handler:DemoHandler"),
             store=options.store,
             signing=options.signing,
+            event_loop=type(loop).__module__,
         )
         if a2a is not None and options.a2a is not None:
             from synapse.a2a import AGENT_CARD_PATH
@@ -214,6 +228,8 @@ async def run_serve(options: ServeOptions) -> int:
                 default_task_type=options.a2a.default_task_type,
                 push_allow=list(options.a2a.push_allow),
                 principals=sorted(set(options.a2a.tokens.values())) or None,
+                bindings=[i.protocol_binding for i in a2a.interfaces()],
+                grpc=next((i.url for i in a2a.interfaces() if i.protocol_binding == "GRPC"), None),
             )
         log_console(peer, options.ops, console_token)
         await stop.wait()

@@ -21,6 +21,13 @@ the default secret (`--secret`, `SYNAPSE_SECRET`, `secret`), whatever their sour
 
     [p2p]                             # any P2PConfig field
     max_retries = 3
+
+    [http]                            # the server's limits (synapse.transport.guard)
+    header_timeout = 10.0             # seconds; body_timeout = 30.0, keepalive_timeout = 75.0
+    max_connections = 1024
+
+Every value is typed as TOML writes it (see `synapse.cli.typed_settings`): `port = "8080"` is
+an error naming the key and the file, not a port.
 """
 
 from __future__ import annotations
@@ -36,8 +43,16 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from synapse.cli.errors import CliError
+from synapse.cli.typed_settings import (
+    FileValues,
+    PeerTable,
+    toml_type_of,
+    typed,
+    typed_dataclass,
+)
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.durations import parse_duration
+from synapse.transport.guard import HttpLimits
 from synapse.transport.partners import Partner, normalize_url
 from synapse.transport.server import DEFAULT_PATH
 
@@ -123,6 +138,32 @@ def parse_a2a_token(text: str) -> tuple[str, str]:
     return token, name
 
 
+#: What `--a2a-bindings` / `--a2a-binding` accept for each A2A protocol binding.
+A2A_BINDING_NAMES = {
+    "jsonrpc": "JSONRPC",
+    "json-rpc": "JSONRPC",
+    "http+json": "HTTP+JSON",
+    "rest": "HTTP+JSON",
+    "grpc": "GRPC",
+}
+
+
+def parse_a2a_binding(text: str) -> str:
+    """`JSONRPC`, `HTTP+JSON` (or `REST`), `GRPC`, in any case."""
+    found = A2A_BINDING_NAMES.get(text.strip().lower())
+    if found is None:
+        raise ValueError(f"not an A2A binding (JSONRPC, HTTP+JSON or REST, GRPC): {text!r}")
+    return found
+
+
+def parse_a2a_bindings(text: str) -> tuple[str, ...]:
+    """A comma-separated list of A2A bindings, in order (each at most once)."""
+    found = tuple(parse_a2a_binding(name) for name in text.split(",") if name.strip())
+    if not found or len(set(found)) != len(found):
+        raise ValueError(f"expected distinct A2A bindings, comma-separated: {text!r}")
+    return found
+
+
 def callback_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:
     """The URL a peer listening on `host:port` receives POSTs on."""
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
@@ -147,6 +188,7 @@ CONFIG_KEYS = frozenset(
         "listen",
         "retries",
         "log_json",
+        "log_level",
         "verbose",
         "a2a",
         "a2a_push_allow",
@@ -154,12 +196,17 @@ CONFIG_KEYS = frozenset(
         "a2a_token",
         "a2a_default_task_type",
         "a2a_public_url",
+        "a2a_bindings",
+        "a2a_grpc_port",
+        "a2a_grpc_public_address",
+        "a2a_binding",
         "console",
         "console_tokens",
         "otel",
         "route",
         "peer",
         "p2p",
+        "http",
     }
 )
 #: Tables whose keys apply to one command only, over the top-level ones (`[send]`, …).
@@ -182,6 +229,7 @@ class ConfigFile:
     values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     peers: tuple[PeerEntry, ...] = ()
     p2p: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    http: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def read_secret_file(path: Path, partner: str) -> tuple[str, ...]:
@@ -221,21 +269,27 @@ def load_config(path: str | None, command: str | None = None) -> ConfigFile:
         section = data[table]
         if not isinstance(section, dict):
             raise CliError(f"config file {file}: `{table}` must be a table ([{table}])")
-        unknown = sorted(set(section) - CONFIG_KEYS - {"peer", "p2p"})
-        if unknown or {"peer", "p2p"} & set(section):
-            bad = unknown[0] if unknown else sorted({"peer", "p2p"} & set(section))[0]
+        tables = {"peer", "p2p", "http"}
+        unknown = sorted(set(section) - CONFIG_KEYS - tables)
+        if unknown or tables & set(section):
+            bad = unknown[0] if unknown else sorted(tables & set(section))[0]
             raise CliError(f"config file {file}: [{table}] cannot hold {bad!r}")
+        typed(section, FileValues, file=file, table=table)
     peers_raw = data.get("peer", [])
     if not isinstance(peers_raw, list) or not all(isinstance(p, dict) for p in peers_raw):
         raise CliError(f"config file {file}: `peer` must be an array of tables ([[peer]])")
     peers = tuple(_config_peer(file, i, entry) for i, entry in enumerate(peers_raw))
-    p2p = data.get("p2p", {})
-    if not isinstance(p2p, dict):
-        raise CliError(f"config file {file}: `p2p` must be a table ([p2p])")
-    values = {k: v for k, v in data.items() if k in CONFIG_KEYS and k not in ("peer", "p2p")}
+    p2p, http = data.get("p2p", {}), data.get("http", {})
+    for name, table_value in (("p2p", p2p), ("http", http)):
+        if not isinstance(table_value, dict):
+            raise CliError(f"config file {file}: `{name}` must be a table ([{name}])")
+    values = {
+        k: v for k, v in data.items() if k in CONFIG_KEYS and k not in ("peer", "p2p", "http")
+    }
+    typed(values, FileValues, file=file, table=None)
     if command in data:
         values.update(data[command])
-    return ConfigFile(path=file, values=values, peers=peers, p2p=p2p)
+    return ConfigFile(path=file, values=values, peers=peers, p2p=p2p, http=http)
 
 
 def _config_peer(file: Path, index: int, entry: Mapping[str, Any]) -> PeerEntry:
@@ -243,6 +297,7 @@ def _config_peer(file: Path, index: int, entry: Mapping[str, Any]) -> PeerEntry:
     unknown = sorted(set(entry) - PEER_KEYS)
     if unknown:
         raise CliError(f"{where}: unknown key {unknown[0]!r}")
+    typed(entry, PeerTable, file=file, table=f"[[peer]] #{index + 1}")
     agent_id, endpoint = entry.get("agent_id"), entry.get("endpoint")
     if not isinstance(agent_id, str) or not agent_id:
         raise CliError(f"{where}: needs a string `agent_id`")
@@ -304,6 +359,14 @@ class Settings:
                 raise CliError(f"environment variable {env}: {exc}") from exc
         if key is not None and key in self.config.values:
             raw = self.config.values[key]
+            expected = toml_type_of(parse)
+            # Typed as written: `port = "8080"` or `secret = 5` is an error, not converted.
+            if expected is not None and not (
+                isinstance(raw, expected) and (bool in expected or not isinstance(raw, bool))
+            ):
+                want = " or ".join(_TOML_NAMES.get(t, t.__name__) for t in expected)
+                got = _TOML_NAMES.get(type(raw), type(raw).__name__)
+                raise CliError(f"config file {self.config.path}: `{key}` must be {want}, not {got}")
             try:
                 if isinstance(raw, str):
                     return parse(raw)
@@ -440,19 +503,19 @@ class Settings:
     # --- the engine's settings ---------------------------------------------------------------
 
     def p2p_config(self, overrides: Mapping[str, Any] | None = None, **base: Any) -> P2PConfig:
-        """`P2PConfig` from `base`, then the file's `[p2p]` table, then `--retries` and the
-        `overrides` (flags and environment); a duration may be written `30s`, `15m`, `7d`."""
-        fields = {f.name for f in dataclasses.fields(P2PConfig)}
-        values = dict(base)
-        for name, value in self.config.p2p.items():
-            if name not in fields:
-                raise CliError(f"config file {self.config.path}: [p2p] has no setting {name!r}")
-            if name in DURATION_SETTINGS and isinstance(value, str):
+        """`P2PConfig` from `base`, then the file's `[p2p]` table (each value's type checked),
+        then `--retries` and the `overrides` (flags and environment); a duration may be
+        written `30s`, `15m`, `7d`."""
+        file_p2p = dict(self.config.p2p)
+        for name in DURATION_SETTINGS & file_p2p.keys():
+            if isinstance(file_p2p[name], str):
                 try:
-                    value = parse_duration(value)
+                    file_p2p[name] = parse_duration(file_p2p[name])
                 except ValueError as exc:
                     raise CliError(f"config file {self.config.path}: [p2p] {name}: {exc}") from exc
-            values[name] = value
+        checked = typed_dataclass(file_p2p, P2PConfig, file=self.config.path, table="p2p")
+        values = dict(base)
+        values.update({name: getattr(checked, name) for name in file_p2p})
         values.update({k: v for k, v in (overrides or {}).items() if v is not None})
         retries = self.get("retries", "SYNAPSE_RETRIES", "retries", parse_count)
         if retries is not None:
@@ -461,6 +524,20 @@ class Settings:
             return P2PConfig(**values)
         except (TypeError, ValueError) as exc:
             raise CliError(f"bad [p2p] settings: {exc}") from exc
+
+    def http_limits(self) -> HttpLimits:
+        """The server's timeouts and connection cap: `HttpLimits` from the `[http]` table."""
+        return typed_dataclass(self.config.http, HttpLimits, file=self.config.path, table="http")
+
+
+_TOML_NAMES: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    list: "an array",
+    dict: "a table",
+}
 
 
 #: `P2PConfig` fields the `[p2p]` table may also write as a duration string (`"7d"`).

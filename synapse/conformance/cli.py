@@ -19,10 +19,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO, cast
 
-import structlog
-
 from synapse.conformance.checks import CHECKS, Timing
 from synapse.conformance.kit import DEFAULT_KIT_ID, DEFAULT_LISTEN, parse_listen, run_conformance
+from synapse.p2p.logs import EventHandler
 
 DESCRIPTION = """\
 Check a running Synapse peer against the wire specification (specs/protocol.md in the Synapse
@@ -138,26 +137,23 @@ class _Stderr:
 @contextlib.contextmanager
 def _logging(verbose: bool) -> Iterator[None]:
     """Kit events on stderr (warnings only unless `verbose`) for the run, unless the calling
-    program configured structlog itself; the configuration is put back afterwards."""
-    if structlog.is_configured():
+    program configured logging itself; the configuration is put back afterwards."""
+    root = logging.getLogger()
+    if root.handlers:
         yield
         return
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.dev.ConsoleRenderer(colors=False),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.INFO if verbose else logging.WARNING
-        ),
-        logger_factory=structlog.PrintLoggerFactory(cast(TextIO, _Stderr())),
-        cache_logger_on_first_use=False,
-    )
+    synapse_logger = logging.getLogger("synapse")
+    handler = EventHandler(cast(TextIO, _Stderr()))
+    saved_level, saved_propagate = synapse_logger.level, synapse_logger.propagate
+    synapse_logger.addHandler(handler)
+    synapse_logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    synapse_logger.propagate = False
     try:
         yield
     finally:
-        structlog.reset_defaults()
+        synapse_logger.removeHandler(handler)
+        synapse_logger.setLevel(saved_level)
+        synapse_logger.propagate = saved_propagate
 
 
 def run(args: argparse.Namespace) -> int:

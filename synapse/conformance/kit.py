@@ -16,14 +16,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-import structlog
-
 from synapse.conformance.checks import CHECKS, Check, CheckContext, Timing
 from synapse.conformance.listener import CALLBACK_PATH, CallbackListener
 from synapse.conformance.report import CheckResult, Report, Status
 from synapse.conformance.wire import CheckFailed, Clock, Identity, RawClient, Skip
+from synapse.p2p.logs import get_logger
 
-log = structlog.get_logger("synapse.conformance")
+log = get_logger("synapse.conformance")
 
 #: The kit's agent id unless told otherwise (`--as`).
 DEFAULT_KIT_ID = "synapse-conformance"

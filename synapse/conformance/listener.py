@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
 from aiohttp import web
 
 from synapse.conformance.rules import CALLBACK_STATES, Observation
@@ -31,6 +30,7 @@ from synapse.conformance.wire import (
     short,
     verify_callback,
 )
+from synapse.p2p.logs import get_logger
 from synapse.types import (
     EXECUTOR_TO_REQUESTER,
     SIGNATURE_HEADER,
@@ -56,7 +56,7 @@ from synapse.types import (
     parse_i_json,
 )
 
-log = structlog.get_logger("synapse.conformance")
+log = get_logger("synapse.conformance")
 
 CALLBACK_PATH = "/synapse/callback"
 #: Largest callback body accepted (the default limit of specs/protocol.md, 'Transport').

@@ -14,16 +14,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from aiohttp import web
 
 from synapse.p2p.listener import RuntimeListener
+from synapse.p2p.logs import get_logger
 
 if TYPE_CHECKING:
     from synapse.p2p.protocol import P2PProtocol
     from synapse.transport.peer import Peer
 
-log = structlog.get_logger("synapse.ops")
+log = get_logger("synapse.ops")
 
 HEALTHZ_PATH = "/healthz"
 READYZ_PATH = "/readyz"

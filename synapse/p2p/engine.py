@@ -638,9 +638,10 @@ class Engine:
     def receive(self, message: Message, now: float) -> Step:
         """Apply a POSTed message from an authenticated partner; `step.reply` answers it.
 
-        Raises `SynapseError` (and changes nothing) when the message is refused.
+        Raises `SynapseError` (and changes nothing) when the message is refused: only an
+        accepted message is a sign of life of its sender.
         """
-        self.heard(message.from_.agent_id, now, step := Step())
+        step = Step()
         if isinstance(message, TaskRequest):
             self._on_task_request(message, now, step)
         elif isinstance(message, TaskInfoProvided | TaskCancel | HumanDecision):
@@ -658,6 +659,7 @@ class Engine:
                 f"{message.message_type.value} is only ever a synchronous reply",
                 {"reason": "reply_only_type"},
             )
+        self.heard(message.from_.agent_id, now, step)
         return step
 
     def _capability_response(self, query: CapabilityQuery, now: float) -> CapabilityResponse:
@@ -710,7 +712,9 @@ class Engine:
             created_at=now,
             updated_at=now,
         )
-        verdict = self._judge(spec, now, key.requester)
+        verdict = self._judge(spec, now)
+        if not isinstance(verdict, TaskRejectPayload):
+            verdict = self._share_refusal(spec, key.requester) or verdict
         self._track(rec, now)
         if isinstance(verdict, TaskRejectPayload):
             rec.reject = verdict
@@ -733,8 +737,22 @@ class Engine:
         rec.decision = self._reply(_DECISIONS[type(verdict)], verdict, message, now)
         step.reply = rec.decision
 
+    def _share_refusal(self, spec: TaskSpec, partner: str) -> TaskRejectPayload | None:
+        """`rate_limited` if `partner` holds its whole share of the capacity already."""
+        share = self.config.max_tasks_per_partner
+        if share is None or self._executing_for.get(partner, 0) < share:
+            return None
+        retry = self.config.capacity_retry_after
+        return TaskRejectPayload(
+            task_id=spec.id,
+            reason=Reason(
+                code=ErrorCode.RATE_LIMITED.value, message=f"at max tasks per partner ({share})"
+            ),
+            alternatives=Alternatives(retry_after=retry) if retry else None,
+        )
+
     def _judge(
-        self, spec: TaskSpec, now: float, partner: str = ""
+        self, spec: TaskSpec, now: float
     ) -> TaskConfirmPayload | TaskRejectPayload | TaskNeedInfoPayload:
         """Decide the synchronous answer to a new task (specs/protocol.md, 'Transport' and
         'Error codes')."""
@@ -756,13 +774,6 @@ class Engine:
             return reject(
                 ErrorCode.RATE_LIMITED,
                 "at max concurrent tasks",
-                self.config.capacity_retry_after,
-            )
-        share = self.config.max_tasks_per_partner
-        if share is not None and self._executing_for.get(partner, 0) >= share:
-            return reject(
-                ErrorCode.RATE_LIMITED,
-                f"at max tasks per partner ({share})",
                 self.config.capacity_retry_after,
             )
         try:
@@ -1468,3 +1479,88 @@ class Engine:
         for rec in self.tasks.values():
             if rec.partner == partner and rec.role is Role.REQUESTER and not rec.is_final:
                 step.actions.append(TaskEvent(rec.key, kind, rec.state))
+
+    # --- undoing a message whose effects could not be stored ----------------------------------
+
+    def checkpoint(self, message: Message) -> Checkpoint:
+        """What `receive(message)` may change, to put back with `rollback` if its effects
+        cannot be made durable (the runtime then refuses the message as `agent_not_ready`)."""
+        key = self.incoming_key(message)
+        rec = self.tasks.get(key) if key is not None else None
+        partners = {message.from_.agent_id}
+        if rec is not None:
+            partners.add(rec.partner)
+        timers: list[_TimerKey] = [(_HEARTBEAT, p) for p in partners]
+        if key is not None:
+            timers += [(kind, key) for kind in (_TIMEOUT, _DEADLINE, _WAIT)]
+        liveness = {p: self._partners.get(p) for p in partners}
+        return Checkpoint(
+            key=key,
+            record=rec,
+            fields=_record_fields(rec) if rec is not None else {},
+            executing=self._executing,
+            in_flight={p: self._in_flight.get(p) for p in partners},
+            liveness={
+                p: None if v is None else _PartnerLiveness(v.last_heard, v.reachable)
+                for p, v in liveness.items()
+            },
+            backlog={p: p in self._backlog for p in partners},
+            timers={t: self._timers.deadline(t) for t in timers},
+        )
+
+    def rollback(self, checkpoint: Checkpoint) -> None:
+        """Undo what happened since `checkpoint` (see `checkpoint`)."""
+        key, rec = checkpoint.key, checkpoint.record
+        if key is not None:
+            if rec is None:
+                self.tasks.pop(key, None)
+            else:
+                for name, value in checkpoint.fields.items():
+                    setattr(rec, name, value)
+                self.tasks[key] = rec
+        self._executing = checkpoint.executing
+        for partner, count in checkpoint.in_flight.items():
+            if count is None:
+                self._in_flight.pop(partner, None)
+            else:
+                self._in_flight[partner] = count
+        for partner, liveness in checkpoint.liveness.items():
+            if liveness is None:
+                self._partners.pop(partner, None)
+            else:
+                self._partners[partner] = liveness
+        for partner, held in checkpoint.backlog.items():
+            if held:
+                self._backlog.add(partner)
+            else:
+                self._backlog.discard(partner)
+        for timer, when in checkpoint.timers.items():
+            if when is None:
+                self._timers.cancel(timer)
+            elif self._timers.deadline(timer) != when:
+                self._timers.set(timer, when)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The part of an engine one incoming message may change (see `Engine.checkpoint`)."""
+
+    key: TaskKey | None
+    record: TaskRecord | None
+    fields: dict[str, Any]
+    executing: int
+    in_flight: dict[str, int | None]
+    liveness: dict[str, _PartnerLiveness | None]
+    backlog: dict[str, bool]
+    timers: dict[_TimerKey, float | None]
+
+
+def _record_fields(rec: TaskRecord) -> dict[str, Any]:
+    """A copy of every field of `rec`, its mutable containers copied too."""
+    fields: dict[str, Any] = {}
+    for name in TaskRecord.__slots__:
+        value = getattr(rec, name)
+        if isinstance(value, list | dict):
+            value = value.copy()
+        fields[name] = value
+    return fields

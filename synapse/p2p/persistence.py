@@ -96,6 +96,14 @@ class Snapshot:
     dedup: list[DedupEntry] = field(default_factory=list)
 
 
+class StoreUnavailable(Exception):
+    """A commit failed (the database is locked, the disk full, a file unwritable).
+
+    Nothing of the failed batch was written. Its writes stay buffered and the next `commit`
+    tries them again, in order, except those the caller asked to drop (see `commit`).
+    """
+
+
 class TaskStore(Protocol):
     """A durable (or not) home for tasks, the outbox and the deduplication table."""
 
@@ -161,8 +169,21 @@ class TaskStore(Protocol):
 
     def delete_dedup(self, keys: Iterable[DedupKey]) -> None: ...
 
-    async def commit(self) -> None:
-        """Make every write so far durable."""
+    def mark(self) -> int:
+        """A position in the buffered writes, for `commit(discard_after=...)`."""
+        ...
+
+    def discard(self, mark: int) -> None:
+        """Drop the writes buffered since `mark` (none of them committed yet)."""
+        ...
+
+    async def commit(self, *, discard_after: int | None = None) -> None:
+        """Make every write so far durable, or raise `StoreUnavailable` and write none.
+
+        On failure the buffered writes are kept and retried, in order, by the next commit;
+        those buffered after `discard_after` (a `mark()` taken earlier) are dropped instead:
+        their caller rolls back what they recorded and refuses the message.
+        """
         ...
 
     async def close(self) -> None: ...
@@ -179,6 +200,8 @@ class MemoryStore:
         self.max_finished = max_finished
         self.outbox: dict[str, OutboxItem] = {}
         self.dead_letters: dict[str, DeadLetter] = {}
+        #: Outbox entries added since the last commit, for `discard`.
+        self._since_commit: list[str] = []
         #: Final tasks in the order they ended (re-ending moves one to the back).
         self.finished: OrderedDict[TaskKey, TaskRecord] = OrderedDict()
 
@@ -244,6 +267,7 @@ class MemoryStore:
 
     def add_outbox(self, item: OutboxItem) -> None:
         self.outbox[item.message_id] = item
+        self._since_commit.append(item.message_id)
 
     def remove_outbox(self, message_id: str) -> None:
         self.outbox.pop(message_id, None)
@@ -259,8 +283,16 @@ class MemoryStore:
     def delete_dedup(self, keys: Iterable[DedupKey]) -> None:
         pass
 
-    async def commit(self) -> None:
-        pass
+    def mark(self) -> int:
+        return len(self._since_commit)
+
+    def discard(self, mark: int) -> None:
+        for message_id in self._since_commit[mark:]:
+            self.outbox.pop(message_id, None)
+        del self._since_commit[mark:]
+
+    async def commit(self, *, discard_after: int | None = None) -> None:
+        self._since_commit.clear()
 
     async def close(self) -> None:
         pass

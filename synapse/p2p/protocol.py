@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-import structlog
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import (
@@ -44,7 +43,14 @@ from synapse.p2p.handler import (
     as_result,
 )
 from synapse.p2p.listener import AuditEntry, Direction, MessageEvent, RuntimeListener
-from synapse.p2p.persistence import MemoryStore, OutboxItem, Snapshot, TaskStore
+from synapse.p2p.logs import get_logger
+from synapse.p2p.persistence import (
+    MemoryStore,
+    OutboxItem,
+    Snapshot,
+    StoreUnavailable,
+    TaskStore,
+)
 from synapse.p2p.sender import CallbackSender, DeliveryError
 from synapse.p2p.states import Event
 from synapse.p2p.stream import EventStream
@@ -77,7 +83,10 @@ from synapse.types import (
     encode_message,
 )
 
-log = structlog.get_logger("synapse.p2p")
+log = get_logger("synapse.p2p")
+
+#: Seconds between commit attempts of a delivery worker while the store cannot write.
+_STORE_RETRY_FIRST, _STORE_RETRY_MAX = 0.05, 2.0
 
 
 @dataclass(slots=True)
@@ -295,15 +304,26 @@ class P2PProtocol:
     # --- specs/protocol.md, 'Peer interfaces and configuration'
     # ------------------------------------------------------------------------
 
-    async def handle_message(self, message: Message, *, commit: bool = True) -> Message:
+    async def handle_message(
+        self,
+        message: Message,
+        *,
+        commit: bool = True,
+        stage: Callable[[Message], None] | None = None,
+    ) -> Message:
         """Apply a POSTed message from an authenticated partner and return the reply.
 
         Raises `SynapseError` when the message is refused (the transport answers a `nack`).
-        With `commit` (the default) its effects are durable when this returns; a transport
-        that also stores the reply for deduplication passes False and calls `commit()` once
-        both are written.
+        With `commit` (the default) its effects are durable when this returns, or, when the
+        store cannot write them, undone (engine and store alike, nothing started or sent)
+        and the message refused with a retryable `agent_not_ready`. `stage(reply)`, called
+        before that commit, buffers writes that belong with the message (the transport's
+        stored reply for deduplication): they are committed or dropped with it. With
+        `commit=False` the caller commits, and nothing is undone if that fails.
         """
         self._observe("in", message, message.sender_id)
+        mark = self.store.mark()
+        checkpoint = self.engine.checkpoint(message) if commit else None
         try:
             step = self.engine.receive(message, self.clock())
         except SynapseError as exc:
@@ -318,10 +338,31 @@ class P2PProtocol:
                 reason=exc.message,
             )
             raise
-        self.apply(step)
         assert step.reply is not None
-        if commit:
-            await self._commit()
+        if not commit:
+            self.apply(step)
+        else:
+            assert checkpoint is not None
+            # Record, commit, and only then start handlers and deliveries: what this
+            # message set going must not run if the message is refused after all.
+            try:
+                queued = self._record(step)
+                if stage is not None:
+                    stage(step.reply)
+                await self._commit(discard_after=mark)
+            except BaseException as exc:
+                # Whatever failed (the commit, or recording: a value the store cannot
+                # encode), the message leaves no trace: nothing of it stored, nothing started.
+                self.store.discard(mark)
+                self.engine.rollback(checkpoint)
+                if not isinstance(exc, StoreUnavailable):
+                    raise
+                raise SynapseError(
+                    ErrorCode.AGENT_NOT_READY,
+                    "cannot store the message's effects; retry later",
+                    {"reason": "store_unavailable"},
+                ) from exc
+            self._carry_out(step, queued)
         self._observe("reply_out", step.reply, message.sender_id)
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
@@ -331,15 +372,15 @@ class P2PProtocol:
         """Make every effect applied so far durable (see `TaskStore.commit`)."""
         await self._commit()
 
-    async def _commit(self) -> None:
+    async def _commit(self, *, discard_after: int | None = None) -> None:
         self._commits_started += 1
         number = self._commits_started
         if not self.listeners:
-            await self.store.commit()
+            await self._store_commit(discard_after)
         else:
             started = time.perf_counter()
             try:
-                await self.store.commit()
+                await self._store_commit(discard_after)
             except Exception as exc:
                 self._notify("on_commit", time.perf_counter() - started, exc)
                 raise
@@ -372,6 +413,13 @@ class P2PProtocol:
         self._finals.pop(key, None)
         self._waiters.pop(key, None)
         self.engine.release(key)
+
+    async def _store_commit(self, discard_after: int | None) -> None:
+        # A store written before `discard_after` existed takes no argument.
+        if discard_after is None:
+            await self.store.commit()
+        else:
+            await self.store.commit(discard_after=discard_after)
 
     def set_task_handler(self, handler: TaskHandler) -> None:
         self._handler = handler
@@ -483,7 +531,7 @@ class P2PProtocol:
 
     async def _exchange(self, partner: str, message: Message) -> Message:
         sender = self._require_sender(partner)
-        log.info("message_out", message_id=message.id, type=message.message_type.value, to=partner)
+        log.debug("message_out", message_id=message.id, type=message.message_type.value, to=partner)
         self._observe("out", message, partner)
         reply = await sender.send_callback(partner, message)
         self._observe("reply_in", reply, partner)
@@ -597,22 +645,37 @@ class P2PProtocol:
 
     def apply(self, step: Step) -> None:
         """Carry out what the engine decided. Never awaits: engine calls stay atomic."""
+        self._carry_out(step, self._record(step))
+
+    def _record(self, step: Step) -> list[_Queued | Outgoing]:
+        """The step's writes: its tasks and its outbox entries (buffered in the store)."""
         for transition in step.transitions:
             self._notify("on_transition", transition)
-            log.info(
-                "transition",
-                task_id=transition.key.task_id,
-                requester=transition.key.requester,
-                role=transition.role.value,
-                from_state=transition.from_state.value,
-                to_state=transition.to_state.value,
-                trigger=transition.event.value,
-                message_id=transition.message_id,
-            )
+            # A task's outcome is what an operator follows (one info line a task); the steps
+            # before it are detail (debug), as is every message in and out.
+            lifecycle = transition.to_state.is_final
+            if lifecycle or log.isEnabledFor(logging.DEBUG):
+                (log.info if lifecycle else log.debug)(
+                    "transition",
+                    task_id=transition.key.task_id,
+                    requester=transition.key.requester,
+                    role=transition.role.value,
+                    from_state=transition.from_state.value,
+                    to_state=transition.to_state.value,
+                    trigger=transition.event.value,
+                    message_id=transition.message_id,
+                )
         if step.transitions:
             self._persist(step)
-        for out in step.outgoing:
-            self._enqueue(out)
+        return [self._outbox(out) for out in step.outgoing]
+
+    def _carry_out(self, step: Step, queued: list[_Queued | Outgoing]) -> None:
+        """Start the step's deliveries and actions once its writes are recorded."""
+        for item in queued:
+            if isinstance(item, Outgoing):
+                self._spawn(self._send_once(item))  # heartbeats: the next one comes anyway
+            else:
+                self._queue(item)
         for action in step.actions:
             self._act(action)
         for transition in step.transitions:
@@ -799,10 +862,10 @@ class P2PProtocol:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _enqueue(self, out: Outgoing) -> None:
+    def _outbox(self, out: Outgoing) -> _Queued | Outgoing:
+        """The outbox entry of a message about a task (a heartbeat has none)."""
         if out.key is None:
-            self._spawn(self._send_once(out))  # heartbeats: the next one comes anyway
-            return
+            return out
         item = OutboxItem(
             seq=self.store.next_seq(),
             message_id=out.message.id,
@@ -812,7 +875,7 @@ class P2PProtocol:
             created_at=self.clock(),
         )
         self.store.add_outbox(item)
-        self._queue(_Queued(out, item))
+        return _Queued(out, item)
 
     def _queue(self, queued: _Queued) -> None:
         key = queued.out.key
@@ -862,18 +925,19 @@ class P2PProtocol:
                 out = queued.out
                 sender = self._require_sender(out.partner)
                 # What the partner is about to see must survive our crash.
-                await self._commit()
+                await self._commit_patiently()
                 try:
                     self._observe("out", out.message, out.partner)
                     rec = self.engine.get(key)
-                    log.info(
-                        "message_out",
-                        message_id=out.message.id,
-                        type=out.message.message_type.value,
-                        to=out.partner,
-                        task_id=key.task_id,
-                        state=rec.state.value if rec is not None else None,
-                    )
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug(
+                            "message_out",
+                            message_id=out.message.id,
+                            type=out.message.message_type.value,
+                            to=out.partner,
+                            task_id=key.task_id,
+                            state=rec.state.value if rec is not None else None,
+                        )
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
                     self._notify("on_delivery_failed", out.message, out.partner, exc)
@@ -898,21 +962,43 @@ class P2PProtocol:
                 self._observe("reply_in", reply, out.partner)
                 before = rec.state.value if rec is not None else None
                 self.apply(self.engine.on_reply(out.message, reply, self.clock()))
-                log.info(
-                    "reply_in",
-                    message_id=reply.id,
-                    reply_to=out.message.id,
-                    type=reply.message_type.value,
-                    task_id=key.task_id,
-                    from_state=before,
-                    to_state=rec.state.value if rec is not None else None,
-                )
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug(
+                        "reply_in",
+                        message_id=reply.id,
+                        reply_to=out.message.id,
+                        type=reply.message_type.value,
+                        task_id=key.task_id,
+                        from_state=before,
+                        to_state=rec.state.value if rec is not None else None,
+                    )
+                if not queue:
+                    # Delivered is delivered: the outbox entry's removal is not left to
+                    # whichever commit comes next (a restart would send it again meanwhile).
+                    with contextlib.suppress(StoreUnavailable):
+                        await self._commit()
         finally:
             self._workers.pop(key, None)
             if not queue:
                 self._queues.pop(key, None)
                 if key in self._finals:
                     self._evict(key)
+
+    async def _commit_patiently(self) -> None:
+        """Commit, waiting out a store that cannot write (it logs the failure episode once);
+        the delivery worker resumes where it stopped once the store writes again."""
+        delay = _STORE_RETRY_FIRST
+        while True:
+            try:
+                await self._commit()
+                return
+            except Exception as exc:  # any store's failure, not only SQLite's
+                if self._closed:
+                    raise
+                if delay == _STORE_RETRY_FIRST and not isinstance(exc, StoreUnavailable):
+                    log.error("commit_failed", error=repr(exc))  # SqliteStore logs its own
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _STORE_RETRY_MAX)
 
     def _dead_letter(self, queue: deque[_Queued], reason: str) -> None:
         queued = queue.popleft()

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import structlog
+from synapse.p2p.logs import get_logger
 
 #: The runtime (`synapse.p2p.protocol.P2PProtocol`), which imports this module: not imported
 #: back, so that the import graph has no cycle.
 P2PProtocol = Any
 
-log = structlog.get_logger("synapse.store")
+log = get_logger("synapse.store")
 
 #: Rows one purge batch may delete (per table); a full batch is followed by another at once.
 PURGE_BATCH = 2000

@@ -20,8 +20,7 @@ import asyncio
 import time
 from typing import Any
 
-import structlog
-
+from synapse.p2p.logs import get_logger
 from synapse.p2p.states import Role
 from synapse.types import ErrorCode, TaskError
 
@@ -29,7 +28,7 @@ from synapse.types import ErrorCode, TaskError
 #: back, so that the import graph has no cycle.
 P2PProtocol = Any
 
-log = structlog.get_logger("synapse.p2p")
+log = get_logger("synapse.p2p")
 
 SHUTTING_DOWN = "agent shutting down"
 

@@ -17,16 +17,18 @@ K = TypeVar("K", bound=Hashable)
 class TimerQueue(Generic[K]):
     """Timers keyed by `K`; setting a key again replaces its previous deadline."""
 
-    __slots__ = ("_armed", "_heap", "_seq")
+    __slots__ = ("_armed", "_heap", "_seq", "_when")
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, K]] = []
         self._armed: dict[K, int] = {}
+        self._when: dict[K, float] = {}
         self._seq = itertools.count()
 
     def set(self, key: K, when: float) -> None:
         seq = next(self._seq)
         self._armed[key] = seq
+        self._when[key] = when
         heapq.heappush(self._heap, (when, seq, key))
         # Replaced and cancelled entries stay in the heap until popped; compact when they
         # clearly outnumber the live ones so memory stays proportional to live timers.
@@ -36,6 +38,11 @@ class TimerQueue(Generic[K]):
 
     def cancel(self, key: K) -> None:
         self._armed.pop(key, None)
+        self._when.pop(key, None)
+
+    def deadline(self, key: K) -> float | None:
+        """When `key` is due, or None if it is not armed."""
+        return self._when.get(key)
 
     def __contains__(self, key: object) -> bool:
         return key in self._armed
@@ -61,4 +68,5 @@ class TimerQueue(Generic[K]):
                 return
             _, _, key = heapq.heappop(heap)
             del self._armed[key]
+            del self._when[key]
             yield key

@@ -29,15 +29,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
 from synapse.p2p.handler import TaskFailure, as_result
+from synapse.p2p.logs import get_logger
 from synapse.types import ErrorCode, TaskError, TaskResult, TaskState
 
 if TYPE_CHECKING:
     from synapse.router.router import Relay, Router
 
-log = structlog.get_logger("synapse.router")
+log = get_logger("synapse.router")
 
 PartialPolicy = Literal["fail", "combine"]
 

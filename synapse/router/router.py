@@ -27,10 +27,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
-import structlog
 
 from synapse.p2p.engine import TaskKey, Validation
 from synapse.p2p.handler import ExecutionContext, TaskFailure
+from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import MessageEvent, TaskHandle
 from synapse.p2p.sender import DeliveryError
 from synapse.p2p.states import Role
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from synapse.a2a.client import A2AClient, A2ATaskHandle
     from synapse.router.fanout import FanOutPlan
 
-log = structlog.get_logger("synapse.router")
+log = get_logger("synapse.router")
 T = TypeVar("T")
 
 #: Reject codes after which the task goes to the next candidate (the partner ran nothing).
@@ -577,7 +577,7 @@ class Router:
         if spec.client is None:
             spec.client = A2AClient(spec.url, token=spec.token, config=self.peer.config)
         # The card just judged is the one used: never a second fetch that could differ.
-        spec.client.card, spec.client.rpc_url = card, interface.url
+        await spec.client.use_card(card, interface)
         self._capabilities[member.name] = {
             s.id: Capability(name=s.id, description=s.description) for s in card.skills
         }
@@ -955,7 +955,10 @@ class Router:
     async def _answer_a2a(
         self, relay: Relay, handle: A2ATaskHandle, text: str, data: Any, question: Any
     ) -> None:
-        needs = (question.metadata or {}).get("synapse_needs") if question is not None else None
+        from synapse.a2a import mapping
+
+        metadata = question.metadata if question is not None else None
+        needs = mapping.meta_value(metadata, mapping.NEEDS_KEY, mapping.LEGACY_NEEDS_KEY)
         data = data if isinstance(data, dict) else {}
         if needs == "human_decision":
             reason = data.get("reason") if isinstance(data.get("reason"), dict) else {}

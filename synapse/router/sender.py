@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import structlog
 
+from synapse.p2p.logs import get_logger
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.client import HttpClient, SenderMode
 from synapse.transport.partners import PartnerRegistry
@@ -52,7 +52,7 @@ from synapse.types import (
 from synapse.types.codec import utc_now
 from synapse.types.errors import DeliveryError as HttpDeliveryError
 
-log = structlog.get_logger("synapse.router")
+log = get_logger("synapse.router")
 
 #: `nack.details.reason` of a request the router answered itself: the partner is unreachable.
 UNREACHABLE = "unreachable"

@@ -1,6 +1,13 @@
 """Durable state: tasks with their history, the outbox of unacknowledged messages, dedup."""
 
-from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, TaskStore
+from synapse.store.base import (
+    DeadLetter,
+    DedupEntry,
+    OutboxItem,
+    Snapshot,
+    StoreUnavailable,
+    TaskStore,
+)
 from synapse.store.dedup import DurableDedupStore
 from synapse.store.memory import MemoryStore
 from synapse.store.sqlite import SqliteStore
@@ -30,6 +37,7 @@ __all__ = [
     "OutboxItem",
     "Snapshot",
     "SqliteStore",
+    "StoreUnavailable",
     "TaskStore",
     "open_store",
 ]

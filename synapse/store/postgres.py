@@ -30,13 +30,13 @@ from typing import Any
 
 import msgspec
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
 from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
 from synapse.p2p.states import Event, Role
-from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot
+from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
 from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
 from synapse.types import TaskState
 
@@ -187,6 +187,9 @@ class PostgresStore:
         )
         self._pool_opened = False
         self._pending: list[_Op] = []
+        #: The writes of batches that failed for want of the database (connection lost,
+        #: server down): written first by the next batch, in order.
+        self._retry: list[_Op] = []
         self._write_lock: asyncio.Lock | None = None
         self._last: asyncio.Future[None] | None = None
         self._seq_next = 0
@@ -475,26 +478,44 @@ class PostgresStore:
 
     # --- committing -------------------------------------------------------------------------
 
-    async def _write(self, ops: list[_Op]) -> None:
+    async def _write(self, ops: list[_Op], keep: int) -> None:
         if self._write_lock is None:
             self._write_lock = asyncio.Lock()
         async with self._write_lock:  # batches land in the order they were committed
-            pool = await self._open_pool()
-            async with pool.connection() as conn, conn.transaction():
-                cur = conn.cursor()
-                async with conn.pipeline():
-                    for query, params, many in ops:
-                        if many:
-                            await cur.executemany(query.encode(), params)
-                        else:
-                            await cur.execute(query.encode(), params)
+            batch = self._retry + ops
+            if not batch:
+                return
+            try:
+                pool = await self._open_pool()
+                async with pool.connection() as conn, conn.transaction():
+                    cur = conn.cursor()
+                    async with conn.pipeline():
+                        for query, params, many in batch:
+                            if many:
+                                await cur.executemany(query.encode(), params)
+                            else:
+                                await cur.execute(query.encode(), params)
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                # The database cannot be reached or written now: nothing of the batch was
+                # written. Keep it for the next commit, except what the caller rolls back.
+                self._retry = self._retry + ops[:keep]
+                raise StoreUnavailable(f"postgresql: {exc}") from exc
+            except BaseException:
+                self._retry = []  # a statement's own failure (fenced out, a bug): not retried
+                raise
+            self._retry = []
             self.commits += 1
 
-    async def commit(self) -> None:
+    async def commit(self, *, discard_after: int | None = None) -> None:
         """Write every buffered change in one transaction. With nothing buffered, wait only
-        for the latest batch still being written."""
+        for the latest batch still being written, or write a failed one again.
+
+        Raises `StoreUnavailable` when the database cannot be reached; the batch's writes
+        (but those after `discard_after`, which the caller undoes) are tried again by the
+        next commit.
+        """
         ops, self._pending = self._pending, []
-        if not ops:
+        if not ops and not self._retry:
             # The latest batch may hold this caller's writes (buffered before someone else
             # committed them): if it failed, so does this commit, so nothing is sent or
             # acknowledged on the strength of writes that were rolled back.
@@ -502,14 +523,23 @@ class PostgresStore:
             if last is not None:
                 await asyncio.shield(last)
             return
-        batch = asyncio.ensure_future(self._write(ops))
+        keep = len(ops) if discard_after is None else max(0, min(discard_after, len(ops)))
+        batch = asyncio.ensure_future(self._write(ops, keep))
         self._last = batch
         # Shielded: a cancelled caller must not abandon a transaction half sent.
         await asyncio.shield(batch)
 
+    def mark(self) -> int:
+        """A point in the buffered writes that `discard` can drop back to."""
+        return len(self._pending)
+
+    def discard(self, mark: int) -> None:
+        """Drop the writes buffered since `mark` (a message refused after all)."""
+        del self._pending[mark:]
+
     async def close(self) -> None:
         try:
-            if self._pending:  # an earlier failed batch was reported to its callers
+            if self._pending or self._retry:  # a failed batch was reported to its callers
                 await self.commit()
         finally:
             if self._pool_opened:

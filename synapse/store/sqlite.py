@@ -12,10 +12,12 @@ and before it POSTs a queued message. The database runs in WAL mode with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,9 +27,10 @@ import msgspec
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
+from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
 from synapse.p2p.states import Event, Role
-from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot
+from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
 from synapse.types import TaskState
 
 SCHEMA_VERSION = 1
@@ -90,13 +93,21 @@ _FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
 #: Size of the WAL file kept after a checkpoint (it is truncated down to this).
 _JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
 
+log = get_logger("synapse.store")
+
 _Op = Callable[[sqlite3.Connection], object]
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(TaskRecord)
 
 
-def connect(path: str | Path, synchronous: str = "NORMAL") -> sqlite3.Connection:
-    """Open (and create or check) a store database."""
+def connect(
+    path: str | Path, synchronous: str = "NORMAL", busy_timeout: float = 5.0
+) -> sqlite3.Connection:
+    """Open (and create or check) a store database.
+
+    `busy_timeout` is how long (seconds) a write waits for another connection's lock
+    before its commit fails.
+    """
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA busy_timeout=5000")
     # Pages freed by the retention purge go back to the file system (`purge` runs an
@@ -108,6 +119,7 @@ def connect(path: str | Path, synchronous: str = "NORMAL") -> sqlite3.Connection
             conn.execute("VACUUM")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
     conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
     conn.executescript(_SCHEMA)
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -267,21 +279,74 @@ def purge_batch(conn: sqlite3.Connection, finished_before: float, now: float, li
     return removed
 
 
+#: SQLite's primary result codes for a database that cannot be written right now (busy or
+#: locked by another connection, out of memory, read-only, I/O error, full, cannot open the
+#: file, lock protocol, permission), as opposed to a bug in a statement.
+_ENVIRONMENTAL = frozenset({3, 5, 6, 7, 8, 10, 13, 14, 15, 23})
+
+
+#: Read-only, cannot open, permission: the connection must be opened again to recover.
+_REOPEN = frozenset({3, 8, 14})
+
+
+def _is_environmental(exc: Exception) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _ENVIRONMENTAL
+    return isinstance(exc, OSError | MemoryError)
+
+
+class _FailureEpisode:
+    """One log line when commits start failing and one when they succeed again, not one
+    per failed commit: a locked or full disk fails every request until it is fixed."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.failures = 0
+        self.since = 0.0
+
+    def failed(self, exc: Exception) -> None:
+        self.failures += 1
+        if self.failures == 1:
+            self.since = time.monotonic()
+            log.error("store_unavailable", path=self.path, error=str(exc))
+
+    def recovered(self) -> None:
+        if self.failures:
+            log.warning(
+                "store_recovered",
+                path=self.path,
+                failed_commits=self.failures,
+                seconds=round(time.monotonic() - self.since, 3),
+            )
+            self.failures = 0
+
+
 class SqliteStore:
     """`TaskStore` in one SQLite file, written by one background thread."""
 
     durable = True
 
     def __init__(
-        self, path: str | Path, *, synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+        self,
+        path: str | Path,
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        busy_timeout: float = 5.0,
     ) -> None:
         self.path = Path(path)
-        self._conn = connect(self.path, synchronous)
+        self._synchronous, self._busy_timeout = synchronous, busy_timeout
+        self._conn = connect(self.path, synchronous, busy_timeout)
         # Point lookups on the event loop (finished tasks, dedup entries) use their own
         # connection: in WAL mode they never wait for the writer thread.
         self._reader = sqlite3.connect(str(self.path), check_same_thread=False)
         self._reader.execute("PRAGMA query_only=1")
         self._pending: list[_Op] = []
+        #: The writes of failed batches, written first by the next one (writer thread only).
+        self._retry: list[_Op] = []
+        self._failing = False
+        self._reopen = False
+        self._episode = _FailureEpisode(str(self.path))
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synapse-store")
         self._lock = threading.Lock()
         row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM outbox").fetchone()
@@ -445,33 +510,72 @@ class SqliteStore:
 
     # --- committing -------------------------------------------------------------------------
 
-    def _write(self, ops: list[_Op]) -> None:  # in the writer thread
-        with self._lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for op in ops:
-                    op(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            self.commits += 1
+    def mark(self) -> int:
+        return len(self._pending)
 
-    async def commit(self) -> None:
+    def discard(self, mark: int) -> None:
+        del self._pending[mark:]
+
+    def _write(self, ops: list[_Op], keep: int) -> None:  # in the writer thread
+        with self._lock:
+            batch = self._retry + ops
+            if not batch:
+                return
+            try:
+                if self._reopen:
+                    # SQLite opened the file read-only (it was unwritable): it never
+                    # upgrades such a connection, so open the file again to see it fixed.
+                    # Close first: connections of one process share the file's lock and
+                    # shared-memory state, so a new one would inherit the read-only mapping.
+                    self._conn.close()
+                    self._conn = connect(self.path, self._synchronous, self._busy_timeout)
+                    self._reopen = False
+                conn = self._conn
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    for op in batch:
+                        op(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+            except Exception as exc:
+                if not _is_environmental(exc):
+                    # A bug (bad SQL, a broken constraint): retrying would fail forever.
+                    self._retry = []
+                    raise
+                # Nothing was written: keep the batch for the next commit (in order), but
+                # not what the caller will roll back.
+                self._retry = self._retry + ops[:keep]
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _REOPEN:
+                    self._reopen = True  # until a connection is opened again
+                self._failing = True
+                self._episode.failed(exc)
+                raise StoreUnavailable(f"{self.path}: {exc}") from exc
+            self._retry = []
+            self._failing = False
+            self.commits += 1
+            self._episode.recovered()
+
+    async def commit(self, *, discard_after: int | None = None) -> None:
         """Write every buffered change in one transaction (in the writer thread).
 
         The writer runs batches in order, so when this returns every earlier batch is durable
         too. With nothing buffered it only waits for the latest batch still being written (no
-        thread hop when there is none: the runtime commits before every POST).
+        thread hop when there is none: the runtime commits before every POST), unless an
+        earlier batch failed: then it writes that one again. Raises `StoreUnavailable` when
+        the transaction fails (see `TaskStore.commit`).
         """
         ops, self._pending = self._pending, []
-        if not ops:
+        if not ops and not self._failing:
             last = self._last
             if last is not None and not last.done():
                 await asyncio.shield(last)
             return
-        batch = asyncio.get_running_loop().run_in_executor(self._writer, self._write, ops)
+        keep = len(ops) if discard_after is None else max(0, min(discard_after, len(ops)))
+        batch = asyncio.get_running_loop().run_in_executor(self._writer, self._write, ops, keep)
         self._last = batch
         # Shielded: a cancelled caller must not mark the batch done while the thread writes.
         await asyncio.shield(batch)
@@ -499,15 +603,16 @@ class SqliteStore:
     def commit_now(self) -> None:
         """Synchronous commit, for tools outside the event loop (`synapse outbox`)."""
         ops, self._pending = self._pending, []
-        if ops:
-            self._write(ops)
+        self._write(ops, len(ops))
 
     async def close(self) -> None:
-        await self.commit()
-        self._writer.shutdown(wait=True)
-        with self._lock:
-            self._conn.close()
-        self._reader.close()
+        try:
+            await self.commit()
+        finally:
+            self._writer.shutdown(wait=True)
+            with self._lock:
+                self._conn.close()
+            self._reader.close()
 
     # --- maintenance (the `synapse outbox` command) -----------------------------------------
 

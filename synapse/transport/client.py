@@ -28,9 +28,9 @@ from typing import Any, Literal
 
 import aiohttp
 import msgspec
-import structlog
 
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.logs import get_logger
 from synapse.transport.partners import Partner
 from synapse.transport.retry import RetriesExhausted, Transient, retrying
 from synapse.types.codec import decode_typed, encode_message, refreshed, utc_now
@@ -46,7 +46,7 @@ from synapse.types.signing import (
     verify_header_signature,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Where the signature of a request goes (specs/protocol.md, 'Signatures').
 SenderMode = Literal["header", "body"]
@@ -113,6 +113,8 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
 
 
 async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    if response.content_length is not None and response.content_length <= limit:
+        return await response.read()  # the usual reply: its declared length, in one read
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_chunked(64 * 1024):
@@ -148,7 +150,7 @@ def judge_reply(
         parse_i_json(body)
         message = decode_typed(body)
     except SynapseError as exc:
-        raise refuse(f"not an envelope ({exc})") from exc
+        raise refuse(_not_an_envelope(status, body, exc)) from exc
     verified = bool(partner.secrets) and (
         signature is not None and verify_header_signature(partner.secrets, body, signature)
     )
@@ -172,6 +174,22 @@ def judge_reply(
         if not 200 <= status < 300:
             raise refuse(f"HTTP {status} with a {message.type.value}, not a nack")
     return Reply(status=status, message=message, verified=verified, body=body, attempts=attempts)
+
+
+def _not_an_envelope(status: int, body: bytes, error: SynapseError) -> str:
+    """Why a reply is not a Synapse envelope, in terms a person recognizes (a 404 page is a
+    wrong URL, not "Extra data")."""
+    text = body.lstrip()[:200]
+    if not text:
+        what = "an empty body"
+    elif text[:1] == b"<":
+        what = "an HTML page" if b"html" in text.lower() else "XML"
+    elif text[:1] in (b"{", b"["):
+        return f"HTTP {status} with JSON that is not a Synapse envelope ({error.message})"
+    else:
+        shown = text[:60].decode("utf-8", "replace").splitlines()[0]
+        what = f"text {shown!r}"
+    return f"not a Synapse endpoint: HTTP {status} with {what}"
 
 
 def _log_retry(message: Envelope[Any], attempt: int, delay: float | None) -> None:
@@ -333,19 +351,19 @@ class HttpClient:
                 retry_after = response.headers.get("Retry-After")
                 signature = response.headers.get(SIGNATURE_HEADER)
         except DeliveryError as exc:
-            log.info("post_attempt", **fields, status=exc.status, error=str(exc))
+            log.debug("post_attempt", **fields, status=exc.status, error=str(exc))
             exc.attempts = attempt
             raise
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            log.info("post_attempt", **fields, status=None, error=error)
+            log.debug("post_attempt", **fields, status=None, error=error)
             raise Transient(error) from exc
         except aiohttp.ClientError as exc:
-            log.info("post_attempt", **fields, status=None, error=repr(exc))
+            log.debug("post_attempt", **fields, status=None, error=repr(exc))
             raise DeliveryError(
                 f"cannot POST to {partner.endpoint}: {exc!r}", retryable=False, attempts=attempt
             ) from exc
-        log.info("post_attempt", **fields, status=status)
+        log.debug("post_attempt", **fields, status=status)
         if status in RETRYABLE_STATUSES:
             try:
                 last: Reply | None = judge_reply(

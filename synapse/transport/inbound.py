@@ -52,7 +52,7 @@ SignatureMode = Literal["header", "body", "none"]
 #: `to.agent_id` of a nack whose request did not name a sender we could read.
 UNKNOWN_RECIPIENT = "unknown"
 
-_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
+_VERSION = re.compile(r"[0-9]+\.[0-9]+")  # fullmatch: "1.0\n" is not a version
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +200,7 @@ def authenticate(
         # Judge the major version before the shape: a 2.x envelope may be shaped otherwise,
         # and its sender must learn which versions we speak.
         version = value.get("version") if isinstance(value, dict) else None
-        if isinstance(version, str) and _VERSION.match(version):
+        if isinstance(version, str) and _VERSION.fullmatch(version):
             check_version(version)
         head = decode_head(body)
     except SynapseError as exc:

@@ -12,32 +12,37 @@ partners. It only ever POSTs to registered partner endpoints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-import structlog
 from aiohttp import web
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupStore
 from synapse.p2p.handler import TaskHandler
+from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import MemoryStore, TaskStore
 from synapse.p2p.protocol import P2PProtocol, TaskHandle
 from synapse.transport.client import HttpClient, SenderMode
+from synapse.transport.guard import GuardedSite, HttpLimits
+from synapse.transport.inbound import encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH, SynapseServer
 from synapse.types import (
     CapabilityResponsePayload,
+    ErrorCode,
     HeartbeatPayload,
     LocalProtocolError,
     Message,
     Priority,
+    SynapseError,
     TaskContext,
 )
 from synapse.types.signing import Secret
 
-log = structlog.get_logger("synapse.peer")
+log = get_logger("synapse.peer")
 
 
 class HttpSender:
@@ -80,6 +85,7 @@ class Peer:
         rate_limit: float | None = None,
         store: TaskStore | None = None,
         serve: bool = True,
+        http_limits: HttpLimits | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.partners = (
@@ -96,11 +102,15 @@ class Peer:
         self._dedup = dedup
         self._rate_limit = rate_limit
         self.store: TaskStore = store or MemoryStore()
+        #: Timeouts and connection cap of the server (see `synapse.transport.guard`).
+        self.http_limits = http_limits or HttpLimits()
         self.client = HttpClient(self.config)
         self._runner: web.AppRunner | None = None
+        self._site: GuardedSite | None = None
         self._protocol: P2PProtocol | None = None
         self._server: SynapseServer | None = None
         self._recovering = False
+        self._ready_after_recovery = True
         #: Called with the aiohttp app before it serves (`start()` or `attach()`): mount
         #: extra routes here (the A2A binding does).
         self.app_hooks: list[Callable[[web.Application], None]] = []
@@ -154,11 +164,17 @@ class Peer:
 
             dedup = DurableDedupStore(self.config.dedup_window, self.store)
         self._server = SynapseServer(
-            self._protocol, self.partners, dedup=dedup, rate_limit=self._rate_limit
+            self._protocol,
+            self.partners,
+            dedup=dedup,
+            rate_limit=self._rate_limit,
+            body_timeout=self.http_limits.body_timeout,
         )
         for server_hook in self.server_hooks:
             server_hook(self._server)
-        # Until the store is loaded (`start`), every request is answered 503 agent_not_ready.
+        # Until the store is loaded (`start`), every request is answered 503 agent_not_ready;
+        # then readiness is what it was (a protocol hook, the router's, may hold it back).
+        self._ready_after_recovery = self._protocol.engine.ready
         self._protocol.engine.ready = False
         self._recovering = True
 
@@ -174,6 +190,27 @@ class Peer:
             app_hook(app)
 
     async def start(self) -> None:
+        """Start serving (and the runtime). A peer that cannot start (its port in use, a bad
+        address) raises one `OSError` saying where, and leaves nothing open behind it."""
+        try:
+            await self._start()
+        except BaseException as exc:
+            await self._abandon_start()
+            if isinstance(exc, OSError) and self.serve:
+                raise OSError(
+                    exc.errno, f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+                ) from exc
+            raise
+
+    async def _abandon_start(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._runner is not None:
+                await self._runner.cleanup()
+        self._runner = self._site = None
+        with contextlib.suppress(Exception):
+            await self.client.close()
+
+    async def _start(self) -> None:
         await self.client.start()
         if self.serve and self._runner is None:
             # Bind first: with port 0 the endpoint is known only once bound.
@@ -181,10 +218,19 @@ class Peer:
             app.router.add_post(self.path, self._dispatch)
             for app_hook in self.app_hooks:
                 app_hook(app)
-            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            self._runner = web.AppRunner(
+                app, access_log=None, handle_signals=False, **self.http_limits.runner_kwargs()
+            )
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+            site = GuardedSite(
+                self._runner,
+                self.host,
+                self.port,
+                limits=self.http_limits,
+                refusal=self._framing_refusal,
+            )
             await site.start()
+            self._site = site
             addresses = self._runner.addresses
             self.port = int(addresses[0][1]) if addresses else self.port
             if self._protocol is None:
@@ -204,8 +250,18 @@ class Peer:
         if self._recovering:
             self.protocol.restore(snapshot)
             self._recovering = False
-            self.protocol.engine.ready = True
+            self.protocol.engine.ready = self._ready_after_recovery
         await self.protocol.start()
+
+    def _framing_refusal(self, status: int, reason: str) -> bytes:
+        if self._server is None:  # bound, not yet built: the peer is starting
+            endpoint = self._endpoint or f"http://{self.host}:{self.port}{self.path}"
+            error = SynapseError(ErrorCode.AGENT_NOT_READY, reason, {"reason": "starting"})
+            nack = nack_for(
+                error, agent_id=self.agent_id, endpoint=endpoint, request_id=None, to=None
+            )
+            return encode_reply(nack, None)[0]
+        return self._server.framing_refusal(status, reason)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         return await self.server.handle(request)

@@ -17,16 +17,18 @@ exists, party to it, final, allowed in its state, capacity).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
-import structlog
 from aiohttp import web
 
 from synapse.p2p.aio import MemoryDedupStore
 from synapse.p2p.dedup import DedupOutcome, DedupStore, StoredReply, is_storable
 from synapse.p2p.engine import TaskRecord
+from synapse.p2p.logs import get_logger
+from synapse.p2p.persistence import StoreUnavailable
 from synapse.p2p.protocol import P2PProtocol
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
@@ -37,12 +39,17 @@ from synapse.types import (
     decode_typed,
 )
 
-log = structlog.get_logger("synapse.transport")
+log = get_logger("synapse.transport")
 
 DEFAULT_PATH = "/synapse/callback"
 #: What an unexpected failure inside is answered with: never a bare 500; the sender retries.
 _INTERNAL = SynapseError(
     ErrorCode.AGENT_NOT_READY, "internal error; retry later", {"reason": "internal"}
+)
+_STORE_UNAVAILABLE = SynapseError(
+    ErrorCode.AGENT_NOT_READY,
+    "cannot store the message; retry later",
+    {"reason": "store_unavailable"},
 )
 
 _STARTING = SynapseError(
@@ -80,6 +87,7 @@ class SynapseServer:
         rate_limit: float | None = None,
         rate_burst: float | None = None,
         utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+        body_timeout: float = 30.0,
         rate_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.protocol = protocol
@@ -92,6 +100,8 @@ class SynapseServer:
         self.rate_limit = rate_limit if rate_limit is not None else self.config.rate_limit
         self.rate_burst = rate_burst if rate_burst is not None else self.config.rate_burst
         self.utcnow = utcnow
+        #: Seconds to read a body once its head arrived; a slower one is answered 408.
+        self.body_timeout = body_timeout
         #: The monotonic clock the rate limit's token buckets run on (a fake one in tests).
         self.rate_clock = rate_clock
         self._buckets: dict[str, _TokenBucket] = {}
@@ -180,11 +190,20 @@ class SynapseServer:
 
         if request.content_length is not None and request.content_length > limit:
             return too_large()
-        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
+        # Any Content-Encoding at all, each of several headers included ("identity" and
+        # then "gzip" must not pass on the first one), and before anything inflates the body.
+        encodings = request.headers.getall("Content-Encoding", [])
+        transfer = [
+            coding.strip().lower()
+            for header in request.headers.getall("Transfer-Encoding", [])
+            for coding in header.split(",")
+        ]
+        if encodings or any(coding != "chunked" for coding in transfer):
+            encodings += [f"Transfer-Encoding {c}" for c in transfer if c != "chunked"]
+            shown = ", ".join(e.strip() for e in encodings)
             return SynapseError(
                 ErrorCode.MESSAGE_FORMAT_INVALID,
-                f"Content-Encoding {encoding!r} is not accepted",
+                f"Content-Encoding is not accepted (got {shown!r})",
                 {"reason": "content_encoding"},
             )
         content_type = request.headers.get("Content-Type")
@@ -196,18 +215,39 @@ class SynapseServer:
             )
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.content.iter_chunked(65536):
-            size += len(chunk)
-            if size > limit:
-                return too_large()
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                if request.content_length is not None:
+                    # Declared within the limit (checked above): aiohttp reads exactly that.
+                    return await request.read()
+                async for chunk in request.content.iter_chunked(65536):
+                    size += len(chunk)
+                    if size > limit:
+                        return too_large()
+                    chunks.append(chunk)
+        except TimeoutError:
+            return SynapseError(
+                ErrorCode.MESSAGE_FORMAT_INVALID,
+                f"body not received within {self.body_timeout:g} s",
+                {"reason": "body_timeout"},
+                http_status=408,
+            )
         return b"".join(chunks)
+
+    def framing_refusal(self, status: int, reason: str) -> bytes:
+        """The body of the unsigned nack answering what never became a request (malformed
+        framing, a stalled head, no room for another connection): see `transport.guard`."""
+        code = ErrorCode.AGENT_NOT_READY if status >= 500 else ErrorCode.MESSAGE_FORMAT_INVALID
+        error = SynapseError(code, reason, {"reason": "http"}, http_status=status)
+        return self._nack_reply(error, None, None, None).body
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await self._read_body(request)
         if isinstance(body, SynapseError):
             log.info("message_refused", status=body.http_status, code=body.code.value)
-            return self._nack(body, None, None, None)
+            response = self._nack(body, None, None, None)
+            response.force_close()  # the rest of the body is not read
+            return response
         now = self.utcnow()
         try:
             inbound = authenticate(
@@ -274,21 +314,26 @@ class SynapseServer:
                 return _response(stored)
         try:
             reply = await self._process(inbound)
+            storable = is_storable(reply.status)
+            # A 200 was committed with the message's effects (`handle_message`); a refusal
+            # changed nothing, and only its stored reply remains to be written.
+            if storable and reply.status != 200:
+                # A refusal: its stored reply is durable before anyone sees it, a duplicate
+                # waiting for it included (the message's effects were, by `_process`).
+                mark = self.protocol.store.mark()
+                self.dedup.stage(inbound.key, reply)
+                try:
+                    await self.protocol.store.commit(discard_after=mark)
+                except StoreUnavailable:
+                    storable = False
+                    reply = self._nack_reply(
+                        _STORE_UNAVAILABLE, head.id, head.from_.agent_id, inbound.partner
+                    )
         except Exception as exc:
             # Our bug, but the sender is authenticated: its 503 is addressed and signed.
             self.dedup.abandon(inbound.key)
             log.exception("internal_error", message_id=head.id, error=repr(exc))
             return self._nack(_INTERNAL, head.id, head.from_.agent_id, inbound.partner)
-        except BaseException:
-            self.dedup.abandon(inbound.key)
-            raise
-        storable = is_storable(reply.status)
-        if storable:
-            self.dedup.stage(inbound.key, reply)
-        # The message's effects and its stored reply are durable before anyone sees the
-        # reply, a duplicate waiting for it included.
-        try:
-            await self.protocol.commit()
         except BaseException:
             self.dedup.abandon(inbound.key)
             raise
@@ -299,17 +344,28 @@ class SynapseServer:
         return _response(reply)
 
     async def _process(self, inbound: Inbound) -> StoredReply:
+        """The reply to an authenticated message: a 200 is committed with the message's
+        effects when this returns; a refusal (a nack) is not stored yet."""
         head = inbound.head
         started = time.perf_counter()
         engine = self.protocol.engine
         key = before = None
+        debug = log.isEnabledFor(logging.DEBUG)
+        staged: list[StoredReply] = []
+
+        def stage(reply: Message) -> None:
+            # The stored reply is committed with the message's effects, or dropped with them.
+            body, headers = encode_reply(reply, inbound.partner)
+            staged.append(StoredReply.of(200, body, headers))
+            self.dedup.stage(inbound.key, staged[0])
+
         try:
             message = decode_typed(inbound.body)
             key = engine.incoming_key(message)
-            before = _state(engine.get(key)) if key is not None else None
-            reply: Message = await self.protocol.handle_message(message, commit=False)
+            before = _state(engine.get(key)) if key is not None and debug else None
+            reply: Message = await self.protocol.handle_message(message, stage=stage)
         except SynapseError as error:
-            log.info(
+            log.debug(
                 "message_in",
                 message_id=head.id,
                 type=head.type.value,
@@ -322,21 +378,21 @@ class SynapseServer:
                 reason=error.message,
             )
             return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
-        body, headers = encode_reply(reply, inbound.partner)
-        log.info(
-            "message_in",
-            message_id=head.id,
-            type=head.type.value,
-            sender=head.from_.agent_id,
-            task_id=key.task_id if key is not None else None,
-            from_state=before,
-            to_state=_state(engine.get(key)) if key is not None else None,
-            reply=reply.message_type.value,
-            status=200,
-            signed_by=inbound.signed_by,
-            ms=round((time.perf_counter() - started) * 1000, 3),
-        )
-        return StoredReply.of(200, body, headers)
+        if debug:
+            log.debug(
+                "message_in",
+                message_id=head.id,
+                type=head.type.value,
+                sender=head.from_.agent_id,
+                task_id=key.task_id if key is not None else None,
+                from_state=before,
+                to_state=_state(engine.get(key)) if key is not None else None,
+                reply=reply.message_type.value,
+                status=200,
+                signed_by=inbound.signed_by,
+                ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+        return staged[0]
 
     def _rate_wait(self, partner: str) -> float:
         if self.rate_limit is None:

@@ -23,6 +23,11 @@ import msgspec
 from synapse.types.errors import ErrorCode, SynapseError
 
 MAX_SAFE_INTEGER = 2**53 - 1
+#: Deepest nesting of arrays and objects accepted. Deeper documents are refused up front, so
+#: that no recursive step after parsing (signature canonicalization, fingerprints, typed
+#: decoding, encoding for the store) can ever run out of stack: a client error, never a
+#: `RecursionError`.
+MAX_DEPTH = 128
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -75,8 +80,9 @@ def _refuse(reason: str) -> SynapseError:
 _SCREEN = bytes.maketrans(b"123456789[", b"000000000{")
 #: 16 digits in a row: possibly an integer beyond ±(2**53-1) (15 digits never are).
 _LONG_DIGITS = b"0" * 16
-#: More containers than this: left to the reference parser, which owns the depth limit.
-_MAX_CONTAINERS = 200
+#: More containers than this: left to the reference parser, which owns the depth limit
+#: (so at most `MAX_DEPTH` containers: the fast path never needs to measure the depth).
+_MAX_CONTAINERS = MAX_DEPTH
 _BACKSLASH, _COLON, _BRACE = ord("\\"), ord(":"), ord("{")
 _any_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
@@ -138,6 +144,8 @@ def _parse_reference(data: bytes) -> Any:
         raise SynapseError(
             ErrorCode.MESSAGE_FORMAT_INVALID, f"body is not JSON: {exc}", {"reason": "not JSON"}
         ) from None
+    if _deeper_than(value, MAX_DEPTH):
+        raise _refuse("nested too deeply")
     # The stdlib parser lets lone surrogate escapes through; msgspec refuses them.
     if _SURROGATE_ESCAPE.search(text):
         try:
@@ -145,3 +153,15 @@ def _parse_reference(data: bytes) -> Any:
         except msgspec.DecodeError:
             raise _refuse("lone surrogate in a string") from None
     return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` deep in `value` (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False

@@ -38,7 +38,10 @@ from synapse.types.payloads import (
 #: A message id: chosen by its sender, 1–128 characters.
 MessageId = Annotated[str, Meta(min_length=1, max_length=128)]
 #: `MAJOR.MINOR`.
-Version = Annotated[str, Meta(pattern=r"^[0-9]+\.[0-9]+$")]
+#: MAJOR.MINOR, the whole string. msgspec searches a pattern and `$` also matches before a
+#: final newline, so `(?!\n)` refuses "1.0\n"; it is written so that JSON Schema (ECMA-262)
+#: readers of the generated schemas understand it too, which `\A`/`\Z` would not be.
+Version = Annotated[str, Meta(pattern=r"^[0-9]+\.[0-9]+$(?!\n)")]
 
 PROTOCOL_VERSION = "1.0"
 SUPPORTED_MAJOR = 1

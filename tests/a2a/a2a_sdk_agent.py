@@ -7,18 +7,28 @@ What it does depends on the text of the message:
 - `slow`: works, reporting progress, until cancelled;
 - `fail`: fails;
 - anything else: completes with an artifact echoing the text (or the data part).
+
+It serves every binding the SDK has: JSON-RPC at `/`, REST under `/rest`, and gRPC on a
+port of its own when grpcio is installed; its card lists them with `first` first (the
+agent's preference), so a client that follows the card's order uses that one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from a2a.helpers import get_message_text, new_task_from_user_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
@@ -76,17 +86,17 @@ class EchoExecutor(AgentExecutor):
         await updater.cancel(updater.new_agent_message([new_text_part("cancelled")]))
 
 
-def agent_card(port: int) -> AgentCard:
+def agent_card(port: int, grpc_port: int | None = None, first: str = "JSONRPC") -> AgentCard:
+    urls = {"JSONRPC": f"http://127.0.0.1:{port}/", "HTTP+JSON": f"http://127.0.0.1:{port}/rest"}
+    if grpc_port is not None:
+        urls["GRPC"] = f"127.0.0.1:{grpc_port}"
+    order = [first, *(b for b in urls if b != first)]
     return AgentCard(
         name="sdk-echo",
         description="An echo agent built with the official A2A SDK",
         version="1.0.0",
         supported_interfaces=[
-            AgentInterface(
-                url=f"http://127.0.0.1:{port}/",
-                protocol_binding="JSONRPC",
-                protocol_version="1.0",
-            )
+            AgentInterface(url=urls[b], protocol_binding=b, protocol_version="1.0") for b in order
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=["text/plain"],
@@ -95,10 +105,33 @@ def agent_card(port: int) -> AgentCard:
     )
 
 
-def build_app(port: int) -> Any:
-    card = agent_card(port)
+def build_app(port: int, grpc_port: int | None = None, first: str = "JSONRPC") -> Any:
+    card = agent_card(port, grpc_port, first)
     handler = DefaultRequestHandler(
         agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card
     )
-    routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")]
-    return Starlette(routes=routes)
+    routes = [
+        *create_agent_card_routes(card),
+        *create_jsonrpc_routes(handler, "/"),
+        *create_rest_routes(handler, path_prefix="/rest"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        if grpc_port is None:
+            yield
+            return
+        import grpc
+        from a2a.server.request_handlers import GrpcHandler
+        from a2a.types import a2a_pb2_grpc
+
+        server = grpc.aio.server()
+        a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
+        server.add_insecure_port(f"127.0.0.1:{grpc_port}")
+        await server.start()
+        try:
+            yield
+        finally:
+            await server.stop(0.5)
+
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import socket
 import threading
 import time
@@ -20,6 +21,10 @@ from synapse.p2p.config import P2PConfig
 from synapse.transport.peer import Peer
 
 PUSH_SECRET = "push-secret-for-tests"
+#: The gRPC binding needs grpcio (the `grpc` extra, in `dev`).
+GRPC_PRESENT = importlib.util.find_spec("grpc") is not None
+#: Every binding the official SDK's client is run over (gRPC only with grpcio).
+SDK_BINDINGS = ["JSONRPC", "HTTP+JSON"] + (["GRPC"] if GRPC_PRESENT else [])
 
 SdkClientFactory = Callable[..., Awaitable[Client]]
 

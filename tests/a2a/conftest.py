@@ -21,6 +21,10 @@ if not SDK_PRESENT:
         "test_a2a_binding.py",
         "test_a2a_push.py",
         "test_a2a_client.py",
+        "test_a2a_interop.py",
+        "test_a2a_rest_grpc.py",
+        "test_a2a_js_sdk.py",
+        "test_a2a_parts.py",
     ]
 else:
     from collections.abc import AsyncIterator, Iterator
@@ -28,7 +32,9 @@ else:
     import httpx
     from a2a.client import Client, ClientConfig, ClientFactory
     from a2akit import (
+        GRPC_PRESENT,
         PUSH_SECRET,
+        SDK_BINDINGS,
         A2APeer,
         SdkClientFactory,
         UvicornThread,
@@ -50,6 +56,7 @@ else:
             default_task_type="echo",
             push_allowlist=[f"http://127.0.0.1:{hook_port}/hooks/"],
             push_secret=PUSH_SECRET,
+            grpc_port=0 if GRPC_PRESENT else None,
         )
         await peer.start()
         try:
@@ -57,14 +64,29 @@ else:
         finally:
             await peer.close(drain_timeout=0.5)
 
-    @pytest.fixture
-    async def sdk_client(a2a_peer: A2APeer) -> AsyncIterator[SdkClientFactory]:
-        """Official SDK clients of `a2a_peer` (discovered from its card)."""
+    @pytest.fixture(params=SDK_BINDINGS)
+    async def sdk_client(
+        a2a_peer: A2APeer, request: pytest.FixtureRequest
+    ) -> AsyncIterator[SdkClientFactory]:
+        """Official SDK clients of `a2a_peer` (discovered from its card), over each binding."""
         made: list[tuple[Client, httpx.AsyncClient]] = []
+        binding: str = request.param
 
         async def make(*, streaming: bool = True, headers: dict[str, str] | None = None) -> Client:
             http = httpx.AsyncClient(timeout=10.0, headers=headers or {})
-            config = ClientConfig(streaming=streaming, httpx_client=http)
+            channel_factory = None
+            if binding == "GRPC":
+                import grpc
+
+                def channel_factory(url: str) -> grpc.aio.Channel:
+                    return grpc.aio.insecure_channel(url)
+
+            config = ClientConfig(
+                streaming=streaming,
+                httpx_client=http,
+                supported_protocol_bindings=[binding],
+                grpc_channel_factory=channel_factory,
+            )
             client = await ClientFactory(config).create_from_url(a2a_peer.base_url)
             made.append((client, http))
             return client
@@ -74,10 +96,17 @@ else:
             await client.close()
             await http.aclose()
 
-    @pytest.fixture
-    def sdk_agent() -> Iterator[str]:
-        """The base URL of an echo agent built with the SDK (see `a2a_sdk_agent.py`)."""
+    @pytest.fixture(params=SDK_BINDINGS)
+    def sdk_agent(request: pytest.FixtureRequest) -> Iterator[str]:
+        """The base URL of an echo agent built with the SDK (see `a2a_sdk_agent.py`),
+        serving every binding, its card preferring each in turn."""
         from a2a_sdk_agent import build_app
 
-        with UvicornThread(build_app) as runner:
+        grpc_port = free_port() if GRPC_PRESENT else None
+        first: str = request.param
+
+        def build(port: int) -> object:
+            return build_app(port, grpc_port, first)
+
+        with UvicornThread(build) as runner:
             yield runner.url

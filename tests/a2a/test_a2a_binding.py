@@ -69,7 +69,8 @@ def send_params(data: Any = None, text: str | None = None, **message: Any) -> di
         ({"A2A-Version": "2.0"}, False),
         ({"A2A-Version": "banana"}, False),
         ({"A2A-Version": "1.0"}, True),
-        ({"A2A-Version": "1.0.1"}, True),
+        ({"A2A-Version": "1.0.1"}, False),  # not MAJOR.MINOR
+        ({"A2A-Version": "1"}, False),
         ({"A2A-Version": "1.1"}, True),
     ],
 )
@@ -111,9 +112,9 @@ async def test_json_rpc_errors(a2a_peer: A2APeer) -> None:
     _, answer = await rpc(
         base,
         "SendMessage",
-        {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"url": "http://x/f"}]}},
+        {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"metadata": {}}]}},
     )
-    assert code(answer) == -32005  # files are not a payload
+    assert code(answer) == -32005  # a part with no content
     _, answer = await rpc(base, "SendMessage", send_params(data=[1, 2]))
     assert code(answer) == -32602  # a payload is an object
     _, answer = await rpc(base, "GetTask", {"id": "missing"})
@@ -165,7 +166,7 @@ async def test_no_task_type_and_no_default(tmp_path: Path) -> None:
         base = f"http://127.0.0.1:{peer.port}"
         _, answer = await rpc(base, "SendMessage", send_params(text="hi"))
         assert code(answer) == -32602
-        assert "task_type" in answer["error"]["message"]
+        assert "taskType" in answer["error"]["message"]
         async with httpx.AsyncClient() as http:
             card = (await http.get(f"{base}/.well-known/agent-card.json")).json()
         assert "pushNotifications" not in card["capabilities"]  # no allowed URL: off

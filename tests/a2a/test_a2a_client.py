@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from a2akit import A2APeer
+from a2akit import SDK_BINDINGS, A2APeer
 from aiohttp import web
 
 from synapse.a2a import A2AClient, A2AError, A2AEvent, A2AVersionError, wire
@@ -29,7 +29,9 @@ async def test_echo_agent_send_get_list(sdk_agent: str, stream: bool) -> None:
     async with A2AClient(sdk_agent, poll_interval=0.05) as client:
         assert client.card is not None
         assert client.card.name == "sdk-echo"
-        assert client.rpc_url == f"{sdk_agent}/"
+        # The card's first interface (the agent's preference), whichever binding it is.
+        preferred = client.card.supported_interfaces[0]
+        assert (client.binding, client.rpc_url) == (preferred.protocol_binding, preferred.url)
         handle = await client.send("hello there", stream=stream)
         events = [event async for event in handle]
         outcome = await handle.result(WAIT)
@@ -88,8 +90,10 @@ async def test_echo_agent_cancel(sdk_agent: str) -> None:
 # --- against a Synapse peer speaking A2A ----------------------------------------------------------
 
 
-async def test_synapse_peer_every_flow_with_the_handle_api(a2a_peer: A2APeer) -> None:
-    async with A2AClient(a2a_peer.base_url) as client:
+@pytest.mark.parametrize("binding", SDK_BINDINGS)
+async def test_synapse_peer_every_flow_with_the_handle_api(a2a_peer: A2APeer, binding: str) -> None:
+    async with A2AClient(a2a_peer.base_url, bindings=[binding]) as client:
+        assert client.binding == binding
         assert client.streaming
         echo = await (await client.send({"text": "hi"}, task_type="echo")).result(WAIT)
         assert echo.ok
@@ -141,8 +145,10 @@ async def test_synapse_peer_every_flow_with_the_handle_api(a2a_peer: A2APeer) ->
         assert len(listed.tasks) == 3
 
 
-async def test_a_broken_stream_is_resumed(a2a_peer: A2APeer) -> None:
-    async with A2AClient(a2a_peer.base_url) as client:
+@pytest.mark.parametrize("binding", SDK_BINDINGS)
+async def test_a_broken_stream_is_resumed(a2a_peer: A2APeer, binding: str) -> None:
+    async with A2AClient(a2a_peer.base_url, bindings=[binding]) as client:
+        assert client.binding == binding
         handle = await client.send({"steps": 5, "delay": 0.1}, task_type="slow")
         events: list[A2AEvent] = []
         async with asyncio.timeout(WAIT):
@@ -155,8 +161,10 @@ async def test_a_broken_stream_is_resumed(a2a_peer: A2APeer) -> None:
         assert outcome.text == "done after 5 steps"
 
 
-async def test_attach_and_push_config_helpers(a2a_peer: A2APeer) -> None:
-    async with A2AClient(a2a_peer.base_url) as client:
+@pytest.mark.parametrize("binding", SDK_BINDINGS)
+async def test_attach_and_push_config_helpers(a2a_peer: A2APeer, binding: str) -> None:
+    async with A2AClient(a2a_peer.base_url, bindings=[binding]) as client:
+        assert client.binding == binding
         handle = await client.send({"steps": 3, "delay": 0.05}, task_type="slow")
         config = await client.create_push_config(handle.task_id, a2a_peer.hook_url, token="t")
         assert config.id == handle.task_id
@@ -208,8 +216,10 @@ async def test_no_silent_downgrade_to_a_0_3_agent() -> None:
         await runner.cleanup()
 
 
-async def test_errors_of_the_agent_surface_as_a2a_errors(a2a_peer: A2APeer) -> None:
-    async with A2AClient(a2a_peer.base_url) as client:
+@pytest.mark.parametrize("binding", SDK_BINDINGS)
+async def test_errors_of_the_agent_surface_as_a2a_errors(a2a_peer: A2APeer, binding: str) -> None:
+    async with A2AClient(a2a_peer.base_url, bindings=[binding]) as client:
+        assert client.binding == binding
         with pytest.raises(A2AError) as caught:
             await client.send(
                 {"text": "hi"},

@@ -27,6 +27,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from a2akit import (
+    GRPC_PRESENT,
     A2APeer,
     SdkClientFactory,
     as_dict,
@@ -67,10 +68,16 @@ async def test_the_sdk_discovers_the_card_generated_from_the_handler(a2a_peer: A
         card = await A2ACardResolver(http, a2a_peer.base_url).get_agent_card()
     assert card.name == "agent-a"
     assert [s.id for s in card.skills] == [c.name for c in CAPABILITIES]
-    (interface,) = card.supported_interfaces
-    assert interface.protocol_binding == "JSONRPC"
-    assert interface.protocol_version == "1.0"
-    assert interface.url == f"{a2a_peer.base_url}/a2a"
+    # Every binding served, in the default order of preference.
+    interfaces = [(i.protocol_binding, i.url) for i in card.supported_interfaces]
+    assert interfaces[:2] == [
+        ("JSONRPC", f"{a2a_peer.base_url}/a2a"),
+        ("HTTP+JSON", f"{a2a_peer.base_url}/a2a"),
+    ]
+    if GRPC_PRESENT:
+        assert interfaces[2] == ("GRPC", f"127.0.0.1:{a2a_peer.a2a.grpc.port}")
+    assert len(interfaces) == 2 + GRPC_PRESENT
+    assert {i.protocol_version for i in card.supported_interfaces} == {"1.0"}
     assert card.capabilities.streaming
     assert card.capabilities.push_notifications
     # No scheme is enforced here, and the card says so.
@@ -78,11 +85,11 @@ async def test_the_sdk_discovers_the_card_generated_from_the_handler(a2a_peer: A
     assert not card.security_requirements
     echo = next(s for s in card.skills if s.id == "echo")
     assert "default" in echo.description
-    assert '"task_type":"echo"' in echo.examples[0]
+    assert '"taskType":"echo"' in echo.examples[0]
     (extension,) = card.capabilities.extensions
     params = MessageToDict(extension.params)
-    assert params["task_types"]["echo"]["input_schema"]["required"] == ["text"]
-    assert params["default_task_type"] == "echo"
+    assert params["taskTypes"]["echo"]["inputSchema"]["required"] == ["text"]
+    assert params["defaultTaskType"] == "echo"
 
 
 # --- every demo task type, streaming and not ------------------------------------------
@@ -218,7 +225,7 @@ async def test_get_list_and_cancel(sdk_client: SdkClientFactory) -> None:
         if task.status.state != TaskState.TASK_STATE_SUBMITTED:
             break
     assert task.status.state == TaskState.TASK_STATE_WORKING
-    assert task.metadata["task_type"] == "slow"
+    assert task.metadata["taskType"] == "slow"
     assert [m.message_id for m in task.history][:1] == [slow.message_id]
     short = await client.get_task(GetTaskRequest(id=task_id, history_length=0))
     assert not short.history

@@ -73,8 +73,11 @@ def test_payload_task_type_and_numbers() -> None:
         mapping.task_type_of(text, None)
     assert caught.value.code == A2ACode.INVALID_PARAMS
     with pytest.raises(A2AError) as caught:
-        mapping.payload_of(message(wire.Part(url="https://x/f.pdf")))
+        mapping.payload_of(message(wire.Part()))  # a part with no content at all
     assert caught.value.code == A2ACode.CONTENT_TYPE_NOT_SUPPORTED
+    assert mapping.payload_of(message(wire.Part(url="https://x/f.pdf"))) == {
+        "files": [{"url": "https://x/f.pdf"}]
+    }
     assert mapping.json_numbers([1.0, 1.5, {"a": 2.0}, True]) == [1, 1.5, {"a": 2}, True]
     assert mapping.json_numbers(1e300) == 1e300  # beyond 2**53: left as it is
 
@@ -150,7 +153,11 @@ def test_the_card() -> None:
         CAPABILITIES,
         name="agent",
         description="",
-        url="http://h/a2a",
+        interfaces=[
+            wire.AgentInterface(
+                url="http://h/a2a", protocol_binding="JSONRPC", protocol_version="1.0"
+            )
+        ],
         version="1",
         default_task_type="echo",
         push_notifications=False,
@@ -164,7 +171,7 @@ def test_the_card() -> None:
     assert "securitySchemes" not in raw
     examples = {s.id: json.loads(s.examples[0]) for s in card.skills}
     assert examples["slow"]["parts"] == [{"data": {"steps": 5, "delay": 0.2}}]
-    assert examples["echo"]["metadata"] == {"task_type": "echo"}
+    assert examples["echo"]["metadata"] == {"taskType": "echo"}
     assert example_value({"type": "array", "items": {"type": "integer", "minimum": 2}}) == [2]
     assert msgspec.json.decode(wire.encode(card), type=wire.AgentCard) == card
     assert card.interface() is not None
@@ -181,3 +188,16 @@ def test_interfaces_prefer_1_0_and_refuse_0_3() -> None:
     assert card("0.3").interface() is None
     assert card("0.3", "1.2", "1.0").interface() == card("1.0").supported_interfaces[0]
     assert card("1.2").interface() is not None
+
+
+def test_follow_up_dispatch_is_derived_from_the_executor_transition_table() -> None:
+    from synapse.a2a.service import A2AService, _follow_up_builder
+    from synapse.p2p.states import TRANSITIONS, Role
+
+    assert _follow_up_builder(TaskState.INFO_NEEDED) is A2AService._info_provided
+    assert _follow_up_builder(TaskState.NEED_HUMAN) is A2AService._human_decision
+    # Every other state of the executor's table takes no follow-up; `human_deciding` is a
+    # requester-only state and so takes none either.
+    for state in [*TRANSITIONS[Role.EXECUTOR], TaskState.HUMAN_DECIDING]:
+        if state not in (TaskState.INFO_NEEDED, TaskState.NEED_HUMAN):
+            assert _follow_up_builder(state) is None, state

@@ -18,8 +18,9 @@ def requester_port() -> int:
 
 @pytest.fixture(scope="module")
 def executor(requester_port: int) -> Iterator[Server]:
-    """A `synapse serve` running the demo handler, agent `exec`, partner `req`."""
-    with serve(*executor_args(requester_port)) as server:
+    """A `synapse serve` running the demo handler, agent `exec`, partner `req`; at debug, so
+    that tests can see every message it received and answered."""
+    with serve(*executor_args(requester_port, "--log-level", "debug")) as server:
         yield server
 
 

@@ -7,6 +7,7 @@ docs/a2a.md); `send --a2a` holds the same conversation as `send` with a Synapse 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import io
 import json
 import os
@@ -111,7 +112,10 @@ async def test_serve_a2a_serves_the_card_and_json_rpc(agent: Server) -> None:
         assert response.status == 200
         card = await response.json()
     assert card["name"] == EXECUTOR
-    assert [i["url"] for i in card["supportedInterfaces"]] == [f"{base(agent)}/a2a"]
+    assert [(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]] == [
+        ("JSONRPC", f"{base(agent)}/a2a"),
+        ("HTTP+JSON", f"{base(agent)}/a2a"),
+    ]
     assert card["supportedInterfaces"][0]["protocolVersion"] == "1.0"
     assert card["capabilities"]["streaming"] is True
     assert not card["capabilities"].get("pushNotifications")  # no --a2a-push-allow
@@ -123,7 +127,7 @@ async def test_serve_a2a_serves_the_card_and_json_rpc(agent: Server) -> None:
     task = answer["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert [p["text"] for a in task["artifacts"] for p in a["parts"]] == ["hello over A2A"]
-    assert task["metadata"]["task_type"] == "echo"
+    assert task["metadata"]["taskType"] == "echo"
 
     answer = await rpc(agent, "SendMessage", echo_message("x"), {"A2A-Version": "0.3"})
     assert answer["error"]["code"] == -32009  # never a silent downgrade
@@ -153,7 +157,7 @@ def test_serve_a2a_settings_from_a_config_file(tmp_path: Path) -> None:
         assert card["capabilities"]["pushNotifications"] is True
         assert "bearer" in card["securitySchemes"]
         extension = card["capabilities"]["extensions"][0]["params"]
-        assert extension["default_task_type"] == "slow"
+        assert extension["defaultTaskType"] == "slow"
 
         result = send(server, "echo", '{"text": "no token"}')
         assert result.returncode == 2
@@ -222,7 +226,55 @@ def test_a2a_token_names(text: str, token: str, name: str | None) -> None:
 def test_send_a2a_echo_completes(agent: Server) -> None:
     result = send(agent, "echo", '{"text": "hello, A2A"}')
     assert (result.returncode, result.stdout) == (0, "hello, A2A\n"), result.stderr
-    assert "(A2A)" in result.stderr and "✓ completed" in result.stderr
+    assert "(A2A, JSONRPC)" in result.stderr and "✓ completed" in result.stderr
+
+
+GRPC_PRESENT = importlib.util.find_spec("grpc") is not None
+BINDINGS = ["JSONRPC", "HTTP+JSON"] + (["GRPC"] if GRPC_PRESENT else [])
+
+
+@pytest.fixture(scope="module")
+def every_binding() -> Iterator[Server]:
+    """`synapse serve --a2a` with gRPC too, its card preferring gRPC (REST without it)."""
+    order = "GRPC,REST,JSONRPC" if GRPC_PRESENT else "REST,JSONRPC"
+    grpc = ["--a2a-grpc-port", "0"] if GRPC_PRESENT else []
+    with serve("--agent-id", EXECUTOR, "--a2a", "--a2a-bindings", order, *grpc) as server:
+        yield server
+
+
+def test_send_a2a_follows_the_cards_order(every_binding: Server) -> None:
+    line = logged(every_binding, "serving_a2a")
+    assert ("GRPC" in line) == GRPC_PRESENT
+    result = send(every_binding, "echo", '{"text": "by preference"}')
+    assert (result.returncode, result.stdout) == (0, "by preference\n"), result.stderr
+    assert f"(A2A, {BINDINGS[-1]})" in result.stderr
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_send_a2a_over_each_binding(every_binding: Server, binding: str) -> None:
+    """Every flow of `send --a2a` over each binding: a result, a question, a decision."""
+    result = send(every_binding, "--a2a-binding", binding, "echo", '{"text": "hi"}')
+    assert (result.returncode, result.stdout) == (0, "hi\n"), result.stderr
+    assert f"(A2A, {binding})" in result.stderr
+    result = send(
+        every_binding,
+        "--a2a-binding",
+        binding,
+        "--field",
+        "style=现代",
+        "text_generation",
+        '{"prompt": "春天"}',
+    )
+    assert (result.returncode, result.stdout) == (0, "《春天》(现代风格)\n"), result.stderr
+    result = send(
+        every_binding,
+        "--a2a-binding",
+        binding,
+        "--approve",
+        "portrait",
+        '{"subject": "Ada"}',
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_send_a2a_need_info_answered_with_field(agent: Server) -> None:

@@ -187,7 +187,7 @@ def test_a_bad_config_file_is_one_line(tmp_path: Path) -> None:
     assert line.startswith("synapse: cannot read config file"), line
     config.write_text("port = true\n")
     line = here_error("serve", "--config", str(config), "--agent-id", "e")
-    assert line == f"synapse: config file {config}: `port`: not a port number (0-65535): 'true'"
+    assert line == f"synapse: config file {config}: `port` must be an integer, not a boolean"
 
 
 def test_a_bad_environment_variable_is_one_line() -> None:
@@ -212,3 +212,68 @@ def test_the_installed_entry_point() -> None:
     )
     assert result.returncode == 0
     assert result.stdout.startswith("synapse ")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('port = "8080"', "`port` must be an integer, not a string"),
+        ("secret = 5", "`secret` must be a string, not an integer"),
+        ('agent_id = "e"\nverbose = "yes"', "`verbose` must be a boolean, not a string"),
+        ("[serve]\nport = 1.5", "[serve] `port` must be an integer, not a number"),
+        (
+            '[p2p]\nmax_concurrent_tasks = "many"',
+            "[p2p] `max_concurrent_tasks` must be an integer, not a string",
+        ),
+        ('[p2p]\ntask_timeout = "5m"', "[p2p] `task_timeout` must be a number, not a string"),
+        ("[p2p]\nmax_retries = true", "[p2p] `max_retries` must be an integer, not a boolean"),
+        ("[p2p]\nmax_retriez = 3", "[p2p] has no setting 'max_retriez'"),
+        (
+            '[http]\nheader_timeout = "10s"',
+            "[http] `header_timeout` must be a number, not a string",
+        ),
+        ('[[peer]]\nagent_id = "r"\nendpoint = 5', "[[peer]] #1"),
+        (
+            '[[peer]]\nagent_id = "r"\nendpoint = "http://127.0.0.1:9/cb"\nsecrets = "s"',
+            "[[peer]] #1",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_in_one_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """TOML values are typed as written: never converted, never accepted as something else."""
+    config = tmp_path / "typed.toml"
+    config.write_text(text + "\n")
+    line = here_error(
+        "serve",
+        "--config",
+        str(config),
+        "--agent-id",
+        "e",
+        "--port",
+        "0",
+        "--peer",
+        "r=http://127.0.0.1:9/cb",
+        "--secret",
+        "s",
+    )
+    assert line.startswith(f"synapse: config file {config}"), line
+    assert message in line, line
+
+
+def test_typed_values_of_the_right_type_still_work(tmp_path: Path) -> None:
+    from synapse.cli.main import build_parser
+    from synapse.cli.settings import Settings
+
+    config = tmp_path / "good.toml"
+    config.write_text(
+        'port = 8080\nsecret = "s"\n[p2p]\nmax_concurrent_tasks = 7\ntask_timeout = 60\n'
+        "[http]\nheader_timeout = 2\nmax_connections = 50\n"
+    )
+    s = Settings.load(build_parser().parse_args(["serve", "--config", str(config)]), {})
+    assert s.get("port", None, "port", int) == 8080
+    assert s.p2p_config().max_concurrent_tasks == 7
+    assert s.p2p_config().task_timeout == 60.0
+    limits = s.http_limits()
+    assert (limits.header_timeout, limits.max_connections, limits.body_timeout) == (2.0, 50, 30.0)

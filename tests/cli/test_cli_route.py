@@ -44,6 +44,8 @@ def spoke_args(name: str, hub_port: int, *extra: str) -> list[str]:
         "--peer",
         f"{EXECUTOR}={url(hub_port)}",
         "--log-json",
+        "--log-level",
+        "debug",  # every message_in, so that the test sees which spoke got each task
         *extra,
     ]
 

@@ -39,7 +39,7 @@ def test_listening_is_the_first_line_and_a_signal_exits_0(sig: signal.Signals) -
 
 def test_log_json_is_one_object_a_line_listening_first() -> None:
     requester_port = free_port()
-    with serve(*executor_args(requester_port), "--log-json") as server:
+    with serve(*executor_args(requester_port), "--log-json", "--log-level", "debug") as server:
         result = run("ping", *client_args(server, requester_port))
         assert result.returncode == 0, result.stderr
         assert server.stop() == 0
@@ -49,6 +49,39 @@ def test_log_json_is_one_object_a_line_listening_first() -> None:
     received = [e for e in events if e["event"] == "message_in"]
     assert [e["type"] for e in received] == ["p2p:heartbeat"]  # one line per message
     assert received[0]["sender"] == REQUESTER
+    assert received[0]["level"] == "debug"
+
+
+@pytest.mark.parametrize("where", ["default", "flag", "env", "config"])
+def test_the_default_log_level_shows_a_task_once_with_its_outcome(
+    where: str, tmp_path: Path
+) -> None:
+    """Info (the default): no line per message; one line a task, its last transition.
+    `warning`, by flag, environment or config file, leaves `listening` only."""
+    requester_port = free_port()
+    extra: list[str] = []
+    env: dict[str, str] = {}
+    if where == "flag":
+        extra = ["--log-level", "warning"]
+    elif where == "env":
+        env = {"SYNAPSE_LOG_LEVEL": "warning"}
+    elif where == "config":
+        (tmp_path / "serve.toml").write_text('log_level = "warning"\n')
+        extra = ["--config", str(tmp_path / "serve.toml")]
+    with serve(*executor_args(requester_port), "--log-json", *extra, env=env) as server:
+        result = run("send", *client_args(server, requester_port), "echo", '{"text": "x"}')
+        assert (result.returncode, result.stdout) == (0, "x\n"), result.stderr
+        assert server.stop() == 0
+    events = [json.loads(line) for line in server.lines]
+    names = [e["event"] for e in events]
+    assert names[0] == "listening"
+    assert not {"message_in", "message_out", "reply_in", "post_attempt"} & set(names)
+    transitions = [(e["from_state"], e["to_state"]) for e in events if e["event"] == "transition"]
+    if where == "default":
+        assert transitions == [("executing", "completed")]
+        assert all(e["level"] == "info" for e in events)
+    else:
+        assert names == ["listening"]
 
 
 def test_settings_from_the_environment() -> None:

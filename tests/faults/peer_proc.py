@@ -25,13 +25,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import structlog
 from aiohttp import web
 
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey, TaskRecord, Validation
 from synapse.p2p.handler import ExecutionContext
+from synapse.p2p.logs import EventHandler
 from synapse.p2p.persistence import MemoryStore, TaskStore
 from synapse.store import SqliteStore
 from synapse.transport.partners import Partner
@@ -157,8 +157,8 @@ def _routes(peer: Peer, handler: CountingHandler) -> list[web.RouteDef]:
     ]
 
 
-def _store(spec: str) -> TaskStore:
-    return MemoryStore() if spec == "memory" else SqliteStore(spec)
+def _store(spec: str, busy_timeout: float) -> TaskStore:
+    return MemoryStore() if spec == "memory" else SqliteStore(spec, busy_timeout=busy_timeout)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -173,7 +173,7 @@ async def run(args: argparse.Namespace) -> None:
         partners=partners,
         handler=handler,
         config=config,
-        store=_store(args.store),
+        store=_store(args.store, args.busy_timeout),
         serve=False,
     )
     app = web.Application(client_max_size=config.max_body_size + 1024)
@@ -213,6 +213,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--resumable", action="store_true", help="handlers resume on restart")
     parser.add_argument("--executions-log", default=None)
     parser.add_argument("--drain-timeout", type=float, default=0.5)
+    parser.add_argument("--busy-timeout", type=float, default=5.0, help="SQLite busy timeout")
     parser.add_argument("--log-level", default="warning")
     return parser.parse_args(argv)
 
@@ -220,17 +221,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     level = logging.getLevelNamesMapping()[args.log_level.upper()]
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(EventHandler(sys.stderr, json=True))
+    root.setLevel(logging.WARNING)
+    logging.getLogger("synapse").setLevel(level)
     if args.store != "memory":
         Path(args.store).parent.mkdir(parents=True, exist_ok=True)
     asyncio.run(run(args))

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-import structlog
 from flowkit import WAIT, E, Pair, R
 
+from synapse.p2p.logs import capture_events
 from synapse.types import TaskState
 
 
 async def test_one_event_per_transition_and_per_message(pair: Pair) -> None:
-    with structlog.testing.capture_logs() as logs:
+    with capture_events() as logs:
         handle = await pair.r.submit(E, "echo", {"text": "logged"})
         outcome = await asyncio.wait_for(handle, WAIT)
         await asyncio.sleep(0.05)  # the last reply_in is logged just after the outcome
@@ -58,7 +58,7 @@ async def test_one_event_per_transition_and_per_message(pair: Pair) -> None:
 async def test_refused_messages_are_logged_with_an_unchanged_state(pair: Pair) -> None:
     handle = await pair.r.submit(E, "echo", {"text": "once"})
     await asyncio.wait_for(handle, WAIT)
-    with structlog.testing.capture_logs() as logs:
+    with capture_events() as logs:
         await handle.cancel()  # already final: nothing is sent
         again = await pair.r.submit(E, "nope", {})
         await asyncio.wait_for(again, WAIT)

@@ -100,13 +100,18 @@ class Exchange:
 @dataclass
 class Snapshot:
     """What a refused message must leave alone on one engine: every task's state, history and
-    bookkeeping, the engine's counters and its next timer."""
+    bookkeeping, the engine's counters and its next timer, and what it knows of its partners
+    (reachable or not, when last heard, whether messages for them wait): a refused message
+    is no sign of life."""
 
     tasks: dict[TaskKey, tuple[Any, ...]] = field(default_factory=dict)
     counters: tuple[Any, ...] = ()
+    partners: tuple[Any, ...] = ()
 
     @classmethod
-    def of(cls, engine: Engine) -> Snapshot:
+    def of(cls, engine: Engine, *, liveness: bool = True) -> Snapshot:
+        """`liveness=False` leaves out the partners: for an accepted message that must change
+        nothing else (an accepted message is a sign of life)."""
         tasks = {
             key: (
                 r.state,
@@ -129,7 +134,15 @@ class Snapshot:
             tuple(sorted((p, engine.in_flight_with(p)) for p in partners)),
             engine.next_deadline(),
         )
-        return cls(tasks, counters)
+        if not liveness:
+            return cls(tasks, counters)
+        partners = tuple(
+            sorted(
+                (p, engine.is_reachable(p), lv.last_heard, p in engine._backlog)
+                for p, lv in engine._partners.items()
+            )
+        )
+        return cls(tasks, counters, (partners, frozenset(engine._backlog)))
 
 
 class Pair:

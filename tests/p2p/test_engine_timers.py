@@ -3,7 +3,8 @@ sleeping."""
 
 from __future__ import annotations
 
-from pairing import E_ID, R_ID, T0, Pair, at, style_missing
+import pytest
+from pairing import E_ID, R_ID, T0, Pair, Snapshot, at, style_missing
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import (
@@ -19,8 +20,12 @@ from synapse.types import (
     ErrorCode,
     Heartbeat,
     HeartbeatStatus,
+    SynapseError,
     TaskFailed,
     TaskState,
+    TaskStatusUpdate,
+    TaskStatusUpdatePayload,
+    build_message,
 )
 
 S = TaskState
@@ -325,6 +330,37 @@ def test_silence_marks_a_partner_unreachable_without_touching_tasks(pair: Pair) 
     assert pair.e.receive(beat, pair.now).actions == [PartnerReachability(R_ID, reachable=True)]
     assert pair.e.is_reachable(R_ID)
     assert pair.states(key) == (S.EXECUTING, S.EXECUTING)
+
+
+def test_a_refused_message_is_no_sign_of_life(pair: Pair) -> None:
+    """Only an accepted message proves the partner alive: one the engine refuses leaves it
+    unreachable, its backlog held and its silence counting, and reports nothing."""
+    key = running(pair)
+    for _ in range(3):
+        pair.advance(30)
+        pair.drop(R_ID), pair.drop(E_ID)  # nobody answers
+    assert not pair.r.is_reachable(E_ID)
+    pair.r.keep_heartbeat(E_ID, pair.now)  # messages for E wait
+    before = Snapshot.of(pair.r)
+    pair.advance(1)
+    stray = pair.e.task_ack(pair.r.heartbeat(E_ID, pair.now), pair.rec(E_ID, key), pair.now)
+    unknown = build_message(
+        TaskStatusUpdate,
+        TaskStatusUpdatePayload(task_id="no-such-task", status=S.EXECUTING),
+        sender=pair.e.sender,
+        to=R_ID,
+        timestamp=at(pair.now),
+    )
+    for message in (unknown, stray):
+        with pytest.raises(SynapseError):
+            pair.r.receive(message, pair.now)
+    assert not pair.r.is_reachable(E_ID)
+    assert Snapshot.of(pair.r) == before
+    # An accepted one does: reachable again, reported once.
+    beat = pair.e.heartbeat(R_ID, pair.now)
+    step = pair.r.receive(beat, pair.now)
+    assert step.actions[0] == PartnerReachability(E_ID, reachable=True)
+    assert pair.r.is_reachable(E_ID) and Snapshot.of(pair.r) != before
 
 
 def test_a_reply_to_our_heartbeat_keeps_the_partner_reachable(pair: Pair) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from synapse.demo.handler import CAPABILITIES, DemoHandler
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.engine import Validation
+from synapse.p2p.engine import TaskKey, TaskRecord, Validation
 from synapse.p2p.handler import ExecutionContext
 from synapse.p2p.protocol import TaskHandle
 from synapse.router import PoolConfig, Router
@@ -74,6 +74,17 @@ class CountingHandler(DemoHandler):
             self.cancelled.add(parent or ctx.task_id)
             self.changed.set()
             raise
+
+
+def records(peer: Peer) -> list[TaskRecord]:
+    """Every task `peer` keeps: in flight (in memory) and finished (in its store)."""
+    found = []
+    for name in peer.protocol.list_tasks():
+        requester, _, task_id = name.partition("/")
+        rec = peer.protocol.engine.get(TaskKey(requester, task_id))
+        if rec is not None:
+            found.append(rec)
+    return found
 
 
 async def until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:

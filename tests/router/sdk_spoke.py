@@ -75,7 +75,7 @@ class SpokeExecutor(AgentExecutor):
             if isinstance(part.get("data"), dict):
                 payload = part["data"]
                 break
-        task_type = metadata.get("task_type", "echo")
+        task_type = metadata.get("taskType", metadata.get("task_type", "echo"))
         await updater.start_work()
         if task_type == "text_generation":
             with self.lock:

@@ -1,5 +1,5 @@
 """A pool partner reached over A2A that is a Synapse peer speaking A2A (`enable_a2a`): its
-INPUT_REQUIRED questions carry `missing_fields` and `synapse_needs`, which the router turns
+INPUT_REQUIRED questions carry `missing_fields` and `synapseNeeds`, which the router turns
 back into `task_need_info` and `task_need_human` for the client."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from routerkit import FAST, WAIT, CountingHandler, until
+from routerkit import FAST, WAIT, CountingHandler, records, until
 
 from synapse.a2a import enable_a2a
 from synapse.router.pool import A2APartnerConfig
@@ -80,7 +80,7 @@ async def test_need_human_from_a_synapse_agent_over_a2a(
             assert outcome.error is not None
             assert outcome.error.code == ErrorCode.PERMISSION_DENIED.value
             # The agent's own task ended rejected by the person, not merely cancelled.
-            (rec,) = [r for r in peer.protocol.engine.tasks.values()]
+            (rec,) = [r for r in records(peer)]
             await until(lambda: rec.is_final, "the agent's end")
             assert rec.error is not None
             assert rec.error.code == ErrorCode.PERMISSION_DENIED.value
@@ -106,7 +106,7 @@ async def test_a2a_clients_reach_the_router_too(make_hub: HubFactory) -> None:
         assert sum(hub.handlers["busy"].starts.values()) == 1
         # The A2A requester's context metadata (principal, push configuration) stayed at the
         # hub: the spoke's task carries none of it.
-        (rec,) = [r for r in hub.spokes["busy"].protocol.engine.tasks.values()]
+        (rec,) = [r for r in records(hub.spokes["busy"])]
         assert rec.context is not None and rec.context.metadata == {"route_hops": 1}
         assert rec.context.parent_task_id is not None
 

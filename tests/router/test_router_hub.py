@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from routerkit import WAIT, kinds_of, next_event, until
+from routerkit import WAIT, kinds_of, next_event, records, until
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Validation
@@ -141,9 +141,7 @@ async def test_rate_limited_with_retry_after_fails_over_to_the_next_spoke(
         busy = hub.router.pool.members["busy"]
         assert busy.busy_until > 0  # its retry_after was noted
         # The spoke really refused the hub's request (rate_limited, retry_after 1).
-        refused = [
-            rec for rec in hub.spokes["busy"].protocol.engine.tasks.values() if rec.partner == "hub"
-        ]
+        refused = [rec for rec in records(hub.spokes["busy"]) if rec.partner == "hub"]
         assert [r.state for r in refused] == [TaskState.REJECTED]
         assert refused[0].reject is not None
         assert refused[0].reject.reason.code == ErrorCode.RATE_LIMITED.value
@@ -494,7 +492,7 @@ async def test_a_request_lost_in_a_timeout_fails_over_and_is_withdrawn(
         await hub.router.refresh(["flaky"])
 
         def flaky_side() -> list[Any]:
-            return [r for r in flaky.protocol.engine.tasks.values() if r.partner == "hub"]
+            return [r for r in records(flaky) if r.partner == "hub"]
 
         await until(lambda: all(r.is_final for r in flaky_side()), "the withdrawal")
         (rec,) = flaky_side()
@@ -516,7 +514,7 @@ async def test_callbacks_overtaking_a_lost_reply_keep_the_task_there(
         handle = await hub.submit("slow", {"steps": 1000, "delay": 0.05})
         await next_event(handle, spoke_progress)
         assert hub.ran_at(handle.task_id) == "flaky"
-        (sub,) = [r for r in flaky.protocol.engine.tasks.values() if r.partner == "hub"]
+        (sub,) = [r for r in records(flaky) if r.partner == "hub"]
         sender = hub.router.sender
         await until(lambda: "flaky" in sender.withdraw, "the lost reply given up on")
         released.set()
@@ -578,11 +576,7 @@ async def test_a_task_waits_for_a_full_spoke_to_have_room(make_hub: HubFactory) 
         await first.cancel()
         assert (await second.result(WAIT)).ok
         assert hub.starts(second.task_id) == {"busy": 1}
-        refused = [
-            r
-            for r in hub.spokes["busy"].protocol.engine.tasks.values()
-            if r.state is TaskState.REJECTED
-        ]
+        refused = [r for r in records(hub.spokes["busy"]) if r.state is TaskState.REJECTED]
         assert refused == []
 
 
@@ -597,6 +591,6 @@ async def test_a_payload_the_spoke_refuses_is_not_tried_elsewhere(make_hub: HubF
         asked = [
             name
             for name, spoke in hub.spokes.items()
-            if any(r.partner == "hub" for r in spoke.protocol.engine.tasks.values())
+            if any(r.partner == "hub" for r in records(spoke))
         ]
         assert asked == ["busy"]  # another spoke would judge it the same way

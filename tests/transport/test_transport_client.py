@@ -13,9 +13,9 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp import web
-from structlog.testing import capture_logs
 
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.logs import capture_events
 from synapse.transport.client import (
     DeliveryError,
     HttpClient,
@@ -502,7 +502,7 @@ async def test_every_attempt_is_logged(
     fake, peer = partner
     fake.script = [nack(503, ErrorCode.AGENT_NOT_READY)]
     message = heartbeat()
-    with capture_logs() as logs:
+    with capture_events() as logs:
         await client.exchange(peer, message)
     attempts = [e for e in logs if e["event"] == "post_attempt"]
     assert [(e["attempt"], e["status"]) for e in attempts] == [(1, 503), (2, 200)]

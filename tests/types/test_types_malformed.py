@@ -4,9 +4,13 @@ where."""
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Annotated, Any
 
+import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from synapse.types import (
     ErrorCode,
@@ -18,6 +22,7 @@ from synapse.types import (
     decode_message,
     parse_i_json,
 )
+from synapse.types.messages import MESSAGE_CLASSES
 
 FORMAT = ErrorCode.MESSAGE_FORMAT_INVALID
 PARAMS = ErrorCode.INVALID_PARAMS
@@ -301,3 +306,53 @@ def test_human_decision_reply_to_is_a_payload_field() -> None:
     assert isinstance(message, HumanDecision)
     assert message.payload.reply_to == "msg-9"
     assert message.reply_to is None
+
+
+@pytest.mark.parametrize("version", ["1.0\n", "\n1.0", "1.0\n\n", "1.0 ", " 1.0", "2.0\n"])
+def test_a_version_is_the_whole_string(version: str) -> None:
+    error = refusal(encode(envelope(version=version)))
+    assert error.code is FORMAT
+    assert error.details is not None and error.details["path"] == "$.version"
+
+
+def _string_patterns() -> list[str]:
+    """Every `pattern` a wire type constrains a string with."""
+    found: set[str] = set()
+    seen: list[object] = []  # kept alive, so that no id is reused during the walk
+    stack: list[object] = [msgspec.inspect.type_info(c) for c in MESSAGE_CLASSES.values()]
+    while stack:
+        node = stack.pop()
+        if any(node is s for s in seen):
+            continue
+        seen.append(node)
+        if isinstance(node, msgspec.inspect.StrType) and node.pattern is not None:
+            found.add(node.pattern)
+        if isinstance(node, msgspec.inspect.Field):
+            stack.append(node.type)
+            continue
+        if not isinstance(node, msgspec.inspect.Type):
+            continue
+        for name in type(node).__struct_fields__:
+            value = getattr(node, name)
+            items = value if isinstance(value, tuple | list) else (value,)
+            stack.extend(
+                v for v in items if isinstance(v, msgspec.inspect.Type | msgspec.inspect.Field)
+            )
+    return sorted(found)
+
+
+PATTERNS = _string_patterns()
+
+
+@given(data=st.data())
+def test_every_pattern_matches_whole_strings_only(data: st.DataObject) -> None:
+    """msgspec *searches* a pattern, and `$` also matches before a final newline: every
+    pattern of the wire types must refuse a valid value with anything around it."""
+    assert PATTERNS, "no pattern found: the walk is broken"
+    pattern = data.draw(st.sampled_from(PATTERNS))
+    value = data.draw(st.from_regex(pattern, fullmatch=True))
+    assert re.search(pattern, value)
+    for spoiled in (value + "\n", "\n" + value, value + "\n\n", value + " \n"):
+        assert re.search(pattern, spoiled) is None, (pattern, spoiled)
+        with pytest.raises(msgspec.ValidationError):
+            msgspec.convert(spoiled, Annotated[str, msgspec.Meta(pattern=pattern)])

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
-import structlog
 from aiohttp import web
 
 from synapse.ops.console.auth import ConsoleAuth, Reviewer, Session, Sessions, csrf_ok
 from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.listener import RuntimeListener
+from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import TaskFilter
 from synapse.p2p.states import Role
 from synapse.types import DecidedBy, DecisionAction, LocalProtocolError, TaskState
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from synapse.p2p.protocol import P2PProtocol, TaskHandle
     from synapse.transport.peer import Peer
 
-log = structlog.get_logger("synapse.console")
+log = get_logger("synapse.console")
 
 CONSOLE_PATH = "/console"
 SESSION_COOKIE = "synapse_console"

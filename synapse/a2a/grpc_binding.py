@@ -1,0 +1,140 @@
+"""The gRPC binding of A2A v1.0, server side: the `A2AService` of `a2a.proto` on
+`grpc.aio`, every method (the two server-streaming ones included) dispatched to the same
+operations as the other bindings. Requests and answers go through proto JSON; errors are
+gRPC statuses (A2A v1.0's mapping) with a `google.rpc.Status` carrying an `ErrorInfo` in
+`grpc-status-details-bin`, as the SDK's clients read them. The `a2a-version` metadata is
+checked as the `A2A-Version` header is; bearer tokens come in `authorization`.
+
+Needs the `grpc` extra; imported only when `A2AServer(grpc_port=…)` serves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from synapse.a2a import grpc_proto, wire
+from synapse.a2a.errors import A2ACode, A2AError
+from synapse.a2a.operations import METHODS
+from synapse.a2a.service import Subscription
+from synapse.p2p.logs import get_logger
+
+if TYPE_CHECKING:
+    from synapse.a2a.server import A2AServer
+
+log = get_logger("synapse.a2a")
+
+
+class GrpcBinding:
+    """A `grpc.aio` server for the A2A service of one `A2AServer`."""
+
+    def __init__(self, server: A2AServer) -> None:
+        self.server = server
+        self.port: int | None = None
+        self._grpc: grpc.aio.Server | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
+        for name, method in grpc_proto.METHODS.items():
+            if method.streaming:
+                handlers[name] = grpc.unary_stream_rpc_method_handler(
+                    self._streaming(name),
+                    request_deserializer=method.request.FromString,
+                    response_serializer=method.response.SerializeToString,
+                )
+            else:
+                handlers[name] = grpc.unary_unary_rpc_method_handler(
+                    self._unary(name),
+                    request_deserializer=method.request.FromString,
+                    response_serializer=method.response.SerializeToString,
+                )
+        self._grpc = grpc.aio.server()
+        self._grpc.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(grpc_proto.SERVICE.full_name, handlers),)
+        )
+        self.port = self._grpc.add_insecure_port(f"{host}:{port}")
+        await self._grpc.start()
+        log.info("a2a_grpc_listening", host=host, port=self.port)
+        return self.port
+
+    async def stop(self, grace: float | None = None) -> None:
+        server, self._grpc = self._grpc, None
+        if server is not None:
+            await server.stop(grace)
+
+    def _call(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        """The caller's principal, once the version and credentials are checked."""
+        metadata = {
+            k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)
+        }
+        principal = self.server.authenticate_headers(
+            {"Authorization": metadata.get("authorization", "")}
+        )
+        wire.check_version(metadata.get(grpc_proto.VERSION_KEY, "").strip())
+        return principal
+
+    def _unary(self, name: str) -> Callable[..., Any]:
+        method = grpc_proto.METHODS[name]
+
+        async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                principal = self._call(context)
+                params = grpc_proto.to_json(request)
+                result = await METHODS[name](self.server.service, principal, params, strict=False)
+                return grpc_proto.from_json(
+                    wire.to_builtins(result) if result is not None else {}, method.response
+                )
+            except A2AError as exc:
+                await self._abort(context, exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # never a traceback to the caller
+                log.exception("a2a_internal_error", error=repr(exc), binding="grpc")
+                await self._abort(context, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
+            raise AssertionError("unreachable: abort raises")
+
+        return handle
+
+    def _streaming(self, name: str) -> Callable[..., AsyncIterator[Any]]:
+        method = grpc_proto.METHODS[name]
+
+        async def handle(
+            request: Any, context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            subscription: Subscription | None = None
+            try:
+                principal = self._call(context)
+                params = grpc_proto.to_json(request)
+                result = await METHODS[name](self.server.service, principal, params, strict=False)
+                assert isinstance(result, Subscription)
+                subscription = result
+                async for event in subscription.events(None):
+                    if event is not None:
+                        yield grpc_proto.from_json(wire.to_builtins(event), method.response)
+            except A2AError as exc:
+                await self._abort(context, exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("a2a_internal_error", error=repr(exc), binding="grpc")
+                await self._abort(context, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
+            finally:
+                if subscription is not None:
+                    subscription.close()
+
+        return handle
+
+    async def _abort(self, context: grpc.aio.ServicerContext[Any, Any], error: A2AError) -> None:
+        if error.code in (A2ACode.INTERNAL_ERROR, A2ACode.AGENT_NOT_READY):
+            log.warning("a2a_error", code=error.code, message=error.message, binding="grpc")
+        else:
+            log.info("a2a_refused", code=error.code, message=error.message, binding="grpc")
+        code, details = grpc_proto.rich_status(error)
+        context.set_trailing_metadata(((grpc_proto.STATUS_DETAILS_KEY, details),))
+        await context.abort(code, error.message)
+
+
+__all__ = ["GrpcBinding"]

@@ -1,0 +1,263 @@
+"""The HTTP+JSON/REST binding of A2A v1.0: each operation at its route under the interface
+URL (`<path>/message:send`, `<path>/tasks/{id}` …, optionally after a `/{tenant}` segment),
+bodies and answers in proto JSON (`application/json`; `application/a2a+json` accepted),
+query parameters named as the JSON members (`historyLength`, `pageSize` …), the streaming
+operations as server-sent events whose `data` is one `StreamResponse`, and errors as a
+`google.rpc.Status` body with the HTTP status of the error.
+
+The route table (`ROUTES`) is shared with the client (`synapse.a2a.transports`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from synapse.a2a import wire
+from synapse.a2a.errors import A2ACode, A2AError
+from synapse.a2a.httpbase import check_version, event_stream_response, read_json
+from synapse.a2a.operations import METHODS
+from synapse.a2a.service import Subscription
+from synapse.p2p.logs import get_logger
+
+if TYPE_CHECKING:
+    from synapse.a2a.server import A2AServer
+
+log = get_logger("synapse.a2a")
+
+#: The media types a request body may have (none at all is taken as JSON too).
+JSON_TYPES = frozenset({"application/json", "application/a2a+json"})
+
+
+@dataclass(frozen=True)
+class Route:
+    """One REST route: `verb` `template` stands for the operation `method`; path variables
+    are members of its request; the rest comes from the body (`body`) or the query."""
+
+    verb: str
+    template: str
+    method: str
+    body: bool
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        regex = re.sub(
+            r"\{(\w+)\}",
+            r"(?P<\1>[^/:]+)",
+            re.escape(self.template).replace(r"\{", "{").replace(r"\}", "}"),
+        )
+        return re.compile(regex)
+
+    def path(self, params: dict[str, Any]) -> str:
+        """The route's path for `params` (its path variables taken out of them)."""
+        path = self.template
+        for name in re.findall(r"\{(\w+)\}", self.template):
+            path = path.replace("{" + name + "}", _segment(str(params.pop(name, ""))))
+        return path
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/message:send", "SendMessage", True),
+    Route("POST", "/message:stream", "SendStreamingMessage", True),
+    Route("GET", "/tasks/{id}:subscribe", "SubscribeToTask", False),
+    Route("POST", "/tasks/{id}:subscribe", "SubscribeToTask", True),
+    Route("POST", "/tasks/{id}:cancel", "CancelTask", True),
+    Route("GET", "/tasks/{id}", "GetTask", False),
+    Route("GET", "/tasks", "ListTasks", False),
+    Route(
+        "POST", "/tasks/{taskId}/pushNotificationConfigs", "CreateTaskPushNotificationConfig", True
+    ),
+    Route(
+        "GET", "/tasks/{taskId}/pushNotificationConfigs", "ListTaskPushNotificationConfigs", False
+    ),
+    Route(
+        "GET",
+        "/tasks/{taskId}/pushNotificationConfigs/{id}",
+        "GetTaskPushNotificationConfig",
+        False,
+    ),
+    Route(
+        "DELETE",
+        "/tasks/{taskId}/pushNotificationConfigs/{id}",
+        "DeleteTaskPushNotificationConfig",
+        False,
+    ),
+    Route("GET", "/extendedAgentCard", "GetExtendedAgentCard", False),
+)
+#: The route the client uses for each operation.
+ROUTE_OF: dict[str, Route] = {}
+for _route in ROUTES:
+    ROUTE_OF.setdefault(_route.method, _route)
+_PATTERNS = [(route, route.pattern) for route in ROUTES]
+
+
+def _segment(value: str) -> str:
+    from urllib.parse import quote
+
+    return quote(value, safe="")
+
+
+def match(verb: str, path: str) -> tuple[Route, dict[str, str], str] | str | None:
+    """(route, path variables, tenant) for `verb path`; the allowed verbs (a string) if only
+    the verb is wrong; None if no route has that path."""
+    from urllib.parse import unquote
+
+    verbs: list[str] = []
+    for tenant, rest in _tenant_split(path):
+        for route, pattern in _PATTERNS:
+            found = pattern.fullmatch(rest)
+            if found is None:
+                continue
+            if route.verb != verb:
+                verbs.append(route.verb)
+                continue
+            return route, {k: unquote(v) for k, v in found.groupdict().items()}, tenant
+        if verbs:
+            return ", ".join(sorted(set(verbs)))
+    return None
+
+
+def _tenant_split(path: str) -> list[tuple[str, str]]:
+    """The path as it is, then without its first segment (a tenant)."""
+    options = [("", path)]
+    head, sep, tail = path.lstrip("/").partition("/")
+    if sep and head:
+        from urllib.parse import unquote
+
+        options.append((unquote(head), "/" + tail))
+    return options
+
+
+class RestBinding:
+    """`<path>/…`: the REST routes on the server's service."""
+
+    def __init__(self, server: A2AServer) -> None:
+        self.server = server
+        self.prefix = ""
+
+    def add_routes(self, app: web.Application, prefix: str) -> None:
+        self.prefix = prefix.rstrip("/")
+        app.router.add_route("*", self.prefix + "/{tail:.+}", self.handle)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        server = self.server
+        try:
+            # The raw path: path variables are percent-decoded once, after matching.
+            path = request.rel_url.raw_path[len(self.prefix) :]
+            found = match(request.method, path)
+            if found is None:
+                raise A2AError(A2ACode.METHOD_NOT_FOUND, f"no A2A route {request.method} {path}")
+            if isinstance(found, str):
+                raise _NotAllowed(found)
+            route, variables, tenant = found
+            principal = server._authenticate(request)
+            check_version(request)
+            params: dict[str, Any] = {}
+            if route.body:
+                params = await self._body(request)
+            params.update(_query(request))
+            params.update(variables)
+            if tenant:
+                params["tenant"] = tenant
+            strict = route.body
+            result = await METHODS[route.method](server.service, principal, params, strict=strict)
+            if isinstance(result, Subscription):
+                return await self._stream(request, result)
+            return web.Response(
+                body=wire.encode({} if result is None else result),
+                content_type="application/json",
+            )
+        except _NotAllowed as exc:
+            error = A2AError(A2ACode.METHOD_NOT_FOUND, f"{request.method} is not allowed here")
+            response = _error_response(error)
+            response.set_status(405)
+            response.headers["Allow"] = exc.allowed
+            return response
+        except A2AError as exc:
+            if exc.code in (A2ACode.INTERNAL_ERROR, A2ACode.AGENT_NOT_READY):
+                log.warning("a2a_error", code=exc.code, message=exc.message, binding="rest")
+            else:
+                log.info("a2a_refused", code=exc.code, message=exc.message, binding="rest")
+            return _error_response(exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never a bare 500 or a traceback
+            log.exception("a2a_internal_error", error=repr(exc), binding="rest")
+            return _error_response(A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        media_type = request.content_type if request.headers.get("Content-Type") else ""
+        if media_type and media_type not in JSON_TYPES:
+            error = A2AError(
+                A2ACode.INVALID_REQUEST,
+                f"Content-Type {media_type!r} is not supported: send application/json",
+            )
+            raise _Unsupported(error)
+        if not request.can_read_body:
+            return {}
+        body = await read_json(request, self.server.config.max_body_size)
+        if not isinstance(body, dict):
+            raise A2AError(A2ACode.INVALID_REQUEST, "the request body must be a JSON object")
+        return body
+
+    async def _stream(self, request: web.Request, subscription: Subscription) -> web.StreamResponse:
+        response = event_stream_response()
+        try:
+            await response.prepare(request)
+            async for event in subscription.events(self.server.keepalive):
+                if event is None:
+                    await response.write(b": keepalive\n\n")
+                else:
+                    await response.write(b"data: " + wire.encode(event) + b"\n\n")
+        except (ConnectionResetError, ConnectionError):
+            log.info("a2a_stream_closed_by_client", task_id=subscription.view.id, binding="rest")
+        finally:
+            subscription.close()
+        return response
+
+
+class _NotAllowed(Exception):
+    def __init__(self, allowed: str) -> None:
+        super().__init__(allowed)
+        self.allowed = allowed
+
+
+class _Unsupported(A2AError):
+    """A body of a media type other than JSON: HTTP 415."""
+
+    def __init__(self, error: A2AError) -> None:
+        super().__init__(error.code, error.message, error.metadata, http_status=415)
+
+
+def _query(request: web.Request) -> dict[str, Any]:
+    """The query parameters as members (a repeated one as a list); `A2A-Version` is a
+    service parameter, not a member."""
+    params: dict[str, Any] = {}
+    for key in request.query:
+        if key == wire.VERSION_HEADER:
+            continue
+        values = request.query.getall(key)
+        params[key] = values[-1] if len(values) == 1 else values
+    return params
+
+
+def _error_response(error: A2AError) -> web.Response:
+    http_status, _ = error.status
+    if isinstance(error, _Unsupported):
+        http_status = 415
+    headers = {}
+    if http_status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="a2a"'
+    return web.Response(
+        status=http_status,
+        body=wire.encode(error.to_status_json()),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+__all__ = ["ROUTES", "ROUTE_OF", "RestBinding", "Route", "match"]

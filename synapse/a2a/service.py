@@ -1,0 +1,902 @@
+"""The binding-independent A2A service of a Synapse peer: the operations of A2A v1.0 on typed
+requests and the caller's principal, and the bridge between A2A tasks and the engine.
+
+An A2A `SendMessage` becomes a Synapse executor task in the peer's own engine, requested by a
+virtual partner `a2a:<principal>` (the authenticated caller, or `a2a:anonymous`). The service
+builds the `task_request` envelope and hands it to `P2PProtocol.handle_message` in-process; the
+engine's callbacks to that partner travel through the outbox as usual (in order, durably,
+acknowledged) and reach the service (via `P2PProtocol.route_local`) instead of HTTP. Each one
+updates the task's A2A view (`A2ATask`) — status, history, artifacts — which `get_task` /
+`list_tasks` read, streams receive as events and push configurations receive as
+notifications, and is acknowledged with the `ack` / `task_ack` the engine expects. A follow-up
+message on the same task answers whatever the executor's transition table lets the task's
+state receive (`task_info_provided` for `task_need_info`, `human_decision` for
+`task_need_human`); `cancel_task` is a `task_cancel`.
+
+The bindings (`synapse.a2a.jsonrpc`, …) only parse their framing into the typed requests of
+`synapse.a2a.wire`, call these operations and render the results and `A2AError`s in their own
+framing. See `docs/a2a.md` for every mapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import msgspec
+
+from synapse.a2a import mapping, wire
+from synapse.a2a.errors import (
+    A2ACode,
+    A2AError,
+    invalid_params,
+    task_not_found,
+    unsupported,
+)
+from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, normalize_url, push_partner
+from synapse.a2a.view import A2ATask, Queued
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
+from synapse.p2p.logs import get_logger
+from synapse.p2p.protocol import P2PProtocol
+from synapse.p2p.states import Role, allowed_events
+from synapse.types import (
+    Ack,
+    AckPayload,
+    DecidedBy,
+    Decision,
+    DecisionAction,
+    ErrorCode,
+    Heartbeat,
+    HeartbeatPayload,
+    HumanDecision,
+    HumanDecisionPayload,
+    Message,
+    MessageType,
+    Nack,
+    NackPayload,
+    Sender,
+    SynapseError,
+    TaskAck,
+    TaskAckPayload,
+    TaskCancel,
+    TaskCancelPayload,
+    TaskComplete,
+    TaskConfirm,
+    TaskContext,
+    TaskFailed,
+    TaskInfoProvided,
+    TaskInfoProvidedPayload,
+    TaskNeedHuman,
+    TaskNeedInfo,
+    TaskReject,
+    TaskRequest,
+    TaskRequestPayload,
+    TaskSpec,
+    TaskState,
+    TaskStatusUpdate,
+    TaskStatusUpdatePayload,
+    new_message_id,
+)
+from synapse.types import build_message_now as build_message  # the wall clock: an edge
+from synapse.types import build_reply_now as build_reply
+from synapse.types.signing import Secret
+
+log = get_logger("synapse.a2a")
+
+#: Agent-id prefix of the virtual requesters that stand for A2A callers.
+REQUESTER_PREFIX = "a2a:"
+#: The principal of callers when the binding enforces no authentication.
+ANONYMOUS = "anonymous"
+#: `from.endpoint` of the in-process envelopes (they never travel over HTTP).
+IN_PROCESS = "a2a://in-process"
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+#: Where the binding keeps its own data in `task_request.context.metadata` (made durable
+#: with the task): the principal, the first message and the push configurations.
+CONTEXT_KEY = "a2a"
+
+S = TypeVar("S")
+
+
+@dataclass
+class Subscription:
+    """A stream of one task's events: `first` (the task as it was when the stream began),
+    then every later event, until one reports a terminal or interrupted state."""
+
+    view: A2ATask
+    queue: asyncio.Queue[Queued]
+    first: wire.Task
+    after: int
+    end_on_first: bool
+
+    async def events(self, keepalive: float | None) -> AsyncIterator[wire.StreamResponse | None]:
+        """The events in order; None every `keepalive` seconds without one (a binding that
+        keeps connections alive writes something then). Unsubscribes when it ends."""
+        try:
+            yield wire.StreamResponse(task=self.first)
+            if self.end_on_first and wire.ends_stream(self.first.status.state):
+                return
+            while True:
+                try:
+                    item = await asyncio.wait_for(self.queue.get(), keepalive)
+                except TimeoutError:
+                    yield None
+                    continue
+                if item is None:
+                    break
+                seq, event = item
+                if seq <= self.after:
+                    continue  # already in the snapshot
+                yield event
+                state = event.state
+                if state is not None and wire.ends_stream(state):
+                    break
+        finally:
+            self.view.unsubscribe(self.queue)
+
+    def close(self) -> None:
+        self.view.unsubscribe(self.queue)
+
+
+class A2AService:
+    """The A2A operations of one peer, whatever binding carries them.
+
+    Every operation takes the typed request of `synapse.a2a.wire` and the caller's principal
+    and returns the typed result, or raises `A2AError`.
+    """
+
+    #: Its tasks' requester is this prefix and the caller's principal.
+    requester_prefix = REQUESTER_PREFIX
+
+    def __init__(
+        self,
+        *,
+        config: P2PConfig | None = None,
+        default_task_type: str | None = "echo",
+        push_allowlist: Iterable[str] = (),
+        push_secret: Secret | None = None,
+        card: Callable[[], wire.AgentCard],
+        extended_card: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.config = config or P2PConfig()
+        self.default_task_type = default_task_type
+        self.allowlist = PushAllowlist(push_allowlist)
+        self._card = card
+        self._extended_card = extended_card
+        self.pusher = PushSender(self, self.config, secret=push_secret)
+        self.tasks: dict[str, A2ATask] = {}
+        self._protocol: P2PProtocol | None = None
+        self._rebuilt = False
+
+    # --- wiring -------------------------------------------------------------------------------
+
+    @property
+    def protocol(self) -> P2PProtocol:
+        if self._protocol is None:
+            raise A2AError(A2ACode.AGENT_NOT_READY, "the agent is starting", {"reason": "starting"})
+        return self._protocol
+
+    @property
+    def bound(self) -> P2PProtocol | None:
+        return self._protocol
+
+    def bind(self, protocol: P2PProtocol) -> None:
+        """Route the virtual partners' messages to this service (before tasks are restored)."""
+        self._protocol = protocol
+        self._rebuilt = False
+        protocol.route_local(REQUESTER_PREFIX, _RequesterSink(self))
+        protocol.route_local(PUSH_PREFIX, self.pusher)
+
+    def close_streams(self) -> None:
+        for task in self.tasks.values():
+            task.close_streams()
+
+    async def close(self) -> None:
+        await self.pusher.close()
+
+    @property
+    def push_enabled(self) -> bool:
+        return bool(self.allowlist)
+
+    # --- operations ---------------------------------------------------------------------------
+
+    async def send_message(
+        self, req: wire.SendMessageRequest, principal: str
+    ) -> wire.SendMessageResponse:
+        configuration = req.configuration or wire.SendMessageConfiguration()
+        check_history_length(configuration.history_length)
+        view, queue = await self.submit(req, principal)
+        try:
+            if not configuration.return_immediately:
+                while not wire.ends_stream(view.state):
+                    if await queue.get() is None:
+                        break
+        finally:
+            view.unsubscribe(queue)
+        task = view.snapshot(history_length=configuration.history_length)
+        return wire.SendMessageResponse(task=task)
+
+    async def send_streaming_message(
+        self, req: wire.SendMessageRequest, principal: str
+    ) -> Subscription:
+        configuration = req.configuration or wire.SendMessageConfiguration()
+        check_history_length(configuration.history_length)
+        view, queue = await self.submit(req, principal)
+        # The snapshot holds every event published so far: the stream goes on after them.
+        first = view.snapshot(history_length=configuration.history_length)
+        return Subscription(view, queue, first, view.seq, end_on_first=True)
+
+    def subscribe_to_task(self, req: wire.SubscribeToTaskRequest, principal: str) -> Subscription:
+        view = self._owned(req.id, principal)
+        if view.is_terminal:
+            raise unsupported(f"Task {view.id} is in terminal state: {view.state}", taskId=view.id)
+        # Subscribe and take the snapshot in one step: nothing falls between them.
+        queue = view.subscribe()
+        first = view.snapshot()
+        return Subscription(view, queue, first, view.seq, end_on_first=False)
+
+    def get_task(self, req: wire.GetTaskRequest, principal: str) -> wire.Task:
+        check_history_length(req.history_length)
+        view = self._owned(req.id, principal)
+        return view.snapshot(history_length=req.history_length)
+
+    def list_tasks(self, req: wire.ListTasksRequest, principal: str) -> wire.ListTasksResponse:
+        check_history_length(req.history_length)
+        page_size = DEFAULT_PAGE_SIZE if req.page_size is None else req.page_size
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise invalid_params(f"pageSize must be from 1 to {MAX_PAGE_SIZE}", path="pageSize")
+        if req.status and req.status != wire.UNSPECIFIED and req.status not in wire.TASK_STATES:
+            raise invalid_params(f"unknown task state {req.status!r}", path="status")
+        after: datetime | None = None
+        if req.status_timestamp_after:
+            try:
+                after = wire.parse_timestamp(req.status_timestamp_after)
+            except ValueError:
+                raise invalid_params(
+                    "statusTimestampAfter is not an RFC 3339 time", path="statusTimestampAfter"
+                ) from None
+        if self.protocol.store.durable and not req.context_id:
+            # Through the store's indexes, one page at a time (synapse/a2a/listing.py).
+            from synapse.a2a.listing import store_page
+
+            return store_page(self, req, principal, page_size, after)
+        views = [v for v in self._all() if v.principal == principal]
+        if req.context_id:
+            views = [v for v in views if v.context_id == req.context_id]
+        if req.status and req.status != wire.UNSPECIFIED:
+            views = [v for v in views if v.state == req.status]
+        if after is not None:
+            views = [v for v in views if wire.parse_timestamp(v.timestamp) >= after]
+        views.sort(key=lambda v: (v.timestamp, v.id), reverse=True)
+        total = len(views)
+        if req.page_token:
+            cursor = _decode_cursor(req.page_token)
+            views = [v for v in views if (v.timestamp, v.id) < cursor]
+        page, rest = views[:page_size], views[page_size:]
+        token = _encode_cursor(page[-1].timestamp, page[-1].id) if rest and page else ""
+        tasks = [
+            v.snapshot(history_length=req.history_length, include_artifacts=req.include_artifacts)
+            for v in page
+        ]
+        return wire.ListTasksResponse(
+            tasks=tasks, next_page_token=token, page_size=page_size, total_size=total
+        )
+
+    async def cancel_task(self, req: wire.CancelTaskRequest, principal: str) -> wire.Task:
+        view = self._owned(req.id, principal)
+        return await self.cancel(view, req.metadata)
+
+    async def create_push_config(
+        self, req: wire.TaskPushNotificationConfig, principal: str
+    ) -> wire.TaskPushNotificationConfig:
+        self._require_push()  # before looking at the task, as Get / List / Delete do
+        if not req.task_id:
+            raise invalid_params("taskId is required", path="taskId")
+        view = self._owned(req.task_id, principal)
+        config = self._check_push(req, view.id, taken=view.push)
+        view.push[config.id] = config
+        await self._persist(view)
+        return config
+
+    def get_push_config(
+        self, req: wire.TaskPushConfigRef, principal: str
+    ) -> wire.TaskPushNotificationConfig:
+        self._require_push()
+        view = self._owned(req.task_id, principal)
+        config = view.push.get(req.id or view.id)
+        if config is None:
+            raise A2AError(
+                A2ACode.TASK_NOT_FOUND,
+                f"no push notification config {req.id!r} for task {view.id}",
+                {"taskId": view.id, "configId": req.id},
+            )
+        return config
+
+    def list_push_configs(
+        self, req: wire.ListTaskPushNotificationConfigsRequest, principal: str
+    ) -> wire.ListTaskPushNotificationConfigsResponse:
+        self._require_push()
+        view = self._owned(req.task_id, principal)
+        configs = list(view.push.values())
+        return wire.ListTaskPushNotificationConfigsResponse(configs=configs)
+
+    async def delete_push_config(self, req: wire.TaskPushConfigRef, principal: str) -> None:
+        self._require_push()
+        view = self._owned(req.task_id, principal)
+        if view.push.pop(req.id or view.id, None) is not None:
+            await self._persist(view)
+
+    def get_extended_card(
+        self, req: wire.GetExtendedAgentCardRequest, principal: str
+    ) -> wire.AgentCard:
+        if not self._extended_card():
+            raise unsupported("The agent does not support authenticated extended cards")
+        # The caller is authenticated: the extended card is the full card.
+        return self._card()
+
+    # --- tasks ------------------------------------------------------------------------------------
+
+    def _envelope(self, cls: type[S], payload: Any, principal: str) -> S:
+        sender = Sender(agent_id=REQUESTER_PREFIX + principal, endpoint=IN_PROCESS)
+        message: Any = build_message(
+            cls,  # type: ignore[type-var]
+            payload,
+            sender=sender,
+            to=self.protocol.engine.agent_id,
+        )
+        result: S = message
+        return result
+
+    async def submit(
+        self, req: wire.SendMessageRequest, principal: str
+    ) -> tuple[A2ATask, asyncio.Queue[Queued]]:
+        """Start a task, or continue one (`message.taskId`); return its view (its state the
+        answer to this message) and a subscription to its later events."""
+        message = req.message
+        if message.task_id:
+            return await self._follow_up(req, principal)
+        protocol = self.protocol
+        task_type = mapping.task_type_of(message, self.default_task_type)
+        payload = mapping.payload_of(message)
+        configuration = req.configuration or wire.SendMessageConfiguration()
+        push = configuration.task_push_notification_config
+        task_id = mapping.new_id()
+        context_id = message.context_id or mapping.new_id()
+        if push is not None:
+            push = self._check_push(push, task_id, taken=())
+        first = msgspec.structs.replace(message, task_id=task_id, context_id=context_id)
+        partner = REQUESTER_PREFIX + principal
+        view = A2ATask(
+            key=TaskKey(partner, task_id),
+            principal=principal,
+            context_id=context_id,
+            task_type=task_type,
+        )
+        view.history.append(first)
+        if push is not None:
+            view.push[push.id] = push
+        context = TaskContext(
+            session_id=context_id,
+            metadata={CONTEXT_KEY: self._context_data(view)},
+        )
+        spec = TaskSpec(id=task_id, type=task_type, payload=payload)
+        envelope = self._envelope(
+            TaskRequest, TaskRequestPayload(task=spec, context=context), principal
+        )
+        self.tasks[task_id] = view
+        queue = view.subscribe()
+        try:
+            reply = await protocol.handle_message(envelope)
+        except BaseException as exc:
+            # Refused, or failed while being created: the engine, its capacity and the store
+            # were rolled back by `handle_message`; leave no view behind either.
+            view.unsubscribe(queue)
+            del self.tasks[task_id]
+            if isinstance(exc, SynapseError):
+                raise _from_synapse(exc, task_id) from None
+            raise
+        self._apply_decision(view, reply)
+        log.info(
+            "a2a_task",
+            task_id=task_id,
+            context_id=context_id,
+            task_type=task_type,
+            principal=principal,
+            state=view.state,
+        )
+        return view, queue
+
+    def _apply_decision(self, view: A2ATask, reply: Message) -> None:
+        ids = view.ids
+        if isinstance(reply, TaskReject):
+            view.set_status(wire.REJECTED, mapping.reject_message(reply.payload, **ids))
+            self._push(
+                view, self._synthetic(view, TaskState.REJECTED, reply.payload.reason.message)
+            )
+        elif isinstance(reply, TaskNeedInfo):
+            view.set_status(wire.INPUT_REQUIRED, mapping.need_info_message(reply.payload, **ids))
+            self._push(view, reply)
+        elif isinstance(reply, TaskConfirm):
+            pass  # SUBMITTED already; `executing` follows as a callback
+
+    async def _follow_up(
+        self, req: wire.SendMessageRequest, principal: str
+    ) -> tuple[A2ATask, asyncio.Queue[Queued]]:
+        message = req.message
+        view = self._owned(message.task_id, principal)
+        if message.context_id and message.context_id != view.context_id:
+            raise invalid_params(
+                f"Context {message.context_id} does not match context {view.context_id} "
+                f"of task {view.id}",
+                path="message.contextId",
+            )
+        if view.is_terminal:
+            raise unsupported(f"Task {view.id} is in terminal state: {view.state}", taskId=view.id)
+        rec = self._record(view)
+        build = _follow_up_builder(rec.state)
+        if build is None:
+            raise unsupported(
+                f"Task {view.id} is not waiting for input (state {view.state})", taskId=view.id
+            )
+        envelope = build(self, view, rec, message, principal)
+        view.history.append(
+            msgspec.structs.replace(message, task_id=view.id, context_id=view.context_id)
+        )
+        queue = view.subscribe()
+        try:
+            reply = await self.protocol.handle_message(envelope)
+        except SynapseError as exc:
+            view.unsubscribe(queue)
+            raise _from_synapse(exc, view.id) from None
+        if isinstance(reply, TaskAck) and not view.is_terminal:
+            state = reply.payload.state
+            ids = view.ids
+            if state is TaskState.HUMAN_REJECTED:
+                # The engine fails the task (permission_denied) as it acknowledges: say so
+                # now, the task_failed callback that follows only confirms it.
+                rec = self._record(view)
+                if rec.error is not None:
+                    view.set_status(wire.FAILED, mapping.error_message(rec.error, **ids))
+            elif not state.is_final:
+                view.set_status(mapping.a2a_state(state))
+        return view, queue
+
+    def _info_provided(
+        self, view: A2ATask, rec: TaskRecord, message: wire.Message, principal: str
+    ) -> Message:
+        fields = mapping.info_fields(message, rec.need_info)
+        payload = TaskInfoProvidedPayload(task_id=view.id, fields=fields)
+        return self._envelope(TaskInfoProvided, payload, principal)
+
+    def _human_decision(
+        self, view: A2ATask, rec: TaskRecord, message: wire.Message, principal: str
+    ) -> Message:
+        approve, fields, reason, notes = mapping.decision_of(message)
+        if rec.need_human_id is None:
+            raise unsupported(f"Task {view.id} has no pending decision", taskId=view.id)
+        decision = HumanDecisionPayload(
+            task_id=view.id,
+            decision_id=f"dec-{new_message_id()[4:]}",
+            reply_to=rec.need_human_id,
+            decided_by=DecidedBy(user_id=principal),
+            decision=Decision(
+                action=DecisionAction.APPROVE if approve else DecisionAction.REJECT,
+                approved_fields=fields,
+                rejection_reason=reason,
+            ),
+            notes=notes,
+            timestamp=datetime.now(UTC),
+        )
+        return self._envelope(HumanDecision, decision, principal)
+
+    async def cancel(self, view: A2ATask, metadata: Mapping[str, Any] | None = None) -> wire.Task:
+        if view.is_terminal:
+            raise A2AError(
+                A2ACode.TASK_NOT_CANCELABLE,
+                f"Task {view.id} is in terminal state: {view.state}",
+                {"taskId": view.id},
+            )
+        reason = (metadata or {}).get("reason")
+        payload = TaskCancelPayload(task_id=view.id, reason=str(reason) if reason else None)
+        envelope = self._envelope(TaskCancel, payload, view.principal)
+        try:
+            await self.protocol.handle_message(envelope)
+        except SynapseError as exc:
+            if exc.code is ErrorCode.TASK_ALREADY_COMPLETED:
+                raise A2AError(
+                    A2ACode.TASK_NOT_CANCELABLE,
+                    f"Task {view.id} already finished",
+                    {"taskId": view.id},
+                ) from None
+            raise _from_synapse(exc, view.id) from None
+        if not view.is_terminal:
+            text = f"cancelled: {reason}" if reason else "cancelled"
+            message = mapping.agent_message(text, task_id=view.id, context_id=view.context_id)
+            view.set_status(wire.CANCELED, message)
+            self._push(view, self._synthetic(view, TaskState.CANCELLED, text))
+        return view.snapshot()
+
+    # --- callbacks from the engine (the virtual requester) ----------------------------------
+
+    def on_callback(self, partner: str, message: Message) -> Message:
+        """Apply one callback of the engine to the task's A2A view; return the reply."""
+        me = Sender(agent_id=partner, endpoint=IN_PROCESS)
+        if isinstance(message, Heartbeat):
+            payload = HeartbeatPayload(active_tasks=0)
+            return build_reply(Heartbeat, payload, request=message, sender=me)
+        task_id: Any = getattr(message.payload, "task_id", None)
+        view = self._find(task_id) if isinstance(task_id, str) else None
+        if view is None or view.key.requester != partner:
+            log.warning("a2a_callback_unknown_task", task_id=task_id, type=message.type.value)
+            nack = NackPayload(
+                code=ErrorCode.TASK_NOT_FOUND.value, message=f"no A2A task {task_id!r}"
+            )
+            return build_reply(Nack, nack, request=message, sender=me)
+        if message.id not in view.applied:
+            view.applied.add(message.id)
+            if view.state != wire.CANCELED:
+                if not view.is_terminal:
+                    self._apply_callback(view, message)
+                self._push(view, message)
+        if isinstance(message, TaskComplete | TaskFailed):
+            state = TaskState.COMPLETED if isinstance(message, TaskComplete) else TaskState.FAILED
+            ack = TaskAckPayload(task_id=view.id, state=state)
+            return build_reply(TaskAck, ack, request=message, sender=me)
+        return build_reply(Ack, AckPayload(), request=message, sender=me)
+
+    def _apply_callback(self, view: A2ATask, message: Message) -> None:
+        ids = view.ids
+        if isinstance(message, TaskStatusUpdate):
+            update = message.payload
+            text = update.message
+            data: dict[str, Any] = {}
+            if update.progress is not None:
+                data["progress"] = update.progress
+                text = text or f"{update.progress}%"
+            if update.intermediate_result is not None:
+                data["intermediate_result"] = update.intermediate_result
+                view.add_partial(mapping.partial_parts(update.intermediate_result))
+            status_message = (
+                mapping.agent_message(text, data if data else msgspec.UNSET, **ids)
+                if text or data
+                else None
+            )
+            state = mapping.a2a_state(update.status)
+            view.set_status(state if not wire.is_terminal(state) else wire.WORKING, status_message)
+        elif isinstance(message, TaskNeedInfo):
+            view.set_status(wire.INPUT_REQUIRED, mapping.need_info_message(message.payload, **ids))
+        elif isinstance(message, TaskNeedHuman):
+            view.set_status(wire.INPUT_REQUIRED, mapping.need_human_message(message.payload, **ids))
+        elif isinstance(message, TaskComplete):
+            done = message.payload
+            view.add_artifact(
+                mapping.result_artifact(
+                    done.result,
+                    name=view.task_type,
+                    summary=done.summary,
+                    artifact_id=view.output_artifact_id,
+                )
+            )
+            summary = mapping.agent_message(done.summary, **ids) if done.summary else None
+            view.set_status(wire.COMPLETED, summary)
+        elif isinstance(message, TaskFailed):
+            view.set_status(wire.FAILED, mapping.error_message(message.payload.error, **ids))
+
+    # --- push notifications -----------------------------------------------------------------
+
+    def _require_push(self) -> None:
+        if not self.push_enabled:
+            raise A2AError(
+                A2ACode.PUSH_NOTIFICATION_NOT_SUPPORTED,
+                "Push notifications are not enabled on this agent (no allowed URLs)",
+            )
+
+    def _check_push(
+        self, config: wire.TaskPushNotificationConfig, task_id: str, *, taken: Iterable[str]
+    ) -> wire.TaskPushNotificationConfig:
+        """`config` allowed, for `task_id`, with an id: its own, else the task id for the
+        task's first configuration (as the SDK does), else a new one — a configuration
+        created without an id never replaces another (`taken`: the ids in use)."""
+        self._require_push()
+        # Compared, kept and POSTed to in its RFC 3986 normal form: "/hooks/../admin" is
+        # "/admin", whatever the spelling.
+        url = normalize_url(config.url)
+        if url is None or not self.allowlist.allows(url):
+            raise invalid_params(
+                "Invalid push notification URL: not allowed by this agent's operator",
+                path="url",
+                reason="push_url_not_allowed",
+            )
+        config_id = config.id
+        if not config_id:
+            config_id = task_id if task_id not in set(taken) else mapping.new_id()
+        return msgspec.structs.replace(config, url=url, task_id=task_id, id=config_id)
+
+    def _synthetic(self, view: A2ATask, state: TaskState, text: str) -> TaskStatusUpdate:
+        """A status message standing for what no callback carries (a reject, a cancel)."""
+        payload = TaskStatusUpdatePayload(task_id=view.id, status=state, message=text)
+        message: TaskStatusUpdate = build_message(
+            TaskStatusUpdate,
+            payload,
+            sender=self.protocol.engine.sender,
+            to=view.key.requester,
+        )
+        return message
+
+    def _push(self, view: A2ATask, message: Message) -> None:
+        """Queue `message` in the outbox once per push configuration of the task."""
+        if not view.push or self._protocol is None:
+            return
+        outgoing = []
+        for config_id in view.push:
+            partner = push_partner(view.id, config_id)
+            copy = build_message(
+                type(message),
+                message.payload,
+                sender=self._protocol.engine.sender,
+                to=partner,
+            )
+            outgoing.append(Outgoing(partner, copy, TaskKey(partner, view.id)))
+        self._protocol.apply(Step(outgoing=outgoing))
+
+    def push_target(
+        self, partner: str, message: Message
+    ) -> tuple[wire.TaskPushNotificationConfig, wire.StreamResponse] | None:
+        """The configuration `partner` stands for, and the notification `message` becomes."""
+        task_id: Any = getattr(message.payload, "task_id", None)
+        if not isinstance(task_id, str):
+            return None
+        view = self._find(task_id)
+        prefix = push_partner(task_id, "")
+        if view is None or not partner.startswith(prefix):
+            return None
+        config = view.push.get(partner[len(prefix) :])
+        if config is None:
+            return None
+        return config, self._notification(view, message)
+
+    def _notification(self, view: A2ATask, message: Message) -> wire.StreamResponse:
+        ids = view.ids
+        if isinstance(message, TaskComplete | TaskFailed):
+            return wire.StreamResponse(task=view.snapshot())
+        if isinstance(message, TaskStatusUpdate) and message.payload.status.is_final:
+            return wire.StreamResponse(task=view.snapshot())
+        status: wire.TaskStatus
+        if isinstance(message, TaskNeedInfo):
+            status = wire.TaskStatus(
+                state=wire.INPUT_REQUIRED,
+                message=mapping.need_info_message(message.payload, **ids),
+            )
+        elif isinstance(message, TaskNeedHuman):
+            status = wire.TaskStatus(
+                state=wire.INPUT_REQUIRED,
+                message=mapping.need_human_message(message.payload, **ids),
+            )
+        elif isinstance(message, TaskStatusUpdate):
+            update = message.payload
+            text = update.message or (f"{update.progress}%" if update.progress is not None else "")
+            data: Any = (
+                {"progress": update.progress} if update.progress is not None else msgspec.UNSET
+            )
+            status = wire.TaskStatus(
+                state=mapping.a2a_state(update.status),
+                message=mapping.agent_message(text, data, **ids) if text else None,
+            )
+        else:
+            status = view.status()
+        status.timestamp = wire.timestamp(message.timestamp)
+        return wire.StreamResponse(
+            status_update=wire.TaskStatusUpdateEvent(
+                task_id=view.id, context_id=view.context_id, status=status
+            )
+        )
+
+    # --- lookup, durability -----------------------------------------------------------------
+
+    def _record(self, view: A2ATask) -> TaskRecord:
+        rec = self.protocol.engine.get(view.key)
+        if rec is None:
+            raise task_not_found(view.id)
+        return rec
+
+    def _owned(self, task_id: str, principal: str) -> A2ATask:
+        view = self.tasks.get(task_id)
+        if view is None and self._protocol is not None and self._protocol.store.durable:
+            # One lookup by key in the store, not a rebuild of every task it keeps.
+            rec = self._protocol.engine.get(TaskKey(REQUESTER_PREFIX + principal, task_id))
+            if rec is not None and rec.role is Role.EXECUTOR:
+                view = self._rebuild(rec)
+                if not view.is_terminal:
+                    self.tasks[task_id] = view  # callbacks will move it on
+        if view is None:
+            view = self._find(task_id)
+        if view is None or view.principal != principal:
+            raise task_not_found(task_id)
+        return view
+
+    def _find(self, task_id: str) -> A2ATask | None:
+        view = self.tasks.get(task_id)
+        if view is None and not self._rebuilt:
+            self._rebuild_all()
+            view = self.tasks.get(task_id)
+        return view
+
+    def _all(self) -> list[A2ATask]:
+        if not self._rebuilt:
+            self._rebuild_all()
+        return list(self.tasks.values())
+
+    def _rebuild_all(self) -> None:
+        """Views of the A2A tasks the store kept (after a restart): from their records."""
+        if self._protocol is None:
+            return
+        self._rebuilt = True
+        # In flight and finished alike: finished tasks live in the store, not the engine.
+        engine = self._protocol.engine
+        for name in self._protocol.list_tasks():
+            requester, _, task_id = name.partition("/")
+            if not requester.startswith(REQUESTER_PREFIX):
+                continue
+            rec = engine.get(TaskKey(requester, task_id))
+            if (
+                rec is not None
+                and rec.role is Role.EXECUTOR
+                and rec.partner.startswith(REQUESTER_PREFIX)
+                and rec.task_id not in self.tasks
+            ):
+                self.tasks[rec.task_id] = self._rebuild(rec)
+
+    def _rebuild(self, rec: TaskRecord) -> A2ATask:
+        meta: dict[str, Any] = {}
+        if rec.context is not None:
+            found = rec.context.metadata.get(CONTEXT_KEY)
+            meta = found if isinstance(found, dict) else {}
+        context_id = (rec.context.session_id if rec.context else None) or mapping.new_id()
+        view = A2ATask(
+            key=rec.key,
+            principal=rec.partner[len(REQUESTER_PREFIX) :],
+            context_id=context_id,
+            task_type=rec.task.type,
+        )
+        try:
+            first = msgspec.convert(meta.get("message"), wire.Message)
+            view.history.append(first)
+        except msgspec.ValidationError:
+            pass
+        for raw in meta.get("push") or []:
+            try:
+                config = msgspec.convert(raw, wire.TaskPushNotificationConfig)
+            except msgspec.ValidationError:
+                continue
+            view.push[config.id] = config
+        ids = view.ids
+        view.state = mapping.a2a_state(rec.state)
+        if rec.result is not None:
+            view.artifacts.append(mapping.result_artifact(rec.result, name=view.task_type))
+        if rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
+            view.status_message = mapping.need_info_message(rec.need_info, **ids)
+        elif rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
+            view.status_message = mapping.need_human_message(rec.need_human, **ids)
+        elif rec.error is not None and view.is_terminal:
+            view.status_message = mapping.error_message(rec.error, **ids)
+        elif rec.reject is not None:
+            view.status_message = mapping.reject_message(rec.reject, **ids)
+        view.timestamp = wire.timestamp(datetime.fromtimestamp(rec.updated_at or time.time(), UTC))
+        return view
+
+    def _context_data(self, view: A2ATask) -> dict[str, Any]:
+        return {
+            "principal": view.principal,
+            "message": wire.to_builtins(view.history[0]) if view.history else None,
+            "push": [wire.to_builtins(c) for c in view.push.values()],
+        }
+
+    async def _persist(self, view: A2ATask) -> None:
+        """Keep the view's push configurations with the task's record (durably)."""
+        rec = self.protocol.engine.get(view.key)
+        if rec is None or rec.context is None:
+            return
+        metadata = {**rec.context.metadata, CONTEXT_KEY: self._context_data(view)}
+        rec.context = msgspec.structs.replace(rec.context, metadata=metadata)
+        self.protocol.store.put_task(rec, [])
+        await self.protocol.commit()
+
+
+class _RequesterSink:
+    """The `CallbackSender` for `a2a:` partners: the engine's callbacks end here."""
+
+    def __init__(self, server: A2AService) -> None:
+        self.server = server
+
+    async def send_callback(self, partner: str, message: Message, *, retry: bool = True) -> Message:
+        return self.server.on_callback(partner, message)
+
+
+#: Builds the envelope a follow-up message becomes: (service, view, record, message, principal).
+_FollowUp = Callable[[A2AService, A2ATask, TaskRecord, wire.Message, str], Message]
+
+#: What an A2A follow-up message becomes, for each requester-to-executor message type that
+#: answers an interruption. Which one applies is not decided here but by the executor's
+#: transition table: the type the task's state lets it receive.
+_FOLLOW_UPS: Mapping[MessageType, _FollowUp] = {
+    MessageType.TASK_INFO_PROVIDED: A2AService._info_provided,
+    MessageType.HUMAN_DECISION: A2AService._human_decision,
+}
+
+
+def _follow_up_builder(state: TaskState) -> _FollowUp | None:
+    """The builder for a follow-up to a task in `state` (executor side), if it takes one."""
+    for event in allowed_events(Role.EXECUTOR, state):
+        build = _FOLLOW_UPS.get(event.message_type) if event.message_type else None
+        if build is not None and event.value.startswith("recv "):
+            return build
+    return None
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def convert(params: Any, cls: type[S], *, strict: bool = True) -> S:
+    """The typed request `cls` of decoded JSON `params` (camelCase or snake_case members).
+    Not `strict`: strings may stand for numbers and booleans (query parameters)."""
+    try:
+        return msgspec.convert(wire.camel_members(params, cls), cls, strict=strict)
+    except msgspec.ValidationError as exc:
+        raise invalid_params(f"Invalid params: {exc}") from None
+
+
+def check_history_length(value: int | None) -> None:
+    if value is not None and value < 0:
+        raise invalid_params("history length must be non-negative", path="historyLength")
+
+
+def _encode_cursor(stamp: str, task_id: str) -> str:
+    raw = json.dumps({"ts": stamp, "id": task_id}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(token: str) -> tuple[str, str]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError):
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("ts"), str):
+        raise invalid_params("pageToken is not a token this agent issued", path="pageToken")
+    if not isinstance(data.get("id"), str):
+        raise invalid_params("pageToken is not a token this agent issued", path="pageToken")
+    return data["ts"], data["id"]
+
+
+def _from_synapse(exc: SynapseError, task_id: str) -> A2AError:
+    """A Synapse refusal of an in-process message, as an A2A error."""
+    meta = {"synapseCode": exc.code.value, "taskId": task_id}
+    if exc.code is ErrorCode.AGENT_NOT_READY:
+        return A2AError(A2ACode.AGENT_NOT_READY, exc.message, meta)
+    if exc.code is ErrorCode.TASK_NOT_FOUND:
+        return A2AError(A2ACode.TASK_NOT_FOUND, exc.message, meta)
+    if exc.code is ErrorCode.TASK_ALREADY_COMPLETED:
+        return A2AError(A2ACode.UNSUPPORTED_OPERATION, f"Task {task_id} already finished", meta)
+    if exc.code is ErrorCode.INVALID_PARAMS and (exc.details or {}).get("state"):
+        return A2AError(A2ACode.UNSUPPORTED_OPERATION, exc.message, meta)
+    if exc.code in (ErrorCode.INVALID_PARAMS, ErrorCode.MESSAGE_FORMAT_INVALID):
+        return A2AError(A2ACode.INVALID_PARAMS, exc.message, meta)
+    return A2AError(A2ACode.INTERNAL_ERROR, exc.message, meta)
+
+
+__all__ = [
+    "ANONYMOUS",
+    "CONTEXT_KEY",
+    "REQUESTER_PREFIX",
+    "A2AService",
+    "Subscription",
+    "check_history_length",
+    "convert",
+]

@@ -1,0 +1,398 @@
+"""How `A2AClient` reaches an agent over each protocol binding of A2A v1.0: JSON-RPC,
+HTTP+JSON/REST and gRPC. Each transport takes an operation's name and its request as proto
+JSON and returns the answer as proto JSON (streams: one `StreamResponse` per event), so the
+client is the same over all three. A failure to reach the agent is an `A2AError` saying why
+(never an empty reason); a stream that breaks is a `StreamBroken`.
+
+The gRPC transport imports grpcio and the SDK's generated modules only when it is made
+(the `grpc` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol
+from urllib.parse import urlencode, urlsplit
+
+import aiohttp
+
+from synapse.a2a import wire
+from synapse.a2a.errors import A2ACode, A2AError
+from synapse.a2a.rest import ROUTE_OF
+
+
+class StreamBroken(A2AError):
+    """A stream ended by a network failure (not by the agent)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(A2ACode.INTERNAL_ERROR, message)
+
+
+def describe_failure(exc: BaseException, timeout: float | None) -> str:
+    """Why a request failed, never empty (`str(TimeoutError())` is "")."""
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return f"no answer within {timeout:g} s (timed out)" if timeout else "timed out"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Transport(Protocol):
+    binding: str
+    url: str
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any: ...
+
+    def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]: ...
+
+    async def close(self) -> None: ...
+
+
+# --- JSON-RPC -----------------------------------------------------------------------------------
+
+
+class JsonRpcTransport:
+    binding = wire.JSONRPC_BINDING
+
+    def __init__(
+        self, url: str, session: Callable[[], aiohttp.ClientSession], timeout: float
+    ) -> None:
+        self.url = url
+        self._session = session
+        self.timeout = timeout
+
+    async def close(self) -> None:
+        pass
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        """One JSON-RPC call; the `result`, or `A2AError` for an `error`."""
+        rpc_id = str(uuid.uuid4())
+        body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
+        try:
+            async with self._session().post(
+                self.url,
+                data=body,
+                headers={"Content-Type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            ) as response:
+                raw = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise A2AError(
+                A2ACode.INTERNAL_ERROR,
+                f"{method}: cannot reach {self.url}: {describe_failure(exc, self.timeout)}",
+            ) from exc
+        return _judge(_json(raw, status), rpc_id, status)
+
+    async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
+        """A streaming call: each server-sent event's `result`."""
+        rpc_id = str(uuid.uuid4())
+        body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
+        try:
+            async with self._session().post(
+                self.url,
+                data=body,
+                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+                timeout=timeout,
+            ) as response:
+                if "text/event-stream" not in response.headers.get("Content-Type", ""):
+                    yield _judge(_json(await response.read(), response.status), rpc_id, 200)
+                    return
+                async for name, data in _sse(response):
+                    body_ = _json(data.encode(), response.status)
+                    if name == "error":
+                        error = body_.get("error") if isinstance(body_, dict) else body_
+                        raise A2AError.from_json(error)
+                    yield _judge(body_, rpc_id, 200)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise StreamBroken(
+                f"{method}: stream from {self.url} broke: {describe_failure(exc, None)}"
+            ) from exc
+
+
+# --- HTTP+JSON/REST -------------------------------------------------------------------------------
+
+
+class RestTransport:
+    binding = wire.REST_BINDING
+
+    def __init__(
+        self, url: str, session: Callable[[], aiohttp.ClientSession], timeout: float
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._session = session
+        self.timeout = timeout
+
+    async def close(self) -> None:
+        pass
+
+    def _request(self, method: str, params: dict[str, Any]) -> tuple[str, str, bytes | None]:
+        route = ROUTE_OF[method]
+        values = dict(params)
+        tenant = values.pop("tenant", "")
+        path = route.path(values)
+        if tenant:
+            path = "/" + _quote(str(tenant)) + path
+        url = self.url + path
+        if route.body:
+            return route.verb, url, wire.encode(values)
+        query = _query_string(values)
+        return route.verb, url + ("?" + query if query else ""), None
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        verb, url, body = self._request(method, params)
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        try:
+            async with self._session().request(
+                verb,
+                url,
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            ) as response:
+                raw = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise A2AError(
+                A2ACode.INTERNAL_ERROR,
+                f"{method}: cannot reach {url}: {describe_failure(exc, self.timeout)}",
+            ) from exc
+        value = _rest_json(raw, status)
+        if status >= 300:
+            raise A2AError.from_status_json(value, status)
+        return value
+
+    async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
+        verb, url, body = self._request(method, params)
+        headers = {"Accept": "text/event-stream"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
+        try:
+            async with self._session().request(
+                verb, url, data=body, headers=headers, timeout=timeout
+            ) as response:
+                if "text/event-stream" not in response.headers.get("Content-Type", ""):
+                    value = _rest_json(await response.read(), response.status)
+                    if response.status >= 300:
+                        raise A2AError.from_status_json(value, response.status)
+                    yield value
+                    return
+                async for name, data in _sse(response):
+                    value = _rest_json(data.encode(), response.status)
+                    if name == "error" or (isinstance(value, dict) and "error" in value):
+                        raise A2AError.from_status_json(value, 500)
+                    yield value
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise StreamBroken(
+                f"{method}: stream from {url} broke: {describe_failure(exc, None)}"
+            ) from exc
+
+
+def _quote(value: str) -> str:
+    from urllib.parse import quote
+
+    return quote(value, safe="")
+
+
+def _query_string(values: Mapping[str, Any]) -> str:
+    """Query parameters named as the members (A2A v1.0): booleans `true`/`false`."""
+    pairs: list[tuple[str, str]] = []
+    for key, value in values.items():
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if isinstance(item, bool):
+                pairs.append((key, "true" if item else "false"))
+            elif item is not None:
+                pairs.append((key, str(item)))
+    return urlencode(pairs)
+
+
+def _rest_json(raw: bytes, status: int) -> Any:
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise A2AError(
+            A2ACode.INVALID_AGENT_RESPONSE,
+            f"HTTP {status}: not a JSON answer: {raw[:200]!r}",
+            http_status=status,
+        ) from None
+
+
+# --- gRPC ---------------------------------------------------------------------------------------
+
+
+class GrpcTransport:
+    binding = wire.GRPC_BINDING
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        timeout: float,
+        extensions: tuple[str, ...] = (),
+    ) -> None:
+        import grpc
+
+        from synapse.a2a import grpc_proto  # the grpc extra, only now
+
+        self._proto = grpc_proto
+        self._grpc = grpc
+        self.url = url
+        self.timeout = timeout
+        target = url
+        parts = urlsplit(url)
+        if parts.scheme in ("grpc", "grpcs", "http", "https") and parts.netloc:
+            target = parts.netloc
+        self._channel = grpc.aio.insecure_channel(target)
+        by_name = {k.lower(): v for k, v in headers.items()}
+        version = by_name.get(wire.VERSION_HEADER.lower(), wire.PROTOCOL_VERSION)
+        metadata = [(grpc_proto.VERSION_KEY, version)]
+        authorization = by_name.get("authorization")
+        if authorization:
+            metadata.append(("authorization", authorization))
+        if extensions:
+            metadata.append((grpc_proto.EXTENSIONS_KEY, ",".join(extensions)))
+        self.metadata = tuple(metadata)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        proto = self._proto
+        spec = proto.METHODS[method]
+        request = proto.from_json(params, spec.request)
+        stub = self._channel.unary_unary(
+            spec.path,
+            request_serializer=spec.request.SerializeToString,
+            response_deserializer=spec.response.FromString,
+        )
+        try:
+            response = await stub(request, metadata=self.metadata, timeout=self.timeout)
+        except self._grpc.aio.AioRpcError as exc:
+            raise self._error(method, exc) from exc
+        return proto.to_json(response)
+
+    async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
+        proto = self._proto
+        spec = proto.METHODS[method]
+        request = proto.from_json(params, spec.request)
+        stub = self._channel.unary_stream(
+            spec.path,
+            request_serializer=spec.request.SerializeToString,
+            response_deserializer=spec.response.FromString,
+        )
+        call = stub(request, metadata=self.metadata)
+        try:
+            async for event in call:
+                yield proto.to_json(event)
+        except self._grpc.aio.AioRpcError as exc:
+            error = self._error(method, exc)
+            if exc.code() in (
+                self._grpc.StatusCode.UNAVAILABLE,
+                self._grpc.StatusCode.CANCELLED,
+            ) and error.metadata.get("grpcStatus"):
+                raise StreamBroken(
+                    f"{method}: stream from {self.url} broke: {error.message}"
+                ) from exc
+            raise error from exc
+        finally:
+            call.cancel()
+
+    def _error(self, method: str, exc: Any) -> A2AError:
+        code = exc.code()
+        if code is self._grpc.StatusCode.DEADLINE_EXCEEDED:
+            return A2AError(
+                A2ACode.INTERNAL_ERROR,
+                f"{method}: cannot reach {self.url}: no answer within {self.timeout:g} s "
+                "(timed out)",
+            )
+        error: A2AError = self._proto.error_of(exc)
+        if code is self._grpc.StatusCode.UNAVAILABLE and "grpcStatus" in error.metadata:
+            # No A2A error from the agent: the connection failed (as an HTTP client says).
+            return A2AError(
+                A2ACode.INTERNAL_ERROR,
+                f"{method}: cannot reach {self.url}: {error.message}",
+                error.metadata,
+            )
+        return error
+
+
+# --- shared -------------------------------------------------------------------------------------
+
+
+def _json(raw: bytes, status: int) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise A2AError(
+            A2ACode.INVALID_AGENT_RESPONSE,
+            f"HTTP {status}: not a JSON-RPC response: {raw[:200]!r}",
+            http_status=status,
+        ) from None
+
+
+def _judge(body: Any, rpc_id: str, status: int) -> Any:
+    if not isinstance(body, dict):
+        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "a JSON-RPC response must be an object")
+    if "error" in body and body["error"] is not None:
+        error = A2AError.from_json(body["error"])
+        error.http_status = status
+        raise error
+    if body.get("id") not in (rpc_id, None):
+        raise A2AError(
+            A2ACode.INVALID_AGENT_RESPONSE, f"response id {body.get('id')!r} is not ours"
+        )
+    if "result" not in body:
+        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "response has neither result nor error")
+    return body["result"]
+
+
+async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str]]:
+    """(event name, data) of each server-sent event."""
+    name, lines = "message", list[str]()
+    while True:
+        raw = await response.content.readline()
+        if not raw:
+            break
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if lines:
+                yield name, "\n".join(lines)
+            name, lines = "message", list[str]()
+            continue
+        if line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if key == "event":
+            name = value
+        elif key == "data":
+            lines.append(value)
+    if lines:
+        yield name, "\n".join(lines)
+
+
+def grpc_available() -> bool:
+    """Whether this installation can speak gRPC (the `grpc` extra)."""
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in ("grpc", "a2a.types"))
+    except (ImportError, ValueError):
+        return False
+
+
+__all__ = [
+    "GrpcTransport",
+    "JsonRpcTransport",
+    "RestTransport",
+    "StreamBroken",
+    "Transport",
+    "describe_failure",
+    "grpc_available",
+]

@@ -1,0 +1,279 @@
+"""The HTTP server side of a peer under attack: slow clients cannot starve it.
+
+aiohttp waits for a request's head as long as a client cares to dribble it, keeps at most
+its keep-alive timer on a connection that says nothing, accepts connections until the process
+runs out of descriptors, and answers framing it cannot parse with plain text. `GuardedSite`
+serves a peer's app with
+
+- a head timeout: a request's head (request line and headers) must be complete within
+  `header_timeout` of its first byte (or of the connection opening); a stalled connection is
+  answered 408 with an envelope nack and closed;
+- a keep-alive idle timeout (`keepalive_timeout`) between requests;
+- a cap on open connections (`max_connections`, at most the descriptor limit less a margin):
+  at the cap, the oldest connection still waiting for a request head makes room, or, if none
+  does, the new one is answered 503 `agent_not_ready` (retryable) and closed;
+- malformed HTTP framing answered with an unsigned envelope nack (400
+  `message_format_invalid`), not aiohttp's plain text;
+- no automatic decompression: a body is never inflated before the handler refuses its
+  `Content-Encoding`;
+- one log line at most every `ACCEPT_LOG_EVERY` seconds when `accept()` fails (out of
+  descriptors), with the count, instead of one per failure.
+
+The body timeout (`body_timeout`) is enforced where the body is read (`SynapseServer`).
+`Peer` serves through this site; an application that mounts `SynapseServer.add_routes` into
+its own aiohttp server keeps that server's own limits (pass `auto_decompress=False` and a
+`keepalive_timeout` to its runner, and serve it through `GuardedSite`, to get these).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
+
+from synapse.p2p.logs import get_logger
+
+log = get_logger("synapse.transport")
+
+#: (HTTP status, reason) → the JSON body of an unsigned nack saying so.
+Refusal = Callable[[int, str], bytes]
+
+#: Seconds between two log lines about failing `accept()` calls.
+ACCEPT_LOG_EVERY = 10.0
+#: Descriptors kept free below the process limit for the store, the client and logs.
+FD_MARGIN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """Timeouts (seconds) and the connection cap of a peer's HTTP server."""
+
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keepalive_timeout: float = 75.0
+    max_connections: int = 1024
+
+    def effective_max_connections(self) -> int:
+        """`max_connections`, lowered to stay under the process's descriptor limit."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return self.max_connections
+        return max(8, min(self.max_connections, soft - FD_MARGIN))
+
+    def runner_kwargs(self) -> dict[str, Any]:
+        """What `web.AppRunner` passes to every connection's handler."""
+        return {
+            "keepalive_timeout": self.keepalive_timeout,
+            "auto_decompress": False,
+            # After a refusal aiohttp reads what is left of the body before closing, for up
+            # to this long (10 s by default): a slow client must not hold it that long.
+            "lingering_time": min(1.0, self.body_timeout),
+        }
+
+
+def _raw_response(status: int, phrase: str, body: bytes) -> bytes:
+    head = (
+        f"HTTP/1.1 {status} {phrase}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class _Guard:
+    """The open connections of one site, oldest first."""
+
+    def __init__(self, limits: HttpLimits, refusal: Refusal) -> None:
+        self.limits = limits
+        self.refusal = refusal
+        self.cap = limits.effective_max_connections()
+        self.open: dict[GuardedHandler, None] = {}
+        self.stalled = 0
+        self.evicted = 0
+        self.refused = 0
+
+    def admit(self, handler: GuardedHandler) -> bool:
+        if len(self.open) >= self.cap:
+            victim = next((h for h in self.open if h.awaiting_head), None)
+            if victim is None:
+                self.refused += 1
+                return False
+            self.evicted += 1
+            victim.close_stalled(408, "Request Timeout", "connection cap reached")
+        self.open[handler] = None
+        return True
+
+    def gone(self, handler: GuardedHandler) -> None:
+        self.open.pop(handler, None)
+
+
+class GuardedHandler(RequestHandler):
+    """aiohttp's connection handler with a head timeout, a cap and envelope refusals."""
+
+    guard: _Guard
+
+    def __init__(self, manager: Any, *, guard: _Guard, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self.guard = guard
+        #: True while no request head is complete (at first, and after each response).
+        self.awaiting_head = True
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    # --- the connection ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self.guard.admit(self):
+            body = self.guard.refusal(503, "too many connections; retry later")
+            with contextlib.suppress(Exception):
+                transport.write(_raw_response(503, "Service Unavailable", body))  # type: ignore[attr-defined]
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm_head_timer()
+        self.guard.gone(self)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.awaiting_head and data and self._head_timer is None:
+            self._arm_head_timer()  # the first byte of the next request on a kept-alive one
+        before = self._request_count
+        super().data_received(data)
+        if self._request_count != before:
+            self.awaiting_head = False
+            self._disarm_head_timer()
+
+    async def finish_response(
+        self, request: BaseRequest, resp: StreamResponse, start_time: float | None
+    ) -> tuple[StreamResponse, bool]:
+        try:
+            return await super().finish_response(request, resp, start_time)
+        finally:
+            self.awaiting_head = True  # idle now: the keep-alive timer runs until a byte comes
+
+    # --- the head timeout -------------------------------------------------------------------
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self._loop.call_later(self.guard.limits.header_timeout, self._stalled)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _stalled(self) -> None:
+        self._head_timer = None
+        if self.awaiting_head:
+            self.guard.stalled += 1
+            self.close_stalled(408, "Request Timeout", "request head not received in time")
+
+    def close_stalled(self, status: int, phrase: str, reason: str) -> None:
+        """Answer a connection that has no request in progress, and close it."""
+        self._disarm_head_timer()
+        self.guard.gone(self)
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            with contextlib.suppress(Exception):
+                transport.write(_raw_response(status, phrase, self.guard.refusal(status, reason)))
+        self.force_close()
+
+    # --- malformed framing ------------------------------------------------------------------
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> StreamResponse:
+        if status >= 500 or request.writer.output_size > 0:
+            return super().handle_error(request, status, exc, message)
+        log.info("http_refused", status=status, reason=message or repr(exc))
+        body = self.guard.refusal(status, f"malformed HTTP request: {message or exc}")
+        response = web.Response(status=status, body=body, content_type="application/json")
+        response.force_close()
+        return response
+
+
+class GuardedSite(web.TCPSite):
+    """`web.TCPSite` whose connections get `GuardedHandler` (see the module docstring)."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        limits: HttpLimits,
+        refusal: Refusal,
+        reuse_address: bool = True,
+    ) -> None:
+        super().__init__(runner, host, port, reuse_address=reuse_address)
+        self.guard = _Guard(limits, refusal)
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+        kwargs: dict[str, Any] = dict(getattr(server, "_kwargs", {}))
+        guard = self.guard
+
+        def handler() -> GuardedHandler:
+            return GuardedHandler(server, loop=loop, guard=guard, **kwargs)
+
+        _rate_limit_accept_errors(loop)
+        self._server = await loop.create_server(
+            handler,
+            self._host,
+            self._port,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+            backlog=self._backlog,
+        )
+
+
+_ACCEPT_MESSAGE = "socket.accept() out of system resource"
+
+
+def _rate_limit_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Replace asyncio's one log record per failed `accept()` by one line now and then."""
+    previous = loop.get_exception_handler()
+    if getattr(previous, "_synapse_accept_limiter", False):
+        return
+    state = {"count": 0, "last": 0.0}
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") == _ACCEPT_MESSAGE:
+            state["count"] += 1
+            now = time.monotonic()
+            if now - state["last"] >= ACCEPT_LOG_EVERY:
+                log.error(
+                    "accept_failed",
+                    error=repr(context.get("exception")),
+                    failures=int(state["count"]),
+                    every_s=ACCEPT_LOG_EVERY,
+                )
+                state["count"], state["last"] = 0, now
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    handler._synapse_accept_limiter = True  # type: ignore[attr-defined]
+    loop.set_exception_handler(handler)
+
+
+__all__ = ["GuardedHandler", "GuardedSite", "HttpLimits"]
