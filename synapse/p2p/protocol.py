@@ -362,7 +362,7 @@ class P2PProtocol:
                     "cannot store the message's effects; retry later",
                     {"reason": "store_unavailable"},
                 ) from exc
-            self._carry_out(step, queued)
+            self._carry_out(step, queued, committed=True)
         self._observe("reply_out", step.reply, message.sender_id)
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
@@ -669,8 +669,11 @@ class P2PProtocol:
             self._persist(step)
         return [self._outbox(out) for out in step.outgoing]
 
-    def _carry_out(self, step: Step, queued: list[_Queued | Outgoing]) -> None:
-        """Start the step's deliveries and actions once its writes are recorded."""
+    def _carry_out(
+        self, step: Step, queued: list[_Queued | Outgoing], *, committed: bool = False
+    ) -> None:
+        """Start the step's deliveries and actions once its writes are recorded (and, when
+        `committed`, already durable)."""
         for item in queued:
             if isinstance(item, Outgoing):
                 self._spawn(self._send_once(item))  # heartbeats: the next one comes anyway
@@ -680,11 +683,17 @@ class P2PProtocol:
             self._act(action)
         for transition in step.transitions:
             if transition.to_state.is_final:
-                # Durable with the next commit to start (its put_task is buffered now).
-                self._finals[transition.key] = self._commits_started + 1
+                # Durable already, or with the next commit to start (its put_task is
+                # buffered now).
+                durable_with = self._commits_done if committed else self._commits_started + 1
+                self._finals[transition.key] = durable_with
                 handle = self._handles.get(transition.key)
                 if handle is not None:
                     handle._settle()
+        if committed:
+            for transition in step.transitions:
+                if transition.to_state.is_final:
+                    self._evict(transition.key)
         self._rearm_timer()
 
     def _persist(self, step: Step) -> None:
