@@ -214,8 +214,9 @@ def build_parser() -> Parser:
     group = serve.add_argument_group("behaviour")
     group.add_argument(
         "--store",
-        metavar="PATH|memory",
-        help="where tasks, the outbox and dedup records live: an SQLite file, or memory "
+        metavar="PATH|URL|memory",
+        help="where tasks, the outbox and dedup records live: an SQLite file, a "
+        "postgresql://USER@HOST:PORT/DB database (replicas may share one), or memory "
         "(default; $SYNAPSE_STORE)",
     )
     group.add_argument(
@@ -241,6 +242,13 @@ def build_parser() -> Parser:
         metavar="DURATION",
         help="on SIGTERM/SIGINT, how long running tasks may take to finish before they fail "
         "with 'agent shutting down' (default 30s; $SYNAPSE_DRAIN_TIMEOUT; [p2p] drain_timeout)",
+    )
+    group.add_argument(
+        "--lease-ttl",
+        type=DURATION,
+        metavar="DURATION",
+        help="replicas on one PostgreSQL --store: how soon a dead replica's tasks are taken "
+        "over (default 10s; $SYNAPSE_LEASE_TTL; [p2p] lease_ttl)",
     )
     group.add_argument(
         "--rate-limit",
@@ -494,6 +502,10 @@ def build_parser() -> Parser:
     _common(demo)
     demo.set_defaults(run=_run_demo)
 
+    from synapse.cli.migrate import add_parser as add_migrate
+
+    add_migrate(commands)  # `synapse migrate` parses its own flags (PostgreSQL store)
+
     try:  # `synapse conformance` lives with the conformance kit, which owns its flags
         from synapse.conformance.cli import add_parser as add_conformance
     except ImportError:
@@ -539,6 +551,7 @@ def serve_p2p_config(s: Settings) -> P2PConfig:
         overrides={
             "retain": s.get("retain", "SYNAPSE_RETAIN", None, parse_duration),
             "drain_timeout": s.get("drain_timeout", "SYNAPSE_DRAIN_TIMEOUT", None, parse_duration),
+            "lease_ttl": s.get("lease_ttl", "SYNAPSE_LEASE_TTL", None, parse_duration),
             "rate_limit": s.get("rate_limit", "SYNAPSE_RATE_LIMIT", None, parse_positive),
             "max_tasks_per_partner": s.get(
                 "max_tasks_per_partner", "SYNAPSE_MAX_TASKS_PER_PARTNER", None, parse_count

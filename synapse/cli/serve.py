@@ -9,7 +9,7 @@ import importlib
 import signal
 import sqlite3
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,6 +123,17 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
+def _enable_replicas(peer: Peer, store: TaskStore, ttl: float) -> Callable[[], object]:
+    """On a PostgreSQL store this process is one replica of the agent (docs/deploy.md)."""
+    if not type(store).__module__.endswith(".postgres"):
+        return lambda: None
+    from synapse.store.postgres import PostgresStore
+    from synapse.transport.replicas import enable_replicas
+
+    assert isinstance(store, PostgresStore)
+    return enable_replicas(peer, store, ttl=ttl)
+
+
 def serve_route(peer: Peer, path: str) -> Router:
     """`Router(peer, PoolConfig.load(path))`, before the peer starts; a bad pool is one line."""
     from synapse.router import PoolConfig, Router
@@ -138,8 +149,12 @@ def serve_route(peer: Peer, path: str) -> Router:
 def open_task_store(spec: str) -> TaskStore:
     try:
         return open_store(spec)
-    except (sqlite3.Error, OSError) as exc:
+    except (sqlite3.Error, OSError, RuntimeError) as exc:
         raise CliError(f"cannot open store {spec!r}: {exc}") from exc
+    except Exception as exc:  # psycopg's errors (the module is optional)
+        if type(exc).__module__.startswith("psycopg"):
+            raise CliError(f"cannot open store {spec!r}: {str(exc).strip()}") from exc
+        raise
 
 
 def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
@@ -196,6 +211,7 @@ async def run_serve(options: ServeOptions) -> int:
         allow_shared_secrets=options.allow_shared_secrets,
         http_limits=options.http,
     )
+    _enable_replicas(peer, store, options.config.lease_ttl)  # no-op unless PostgreSQL
     try:
         # The router first: it becomes the peer's handler, which the A2A card describes.
         router = serve_route(peer, options.route) if options.route is not None else None

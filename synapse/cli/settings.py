@@ -582,6 +582,7 @@ DURATION_SETTINGS = frozenset(
     {
         "retain",
         "drain_timeout",
+        "lease_ttl",
         "outbox_grace",
         "input_timeout",
         "task_timeout",

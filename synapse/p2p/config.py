@@ -58,6 +58,9 @@ class P2PConfig:
     drain_timeout: float = 30.0
     #: After the drain: how long queued callbacks may take to be delivered.
     outbox_grace: float = 5.0
+    #: Replicas sharing a PostgreSQL store: how long a task's lease lasts unrenewed, so how
+    #: soon another replica takes over the tasks of one that died (renewed every third).
+    lease_ttl: float = 10.0
 
     def __post_init__(self) -> None:
         if self.dedup_window < 2 * self.replay_window:
@@ -71,6 +74,8 @@ class P2PConfig:
             raise ValueError("heartbeats need a positive interval and limit")
         if self.retain < 0 or self.input_timeout <= 0:
             raise ValueError("retain must not be negative and input_timeout must be positive")
+        if self.lease_ttl <= 0:
+            raise ValueError("lease_ttl must be positive")
         if self.drain_timeout < 0 or self.outbox_grace < 0:
             raise ValueError("drain_timeout and outbox_grace must not be negative")
         if self.max_tasks_per_partner is not None and self.max_tasks_per_partner < 1:

@@ -467,6 +467,15 @@ class Engine:
         del self.tasks[key]
         return True
 
+    def release(self, key: TaskKey) -> None:
+        """Drop a task, live or not, with its timers: another process owns it now."""
+        rec = self.tasks.get(key)
+        if rec is None:
+            return
+        if not rec.is_final:
+            self._finished(rec)  # its timers and its counts go, as if it had ended here
+        del self.tasks[key]
+
     def active_executor_tasks(self) -> int:
         return self._executing
 

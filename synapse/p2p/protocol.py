@@ -402,6 +402,18 @@ class P2PProtocol:
         if handle is not None and not handle.settled:
             handle._settle()
 
+    def release(self, key: TaskKey) -> None:
+        """Let a task go without writing anything: another process owns it now (replicas
+        sharing a store, `synapse.store.leases`). Its handler and deliveries stop here."""
+        for registry in (self._running, self._workers):
+            task = registry.pop(key, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        self._queues.pop(key, None)
+        self._finals.pop(key, None)
+        self._waiters.pop(key, None)
+        self.engine.release(key)
+
     async def _store_commit(self, discard_after: int | None) -> None:
         # A store written before `discard_after` existed takes no argument.
         if discard_after is None:

@@ -14,8 +14,19 @@ from synapse.store.sqlite import SqliteStore
 
 
 def open_store(spec: str) -> TaskStore:
-    """`memory`, or the path of an SQLite file (created if missing)."""
-    return MemoryStore() if spec == "memory" else SqliteStore(spec)
+    """`memory`, a `postgresql://USER@HOST:PORT/DB` URL (the `postgres` extra; its schema
+    migrations are applied), or the path of an SQLite file (created if missing)."""
+    if spec == "memory":
+        return MemoryStore()
+    if spec.startswith(("postgresql://", "postgres://")):
+        try:
+            from synapse.store.postgres import PostgresStore
+        except ImportError as exc:  # the optional dependency is missing
+            raise RuntimeError(
+                f"the PostgreSQL store needs psycopg: pip install 'synapse-p2p[postgres]' ({exc})"
+            ) from exc
+        return PostgresStore(spec)
+    return SqliteStore(spec)
 
 
 __all__ = [

@@ -123,7 +123,8 @@ class Peer:
         self.app_hooks: list[Callable[[web.Application], None]] = []
         #: Called with the runtime as soon as it is built, before restored tasks resume.
         self.protocol_hooks: list[Callable[[P2PProtocol], None]] = []
-        #: Called with the transport server as soon as it is built.
+        #: Called with the transport server as soon as it is built (replicas set its
+        #: routing hook there).
         self.server_hooks: list[Callable[[SynapseServer], None]] = []
 
     # --- wiring -----------------------------------------------------------------------------

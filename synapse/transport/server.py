@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
 from aiohttp import web
@@ -109,6 +109,13 @@ class SynapseServer:
         self._last_expiry = 0.0
         #: Called with every refusal we answer with a nack (metrics count them by code).
         self.nack_listeners: list[Callable[[SynapseError], None]] = []
+        #: Replicas sharing a store (`synapse.transport.replicas`): given an authenticated
+        #: message, a reply from the replica that owns its task, an error to answer, or None
+        #: to handle it here.
+        self.route: (
+            Callable[[Inbound, Mapping[str, str]], Awaitable[web.Response | SynapseError | None]]
+            | None
+        ) = None
 
     @property
     def agent_id(self) -> str:
@@ -291,6 +298,12 @@ class SynapseServer:
             return self._nack(
                 error, head.id, head.from_.agent_id, inbound.partner, {"Retry-After": retry_after}
             )
+        if self.route is not None:
+            routed = await self.route(inbound, request.headers)
+            if isinstance(routed, SynapseError):
+                return self._nack(routed, head.id, head.from_.agent_id, inbound.partner)
+            if routed is not None:
+                return routed
         self._expire(now)
         while True:
             begun = self.dedup.begin(

@@ -199,3 +199,15 @@ def test_a_bad_duration_in_the_config_file_names_it(tmp_path: Path) -> None:
     config = write(tmp_path / "c.toml", '[p2p]\nretain = "soon"\n')
     with pytest.raises(CliError, match="retain"):
         serve_p2p_config(settings(["serve", "--config", config]))
+
+
+def test_lease_ttl_from_the_file_the_environment_and_the_flag(tmp_path: Path) -> None:
+    from synapse.cli.main import serve_p2p_config
+
+    config = write(tmp_path / "c.toml", '[p2p]\nlease_ttl = "30s"\n')
+    assert serve_p2p_config(settings(["serve"])).lease_ttl == 10  # the default
+    assert serve_p2p_config(settings(["serve", "--config", config])).lease_ttl == 30
+    env = {"SYNAPSE_LEASE_TTL": "5s"}
+    assert serve_p2p_config(settings(["serve", "--config", config], env)).lease_ttl == 5
+    flags = ["serve", "--config", config, "--lease-ttl", "2"]
+    assert serve_p2p_config(settings(flags, env)).lease_ttl == 2

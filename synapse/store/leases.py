@@ -1,0 +1,293 @@
+"""Task ownership for replicas of one agent sharing a PostgreSQL database.
+
+Every task has at most one owner at a time: the replica holding its lease (a row of
+`leases`: holder, epoch, expiry). The owner runs the task's handler, arms its timers and
+sends its callbacks; any other replica that receives a message about the task forwards it to
+the owner (`synapse.transport.replicas`). The owner renews its leases every third of the TTL;
+a replica that stops renewing (killed, paused, cut off) loses them once the TTL has passed,
+and another replica takes the task over with the epoch one higher.
+
+Fencing: every write of a task (`put_task`) runs `synapse_fence(task, holder, epoch)` in the
+same transaction, which share-locks the lease row and fails unless the lease is still ours at
+that epoch. A replica paused past its lease therefore cannot overwrite its successor: its
+commit fails and rolls back whole (its reply is a 503, nothing is acknowledged), and it lets
+the task go at its next renewal. A takeover (`UPDATE ... epoch = epoch + 1`) waits for a
+fenced write in progress, so the successor reads the task after that write or not at all.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from synapse.p2p.engine import TaskKey
+from synapse.store.base import Snapshot
+from synapse.store.postgres import _FINAL, Op, PostgresStore
+
+log = structlog.get_logger("synapse.leases")
+
+#: Default lease TTL: a dead replica's tasks are taken over within about this long.
+DEFAULT_LEASE_TTL = 10.0
+
+#: Tasks a replica whose lease expired (or never had one) may be taken over for: still live,
+#: or final with a callback not yet delivered.
+_ORPHANED = (
+    f"(t.state NOT IN {_FINAL} OR EXISTS (SELECT 1 FROM outbox o WHERE o.requester = "
+    "t.requester AND o.task_id = t.task_id AND o.dead_reason IS NULL))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    holder: str
+    url: str | None
+    epoch: int
+    expires_at: float
+
+
+def new_replica_id() -> str:
+    """Unique per process (a restarted replica is a new one: its old leases expire)."""
+    return f"{socket.gethostname()}-{secrets.token_hex(4)}"
+
+
+class Ownership:
+    """This replica's leases, and the database side of acquiring, renewing and losing them."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        *,
+        agent_id: str,
+        url: str,
+        ttl: float = DEFAULT_LEASE_TTL,
+        replica_id: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError("the lease TTL must be positive")
+        self.store = store
+        self.agent_id = agent_id
+        self.url = url
+        self.ttl = ttl
+        self.replica_id = replica_id or new_replica_id()
+        self.clock = clock
+        #: The epoch of each lease this replica holds, and when it was taken.
+        self.held: dict[TaskKey, int] = {}
+        self.claimed_at: dict[TaskKey, float] = {}
+        store.fence = self._fence
+        store.load_override = self.take_over_at_start
+
+    # --- fencing (called by the store for every put_task) ----------------------------------
+
+    def _fence(self, key: TaskKey) -> Op:
+        epoch = self.held.get(key)
+        if epoch is None:
+            # A task this replica creates (a task_request it accepted, a task it submits):
+            # its first write takes the lease, and refuses if another replica has it.
+            self.held[key] = 1
+            self.claimed_at[key] = self.clock()
+            return (
+                "SELECT synapse_claim(%s, %s, %s, %s)",
+                (key.requester, key.task_id, self.replica_id, self.clock() + self.ttl),
+                False,
+            )
+        return (
+            "SELECT synapse_fence(%s, %s, %s, %s)",
+            (key.requester, key.task_id, self.replica_id, epoch),
+            False,
+        )
+
+    # --- the database -----------------------------------------------------------------------
+
+    def _execute(self, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        # At start-up only (in a thread, before anything else writes): the store's
+        # autocommit connection. Everything later goes through `_aexecute`.
+        return self.store._read(query, params)
+
+    async def _aexecute(
+        self, query: str, params: tuple[object, ...] = ()
+    ) -> list[tuple[object, ...]]:
+        return await self.store.execute(query, params)
+
+    def register(self) -> None:
+        """Say where this replica can be reached (forwarded messages go there)."""
+        self._execute(
+            "INSERT INTO replicas (replica_id, agent_id, url, seen_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (replica_id) DO UPDATE SET url = excluded.url, seen_at = excluded.seen_at",
+            (self.replica_id, self.agent_id, self.url, self.clock()),
+        )
+
+    async def lookup(self, key: TaskKey) -> Lease | None:
+        rows = await self._aexecute(
+            "SELECT l.holder, r.url, l.epoch, l.expires_at FROM leases l "
+            "LEFT JOIN replicas r ON r.replica_id = l.holder "
+            "WHERE l.requester = %s AND l.task_id = %s",
+            (key.requester, key.task_id),
+        )
+        if not rows:
+            return None
+        holder, url, epoch, expires_at = rows[0]
+        return Lease(
+            str(holder), None if url is None else str(url), int(str(epoch)), float(str(expires_at))
+        )
+
+    async def claim(self, key: TaskKey) -> bool:
+        """Take the lease of a task nobody leases yet; False if another replica has it."""
+        if key in self.held:
+            return True
+        rows = await self._aexecute(
+            "INSERT INTO leases (requester, task_id, holder, epoch, expires_at) "
+            "VALUES (%s, %s, %s, 1, %s) ON CONFLICT DO NOTHING RETURNING epoch",
+            (key.requester, key.task_id, self.replica_id, self.clock() + self.ttl),
+        )
+        if rows:
+            self.held[key] = 1
+            self.claimed_at[key] = self.clock()
+            return True
+        return False
+
+    async def take_over(self, key: TaskKey) -> Snapshot | None:
+        """The task, if its lease has expired and it is orphaned: the lease is ours now."""
+        now = self.clock()
+        # Taken unless the task is over with nothing left to deliver. A lease with no task
+        # row is taken too: its holder claimed it for a task_request and died (or failed
+        # to commit) before writing the task.
+        rows = await self._aexecute(
+            "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
+            "WHERE l.requester = %s AND l.task_id = %s AND l.expires_at < %s "
+            "AND l.holder <> %s AND NOT EXISTS (SELECT 1 FROM tasks t "
+            "WHERE t.requester = l.requester AND t.task_id = l.task_id "
+            "AND NOT " + _ORPHANED + ") RETURNING l.epoch",
+            (self.replica_id, now + self.ttl, key.requester, key.task_id, now, self.replica_id),
+        )
+        if not rows:
+            return None
+        self.held[key] = int(str(rows[0][0]))
+        self.claimed_at[key] = now
+        log.info(
+            "task_taken_over", task_id=key.task_id, requester=key.requester, epoch=self.held[key]
+        )
+        return self.store.task_snapshot(key)
+
+    def _orphans_query(self, limit: int) -> tuple[str, tuple[object, ...]]:
+        now = self.clock()
+        return (
+            "WITH orphans AS (SELECT l.requester, l.task_id FROM leases l JOIN tasks t "
+            "ON t.requester = l.requester AND t.task_id = l.task_id "
+            "WHERE l.expires_at < %s AND l.holder <> %s AND " + _ORPHANED + " "
+            "LIMIT %s FOR UPDATE OF l SKIP LOCKED) "
+            "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
+            "FROM orphans o WHERE l.requester = o.requester AND l.task_id = o.task_id "
+            "RETURNING l.requester, l.task_id, l.epoch",
+            (now, self.replica_id, limit, self.replica_id, now + self.ttl),
+        )
+
+    def _unleased_query(self, limit: int) -> tuple[str, tuple[object, ...]]:
+        """Orphaned tasks with no lease row at all (a store a single process used before,
+        or a lease given back while a callback was still to be delivered)."""
+        return (
+            "INSERT INTO leases (requester, task_id, holder, epoch, expires_at) "
+            "SELECT t.requester, t.task_id, %s, 1, %s FROM tasks t WHERE " + _ORPHANED + " "
+            "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.requester = t.requester "
+            "AND l.task_id = t.task_id) LIMIT %s "
+            "ON CONFLICT DO NOTHING RETURNING requester, task_id, epoch",
+            (self.replica_id, self.clock() + self.ttl, limit),
+        )
+
+    async def take_over_expired(self, limit: int = 100) -> Snapshot:
+        """Every orphaned task whose lease expired or is missing (up to `limit`); rows
+        another replica is taking over at the same moment are skipped. A lease of ours that
+        ran out (a slow renewal) is not taken over but renewed: its epoch is unchanged."""
+        snapshot = self._snapshot_of(await self._aexecute(*self._orphans_query(limit)))
+        more = self._snapshot_of(await self._aexecute(*self._unleased_query(limit)))
+        snapshot.tasks.extend(more.tasks)
+        snapshot.outbox.extend(more.outbox)
+        snapshot.outbox.sort(key=lambda item: item.seq)
+        return snapshot
+
+    def _snapshot_of(self, rows: list[tuple[object, ...]]) -> Snapshot:
+        snapshot = Snapshot()
+        for requester, task_id, epoch in rows:
+            key = TaskKey(str(requester), str(task_id))
+            self.held[key] = int(str(epoch))
+            self.claimed_at[key] = self.clock()
+            part = self.store.task_snapshot(key)
+            snapshot.tasks.extend(part.tasks)
+            snapshot.outbox.extend(part.outbox)
+        if rows:
+            log.info("tasks_taken_over", count=len(rows), replica=self.replica_id)
+        snapshot.outbox.sort(key=lambda item: item.seq)
+        return snapshot
+
+    def take_over_at_start(self) -> Snapshot:
+        """At start-up: register, lease the live tasks nobody leases (a store used by a
+        single process before) and take over the expired ones."""
+        self.register()
+        snapshot = self._snapshot_of(self._execute(*self._unleased_query(10_000)))
+        more = self._snapshot_of(self._execute(*self._orphans_query(10_000)))
+        snapshot.tasks.extend(more.tasks)
+        snapshot.outbox.extend(more.outbox)
+        snapshot.outbox.sort(key=lambda item: item.seq)
+        return snapshot
+
+    async def renew(self, keep: set[TaskKey]) -> set[TaskKey]:
+        """Extend the leases of the tasks in `keep`, give back the others we hold; returns
+        the leases found lost (taken over while we were away).
+
+        Only leases held when the renewal starts are judged: one claimed meanwhile is not in
+        the UPDATE's snapshot yet, and one claimed less than a TTL ago may belong to a
+        message still being processed (its task not in `keep` yet).
+        """
+        now = self.clock()
+        before = dict(self.held)
+        release = [
+            key
+            for key in before
+            if key not in keep and now - self.claimed_at.get(key, 0.0) > self.ttl
+        ]
+        if release:
+            await self._aexecute(
+                "DELETE FROM leases WHERE holder = %s AND (requester, task_id) IN "
+                "(SELECT * FROM unnest(%s::text[], %s::text[]))",
+                (self.replica_id, [k.requester for k in release], [k.task_id for k in release]),
+            )
+            for key in release:
+                if self.held.get(key) == before[key]:
+                    del self.held[key]
+                    self.claimed_at.pop(key, None)
+        rows = await self._aexecute(
+            "UPDATE leases SET expires_at = %s WHERE holder = %s "
+            "RETURNING requester, task_id, epoch",
+            (now + self.ttl, self.replica_id),
+        )
+        await self._aexecute(
+            "UPDATE replicas SET seen_at = %s WHERE replica_id = %s", (now, self.replica_id)
+        )
+        still = {(TaskKey(str(r), str(t)), int(str(e))) for r, t, e in rows}
+        lost = {
+            key
+            for key, epoch in before.items()
+            if key not in release and (key, epoch) not in still and self.held.get(key) == epoch
+        }
+        for key in lost:
+            del self.held[key]
+            self.claimed_at.pop(key, None)
+        if lost:
+            log.warning("leases_lost", count=len(lost), replica=self.replica_id)
+        return lost
+
+    async def release_all(self) -> None:
+        """On a clean stop: hand every lease back at once (no TTL to wait for)."""
+        await self._aexecute(
+            "UPDATE leases SET expires_at = 0 WHERE holder = %s", (self.replica_id,)
+        )
+        self.held.clear()
+        self.claimed_at.clear()
+
+
+__all__ = ["DEFAULT_LEASE_TTL", "Lease", "Ownership", "new_replica_id"]

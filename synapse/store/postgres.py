@@ -1,0 +1,567 @@
+"""The PostgreSQL store: one database that several replicas of one agent can share.
+
+Writes are buffered on the event loop by the `put_*` calls and sent, a batch per `commit()`,
+in one transaction over a connection of an asynchronous pool (psycopg 3, pipeline mode: one
+round trip per batch, not per row). Batches are written one after the other, in the order of
+their `commit()` calls, so a task's later state never lands before an earlier one, and when
+`commit()` returns every earlier batch is durable too. A commit that fails (the database is
+down, a constraint, a lost connection) raises: nothing of the batch is applied, and the
+runtime must not acknowledge what it carried.
+
+What is synchronous, and why: the store interface looks finished tasks and dedup entries up
+by key while a message is being checked, on the event loop (`get_task`, `get_dedup`,
+`list_tasks`). Those point lookups run on a dedicated autocommit connection, each one an
+index lookup of a fraction of a millisecond on a nearby server; the writes, which are the
+bulk of the traffic, never block the loop.
+
+The schema is versioned (`synapse.store.migrations`): opening the store applies the
+migrations it lacks, under an advisory lock so that replicas starting together are safe;
+`synapse migrate --store URL` applies them by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import msgspec
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from synapse.p2p.dedup import DedupKey, StoredReply
+from synapse.p2p.engine import TaskKey, TaskRecord, Transition
+from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
+from synapse.p2p.states import Event, Role
+from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
+from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
+from synapse.types import TaskState
+
+_FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
+#: Outbox sequence numbers per block taken from the database sequence.
+SEQ_BLOCK = 1024
+_OUTBOX_COLUMNS = "seq, message_id, partner, requester, task_id, body, created_at"
+_TRANSITION_COLUMNS = "requester, task_id, role, from_state, to_state, event, message_id, at"
+
+_record_encoder = msgspec.json.Encoder()
+_record_decoder = msgspec.json.Decoder(TaskRecord)
+
+#: A buffered write: a statement and its parameters (a list of them: executemany).
+Op = tuple[str, Sequence[Any] | list[Sequence[Any]], bool]
+_Op = Op
+
+
+def is_postgres_url(spec: str) -> bool:
+    return spec.startswith(("postgresql://", "postgres://"))
+
+
+def _ensure_history_table(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+        "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+    )
+
+
+def schema_version(conn: psycopg.Connection[Any]) -> int:
+    """The highest migration applied to the database (0 for an empty one)."""
+    row = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+    if row is None or not row[0]:
+        return 0
+    row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def apply_migrations(conn: psycopg.Connection[Any]) -> list[Migration]:
+    """Bring the database's schema up to date, in one transaction; returns what was applied.
+
+    The advisory lock makes concurrent callers (replicas starting together) wait for each
+    other: the second one finds the work done. A schema newer than this code is refused.
+    """
+    known = migrations()
+    applied: list[Migration] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        _ensure_history_table(conn)
+        row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+        current = int(row[0]) if row is not None else 0
+        if current > len(known):
+            raise RuntimeError(
+                f"store schema version {current} is newer than this version of synapse "
+                f"reads ({len(known)}): upgrade synapse"
+            )
+        for migration in known[current:]:
+            conn.execute(migration.sql.encode())
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                (migration.version, migration.name),
+            )
+            applied.append(migration)
+    return applied
+
+
+def migrate(url: str) -> tuple[int, list[Migration]]:
+    """Apply the missing migrations to the database at `url` (`synapse migrate`).
+    Returns the version found before and the migrations applied."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        before = schema_version(conn)
+        return before, apply_migrations(conn)
+
+
+def encode_record(record: TaskRecord) -> bytes:
+    """The record without its history (kept row by row in `transitions`)."""
+    return _record_encoder.encode(dataclasses.replace(record, history=[]))
+
+
+def _item(row: Sequence[Any]) -> OutboxItem:
+    seq, message_id, partner, requester, task_id, body, created_at = row[:7]
+    key = TaskKey(requester, task_id) if requester is not None else None
+    return OutboxItem(int(seq), message_id, partner, key, bytes(body), float(created_at))
+
+
+def _transition(row: Sequence[Any]) -> Transition:
+    return Transition(
+        TaskKey(row[0], row[1]),
+        Role(row[2]),
+        TaskState(row[3]),
+        TaskState(row[4]),
+        Event(row[5]),
+        row[6],
+        float(row[7]),
+    )
+
+
+def _dedup_entry(row: Sequence[Any]) -> DedupEntry:
+    sender, message_id, fingerprint, expires_at, status, body, headers = row
+    reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
+    return DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
+
+
+def _where(where: TaskFilter | None) -> tuple[list[str], tuple[Any, ...]]:
+    clauses: list[str] = []
+    params: tuple[Any, ...] = ()
+    if where is None:
+        return clauses, params
+    if where.requester is not None:
+        clauses.append("requester = %s")
+        params += (where.requester,)
+    if where.states is not None:
+        clauses.append("state = ANY(%s)")
+        params += (sorted(state.value for state in where.states),)
+    if where.updated_after is not None:
+        clauses.append("updated_at >= %s")
+        params += (where.updated_after,)
+    return clauses, params
+
+
+class PostgresStore:
+    """`TaskStore` in a PostgreSQL database (see the module's docstring)."""
+
+    durable = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 4,
+        apply_schema: bool = True,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.url = url
+        self._reader = psycopg.connect(url, autocommit=True, connect_timeout=int(connect_timeout))
+        if apply_schema:
+            apply_migrations(self._reader)
+        else:
+            found = schema_version(self._reader)
+            if found != len(migrations()):
+                self._reader.close()
+                raise RuntimeError(
+                    f"store schema version {found}, this version of synapse needs "
+                    f"{len(migrations())}: run `synapse migrate --store URL`"
+                )
+        self._lock = threading.Lock()
+        self._pool = AsyncConnectionPool(
+            url, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": False}
+        )
+        self._pool_opened = False
+        self._pending: list[_Op] = []
+        #: The writes of batches that failed for want of the database (connection lost,
+        #: server down): written first by the next batch, in order.
+        self._retry: list[_Op] = []
+        self._write_lock: asyncio.Lock | None = None
+        self._last: asyncio.Future[None] | None = None
+        self._seq_next = 0
+        self._seq_end = 0
+        self.commits = 0
+        #: Set by `synapse.store.leases.Ownership`: the statement that fences a task's
+        #: writes by its lease, added before each `put_task` in the same transaction.
+        self.fence: Callable[[TaskKey], _Op] | None = None
+        #: Set by `Ownership` too: what `load()` returns at start-up when replicas share
+        #: the database (the tasks this process took over, not every live task).
+        self.load_override: Callable[[], Snapshot] | None = None
+
+    # --- connections ------------------------------------------------------------------------
+
+    async def _open_pool(self) -> AsyncConnectionPool:
+        if not self._pool_opened:
+            self._pool_opened = True
+            await self._pool.open(wait=False)
+        return self._pool
+
+    def _read(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement on the autocommit connection; its rows, if it returns any."""
+        with self._lock:
+            cur = self._reader.execute(query.encode(), params)
+            return cur.fetchall() if cur.description is not None else []
+
+    async def execute(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement in its own transaction on a pooled connection, without blocking
+        the loop (statements that may wait for a row lock must not run on `_read`'s
+        connection: the loop would wait for a transaction that needs the loop to end)."""
+        pool = await self._open_pool()
+        async with pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(query.encode(), params)
+            return await cur.fetchall() if cur.description is not None else []
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def load(self) -> Snapshot:
+        if self.load_override is not None:
+            return self.load_override()
+        snapshot = Snapshot()
+        history: dict[TaskKey, list[Transition]] = {}
+        live = f"k.state NOT IN {_FINAL}"
+        for row in self._read(
+            f"SELECT {', '.join('t.' + c for c in _TRANSITION_COLUMNS.split(', '))} "
+            "FROM tasks k JOIN transitions t ON t.requester = k.requester "
+            f"AND t.task_id = k.task_id WHERE {live} ORDER BY t.id"
+        ):
+            transition = _transition(row)
+            history.setdefault(transition.key, []).append(transition)
+        for (blob,) in self._read(f"SELECT record FROM tasks k WHERE {live}"):
+            record = _record_decoder.decode(bytes(blob))
+            record.history = history.get(record.key, [])
+            snapshot.tasks.append(record)
+        for row in self._read(
+            f"SELECT {_OUTBOX_COLUMNS}, dead_reason, dead_at FROM outbox ORDER BY seq"
+        ):
+            item = _item(row)
+            if row[7] is None:
+                snapshot.outbox.append(item)
+            else:
+                snapshot.dead_letters.append(DeadLetter(item, row[7], float(row[8])))
+        return snapshot
+
+    def task_snapshot(self, key: TaskKey) -> Snapshot:
+        """One task with its history and its pending outbox rows (a takeover)."""
+        snapshot = Snapshot()
+        record = self.get_task(key)
+        if record is not None:
+            snapshot.tasks.append(record)
+        for row in self._read(
+            f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE requester = %s AND task_id = %s "
+            "AND dead_reason IS NULL ORDER BY seq",
+            (key.requester, key.task_id),
+        ):
+            snapshot.outbox.append(_item(row))
+        return snapshot
+
+    def get_task(self, key: TaskKey) -> TaskRecord | None:
+        rows = self._read(
+            "SELECT record FROM tasks WHERE requester = %s AND task_id = %s",
+            (key.requester, key.task_id),
+        )
+        if not rows:
+            return None
+        record = _record_decoder.decode(bytes(rows[0][0]))
+        record.history = [
+            _transition(t)
+            for t in self._read(
+                f"SELECT {_TRANSITION_COLUMNS} FROM transitions "
+                "WHERE requester = %s AND task_id = %s ORDER BY id",
+                (key.requester, key.task_id),
+            )
+        ]
+        return record
+
+    def get_dedup(self, key: DedupKey) -> DedupEntry | None:
+        rows = self._read(
+            "SELECT sender, message_id, fingerprint, expires_at, status, body, headers "
+            "FROM dedup WHERE sender = %s AND message_id = %s",
+            key,
+        )
+        return _dedup_entry(rows[0]) if rows else None
+
+    def list_tasks(
+        self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
+    ) -> list[TaskRow]:
+        clauses, params = _where(where)
+        if before is not None:
+            clauses.append("(updated_at, requester, task_id) < (%s, %s, %s)")
+            params += before
+        query = "SELECT requester, task_id, role, state, updated_at FROM tasks"
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        query += " ORDER BY updated_at DESC, requester DESC, task_id DESC LIMIT %s"
+        return [
+            TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
+            for req, tid, role, state, at in self._read(query, (*params, limit))
+        ]
+
+    def count_tasks(self, where: TaskFilter | None = None) -> int:
+        clauses, params = _where(where)
+        query = "SELECT count(*) FROM tasks" + (
+            " WHERE " + " AND ".join(clauses) if clauses else ""
+        )
+        return int(self._read(query, params)[0][0])
+
+    def count_finished(self) -> dict[tuple[str, TaskState], int]:
+        rows = self._read(
+            f"SELECT role, state, count(*) FROM tasks WHERE state IN {_FINAL} GROUP BY role, state"
+        )
+        return {(str(role), TaskState(state)): int(n) for role, state, n in rows}
+
+    def outbox_count(self) -> int:
+        """Messages not yet delivered (dead letters excluded)."""
+        return int(self._read("SELECT count(*) FROM outbox WHERE dead_reason IS NULL")[0][0])
+
+    # --- retention --------------------------------------------------------------------------
+
+    async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
+        """One retention batch. Rows another replica is purging right now are skipped
+        (`SKIP LOCKED`), so replicas purging together never delete a row twice nor wait."""
+        await self.commit()  # in order with the writes made before
+        pool = await self._open_pool()
+        async with pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                "WITH doomed AS (SELECT requester, task_id FROM tasks "
+                f"WHERE state IN {_FINAL} AND updated_at < %s ORDER BY updated_at LIMIT %s "
+                "FOR UPDATE SKIP LOCKED), "
+                "gone_history AS (DELETE FROM transitions t USING doomed d "
+                "WHERE t.requester = d.requester AND t.task_id = d.task_id), "
+                "gone_leases AS (DELETE FROM leases l USING doomed d "
+                "WHERE l.requester = d.requester AND l.task_id = d.task_id) "
+                "DELETE FROM tasks t USING doomed d "
+                "WHERE t.requester = d.requester AND t.task_id = d.task_id",
+                (finished_before, limit),
+            )
+            removed = max(cur.rowcount, 0)
+            cur = await conn.execute(
+                "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox "
+                "WHERE dead_reason IS NOT NULL AND dead_at < %s LIMIT %s FOR UPDATE SKIP LOCKED)",
+                (finished_before, limit),
+            )
+            removed += max(cur.rowcount, 0)
+            cur = await conn.execute(
+                "DELETE FROM dedup WHERE (sender, message_id) IN (SELECT sender, message_id "
+                "FROM dedup WHERE expires_at <= %s LIMIT %s FOR UPDATE SKIP LOCKED)",
+                (now, limit),
+            )
+            removed += max(cur.rowcount, 0)
+        return removed
+
+    def next_seq(self) -> int:
+        """Unique across every process sharing the database: numbers come in blocks from a
+        database sequence, so only one call in `SEQ_BLOCK` asks the server."""
+        if self._seq_next >= self._seq_end:
+            block = int(self._read("SELECT nextval('outbox_seq_blocks')")[0][0])
+            self._seq_next, self._seq_end = block * SEQ_BLOCK, (block + 1) * SEQ_BLOCK
+        self._seq_next += 1
+        return self._seq_next
+
+    # --- buffered writes --------------------------------------------------------------------
+
+    def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
+        key = record.key
+        if self.fence is not None:
+            self._pending.append(self.fence(key))
+        self._pending.append(
+            (
+                "INSERT INTO tasks (requester, task_id, role, state, updated_at, record) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (requester, task_id) DO UPDATE SET "
+                "role = excluded.role, state = excluded.state, "
+                "updated_at = excluded.updated_at, record = excluded.record",
+                (
+                    key.requester,
+                    key.task_id,
+                    record.role.value,
+                    record.state.value,
+                    record.updated_at,
+                    encode_record(record),
+                ),
+                False,
+            )
+        )
+        if transitions:
+            rows = [
+                (
+                    key.requester,
+                    key.task_id,
+                    t.role.value,
+                    t.from_state.value,
+                    t.to_state.value,
+                    t.event.value,
+                    t.message_id,
+                    t.at,
+                )
+                for t in transitions
+            ]
+            self._pending.append(
+                (
+                    f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    rows,
+                    True,
+                )
+            )
+
+    def add_outbox(self, item: OutboxItem) -> None:
+        key = item.key
+        self._pending.append(
+            (
+                f"INSERT INTO outbox ({_OUTBOX_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (
+                    item.seq,
+                    item.message_id,
+                    item.partner,
+                    key.requester if key else None,
+                    key.task_id if key else None,
+                    item.body,
+                    item.created_at,
+                ),
+                False,
+            )
+        )
+
+    def remove_outbox(self, message_id: str) -> None:
+        self._pending.append(("DELETE FROM outbox WHERE message_id = %s", (message_id,), False))
+
+    def dead_letter(self, message_id: str, reason: str, at: float) -> None:
+        self._pending.append(
+            (
+                "UPDATE outbox SET dead_reason = %s, dead_at = %s WHERE message_id = %s",
+                (reason, at, message_id),
+                False,
+            )
+        )
+
+    def put_dedup(self, entry: DedupEntry) -> None:
+        self._pending.append(
+            (
+                "INSERT INTO dedup (sender, message_id, fingerprint, expires_at, status, body, "
+                "headers) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (sender, message_id) DO UPDATE SET "
+                "fingerprint = excluded.fingerprint, expires_at = excluded.expires_at, "
+                "status = excluded.status, body = excluded.body, headers = excluded.headers",
+                (
+                    entry.key[0],
+                    entry.key[1],
+                    entry.fingerprint,
+                    entry.expires_at,
+                    entry.reply.status,
+                    entry.reply.body,
+                    json.dumps(entry.reply.headers),
+                ),
+                False,
+            )
+        )
+
+    def delete_dedup(self, keys: Iterable[DedupKey]) -> None:
+        rows = [tuple(key) for key in keys]
+        if rows:
+            self._pending.append(
+                ("DELETE FROM dedup WHERE sender = %s AND message_id = %s", rows, True)
+            )
+
+    # --- committing -------------------------------------------------------------------------
+
+    async def _write(self, ops: list[_Op], keep: int) -> None:
+        if self._write_lock is None:
+            self._write_lock = asyncio.Lock()
+        async with self._write_lock:  # batches land in the order they were committed
+            batch = self._retry + ops
+            if not batch:
+                return
+            try:
+                pool = await self._open_pool()
+                async with pool.connection() as conn, conn.transaction():
+                    cur = conn.cursor()
+                    async with conn.pipeline():
+                        for query, params, many in batch:
+                            if many:
+                                await cur.executemany(query.encode(), params)
+                            else:
+                                await cur.execute(query.encode(), params)
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                # The database cannot be reached or written now: nothing of the batch was
+                # written. Keep it for the next commit, except what the caller rolls back.
+                self._retry = self._retry + ops[:keep]
+                raise StoreUnavailable(f"postgresql: {exc}") from exc
+            except BaseException:
+                self._retry = []  # a statement's own failure (fenced out, a bug): not retried
+                raise
+            self._retry = []
+            self.commits += 1
+
+    async def commit(self, *, discard_after: int | None = None) -> None:
+        """Write every buffered change in one transaction. With nothing buffered, wait only
+        for the latest batch still being written, or write a failed one again.
+
+        Raises `StoreUnavailable` when the database cannot be reached; the batch's writes
+        (but those after `discard_after`, which the caller undoes) are tried again by the
+        next commit.
+        """
+        ops, self._pending = self._pending, []
+        if not ops and not self._retry:
+            # The latest batch may hold this caller's writes (buffered before someone else
+            # committed them): if it failed, so does this commit, so nothing is sent or
+            # acknowledged on the strength of writes that were rolled back.
+            last = self._last
+            if last is not None:
+                await asyncio.shield(last)
+            return
+        keep = len(ops) if discard_after is None else max(0, min(discard_after, len(ops)))
+        batch = asyncio.ensure_future(self._write(ops, keep))
+        self._last = batch
+        # Shielded: a cancelled caller must not abandon a transaction half sent.
+        await asyncio.shield(batch)
+
+    def mark(self) -> int:
+        """A point in the buffered writes that `discard` can drop back to."""
+        return len(self._pending)
+
+    def discard(self, mark: int) -> None:
+        """Drop the writes buffered since `mark` (a message refused after all)."""
+        del self._pending[mark:]
+
+    async def close(self) -> None:
+        try:
+            if self._pending or self._retry:  # a failed batch was reported to its callers
+                await self.commit()
+        finally:
+            if self._pool_opened:
+                await self._pool.close()
+            with self._lock:
+                self._reader.close()
+
+    # --- maintenance ------------------------------------------------------------------------
+
+    def retry_dead_letter(self, message_id: str) -> bool:
+        with self._lock:
+            cur = self._reader.execute(
+                "UPDATE outbox SET dead_reason = NULL, dead_at = NULL "
+                "WHERE message_id = %s AND dead_reason IS NOT NULL",
+                (message_id,),
+            )
+            return cur.rowcount > 0
+
+    def drop_outbox(self, message_id: str) -> bool:
+        with self._lock:
+            cur = self._reader.execute("DELETE FROM outbox WHERE message_id = %s", (message_id,))
+            return cur.rowcount > 0
+
+
+__all__ = ["PostgresStore", "apply_migrations", "is_postgres_url", "migrate", "schema_version"]

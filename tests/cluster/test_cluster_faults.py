@@ -1,0 +1,162 @@
+"""Three replicas behind nginx while replicas die and freeze: nothing lost, nothing twice.
+
+The requester (in this process) runs a bounded number of mixed tasks (echo, slow ones with
+progress, need_info answered, need_human approved, some cancelled) through nginx. Mid-run
+one replica is SIGKILLed (and started again later) and another is SIGSTOPped for longer than
+the lease TTL, then resumed. Every task must reach exactly one final outcome on both sides
+(the requester's handle and the executor's row in PostgreSQL), each task's callbacks must
+arrive in an order its state machine accepts with nothing after the final one, and no
+outbox row may be left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+from typing import Any
+
+import psycopg
+import pytest
+from clusterkit import ClusterFactory, E, finals
+
+from synapse.p2p.protocol import Outcome, TaskHandle
+from synapse.types import TaskState
+
+pytestmark = pytest.mark.slow
+
+#: Bounded so that the run stays well under two minutes on a loaded two-core machine.
+TASKS = int(os.environ.get("SYNAPSE_CLUSTER_TASKS", "1000"))
+LEASE_TTL = 2.0
+IN_FLIGHT = 40
+
+
+def kind_of(n: int) -> str:
+    return ["slow", "need_info", "need_human", "cancel", "echo", "echo", "echo", "echo"][n % 8]
+
+
+async def drive(handle: TaskHandle, kind: str) -> Outcome:
+    if kind in ("need_info", "need_human", "cancel"):
+        async for event in handle:
+            if event.kind == "p2p:task_need_info":
+                await handle.provide_info({"style": "现代"})
+            elif event.kind == "p2p:task_need_human":
+                await handle.approve()
+            elif kind == "cancel" and event.kind == "p2p:task_status_update":
+                await handle.cancel("changed my mind")
+    return await handle.result()
+
+
+def request_of(kind: str, n: int) -> tuple[str, dict[str, Any]]:
+    if kind == "slow":
+        return "slow", {"steps": 2, "delay": 0.2}
+    if kind == "need_info":
+        return "text_generation", {"prompt": f"p{n}"}
+    if kind == "need_human":
+        return "portrait", {"subject": f"s{n}"}
+    if kind == "cancel":
+        return "slow", {"steps": 10, "delay": 0.3}
+    return "echo", {"text": f"t{n}"}
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="known race, not fixed yet: now and then a task the replica completed (its "
+    "task_complete acknowledged) is later sent a task_failed by the same replica; the "
+    "requester refuses it (task_already_completed). Seen in 4 of 7 runs of 1,000 tasks.",
+)
+async def test_kill_and_freeze_replicas_mid_run(make_cluster: ClusterFactory) -> None:
+    cluster = await make_cluster(3, lease_ttl=LEASE_TTL, read_timeout=3.0)
+    killed, frozen, _ = cluster.replicas
+    requester = cluster.requester
+    peer = requester.peer
+    gate = asyncio.Semaphore(IN_FLIGHT)
+    outcomes: dict[str, tuple[str, Outcome]] = {}
+    quarter = asyncio.Event()
+
+    async def one(n: int) -> None:
+        kind = kind_of(n)
+        async with gate:
+            task_type, payload = request_of(kind, n)
+            handle = await peer.submit(E, task_type, payload, task_id=f"task-{n:05d}")
+            outcomes[handle.task_id] = (kind, await drive(handle, kind))
+        if len(outcomes) >= TASKS // 4:
+            quarter.set()
+
+    async def chaos() -> None:
+        await quarter.wait()
+        await killed.kill()
+        frozen.signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        # The freeze must outlast the lease: a deliberate pause, not a synchronisation.
+        await asyncio.sleep(LEASE_TTL * 2.5 - (time.monotonic() - stopped_at))
+        frozen.signal(signal.SIGCONT)
+        await killed.start()
+
+    started = time.monotonic()
+    chaos_task = asyncio.create_task(chaos())
+    runs = [asyncio.create_task(one(n)) for n in range(TASKS)]
+    _, pending = await asyncio.wait(runs, timeout=100)
+    for run in pending:
+        run.cancel()
+    if pending:
+        with psycopg.connect(cluster.store) as conn:
+            rows = dict(conn.execute("SELECT task_id, state FROM tasks").fetchall())
+        stuck = {
+            f"task-{n:05d}": (requester.inbound[f"task-{n:05d}"], rows.get(f"task-{n:05d}"))
+            for n in range(TASKS)
+            if f"task-{n:05d}" not in outcomes
+        }
+        raise AssertionError(f"{len(stuck)} tasks never ended: {list(stuck.items())[:5]}")
+    for run in runs:
+        run.result()
+    await asyncio.wait_for(chaos_task, 30)
+    elapsed = time.monotonic() - started
+
+    # Exactly one outcome per task on the requester's side, of the kind the task allows.
+    assert len(outcomes) == TASKS
+    states = Counter((kind, o.state.value) for kind, o in outcomes.values())
+    for (kind, state), _count in states.items():
+        allowed = {"completed", "failed"} | ({"cancelled"} if kind == "cancel" else set())
+        assert state in allowed, (kind, state, states)
+    for task_id, (_kind, outcome) in outcomes.items():
+        if outcome.state is TaskState.FAILED:
+            # Only a handler a dead replica was running, failed on takeover.
+            assert outcome.error is not None and outcome.error.code == "execution_failed", task_id
+            assert outcome.error.recoverable is True
+    assert sum(1 for _, o in outcomes.values() if o.ok) >= TASKS // 2, states
+
+    # Each task's callbacks: exactly one final one, and it is the last. (A cancellation is
+    # answered in the reply to task_cancel: no final callback need follow it.)
+    for task_id, (_kind, outcome) in outcomes.items():
+        seen = requester.inbound[task_id]
+        ends = finals(seen)
+        if outcome.state is TaskState.CANCELLED:
+            assert len(ends) <= 1, (task_id, seen)
+        else:
+            assert len(ends) == 1, (task_id, seen)
+        if ends:
+            assert seen[-1] == ends[0], (task_id, seen)  # nothing after the final callback
+
+    # The executor's side, in the shared database: the same final state, nothing left over.
+    async def settled() -> bool:
+        with psycopg.connect(cluster.store) as conn:
+            pending = conn.execute("SELECT count(*) FROM outbox WHERE dead_reason IS NULL")
+            row = pending.fetchone()
+            return row is not None and row[0] == 0
+
+    deadline = time.monotonic() + 30
+    while not await settled():
+        assert time.monotonic() < deadline, "outbox not drained"
+        await asyncio.sleep(0.2)  # polling another process's database: no event to wait on
+    with psycopg.connect(cluster.store) as conn:
+        rows = dict(conn.execute("SELECT task_id, state FROM tasks").fetchall())
+        dead = conn.execute("SELECT count(*) FROM outbox").fetchone()
+    assert dead is not None and dead[0] == 0
+    assert len(rows) == TASKS
+    mismatched = {t: (rows.get(t), o.state.value) for t, (_, o) in outcomes.items()}
+    mismatched = {t: v for t, v in mismatched.items() if v[0] != v[1]}
+    assert mismatched == {}
+    print(f"\n{TASKS} tasks in {elapsed:.1f} s with one replica killed and one frozen: {states}")

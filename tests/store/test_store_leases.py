@@ -1,0 +1,76 @@
+"""Task leases on a real PostgreSQL server: claims, renewal, takeover, and fenced writes."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from storekit import Duo
+
+from synapse.p2p.engine import TaskKey
+from synapse.p2p.persistence import MemoryStore
+from synapse.store.leases import Ownership
+from synapse.store.postgres import PostgresStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def pair(pg_url: str):  # type: ignore[no-untyped-def]
+    clock = Clock()
+    stores = [PostgresStore(pg_url), PostgresStore(pg_url)]
+    owners = [
+        Ownership(store, agent_id="agent-e", url=f"http://127.0.0.1:{n}/", ttl=10, clock=clock)
+        for n, store in enumerate(stores, start=1)
+    ]
+    for owner in owners:
+        owner.take_over_at_start()  # registers the replica
+    yield owners, clock
+    for store in stores:
+        await store.close()
+
+
+async def test_one_replica_claims_a_new_task_and_the_other_sees_it(pair) -> None:  # type: ignore[no-untyped-def]
+    (a, b), _ = pair
+    key = TaskKey("agent-r", "t-1")
+    assert await a.claim(key) is True
+    assert await b.claim(key) is False  # taken: b forwards to a
+    lease = await b.lookup(key)
+    assert lease is not None and lease.holder == a.replica_id and lease.url == a.url
+    assert lease.epoch == 1
+
+
+async def test_a_replica_that_stopped_renewing_is_fenced_out(pair) -> None:  # type: ignore[no-untyped-def]
+    (a, b), clock = pair
+    duo = Duo(MemoryStore(), a.store)
+    key = duo.submit()  # a's first write of the task claims its lease
+    await a.store.commit()
+    assert a.held == {key: 1}
+    clock.now += 11  # a is frozen past its lease
+    assert await b.take_over(key) is not None  # b owns it now, at epoch 2
+    assert b.held == {key: 2}
+    duo.complete(key)  # a wakes up and writes as if it still owned the task
+    with pytest.raises(psycopg.Error, match="lost"):
+        await a.store.commit()  # refused, and nothing of it applied
+    record = b.store.get_task(key)
+    assert record is not None and record.state.value == "executing"
+    assert await a.renew({key}) == {key}  # a learns it lost the lease and lets go
+    assert key not in a.held
+
+
+async def test_renewal_keeps_leases_alive_and_gives_back_finished_ones(pair) -> None:  # type: ignore[no-untyped-def]
+    (a, b), clock = pair
+    live, done = TaskKey("agent-r", "live"), TaskKey("agent-r", "done")
+    assert await a.claim(live) and await a.claim(done)
+    clock.now += 11  # older than a TTL: `done` may be given back
+    assert await a.renew({live}) == set()
+    assert set(a.held) == {live}
+    lease = await b.lookup(live)
+    assert lease is not None and lease.expires_at == clock.now + 10
+    assert await b.lookup(done) is None
+    assert await b.take_over(live) is None  # renewed: not expired
