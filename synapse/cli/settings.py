@@ -549,7 +549,10 @@ class Settings:
                 try:
                     file_p2p[name] = parse_duration(file_p2p[name])
                 except ValueError as exc:
-                    raise CliError(f"config file {self.config.path}: [p2p] {name}: {exc}") from exc
+                    raise CliError(
+                        f"config file {self.config.path}: [p2p] `{name}` must be a number or "
+                        f"a duration (30s, 15m, 12h, 7d), not {file_p2p[name]!r}"
+                    ) from exc
         checked = typed_dataclass(file_p2p, P2PConfig, file=self.config.path, table="p2p")
         values = dict(base)
         values.update({name: getattr(checked, name) for name in file_p2p})

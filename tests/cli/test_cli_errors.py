@@ -225,7 +225,11 @@ def test_the_installed_entry_point() -> None:
             '[p2p]\nmax_concurrent_tasks = "many"',
             "[p2p] `max_concurrent_tasks` must be an integer, not a string",
         ),
-        ('[p2p]\ntask_timeout = "5m"', "[p2p] `task_timeout` must be a number, not a string"),
+        (
+            '[p2p]\ntask_timeout = "soon"',
+            "[p2p] `task_timeout` must be a number or a duration (30s, 15m, 12h, 7d), not 'soon'",
+        ),
+        ('[p2p]\nmax_retries = "5m"', "[p2p] `max_retries` must be an integer, not a string"),
         ("[p2p]\nmax_retries = true", "[p2p] `max_retries` must be an integer, not a boolean"),
         ("[p2p]\nmax_retriez = 3", "[p2p] has no setting 'max_retriez'"),
         (
