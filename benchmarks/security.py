@@ -1,4 +1,4 @@
-"""What the security mechanisms cost (issue 18): run by hand, one process, loopback only.
+"""What the security mechanisms cost: run by hand, one process, loopback only.
 
     python -m benchmarks.security [--seconds 2]
 
