@@ -79,9 +79,11 @@ class LiveA2A(LivePeer):
     def footprint(self) -> tuple[frozenset[str], frozenset[str]]:
         async def read() -> tuple[frozenset[str], frozenset[str]]:
             assert self.peer is not None
-            views = frozenset(self.peer.protocol.engine.tasks)
+            # Every task the peer knows, in memory or in the store: a finished task leaving
+            # memory (its last callback answered) is no change.
+            known = frozenset(self.peer.protocol.list_tasks())
             binding = self._binding()
-            return frozenset(str(k) for k in views), frozenset(binding.tasks)
+            return known, frozenset(binding.tasks)
 
         return self.call(read())
 
