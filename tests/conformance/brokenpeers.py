@@ -14,7 +14,6 @@ Each is the demo peer with a `SynapseServer` subclass (or a partner / sender swa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
