@@ -1,0 +1,118 @@
+"""The commands and code of README.md and docs/ run as shown, with the output they show.
+
+Each document's own `synapse serve` line is started (one per module where documents share
+it) on free loopback ports put in place of the document's; its other lines run through
+`bash` against it. Synopses (`PATH`, `URL`, `[...]` placeholders) are flag-checked by
+tests/test_docs.py instead; docs/cli.md's walkthrough runs in test_cli_docs_walkthrough.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from docskit import Shell, block, document, lines, run_block, shell, starting
+
+CLI = document("cli.md")
+A2A = document("a2a.md")
+
+# --- A2A: docs/cli.md's `serve --a2a` and its curl lines; docs/a2a.md's serve and sends ---------
+
+
+@pytest.fixture(scope="module")
+def a2a_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
+    """docs/cli.md's `synapse serve --agent-id agent-e --port 8080 --a2a`."""
+    shown = block(CLI, "curl -s")
+    with shell(tmp_path_factory.mktemp("a2a"), (8080,)) as sh:
+        [serve] = starting(shown, "synapse serve")
+        sh.background(serve)
+        yield sh
+
+
+def test_the_curl_lines_of_cli_md_get_the_card_and_run_a_task(a2a_agent: Shell) -> None:
+    card_line, send_line = starting(block(CLI, "curl -s"), "curl")
+    card = a2a_agent.run(card_line)
+    assert card.returncode == 0, card.stderr
+    assert json.loads(card.stdout)["name"] == "agent-e"
+    sent = a2a_agent.run(send_line)
+    assert sent.returncode == 0, sent.stderr
+    task = json.loads(sent.stdout)["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["metadata"]["taskType"] == "echo"
+
+
+def test_the_send_a2a_transcript_of_cli_md_is_what_it_prints(a2a_agent: Shell) -> None:
+    shown = CLI.split("$ synapse send --a2a", 1)[1].split("\n```", 1)[0]
+    command, *printed = ("synapse send --a2a" + shown).splitlines()
+    done = a2a_agent.run(command)
+    assert done.returncode == 0, done.stderr
+    out = (done.stdout + done.stderr).splitlines()
+    for expected in printed:
+        # A word with "…" in it (a task id) stands for any word.
+        words = [re.escape(w) if "…" not in w else r"\S+" for w in expected.split(" ")]
+        pattern = a2a_agent.ported(" ".join(words))
+        assert any(re.fullmatch(pattern, line) for line in out), (expected, out)
+
+
+@pytest.fixture(scope="module")
+def a2a_agent_with_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
+    """docs/a2a.md's `synapse serve ... --a2a --a2a-token "$TOKEN=alice" ...`."""
+    shown = block(A2A, "--a2a-push-allow")
+    token = "a-token-of-the-docs-0123456789"
+    with shell(tmp_path_factory.mktemp("a2a-token"), (8080,), {"TOKEN": token}) as sh:
+        [serve] = starting(shown, "synapse serve")
+        sh.background(serve)
+        yield sh
+
+
+def test_the_send_lines_of_a2a_md_run_with_the_exit_status_they_say(
+    a2a_agent_with_token: Shell,
+) -> None:
+    echo, style, rejected = lines(block(A2A, "synapse send --a2a"))
+    done = a2a_agent_with_token.run(echo)
+    assert (done.returncode, done.stdout.splitlines()[-1]) == (0, "hello"), done.stderr
+    done = a2a_agent_with_token.run(style)
+    assert done.returncode == 0, done.stderr
+    assert "现代" in done.stdout
+    assert rejected.comment == "exit 1"
+    done = a2a_agent_with_token.run(rejected)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    without = a2a_agent_with_token.run(echo.command.replace(' --a2a-token "$TOKEN"', ""))
+    assert done.returncode != 0 and "UNAUTHENTICATED" in without.stderr, without.stderr
+
+
+def test_the_python_blocks_of_a2a_md_serve_and_call(tmp_path: Path) -> None:
+    serving, calling = (b for b in A2A.split("```python\n")[1:3])
+    serving = serving.split("\n```", 1)[0]
+    calling = calling.split("\n```", 1)[0]
+    with shell(tmp_path, (8080, 50051)) as sh:
+        ported = sh.ported(serving)
+        # The agent the block calls is the one the block before serves, with its token.
+        client = calling.replace(
+            '"https://agent.example", token=None',
+            f'"http://127.0.0.1:{sh.port(8080)}", token="s3cret-token"',
+        )
+        assert client != calling
+
+    async def main() -> str:
+        import contextlib
+        import io
+
+        namespace: dict[str, object] = {"__name__": "docs"}
+        await run_block(ported, namespace)
+        peer = namespace["peer"]
+        try:
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                await run_block(client, namespace)
+            return printed.getvalue()
+        finally:
+            await peer.close()  # type: ignore[attr-defined]
+
+    printed = asyncio.run(main())
+    assert printed.startswith("completed TaskResult(output_type='text'"), printed
+    assert "现代" in printed
