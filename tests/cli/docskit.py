@@ -12,7 +12,6 @@ import ast
 import contextlib
 import os
 import re
-import select
 import shlex
 import signal
 import subprocess
@@ -156,17 +155,10 @@ class Shell:
         started = Background(process)
         self.started.append(started)
 
-        def drain() -> None:
+        def drain() -> None:  # until the process closes its stderr (it exits)
             assert process.stderr is not None
-            while True:
-                readable, _, _ = select.select([process.stderr], [], [], 0.5)
-                if readable:
-                    line = process.stderr.readline()
-                    if not line:
-                        return
-                    started.lines.append(line)
-                elif process.poll() is not None:
-                    return
+            for line in process.stderr:
+                started.lines.append(line)
 
         threading.Thread(target=drain, daemon=True).start()
         started.logged(ready)

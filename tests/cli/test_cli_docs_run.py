@@ -82,7 +82,7 @@ def test_the_send_lines_of_a2a_md_run_with_the_exit_status_they_say(
     done = a2a_agent_with_token.run(rejected)
     assert done.returncode == 1, (done.stdout, done.stderr)
     without = a2a_agent_with_token.run(echo.command.replace(' --a2a-token "$TOKEN"', ""))
-    assert done.returncode != 0 and "UNAUTHENTICATED" in without.stderr, without.stderr
+    assert without.returncode == 2 and "UNAUTHENTICATED" in without.stderr, without.stderr
 
 
 def test_the_python_blocks_of_a2a_md_serve_and_call(tmp_path: Path) -> None:
@@ -116,3 +116,74 @@ def test_the_python_blocks_of_a2a_md_serve_and_call(tmp_path: Path) -> None:
     printed = asyncio.run(main())
     assert printed.startswith("completed TaskResult(output_type='text'"), printed
     assert "现代" in printed
+
+
+# --- routing: docs/routing.md's Python blocks and `serve --route` (docs/cli.md's too) ----------
+
+ROUTING = document("routing.md")
+POOL = """\
+[[partner]]
+agent_id = "writer-1"
+endpoint = "http://127.0.0.1:{port}/synapse/callback"
+secret = "s3cret"
+"""
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
+    """A pool.toml of one demo peer, `writer-1`, serving; hub at 8000, client at 8100."""
+    cwd = tmp_path_factory.mktemp("routing")
+    with shell(cwd, (8000, 8100, 8101)) as sh:
+        writer = sh.port(8101)
+        (cwd / "pool.toml").write_text(POOL.format(port=writer), encoding="utf-8")
+        sh.background(
+            f"synapse serve --agent-id writer-1 --port {writer} --secret s3cret "
+            "--peer hub=http://127.0.0.1:8000/synapse/callback"
+        )
+        yield sh
+
+
+def test_the_route_command_serves_the_pool(pool: Shell) -> None:
+    [serve] = lines(block(ROUTING, "--route pool.toml"))
+    assert [serve] == lines(block(CLI, "--route pool.toml"))  # the same line in both
+    hub = pool.background(serve, ready="serving_routes")
+    try:
+        done = pool.run(
+            "synapse send --target http://127.0.0.1:8000/synapse/callback --agent-id hub "
+            "--as client --secret S --listen 127.0.0.1:8100 echo '{\"text\": \"routed\"}'"
+        )
+        assert (done.returncode, done.stdout.splitlines()[-1:]) == (0, ["routed"]), done.stderr
+    finally:
+        hub.stop()
+
+
+def test_the_python_blocks_of_routing_md_run(pool: Shell) -> None:
+    starting_block, fan_out = (
+        b.split("\n```", 1)[0] for b in ROUTING.split("```python\n")[1:3]
+    )
+    namespace: dict[str, object] = {
+        "__name__": "docs",
+        "CLIENT_URL": pool.ported("http://127.0.0.1:8100/synapse/callback"),
+        "SECRET": "S",
+    }
+
+    async def main() -> None:
+        import os
+
+        os.chdir(pool.cwd)  # PoolConfig.load("pool.toml")
+        await run_block(pool.ported(starting_block), namespace)
+        await run_block(fan_out, namespace)
+
+    cwd = Path.cwd()
+    try:
+        asyncio.run(main())
+    finally:
+        import os
+
+        os.chdir(cwd)
+    from synapse.router import Router
+
+    router = namespace["router"]
+    assert isinstance(router, Router)
+    assert "translate_all" in router.plans
+    assert [p.agent_id for p in namespace["pool"].partner] == ["writer-1"]  # type: ignore[attr-defined]
