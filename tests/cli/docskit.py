@@ -170,7 +170,9 @@ class Shell:
 
 
 @contextlib.contextmanager
-def shell(cwd: Path, ports: tuple[int, ...], env: Mapping[str, str] | None = None) -> Iterator[Shell]:
+def shell(
+    cwd: Path, ports: tuple[int, ...], env: Mapping[str, str] | None = None
+) -> Iterator[Shell]:
     running = Shell(cwd, ports, env)
     try:
         yield running

@@ -150,7 +150,7 @@ def test_the_route_command_serves_the_pool(pool: Shell) -> None:
     try:
         done = pool.run(
             "synapse send --target http://127.0.0.1:8000/synapse/callback --agent-id hub "
-            "--as client --secret S --listen 127.0.0.1:8100 echo '{\"text\": \"routed\"}'"
+            '--as client --secret S --listen 127.0.0.1:8100 echo \'{"text": "routed"}\''
         )
         assert (done.returncode, done.stdout.splitlines()[-1:]) == (0, ["routed"]), done.stderr
     finally:
@@ -158,9 +158,7 @@ def test_the_route_command_serves_the_pool(pool: Shell) -> None:
 
 
 def test_the_python_blocks_of_routing_md_run(pool: Shell) -> None:
-    starting_block, fan_out = (
-        b.split("\n```", 1)[0] for b in ROUTING.split("```python\n")[1:3]
-    )
+    starting_block, fan_out = (b.split("\n```", 1)[0] for b in ROUTING.split("```python\n")[1:3])
     namespace: dict[str, object] = {
         "__name__": "docs",
         "CLIENT_URL": pool.ported("http://127.0.0.1:8100/synapse/callback"),
@@ -187,3 +185,69 @@ def test_the_python_blocks_of_routing_md_run(pool: Shell) -> None:
     assert isinstance(router, Router)
     assert "translate_all" in router.plans
     assert [p.agent_id for p in namespace["pool"].partner] == ["writer-1"]  # type: ignore[attr-defined]
+
+
+# --- operations: docs/operations.md's Python block and the console's two serves ---------------
+
+OPERATIONS = document("operations.md")
+
+
+def get(url: str, token: str | None = None) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_python_block_of_operations_md_serves_health_metrics_and_console(
+    tmp_path: Path,
+) -> None:
+    source = block(OPERATIONS, "enable_health(peer)", "python")
+    with shell(tmp_path, (8000, 8001)) as sh:
+        base = f"http://127.0.0.1:{sh.port(8000)}"
+        ported = sh.ported(source)
+
+    async def main() -> dict[str, tuple[int, str]]:
+        namespace: dict[str, object] = {"__name__": "docs"}
+        await run_block(ported, namespace)
+        peer = namespace["peer"]
+        try:
+            token = "a-long-random-token-for-alice"
+            paths = {
+                "healthz": ("/healthz", None),
+                "metrics": ("/metrics", None),
+                "session": ("/console/api/session", token),
+                "anonymous": ("/console/api/session", None),
+            }
+            return {
+                name: await asyncio.to_thread(get, base + path, auth)
+                for name, (path, auth) in paths.items()
+            }
+        finally:
+            await peer.close()  # type: ignore[attr-defined]
+
+    answers = asyncio.run(main())
+    assert answers["healthz"][0] == 200 and "alive" in answers["healthz"][1]
+    assert answers["metrics"][0] == 200 and "synapse_" in answers["metrics"][1]
+    assert answers["session"][0] == 200 and "alice" in answers["session"][1], answers["session"]
+    assert answers["anonymous"][0] == 401, answers["anonymous"]
+
+
+def test_the_console_lines_of_operations_md_serve_the_console(tmp_path: Path) -> None:
+    executor, requester = lines(block(OPERATIONS, "--console-token"))
+    with shell(tmp_path, (8000, 8001)) as sh:
+        sh.background(executor)
+        serving = sh.background(requester, ready="serving_console")
+        base = f"http://127.0.0.1:{sh.port(8000)}"
+        status, page = get(base + "/console")
+        assert status == 200 and "<html" in page.lower()
+        assert get(base + "/console/api/session")[0] == 401  # the token is needed
+        assert "alice" in serving.logged("serving_console")  # the reviewer the token names
+        assert get(f"http://127.0.0.1:{sh.port(8001)}/healthz")[0] == 200
