@@ -9,6 +9,8 @@ tests/test_docs.py instead; docs/cli.md's walkthrough runs in test_cli_docs_walk
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -251,3 +253,43 @@ def test_the_console_lines_of_operations_md_serve_the_console(tmp_path: Path) ->
         assert get(base + "/console/api/session")[0] == 401  # the token is needed
         assert "alice" in serving.logged("serving_console")  # the reviewer the token names
         assert get(f"http://127.0.0.1:{sh.port(8001)}/healthz")[0] == 200
+
+
+# --- the conformance kit: README.md's and docs/conformance.md's lines, and the Python call ------
+
+README = document("README.md")
+CONFORMANCE = document("conformance.md")
+
+
+@pytest.fixture(scope="module")
+def conformance_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
+    shown = block(README, "synapse conformance --target http")
+    assert lines(shown) == lines(block(CONFORMANCE, "synapse conformance --target http"))
+    with shell(tmp_path_factory.mktemp("conformance"), (8765, 8766)) as sh:
+        [serve] = starting(shown, "synapse serve")
+        sh.background(serve)
+        yield sh
+
+
+def test_the_conformance_lines_of_the_readme_pass_against_serve(
+    conformance_target: Shell,
+) -> None:
+    [kit] = starting(block(README, "synapse conformance --target http"), "synapse conformance")
+    done = conformance_target.run(kit, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.rstrip().endswith("CONFORMANT"), done.stdout[-500:]
+
+
+def test_the_python_call_of_conformance_md_runs_the_checks_it_names(
+    conformance_target: Shell,
+) -> None:
+    source = conformance_target.ported(block(CONFORMANCE, "run_conformance(", "python"))
+    namespace: dict[str, object] = {"__name__": "docs"}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        asyncio.run(run_block(source, namespace))
+    report = namespace["report"]
+    ids = {r.id for r in report.results}  # type: ignore[attr-defined]
+    assert "flow.echo" in ids and "rules.no_backwards" in ids and "sig.missing" not in ids
+    assert report.ok, printed.getvalue()  # type: ignore[attr-defined]
+    assert "flow.echo" in printed.getvalue()
