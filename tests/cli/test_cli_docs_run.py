@@ -293,3 +293,74 @@ def test_the_python_call_of_conformance_md_runs_the_checks_it_names(
     assert "flow.echo" in ids and "rules.no_backwards" in ids and "sig.missing" not in ids
     assert report.ok, printed.getvalue()  # type: ignore[attr-defined]
     assert "flow.echo" in printed.getvalue()
+
+
+# --- docs/cli.md: the log it shows, caps and ping as printed, the config files ---------------
+
+
+@pytest.fixture(scope="module")
+def executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Shell, str]]:
+    """docs/cli.md's walkthrough executor (terminal 1), and its log."""
+    shown = block(CLI, "# terminal 1: the executor")
+    with shell(tmp_path_factory.mktemp("cli"), (8080, 9001)) as sh:
+        [serve] = starting(shown, "synapse serve")
+        running = sh.background(serve)
+        yield sh, running.logged("listening")
+
+
+def shown_log(line: str) -> re.Pattern[str]:
+    """A log line of the document as a pattern: any time, any value where it shows "…"."""
+    _, rest = line.split(" ", 1)
+    pattern = re.escape(rest).replace("…", r"\S+")
+    return re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z " + pattern)
+
+
+def test_the_log_lines_cli_md_shows_are_what_serve_writes(executor: tuple[Shell, str]) -> None:
+    sh, listening = executor
+    shown = CLI.split("[info     ] listening", 1)[0].rsplit("```\n", 1)[1]
+    listening_shown, transition_shown = CLI.split(shown, 1)[1].split("\n```", 1)[0].splitlines()
+    listening_shown = shown + listening_shown.removeprefix(shown)
+    assert shown_log(sh.ported(listening_shown)).fullmatch(listening.rstrip()), listening
+    assert "[synapse.p2p] from_state=" in transition_shown
+
+
+def test_caps_and_ping_print_what_cli_md_shows(executor: tuple[Shell, str]) -> None:
+    sh, _ = executor
+    transcript = CLI.split("$ synapse caps ", 1)[1].split("\n```", 1)[0]
+    caps_line, *rest = ("synapse caps " + transcript).splitlines()
+    ping_at = next(i for i, line in enumerate(rest) if line.startswith("$ synapse ping"))
+    caps_shown, ping_shown = rest[:ping_at], rest[ping_at + 1 :]
+    done = sh.run(caps_line)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed[0].split() == caps_shown[0].split()
+    assert caps_shown[1] in printed and caps_shown[-1] == printed[-1]
+    ping = sh.run(caps_line.replace("synapse caps", "synapse ping"))  # `...`: the same flags
+    assert ping.returncode == 0, ping.stderr
+    pattern = re.escape(ping_shown[0]).replace(r"1\.9", r"[\d.]+")
+    assert re.fullmatch(pattern, ping.stdout.strip()), (ping_shown, ping.stdout)
+
+
+def test_the_config_files_of_cli_md_are_taken(tmp_path: Path) -> None:
+    from synapse.cli.main import build_parser
+    from synapse.cli.settings import Settings
+
+    exec_toml = block(CLI, "# exec.toml", "toml")
+    (tmp_path / "exec.toml").write_text(exec_toml, encoding="utf-8")
+    (tmp_path / "agent-q.secrets").write_text("q-newest\nq-previous\n", encoding="utf-8")
+    args = build_parser().parse_args(["serve", "--config", str(tmp_path / "exec.toml")])
+    settings = Settings.load(args, {})
+    assert settings.get("port", None, "port", int) == 8080
+    assert settings.p2p_config().max_concurrent_tasks == 20
+    assert settings.http_limits().max_connections == 1024
+
+    r_toml = block(CLI, "# r.toml", "toml")
+    command = r_toml.splitlines()[0].split("`")[1]
+    with shell(tmp_path, (8080, 9001)) as sh:
+        (tmp_path / "r.toml").write_text(sh.ported(r_toml), encoding="utf-8")
+        sh.background(
+            "synapse serve --agent-id agent-e --port 8080 --secret shared-by-default "
+            "--peer agent-r=http://127.0.0.1:9001/synapse/callback"
+        )
+        done = sh.run(command)
+    assert (done.returncode, done.stdout.splitlines()[-1:]) == (0, ["hi"]), done.stderr
