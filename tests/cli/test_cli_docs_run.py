@@ -364,3 +364,132 @@ def test_the_config_files_of_cli_md_are_taken(tmp_path: Path) -> None:
         )
         done = sh.run(command)
     assert (done.returncode, done.stdout.splitlines()[-1:]) == (0, ["hi"]), done.stderr
+
+
+# --- README.md's "Command line" -------------------------------------------------------------
+
+
+def test_the_command_line_block_of_the_readme_runs(tmp_path: Path) -> None:
+    shown = block(README, "synapse serve --agent-id agent-e --port 8001")
+    serve, send, *more = lines(shown)
+    listed = re.split(r"\s{3,}", more[0].command)
+    assert [c.split()[:2] for c in listed] == [
+        ["synapse", "caps"], ["synapse", "ping"], ["synapse", "schema"], ["synapse", "outbox"],
+    ]  # fmt: skip
+    with shell(tmp_path, (8001, 8002)) as sh:
+        sh.background(serve)
+        done = sh.run(send, input="现代\n")  # it asks for the style at the terminal
+        assert done.returncode == 0, done.stderr
+        assert "写一首诗" in done.stdout and "现代" in done.stdout, done.stdout
+        flags = send.command.split("synapse send", 1)[1].rsplit(" text_generation", 1)[0]
+        for command in listed:
+            command = command.replace(" …", flags)  # "…": the flags of `send` above
+            done = sh.run(command)
+            assert done.returncode == 0, (command, done.stderr)
+            assert done.stdout, command
+        assert (tmp_path / "synapse.sqlite").exists()
+
+
+# --- docs/conformance.md's pytest example, in a project of its own -----------------------------
+
+MY_AGENT = """\
+from synapse import ExecutionContext, Validation
+
+
+class SummaryHandler:
+    def get_capabilities(self) -> list[str]:
+        return ["summarize"]
+
+    def validate_task(self, task_type: str, payload: dict) -> Validation:
+        return Validation()
+
+    async def execute_task(self, ctx: ExecutionContext, task_type: str, payload: dict) -> str:
+        return payload["text"][:20]
+"""
+
+
+def test_the_pytest_example_of_conformance_md_passes(tmp_path: Path) -> None:
+    """Its `my_agent.SummaryHandler` is the user's: here the README's handler, renamed."""
+    import subprocess
+    import sys
+
+    (tmp_path / "my_agent.py").write_text(MY_AGENT, encoding="utf-8")
+    example = block(CONFORMANCE, "synapse_conformance(", "python")
+    (tmp_path / "test_example.py").write_text(example, encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text("[pytest]\npythonpath = .\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "2 passed" in done.stdout, done.stdout[-2000:]
+    assert "p2p:task_complete" in done.stdout  # what its loop prints, event by event
+
+
+# --- docs/performance.md: what an embedding program may choose, around the quickstart -----------
+
+PERFORMANCE = document("performance.md")
+
+
+def test_the_choices_of_performance_md_run_around_a_program(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    logging_block, loop_block, gc_block = (
+        b.split("\n```", 1)[0] for b in PERFORMANCE.split("```python\n")[1:4]
+    )
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart.py"
+    program = "\n".join(
+        [
+            logging_block,
+            gc_block,
+            "import runpy",
+            f"main = runpy.run_path({str(quickstart)!r})['main']",
+            loop_block,
+        ]
+    )
+    (tmp_path / "embedding.py").write_text(program, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "embedding.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(done.stdout.splitlines()) == 7  # the program's own prints, nothing of ours
+    assert "message_in" in done.stderr and "transition" in done.stderr  # debug, as it says
+
+
+# --- docs/benchmarks.md: the commands exist (they run by hand, for minutes) --------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        line.command
+        for line in lines(
+            block(document("benchmarks.md"), "benchmarks.codec\npython -m benchmarks.e2e", "")
+        )
+    ],
+)
+def test_the_benchmark_commands_exist(command: str) -> None:
+    import subprocess
+    import sys
+
+    module = command.split()[2]
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=root,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage:" in done.stdout
