@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -493,3 +494,59 @@ def test_the_benchmark_commands_exist(command: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout
+
+
+# --- docs/deploy.md: migrate, then three replicas on one PostgreSQL database -------------------
+
+
+def test_the_replicas_of_deploy_md_start_on_one_database(tmp_path: Path, pg_url: str) -> None:
+    """The block as shown but for where things are: its database is a test database, its
+    host 127.0.0.1, its ports free ones (`pip install` is what made this environment)."""
+    import signal
+    import subprocess
+    import urllib.request
+
+    shown = block(document("deploy.md"), "synapse migrate")
+    install, migrate = shown.splitlines()[:2]
+    assert install == "pip install 'synapse-p2p[postgres]'"
+    shown_url = migrate.split("--store ", 1)[1].split()[0]
+    loop = shown.split("\n", 2)[2]
+    with shell(tmp_path, (8001, 8002, 8003), {"SECRET": "replica-secret"}) as sh:
+        done = sh.run(migrate.replace(shown_url, pg_url))
+        assert done.returncode == 0, done.stderr
+        script = sh.ported(loop.replace(shown_url, pg_url).replace("10.0.0.5", "127.0.0.1"))
+        process = subprocess.Popen(
+            # `jobs -p` in this shell (not a subshell): the three PIDs, to stop them by.
+            ["bash", "-c", script + "\njobs -p > pids\necho started\nwait\n"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=sh.env,
+            cwd=tmp_path,
+        )
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline() == "started\n"
+        pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+        try:
+            assert len(pids) == 3
+            listening = 0
+            while listening < 3:  # each replica's first line, once its port answers
+                line = process.stderr.readline()
+                assert line, "a replica exited"
+                listening += "listening" in line
+            for port in sh.ports.values():
+                url = f"http://127.0.0.1:{port}/healthz"
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    assert response.status == 200
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                process.wait(5)
