@@ -550,3 +550,20 @@ def test_the_replicas_of_deploy_md_start_on_one_database(tmp_path: Path, pg_url:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 process.wait(5)
+
+
+def test_the_nginx_location_of_deploy_md_is_the_tested_one() -> None:
+    """The cluster tests run nginx with tests/lbserver.py's block: the same `location /`
+    directives as docs/deploy.md shows, but for the read timeout."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from lbserver import HTTP_BLOCK
+
+    def directives(config: str) -> list[str]:
+        location = config.split("location / {", 1)[1].split("}", 1)[0]
+        found = [line.strip() for line in location.splitlines()]
+        return [d for d in found if d and not d.startswith("#") and "read_timeout" not in d]
+
+    shown = block(document("deploy.md"), "upstream synapse_replicas", "nginx")
+    assert directives(shown) == directives(HTTP_BLOCK.format(servers="", port=0, read_timeout=5))
