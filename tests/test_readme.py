@@ -93,7 +93,8 @@ async def main():
         e.add_partner("agent-r", r.endpoint, ("s3cret",))
         r.add_partner("agent-e", e.endpoint, ("s3cret",))
         handles = [await r.submit("agent-e", "echo", {"text": str(n)}) for n in range(7)]
-        assert all((await h).ok for h in handles)
+        outcomes = [await h for h in handles]
+        assert all(o.ok for o in outcomes)
 
 asyncio.run(main())
 """
