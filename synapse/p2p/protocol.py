@@ -362,15 +362,21 @@ class P2PProtocol:
             assert checkpoint is not None
             # Record, commit, and only then start handlers and deliveries: what this
             # message set going must not run if the message is refused after all.
+            committing = False
             try:
                 queued = self._record(step)
                 if stage is not None:
                     stage(step.reply)
+                committing = True
                 await self._commit(discard_after=mark)
             except BaseException as exc:
                 # Whatever failed (the commit, or recording: a value the store cannot
                 # encode), the message leaves no trace: nothing of it stored, nothing started.
-                self.store.discard(mark)
+                # A failed commit dropped this message's writes itself (`discard_after`);
+                # what is buffered now was written by others while it ran (a handler's
+                # completion, say), and must stay.
+                if not committing:
+                    self.store.discard(mark)
                 self.engine.rollback(checkpoint)
                 if not isinstance(exc, StoreUnavailable):
                     raise

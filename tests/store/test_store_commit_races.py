@@ -1,0 +1,165 @@
+"""A message refused because its commit failed takes back its own writes, and only those.
+
+While a message's commit is in flight (here: held at a gate, then failed by a real SQLite
+write lock) the other tasks go on: a handler completes and buffers its final record and its
+`task_complete`. The refused message must not drop those writes on its way out, nor put back
+engine state that someone else changed meanwhile: the completion is stored by the next commit
+that succeeds, delivered once, and a restart neither runs the handler again nor builds a
+second final callback with another id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from diskfaults import write_lock
+from rawpost import eventually
+from storekit import E_ID, E_URL, R_ID, R_URL, T0
+
+from synapse.p2p.engine import Engine, TaskKey
+from synapse.p2p.handler import ExecutionContext, Validation
+from synapse.p2p.protocol import P2PProtocol
+from synapse.store import SqliteStore
+from synapse.types import (
+    ErrorCode,
+    Message,
+    MessageType,
+    SynapseError,
+    TaskState,
+)
+
+
+class GatedStore(SqliteStore):
+    """A `SqliteStore` whose writer thread waits at a gate the test opens: a commit is then
+    surely in flight (its batch taken) while the test makes other writes."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, busy_timeout=0.05)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.at_gate = threading.Event()
+
+    def _write(self, ops: Any, keep: int) -> None:
+        self.at_gate.set()
+        assert self.gate.wait(timeout=30), "the test never opened the gate"
+        super()._write(ops, keep)
+
+
+class Handler:
+    """Reports progress, then runs until the test lets it finish; counts its runs."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.runs = 0
+
+    async def execute_task(
+        self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
+    ) -> Any:
+        self.runs += 1
+        await ctx.progress(0.5)
+        await self.release.wait()
+        return "done"
+
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
+        return Validation()
+
+    def get_capabilities(self) -> list[str]:
+        return ["work"]
+
+    def is_resumable(self, task_type: str) -> bool:
+        return True  # a restart that forgot the completion would run it, and complete, again
+
+
+class Partner:
+    """`agent-r`: answers every callback with its requester engine, and keeps what came.
+    While `answer` is clear it holds its answer to the callbacks (the delivery worker waits)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.received: list[Message] = []
+        self.answer = asyncio.Event()
+        self.answer.set()
+
+    async def send_callback(self, partner: str, message: Message, *, retry: bool = True) -> Message:
+        self.received.append(message)
+        await self.answer.wait()
+        reply = self.engine.receive(message, T0).reply
+        assert reply is not None
+        return reply
+
+    def finals(self, task_id: str) -> set[str]:
+        return {
+            m.id
+            for m in self.received
+            if m.message_type in (MessageType.TASK_COMPLETE, MessageType.TASK_FAILED)
+            and getattr(m.payload, "task_id", None) == task_id
+        }
+
+
+def request(r: Engine, task_id: str) -> Message:
+    _, step = r.submit(E_ID, "work", {}, now=T0, task_id=task_id)
+    (out,) = step.outgoing
+    return out.message
+
+
+async def test_a_refused_message_keeps_the_writes_others_made_during_its_commit(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "e.sqlite"
+    r = Engine(agent_id=R_ID, endpoint=R_URL)
+    partner = Partner(r)
+    handler = Handler()
+    store = GatedStore(db)
+    e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, handler=handler, sender=partner, store=store)
+    before = TaskKey(R_ID, "before")
+    async with e:
+        partner.answer.clear()
+        reply = await e.handle_message(request(r, "before"))
+        assert reply.message_type is MessageType.TASK_CONFIRM
+        # Its handler reports progress; the delivery worker is busy POSTing that update, so
+        # what comes next for `before` stays buffered until that worker's next commit.
+        await eventually(lambda: len(partner.received) == 1, timeout=20)
+        await e.commit()  # nothing buffered when `during` comes
+
+        with write_lock(db):
+            store.gate.clear()
+            store.at_gate.clear()
+            during = asyncio.create_task(e.handle_message(request(r, "during")))
+            await eventually(store.at_gate.is_set, timeout=20)
+            # Meanwhile `before`'s handler finishes: its writes are buffered.
+            handler.release.set()
+            done = TaskState.COMPLETED
+            await eventually(lambda: e.get_task_status("before", R_ID) is done, timeout=20)
+            store.gate.set()
+            with pytest.raises(SynapseError) as refused:
+                await during
+            assert refused.value.code is ErrorCode.AGENT_NOT_READY
+            assert refused.value.details == {"reason": "store_unavailable"}
+        partner.answer.set()
+
+        # The store writes again: the final callback goes out, once.
+        await eventually(lambda: bool(partner.finals("before")), timeout=20)
+        await eventually(lambda: before not in e._queues, timeout=20)
+        await e.commit()
+    stored = store.get_task(before)
+    assert stored is not None and stored.is_final, stored
+    await store.close()
+
+    # A restart: the completion was stored, so nothing runs again, nothing is built again.
+    handler2 = Handler()
+    handler2.release.set()
+    store2 = SqliteStore(db)
+    e2 = P2PProtocol(agent_id=E_ID, endpoint=E_URL, handler=handler2, sender=partner, store=store2)
+    e2.restore(store2.load())
+    async with e2:
+        rec = e2.task_record(before) or store2.get_task(before)
+        assert rec is not None and rec.state in (TaskState.COMPLETED, TaskState.FAILED), rec
+        assert e2.get_task_status("during", R_ID) is None  # refused: left no trace
+        await eventually(lambda: not e2._workers, timeout=20)
+    await store2.close()
+    assert handler2.runs == 0
+    assert len(partner.finals("before")) == 1, partner.received
