@@ -13,7 +13,7 @@ deadlines are written in.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TypeAlias, TypeVar
@@ -1500,6 +1500,8 @@ class Engine:
             fields=_record_fields(rec) if rec is not None else {},
             executing=self._executing,
             in_flight={p: self._in_flight.get(p) for p in partners},
+            executing_for={p: self._executing_for.get(p) for p in partners},
+            history=len(rec.history) if rec is not None else 0,
             liveness={
                 p: None if v is None else _PartnerLiveness(v.last_heard, v.reachable)
                 for p, v in liveness.items()
@@ -1508,22 +1510,52 @@ class Engine:
             timers={t: self._timers.deadline(t) for t in timers},
         )
 
-    def rollback(self, checkpoint: Checkpoint) -> None:
-        """Undo what happened since `checkpoint` (see `checkpoint`)."""
+    def counted(self, checkpoint: Checkpoint) -> Checkpoint:
+        """`checkpoint` with the counts and the task (its record, its history length) as they
+        are now, just after `receive`: what `rollback(checkpoint, after)` takes back, and no
+        more."""
+        key = checkpoint.key
+        rec = self.tasks.get(key) if key is not None else None
+        partners = checkpoint.in_flight.keys()
+        return replace(
+            checkpoint,
+            executing=self._executing,
+            in_flight={p: self._in_flight.get(p) for p in partners},
+            executing_for={p: self._executing_for.get(p) for p in partners},
+            record=rec,
+            history=len(rec.history) if rec is not None else 0,
+        )
+
+    def rollback(self, checkpoint: Checkpoint, after: Checkpoint | None = None) -> None:
+        """Undo what happened since `checkpoint` (see `checkpoint`).
+
+        With `after` (`counted` just after `receive`) only the message's own effect is
+        undone: others may have moved on meanwhile (the runtime awaits the commit between
+        the two): the counts lose the message's share, not the others' changes, and a task
+        that another step moved since (its handler completed it) is left as that step left
+        it, so that what it recorded and queued stays true."""
         key, rec = checkpoint.key, checkpoint.record
-        if key is not None:
+        current = self.tasks.get(key) if key is not None else None
+        moved = (
+            after is not None
+            and current is not None
+            and (current is not after.record or len(current.history) != after.history)
+        )
+        if key is not None and not moved:
             if rec is None:
                 self.tasks.pop(key, None)
             else:
                 for name, value in checkpoint.fields.items():
                     setattr(rec, name, value)
                 self.tasks[key] = rec
-        self._executing = checkpoint.executing
-        for partner, count in checkpoint.in_flight.items():
-            if count is None:
-                self._in_flight.pop(partner, None)
-            else:
-                self._in_flight[partner] = count
+        if after is None:
+            self._executing = checkpoint.executing
+            _restore_counts(self._in_flight, checkpoint.in_flight)
+            _restore_counts(self._executing_for, checkpoint.executing_for)
+        elif not moved:
+            self._executing -= after.executing - checkpoint.executing
+            _undo_counts(self._in_flight, checkpoint.in_flight, after.in_flight)
+            _undo_counts(self._executing_for, checkpoint.executing_for, after.executing_for)
         for partner, liveness in checkpoint.liveness.items():
             if liveness is None:
                 self._partners.pop(partner, None)
@@ -1535,6 +1567,8 @@ class Engine:
             else:
                 self._backlog.discard(partner)
         for timer, when in checkpoint.timers.items():
+            if moved and timer[1] == key:
+                continue  # the task's timers are those of the step that moved it
             if when is None:
                 self._timers.cancel(timer)
             elif self._timers.deadline(timer) != when:
@@ -1550,9 +1584,33 @@ class Checkpoint:
     fields: dict[str, Any]
     executing: int
     in_flight: dict[str, int | None]
+    executing_for: dict[str, int | None]
+    #: How many transitions the task had (0 for none).
+    history: int
     liveness: dict[str, _PartnerLiveness | None]
     backlog: dict[str, bool]
     timers: dict[_TimerKey, float | None]
+
+
+def _restore_counts(counts: dict[str, int], saved: dict[str, int | None]) -> None:
+    for partner, count in saved.items():
+        if count is None:
+            counts.pop(partner, None)
+        else:
+            counts[partner] = count
+
+
+def _undo_counts(
+    counts: dict[str, int], before: dict[str, int | None], after: dict[str, int | None]
+) -> None:
+    """Take back from `counts` what changed between `before` and `after`, keeping what
+    changed since."""
+    for partner in before:
+        left = counts.get(partner, 0) - ((after[partner] or 0) - (before[partner] or 0))
+        if left > 0:
+            counts[partner] = left
+        else:
+            counts.pop(partner, None)
 
 
 def _record_fields(rec: TaskRecord) -> dict[str, Any]:

@@ -360,6 +360,8 @@ class P2PProtocol:
             self.apply(step)
         else:
             assert checkpoint is not None
+            # What the message itself changed: others go on while its commit is awaited.
+            after = self.engine.counted(checkpoint)
             # Record, commit, and only then start handlers and deliveries: what this
             # message set going must not run if the message is refused after all.
             committing = False
@@ -377,7 +379,7 @@ class P2PProtocol:
                 # completion, say), and must stay.
                 if not committing:
                     self.store.discard(mark)
-                self.engine.rollback(checkpoint)
+                self.engine.rollback(checkpoint, after)
                 if not isinstance(exc, StoreUnavailable):
                     raise
                 raise SynapseError(

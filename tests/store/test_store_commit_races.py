@@ -145,6 +145,10 @@ async def test_a_refused_message_keeps_the_writes_others_made_during_its_commit(
         await eventually(lambda: bool(partner.finals("before")), timeout=20)
         await eventually(lambda: before not in e._queues, timeout=20)
         await e.commit()
+        # Nothing is counted any more: `before` ended, `during` was never taken.
+        assert e.engine.active_executor_tasks() == 0
+        assert e.engine.in_flight_with(R_ID) == 0
+        assert e.engine._executing_for == {}
     stored = store.get_task(before)
     assert stored is not None and stored.is_final, stored
     await store.close()
