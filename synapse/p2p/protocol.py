@@ -303,6 +303,9 @@ class P2PProtocol:
         self._running: dict[TaskKey, asyncio.Task[None]] = {}
         self._waiters: dict[TaskKey, asyncio.Future[Any]] = {}
         self._queues: dict[TaskKey, deque[_Queued]] = {}
+        #: Tasks with a running handler that an incoming message's commit is about: the
+        #: handler's outcome waits for it (see `_run_handler`).
+        self._committing: dict[TaskKey, set[asyncio.Future[None]]] = {}
         self._workers: dict[TaskKey, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._heartbeat_ok: dict[str, asyncio.Event] = {}
@@ -365,6 +368,8 @@ class P2PProtocol:
             # Record, commit, and only then start handlers and deliveries: what this
             # message set going must not run if the message is refused after all.
             committing = False
+            key = checkpoint.key
+            held = self._hold_handler(key) if key in self._running else None
             try:
                 queued = self._record(step)
                 if stage is not None:
@@ -387,7 +392,11 @@ class P2PProtocol:
                     "cannot store the message's effects; retry later",
                     {"reason": "store_unavailable"},
                 ) from exc
-            self._carry_out(step, queued, committed=True)
+            else:
+                self._carry_out(step, queued, committed=True)
+            finally:
+                if held is not None:
+                    self._release_handler(key, held)
         self._observe("reply_out", step.reply, message.sender_id)
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
@@ -883,6 +892,22 @@ class P2PProtocol:
 
     # --- handlers -------------------------------------------------------------------------------
 
+    def _hold_handler(self, key: TaskKey | None) -> asyncio.Future[None]:
+        assert key is not None
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._committing.setdefault(key, set()).add(held)
+        return held
+
+    def _release_handler(self, key: TaskKey | None, held: asyncio.Future[None]) -> None:
+        assert key is not None
+        holds = self._committing.get(key)
+        if holds is not None:
+            holds.discard(held)
+            if not holds:
+                del self._committing[key]
+        if not held.done():
+            held.set_result(None)
+
     def _start_handler(self, action: StartExecution) -> None:
         rec = self.engine.get(action.key)
         assert rec is not None
@@ -900,6 +925,12 @@ class P2PProtocol:
             if self._handler is None:
                 raise LocalProtocolError("no TaskHandler set")
             value = await self._handler.execute_task(ctx, action.task_type, action.payload)
+            # A message about this task is being committed (a task_cancel, say): its effect
+            # on the task is not settled until that commit succeeds (then it is carried out:
+            # a cancel cancels us here) or fails (then it is rolled back). The outcome is
+            # applied after that, so that it is judged on what holds, and built once.
+            while holds := self._committing.get(key):
+                await asyncio.wait(list(holds))
         except asyncio.CancelledError:
             outcome = "cancelled"
             if not self._closed:

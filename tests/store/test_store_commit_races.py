@@ -54,6 +54,7 @@ class Handler:
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.returned = asyncio.Event()
         self.runs = 0
 
     async def execute_task(
@@ -62,6 +63,7 @@ class Handler:
         self.runs += 1
         await ctx.progress(0.5)
         await self.release.wait()
+        self.returned.set()
         return "done"
 
     def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
@@ -167,3 +169,45 @@ async def test_a_refused_message_keeps_the_writes_others_made_during_its_commit(
     await store2.close()
     assert handler2.runs == 0
     assert len(partner.finals("before")) == 1, partner.received
+
+
+async def test_a_refused_cancel_leaves_a_task_its_handler_finished_meanwhile_finished(
+    tmp_path: Path,
+) -> None:
+    """The refused message is about the very task whose handler completes during its
+    commit: rolling the task back would forget a completion already stored and queued."""
+    db = tmp_path / "e.sqlite"
+    r = Engine(agent_id=R_ID, endpoint=R_URL)
+    partner = Partner(r)
+    handler = Handler()
+    store = GatedStore(db)
+    e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, handler=handler, sender=partner, store=store)
+    key = TaskKey(R_ID, "t")
+    async with e:
+        asked = request(r, "t")
+        reply = await e.handle_message(asked)
+        r.on_reply(asked, reply, T0)
+        await eventually(lambda: len(partner.received) == 1, timeout=20)
+        await e.commit()
+        (cancel,) = r.cancel(key, now=T0, reason="changed my mind").outgoing
+        with write_lock(db):
+            store.gate.clear()
+            store.at_gate.clear()
+            refused = asyncio.create_task(e.handle_message(cancel.message))
+            await eventually(store.at_gate.is_set, timeout=20)
+            handler.release.set()
+            await eventually(handler.returned.is_set, timeout=20)
+            store.gate.set()
+            with pytest.raises(SynapseError):
+                await refused
+        # The cancel was refused: the handler's completion stands, and is delivered.
+        await eventually(lambda: bool(partner.finals("t")), timeout=20)
+        await eventually(lambda: key not in e._queues, timeout=20)
+        await e.commit()
+        final = e.get_task_status("t", R_ID)
+        assert final is TaskState.COMPLETED, final
+        assert e.engine.active_executor_tasks() == 0
+    stored = store.get_task(key)
+    assert stored is not None and stored.state is final, stored
+    assert len(partner.finals("t")) == 1, partner.received
+    await store.close()
