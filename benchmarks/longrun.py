@@ -132,7 +132,14 @@ async def executor(args: argparse.Namespace) -> None:
             await asyncio.sleep(0.01)
         watch.paused = True
         gc.collect()  # what is left is what is held, not garbage not collected yet
+        tracked = gc.get_objects()  # what a full collection scans (the frozen heap aside)
         watch.paused = False
+        by_type: dict[str, int] = {}
+        for obj in tracked:
+            name = type(obj).__qualname__
+            by_type[name] = by_type.get(name, 0) + 1
+        top = dict(sorted(by_type.items(), key=lambda item: -item[1])[:8])
+        del tracked
         return web.json_response(
             {
                 "rss_kib": rss_kib(),
@@ -142,6 +149,8 @@ async def executor(args: argparse.Namespace) -> None:
                 "gc_any_max_ms": max(watch.longest) * 1000,
                 "gc_full": watch.full,
                 "in_memory": len(peer.protocol.engine.tasks),
+                "gc_tracked": sum(by_type.values()),
+                "gc_tracked_top": top,
                 # CPU seconds of the executor process: per task, a loaded machine barely
                 # disturbs it (wall-clock throughput it does).
                 "cpu_s": time.process_time(),
@@ -269,7 +278,8 @@ async def _run_tasks(
                     f"{done} tasks, {size / seconds:.0f}/s, rss {stats['rss_kib']} KiB, "
                     f"store {stats['store_bytes'] / 1e6:.1f} MB, "
                     f"full GC max {stats['gc_full_max_ms']:.1f} ms "
-                    f"({stats['gc_full_cpu_max_ms']:.1f} ms CPU, {stats['gc_full']} runs)",
+                    f"({stats['gc_full_cpu_max_ms']:.1f} ms CPU, {stats['gc_full']} runs), "
+                    f"{stats.get('gc_tracked', 0)} tracked objects",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -22,7 +22,9 @@ from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
+
+import msgspec
 
 #: (`from.agent_id`, `id`).
 DedupKey = tuple[str, str]
@@ -115,17 +117,38 @@ class Waiter(Protocol):
 
 @dataclass(slots=True)
 class _Entry:
+    """A message being processed (few at a time)."""
+
     fingerprint: bytes
     expires_at: datetime
-    reply: StoredReply | None = None
-    #: Futures of the retries waiting for the reply (in progress only).
+    #: Futures of the retries waiting for the reply.
     waiters: list[Waiter] = field(default_factory=list)
     #: Whether (expires_at, key) is in the expiry heap.
     queued: bool = True
 
+    in_progress = True
+
+
+class _Answered(msgspec.Struct, frozen=True, gc=False):
+    """An answered message, kept for the window: never tracked by the garbage collector
+    (`gc=False`; its fields are atoms and a tuple of strings), so that a full collection does
+    not scan the whole window — one entry per message received."""
+
+    fingerprint: bytes
+    expires_at: datetime
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...]
+
+    in_progress: ClassVar[bool] = False
+
     @property
-    def in_progress(self) -> bool:
-        return self.reply is None
+    def reply(self) -> StoredReply:
+        return StoredReply(self.status, self.body, self.headers)
+
+    @classmethod
+    def of(cls, fingerprint: bytes, expires_at: datetime, reply: StoredReply) -> _Answered:
+        return cls(fingerprint, expires_at, reply.status, reply.body, reply.headers)
 
 
 class DedupTable:
@@ -141,7 +164,7 @@ class DedupTable:
         if window <= 0:
             raise ValueError("the deduplication window must be positive")
         self._window = timedelta(seconds=window)
-        self._entries: dict[DedupKey, _Entry] = {}
+        self._entries: dict[DedupKey, _Entry | _Answered] = {}
         self._heap: list[tuple[datetime, DedupKey]] = []
         self._new_waiter = new_waiter
 
@@ -165,7 +188,7 @@ class DedupTable:
             return Begin(DedupOutcome.NEW)
         if entry.fingerprint != fingerprint:
             return Begin(DedupOutcome.REUSED)
-        if entry.reply is not None:
+        if isinstance(entry, _Answered):
             return Begin(DedupOutcome.DUPLICATE, reply=entry.reply)
         # One future per waiter: a waiter cancelled while waiting cancels only its own.
         waiter = self._new_waiter()
@@ -174,7 +197,7 @@ class DedupTable:
 
     def _finish(self, key: DedupKey, reply: StoredReply | None) -> _Entry:
         entry = self._entries.get(key)
-        if entry is None or not entry.in_progress:
+        if not isinstance(entry, _Entry):
             raise KeyError(f"{key!r} is not in progress")
         waiters, entry.waiters = entry.waiters, []
         for waiter in waiters:
@@ -190,9 +213,8 @@ class DedupTable:
         if not is_storable(reply.status):
             del self._entries[key]
             return
-        entry.reply = reply
+        self._entries[key] = _Answered.of(entry.fingerprint, entry.expires_at, reply)
         if not entry.queued:  # `expire` passed it over while it was in progress
-            entry.queued = True
             heapq.heappush(self._heap, (entry.expires_at, key))
 
     def abandon(self, key: DedupKey) -> None:
@@ -211,7 +233,7 @@ class DedupTable:
             entry = self._entries.get(key)
             if entry is None or entry.expires_at != expires_at:
                 continue  # left behind by an entry since removed or replaced
-            if entry.in_progress:
+            if isinstance(entry, _Entry):
                 entry.queued = False  # requeued by `complete`
                 continue
             del self._entries[key]
@@ -222,7 +244,7 @@ class DedupTable:
         self, key: DedupKey, fingerprint: bytes, expires_at: datetime, reply: StoredReply
     ) -> None:
         """Put back an entry a durable store kept (at start-up)."""
-        self._entries[key] = _Entry(fingerprint, expires_at, reply)
+        self._entries[key] = _Answered.of(fingerprint, expires_at, reply)
         heapq.heappush(self._heap, (expires_at, key))
 
     def expiry_of(self, key: DedupKey) -> tuple[bytes, datetime] | None:

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import msgspec
+
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
 from synapse.types import TaskState
@@ -189,9 +191,19 @@ class TaskStore(Protocol):
     async def close(self) -> None: ...
 
 
+#: A finished task as the memory store keeps it: (updated_at, role, state, the record encoded).
+#: A tuple of atoms only, which the garbage collector stops tracking after its first pass, and
+#: a bytes blob: however many finished tasks are kept, a full collection has nothing of theirs
+#: to scan (a `TaskRecord` with its history is a dozen tracked objects).
+_Kept = tuple[float, str, str, bytes]
+_record_encoder = msgspec.msgpack.Encoder()
+_record_decoder = msgspec.msgpack.Decoder(TaskRecord)
+
+
 class MemoryStore:
     """Nothing survives a restart: live tasks are the engine's; this keeps the finished ones
-    (up to the retention and `max_finished`, oldest out first) and lists the outbox."""
+    (up to the retention and `max_finished`, oldest out first), encoded, and lists the
+    outbox. `get_task` decodes a fresh record each time."""
 
     durable = False
 
@@ -202,8 +214,18 @@ class MemoryStore:
         self.dead_letters: dict[str, DeadLetter] = {}
         #: Outbox entries added since the last commit, for `discard`.
         self._since_commit: list[str] = []
-        #: Final tasks in the order they ended (re-ending moves one to the back).
-        self.finished: OrderedDict[TaskKey, TaskRecord] = OrderedDict()
+        #: Final tasks by (requester, task_id), in the order they ended (re-ending moves one
+        #: to the back).
+        self._finished: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
+
+    @property
+    def finished(self) -> list[TaskKey]:
+        """The keys of the finished tasks kept, oldest first."""
+        return [TaskKey(requester, task_id) for requester, task_id in self._finished]
+
+    def forget_finished(self, key: TaskKey) -> None:
+        """Drop a finished task (tests that replay a request from scratch)."""
+        self._finished.pop((key.requester, key.task_id), None)
 
     def load(self) -> Snapshot:
         return Snapshot()
@@ -215,20 +237,30 @@ class MemoryStore:
     def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
         if not record.is_final:
             return
-        finished = self.finished
-        finished[record.key] = record
-        finished.move_to_end(record.key)
+        finished = self._finished
+        key = (record.key.requester, record.key.task_id)
+        finished[key] = (
+            record.updated_at,
+            record.role.value,
+            record.state.value,
+            _record_encoder.encode(record),
+        )
+        finished.move_to_end(key)
         while len(finished) > self.max_finished:
             finished.popitem(last=False)
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
-        return self.finished.get(key)
+        kept = self._finished.get((key.requester, key.task_id))
+        return _record_decoder.decode(kept[3]) if kept is not None else None
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         return None  # the memory dedup table keeps its entries itself
 
     def _rows(self, where: TaskFilter | None) -> list[TaskRow]:
-        rows = (TaskRow(r.key, r.role.value, r.state, r.updated_at) for r in self.finished.values())
+        rows = (
+            TaskRow(TaskKey(requester, task_id), role, TaskState(state), updated_at)
+            for (requester, task_id), (updated_at, role, state, _blob) in self._finished.items()
+        )
         return [row for row in rows if where is None or where.matches(row)]
 
     def list_tasks(
@@ -244,17 +276,17 @@ class MemoryStore:
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
         counts: dict[tuple[str, TaskState], int] = {}
-        for record in self.finished.values():
-            key = (record.role.value, record.state)
+        for _updated_at, role, state, _blob in self._finished.values():
+            key = (role, TaskState(state))
             counts[key] = counts.get(key, 0) + 1
         return counts
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         removed = 0
-        finished = self.finished
+        finished = self._finished
         while finished and removed < limit:
-            key, record = next(iter(finished.items()))
-            if record.updated_at >= finished_before:
+            key, kept = next(iter(finished.items()))
+            if kept[0] >= finished_before:
                 break
             del finished[key]
             removed += 1

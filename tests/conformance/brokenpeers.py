@@ -194,7 +194,7 @@ class ReplayTwiceServer(SynapseServer):
                 engine.tasks.pop(key, None)
                 store = self.protocol.store
                 if isinstance(store, MemoryStore):
-                    store.finished.pop(key, None)  # finished tasks are kept there
+                    store.forget_finished(key)  # finished tasks are kept there
         return await super()._process(inbound)
 
 
