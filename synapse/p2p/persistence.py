@@ -77,12 +77,19 @@ class TaskFilter:
     states: frozenset[TaskState] | None = None
     #: Only tasks updated at or after this time (epoch seconds).
     updated_after: float | None = None
+    #: Only tasks of this context (`task_request.context.session_id`; an A2A `contextId`).
+    context_id: str | None = None
+    #: Only tasks with this `task.id` (whoever requested them).
+    task_id: str | None = None
 
-    def matches(self, row: TaskRow) -> bool:
+    def matches(self, row: TaskRow, context_id: str | None = None) -> bool:
+        """Whether `row` (of a task whose context is `context_id`) is wanted."""
         return (
             (self.requester is None or row.key.requester == self.requester)
             and (self.states is None or row.state in self.states)
             and (self.updated_after is None or row.updated_at >= self.updated_after)
+            and (self.context_id is None or context_id == self.context_id)
+            and (self.task_id is None or row.key.task_id == self.task_id)
         )
 
 
@@ -191,11 +198,11 @@ class TaskStore(Protocol):
     async def close(self) -> None: ...
 
 
-#: A finished task as the memory store keeps it: (updated_at, role, state, the record encoded).
-#: A tuple of atoms only, which the garbage collector stops tracking after its first pass, and
-#: a bytes blob: however many finished tasks are kept, a full collection has nothing of theirs
-#: to scan (a `TaskRecord` with its history is a dozen tracked objects).
-_Kept = tuple[float, str, str, bytes]
+#: A finished task as the memory store keeps it: (updated_at, role, state, context id, the
+#: record encoded). A tuple of atoms and a bytes blob, which the garbage collector stops
+#: tracking after its first pass: however many finished tasks are kept, a full collection has
+#: nothing of theirs to scan (a `TaskRecord` with its history is a dozen tracked objects).
+_Kept = tuple[float, str, str, str | None, bytes]
 _record_encoder = msgspec.msgpack.Encoder()
 _record_decoder = msgspec.msgpack.Decoder(TaskRecord)
 
@@ -243,6 +250,7 @@ class MemoryStore:
             record.updated_at,
             record.role.value,
             record.state.value,
+            record.context.session_id if record.context is not None else None,
             _record_encoder.encode(record),
         )
         finished.move_to_end(key)
@@ -251,17 +259,19 @@ class MemoryStore:
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
         kept = self._finished.get((key.requester, key.task_id))
-        return _record_decoder.decode(kept[3]) if kept is not None else None
+        return _record_decoder.decode(kept[4]) if kept is not None else None
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         return None  # the memory dedup table keeps its entries itself
 
     def _rows(self, where: TaskFilter | None) -> list[TaskRow]:
-        rows = (
-            TaskRow(TaskKey(requester, task_id), role, TaskState(state), updated_at)
-            for (requester, task_id), (updated_at, role, state, _blob) in self._finished.items()
-        )
-        return [row for row in rows if where is None or where.matches(row)]
+        rows = []
+        for (requester, task_id), kept in self._finished.items():
+            updated_at, role, state, context_id, _blob = kept
+            row = TaskRow(TaskKey(requester, task_id), role, TaskState(state), updated_at)
+            if where is None or where.matches(row, context_id):
+                rows.append(row)
+        return rows
 
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
@@ -276,7 +286,7 @@ class MemoryStore:
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
         counts: dict[tuple[str, TaskState], int] = {}
-        for _updated_at, role, state, _blob in self._finished.values():
+        for _updated_at, role, state, _context_id, _blob in self._finished.values():
             key = (role, TaskState(state))
             counts[key] = counts.get(key, 0) + 1
         return counts

@@ -398,6 +398,7 @@ class P2PProtocol:
             return
         del self._finals[key]
         self.engine.forget(key)
+        self._notify("on_evicted", key)
         handle = self._handles.pop(key, None)
         if handle is not None and not handle.settled:
             handle._settle()

@@ -86,10 +86,17 @@ CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated_at, requester, task_i
 CREATE INDEX IF NOT EXISTS tasks_by_requester ON tasks (requester, updated_at, task_id);
 CREATE INDEX IF NOT EXISTS tasks_finished_by_role ON tasks (role, state)
     WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (requester, {context}, updated_at, task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
 CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS NOT NULL;
 """
 _FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
+#: A task's context (`task_request.context.session_id`, an A2A `contextId`), read from its
+#: record: indexed as this expression (`tasks_by_context`), so that a listing of one context
+#: is a range of an index and the table needs no column (nor files made before a migration).
+_CONTEXT_ID = "json_extract(CAST(record AS TEXT), '$.context.session_id')"
+_SCHEMA = _SCHEMA.replace("{context}", _CONTEXT_ID)
 #: Size of the WAL file kept after a checkpoint (it is truncated down to this).
 _JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
 
@@ -241,6 +248,12 @@ def _where(where: TaskFilter | None) -> tuple[list[str], tuple[Any, ...]]:
     if where.updated_after is not None:
         clauses.append("updated_at >= ?")
         params += (where.updated_after,)
+    if where.context_id is not None:
+        clauses.append(f"{_CONTEXT_ID} = ?")
+        params += (where.context_id,)
+    if where.task_id is not None:
+        clauses.append("task_id = ?")
+        params += (where.task_id,)
     return clauses, params
 
 
