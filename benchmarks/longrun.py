@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import itertools
 import json
 import os
 import subprocess
@@ -457,6 +458,7 @@ def build_section(raw: dict[str, Any], tasks: int) -> Section:
             "full GC max ms",
             "… CPU ms",
             "in memory",
+            "GC-tracked objects",
         ],
         title="Executor after each block (RSS, store on disk, longest full GC so far)",
     )
@@ -471,6 +473,7 @@ def build_section(raw: dict[str, Any], tasks: int) -> Section:
                 f"{row['gc_full_max_ms']:.1f}",
                 f"{row['gc_full_cpu_max_ms']:.1f}",
                 row["in_memory"],
+                f"{row['gc_tracked']:,}" if "gc_tracked" in row else "n/a",
             )
     section.tables.append(table)
     summary = Table(
@@ -541,15 +544,23 @@ def plot(section: Section, path: Path) -> bool:
     except ImportError:
         return False
     runs = section.raw["runs"]  # type: ignore[attr-defined]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right, cpu) = plt.subplots(1, 3, figsize=(15, 4))
     for name, rows in runs.items():
         rows = [row for row in rows if row["rss_kib"]]  # a run rebuilt from its log has no start
         xs = [row["tasks"] for row in rows]
         left.plot(xs, [row["rss_kib"] / 1024 for row in rows], marker="o", label=name)
         right.plot(xs, [row["store_bytes"] / 1e6 for row in rows], marker="o", label=name)
+        if "cpu_s" in rows[0]:
+            per_block = [
+                (b["cpu_s"] - a["cpu_s"]) * 1e6 / (b["tasks"] - a["tasks"])
+                for a, b in itertools.pairwise(rows)
+            ]
+            cpu.plot(xs[1:], per_block, marker="o", label=name)
     left.set(title="executor RSS", xlabel="finished echo tasks", ylabel="MiB")
     right.set(title="store on disk (file + WAL)", xlabel="finished echo tasks", ylabel="MB")
-    for axis in (left, right):
+    cpu.set(title="executor CPU per task, each block", xlabel="finished echo tasks", ylabel="µs")
+    cpu.set_ylim(bottom=0)
+    for axis in (left, right, cpu):
         axis.grid(alpha=0.3)
         axis.legend()
     fig.tight_layout()
