@@ -172,6 +172,10 @@ class A2AService:
         self._extended_card = extended_card
         self.pusher = PushSender(self, self.config, secret=push_secret)
         self.tasks: dict[str, A2ATask] = {}
+        #: Views of finished tasks that left `tasks` while push notifications about them were
+        #: still queued: kept until those are delivered (`_sweep_pushing`), so that they go
+        #: out as the task was, not as a rebuild from its record.
+        self._pushing: dict[str, A2ATask] = {}
         self._protocol: P2PProtocol | None = None
         self._rebuilt = False
 
@@ -637,7 +641,8 @@ class A2AService:
         task_id: Any = getattr(message.payload, "task_id", None)
         if not isinstance(task_id, str):
             return None
-        view = self._view_by_id(task_id)
+        self._sweep_pushing()
+        view = self._pushing.get(task_id) or self._view_by_id(task_id)
         prefix = push_partner(task_id, "")
         if view is None or not partner.startswith(prefix):
             return None
@@ -747,6 +752,20 @@ class A2AService:
         view = self.tasks.get(key.task_id)
         if view is not None and view.key == key:
             del self.tasks[key.task_id]
+            if self._pushes_queued(view):
+                self._pushing[view.id] = view
+        self._sweep_pushing()
+
+    def _pushes_queued(self, view: A2ATask) -> bool:
+        protocol = self._protocol
+        return protocol is not None and any(
+            protocol.delivering(TaskKey(push_partner(view.id, config_id), view.id))
+            for config_id in view.push
+        )
+
+    def _sweep_pushing(self) -> None:
+        for task_id in [t for t, v in self._pushing.items() if not self._pushes_queued(v)]:
+            del self._pushing[task_id]
 
     def _rebuild(self, rec: TaskRecord) -> A2ATask:
         meta: dict[str, Any] = {}

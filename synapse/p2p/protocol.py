@@ -629,6 +629,10 @@ class P2PProtocol:
     def pending_deliveries(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
+    def delivering(self, key: TaskKey) -> bool:
+        """Whether messages about `key` are still queued for delivery."""
+        return bool(self._queues.get(key))
+
     @property
     def running(self) -> bool:
         """Started and not yet closed."""
