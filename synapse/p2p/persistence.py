@@ -9,6 +9,7 @@ acknowledged message is never lost and a POSTed one is never forgotten.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -264,25 +265,40 @@ class MemoryStore:
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         return None  # the memory dedup table keeps its entries itself
 
-    def _rows(self, where: TaskFilter | None) -> list[TaskRow]:
-        rows = []
-        for (requester, task_id), kept in self._finished.items():
-            updated_at, role, state, context_id, _blob = kept
-            row = TaskRow(TaskKey(requester, task_id), role, TaskState(state), updated_at)
-            if where is None or where.matches(row, context_id):
-                rows.append(row)
-        return rows
+    def _matching(
+        self, where: TaskFilter | None, before: ListCursor | None = None
+    ) -> list[ListCursor]:
+        """The cursors of the kept tasks `where` wants, strictly after `before`: one pass over
+        plain tuples (no row objects), since this store has no index (it is capped)."""
+        where = where or TaskFilter()
+        requester, context_id, task_id = where.requester, where.context_id, where.task_id
+        states = {s.value for s in where.states} if where.states is not None else None
+        after = where.updated_after
+        found = []
+        for key, (updated_at, _role, state, context, _blob) in self._finished.items():
+            if (
+                (requester is None or key[0] == requester)
+                and (task_id is None or key[1] == task_id)
+                and (states is None or state in states)
+                and (after is None or updated_at >= after)
+                and (context_id is None or context == context_id)
+            ):
+                cursor = (updated_at, key[0], key[1])
+                if before is None or cursor < before:
+                    found.append(cursor)
+        return found
 
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
     ) -> list[TaskRow]:
-        ordered = sorted(self._rows(where), key=lambda row: row.cursor, reverse=True)
-        if before is not None:
-            ordered = [row for row in ordered if row.cursor < before]
-        return ordered[:limit]
+        rows = []
+        for updated_at, requester, task_id in heapq.nlargest(limit, self._matching(where, before)):
+            _, role, state, _, _ = self._finished[(requester, task_id)]
+            rows.append(TaskRow(TaskKey(requester, task_id), role, TaskState(state), updated_at))
+        return rows
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
-        return len(self._rows(where))
+        return len(self._matching(where))
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
         counts: dict[tuple[str, TaskState], int] = {}
