@@ -123,6 +123,10 @@ async def executor(args: argparse.Namespace) -> None:
         store=open_store(args.store),
     )
 
+    async def ready(_request: web.Request) -> web.Response:
+        # The restart's probe: answered at once (no wait for deliveries, no collection).
+        return web.json_response({"in_memory": len(peer.protocol.engine.tasks)})
+
     async def stats(_request: web.Request) -> web.Response:
         # The requester counts a task done on its final callback; the executor lets it go
         # once that callback's acknowledgement is in and committed: wait (bounded) for the
@@ -159,6 +163,7 @@ async def executor(args: argparse.Namespace) -> None:
         )
 
     peer.app_hooks.append(lambda app: app.router.add_get("/bench/stats", stats))
+    peer.app_hooks.append(lambda app: app.router.add_get("/bench/ready", ready))
     started = time.perf_counter()
     await peer.start()
     recovery = time.perf_counter() - started
@@ -225,8 +230,8 @@ class Executor:
                 self.proc.wait()
 
 
-async def _stats(session: Any, port: int) -> dict[str, Any]:
-    async with session.get(f"http://127.0.0.1:{port}/bench/stats") as response:
+async def _stats(session: Any, port: int, what: str = "stats") -> dict[str, Any]:
+    async with session.get(f"http://127.0.0.1:{port}/bench/{what}") as response:
         data: dict[str, Any] = await response.json()
         return data
 
@@ -373,8 +378,8 @@ async def _restart(finished: int, live: int) -> dict[str, float]:
                 # The port answers from the start: poll the stats until recovery is done.
                 while True:
                     with contextlib.suppress(aiohttp.ClientError):
-                        stats = await _stats(session, port)
-                        if stats["in_memory"] >= live:
+                        stats = await _stats(session, port, "ready")
+                        if stats.get("in_memory", -1) >= live:
                             break
                     await asyncio.sleep(0.01)
             answered = time.perf_counter() - proc_started
