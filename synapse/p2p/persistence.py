@@ -10,6 +10,7 @@ acknowledged message is never lost and a POSTed one is never forgotten.
 from __future__ import annotations
 
 import heapq
+import sys
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -246,7 +247,8 @@ class MemoryStore:
         if not record.is_final:
             return
         finished = self._finished
-        key = (record.key.requester, record.key.task_id)
+        # One requester string for all its tasks (a few partners, many tasks).
+        key = (sys.intern(record.key.requester), record.key.task_id)
         finished[key] = (
             record.updated_at,
             record.role.value,
