@@ -706,7 +706,9 @@ class A2AService:
         not yet let go of), else one rebuilt from its record (a point lookup by key)."""
         if not self._rebuilt:
             self._rebuild_live()
-        view = self.tasks.get(key.task_id)
+        # A finished one waiting aside for its notifications is still the one to change (a
+        # push configuration rotated meanwhile is the one they go out with).
+        view = self.tasks.get(key.task_id) or self._pushing.get(key.task_id)
         if view is not None:
             return view if view.key == key else None
         if self._protocol is None or not key.requester.startswith(REQUESTER_PREFIX):
