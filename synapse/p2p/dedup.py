@@ -282,6 +282,12 @@ class DedupTable:
             self._expired_through = through
         return removed
 
+    def forget(self, key: DedupKey) -> None:
+        """Drop what is known of `key` (answered or in progress, its waiters left as they
+        are): a tool that must see a message anew, never the runtime."""
+        self._in_progress.pop(key, None)
+        self._answered.pop(_slot(key), None)
+
     def restore(
         self, key: DedupKey, fingerprint: bytes, expires_at: datetime, reply: StoredReply
     ) -> None:

@@ -171,7 +171,7 @@ class ForgetfulDedup(MemoryDedupStore):
     def begin(
         self, key: DedupKey, fingerprint: bytes, *, now: datetime, timestamp: datetime
     ) -> Begin:
-        self._entries.pop(key, None)
+        self.forget(key)
         return super().begin(key, fingerprint, now=now, timestamp=timestamp)
 
 
