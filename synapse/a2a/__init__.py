@@ -71,7 +71,9 @@ def enable_a2a(
       them in (default `JSONRPC`, `HTTP+JSON`, then `GRPC` when `grpc_port` is given).
     - `grpc_port`: serve the gRPC binding on this port of `grpc_host` (0: any free port;
       needs the `grpc` extra); `grpc_public_address` is the `host:port` the card gives
-      (default: the host of the HTTP interfaces' URL, and that port).
+      (default: the host of the HTTP interfaces' URL, and that port). It serves TLS (and
+      requires client certificates) as the peer's `tls` says, and enforces the same
+      `security` as the HTTP bindings.
     """
     try:
         peer.protocol  # noqa: B018 - raises until the peer is started
@@ -101,6 +103,7 @@ def enable_a2a(
         grpc_port=grpc_port,
         grpc_host=grpc_host,
         grpc_public_address=grpc_public_address,
+        tls=peer.tls,
     )
     if peer.tls is not None:
         server.pusher.ssl = peer.tls.client_context()

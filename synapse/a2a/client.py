@@ -48,6 +48,7 @@ from synapse.p2p.logs import get_logger
 from synapse.p2p.stream import EventStream
 from synapse.transport.client import TRACE_CONFIGS
 from synapse.transport.retry import backoff_delay
+from synapse.transport.tls import TLSConfig
 from synapse.types import DecisionAction, TaskError, TaskResult, TaskState
 
 log = get_logger("synapse.a2a.client")
@@ -167,6 +168,7 @@ class A2AClient:
         card_verifier: CardVerifier | None = None,
         require_signed_card: bool = False,
         ssl: ssl_module.SSLContext | None = None,
+        tls: TLSConfig | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.config = config or P2PConfig()
@@ -204,7 +206,11 @@ class A2AClient:
             raise ValueError("require_signed_card needs a card_verifier (pinned keys or JWKS)")
         #: True once the card's signature verified under a trusted key.
         self.card_verified = False
-        self._ssl = ssl
+        #: Our certificates (`synapse.transport.tls`): the HTTP bindings use its client
+        #: context unless `ssl` is given; the gRPC binding reads its files (gRPC's TLS is
+        #: not Python's), so a private CA or a client certificate over gRPC needs `tls`.
+        self.tls = tls
+        self._ssl = ssl if ssl is not None or tls is None else tls.client_context()
 
     async def __aenter__(self) -> A2AClient:
         try:
@@ -317,7 +323,16 @@ class A2AClient:
     def _make_transport(self, interface: wire.AgentInterface) -> Transport:
         binding = interface.protocol_binding
         if binding == wire.GRPC_BINDING:
-            return GrpcTransport(interface.url, self.headers, self.timeout, self.extensions)
+            grpc = GrpcTransport(
+                interface.url,
+                self.headers,
+                self.timeout,
+                self.extensions,
+                secure=self.url.startswith("https://"),
+                tls=self.tls,
+            )
+            grpc.auth = self._auth
+            return grpc
         if binding == wire.REST_BINDING:
             rest = RestTransport(interface.url, self._http, self.timeout)
             rest.auth = self._auth

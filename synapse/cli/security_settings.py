@@ -55,6 +55,7 @@ SECURITY_KEYS = frozenset(
         "tls_client_cert",
         "tls_client_key",
         "tls_key_password_file",
+        "tls_crl",
         "a2a_token_file",
         "a2a_security",
         "a2a_card_signing_key",
@@ -110,6 +111,14 @@ TLS_FLAGS: tuple[tuple[str, str, str, str, str], ...] = (
         "SYNAPSE_TLS_KEY_PASSWORD_FILE",
         "tls_key_password_file",
         "file holding the password of encrypted keys",
+    ),
+    (
+        "--tls-crl",
+        "tls_crl",
+        "SYNAPSE_TLS_CRL",
+        "tls_crl",
+        "certificate revocation lists (PEM) checked for client certificates we are shown and "
+        "server certificates we call; a CRL of every CA issuing them is needed",
     ),
 )
 
@@ -233,10 +242,15 @@ def tls_config(s: _SettingsView, *, serving: bool) -> TLSConfig | None:
             client_cert=client_cert,
             client_key=client_key,
             key_password=password,
+            crl=values.get("tls_crl"),
         )
         # Load the files now: a bad path or key is one line at start, not a failure later.
         config.server_context()
         config.client_context()
+        if config.crl is not None:
+            # The CRLs are checked by us where Python's ssl is not used (gRPC): each one
+            # must be signed by a CA we trust.
+            config.revocation_list(config.client_ca or config.ca)
     except ValueError as exc:
         raise CliError(f"bad TLS settings: {exc}") from exc
     return config
@@ -485,6 +499,7 @@ def a2a_client_options(s: _SettingsView) -> dict[str, Any]:
     ssl_context = tls.client_context() if tls is not None else None
     if ssl_context is not None:
         options["ssl"] = ssl_context
+        options["tls"] = tls  # the gRPC binding reads the files
     oauth: OAuthClient | None = None
     client_id = s.get("a2a_oauth_client", "SYNAPSE_A2A_OAUTH_CLIENT", "a2a_oauth_client", str)
     if client_id:

@@ -12,11 +12,19 @@ fill in); `server_context()` and `client_context()` build the `ssl.SSLContext`s:
   CA) when given; hostname checking stays on. `client_cert` + `client_key` are presented
   when a server asks for one.
 
+- **revocation**: `crl` (PEM, one or more CRLs) is checked for the leaf certificate on both
+  sides (`VERIFY_CRL_CHECK_LEAF`): client certificates on the server side, server
+  certificates on the client side. OpenSSL then fails closed: a leaf whose issuer has no CRL
+  in the file is refused too, so the file needs a CRL of every CA whose leaves are checked.
+  The file is read when a context is made (at start). `RevocationList` is the same check for
+  certificates no `ssl` context sees (gRPC's TLS is not Python's).
+
 Minimum version TLS 1.2 on both sides; Python's defaults choose the ciphers.
 """
 
 from __future__ import annotations
 
+import datetime
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +51,8 @@ class TLSConfig:
     client_key: str | Path | None = None
     #: Password of encrypted keys, if any (read it from a file or the environment, not argv).
     key_password: str | None = None
+    #: Certificate revocation lists (PEM) checked for the peer's leaf certificate, both ways.
+    crl: str | Path | None = None
 
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
@@ -70,6 +80,7 @@ class TLSConfig:
         if self.client_ca is not None:
             _load_ca(context, self.client_ca, "--tls-client-ca")
             context.verify_mode = ssl.CERT_REQUIRED
+            self._load_crl(context)
         return context
 
     def client_context(self) -> ssl.SSLContext:
@@ -86,7 +97,80 @@ class TLSConfig:
                 self.key_password,
                 "--tls-client-cert/--tls-client-key",
             )
+        self._load_crl(context)
         return context
+
+    def _load_crl(self, context: ssl.SSLContext) -> None:
+        if self.crl is None:
+            return
+        _load_ca(context, self.crl, "--tls-crl")
+        context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
+
+    def revocation_list(self, ca: str | Path | None) -> RevocationList | None:
+        """The CRLs of `crl`, each verified against `ca` (None when no CRL is set)."""
+        if self.crl is None:
+            return None
+        if ca is None:
+            raise ValueError("--tls-crl needs the CA that signed it (--tls-client-ca, --tls-ca)")
+        return RevocationList(self.crl, ca)
+
+
+class RevocationList:
+    """CRLs (PEM) for certificates that no Python `ssl` context verifies (gRPC's TLS).
+
+    Each CRL's signature is checked against the CA certificates of `ca_file` when loaded (a
+    CRL nobody we trust signed is refused at start). `why_revoked(cert)` then answers as
+    OpenSSL's `VERIFY_CRL_CHECK_LEAF` does: revoked, no CRL of the certificate's issuer, or
+    that CRL past its `nextUpdate` are all refusals.
+    """
+
+    def __init__(self, crl_file: str | Path, ca_file: str | Path) -> None:
+        from cryptography import x509
+
+        try:
+            crl_pem = Path(crl_file).read_bytes()
+            ca_pem = Path(ca_file).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"cannot read --tls-crl {crl_file}: {exc}") from exc
+        cas = x509.load_pem_x509_certificates(ca_pem)
+        self._crls: dict[bytes, Any] = {}
+        blocks = [b for b in crl_pem.split(b"-----END X509 CRL-----") if b"BEGIN X509 CRL" in b]
+        if not blocks:
+            raise ValueError(f"--tls-crl {crl_file} holds no PEM CRL")
+        for block in blocks:
+            try:
+                crl = x509.load_pem_x509_crl(block + b"-----END X509 CRL-----\n")
+            except ValueError as exc:
+                raise ValueError(f"--tls-crl {crl_file}: {exc}") from exc
+            signer = next(
+                (
+                    ca
+                    for ca in cas
+                    if ca.subject == crl.issuer and crl.is_signature_valid(ca.public_key())  # type: ignore[arg-type]
+                ),
+                None,
+            )
+            if signer is None:
+                raise ValueError(
+                    f"--tls-crl {crl_file}: a CRL of {crl.issuer.rfc4514_string()} is not "
+                    f"signed by a CA of {ca_file}"
+                )
+            self._crls[crl.issuer.public_bytes()] = crl
+
+    def why_revoked(self, cert_pem: bytes) -> str | None:
+        """Why the certificate must be refused, or None."""
+        from cryptography import x509
+
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        crl = self._crls.get(cert.issuer.public_bytes())
+        if crl is None:
+            return f"no CRL of the certificate's issuer {cert.issuer.rfc4514_string()}"
+        next_update = crl.next_update_utc
+        if next_update is not None and next_update < datetime.datetime.now(datetime.UTC):
+            return "the CRL of the certificate's issuer has expired"
+        if crl.get_revoked_certificate_by_serial_number(cert.serial_number) is not None:
+            return "the certificate is revoked"
+        return None
 
 
 def _load_chain(
@@ -103,6 +187,47 @@ def _load_ca(context: ssl.SSLContext, ca: str | Path, what: str) -> None:
         context.load_verify_locations(cafile=str(ca))
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(f"cannot load {what} {ca}: {exc}") from exc
+
+
+_NAME_KEYS = {
+    "2.5.4.3": "commonName",
+    "2.5.4.6": "countryName",
+    "2.5.4.7": "localityName",
+    "2.5.4.8": "stateOrProvinceName",
+    "2.5.4.10": "organizationName",
+    "2.5.4.11": "organizationalUnitName",
+    "1.2.840.113549.1.9.1": "emailAddress",
+}
+
+
+def pem_certificate_dict(pem: bytes) -> dict[str, Any] | None:
+    """A PEM certificate in the `ssl.getpeercert()` form (subject, subjectAltName, serial),
+    for connections whose TLS is not Python's (gRPC gives the verified certificate as PEM)."""
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate(pem)
+    except ValueError:
+        return None
+    subject = tuple(
+        tuple((_NAME_KEYS.get(a.oid.dotted_string, a.oid.dotted_string), str(a.value)) for a in rdn)
+        for rdn in cert.subject.rdns
+    )
+    alt: list[tuple[str, str]] = []
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        san = None
+    if san is not None:
+        alt += [("DNS", v) for v in san.get_values_for_type(x509.DNSName)]
+        alt += [("URI", v) for v in san.get_values_for_type(x509.UniformResourceIdentifier)]
+        alt += [("email", v) for v in san.get_values_for_type(x509.RFC822Name)]
+        alt += [("IP Address", str(v)) for v in san.get_values_for_type(x509.IPAddress)]
+    return {
+        "subject": subject,
+        "subjectAltName": tuple(alt),
+        "serialNumber": format(cert.serial_number, "X"),
+    }
 
 
 def peer_certificate(transport: Any) -> dict[str, Any] | None:
@@ -181,10 +306,12 @@ def check_partner_certificate(transport: Any, agent_id: str) -> str | None:
 
 __all__ = [
     "AGENT_URI_PREFIX",
+    "RevocationList",
     "TLSConfig",
     "certificate_identities",
     "certificate_names_agent",
     "check_partner_certificate",
     "map_principal",
     "peer_certificate",
+    "pem_certificate_dict",
 ]
