@@ -198,6 +198,8 @@ class A2AClient:
         self._push_ids: dict[str, str] = {}
         #: What we present where the card asks (synapse.a2a.client_auth).
         self.credentials = credentials
+        if credentials is not None and tls is not None and tls.client_cert is not None:
+            credentials.client_certificate = True  # the TLS settings present one
         #: Checks the card's signatures (synapse.a2a.card_signing); with
         #: `require_signed_card`, a card that does not verify is refused.
         self.card_verifier = card_verifier
@@ -509,7 +511,18 @@ class A2AClient:
             del self._push_ids[task_id]
 
     async def get_extended_card(self) -> wire.AgentCard:
-        return parse_card(wire.encode(await self.call("GetExtendedAgentCard", {})))
+        """The authenticated extended card, its signatures checked as the public card's are
+        (with `require_signed_card`, an unsigned or badly signed one is refused)."""
+        raw = wire.encode(await self.call("GetExtendedAgentCard", {}))
+        card = parse_card(raw)
+        if self.card_verifier is not None:
+            try:
+                await self.card_verifier.verify(raw)
+            except CardSignatureError as exc:
+                if self.require_signed_card:
+                    raise
+                log.warning("agent_card_unverified", agent=card.name, reason=exc.reason)
+        return card
 
     # --- tasks as handles ---------------------------------------------------------------------
 

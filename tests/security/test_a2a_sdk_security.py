@@ -185,3 +185,31 @@ async def test_our_client_over_mutual_tls_with_a_custom_ca(pki: Pki) -> None:
         with pytest.raises(A2AError, match="cannot fetch"):
             await client.discover()
         await client.close()
+
+
+def test_the_mtls_scheme_without_client_certificates_is_refused_at_start(pki: Pki) -> None:
+    """A card must not declare a scheme no caller could ever meet."""
+    policy = SecurityPolicy({"mtls": MutualTlsScheme()})
+    cert, key = pki.issue("agent-n", "agent-n")
+    for tls in (None, TLSConfig(cert=cert, key=key)):
+        with pytest.raises(ValueError, match="requires client certificates"):
+            enable_a2a(Peer("agent-n", handler=DemoHandler(), tls=tls), security=policy)
+    required = TLSConfig(cert=cert, key=key, client_ca=pki.ca_file)
+    enable_a2a(Peer("agent-n", handler=DemoHandler(), tls=required), security=policy)
+
+
+async def test_our_client_knows_its_tls_settings_present_a_certificate(pki: Pki) -> None:
+    from synapse.a2a import A2AClient, ClientCredentials
+
+    cert, key = pki.issue("agent-m", "agent-m")
+    tls = TLSConfig(cert=cert, key=key, client_ca=pki.ca_file)
+    peer = Peer("agent-m", handler=DemoHandler(), config=FAST, tls=tls)
+    enable_a2a(peer, security=SecurityPolicy({"mtls": MutualTlsScheme()}))
+    async with peer:
+        app_cert, app_key = pki.issue("app", "app")
+        mine = TLSConfig(ca=pki.ca_file, client_cert=app_cert, client_key=app_key)
+        credentials = ClientCredentials()  # no flag: the TLS settings say it
+        async with A2AClient(
+            f"https://127.0.0.1:{peer.port}", tls=mine, credentials=credentials
+        ) as client:
+            assert (await (await client.send({"text": "t"}, task_type="echo")).result(10)).ok
