@@ -453,3 +453,88 @@ async def test_an_authenticated_caller_without_the_skill_credential_is_403_not_4
     status, body, _ = await rpc(agent.rpc, slow, headers=bearer("bt-1"))
     assert (status, body["error"]["code"]) == (403, -32107)
     assert "skill 'slow' needs another credential" in body["error"]["message"]
+
+
+async def test_every_jsonrpc_method_and_rest_route_needs_a_credential(agent: Agent) -> None:
+    """No operation of either HTTP binding is served without a credential (the public card
+    aside): each is refused 401 with the same ErrorInfo, and served with a valid key."""
+    from synapse.a2a.operations import METHODS
+    from synapse.a2a.rest import ROUTES
+
+    for method in METHODS:
+        body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {}}
+        status, answer, headers = await rpc(agent.rpc, body)
+        assert (status, answer["error"]["code"]) == (401, -32106), method
+        assert answer["error"]["data"][0]["reason"] == "UNAUTHENTICATED"
+        assert headers["WWW-Authenticate"]
+    async with aiohttp.ClientSession() as session:
+        for route in ROUTES:
+            path = route.path({"id": "t-1", "taskId": "t-1"})
+            for headers in ({}, {"X-API-Key": "wrong"}):
+                async with session.request(
+                    route.verb,
+                    agent.rpc + path,
+                    json={} if route.body else None,
+                    headers={"A2A-Version": "1.0", **headers},
+                ) as response:
+                    error = (await response.json())["error"]
+                    assert response.status == 401, (route, error)
+                    assert error["status"] == "UNAUTHENTICATED"
+                    assert error["details"][0]["reason"] == "UNAUTHENTICATED"
+        async with session.get(
+            agent.rpc + "/extendedAgentCard",
+            headers={"A2A-Version": "1.0", "X-API-Key": "hk-1"},
+        ) as response:
+            assert response.status == 200
+        async with session.get(agent.base + "/.well-known/agent-card.json") as response:
+            assert response.status == 200
+
+
+async def test_skill_and_method_scopes_over_rest(agent: Agent) -> None:
+    async with aiohttp.ClientSession() as session:
+
+        async def post(path: str, body: Any, token: str) -> tuple[int, Any]:
+            async with session.post(
+                agent.rpc + path,
+                json=body,
+                headers={"A2A-Version": "1.0", **bearer(token)},
+            ) as response:
+                return response.status, await response.json()
+
+        slow = send_body("slow", {"steps": 50, "delay": 0.05})["params"]
+        status, answer = await post("/message:send", slow, agent.issuer.mint(scope="x"))
+        assert (status, answer["error"]["status"]) == (403, "PERMISSION_DENIED")
+        slow["configuration"] = {"returnImmediately": True}
+        status, answer = await post(
+            "/message:send", slow, agent.issuer.mint(sub="s", scope="tasks:slow")
+        )
+        assert status == 200, answer
+        task_id = answer["task"]["id"]
+        status, answer = await post(
+            f"/tasks/{task_id}:cancel", {}, agent.issuer.mint(sub="s", scope="tasks:slow")
+        )
+        assert (status, answer["error"]["status"]) == (403, "PERMISSION_DENIED")
+        status, answer = await post(
+            f"/tasks/{task_id}:cancel", {}, agent.issuer.mint(sub="s", scope="tasks:cancel")
+        )
+        assert status == 200 and answer["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_our_client_sends_each_credential_on_each_http_binding(
+    agent: Agent, binding: str
+) -> None:
+    for credentials in (
+        ClientCredentials(api_keys={"apiKeyHeader": "hk-1"}),
+        ClientCredentials(api_keys={"apiKeyQuery": "qk-1"}),
+        ClientCredentials(api_keys={"apiKeyCookie": "ck-1"}),
+        ClientCredentials(basic=("erin", "pw-erin")),
+        ClientCredentials(bearer="bt-1"),
+        ClientCredentials(oauth=OAuthClient("client-1", "client-secret-1")),
+    ):
+        async with A2AClient(agent.base, credentials=credentials, bindings=[binding]) as client:
+            assert client.binding == binding
+            handle = await client.send({"text": "b"}, task_type="echo", stream=True)
+            assert (await handle.result(10)).ok
+            assert (await client.get_task(handle.task_id)).id == handle.task_id
+            await client.get_extended_card()
