@@ -213,6 +213,8 @@ class A2AClient:
         #: not Python's), so a private CA or a client certificate over gRPC needs `tls`.
         self.tls = tls
         self._ssl = ssl if ssl is not None or tls is None else tls.client_context()
+        if credentials is not None and credentials.ssl is True and self._ssl is not None:
+            credentials.ssl = self._ssl  # the token endpoint is verified as the agent is
 
     async def __aenter__(self) -> A2AClient:
         try:

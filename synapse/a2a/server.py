@@ -24,7 +24,7 @@ from synapse.a2a import wire
 from synapse.a2a.card import build_card
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.jsonrpc import JsonRpcBinding
-from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY
+from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY, meta_value
 from synapse.a2a.rest import RestBinding
 from synapse.a2a.security import REQUEST_KEY, Presented, SecurityPolicy
 from synapse.a2a.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
@@ -282,9 +282,13 @@ class A2AServer:
             if message.get("taskId"):
                 return
             metadata = message.get("metadata")
-            skill = None
-            if isinstance(metadata, dict):  # the legacy key names the task type too
-                skill = metadata.get(TASK_TYPE_KEY) or metadata.get(LEGACY_TASK_TYPE_KEY)
+            # Read as the service reads it (`mapping.task_type_of`): the skill judged is the
+            # task type the task will have (a value it would refuse is refused there).
+            skill = meta_value(
+                metadata if isinstance(metadata, dict) else None,
+                TASK_TYPE_KEY,
+                LEGACY_TASK_TYPE_KEY,
+            )
             skill = skill if isinstance(skill, str) and skill else self.default_task_type
             await self.security.authorize_skill(presented, skill)
 
