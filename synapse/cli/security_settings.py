@@ -364,12 +364,16 @@ def a2a_policy(s: _SettingsView, tokens: Mapping[str, str]) -> Any:
     if unknown:
         raise CliError(f"{where}: unknown key {unknown[0]!r}")
     base = s.config.path.parent if s.config.path is not None else Path()
+    # The issuer's JWKS and discovery document are fetched as our other calls are: verified
+    # against --tls-ca (a private issuer), presenting our client certificate.
+    tls = tls_config(s, serving=False)
+    ssl: Any = tls.client_context() if tls is not None and tls.ca is not None else True
     schemes: dict[str, Any] = {}
     for name, spec in (raw.get("schemes") or {}).items():
         if not isinstance(spec, dict):
             raise CliError(f"{where}.schemes.{name} must be a table")
         try:
-            schemes[name] = _scheme(spec, base)
+            schemes[name] = _scheme(spec, base, ssl)
         except (KeyError, TypeError, ValueError) as exc:
             raise CliError(f"{where}.schemes.{name}: {exc}") from exc
     if tokens:
@@ -401,7 +405,7 @@ def _pairs(path: Path, separator: str, what: str) -> dict[str, str]:
     return found
 
 
-def _scheme(spec: Mapping[str, Any], base: Path) -> Any:
+def _scheme(spec: Mapping[str, Any], base: Path, ssl: Any = True) -> Any:
     from synapse.a2a import security
 
     kind = spec["type"]
@@ -418,14 +422,16 @@ def _scheme(spec: Mapping[str, Any], base: Path) -> Any:
         validator = security.JwtValidator(
             issuer=spec["issuer"],
             audience=spec["audience"],
-            jwks=security.JwksSource(spec["jwks_url"]),
+            jwks=security.JwksSource(spec["jwks_url"], ssl=ssl),
             leeway=int(spec.get("leeway", 30)),
         )
         return security.OAuth2Scheme(
             validator, token_url=spec["token_url"], scopes=dict(spec.get("scopes", {}))
         )
     if kind == "openIdConnect":
-        return security.OpenIdConnectScheme(spec["discovery_url"], audience=spec["audience"])
+        return security.OpenIdConnectScheme(
+            spec["discovery_url"], audience=spec["audience"], ssl=ssl
+        )
     if kind == "mtls":
         names = spec.get("names")
         return security.MutualTlsScheme(dict(names) if names is not None else None)

@@ -264,3 +264,55 @@ async def test_serve_checks_client_certificates_against_the_configured_crl(
     )
     assert started.returncode == 2
     assert "is not signed by a CA of" in started.stderr
+
+
+async def test_a_private_issuer_is_reached_through_the_configured_ca(tmp_path: Path) -> None:
+    """`[a2a_security]` OAuth 2.0 and OpenID Connect schemes fetch the issuer's JWKS and
+    discovery document verified against `tls_ca`: an issuer with a certificate of the
+    operator's CA works, and without `tls_ca` its keys cannot be had (a retry, not a pass)."""
+    import pytest
+    import trustme
+    from issuer import Issuer
+    from seckit import Pki
+
+    from synapse.a2a.security import IssuerUnavailable, Presented
+    from synapse.cli.main import build_parser
+    from synapse.cli.security_settings import a2a_policy
+    from synapse.cli.settings import Settings
+    from synapse.transport.tls import TLSConfig
+
+    (tmp_path / "pki").mkdir()
+    pki = Pki(trustme.CA(), tmp_path / "pki")
+    cert, key = pki.issue("issuer", "issuer")
+    served = TLSConfig(cert=cert, key=key).server_context()
+    issuer = Issuer(audience=AUDIENCE, ssl_context=served)
+    await issuer.start()
+    try:
+        config = tmp_path / "agent.toml"
+        schemes = f"""
+            [a2a_security.schemes.oauth]
+            type = "oauth2"
+            issuer = "{issuer.base}"
+            audience = "{AUDIENCE}"
+            jwks_url = "{issuer.jwks_url}"
+            token_url = "{issuer.token_url}"
+            [a2a_security.schemes.oidc]
+            type = "openIdConnect"
+            discovery_url = "{issuer.discovery_url}"
+            audience = "{AUDIENCE}"
+            """
+        token = issuer.mint(sub="svc")
+        for ca_line, works in ((f'tls_ca = "{pki.ca_file}"', True), ("", False)):
+            config.write_text(textwrap.dedent(ca_line + "\n" + schemes))
+            argv = build_parser().parse_args(["serve", "--config", str(config)])
+            policy = a2a_policy(Settings.load(argv, {}), {})
+            for name in ("oauth", "oidc"):
+                presented = Presented({"authorization": f"Bearer {token}"})
+                if works:
+                    identity = await policy.schemes[name].authenticate(presented)
+                    assert identity is not None and identity.principal == "svc"
+                else:
+                    with pytest.raises(IssuerUnavailable):
+                        await policy.schemes[name].authenticate(presented)
+    finally:
+        await issuer.stop()
