@@ -344,6 +344,14 @@ async def test_our_grpc_client_sends_what_the_card_asks_for(agent: GrpcAgent) ->
         with pytest.raises(A2AError) as caught:
             await client.send({"text": "k"}, task_type="echo")
         assert caught.value.code == A2ACode.AUTHENTICATION_FAILED
+    # A valid token without the skill's scope: the agent's PERMISSION_DENIED comes back as
+    # the authorization error (-32107), not as an authentication failure.
+    unscoped = ClientCredentials(bearer=agent.issuer.mint(sub="svc", scope="other"))
+    async with A2AClient(agent.base, credentials=unscoped, bindings=["GRPC"]) as client:
+        with pytest.raises(A2AError) as caught:
+            await client.send({"steps": 1}, task_type="slow")
+        assert caught.value.code == A2ACode.AUTHORIZATION_FAILED
+        assert "tasks:slow" in caught.value.message
 
 
 # --- mutual TLS over gRPC ------------------------------------------------------------------------
@@ -446,3 +454,48 @@ async def test_the_sdk_grpc_client_meets_each_scheme_it_knows(
         await state({scheme: "wrong"})
     with pytest.raises(A2AClientError):
         await state({})
+
+
+async def test_the_sdk_grpc_client_over_mutual_tls(pki: Pki) -> None:
+    """The SDK's gRPC client on a channel of its own with our CA and a client certificate:
+    served when the certificate maps to a principal, refused when it does not."""
+    import ssl
+
+    import grpc
+    import httpx
+    from a2a.client import ClientConfig, ClientFactory
+    from a2a.client.errors import A2AClientError
+    from google.protobuf.json_format import MessageToDict
+    from test_a2a_sdk_security import message
+
+    cert, key = pki.issue("agent-sm", "agent-sm")
+    tls = TLSConfig(cert=cert, key=key, client_ca=pki.ca_file)
+    policy = SecurityPolicy({"mtls": MutualTlsScheme({"partner-app": "app"})})
+    peer = Peer("agent-sm", handler=DemoHandler(), config=FAST, tls=tls)
+    enable_a2a(peer, security=policy, grpc_port=0, bindings=["GRPC", "JSONRPC"])
+    async with peer:
+        base = f"https://127.0.0.1:{peer.port}"
+
+        async def state(pair: tuple[Any, Any]) -> str:
+            verify = ssl.create_default_context(cafile=str(pki.ca_file))
+            verify.load_cert_chain(str(pair[0]), str(pair[1]))
+            credentials = channel_credentials(pki, pair)
+            async with httpx.AsyncClient(timeout=10, verify=verify) as http:
+                config = ClientConfig(
+                    streaming=True,
+                    httpx_client=http,
+                    supported_protocol_bindings=["GRPC"],
+                    grpc_channel_factory=lambda url: grpc.aio.secure_channel(url, credentials),
+                )
+                client = await ClientFactory(config).create_from_url(base)
+                try:
+                    events = [MessageToDict(e) async for e in client.send_message(message())]
+                finally:
+                    await client.close()
+            last = events[-1]
+            result: str = (last.get("task") or last["statusUpdate"])["status"]["state"]
+            return result
+
+        assert await state(pki.issue("app", "partner-app")) == "TASK_STATE_COMPLETED"
+        with pytest.raises(A2AClientError, match="UNAUTHENTICATED"):
+            await state(pki.issue("stranger", "stranger"))
