@@ -51,8 +51,6 @@ class GrpcBinding:
             if tls is not None and tls.client_ca is not None
             else None
         )
-        #: True when the port serves TLS.
-        self.secure = tls is not None and tls.serves_tls
 
     async def start(self, host: str, port: int) -> int:
         handlers: dict[str, grpc.RpcMethodHandler] = {}
