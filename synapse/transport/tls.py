@@ -16,20 +16,44 @@ fill in); `server_context()` and `client_context()` build the `ssl.SSLContext`s:
   sides (`VERIFY_CRL_CHECK_LEAF`): client certificates on the server side, server
   certificates on the client side. OpenSSL then fails closed: a leaf whose issuer has no CRL
   in the file is refused too, so the file needs a CRL of every CA whose leaves are checked.
-  The file is read when a context is made (at start). `RevocationList` is the same check for
-  certificates no `ssl` context sees (gRPC's TLS is not Python's).
+  The file is read when a context is made (at start), and again into every context made
+  from it when it changes (`reload_crls`; a peer calls it every `CRL_REFRESH` seconds), so a
+  CRL renewed before its `nextUpdate` needs no restart. `RevocationList` is the same check
+  for certificates no `ssl` context sees (gRPC's TLS is not Python's).
 
 Minimum version TLS 1.2 on both sides; Python's defaults choose the ciphers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import os
 import ssl
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from synapse.p2p.logs import get_logger
+
+log = get_logger("synapse.transport.tls")
+
+#: Seconds between two looks at the CRL files (`refresh_crls`).
+CRL_REFRESH = 60.0
+#: Each context that checks a CRL file → (the file, its modification time when loaded).
+_CRL_CONTEXTS: weakref.WeakKeyDictionary[ssl.SSLContext, tuple[str, float | None]] = (
+    weakref.WeakKeyDictionary()
+)
+_REVOCATION_LISTS: weakref.WeakSet[RevocationList] = weakref.WeakSet()
+
+
+def _mtime(path: str | Path) -> float | None:
+    try:
+        return os.stat(path).st_mtime_ns / 1e9
+    except OSError:
+        return None
 
 #: A certificate's URI SAN naming a Synapse agent: `synapse:agent:<agent id>`.
 AGENT_URI_PREFIX = "synapse:agent:"
@@ -105,6 +129,7 @@ class TLSConfig:
             return
         _load_ca(context, self.crl, "--tls-crl")
         context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
+        _CRL_CONTEXTS[context] = (str(self.crl), _mtime(self.crl))
 
     def revocation_list(self, ca: str | Path | None) -> RevocationList | None:
         """The CRLs of `crl`, each verified against `ca` (None when no CRL is set)."""
@@ -125,15 +150,31 @@ class RevocationList:
     """
 
     def __init__(self, crl_file: str | Path, ca_file: str | Path) -> None:
+        self.crl_file, self.ca_file = crl_file, ca_file
+        self._mtime = _mtime(crl_file)
+        self._crls: dict[bytes, Any] = self._load()
+        _REVOCATION_LISTS.add(self)
+
+    def reload(self) -> bool:
+        """Read the file again if it changed; True if it did (a bad new file keeps the old)."""
+        mtime = _mtime(self.crl_file)
+        if mtime is None or mtime == self._mtime:
+            return False
+        self._mtime = mtime
+        self._crls = self._load()
+        return True
+
+    def _load(self) -> dict[bytes, Any]:
         from cryptography import x509
 
+        crl_file, ca_file = self.crl_file, self.ca_file
         try:
             crl_pem = Path(crl_file).read_bytes()
             ca_pem = Path(ca_file).read_bytes()
         except OSError as exc:
             raise ValueError(f"cannot read --tls-crl {crl_file}: {exc}") from exc
         cas = x509.load_pem_x509_certificates(ca_pem)
-        self._crls: dict[bytes, Any] = {}
+        crls: dict[bytes, Any] = {}
         blocks = [b for b in crl_pem.split(b"-----END X509 CRL-----") if b"BEGIN X509 CRL" in b]
         if not blocks:
             raise ValueError(f"--tls-crl {crl_file} holds no PEM CRL")
@@ -155,7 +196,8 @@ class RevocationList:
                     f"--tls-crl {crl_file}: a CRL of {crl.issuer.rfc4514_string()} is not "
                     f"signed by a CA of {ca_file}"
                 )
-            self._crls[crl.issuer.public_bytes()] = crl
+            crls[crl.issuer.public_bytes()] = crl
+        return crls
 
     def why_revoked(self, cert_pem: bytes) -> str | None:
         """Why the certificate must be refused, or None."""
@@ -187,6 +229,40 @@ def _load_ca(context: ssl.SSLContext, ca: str | Path, what: str) -> None:
         context.load_verify_locations(cafile=str(ca))
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(f"cannot load {what} {ca}: {exc}") from exc
+
+
+def reload_crls() -> int:
+    """Load each CRL file that changed since it was loaded into every context (and every
+    `RevocationList`) that checks it; the number of reloads. A newer CRL of an issuer takes
+    over from the older one (OpenSSL uses the latest valid CRL of an issuer). A file that
+    cannot be read or parsed now keeps what was loaded, and is logged."""
+    reloaded = 0
+    for context, (path, loaded) in list(_CRL_CONTEXTS.items()):
+        mtime = _mtime(path)
+        if mtime is None or mtime == loaded:
+            continue
+        _CRL_CONTEXTS[context] = (path, mtime)
+        try:
+            context.load_verify_locations(cafile=path)
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("crl_reload_failed", path=path, error=str(exc))
+            continue
+        reloaded += 1
+    for revocations in list(_REVOCATION_LISTS):
+        try:
+            reloaded += revocations.reload()
+        except ValueError as exc:
+            log.warning("crl_reload_failed", path=str(revocations.crl_file), error=str(exc))
+    if reloaded:
+        log.info("crl_reloaded", contexts=reloaded)
+    return reloaded
+
+
+async def refresh_crls(interval: float = CRL_REFRESH) -> None:
+    """`reload_crls` every `interval` seconds, until cancelled (a peer with `crl` runs it)."""
+    while True:
+        await asyncio.sleep(interval)
+        reload_crls()
 
 
 _NAME_KEYS = {
@@ -314,4 +390,6 @@ __all__ = [
     "map_principal",
     "peer_certificate",
     "pem_certificate_dict",
+    "refresh_crls",
+    "reload_crls",
 ]

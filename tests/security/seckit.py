@@ -47,9 +47,12 @@ class Pki:
         cert.private_key_pem.write_to_path(str(key_file))
         return cert_file, key_file
 
-    def crl(self, *revoked: Path, name: str = "crl.pem", expired: bool = False) -> Path:
+    def crl(
+        self, *revoked: Path, name: str = "crl.pem", expired: bool = False, age: float = 300
+    ) -> Path:
         """A CRL of this CA (made and signed with `cryptography`) revoking the certificates
-        in the `revoked` files; `expired`: its nextUpdate is in the past."""
+        in the `revoked` files; `expired`: its nextUpdate is in the past; `age`: seconds
+        since its lastUpdate (of two current CRLs, the younger one is used)."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
 
@@ -59,7 +62,7 @@ class Pki:
         builder = (
             x509.CertificateRevocationListBuilder()
             .issuer_name(ca_cert.subject)
-            .last_update(now - datetime.timedelta(days=2 if expired else 0, minutes=5))
+            .last_update(now - datetime.timedelta(days=2 if expired else 0, seconds=age))
             .next_update(now + datetime.timedelta(days=-1 if expired else 7))
         )
         for path in revoked:

@@ -178,3 +178,58 @@ def test_the_contexts_check_the_leaf_against_the_crl(pki: Pki) -> None:
     assert server is not None and server.verify_flags & ssl.VERIFY_CRL_CHECK_LEAF
     assert tls.client_context().verify_flags & ssl.VERIFY_CRL_CHECK_LEAF
     assert not pki.peer_tls(R).client_context().verify_flags & ssl.VERIFY_CRL_CHECK_LEAF
+
+
+async def test_a_renewed_crl_is_picked_up_without_a_restart(pki: Pki) -> None:
+    """The operator renews the CRL file in place (a newly revoked certificate; an expired CRL
+    replaced by a current one): `reload_crls` loads it into the running peer's contexts."""
+    import os
+
+    from synapse.transport.tls import reload_crls
+
+    x_cert, x_key = pki.issue(X, X)
+    crl = pki.crl(name="live.crl", expired=True)
+    e = Peer(E, handler=DemoHandler(), config=FAST, tls=with_crl(pki.peer_tls(E), crl))
+    x_tls = TLSConfig(ca=pki.ca_file, client_cert=x_cert, client_key=x_key)
+
+    async def handshake() -> bool:
+        async with HttpClient(FAST, tls=x_tls) as client:
+            try:
+                await client.exchange(Partner(E, e.endpoint, ("s",)), heartbeat(X, E))
+            except DeliveryError as exc:
+                assert exc.status is None
+                return False
+            return True
+
+    renewals = [240.0]
+
+    def renew(*revoked: Path) -> None:
+        # Each renewal is younger than the last (CRLs are issued minutes or hours apart).
+        renewals.append(renewals[-1] - 60)
+        made = pki.crl(*revoked, name="next.crl", age=renewals[-1])
+        os.replace(made, crl)
+        stat = os.stat(crl)  # a distinct mtime even within the file system's granularity
+        os.utime(crl, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+    async with e:
+        # The peer looks at the file every CRL_REFRESH s (reload_crls is called here directly).
+        assert e._crl_refresh is not None and not e._crl_refresh.done()
+        assert not await handshake()  # the CRL is expired: everyone is refused
+        assert reload_crls() == 0  # nothing changed yet
+        renew()
+        assert reload_crls() >= 1
+        assert await handshake()  # a current CRL that revokes nothing
+        renew(x_cert)
+        assert reload_crls() >= 1
+        assert not await handshake()  # x is revoked now
+    assert e._crl_refresh is None
+    # The gRPC path's RevocationList follows the file too.
+    checks = RevocationList(crl, pki.ca_file)
+    assert checks.why_revoked(x_cert.read_bytes()) == "the certificate is revoked"
+    renew()
+    assert reload_crls() >= 1
+    assert checks.why_revoked(x_cert.read_bytes()) is None
+    # A broken renewal keeps what was loaded (and is logged).
+    crl.write_text("not a CRL")
+    reload_crls()
+    assert checks.why_revoked(x_cert.read_bytes()) is None
