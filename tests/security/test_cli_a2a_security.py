@@ -316,3 +316,53 @@ async def test_a_private_issuer_is_reached_through_the_configured_ca(tmp_path: P
                         await policy.schemes[name].authenticate(presented)
     finally:
         await issuer.stop()
+
+
+async def test_send_over_grpc_with_mutual_tls(tmp_path: Path) -> None:
+    """`serve --a2a` with TLS, client certificates and an mTLS scheme on its gRPC port;
+    `send --a2a --a2a-binding GRPC` with `--tls-*` presents its certificate there."""
+    import pytest
+    import trustme
+    from seckit import Pki
+
+    from synapse.a2a.transports import grpc_available
+
+    if not grpc_available():
+        pytest.skip("grpcio missing: pip install '.[grpc]'")
+    (tmp_path / "pki").mkdir()
+    pki = Pki(trustme.CA(), tmp_path / "pki")
+    cert, key = pki.issue("agent-g", "agent-g")
+    app_cert, app_key = pki.issue("app", "app")
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            agent_id = "agent-g"
+            a2a = true
+            tls_cert = "{cert}"
+            tls_key = "{key}"
+            tls_client_ca = "{pki.ca_file}"
+            [a2a_security.schemes.cert]
+            type = "mtls"
+            names = {{ app = "the-app" }}
+            """
+        )
+    )
+    port, grpc_port = free_port(), free_port()
+    with serving("--config", str(config), "--port", str(port), "--a2a-grpc-port", str(grpc_port)):
+
+        def send(*flags: str) -> subprocess.CompletedProcess[str]:
+            argv = synapse(
+                "send", "--a2a", f"https://127.0.0.1:{port}", "--a2a-binding", "GRPC",
+                "--tls-ca", str(pki.ca_file), *flags, "echo", '{"text": "grpc mtls"}',
+            )  # fmt: skip
+            return subprocess.run(
+                argv, env=ENV, capture_output=True, text=True, timeout=60, check=False
+            )
+
+        sent = await asyncio.to_thread(
+            send, "--tls-client-cert", str(app_cert), "--tls-client-key", str(app_key)
+        )
+        assert (sent.returncode, sent.stdout) == (0, "grpc mtls\n"), sent.stderr
+        refused = await asyncio.to_thread(send)  # no client certificate: not even the card
+        assert refused.returncode == 2
