@@ -47,9 +47,7 @@ class GrpcBinding:
         tls = server.tls
         #: Client certificates are checked against these CRLs (grpcio cannot).
         self.revocations = (
-            tls.revocation_list(tls.client_ca)
-            if tls is not None and tls.client_ca is not None
-            else None
+            tls.revocation_list() if tls is not None and tls.client_ca is not None else None
         )
 
     async def start(self, host: str, port: int) -> int:

@@ -250,7 +250,7 @@ def tls_config(s: _SettingsView, *, serving: bool) -> TLSConfig | None:
         if config.crl is not None:
             # The CRLs are checked by us where Python's ssl is not used (gRPC): each one
             # must be signed by a CA we trust.
-            config.revocation_list(config.client_ca or config.ca)
+            config.revocation_list()
     except ValueError as exc:
         raise CliError(f"bad TLS settings: {exc}") from exc
     return config

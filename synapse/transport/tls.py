@@ -55,6 +55,7 @@ def _mtime(path: str | Path) -> float | None:
     except OSError:
         return None
 
+
 #: A certificate's URI SAN naming a Synapse agent: `synapse:agent:<agent id>`.
 AGENT_URI_PREFIX = "synapse:agent:"
 
@@ -131,26 +132,31 @@ class TLSConfig:
         context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
         _CRL_CONTEXTS[context] = (str(self.crl), _mtime(self.crl))
 
-    def revocation_list(self, ca: str | Path | None) -> RevocationList | None:
-        """The CRLs of `crl`, each verified against `ca` (None when no CRL is set)."""
+    def revocation_list(self) -> RevocationList | None:
+        """The CRLs of `crl`, each verified against our CAs (`client_ca`, `ca`); None when
+        no CRL is set."""
         if self.crl is None:
             return None
-        if ca is None:
+        cas = [ca for ca in (self.client_ca, self.ca) if ca is not None]
+        if not cas:
             raise ValueError("--tls-crl needs the CA that signed it (--tls-client-ca, --tls-ca)")
-        return RevocationList(self.crl, ca)
+        return RevocationList(self.crl, *cas)
 
 
 class RevocationList:
     """CRLs (PEM) for certificates that no Python `ssl` context verifies (gRPC's TLS).
 
-    Each CRL's signature is checked against the CA certificates of `ca_file` when loaded (a
-    CRL nobody we trust signed is refused at start). `why_revoked(cert)` then answers as
+    Each CRL's signature is checked against the CA certificates of `ca_files` when loaded (a
+    CRL nobody we trust signed is refused at start); of two CRLs of one issuer the later one
+    counts. `why_revoked(cert)` then answers as
     OpenSSL's `VERIFY_CRL_CHECK_LEAF` does: revoked, no CRL of the certificate's issuer, or
     that CRL past its `nextUpdate` are all refusals.
     """
 
-    def __init__(self, crl_file: str | Path, ca_file: str | Path) -> None:
-        self.crl_file, self.ca_file = crl_file, ca_file
+    def __init__(self, crl_file: str | Path, *ca_files: str | Path) -> None:
+        if not ca_files:
+            raise ValueError("a revocation list needs the CAs that sign its CRLs")
+        self.crl_file, self.ca_files = crl_file, ca_files
         self._mtime = _mtime(crl_file)
         self._crls: dict[bytes, Any] = self._load()
         _REVOCATION_LISTS.add(self)
@@ -167,13 +173,16 @@ class RevocationList:
     def _load(self) -> dict[bytes, Any]:
         from cryptography import x509
 
-        crl_file, ca_file = self.crl_file, self.ca_file
+        crl_file = self.crl_file
         try:
             crl_pem = Path(crl_file).read_bytes()
-            ca_pem = Path(ca_file).read_bytes()
+            cas = [
+                ca
+                for ca_file in self.ca_files
+                for ca in x509.load_pem_x509_certificates(Path(ca_file).read_bytes())
+            ]
         except OSError as exc:
             raise ValueError(f"cannot read --tls-crl {crl_file}: {exc}") from exc
-        cas = x509.load_pem_x509_certificates(ca_pem)
         crls: dict[bytes, Any] = {}
         blocks = [b for b in crl_pem.split(b"-----END X509 CRL-----") if b"BEGIN X509 CRL" in b]
         if not blocks:
@@ -194,9 +203,11 @@ class RevocationList:
             if signer is None:
                 raise ValueError(
                     f"--tls-crl {crl_file}: a CRL of {crl.issuer.rfc4514_string()} is not "
-                    f"signed by a CA of {ca_file}"
+                    f"signed by a CA of {', '.join(map(str, self.ca_files))}"
                 )
-            crls[crl.issuer.public_bytes()] = crl
+            known = crls.get(crl.issuer.public_bytes())
+            if known is None or known.last_update_utc < crl.last_update_utc:
+                crls[crl.issuer.public_bytes()] = crl
         return crls
 
     def why_revoked(self, cert_pem: bytes) -> str | None:

@@ -233,3 +233,21 @@ async def test_a_renewed_crl_is_picked_up_without_a_restart(pki: Pki) -> None:
     crl.write_text("not a CRL")
     reload_crls()
     assert checks.why_revoked(x_cert.read_bytes()) is None
+
+
+def test_one_crl_file_for_the_client_and_the_server_ca(pki: Pki, rogue_pki: Pki) -> None:
+    """One `--tls-crl` file serves both sides: CRLs of the client CA and of the server CA
+    (here: two CAs), each signed by one of ours; of two CRLs of one CA the later counts."""
+    ours, theirs = pki.issue("client-app", "client-app"), rogue_pki.issue("server", "server")
+    older = pki.crl(ours[0], name="older.crl", age=3600)  # revoked an hour ago ...
+    newer = pki.crl(name="newer.crl", age=60)  # ... and reinstated since
+    other = rogue_pki.crl(theirs[0], name="other.crl")
+    bundle = pki.directory / "bundle.crl"
+    bundle.write_bytes(newer.read_bytes() + older.read_bytes() + other.read_bytes())
+    tls = TLSConfig(cert=ours[0], key=ours[1], client_ca=pki.ca_file, ca=rogue_pki.ca_file)
+    checks = dataclasses.replace(tls, crl=bundle).revocation_list()
+    assert checks is not None
+    assert checks.why_revoked(ours[0].read_bytes()) is None
+    assert checks.why_revoked(theirs[0].read_bytes()) == "the certificate is revoked"
+    with pytest.raises(ValueError, match="is not signed by a CA of"):
+        dataclasses.replace(tls, ca=None, crl=bundle).revocation_list()
