@@ -525,6 +525,15 @@ class OpenIdConnectScheme:
                 jwks_uri = document.get("jwks_uri") if isinstance(document, dict) else None
                 if not isinstance(issuer, str) or not isinstance(jwks_uri, str):
                     raise IssuerUnavailable(f"{self.discovery_url} names no issuer and jwks_uri")
+                suffix = "/.well-known/openid-configuration"
+                if self.discovery_url.endswith(suffix) and issuer.rstrip("/") != (
+                    self.discovery_url.removesuffix(suffix).rstrip("/")
+                ):
+                    # OpenID Connect Discovery 1.0, section 4.3: the issuer must be the URL
+                    # the document was found under, or tokens of another issuer would pass.
+                    raise IssuerUnavailable(
+                        f"{self.discovery_url} names issuer {issuer!r}, not the URL it is under"
+                    )
                 self._validator = JwtValidator(
                     issuer=issuer,
                     audience=self.audience,

@@ -538,3 +538,27 @@ async def test_our_client_sends_each_credential_on_each_http_binding(
             assert (await handle.result(10)).ok
             assert (await client.get_task(handle.task_id)).id == handle.task_id
             await client.get_extended_card()
+
+
+async def test_a_discovery_document_naming_another_issuer_is_not_trusted(issuer: Issuer) -> None:
+    """OpenID Connect Discovery: the issuer must be the URL the document is under."""
+    from aiohttp import web
+
+    from synapse.a2a.security import IssuerUnavailable, Presented
+
+    async def lying(_request: web.Request) -> web.Response:
+        return web.json_response({"issuer": "https://evil.example", "jwks_uri": issuer.jwks_url})
+
+    app = web.Application()
+    app.router.add_get("/.well-known/openid-configuration", lying)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        scheme = OpenIdConnectScheme(base + "/.well-known/openid-configuration", audience=AUDIENCE)
+        token = issuer.mint(iss="https://evil.example")
+        with pytest.raises(IssuerUnavailable, match="not the URL it is under"):
+            await scheme.authenticate(Presented({"authorization": f"Bearer {token}"}))
+    finally:
+        await runner.cleanup()
