@@ -499,3 +499,32 @@ async def test_the_sdk_grpc_client_over_mutual_tls(pki: Pki) -> None:
         assert await state(pki.issue("app", "partner-app")) == "TASK_STATE_COMPLETED"
         with pytest.raises(A2AClientError, match="UNAUTHENTICATED"):
             await state(pki.issue("stranger", "stranger"))
+
+
+async def test_an_unreachable_issuer_is_unavailable_over_grpc(agent: GrpcAgent) -> None:
+    """As over HTTP (503, -32101): the token may be good, the caller is told to retry."""
+    token = agent.issuer.mint()
+    await agent.issuer.stop()
+    exc = await refused(
+        agent.target,
+        "SendMessage",
+        send_request(),
+        (bearer(token),),
+        "UNAVAILABLE",
+        "AGENT_NOT_READY",
+    )
+    from google.rpc import error_details_pb2, status_pb2
+
+    status = status_pb2.Status.FromString(dict(exc.trailing_metadata())["grpc-status-details-bin"])
+    info = error_details_pb2.ErrorInfo()
+    status.details[0].Unpack(info)
+    assert dict(info.metadata) == {"reason": "issuer_unavailable"}
+    # Our client reports it alike on every binding.
+    for binding in ("GRPC", "HTTP+JSON", "JSONRPC"):
+        async with A2AClient(
+            agent.base, credentials=ClientCredentials(bearer=token), bindings=[binding]
+        ) as client:
+            with pytest.raises(A2AError) as caught:
+                await client.send({"text": "x"}, task_type="echo")
+            assert caught.value.code == A2ACode.AGENT_NOT_READY, binding
+            assert caught.value.metadata.get("reason") == "issuer_unavailable", binding
