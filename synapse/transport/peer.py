@@ -233,9 +233,6 @@ class Peer:
     async def _start(self) -> None:
         self.partners.check_distinct_secrets(allow_shared=self.allow_shared_secrets)
         await self.client.start()
-        if self.tls is not None and self.tls.crl is not None and self._crl_refresh is None:
-            # A renewed CRL is picked up while the peer runs (synapse.transport.tls).
-            self._crl_refresh = asyncio.create_task(refresh_crls(), name="synapse-crl-refresh")
         if self.serve and self._runner is None:
             # Bind first: with port 0 the endpoint is known only once bound.
             app = web.Application(client_max_size=self.config.max_body_size + 1024)
@@ -282,6 +279,9 @@ class Peer:
             self._recovering = False
             self.protocol.engine.ready = self._ready_after_recovery
         await self.protocol.start()
+        if self.tls is not None and self.tls.crl is not None and self._crl_refresh is None:
+            # A renewed CRL is picked up while the peer runs (synapse.transport.tls).
+            self._crl_refresh = asyncio.create_task(refresh_crls(), name="synapse-crl-refresh")
 
     def _framing_refusal(self, status: int, reason: str) -> bytes:
         if self._server is None:  # bound, not yet built: the peer is starting
