@@ -528,3 +528,51 @@ async def test_an_unreachable_issuer_is_unavailable_over_grpc(agent: GrpcAgent) 
                 await client.send({"text": "x"}, task_type="echo")
             assert caught.value.code == A2ACode.AGENT_NOT_READY, binding
             assert caught.value.metadata.get("reason") == "issuer_unavailable", binding
+
+
+async def test_the_grpc_port_serves_tls_with_an_encrypted_key(pki: Pki) -> None:
+    """gRPC takes unencrypted PEM only: the key (and its password) of the peer's TLS settings
+    is decrypted in memory; a client that does not trust our CA is refused."""
+    import grpc
+    from a2a.types import a2a_pb2
+    from cryptography.hazmat.primitives import serialization
+
+    cert, key = pki.issue("agent-ge", "agent-ge")
+    loaded = serialization.load_pem_private_key(key.read_bytes(), None)
+    encrypted = key.with_suffix(".enc.key")
+    encrypted.write_bytes(
+        loaded.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"key-password"),
+        )
+    )
+    tls = TLSConfig(cert=cert, key=encrypted, key_password="key-password")
+    peer = Peer("agent-ge", handler=DemoHandler(), config=FAST, tls=tls)
+    server = enable_a2a(peer, security=SecurityPolicy.bearer_tokens({"t": "x"}), grpc_port=0)
+    async with peer:
+        target = f"127.0.0.1:{server.grpc.port}"
+        trusted = channel_credentials(pki, None)
+        sent = await call(target, "SendMessage", send_request(), (bearer("t"),), trusted)
+        assert sent.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # plaintext to a TLS port
+            await call(target, "SendMessage", send_request(), (bearer("t"),))
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        # Our client: the card over https, then gRPC over TLS, verified against our CA.
+        async with A2AClient(
+            f"https://127.0.0.1:{peer.port}",
+            tls=TLSConfig(ca=pki.ca_file),
+            token="t",
+            bindings=["GRPC"],
+        ) as client:
+            assert (await (await client.send({"text": "e"}, task_type="echo")).result(10)).ok
+        # Without our CA, gRPC's default roots do not know the server: refused.
+        client = A2AClient(
+            f"https://127.0.0.1:{peer.port}",
+            ssl=TLSConfig(ca=pki.ca_file).client_context(),
+            token="t",
+            bindings=["GRPC"],
+        )
+        async with client:
+            with pytest.raises(A2AError, match="cannot reach"):
+                await client.send({"text": "e"}, task_type="echo")
