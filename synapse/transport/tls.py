@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import os
 import ssl
 import weakref
@@ -212,9 +213,7 @@ class RevocationList:
 
     def why_revoked(self, cert_pem: bytes) -> str | None:
         """Why the certificate must be refused, or None."""
-        from cryptography import x509
-
-        cert = x509.load_pem_x509_certificate(cert_pem)
+        cert = _parsed(cert_pem)
         crl = self._crls.get(cert.issuer.public_bytes())
         if crl is None:
             return f"no CRL of the certificate's issuer {cert.issuer.rfc4514_string()}"
@@ -290,10 +289,24 @@ _NAME_KEYS = {
 def pem_certificate_dict(pem: bytes) -> dict[str, Any] | None:
     """A PEM certificate in the `ssl.getpeercert()` form (subject, subjectAltName, serial),
     for connections whose TLS is not Python's (gRPC gives the verified certificate as PEM)."""
+    found = _certificate_dict(pem)
+    return dict(found) if found is not None else None
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(pem: bytes) -> Any:
+    """The certificate of `pem` (parsed once: a client shows the same one on every call)."""
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(pem)
+
+
+@functools.lru_cache(maxsize=256)
+def _certificate_dict(pem: bytes) -> dict[str, Any] | None:
     from cryptography import x509
 
     try:
-        cert = x509.load_pem_x509_certificate(pem)
+        cert = _parsed(pem)
     except ValueError:
         return None
     subject = tuple(
