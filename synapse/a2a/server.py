@@ -43,7 +43,8 @@ class A2AServer:
     """The A2A binding of one peer: agent card, JSON-RPC methods, streams, push notifications.
 
     Make it with `enable_a2a(peer, ...)` (before `peer.start()`), or by hand: `bind(protocol)`
-    once the runtime exists and `add_routes(app)` on the aiohttp app that serves.
+    once the runtime exists and `add_routes(app)` on the aiohttp app that serves (by hand,
+    pass the app's `tls` too: the gRPC port serves TLS only with it).
     """
 
     def __init__(
