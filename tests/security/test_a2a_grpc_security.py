@@ -375,7 +375,8 @@ async def test_mutual_tls_over_grpc(pki: Pki, rogue_pki: Pki) -> None:
 
     cert, key = pki.issue("agent-gm", "agent-gm")
     tls = TLSConfig(cert=cert, key=key, client_ca=pki.ca_file)
-    policy = SecurityPolicy({"mtls": MutualTlsScheme({"partner-app": "app"})})
+    names = {"partner-app": "app", "other-app": "other"}
+    policy = SecurityPolicy({"mtls": MutualTlsScheme(names)})
     peer = Peer("agent-gm", handler=DemoHandler(), config=FAST, tls=tls)
     server = enable_a2a(peer, security=policy, grpc_port=0)
     async with peer:
@@ -383,6 +384,31 @@ async def test_mutual_tls_over_grpc(pki: Pki, rogue_pki: Pki) -> None:
         app = pki.issue("app", "partner-app")
         sent = await call(target, "SendMessage", send_request(), (), channel_credentials(pki, app))
         assert sent.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+        # The certificate names the same principal on every binding: the task made over gRPC
+        # is app's over JSON-RPC too, and not another certificate's.
+        import ssl
+
+        import aiohttp
+
+        async def http_get_task(pair: tuple[Any, Any]) -> dict[str, Any]:
+            context = ssl.create_default_context(cafile=str(pki.ca_file))
+            context.load_cert_chain(str(pair[0]), str(pair[1]))
+            body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": sent.task.id}}
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(
+                    f"https://127.0.0.1:{peer.port}/a2a",
+                    json=body,
+                    headers={"A2A-Version": "1.0"},
+                    ssl=context,
+                ) as response,
+            ):
+                answer: dict[str, Any] = await response.json()
+                return answer
+
+        assert (await http_get_task(app))["result"]["id"] == sent.task.id
+        other = await http_get_task(pki.issue("other", "other-app"))
+        assert other["error"]["code"] == -32001  # not found: not its task
         # A certificate of our CA that maps to no principal: UNAUTHENTICATED.
         stranger = channel_credentials(pki, pki.issue("stranger", "stranger"))
         with pytest.raises(grpc.aio.AioRpcError) as caught:
