@@ -280,6 +280,9 @@ async def test_every_route_needs_credentials_over_grpc(agent: GrpcAgent) -> None
         ),
         "GetExtendedAgentCard": a2a_pb2.GetExtendedAgentCardRequest(),
     }
+    from synapse.a2a import grpc_proto
+
+    assert {*requests, "SendMessage"} == set(grpc_proto.METHODS)  # every method of the service
     for method, request in requests.items():
         await refused(agent.target, method, request, (), "UNAUTHENTICATED")
     card = await call(agent.target, "GetExtendedAgentCard", requests["GetExtendedAgentCard"], key)
