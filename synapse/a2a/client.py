@@ -327,6 +327,9 @@ class A2AClient:
     def _make_transport(self, interface: wire.AgentInterface) -> Transport:
         binding = interface.protocol_binding
         if binding == wire.GRPC_BINDING:
+            if self._ssl is not None and self.tls is None:
+                # grpcio cannot use an ssl.SSLContext: its default roots verify the server.
+                log.warning("a2a_grpc_without_tls_files", url=interface.url, hint="pass tls=")
             grpc = GrpcTransport(
                 interface.url,
                 self.headers,
