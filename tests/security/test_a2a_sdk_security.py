@@ -58,8 +58,10 @@ def message(text: str = "hi") -> SendMessageRequest:
     return SendMessageRequest(message=ParseDict(value, Message()))
 
 
-async def last_state(base_url: str, http: httpx.AsyncClient, interceptors: list[Any]) -> str:
-    config = ClientConfig(streaming=False, httpx_client=http)
+async def last_state(
+    base_url: str, http: httpx.AsyncClient, interceptors: list[Any], binding: str = "JSONRPC"
+) -> str:
+    config = ClientConfig(streaming=False, httpx_client=http, supported_protocol_bindings=[binding])
     client = await ClientFactory(config).create_from_url(base_url, interceptors=interceptors)
     try:
         events = [MessageToDict(event) async for event in client.send_message(message())]
@@ -89,9 +91,10 @@ async def secured(issuer: Issuer) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{peer.port}"
 
 
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
 @pytest.mark.parametrize("scheme", ["key", "bearer", "oauth", "oidc"])
 async def test_the_sdk_auth_interceptor_meets_each_scheme_it_knows(
-    secured: str, issuer: Issuer, scheme: str
+    secured: str, issuer: Issuer, scheme: str, binding: str
 ) -> None:
     credential = {
         "key": "sdk-key",
@@ -101,7 +104,8 @@ async def test_the_sdk_auth_interceptor_meets_each_scheme_it_knows(
     }[scheme]
     async with httpx.AsyncClient(timeout=10) as http:
         interceptor = AuthInterceptor(Fixed({scheme: credential}))
-        assert await last_state(secured, http, [interceptor]) == "TASK_STATE_COMPLETED"
+        state = await last_state(secured, http, [interceptor], binding)
+        assert state == "TASK_STATE_COMPLETED"
 
 
 async def test_the_sdk_with_basic_credentials_in_its_http_client(secured: str) -> None:
@@ -109,17 +113,18 @@ async def test_the_sdk_with_basic_credentials_in_its_http_client(secured: str) -
         assert await last_state(secured, http, []) == "TASK_STATE_COMPLETED"
 
 
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
 @pytest.mark.parametrize(
     "credentials",
     [{}, {"key": "wrong"}, {"bearer": "wrong"}, {"oauth": "e30.e30.e30"}],
     ids=["none", "wrong-key", "wrong-bearer", "forged-token"],
 )
 async def test_the_sdk_is_refused_without_a_valid_credential(
-    secured: str, credentials: dict[str, str]
+    secured: str, credentials: dict[str, str], binding: str
 ) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
-        with pytest.raises(A2AClientError, match="HTTP Error 401"):
-            await last_state(secured, http, [AuthInterceptor(Fixed(credentials))])
+        with pytest.raises(A2AClientError, match="401"):
+            await last_state(secured, http, [AuthInterceptor(Fixed(credentials))], binding)
 
 
 async def test_mutual_tls_scheme_with_the_sdk_client(pki: Pki, rogue_pki: Pki) -> None:
