@@ -386,7 +386,9 @@ class JwtValidator:
     `aud`, `exp` (required), `nbf`/`iat`, with `leeway` seconds of clock skew."""
 
     issuer: str
-    audience: str
+    #: The audience the token must name; several (a sequence) when the agent is reached under
+    #: several names (its HTTP URL and its gRPC address, say): any one of them will do.
+    audience: str | Sequence[str]
     jwks: JwksSource
     algorithms: Sequence[str] = DEFAULT_JWT_ALGORITHMS
     leeway: int = 30
@@ -396,6 +398,9 @@ class JwtValidator:
     #: same token on every call costs a lookup, not a signature check each time.
     cache_size: int = 1024
     _verified: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _audiences(self.audience)  # a bad audience is refused when configured
 
     async def validate(self, token: str) -> dict[str, Any]:
         hit = self._verified.get(token)
@@ -426,7 +431,7 @@ class JwtValidator:
             registry = jwt.JWTClaimsRegistry(
                 leeway=self.leeway,
                 iss={"essential": True, "value": self.issuer},
-                aud={"essential": True, "value": self.audience},
+                aud={"essential": True, "values": _audiences(self.audience)},
                 exp={"essential": True},
             )
             registry.validate(decoded.claims)
@@ -437,6 +442,13 @@ class JwtValidator:
         if not isinstance(claims.get(self.principal_claim), str):
             raise AuthError(f"access token has no {self.principal_claim!r}", challenge=challenge)
         return claims
+
+
+def _audiences(audience: str | Sequence[str]) -> list[str]:
+    values = [audience] if isinstance(audience, str) else list(audience)
+    if not values or not all(isinstance(v, str) and v for v in values):
+        raise ValueError("an audience is a non-empty string, or a list of them")
+    return values
 
 
 def token_scopes(claims: Mapping[str, Any]) -> frozenset[str]:
@@ -489,7 +501,7 @@ class OpenIdConnectScheme:
         self,
         discovery_url: str,
         *,
-        audience: str,
+        audience: str | Sequence[str],
         algorithms: Sequence[str] = DEFAULT_JWT_ALGORITHMS,
         leeway: int = 30,
         principal_claim: str = "sub",
@@ -497,6 +509,7 @@ class OpenIdConnectScheme:
         description: str = "OpenID Connect tokens of the discovered issuer.",
     ) -> None:
         self.discovery_url = discovery_url
+        _audiences(audience)
         self.audience = audience
         self.algorithms = algorithms
         self.leeway = leeway

@@ -562,3 +562,24 @@ async def test_a_discovery_document_naming_another_issuer_is_not_trusted(issuer:
             await scheme.authenticate(Presented({"authorization": f"Bearer {token}"}))
     finally:
         await runner.cleanup()
+
+
+async def test_an_agent_reached_under_two_names_accepts_either_audience(issuer: Issuer) -> None:
+    """Its HTTP URL and its gRPC address, say: a token for either passes, another is refused."""
+    from synapse.a2a.security import AuthError, Presented
+
+    grpc_audience = "agent.test:50051"
+    validator = JwtValidator(
+        issuer=issuer.base, audience=[AUDIENCE, grpc_audience], jwks=JwksSource(issuer.jwks_url)
+    )
+    scheme = OAuth2Scheme(validator, token_url=issuer.token_url)
+    for audience in (AUDIENCE, grpc_audience, [grpc_audience, "elsewhere"]):
+        token = issuer.mint(aud=audience)
+        identity = await scheme.authenticate(Presented({"authorization": f"Bearer {token}"}))
+        assert identity is not None
+    with pytest.raises(AuthError):
+        token = issuer.mint(aud="https://another.agent/a2a")
+        await scheme.authenticate(Presented({"authorization": f"Bearer {token}"}))
+    for bad in ([], "", [""]):
+        with pytest.raises(ValueError, match="audience"):
+            JwtValidator(issuer=issuer.base, audience=bad, jwks=JwksSource(issuer.jwks_url))
