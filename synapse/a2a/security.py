@@ -133,13 +133,14 @@ class Presented:
     the verified TLS client certificate in `ssl.getpeercert()` form, if any.
     """
 
-    headers: Mapping[str, str]
-    query: Mapping[str, str] = field(default_factory=dict)
-    cookies: Mapping[str, str] = field(default_factory=dict)
+    # Credentials: never in a repr (a log line, a traceback).
+    headers: Mapping[str, str] = field(repr=False)
+    query: Mapping[str, str] = field(default_factory=dict, repr=False)
+    cookies: Mapping[str, str] = field(default_factory=dict, repr=False)
     certificate: Mapping[str, Any] | None = None
     binding: str = "http"
     #: What the schemes said so far (each scheme is asked at most once per call).
-    seen: _Seen = field(default_factory=lambda: _Seen())
+    seen: _Seen = field(default_factory=lambda: _Seen(), repr=False)
 
     @classmethod
     def from_http(cls, request: web.Request) -> Presented:

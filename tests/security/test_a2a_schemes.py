@@ -583,3 +583,12 @@ async def test_an_agent_reached_under_two_names_accepts_either_audience(issuer: 
     for bad in ([], "", [""]):
         with pytest.raises(ValueError, match="audience"):
             JwtValidator(issuer=issuer.base, audience=bad, jwks=JwksSource(issuer.jwks_url))
+
+
+def test_what_a_call_presents_never_shows_its_credentials() -> None:
+    from synapse.a2a.security import Presented
+
+    presented = Presented(
+        {"authorization": "Bearer s3cret-token"}, {"api_key": "qk-secret"}, {"k": "ck-secret"}
+    )
+    assert not any(secret in repr(presented) for secret in ("s3cret", "qk-secret", "ck-secret"))
