@@ -149,9 +149,9 @@ class RevocationList:
 
     Each CRL's signature is checked against the CA certificates of `ca_files` when loaded (a
     CRL nobody we trust signed is refused at start); of two CRLs of one issuer the later one
-    counts. `why_revoked(cert)` then answers as
-    OpenSSL's `VERIFY_CRL_CHECK_LEAF` does: revoked, no CRL of the certificate's issuer, or
-    that CRL past its `nextUpdate` are all refusals.
+    counts. `why_revoked(cert)` then answers as OpenSSL's `VERIFY_CRL_CHECK_LEAF` does:
+    revoked, no CRL of the certificate's issuer, or that CRL past its `nextUpdate` are all
+    refusals.
     """
 
     def __init__(self, crl_file: str | Path, *ca_files: str | Path) -> None:
