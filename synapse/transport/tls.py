@@ -172,7 +172,13 @@ class RevocationList:
         return True
 
     def _load(self) -> dict[bytes, Any]:
-        from cryptography import x509
+        try:
+            from cryptography import x509
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise ValueError(
+                "checking CRLs needs the cryptography package: "
+                "pip install 'synapse-p2p[security]'"
+            ) from exc
 
         crl_file = self.crl_file
         try:
