@@ -176,8 +176,7 @@ class RevocationList:
             from cryptography import x509
         except ImportError as exc:  # pragma: no cover - depends on the installation
             raise ValueError(
-                "checking CRLs needs the cryptography package: "
-                "pip install 'synapse-p2p[security]'"
+                "checking CRLs needs the cryptography package: pip install 'synapse-p2p[security]'"
             ) from exc
 
         crl_file = self.crl_file
