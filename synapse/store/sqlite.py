@@ -107,6 +107,13 @@ _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(TaskRecord)
 
 
+def _open_reader(path: Path) -> sqlite3.Connection:
+    """The connection for point lookups on the event loop: it never writes."""
+    reader = sqlite3.connect(str(path), check_same_thread=False)
+    reader.execute("PRAGMA query_only=1")
+    return reader
+
+
 def connect(
     path: str | Path, synchronous: str = "NORMAL", busy_timeout: float = 5.0
 ) -> sqlite3.Connection:
@@ -352,8 +359,9 @@ class SqliteStore:
         self._conn = connect(self.path, synchronous, busy_timeout)
         # Point lookups on the event loop (finished tasks, dedup entries) use their own
         # connection: in WAL mode they never wait for the writer thread.
-        self._reader = sqlite3.connect(str(self.path), check_same_thread=False)
-        self._reader.execute("PRAGMA query_only=1")
+        self._reader = _open_reader(self.path)
+        #: Held by every read and by a reopen, which replaces the reader too (writer thread).
+        self._reading = threading.Lock()
         self._pending: list[_Op] = []
         #: The writes of failed batches, written first by the next one (writer thread only).
         self._retry: list[_Op] = []
@@ -374,10 +382,12 @@ class SqliteStore:
             return read_snapshot(self._conn)
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
-        return read_task(self._reader, key)
+        with self._reading:
+            return read_task(self._reader, key)
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
-        return read_dedup(self._reader, key)
+        with self._reading:
+            return read_dedup(self._reader, key)
 
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
@@ -390,17 +400,19 @@ class SqliteStore:
         if clauses:
             query += " WHERE " + " AND ".join(clauses)
         query += " ORDER BY updated_at DESC, requester DESC, task_id DESC LIMIT ?"
-        rows = self._reader.execute(query, (*params, limit)).fetchall()
+        with self._reading:
+            rows = self._reader.execute(query, (*params, limit)).fetchall()
         return [
             TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
             for req, tid, role, state, at in rows
         ]
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
-        rows = self._reader.execute(
-            f"SELECT role, state, count(*) FROM tasks INDEXED BY tasks_finished_by_role "
-            f"WHERE state IN {_FINAL} GROUP BY role, state"
-        ).fetchall()
+        with self._reading:
+            rows = self._reader.execute(
+                f"SELECT role, state, count(*) FROM tasks INDEXED BY tasks_finished_by_role "
+                f"WHERE state IN {_FINAL} GROUP BY role, state"
+            ).fetchall()
         return {(role, TaskState(state)): int(n) for role, state, n in rows}
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
@@ -408,7 +420,8 @@ class SqliteStore:
         query = "SELECT count(*) FROM tasks" + (
             " WHERE " + " AND ".join(clauses) if clauses else ""
         )
-        return int(self._reader.execute(query, params).fetchone()[0])
+        with self._reading:
+            return int(self._reader.execute(query, params).fetchone()[0])
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         def run() -> int:
@@ -539,9 +552,13 @@ class SqliteStore:
                     # SQLite opened the file read-only (it was unwritable): it never
                     # upgrades such a connection, so open the file again to see it fixed.
                     # Close first: connections of one process share the file's lock and
-                    # shared-memory state, so a new one would inherit the read-only mapping.
-                    self._conn.close()
-                    self._conn = connect(self.path, self._synchronous, self._busy_timeout)
+                    # shared-memory state, so a new one would inherit the read-only mapping:
+                    # the reader too, which opened the file read-only like the writer.
+                    with self._reading:
+                        self._conn.close()
+                        self._reader.close()
+                        self._conn = connect(self.path, self._synchronous, self._busy_timeout)
+                        self._reader = _open_reader(self.path)
                     self._reopen = False
                 conn = self._conn
                 try:
@@ -625,7 +642,8 @@ class SqliteStore:
             self._writer.shutdown(wait=True)
             with self._lock:
                 self._conn.close()
-            self._reader.close()
+            with self._reading:
+                self._reader.close()
 
     # --- maintenance (the `synapse outbox` command) -----------------------------------------
 
