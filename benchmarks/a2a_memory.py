@@ -7,8 +7,8 @@ Each server runs in this process on 127.0.0.1 with an aiohttp client beside it, 
 `TASK_STATE_COMPLETED`), after a warm-up of 100 calls. `tracemalloc` counts the Python memory
 still held once the calls are done and the collector has run, divided by the number of
 tasks: what each finished task costs the server that keeps it (the SDK's
-`InMemoryTaskStore`; Synapse's engine records, A2A views and store). Nothing is evicted in
-either during the run.
+`InMemoryTaskStore`; Synapse's memory store, which keeps each finished record encoded once
+the engine and the A2A binding let the task go). Neither store's cap is reached.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def run(*, tasks: int = 2000) -> Section:
         "Both servers in this process, one after the other, each with its own aiohttp client "
         "and twice (a fresh server each time): RSS growth without tracemalloc, then "
         "tracemalloc's traced memory; after the calls and a full collection, minus before, "
-        f"÷ tasks (after {WARMUP} warm-up calls). Nothing is evicted during the run.",
+        f"÷ tasks (after {WARMUP} warm-up calls). Neither store's cap is reached.",
         "RSS growth is the comparable figure: the SDK keeps its tasks as protobuf messages, "
         "whose memory (upb, in C) tracemalloc does not see; Synapse's is all Python objects. "
         "RSS moves in pages and arenas: use thousands of tasks.",

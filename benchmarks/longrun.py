@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import itertools
 import json
 import os
 import subprocess
@@ -122,6 +123,10 @@ async def executor(args: argparse.Namespace) -> None:
         store=open_store(args.store),
     )
 
+    async def ready(_request: web.Request) -> web.Response:
+        # The restart's probe: answered at once (no wait for deliveries, no collection).
+        return web.json_response({"in_memory": len(peer.protocol.engine.tasks)})
+
     async def stats(_request: web.Request) -> web.Response:
         # The requester counts a task done on its final callback; the executor lets it go
         # once that callback's acknowledgement is in and committed: wait (bounded) for the
@@ -132,7 +137,14 @@ async def executor(args: argparse.Namespace) -> None:
             await asyncio.sleep(0.01)
         watch.paused = True
         gc.collect()  # what is left is what is held, not garbage not collected yet
+        tracked = gc.get_objects()  # what a full collection scans (the frozen heap aside)
         watch.paused = False
+        by_type: dict[str, int] = {}
+        for obj in tracked:
+            name = type(obj).__qualname__
+            by_type[name] = by_type.get(name, 0) + 1
+        top = dict(sorted(by_type.items(), key=lambda item: -item[1])[:8])
+        del tracked
         return web.json_response(
             {
                 "rss_kib": rss_kib(),
@@ -142,6 +154,8 @@ async def executor(args: argparse.Namespace) -> None:
                 "gc_any_max_ms": max(watch.longest) * 1000,
                 "gc_full": watch.full,
                 "in_memory": len(peer.protocol.engine.tasks),
+                "gc_tracked": sum(by_type.values()),
+                "gc_tracked_top": top,
                 # CPU seconds of the executor process: per task, a loaded machine barely
                 # disturbs it (wall-clock throughput it does).
                 "cpu_s": time.process_time(),
@@ -149,6 +163,7 @@ async def executor(args: argparse.Namespace) -> None:
         )
 
     peer.app_hooks.append(lambda app: app.router.add_get("/bench/stats", stats))
+    peer.app_hooks.append(lambda app: app.router.add_get("/bench/ready", ready))
     started = time.perf_counter()
     await peer.start()
     recovery = time.perf_counter() - started
@@ -215,8 +230,8 @@ class Executor:
                 self.proc.wait()
 
 
-async def _stats(session: Any, port: int) -> dict[str, Any]:
-    async with session.get(f"http://127.0.0.1:{port}/bench/stats") as response:
+async def _stats(session: Any, port: int, what: str = "stats") -> dict[str, Any]:
+    async with session.get(f"http://127.0.0.1:{port}/bench/{what}") as response:
         data: dict[str, Any] = await response.json()
         return data
 
@@ -269,7 +284,8 @@ async def _run_tasks(
                     f"{done} tasks, {size / seconds:.0f}/s, rss {stats['rss_kib']} KiB, "
                     f"store {stats['store_bytes'] / 1e6:.1f} MB, "
                     f"full GC max {stats['gc_full_max_ms']:.1f} ms "
-                    f"({stats['gc_full_cpu_max_ms']:.1f} ms CPU, {stats['gc_full']} runs)",
+                    f"({stats['gc_full_cpu_max_ms']:.1f} ms CPU, {stats['gc_full']} runs), "
+                    f"{stats.get('gc_tracked', 0)} tracked objects",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -362,8 +378,8 @@ async def _restart(finished: int, live: int) -> dict[str, float]:
                 # The port answers from the start: poll the stats until recovery is done.
                 while True:
                     with contextlib.suppress(aiohttp.ClientError):
-                        stats = await _stats(session, port)
-                        if stats["in_memory"] >= live:
+                        stats = await _stats(session, port, "ready")
+                        if stats.get("in_memory", -1) >= live:
                             break
                     await asyncio.sleep(0.01)
             answered = time.perf_counter() - proc_started
@@ -447,6 +463,7 @@ def build_section(raw: dict[str, Any], tasks: int) -> Section:
             "full GC max ms",
             "… CPU ms",
             "in memory",
+            "GC-tracked objects",
         ],
         title="Executor after each block (RSS, store on disk, longest full GC so far)",
     )
@@ -461,6 +478,7 @@ def build_section(raw: dict[str, Any], tasks: int) -> Section:
                 f"{row['gc_full_max_ms']:.1f}",
                 f"{row['gc_full_cpu_max_ms']:.1f}",
                 row["in_memory"],
+                f"{row['gc_tracked']:,}" if "gc_tracked" in row else "n/a",
             )
     section.tables.append(table)
     summary = Table(
@@ -531,15 +549,23 @@ def plot(section: Section, path: Path) -> bool:
     except ImportError:
         return False
     runs = section.raw["runs"]  # type: ignore[attr-defined]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right, cpu) = plt.subplots(1, 3, figsize=(15, 4))
     for name, rows in runs.items():
         rows = [row for row in rows if row["rss_kib"]]  # a run rebuilt from its log has no start
         xs = [row["tasks"] for row in rows]
         left.plot(xs, [row["rss_kib"] / 1024 for row in rows], marker="o", label=name)
         right.plot(xs, [row["store_bytes"] / 1e6 for row in rows], marker="o", label=name)
+        if "cpu_s" in rows[0]:
+            per_block = [
+                (b["cpu_s"] - a["cpu_s"]) * 1e6 / (b["tasks"] - a["tasks"])
+                for a, b in itertools.pairwise(rows)
+            ]
+            cpu.plot(xs[1:], per_block, marker="o", label=name)
     left.set(title="executor RSS", xlabel="finished echo tasks", ylabel="MiB")
     right.set(title="store on disk (file + WAL)", xlabel="finished echo tasks", ylabel="MB")
-    for axis in (left, right):
+    cpu.set(title="executor CPU per task, each block", xlabel="finished echo tasks", ylabel="µs")
+    cpu.set_ylim(bottom=0)
+    for axis in (left, right, cpu):
         axis.grid(alpha=0.3)
         axis.legend()
     fig.tight_layout()

@@ -6,7 +6,9 @@
   signed and verified (ES256, RFC 8785), against the HMAC-SHA256 Synapse signature;
 - requests per second of A2A `GetTask` through the binding without authentication, with an
   API key and with a JWT, and of Synapse heartbeats over plain HTTP, TLS and mTLS (one
-  keep-alive connection; the TLS handshake is paid once).
+  keep-alive connection; the TLS handshake is paid once);
+- requests per second of A2A `ListTasks` over gRPC (one channel): no authentication, an API
+  key, a JWT, mTLS, and mTLS with the client certificate checked against a CRL on each call.
 
 Figures depend on the machine and its load: compare the rows of one run with each other.
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import datetime
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -73,7 +77,13 @@ def crypto_table(seconds: float) -> Table:
         DemoHandler().get_capabilities(),
         name="bench",
         description="",
-        url="http://127.0.0.1/a2a",
+        interfaces=[
+            wire.AgentInterface(
+                url="http://127.0.0.1/a2a",
+                protocol_binding=wire.JSONRPC_BINDING,
+                protocol_version=wire.PROTOCOL_VERSION,
+            )
+        ],
         version="1",
         default_task_type="echo",
         push_notifications=False,
@@ -215,6 +225,98 @@ async def tls_table(seconds: float) -> Table:
     return table
 
 
+async def grpc_table(seconds: float) -> Table:
+    import grpc
+    import trustme
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from joserfc import jwt
+    from joserfc.jwk import ECKey
+
+    from synapse.a2a import enable_a2a
+    from synapse.a2a.security import (
+        ApiKeyScheme,
+        JwksSource,
+        JwtValidator,
+        MutualTlsScheme,
+        OAuth2Scheme,
+        SecurityPolicy,
+    )
+    from synapse.demo.handler import DemoHandler
+    from synapse.transport.peer import Peer
+    from synapse.transport.tls import TLSConfig
+
+    key = ECKey.generate_key("P-256", {"kid": "k"})
+    jwks = JwksSource(keys={"keys": [dict(key.as_dict(private=False))]})
+    validator = JwtValidator(issuer="https://i", audience="https://a", jwks=jwks)
+    token = jwt.encode(
+        {"alg": "ES256", "kid": "k"},
+        {"iss": "https://i", "aud": "https://a", "sub": "s", "exp": int(time.time()) + 3600},
+        key,
+    )
+    table = Table(["A2A ListTasks over gRPC, one channel", "requests/s"], title="gRPC")
+    with tempfile.TemporaryDirectory() as tmp:
+        ca = trustme.CA()
+        ca_file = Path(tmp, "ca.pem")
+        ca.cert_pem.write_to_path(str(ca_file))
+        leaf = ca.issue_cert("127.0.0.1", "agent", common_name="agent")
+        app = ca.issue_cert("app", common_name="app")
+        files = {}
+        for name, blob in (
+            ("agent.crt", leaf.cert_chain_pems[0]),
+            ("agent.key", leaf.private_key_pem),
+        ):
+            files[name] = Path(tmp, name)
+            blob.write_to_path(str(files[name]))
+        ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
+        ca_key = serialization.load_pem_private_key(ca.private_key_pem.bytes(), None)
+        now = datetime.datetime.now(datetime.UTC)
+        crl = (
+            x509.CertificateRevocationListBuilder()
+            .issuer_name(ca_cert.subject)
+            .last_update(now)
+            .next_update(now + datetime.timedelta(days=1))
+            .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+        )
+        crl_file = Path(tmp, "crl.pem")
+        crl_file.write_bytes(crl.public_bytes(serialization.Encoding.PEM))  # noqa: ASYNC240
+        mtls = TLSConfig(cert=files["agent.crt"], key=files["agent.key"], client_ca=ca_file)
+        channel_credentials = grpc.ssl_channel_credentials(
+            ca.cert_pem.bytes(), app.private_key_pem.bytes(), app.cert_chain_pems[0].bytes()
+        )
+        cases: list[tuple[str, Any, TLSConfig | None, tuple[tuple[str, str], ...]]] = [
+            ("no authentication", None, None, ()),
+            ("API key (metadata)", SecurityPolicy({"k": ApiKeyScheme({"key-1": "a"})}), None,
+             (("x-api-key", "key-1"),)),
+            ("OAuth 2.0 JWT (ES256)",
+             SecurityPolicy({"o": OAuth2Scheme(validator, token_url="https://i/token")}), None,
+             (("authorization", f"Bearer {token}"),)),
+            ("mTLS", SecurityPolicy({"m": MutualTlsScheme()}), mtls, ()),
+            ("mTLS + CRL", SecurityPolicy({"m": MutualTlsScheme()}),
+             dataclasses.replace(mtls, crl=crl_file), ()),
+        ]  # fmt: skip
+        for name, policy, tls, metadata in cases:
+            peer = Peer("bench-grpc", handler=DemoHandler(), tls=tls)
+            server = enable_a2a(peer, security=policy, grpc_port=0)
+            async with peer:
+                target = f"127.0.0.1:{server.grpc.port}"
+                channel = (
+                    grpc.aio.secure_channel(target, channel_credentials)
+                    if tls is not None
+                    else grpc.aio.insecure_channel(target)
+                )
+                async with channel:
+                    stub = a2a_pb2_grpc.A2AServiceStub(channel)
+                    full = (("a2a-version", "1.0"), *metadata)
+
+                    async def call(stub: Any = stub, full: Any = full) -> None:
+                        await stub.ListTasks(a2a_pb2.ListTasksRequest(), metadata=full)
+
+                    table.add(name, f"{await rate(call, seconds):,.0f}")
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.security")
     parser.add_argument("--seconds", type=float, default=2.0)
@@ -222,7 +324,8 @@ def main() -> None:
     quiet_logging()
     print(crypto_table(args.seconds).text(), end="\n\n")
     print(asyncio.run(a2a_table(args.seconds)).text(), end="\n\n")
-    print(asyncio.run(tls_table(args.seconds)).text())
+    print(asyncio.run(tls_table(args.seconds)).text(), end="\n\n")
+    print(asyncio.run(grpc_table(args.seconds)).text())
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from synapse.a2a.client import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
 from synapse.a2a.client_auth import ClientCredentials, OAuthClient
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.a2a.push import PushAllowlist
-from synapse.a2a.security import SecurityPolicy
+from synapse.a2a.security import MutualTlsScheme, SecurityPolicy
 from synapse.a2a.server import DEFAULT_PATH, A2AServer
 from synapse.a2a.service import A2AService
 from synapse.a2a.wire import AGENT_CARD_PATH, PROTOCOL_VERSION, AgentProvider
@@ -71,7 +71,9 @@ def enable_a2a(
       them in (default `JSONRPC`, `HTTP+JSON`, then `GRPC` when `grpc_port` is given).
     - `grpc_port`: serve the gRPC binding on this port of `grpc_host` (0: any free port;
       needs the `grpc` extra); `grpc_public_address` is the `host:port` the card gives
-      (default: the host of the HTTP interfaces' URL, and that port).
+      (default: the host of the HTTP interfaces' URL, and that port). It serves TLS (and
+      requires client certificates) as the peer's `tls` says, and enforces the same
+      `security` as the HTTP bindings.
     """
     try:
         peer.protocol  # noqa: B018 - raises until the peer is started
@@ -81,6 +83,17 @@ def enable_a2a(
         raise LocalProtocolError("enable_a2a(peer) must be called before peer.start()")
     from synapse import __version__
 
+    if (
+        security is not None
+        and any(isinstance(scheme, MutualTlsScheme) for scheme in security.schemes.values())
+        and (peer.tls is None or not peer.tls.requires_client_cert)
+    ):
+        # No client certificate could ever be shown: the card would declare a scheme
+        # nobody can meet. Said at start, not as a refusal of every call.
+        raise ValueError(
+            "the mtls security scheme needs a peer that requires client certificates "
+            "(TLSConfig client_ca, --tls-client-ca)"
+        )
     handler = peer.handler
     server = A2AServer(
         capabilities=(lambda: handler.get_capabilities()) if handler is not None else (lambda: ()),
@@ -101,6 +114,7 @@ def enable_a2a(
         grpc_port=grpc_port,
         grpc_host=grpc_host,
         grpc_public_address=grpc_public_address,
+        tls=peer.tls,
     )
     if peer.tls is not None:
         server.pusher.ssl = peer.tls.client_context()

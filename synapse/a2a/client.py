@@ -48,6 +48,7 @@ from synapse.p2p.logs import get_logger
 from synapse.p2p.stream import EventStream
 from synapse.transport.client import TRACE_CONFIGS
 from synapse.transport.retry import backoff_delay
+from synapse.transport.tls import TLSConfig
 from synapse.types import DecisionAction, TaskError, TaskResult, TaskState
 
 log = get_logger("synapse.a2a.client")
@@ -167,6 +168,7 @@ class A2AClient:
         card_verifier: CardVerifier | None = None,
         require_signed_card: bool = False,
         ssl: ssl_module.SSLContext | None = None,
+        tls: TLSConfig | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.config = config or P2PConfig()
@@ -196,6 +198,8 @@ class A2AClient:
         self._push_ids: dict[str, str] = {}
         #: What we present where the card asks (synapse.a2a.client_auth).
         self.credentials = credentials
+        if credentials is not None and tls is not None and tls.client_cert is not None:
+            credentials.client_certificate = True  # the TLS settings present one
         #: Checks the card's signatures (synapse.a2a.card_signing); with
         #: `require_signed_card`, a card that does not verify is refused.
         self.card_verifier = card_verifier
@@ -204,7 +208,13 @@ class A2AClient:
             raise ValueError("require_signed_card needs a card_verifier (pinned keys or JWKS)")
         #: True once the card's signature verified under a trusted key.
         self.card_verified = False
-        self._ssl = ssl
+        #: Our certificates (`synapse.transport.tls`): the HTTP bindings use its client
+        #: context unless `ssl` is given; the gRPC binding reads its files (gRPC's TLS is
+        #: not Python's), so a private CA or a client certificate over gRPC needs `tls`.
+        self.tls = tls
+        self._ssl = ssl if ssl is not None or tls is None else tls.client_context()
+        if credentials is not None and credentials.ssl is True and self._ssl is not None:
+            credentials.ssl = self._ssl  # the token endpoint is verified as the agent is
 
     async def __aenter__(self) -> A2AClient:
         try:
@@ -317,7 +327,19 @@ class A2AClient:
     def _make_transport(self, interface: wire.AgentInterface) -> Transport:
         binding = interface.protocol_binding
         if binding == wire.GRPC_BINDING:
-            return GrpcTransport(interface.url, self.headers, self.timeout, self.extensions)
+            if self._ssl is not None and self.tls is None:
+                # grpcio cannot use an ssl.SSLContext: its default roots verify the server.
+                log.warning("a2a_grpc_without_tls_files", url=interface.url, hint="pass tls=")
+            grpc = GrpcTransport(
+                interface.url,
+                self.headers,
+                self.timeout,
+                self.extensions,
+                secure=self.url.startswith("https://"),
+                tls=self.tls,
+            )
+            grpc.auth = self._auth
+            return grpc
         if binding == wire.REST_BINDING:
             rest = RestTransport(interface.url, self._http, self.timeout)
             rest.auth = self._auth
@@ -494,7 +516,18 @@ class A2AClient:
             del self._push_ids[task_id]
 
     async def get_extended_card(self) -> wire.AgentCard:
-        return parse_card(wire.encode(await self.call("GetExtendedAgentCard", {})))
+        """The authenticated extended card, its signatures checked as the public card's are
+        (with `require_signed_card`, an unsigned or badly signed one is refused)."""
+        raw = wire.encode(await self.call("GetExtendedAgentCard", {}))
+        card = parse_card(raw)
+        if self.card_verifier is not None:
+            try:
+                await self.card_verifier.verify(raw)
+            except CardSignatureError as exc:
+                if self.require_signed_card:
+                    raise
+                log.warning("agent_card_unverified", agent=card.name, reason=exc.reason)
+        return card
 
     # --- tasks as handles ---------------------------------------------------------------------
 

@@ -106,6 +106,7 @@ GRPC_FALLBACK: dict[str, A2ACode] = {
     "NOT_FOUND": A2ACode.TASK_NOT_FOUND,
     "INVALID_ARGUMENT": A2ACode.INVALID_PARAMS,
     "UNAUTHENTICATED": A2ACode.AUTHENTICATION_FAILED,
+    "PERMISSION_DENIED": A2ACode.AUTHORIZATION_FAILED,
     "UNAVAILABLE": A2ACode.AGENT_NOT_READY,
     "UNIMPLEMENTED": A2ACode.UNSUPPORTED_OPERATION,
     "FAILED_PRECONDITION": A2ACode.UNSUPPORTED_OPERATION,
@@ -183,7 +184,9 @@ class A2AError(Exception):
         if not _BY_REASON:
             _BY_REASON.update({code.reason: code for code in A2ACode})
         code = _BY_REASON.get(reason, fallback)
-        return cls(code, message, {**metadata, "reason": reason} if reason else metadata)
+        # As `from_json` does: the agent's own `metadata.reason` (why: `issuer_unavailable`,
+        # `push_url_not_allowed` …) is kept; the ErrorInfo reason fills in when it has none.
+        return cls(code, message, {"reason": reason, **metadata} if reason else metadata)
 
     @classmethod
     def from_status_json(cls, body: Any, http_status: int) -> A2AError:

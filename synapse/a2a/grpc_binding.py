@@ -3,7 +3,15 @@
 operations as the other bindings. Requests and answers go through proto JSON; errors are
 gRPC statuses (A2A v1.0's mapping) with a `google.rpc.Status` carrying an `ErrorInfo` in
 `grpc-status-details-bin`, as the SDK's clients read them. The `a2a-version` metadata is
-checked as the `A2A-Version` header is; bearer tokens come in `authorization`.
+checked as the `A2A-Version` header is.
+
+Every call is judged by the server's `SecurityPolicy`, the same code as the HTTP bindings'
+(`synapse.a2a.security.Presented.from_grpc`: metadata for headers, the verified client
+certificate of the TLS channel for mTLS): a refused credential is UNAUTHENTICATED, a valid
+one lacking a scope or skill PERMISSION_DENIED, each with the `ErrorInfo` (reason
+`UNAUTHENTICATED` / `PERMISSION_DENIED`) the other bindings give, and the challenge in a
+`www-authenticate` trailer. With the peer's TLS the port serves TLS, requires client
+certificates when the peer does, and checks them against its CRLs (`synapse.a2a.grpc_tls`).
 
 Needs the `grpc` extra; imported only when `A2AServer(grpc_port=…)` serves it.
 """
@@ -16,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from synapse.a2a import grpc_proto, wire
+from synapse.a2a import grpc_proto, grpc_tls, wire
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.operations import METHODS
+from synapse.a2a.security import AuthError, Presented
 from synapse.a2a.service import Subscription
 from synapse.p2p.logs import get_logger
 
@@ -35,6 +44,11 @@ class GrpcBinding:
         self.server = server
         self.port: int | None = None
         self._grpc: grpc.aio.Server | None = None
+        tls = server.tls
+        #: Client certificates are checked against these CRLs (grpcio cannot).
+        self.revocations = (
+            tls.revocation_list() if tls is not None and tls.client_ca is not None else None
+        )
 
     async def start(self, host: str, port: int) -> int:
         handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -55,9 +69,13 @@ class GrpcBinding:
         self._grpc.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(grpc_proto.SERVICE.full_name, handlers),)
         )
-        self.port = self._grpc.add_insecure_port(f"{host}:{port}")
+        credentials = grpc_tls.server_credentials(self.server.tls) if self.server.tls else None
+        if credentials is None:
+            self.port = self._grpc.add_insecure_port(f"{host}:{port}")
+        else:
+            self.port = self._grpc.add_secure_port(f"{host}:{port}", credentials)
         await self._grpc.start()
-        log.info("a2a_grpc_listening", host=host, port=self.port)
+        log.info("a2a_grpc_listening", host=host, port=self.port, tls=credentials is not None)
         return self.port
 
     async def stop(self, grace: float | None = None) -> None:
@@ -65,15 +83,21 @@ class GrpcBinding:
         if server is not None:
             await server.stop(grace)
 
-    def _call(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
-        """The caller's principal, once the version and credentials are checked."""
-        metadata = {
-            k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)
-        }
-        principal = self.server.authenticate_headers(
-            {"Authorization": metadata.get("authorization", "")}
-        )
-        wire.check_version(metadata.get(grpc_proto.VERSION_KEY, "").strip())
+    async def _call(
+        self, name: str, params: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> str:
+        """The caller's principal, once credentials, rights and the version are checked (in
+        the order of the HTTP bindings)."""
+        auth_context = context.auth_context() or {}
+        if self.revocations is not None:
+            pem = auth_context.get("x509_pem_cert")
+            why = self.revocations.why_revoked(pem[0]) if pem else "no client certificate"
+            if why is not None:
+                raise AuthError(f"client certificate refused: {why}", challenge="MutualTLS")
+        presented = Presented.from_grpc(context.invocation_metadata() or (), auth_context)
+        principal = await self.server.authenticate_call(presented)
+        await self.server.authorize(presented, name, params)
+        wire.check_version(presented.headers.get(grpc_proto.VERSION_KEY, "").strip())
         return principal
 
     def _unary(self, name: str) -> Callable[..., Any]:
@@ -81,8 +105,8 @@ class GrpcBinding:
 
         async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
-                principal = self._call(context)
                 params = grpc_proto.to_json(request)
+                principal = await self._call(name, params, context)
                 result = await METHODS[name](self.server.service, principal, params, strict=False)
                 return grpc_proto.from_json(
                     wire.to_builtins(result) if result is not None else {}, method.response
@@ -106,8 +130,8 @@ class GrpcBinding:
         ) -> AsyncIterator[Any]:
             subscription: Subscription | None = None
             try:
-                principal = self._call(context)
                 params = grpc_proto.to_json(request)
+                principal = await self._call(name, params, context)
                 result = await METHODS[name](self.server.service, principal, params, strict=False)
                 assert isinstance(result, Subscription)
                 subscription = result
@@ -133,7 +157,11 @@ class GrpcBinding:
         else:
             log.info("a2a_refused", code=error.code, message=error.message, binding="grpc")
         code, details = grpc_proto.rich_status(error)
-        context.set_trailing_metadata(((grpc_proto.STATUS_DETAILS_KEY, details),))
+        trailer: list[tuple[str, str | bytes]] = [(grpc_proto.STATUS_DETAILS_KEY, details)]
+        challenge = getattr(error, "www_authenticate", "")
+        if challenge:
+            trailer.append(("www-authenticate", challenge))
+        context.set_trailing_metadata(tuple(trailer))
         await context.abort(code, error.message)
 
 

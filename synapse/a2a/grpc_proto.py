@@ -102,6 +102,7 @@ def error_of(exc: grpc.aio.AioRpcError) -> A2AError:
         grpc.StatusCode.NOT_FOUND: A2ACode.TASK_NOT_FOUND,
         grpc.StatusCode.INVALID_ARGUMENT: A2ACode.INVALID_PARAMS,
         grpc.StatusCode.UNAUTHENTICATED: A2ACode.AUTHENTICATION_FAILED,
+        grpc.StatusCode.PERMISSION_DENIED: A2ACode.AUTHORIZATION_FAILED,
         grpc.StatusCode.UNAVAILABLE: A2ACode.AGENT_NOT_READY,
         grpc.StatusCode.UNIMPLEMENTED: A2ACode.UNSUPPORTED_OPERATION,
         grpc.StatusCode.FAILED_PRECONDITION: A2ACode.UNSUPPORTED_OPERATION,

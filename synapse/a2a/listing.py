@@ -1,11 +1,12 @@
-"""`ListTasks` over a durable store: through its indexes, a page at a time.
+"""`ListTasks` over the store: through its indexes, a page at a time.
 
 The tasks of one principal are the executor tasks whose requester is `a2a:<principal>`; the
 store lists them newest first (`TaskStore.list_tasks`, keyset pagination on an index of
-(requester, updated_at)), filtered by state and `statusTimestampAfter` in SQL, and counts
-them (`TaskStore.count_tasks`). Only the tasks of the page are turned into A2A tasks: the
-view in memory for a task in flight, else one rebuilt from its stored record. A call costs
-the same at 100 tasks or at 100,000.
+(requester, updated_at), or of (requester, context, updated_at) for a `contextId`), filtered
+by state and `statusTimestampAfter` in SQL, and counts them (`TaskStore.count_tasks`). The
+memory store keeps only finished tasks: the engine's tasks in flight are merged in. Only the
+tasks of the page are turned into A2A tasks: the view in memory for a task in flight, else
+one rebuilt from its stored record. A call costs the same at 100 tasks or at 100,000.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from synapse.a2a import mapping, wire
 from synapse.a2a.errors import invalid_params
-from synapse.p2p.persistence import ListCursor, TaskFilter
+from synapse.p2p.engine import TaskRecord
+from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
 from synapse.types import TaskState
 
 
@@ -66,9 +69,17 @@ def store_page(
         requester=requester,
         states=states_of(req.status),
         updated_after=after.timestamp() if after is not None else None,
+        context_id=req.context_id or None,
     )
     before = decode_token(req.page_token, requester) if req.page_token else None
-    rows = protocol.store.list_tasks(limit=page_size + 1, before=before, where=where)
+    store = protocol.store
+    rows = store.list_tasks(limit=page_size + 1, before=before, where=where)
+    total = store.count_tasks(where)
+    if not store.durable:
+        # The memory store keeps finished tasks only: those in flight are the engine's.
+        live = _live_rows(protocol.engine.tasks.values(), where, before)
+        rows = sorted([*rows, *live], key=lambda row: row.cursor, reverse=True)[: page_size + 1]
+        total += len(_live_rows(protocol.engine.tasks.values(), where, None))
     page, more = rows[:page_size], len(rows) > page_size
     tasks: list[wire.Task] = []
     for row in page:
@@ -88,8 +99,24 @@ def store_page(
         tasks=tasks,
         next_page_token=token,
         page_size=page_size,
-        total_size=protocol.store.count_tasks(where),
+        total_size=total,
     )
+
+
+def _live_rows(
+    records: Iterable[TaskRecord], where: TaskFilter, before: ListCursor | None
+) -> list[TaskRow]:
+    """The rows of the tasks in flight (held by the engine, not yet final) that `where`
+    wants, strictly after `before`: few, however many tasks ended."""
+    rows = []
+    for rec in records:
+        if rec.is_final:
+            continue  # in the store already (written as it ended)
+        row = TaskRow(rec.key, rec.role.value, rec.state, rec.updated_at)
+        context_id = rec.context.session_id if rec.context is not None else None
+        if where.matches(row, context_id) and (before is None or row.cursor < before):
+            rows.append(row)
+    return rows
 
 
 __all__ = ["decode_token", "encode_token", "states_of", "store_page"]

@@ -93,6 +93,15 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
+_OUTPUT_ARTIFACTS = uuid.UUID("1f0c7a8e-5b7d-4c1e-9a43-2d6f0b9e8a51")
+
+
+def output_artifact_id(task_id: str) -> str:
+    """The id of a task's output artifact (its streamed chunks, then its result): the same
+    whether the task's view is the one in memory or one rebuilt from the store."""
+    return str(uuid.uuid5(_OUTPUT_ARTIFACTS, task_id))
+
+
 def agent_message(
     text: str,
     data: Any = msgspec.UNSET,

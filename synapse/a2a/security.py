@@ -1,10 +1,12 @@
 """Every A2A security scheme, declared in the agent card and enforced on each call.
 
-`SecurityPolicy` is what the A2A server binding asks: `await policy.authenticate(request)`
-before it reads a body, `policy.authorize_method(...)` once it knows the JSON-RPC method,
-`await policy.authorize_skill(...)` before a new task of a skill (task type) starts, and
-`policy.declare(card)` for the card's `securitySchemes`, `securityRequirements` and each
-skill's `securityRequirements`. The schemes:
+`SecurityPolicy` is the one place that decides, for every binding (JSON-RPC, HTTP+JSON/REST,
+gRPC): each binding turns its call into a `Presented` (what the call presents: headers or
+gRPC metadata, query parameters, cookies, the verified TLS client certificate), then asks
+`await policy.authenticate(presented)` before it reads a body, `policy.authorize_method(...)`
+once it knows the method, `await policy.authorize_skill(...)` before a new task of a skill
+(task type) starts; `policy.declare(card)` writes the card's `securitySchemes`,
+`securityRequirements` and each skill's `securityRequirements`. The schemes:
 
 - `ApiKeyScheme`: `apiKeySecurityScheme` (`location` header, query or cookie; `name`); a key
   the operator issued;
@@ -22,8 +24,14 @@ schemes that must *all* be satisfied, with the scopes each must grant. Tokens ar
 with `joserfc` (signature against the issuer's keys, `iss`, `aud`, `exp`/`nbf`, algorithm
 allow-list); nothing here parses or verifies a JWT by hand.
 
-A missing or invalid credential is -32106 (HTTP 401 with a `WWW-Authenticate` challenge);
-a valid one lacking a scope or the right to a skill is -32107 (HTTP 403).
+A missing or invalid credential is -32106 (HTTP 401 with a `WWW-Authenticate` challenge,
+gRPC UNAUTHENTICATED); a valid one lacking a scope or the right to a skill is -32107 (HTTP
+403, gRPC PERMISSION_DENIED).
+
+gRPC has no query string and no cookie jar: over gRPC an API key declared `location: header`
+or `location: query` comes in the metadata entry of its name (lower-cased, as gRPC metadata
+keys are, and as the official SDK's clients send service parameters), one declared `cookie`
+in a `cookie` metadata entry (as HTTP/2 carries cookies).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import hmac
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from http.cookies import CookieError, SimpleCookie
 from typing import Any, Protocol
 
 import aiohttp
@@ -44,11 +53,11 @@ from aiohttp import web
 
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
-from synapse.transport.tls import map_principal, peer_certificate
+from synapse.transport.tls import map_principal, peer_certificate, pem_certificate_dict
 
 log = structlog.get_logger("synapse.a2a.security")
 
-#: Where `SecurityPolicy.authenticate` keeps what it learnt about a request (a typed
+#: Where the HTTP bindings keep a request's `Presented` (a typed
 #: `web.RequestKey` where aiohttp has them).
 REQUEST_KEY: Any = (
     web.RequestKey("synapse.a2a.auth", object) if hasattr(web, "RequestKey") else "synapse.a2a.auth"
@@ -107,12 +116,70 @@ class Scheme(Protocol):
 
     def challenge(self) -> str: ...
 
-    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
-        """The caller's identity; None when the request carries no such credential.
+    async def authenticate(self, presented: Presented) -> CallerIdentity | None:
+        """The caller's identity; None when the call carries no such credential.
 
         Raises `AuthError` for a credential that is present but not valid.
         """
         ...
+
+
+@dataclass(slots=True)
+class Presented:
+    """What one call presents, whatever its binding: the one input of every scheme.
+
+    `headers` are lower-cased names (HTTP headers, or gRPC metadata); `query` the query
+    parameters (over gRPC, the metadata: it has no query string); `cookies`; `certificate`
+    the verified TLS client certificate in `ssl.getpeercert()` form, if any.
+    """
+
+    # Credentials: never in a repr (a log line, a traceback).
+    headers: Mapping[str, str] = field(repr=False)
+    query: Mapping[str, str] = field(default_factory=dict, repr=False)
+    cookies: Mapping[str, str] = field(default_factory=dict, repr=False)
+    certificate: Mapping[str, Any] | None = None
+    binding: str = "http"
+    #: What the schemes said so far (each scheme is asked at most once per call).
+    seen: _Seen = field(default_factory=lambda: _Seen(), repr=False)
+
+    @classmethod
+    def from_http(cls, request: web.Request) -> Presented:
+        headers: dict[str, str] = {}
+        for name, value in request.headers.items():
+            headers.setdefault(name.lower(), value)
+        query = {name: request.query[name] for name in request.query}
+        certificate = peer_certificate(request.transport)
+        return cls(headers, query, dict(request.cookies), certificate, "http")
+
+    @classmethod
+    def from_grpc(
+        cls, metadata: Iterable[tuple[str, Any]], auth_context: Mapping[str, Any]
+    ) -> Presented:
+        """A gRPC call: its invocation metadata and `ServicerContext.auth_context()`."""
+        headers: dict[str, str] = {}
+        cookies: dict[str, str] = {}
+        for key, value in metadata:
+            if not isinstance(value, str):
+                continue  # `-bin` entries carry no credential
+            name = key.lower()
+            headers.setdefault(name, value)
+            if name == "cookie":
+                cookies.update(_cookies(value))
+        certificate = None
+        pem = auth_context.get("x509_pem_cert")
+        if pem:
+            raw = pem[0] if isinstance(pem, list | tuple) else pem
+            certificate = pem_certificate_dict(raw if isinstance(raw, bytes) else str(raw).encode())
+        return cls(headers, headers, cookies, certificate, "grpc")
+
+
+def _cookies(header: str) -> dict[str, str]:
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(header)
+    except CookieError:
+        return {}
+    return {name: morsel.value for name, morsel in jar.items()}
 
 
 def _match(given: str, known: Mapping[str, str]) -> str | None:
@@ -125,8 +192,8 @@ def _match(given: str, known: Mapping[str, str]) -> str | None:
     return found
 
 
-def _bearer(request: web.Request) -> str | None:
-    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+def _bearer(presented: Presented) -> str | None:
+    scheme, _, value = presented.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer":
         return None
     return value.strip() or None
@@ -162,13 +229,15 @@ class ApiKeyScheme:
     def challenge(self) -> str:
         return f'ApiKey realm="a2a", {self.location}="{self.name}"'
 
-    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
+    async def authenticate(self, presented: Presented) -> CallerIdentity | None:
         if self.location == "header":
-            given = request.headers.get(self.name)
+            given = presented.headers.get(self.name.lower())
         elif self.location == "query":
-            given = request.query.get(self.name)
+            # Over gRPC the metadata stands for the query string (its keys are lower-case).
+            name = self.name if presented.binding == "http" else self.name.lower()
+            given = presented.query.get(name)
         else:
-            given = request.cookies.get(self.name)
+            given = presented.cookies.get(self.name)
         if not given:
             return None
         principal = _match(given, self.keys)
@@ -196,8 +265,8 @@ class HttpBearerScheme:
     def challenge(self) -> str:
         return 'Bearer realm="a2a"'
 
-    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
-        token = _bearer(request)
+    async def authenticate(self, presented: Presented) -> CallerIdentity | None:
+        token = _bearer(presented)
         if token is None:
             return None
         principal = _match(token, self.tokens)
@@ -221,8 +290,8 @@ class HttpBasicScheme:
     def challenge(self) -> str:
         return 'Basic realm="a2a", charset="UTF-8"'
 
-    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
-        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    async def authenticate(self, presented: Presented) -> CallerIdentity | None:
+        scheme, _, value = presented.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "basic":
             return None
         try:
@@ -318,7 +387,9 @@ class JwtValidator:
     `aud`, `exp` (required), `nbf`/`iat`, with `leeway` seconds of clock skew."""
 
     issuer: str
-    audience: str
+    #: The audience the token must name; several (a sequence) when the agent is reached under
+    #: several names (its HTTP URL and its gRPC address, say): any one of them will do.
+    audience: str | Sequence[str]
     jwks: JwksSource
     algorithms: Sequence[str] = DEFAULT_JWT_ALGORITHMS
     leeway: int = 30
@@ -328,6 +399,9 @@ class JwtValidator:
     #: same token on every call costs a lookup, not a signature check each time.
     cache_size: int = 1024
     _verified: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _audiences(self.audience)  # a bad audience is refused when configured
 
     async def validate(self, token: str) -> dict[str, Any]:
         hit = self._verified.get(token)
@@ -358,7 +432,7 @@ class JwtValidator:
             registry = jwt.JWTClaimsRegistry(
                 leeway=self.leeway,
                 iss={"essential": True, "value": self.issuer},
-                aud={"essential": True, "value": self.audience},
+                aud={"essential": True, "values": _audiences(self.audience)},
                 exp={"essential": True},
             )
             registry.validate(decoded.claims)
@@ -369,6 +443,13 @@ class JwtValidator:
         if not isinstance(claims.get(self.principal_claim), str):
             raise AuthError(f"access token has no {self.principal_claim!r}", challenge=challenge)
         return claims
+
+
+def _audiences(audience: str | Sequence[str]) -> list[str]:
+    values = [audience] if isinstance(audience, str) else list(audience)
+    if not values or not all(isinstance(v, str) and v for v in values):
+        raise ValueError("an audience is a non-empty string, or a list of them")
+    return values
 
 
 def token_scopes(claims: Mapping[str, Any]) -> frozenset[str]:
@@ -405,8 +486,8 @@ class OAuth2Scheme:
     def challenge(self) -> str:
         return 'Bearer realm="a2a"'
 
-    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
-        token = _bearer(request)
+    async def authenticate(self, presented: Presented) -> CallerIdentity | None:
+        token = _bearer(presented)
         if token is None:
             return None
         claims = await self.validator.validate(token)
@@ -421,7 +502,7 @@ class OpenIdConnectScheme:
         self,
         discovery_url: str,
         *,
-        audience: str,
+        audience: str | Sequence[str],
         algorithms: Sequence[str] = DEFAULT_JWT_ALGORITHMS,
         leeway: int = 30,
         principal_claim: str = "sub",
@@ -429,6 +510,7 @@ class OpenIdConnectScheme:
         description: str = "OpenID Connect tokens of the discovered issuer.",
     ) -> None:
         self.discovery_url = discovery_url
+        _audiences(audience)
         self.audience = audience
         self.algorithms = algorithms
         self.leeway = leeway
@@ -457,6 +539,15 @@ class OpenIdConnectScheme:
                 jwks_uri = document.get("jwks_uri") if isinstance(document, dict) else None
                 if not isinstance(issuer, str) or not isinstance(jwks_uri, str):
                     raise IssuerUnavailable(f"{self.discovery_url} names no issuer and jwks_uri")
+                suffix = "/.well-known/openid-configuration"
+                if self.discovery_url.endswith(suffix) and issuer.rstrip("/") != (
+                    self.discovery_url.removesuffix(suffix).rstrip("/")
+                ):
+                    # OpenID Connect Discovery 1.0, section 4.3: the issuer must be the URL
+                    # the document was found under, or tokens of another issuer would pass.
+                    raise IssuerUnavailable(
+                        f"{self.discovery_url} names issuer {issuer!r}, not the URL it is under"
+                    )
                 self._validator = JwtValidator(
                     issuer=issuer,
                     audience=self.audience,
@@ -467,8 +558,8 @@ class OpenIdConnectScheme:
                 )
             return self._validator
 
-    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
-        token = _bearer(request)
+    async def authenticate(self, presented: Presented) -> CallerIdentity | None:
+        token = _bearer(presented)
         if token is None:
             return None
         validator = await self.validator()
@@ -493,8 +584,8 @@ class MutualTlsScheme:
     def challenge(self) -> str:
         return 'MutualTLS realm="a2a"'
 
-    async def authenticate(self, request: web.Request) -> CallerIdentity | None:
-        cert = peer_certificate(request.transport)
+    async def authenticate(self, presented: Presented) -> CallerIdentity | None:
+        cert = presented.certificate
         if cert is None:
             return None
         principal = map_principal(cert, self.names)
@@ -579,19 +670,18 @@ class SecurityPolicy:
 
     # --- the checks -------------------------------------------------------------------------
 
-    async def _identity(
-        self, request: web.Request, seen: _Seen, name: str
-    ) -> CallerIdentity | None:
+    async def _identity(self, presented: Presented, name: str) -> CallerIdentity | None:
+        seen = presented.seen
         if name not in seen.identities:
             try:
-                seen.identities[name] = await self.schemes[name].authenticate(request)
+                seen.identities[name] = await self.schemes[name].authenticate(presented)
             except AuthError as exc:
                 seen.identities[name] = None
                 seen.errors[name] = exc
         return seen.identities[name]
 
     async def _satisfy(
-        self, request: web.Request, seen: _Seen, alternatives: Sequence[Mapping[str, Sequence[str]]]
+        self, presented: Presented, alternatives: Sequence[Mapping[str, Sequence[str]]]
     ) -> tuple[CallerIdentity | None, list[str]]:
         """The identity of the first satisfied alternative, or None and the missing scopes."""
         missing_scopes: list[str] = []
@@ -599,7 +689,7 @@ class SecurityPolicy:
             first: CallerIdentity | None = None
             ok = True
             for name, scopes in alt.items():
-                identity = await self._identity(request, seen, name)
+                identity = await self._identity(presented, name)
                 if identity is None:
                     ok = False
                     break
@@ -635,34 +725,33 @@ class SecurityPolicy:
             challenge=challenges,
         )
 
-    async def authenticate(self, request: web.Request) -> CallerIdentity:
+    async def authenticate(self, presented: Presented) -> CallerIdentity:
         """The caller's identity under the call requirements, or `AuthError`."""
-        seen = _Seen()
-        request[REQUEST_KEY] = seen
-        identity, missing = await self._satisfy(request, seen, self.requirements)
+        seen = presented.seen
+        identity, missing = await self._satisfy(presented, self.requirements)
         if identity is None:
             raise self._refusal(seen, missing, "this agent")
         seen.identity = identity
         return identity
 
-    def authorize_method(self, request: web.Request, method: str) -> None:
+    def authorize_method(self, presented: Presented, method: str) -> None:
         """Refuse (403) a method whose scopes the caller's credential does not grant."""
         needed = self.method_scopes.get(method)
         if not needed:
             return
-        seen: _Seen | None = request.get(REQUEST_KEY)
-        granted = seen.identity.scopes if seen is not None and seen.identity else frozenset()
+        seen = presented.seen
+        granted = seen.identity.scopes if seen.identity is not None else frozenset()
         lacking = sorted(needed - granted)
         if lacking:
             raise self._refusal(_Seen(), lacking, method)
 
-    async def authorize_skill(self, request: web.Request, skill: str | None) -> None:
+    async def authorize_skill(self, presented: Presented, skill: str | None) -> None:
         """Refuse (401/403) a new task of `skill` the caller may not start."""
         alternatives = self.skill_requirements.get(skill or "")
         if not alternatives:
             return
-        seen: _Seen = request.get(REQUEST_KEY) or _Seen()
-        identity, missing = await self._satisfy(request, seen, alternatives)
+        seen = presented.seen
+        identity, missing = await self._satisfy(presented, alternatives)
         if identity is None:
             raise self._refusal(seen, missing, f"skill {skill!r}")
         caller = seen.identity
@@ -692,6 +781,7 @@ __all__ = [
     "MutualTlsScheme",
     "OAuth2Scheme",
     "OpenIdConnectScheme",
+    "Presented",
     "Requirement",
     "Scheme",
     "SecurityPolicy",

@@ -12,7 +12,6 @@ gRPC on a port of its own when `grpc_port` is given. See `docs/a2a.md` for every
 from __future__ import annotations
 
 import hashlib
-import hmac
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from email.utils import formatdate, parsedate_to_datetime
@@ -25,14 +24,15 @@ from synapse.a2a import wire
 from synapse.a2a.card import build_card
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.jsonrpc import JsonRpcBinding
-from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY
+from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY, meta_value
 from synapse.a2a.rest import RestBinding
-from synapse.a2a.security import SecurityPolicy
+from synapse.a2a.security import REQUEST_KEY, Presented, SecurityPolicy
 from synapse.a2a.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
 from synapse.a2a.transports import grpc_available
 from synapse.a2a.view import A2ATask
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.protocol import P2PProtocol
+from synapse.transport.tls import TLSConfig
 from synapse.types import Capability
 from synapse.types.signing import Secret
 
@@ -43,7 +43,8 @@ class A2AServer:
     """The A2A binding of one peer: agent card, JSON-RPC methods, streams, push notifications.
 
     Make it with `enable_a2a(peer, ...)` (before `peer.start()`), or by hand: `bind(protocol)`
-    once the runtime exists and `add_routes(app)` on the aiohttp app that serves.
+    once the runtime exists and `add_routes(app)` on the aiohttp app that serves (by hand,
+    pass the app's `tls` too: the gRPC port serves TLS only with it).
     """
 
     def __init__(
@@ -70,6 +71,7 @@ class A2AServer:
         grpc_public_address: str | None = None,
         security: SecurityPolicy | None = None,
         card_signer: Callable[[wire.AgentCard], wire.AgentCard] | None = None,
+        tls: TLSConfig | None = None,
     ) -> None:
         if not path.startswith("/"):
             raise ValueError("the JSON-RPC path must start with '/'")
@@ -127,6 +129,8 @@ class A2AServer:
         self.grpc_port = grpc_port
         self.grpc_public_address = grpc_public_address
         self.grpc: Any = None  # synapse.a2a.grpc_binding.GrpcBinding, once started
+        #: The peer's certificates: the gRPC port serves TLS (and mTLS) with them too.
+        self.tls = tls
 
     # --- wiring -------------------------------------------------------------------------------
 
@@ -250,58 +254,44 @@ class A2AServer:
             return web.Response(status=304, headers=headers)
         return web.Response(body=body, content_type="application/json", headers=headers)
 
+    def presented(self, request: web.Request) -> Presented:
+        """What an HTTP request presents (made once per request, shared by its checks)."""
+        found: Presented | None = request.get(REQUEST_KEY)
+        if found is None:
+            found = Presented.from_http(request)
+            request[REQUEST_KEY] = found
+        return found
+
     async def _authenticate(self, request: web.Request) -> str:
         """The caller's principal under the security policy (the HTTP bindings' hook)."""
+        return await self.authenticate_call(self.presented(request))
+
+    async def authenticate_call(self, presented: Presented) -> str:
+        """The caller's principal, whatever the binding (`SecurityPolicy` decides)."""
         if self.security is None:
             return ANONYMOUS
-        return (await self.security.authenticate(request)).principal
+        return (await self.security.authenticate(presented)).principal
 
-    async def authorize(self, request: web.Request, method: str, params: Any) -> None:
+    async def authorize(self, request: web.Request | Presented, method: str, params: Any) -> None:
         """Refuse a method whose scopes, or a new task whose skill, the caller lacks."""
         if self.security is None:
             return
-        self.security.authorize_method(request, method)
+        presented = request if isinstance(request, Presented) else self.presented(request)
+        self.security.authorize_method(presented, method)
         message = params.get("message") if isinstance(params, dict) else None
         if method in ("SendMessage", "SendStreamingMessage") and isinstance(message, dict):
             if message.get("taskId"):
                 return
             metadata = message.get("metadata")
-            skill = None
-            if isinstance(metadata, dict):  # the legacy key names the task type too
-                skill = metadata.get(TASK_TYPE_KEY) or metadata.get(LEGACY_TASK_TYPE_KEY)
+            # Read as the service reads it (`mapping.task_type_of`): the skill judged is the
+            # task type the task will have (a value it would refuse is refused there).
+            skill = meta_value(
+                metadata if isinstance(metadata, dict) else None,
+                TASK_TYPE_KEY,
+                LEGACY_TASK_TYPE_KEY,
+            )
             skill = skill if isinstance(skill, str) and skill else self.default_task_type
-            await self.security.authorize_skill(request, skill)
-
-    def authenticate_headers(self, headers: Mapping[str, str]) -> str:
-        """The caller's principal from its request headers (gRPC: its metadata).
-
-        Only static bearer tokens can be checked from headers alone: with any other scheme
-        configured, the gRPC binding refuses every call rather than let one through.
-        """
-        if self.security is not None and not self.tokens:
-            raise A2AError(
-                A2ACode.AUTHENTICATION_FAILED,
-                "this agent's security schemes are enforced on its HTTP bindings only",
-                http_status=401,
-            )
-        if not self.tokens:
-            return ANONYMOUS
-        header = headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        principal: str | None = None
-        if scheme.lower() == "bearer" and token:
-            given = token.strip().encode("utf-8", "backslashreplace")
-            for candidate, name in self.tokens.items():
-                # No early exit: the time taken does not tell which token matched.
-                if hmac.compare_digest(given, candidate.encode("utf-8")):
-                    principal = name
-        if principal is None:
-            raise A2AError(
-                A2ACode.AUTHENTICATION_FAILED,
-                "a valid bearer token is required (see the agent card's securitySchemes)",
-                http_status=401,
-            )
-        return principal
+            await self.security.authorize_skill(presented, skill)
 
 
 def _not_modified(request: web.Request, etag: str, modified: float) -> bool:

@@ -21,9 +21,6 @@ framing. See `docs/a2a.md` for every mapping.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -44,7 +41,9 @@ from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, normalize_u
 from synapse.a2a.view import A2ATask, Queued
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
+from synapse.p2p.listener import RuntimeListener
 from synapse.p2p.logs import get_logger
+from synapse.p2p.persistence import TaskFilter
 from synapse.p2p.protocol import P2PProtocol
 from synapse.p2p.states import Role, allowed_events
 from synapse.types import (
@@ -173,6 +172,10 @@ class A2AService:
         self._extended_card = extended_card
         self.pusher = PushSender(self, self.config, secret=push_secret)
         self.tasks: dict[str, A2ATask] = {}
+        #: Views of finished tasks that left `tasks` while push notifications about them were
+        #: still queued: kept until those are delivered (`_sweep_pushing`), so that they go
+        #: out as the task was, not as a rebuild from its record.
+        self._pushing: dict[str, A2ATask] = {}
         self._protocol: P2PProtocol | None = None
         self._rebuilt = False
 
@@ -192,6 +195,8 @@ class A2AService:
         """Route the virtual partners' messages to this service (before tasks are restored)."""
         self._protocol = protocol
         self._rebuilt = False
+        if not any(isinstance(x, _ViewEviction) for x in protocol.listeners):
+            protocol.listeners.append(_ViewEviction(self))
         protocol.route_local(REQUESTER_PREFIX, _RequesterSink(self))
         protocol.route_local(PUSH_PREFIX, self.pusher)
 
@@ -263,32 +268,10 @@ class A2AService:
                 raise invalid_params(
                     "statusTimestampAfter is not an RFC 3339 time", path="statusTimestampAfter"
                 ) from None
-        if self.protocol.store.durable and not req.context_id:
-            # Through the store's indexes, one page at a time (synapse/a2a/listing.py).
-            from synapse.a2a.listing import store_page
+        # Through the store's indexes, one page at a time (synapse/a2a/listing.py).
+        from synapse.a2a.listing import store_page
 
-            return store_page(self, req, principal, page_size, after)
-        views = [v for v in self._all() if v.principal == principal]
-        if req.context_id:
-            views = [v for v in views if v.context_id == req.context_id]
-        if req.status and req.status != wire.UNSPECIFIED:
-            views = [v for v in views if v.state == req.status]
-        if after is not None:
-            views = [v for v in views if wire.parse_timestamp(v.timestamp) >= after]
-        views.sort(key=lambda v: (v.timestamp, v.id), reverse=True)
-        total = len(views)
-        if req.page_token:
-            cursor = _decode_cursor(req.page_token)
-            views = [v for v in views if (v.timestamp, v.id) < cursor]
-        page, rest = views[:page_size], views[page_size:]
-        token = _encode_cursor(page[-1].timestamp, page[-1].id) if rest and page else ""
-        tasks = [
-            v.snapshot(history_length=req.history_length, include_artifacts=req.include_artifacts)
-            for v in page
-        ]
-        return wire.ListTasksResponse(
-            tasks=tasks, next_page_token=token, page_size=page_size, total_size=total
-        )
+        return store_page(self, req, principal, page_size, after)
 
     async def cancel_task(self, req: wire.CancelTaskRequest, principal: str) -> wire.Task:
         view = self._owned(req.id, principal)
@@ -533,14 +516,18 @@ class A2AService:
             payload = HeartbeatPayload(active_tasks=0)
             return build_reply(Heartbeat, payload, request=message, sender=me)
         task_id: Any = getattr(message.payload, "task_id", None)
-        view = self._find(task_id) if isinstance(task_id, str) else None
-        if view is None or view.key.requester != partner:
+        view = self._view(TaskKey(partner, task_id)) if isinstance(task_id, str) else None
+        if view is None:
             log.warning("a2a_callback_unknown_task", task_id=task_id, type=message.type.value)
             nack = NackPayload(
                 code=ErrorCode.TASK_NOT_FOUND.value, message=f"no A2A task {task_id!r}"
             )
             return build_reply(Nack, nack, request=message, sender=me)
-        if message.id not in view.applied:
+        if view.is_terminal and self.tasks.get(view.id) is not view:
+            # Rebuilt from the store: the task ended and its view left memory once its last
+            # callback was answered, so this one was applied (and pushed) already.
+            pass
+        elif message.id not in view.applied:
             view.applied.add(message.id)
             if view.state != wire.CANCELED:
                 if not view.is_terminal:
@@ -582,7 +569,7 @@ class A2AService:
                     done.result,
                     name=view.task_type,
                     summary=done.summary,
-                    artifact_id=view.output_artifact_id,
+                    artifact_id=view.output_artifact_id or mapping.output_artifact_id(view.id),
                 )
             )
             summary = mapping.agent_message(done.summary, **ids) if done.summary else None
@@ -654,7 +641,8 @@ class A2AService:
         task_id: Any = getattr(message.payload, "task_id", None)
         if not isinstance(task_id, str):
             return None
-        view = self._find(task_id)
+        self._sweep_pushing()
+        view = self._pushing.get(task_id) or self._view_by_id(task_id)
         prefix = push_partner(task_id, "")
         if view is None or not partner.startswith(prefix):
             return None
@@ -708,51 +696,78 @@ class A2AService:
         return rec
 
     def _owned(self, task_id: str, principal: str) -> A2ATask:
-        view = self.tasks.get(task_id)
-        if view is None and self._protocol is not None and self._protocol.store.durable:
-            # One lookup by key in the store, not a rebuild of every task it keeps.
-            rec = self._protocol.engine.get(TaskKey(REQUESTER_PREFIX + principal, task_id))
-            if rec is not None and rec.role is Role.EXECUTOR:
-                view = self._rebuild(rec)
-                if not view.is_terminal:
-                    self.tasks[task_id] = view  # callbacks will move it on
-        if view is None:
-            view = self._find(task_id)
+        view = self._view(TaskKey(REQUESTER_PREFIX + principal, task_id))
         if view is None or view.principal != principal:
             raise task_not_found(task_id)
         return view
 
-    def _find(self, task_id: str) -> A2ATask | None:
-        view = self.tasks.get(task_id)
-        if view is None and not self._rebuilt:
-            self._rebuild_all()
-            view = self.tasks.get(task_id)
+    def _view(self, key: TaskKey) -> A2ATask | None:
+        """The view of the A2A task `key`: the one in memory while the task is in flight (or
+        not yet let go of), else one rebuilt from its record (a point lookup by key)."""
+        if not self._rebuilt:
+            self._rebuild_live()
+        # A finished one waiting aside for its notifications is still the one to change (a
+        # push configuration rotated meanwhile is the one they go out with).
+        view = self.tasks.get(key.task_id) or self._pushing.get(key.task_id)
+        if view is not None:
+            return view if view.key == key else None
+        if self._protocol is None or not key.requester.startswith(REQUESTER_PREFIX):
+            return None
+        rec = self._protocol.engine.get(key)
+        if rec is None or rec.role is not Role.EXECUTOR:
+            return None
+        view = self._rebuild(rec)
+        if not view.is_terminal:
+            self.tasks[key.task_id] = view  # callbacks will move it on
         return view
 
-    def _all(self) -> list[A2ATask]:
-        if not self._rebuilt:
-            self._rebuild_all()
-        return list(self.tasks.values())
+    def _view_by_id(self, task_id: str) -> A2ATask | None:
+        """The view of the A2A task `task_id`, whoever asked for it (push deliveries know
+        the task, not the caller): in memory, else found by id in the store (an index)."""
+        view = self.tasks.get(task_id)
+        if view is not None or self._protocol is None:
+            return view
+        for row in self._protocol.store.list_tasks(limit=5, where=TaskFilter(task_id=task_id)):
+            if row.key.requester.startswith(REQUESTER_PREFIX):
+                return self._view(row.key)
+        return None
 
-    def _rebuild_all(self) -> None:
-        """Views of the A2A tasks the store kept (after a restart): from their records."""
+    def _rebuild_live(self) -> None:
+        """Views of the A2A tasks in flight that the engine recovered (after a restart):
+        from their records. Finished ones stay in the store until asked for."""
         if self._protocol is None:
             return
         self._rebuilt = True
-        # In flight and finished alike: finished tasks live in the store, not the engine.
-        engine = self._protocol.engine
-        for name in self._protocol.list_tasks():
-            requester, _, task_id = name.partition("/")
-            if not requester.startswith(REQUESTER_PREFIX):
-                continue
-            rec = engine.get(TaskKey(requester, task_id))
+        for rec in list(self._protocol.engine.tasks.values()):
             if (
-                rec is not None
+                rec.key.requester.startswith(REQUESTER_PREFIX)
                 and rec.role is Role.EXECUTOR
                 and rec.partner.startswith(REQUESTER_PREFIX)
+                and not rec.is_final
                 and rec.task_id not in self.tasks
             ):
                 self.tasks[rec.task_id] = self._rebuild(rec)
+
+    def evicted(self, key: TaskKey) -> None:
+        """The engine let the final task `key` go (durable, its last callback answered):
+        its view goes too. A stream still following it holds it until it ends."""
+        view = self.tasks.get(key.task_id)
+        if view is not None and view.key == key:
+            del self.tasks[key.task_id]
+            if self._pushes_queued(view):
+                self._pushing[view.id] = view
+        self._sweep_pushing()
+
+    def _pushes_queued(self, view: A2ATask) -> bool:
+        protocol = self._protocol
+        return protocol is not None and any(
+            protocol.delivering(TaskKey(push_partner(view.id, config_id), view.id))
+            for config_id in view.push
+        )
+
+    def _sweep_pushing(self) -> None:
+        for task_id in [t for t, v in self._pushing.items() if not self._pushes_queued(v)]:
+            del self._pushing[task_id]
 
     def _rebuild(self, rec: TaskRecord) -> A2ATask:
         meta: dict[str, Any] = {}
@@ -780,7 +795,10 @@ class A2AService:
         ids = view.ids
         view.state = mapping.a2a_state(rec.state)
         if rec.result is not None:
-            view.artifacts.append(mapping.result_artifact(rec.result, name=view.task_type))
+            artifact = mapping.result_artifact(
+                rec.result, name=view.task_type, artifact_id=mapping.output_artifact_id(view.id)
+            )
+            view.artifacts.append(artifact)
         if rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
             view.status_message = mapping.need_info_message(rec.need_info, **ids)
         elif rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
@@ -808,6 +826,17 @@ class A2AService:
         rec.context = msgspec.structs.replace(rec.context, metadata=metadata)
         self.protocol.store.put_task(rec, [])
         await self.protocol.commit()
+
+
+class _ViewEviction(RuntimeListener):
+    """Views of finished A2A tasks leave memory with their tasks (`A2AService.evicted`)."""
+
+    def __init__(self, server: A2AService) -> None:
+        self.server = server
+
+    def on_evicted(self, key: TaskKey) -> None:
+        if key.requester.startswith(REQUESTER_PREFIX):
+            self.server.evicted(key)
 
 
 class _RequesterSink:
@@ -856,23 +885,6 @@ def convert(params: Any, cls: type[S], *, strict: bool = True) -> S:
 def check_history_length(value: int | None) -> None:
     if value is not None and value < 0:
         raise invalid_params("history length must be non-negative", path="historyLength")
-
-
-def _encode_cursor(stamp: str, task_id: str) -> str:
-    raw = json.dumps({"ts": stamp, "id": task_id}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(token: str) -> tuple[str, str]:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    except (binascii.Error, ValueError):
-        data = None
-    if not isinstance(data, dict) or not isinstance(data.get("ts"), str):
-        raise invalid_params("pageToken is not a token this agent issued", path="pageToken")
-    if not isinstance(data.get("id"), str):
-        raise invalid_params("pageToken is not a token this agent issued", path="pageToken")
-    return data["ts"], data["id"]
 
 
 def _from_synapse(exc: SynapseError, task_id: str) -> A2AError:

@@ -239,10 +239,13 @@ class GrpcTransport:
         headers: Mapping[str, str],
         timeout: float,
         extensions: tuple[str, ...] = (),
+        *,
+        secure: bool = False,
+        tls: Any = None,
     ) -> None:
         import grpc
 
-        from synapse.a2a import grpc_proto  # the grpc extra, only now
+        from synapse.a2a import grpc_proto, grpc_tls  # the grpc extra, only now
 
         self._proto = grpc_proto
         self._grpc = grpc
@@ -252,7 +255,17 @@ class GrpcTransport:
         parts = urlsplit(url)
         if parts.scheme in ("grpc", "grpcs", "http", "https") and parts.netloc:
             target = parts.netloc
-        self._channel = grpc.aio.insecure_channel(target)
+        # TLS when the agent's card came over https (its gRPC port serves TLS as its HTTP
+        # does) or the URL says so; the server verified, our certificate shown (`tls`).
+        self.secure = secure or parts.scheme in ("grpcs", "https")
+        self._tls = tls
+        self._target = target
+        self._revocation_checked = not (self.secure and tls is not None and tls.crl is not None)
+        if self.secure:
+            credentials = grpc_tls.channel_credentials(tls)
+            self._channel = grpc.aio.secure_channel(target, credentials)
+        else:
+            self._channel = grpc.aio.insecure_channel(target)
         by_name = {k.lower(): v for k, v in headers.items()}
         version = by_name.get(wire.VERSION_HEADER.lower(), wire.PROTOCOL_VERSION)
         metadata = [(grpc_proto.VERSION_KEY, version)]
@@ -262,6 +275,38 @@ class GrpcTransport:
         if extensions:
             metadata.append((grpc_proto.EXTENSIONS_KEY, ",".join(extensions)))
         self.metadata = tuple(metadata)
+
+    #: Adds the credentials a call needs (`A2AClient` sets it: synapse.a2a.client_auth).
+    auth: Any = None
+
+    async def _metadata(self, method: str, params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+        """The call's metadata: the service parameters, then the credentials the card asks
+        for: headers as entries (keys lower-cased), a query API key as the entry of its
+        name (gRPC has no query string), cookies in `cookie`."""
+        if not self._revocation_checked:
+            await self._check_revocation()
+        if self.auth is None:
+            return self.metadata
+        found = await self.auth(method, params)
+        extra = [(k.lower(), v) for k, v in found.header_items().items()]
+        extra += [(k.lower(), v) for k, v in found.params.items()]
+        names = {k for k, _ in extra}
+        return tuple(e for e in self.metadata if e[0] not in names) + tuple(extra)
+
+    async def _check_revocation(self) -> None:
+        from synapse.a2a import grpc_tls
+
+        parts = urlsplit("//" + self._target)
+        host, port = parts.hostname or "", parts.port or 443
+        try:
+            await grpc_tls.check_server_revocation(host, port, self._tls, self.timeout)
+        except (OSError, TimeoutError) as exc:
+            raise A2AError(
+                A2ACode.INTERNAL_ERROR,
+                f"cannot reach {self.url}: the server certificate is refused or unreachable: "
+                f"{describe_failure(exc, self.timeout)}",
+            ) from exc
+        self._revocation_checked = True
 
     async def close(self) -> None:
         await self._channel.close()
@@ -279,15 +324,16 @@ class GrpcTransport:
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         stub, request = self._stub(method, params, "unary_unary")
+        metadata = await self._metadata(method, params)
         try:
-            response = await stub(request, metadata=self.metadata, timeout=self.timeout)
+            response = await stub(request, metadata=metadata, timeout=self.timeout)
         except self._grpc.aio.AioRpcError as exc:
             raise self._error(method, exc) from exc
         return self._proto.to_json(response)
 
     async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
         stub, request = self._stub(method, params, "unary_stream")
-        call = stub(request, metadata=self.metadata)
+        call = stub(request, metadata=await self._metadata(method, params))
         try:
             async for event in call:
                 yield self._proto.to_json(event)

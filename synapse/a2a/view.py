@@ -124,7 +124,7 @@ class A2ATask:
         replaces it at the end (its last chunk)."""
         first = not self.output_artifact_id
         if first:
-            self.output_artifact_id = mapping.new_id()
+            self.output_artifact_id = mapping.output_artifact_id(self.id)
         artifact = wire.Artifact(
             artifact_id=self.output_artifact_id,
             name=self.task_type,

@@ -55,6 +55,7 @@ SECURITY_KEYS = frozenset(
         "tls_client_cert",
         "tls_client_key",
         "tls_key_password_file",
+        "tls_crl",
         "a2a_token_file",
         "a2a_security",
         "a2a_card_signing_key",
@@ -110,6 +111,14 @@ TLS_FLAGS: tuple[tuple[str, str, str, str, str], ...] = (
         "SYNAPSE_TLS_KEY_PASSWORD_FILE",
         "tls_key_password_file",
         "file holding the password of encrypted keys",
+    ),
+    (
+        "--tls-crl",
+        "tls_crl",
+        "SYNAPSE_TLS_CRL",
+        "tls_crl",
+        "certificate revocation lists (PEM) checked for client certificates we are shown and "
+        "server certificates we call; a CRL of every CA issuing them is needed",
     ),
 )
 
@@ -233,10 +242,15 @@ def tls_config(s: _SettingsView, *, serving: bool) -> TLSConfig | None:
             client_cert=client_cert,
             client_key=client_key,
             key_password=password,
+            crl=values.get("tls_crl"),
         )
         # Load the files now: a bad path or key is one line at start, not a failure later.
         config.server_context()
         config.client_context()
+        if config.crl is not None:
+            # The CRLs are checked by us where Python's ssl is not used (gRPC): each one
+            # must be signed by a CA we trust.
+            config.revocation_list()
     except ValueError as exc:
         raise CliError(f"bad TLS settings: {exc}") from exc
     return config
@@ -350,12 +364,16 @@ def a2a_policy(s: _SettingsView, tokens: Mapping[str, str]) -> Any:
     if unknown:
         raise CliError(f"{where}: unknown key {unknown[0]!r}")
     base = s.config.path.parent if s.config.path is not None else Path()
+    # The issuer's JWKS and discovery document are fetched as our other calls are: verified
+    # against --tls-ca (a private issuer), presenting our client certificate.
+    tls = tls_config(s, serving=False)
+    ssl: Any = tls.client_context() if tls is not None and tls.ca is not None else True
     schemes: dict[str, Any] = {}
     for name, spec in (raw.get("schemes") or {}).items():
         if not isinstance(spec, dict):
             raise CliError(f"{where}.schemes.{name} must be a table")
         try:
-            schemes[name] = _scheme(spec, base)
+            schemes[name] = _scheme(spec, base, ssl)
         except (KeyError, TypeError, ValueError) as exc:
             raise CliError(f"{where}.schemes.{name}: {exc}") from exc
     if tokens:
@@ -387,7 +405,7 @@ def _pairs(path: Path, separator: str, what: str) -> dict[str, str]:
     return found
 
 
-def _scheme(spec: Mapping[str, Any], base: Path) -> Any:
+def _scheme(spec: Mapping[str, Any], base: Path, ssl: Any = True) -> Any:
     from synapse.a2a import security
 
     kind = spec["type"]
@@ -404,14 +422,16 @@ def _scheme(spec: Mapping[str, Any], base: Path) -> Any:
         validator = security.JwtValidator(
             issuer=spec["issuer"],
             audience=spec["audience"],
-            jwks=security.JwksSource(spec["jwks_url"]),
+            jwks=security.JwksSource(spec["jwks_url"], ssl=ssl),
             leeway=int(spec.get("leeway", 30)),
         )
         return security.OAuth2Scheme(
             validator, token_url=spec["token_url"], scopes=dict(spec.get("scopes", {}))
         )
     if kind == "openIdConnect":
-        return security.OpenIdConnectScheme(spec["discovery_url"], audience=spec["audience"])
+        return security.OpenIdConnectScheme(
+            spec["discovery_url"], audience=spec["audience"], ssl=ssl
+        )
     if kind == "mtls":
         names = spec.get("names")
         return security.MutualTlsScheme(dict(names) if names is not None else None)
@@ -485,6 +505,7 @@ def a2a_client_options(s: _SettingsView) -> dict[str, Any]:
     ssl_context = tls.client_context() if tls is not None else None
     if ssl_context is not None:
         options["ssl"] = ssl_context
+        options["tls"] = tls  # the gRPC binding reads the files
     oauth: OAuthClient | None = None
     client_id = s.get("a2a_oauth_client", "SYNAPSE_A2A_OAUTH_CLIENT", "a2a_oauth_client", str)
     if client_id:

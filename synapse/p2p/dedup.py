@@ -17,12 +17,14 @@ factory it is given (the runtime's asyncio futures: `synapse.p2p.aio.MemoryDedup
 
 from __future__ import annotations
 
-import heapq
+import math
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, Protocol
+
+import msgspec
 
 #: (`from.agent_id`, `id`).
 DedupKey = tuple[str, str]
@@ -115,21 +117,38 @@ class Waiter(Protocol):
 
 @dataclass(slots=True)
 class _Entry:
+    """A message being processed (few at a time)."""
+
     fingerprint: bytes
     expires_at: datetime
-    reply: StoredReply | None = None
-    #: Futures of the retries waiting for the reply (in progress only).
+    #: Futures of the retries waiting for the reply.
     waiters: list[Waiter] = field(default_factory=list)
-    #: Whether (expires_at, key) is in the expiry heap.
-    queued: bool = True
 
-    @property
-    def in_progress(self) -> bool:
-        return self.reply is None
+
+_pack = msgspec.msgpack.Encoder().encode
+_Packed = tuple[bytes, float, int, tuple[tuple[str, str], ...], bytes]
+_unpack = msgspec.msgpack.Decoder(_Packed).decode
+
+
+def _slot(key: DedupKey) -> str:
+    """`key` as one string, unambiguous whatever the ids hold (the sender's length first)."""
+    return f"{len(key[0])}:{key[0]}{key[1]}"
+
+
+def _key(slot: str) -> DedupKey:
+    length, _, rest = slot.partition(":")
+    return rest[: int(length)], rest[int(length) :]
 
 
 class DedupTable:
-    """`DedupStore` in memory, sans-IO: a dict of entries and a heap ordered by expiry.
+    """`DedupStore` in memory, sans-IO.
+
+    Built so that a full garbage collection has nothing to visit per answered message, however
+    many the window holds (one per message received in the last `dedup_window`): they live in
+    a `dict[str, bytes]` (key → fingerprint, expiry, status, headers and body, packed), which
+    CPython does not even track, and their expiry order in per-second buckets whose closed
+    ones are single strings (`dict[int, str]`, untracked too). Only the messages in progress
+    are objects (`_Entry`, with their waiters).
 
     The runtime's `synapse.p2p.aio.MemoryDedupStore` is this table with asyncio futures as
     waiters.
@@ -141,43 +160,82 @@ class DedupTable:
         if window <= 0:
             raise ValueError("the deduplication window must be positive")
         self._window = timedelta(seconds=window)
-        self._entries: dict[DedupKey, _Entry] = {}
-        self._heap: list[tuple[datetime, DedupKey]] = []
+        self._in_progress: dict[DedupKey, _Entry] = {}
+        self._answered: dict[str, bytes] = {}
+        #: Second (epoch, rounded up) an entry expires in → its keys, joined by "\n" once
+        #: no new entry can expire in that second any more (`_seal`), a list until then.
+        self._closed: dict[int, str] = {}
+        self._open: dict[int, list[str]] = {}
+        #: Every bucket up to this second has been expired.
+        self._expired_through: int | None = None
+        #: Every bucket below this second is closed.
+        self._sealed_below = -1
         self._new_waiter = new_waiter
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._in_progress) + len(self._answered)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._entries
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        return key in self._in_progress or _slot(key) in self._answered
+
+    # --- expiry buckets -----------------------------------------------------------------------
+
+    def _queue(self, slot: str, expires_at: float) -> None:
+        second = math.ceil(expires_at)
+        if self._expired_through is not None and second <= self._expired_through:
+            second = self._expired_through + 1  # that bucket is gone: the next one
+        closed = self._closed.get(second)
+        if closed is not None:  # rare: a restored entry, or one completed late
+            self._closed[second] = f"{closed}\n{slot}"
+        else:
+            self._open.setdefault(second, []).append(slot)
+
+    def _seal(self, now: float) -> None:
+        """Close the buckets no new entry can join: every new entry expires at least
+        `window` from now."""
+        first_open = math.ceil(now + self._window.total_seconds())
+        if first_open <= self._sealed_below:
+            return  # nothing new to close since the last call (most calls)
+        self._sealed_below = first_open
+        for second in [s for s in self._open if s < first_open]:
+            slots = self._open.pop(second)
+            closed = self._closed.get(second)
+            self._closed[second] = "\n".join([closed, *slots] if closed else slots)
+
+    # --- the table ----------------------------------------------------------------------------
 
     def begin(
         self, key: DedupKey, fingerprint: bytes, *, now: datetime, timestamp: datetime
     ) -> Begin:
-        entry = self._entries.get(key)
-        if entry is not None and entry.expires_at <= now and not entry.in_progress:
-            del self._entries[key]  # expired but not yet purged
-            entry = None
-        if entry is None:
-            expires_at = max(now, timestamp) + self._window
-            self._entries[key] = _Entry(fingerprint, expires_at)
-            heapq.heappush(self._heap, (expires_at, key))
-            return Begin(DedupOutcome.NEW)
-        if entry.fingerprint != fingerprint:
-            return Begin(DedupOutcome.REUSED)
-        if entry.reply is not None:
-            return Begin(DedupOutcome.DUPLICATE, reply=entry.reply)
-        # One future per waiter: a waiter cancelled while waiting cancels only its own.
-        waiter = self._new_waiter()
-        entry.waiters.append(waiter)
-        return Begin(DedupOutcome.IN_PROGRESS, waiter=waiter)
+        pending = self._in_progress.get(key)
+        if pending is not None:
+            if pending.fingerprint != fingerprint:
+                return Begin(DedupOutcome.REUSED)
+            # One future per waiter: a waiter cancelled while waiting cancels only its own.
+            waiter = self._new_waiter()
+            pending.waiters.append(waiter)
+            return Begin(DedupOutcome.IN_PROGRESS, waiter=waiter)
+        slot = _slot(key)
+        packed = self._answered.get(slot)
+        if packed is not None:
+            stored_fp, expires, status, headers, body = _unpack(packed)
+            if expires > now.timestamp():
+                if stored_fp != fingerprint:
+                    return Begin(DedupOutcome.REUSED)
+                reply = StoredReply(status, body, headers)
+                return Begin(DedupOutcome.DUPLICATE, reply=reply)
+            del self._answered[slot]  # expired but not yet purged
+        self._in_progress[key] = _Entry(fingerprint, max(now, timestamp) + self._window)
+        self._seal(now.timestamp())
+        return Begin(DedupOutcome.NEW)
 
     def _finish(self, key: DedupKey, reply: StoredReply | None) -> _Entry:
-        entry = self._entries.get(key)
-        if entry is None or not entry.in_progress:
+        entry = self._in_progress.pop(key, None)
+        if entry is None:
             raise KeyError(f"{key!r} is not in progress")
-        waiters, entry.waiters = entry.waiters, []
-        for waiter in waiters:
+        for waiter in entry.waiters:
             if not waiter.done():
                 waiter.set_result(reply)
         return entry
@@ -187,45 +245,62 @@ class DedupTable:
 
     def complete(self, key: DedupKey, reply: StoredReply) -> None:
         entry = self._finish(key, reply)
-        if not is_storable(reply.status):
-            del self._entries[key]
-            return
-        entry.reply = reply
-        if not entry.queued:  # `expire` passed it over while it was in progress
-            entry.queued = True
-            heapq.heappush(self._heap, (entry.expires_at, key))
+        if is_storable(reply.status):
+            self._keep(key, entry.fingerprint, entry.expires_at, reply)
+
+    def _keep(
+        self, key: DedupKey, fingerprint: bytes, expires_at: datetime, reply: StoredReply
+    ) -> None:
+        slot = _slot(key)
+        expires = expires_at.timestamp()
+        self._answered[slot] = _pack(
+            (fingerprint, expires, reply.status, reply.headers, reply.body)
+        )
+        self._queue(slot, expires)
 
     def abandon(self, key: DedupKey) -> None:
         self._finish(key, None)
-        del self._entries[key]
 
     def expire(self, now: datetime) -> int:
         return len(self.expire_keys(now))
 
     def expire_keys(self, now: datetime) -> list[DedupKey]:
-        """Like `expire`, returning the keys forgotten."""
+        """Like `expire`, returning the keys forgotten. Messages in progress stay (they are
+        queued when they complete)."""
         removed: list[DedupKey] = []
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            expires_at, key = heapq.heappop(heap)
-            entry = self._entries.get(key)
-            if entry is None or entry.expires_at != expires_at:
-                continue  # left behind by an entry since removed or replaced
-            if entry.in_progress:
-                entry.queued = False  # requeued by `complete`
-                continue
-            del self._entries[key]
-            removed.append(key)
+        stamp = now.timestamp()
+        self._seal(stamp)
+        through = math.floor(stamp)
+        due = [s for s in self._closed if s <= through]
+        for second in sorted(due):
+            for slot in self._closed.pop(second).split("\n"):
+                packed = self._answered.get(slot)
+                if packed is not None and _unpack(packed)[1] <= stamp:
+                    del self._answered[slot]
+                    removed.append(_key(slot))
+        if self._expired_through is None or through > self._expired_through:
+            self._expired_through = through
         return removed
+
+    def forget(self, key: DedupKey) -> None:
+        """Drop what is known of `key` (answered or in progress, its waiters left as they
+        are): a tool that must see a message anew, never the runtime."""
+        self._in_progress.pop(key, None)
+        self._answered.pop(_slot(key), None)
 
     def restore(
         self, key: DedupKey, fingerprint: bytes, expires_at: datetime, reply: StoredReply
     ) -> None:
         """Put back an entry a durable store kept (at start-up)."""
-        self._entries[key] = _Entry(fingerprint, expires_at, reply)
-        heapq.heappush(self._heap, (expires_at, key))
+        self._keep(key, fingerprint, expires_at, reply)
 
     def expiry_of(self, key: DedupKey) -> tuple[bytes, datetime] | None:
         """The fingerprint and expiry of `key`, for a durable store to save with its reply."""
-        entry = self._entries.get(key)
-        return (entry.fingerprint, entry.expires_at) if entry is not None else None
+        pending = self._in_progress.get(key)
+        if pending is not None:
+            return pending.fingerprint, pending.expires_at
+        packed = self._answered.get(_slot(key))
+        if packed is None:
+            return None
+        fingerprint, expires, *_ = _unpack(packed)
+        return fingerprint, datetime.fromtimestamp(expires, UTC)

@@ -62,5 +62,9 @@ class RuntimeListener:
     def on_commit(self, seconds: float, error: BaseException | None) -> None:
         """A store commit ended (`error` is what it raised, if it failed)."""
 
+    def on_evicted(self, key: TaskKey) -> None:
+        """A final task left memory: its record is durable in the store and its last
+        callback was answered (what keeps a view of it may let that go too)."""
+
 
 __all__ = ["AuditEntry", "Direction", "MessageEvent", "RuntimeListener"]

@@ -9,10 +9,14 @@ acknowledged message is never lost and a POSTed one is never forgotten.
 
 from __future__ import annotations
 
+import heapq
+import sys
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+import msgspec
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
@@ -75,12 +79,19 @@ class TaskFilter:
     states: frozenset[TaskState] | None = None
     #: Only tasks updated at or after this time (epoch seconds).
     updated_after: float | None = None
+    #: Only tasks of this context (`task_request.context.session_id`; an A2A `contextId`).
+    context_id: str | None = None
+    #: Only tasks with this `task.id` (whoever requested them).
+    task_id: str | None = None
 
-    def matches(self, row: TaskRow) -> bool:
+    def matches(self, row: TaskRow, context_id: str | None = None) -> bool:
+        """Whether `row` (of a task whose context is `context_id`) is wanted."""
         return (
             (self.requester is None or row.key.requester == self.requester)
             and (self.states is None or row.state in self.states)
             and (self.updated_after is None or row.updated_at >= self.updated_after)
+            and (self.context_id is None or context_id == self.context_id)
+            and (self.task_id is None or row.key.task_id == self.task_id)
         )
 
 
@@ -189,9 +200,19 @@ class TaskStore(Protocol):
     async def close(self) -> None: ...
 
 
+#: A finished task as the memory store keeps it: (updated_at, role, state, context id, the
+#: record encoded). A tuple of atoms and a bytes blob, which the garbage collector stops
+#: tracking after its first pass: however many finished tasks are kept, a full collection has
+#: nothing of theirs to scan (a `TaskRecord` with its history is a dozen tracked objects).
+_Kept = tuple[float, str, str, str | None, bytes]
+_record_encoder = msgspec.msgpack.Encoder()
+_record_decoder = msgspec.msgpack.Decoder(TaskRecord)
+
+
 class MemoryStore:
     """Nothing survives a restart: live tasks are the engine's; this keeps the finished ones
-    (up to the retention and `max_finished`, oldest out first) and lists the outbox."""
+    (up to the retention and `max_finished`, oldest out first), encoded, and lists the
+    outbox. `get_task` decodes a fresh record each time."""
 
     durable = False
 
@@ -202,8 +223,18 @@ class MemoryStore:
         self.dead_letters: dict[str, DeadLetter] = {}
         #: Outbox entries added since the last commit, for `discard`.
         self._since_commit: list[str] = []
-        #: Final tasks in the order they ended (re-ending moves one to the back).
-        self.finished: OrderedDict[TaskKey, TaskRecord] = OrderedDict()
+        #: Final tasks by (requester, task_id), in the order they ended (re-ending moves one
+        #: to the back).
+        self._finished: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
+
+    @property
+    def finished(self) -> list[TaskKey]:
+        """The keys of the finished tasks kept, oldest first."""
+        return [TaskKey(requester, task_id) for requester, task_id in self._finished]
+
+    def forget_finished(self, key: TaskKey) -> None:
+        """Drop a finished task (tests that replay a request from scratch)."""
+        self._finished.pop((key.requester, key.task_id), None)
 
     def load(self) -> Snapshot:
         return Snapshot()
@@ -215,46 +246,75 @@ class MemoryStore:
     def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
         if not record.is_final:
             return
-        finished = self.finished
-        finished[record.key] = record
-        finished.move_to_end(record.key)
+        finished = self._finished
+        # One requester string for all its tasks (a few partners, many tasks).
+        key = (sys.intern(record.key.requester), record.key.task_id)
+        finished[key] = (
+            record.updated_at,
+            record.role.value,
+            record.state.value,
+            record.context.session_id if record.context is not None else None,
+            _record_encoder.encode(record),
+        )
+        finished.move_to_end(key)
         while len(finished) > self.max_finished:
             finished.popitem(last=False)
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
-        return self.finished.get(key)
+        kept = self._finished.get((key.requester, key.task_id))
+        return _record_decoder.decode(kept[4]) if kept is not None else None
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         return None  # the memory dedup table keeps its entries itself
 
-    def _rows(self, where: TaskFilter | None) -> list[TaskRow]:
-        rows = (TaskRow(r.key, r.role.value, r.state, r.updated_at) for r in self.finished.values())
-        return [row for row in rows if where is None or where.matches(row)]
+    def _matching(
+        self, where: TaskFilter | None, before: ListCursor | None = None
+    ) -> list[ListCursor]:
+        """The cursors of the kept tasks `where` wants, strictly after `before`: one pass over
+        plain tuples (no row objects), since this store has no index (it is capped)."""
+        where = where or TaskFilter()
+        requester, context_id, task_id = where.requester, where.context_id, where.task_id
+        states = {s.value for s in where.states} if where.states is not None else None
+        after = where.updated_after
+        found = []
+        for key, (updated_at, _role, state, context, _blob) in self._finished.items():
+            if (
+                (requester is None or key[0] == requester)
+                and (task_id is None or key[1] == task_id)
+                and (states is None or state in states)
+                and (after is None or updated_at >= after)
+                and (context_id is None or context == context_id)
+            ):
+                cursor = (updated_at, key[0], key[1])
+                if before is None or cursor < before:
+                    found.append(cursor)
+        return found
 
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
     ) -> list[TaskRow]:
-        ordered = sorted(self._rows(where), key=lambda row: row.cursor, reverse=True)
-        if before is not None:
-            ordered = [row for row in ordered if row.cursor < before]
-        return ordered[:limit]
+        rows = []
+        for updated_at, requester, task_id in heapq.nlargest(limit, self._matching(where, before)):
+            _, role, state, _, _ = self._finished[(requester, task_id)]
+            rows.append(TaskRow(TaskKey(requester, task_id), role, TaskState(state), updated_at))
+        return rows
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
-        return len(self._rows(where))
+        return len(self._matching(where))
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
         counts: dict[tuple[str, TaskState], int] = {}
-        for record in self.finished.values():
-            key = (record.role.value, record.state)
+        for _updated_at, role, state, _context_id, _blob in self._finished.values():
+            key = (role, TaskState(state))
             counts[key] = counts.get(key, 0) + 1
         return counts
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         removed = 0
-        finished = self.finished
+        finished = self._finished
         while finished and removed < limit:
-            key, record = next(iter(finished.items()))
-            if record.updated_at >= finished_before:
+            key, kept = next(iter(finished.items()))
+            if kept[0] >= finished_before:
                 break
             del finished[key]
             removed += 1

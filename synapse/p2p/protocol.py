@@ -481,6 +481,7 @@ class P2PProtocol:
             return
         del self._finals[key]
         self.engine.forget(key)
+        self._notify("on_evicted", key)
         handle = self._handles.pop(key, None)
         if handle is not None and not handle.settled:
             handle._settle()
@@ -710,6 +711,10 @@ class P2PProtocol:
     @property
     def pending_deliveries(self) -> int:
         return sum(len(q) for q in self._queues.values())
+
+    def delivering(self, key: TaskKey) -> bool:
+        """Whether messages about `key` are still queued for delivery."""
+        return bool(self._queues.get(key))
 
     @property
     def running(self) -> bool:

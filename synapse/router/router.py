@@ -402,7 +402,10 @@ class Router:
         except LocalProtocolError:
             await self.peer.start()
             self._started_peer = True
-        self._session = aiohttp.ClientSession()
+        # A2A partners' cards are fetched with the peer's TLS (its CA, its client certificate).
+        tls = self.peer.tls
+        connector = aiohttp.TCPConnector(ssl=tls.client_context()) if tls is not None else None
+        self._session = aiohttp.ClientSession(connector=connector)
         await self._cancel_orphans()
         await self.refresh()
         self.peer.protocol.engine.ready = True
@@ -577,7 +580,9 @@ class Router:
             member.offers = frozenset()
             raise RuntimeError(f"card points to another origin: {interface.url}")
         if spec.client is None:
-            spec.client = A2AClient(spec.url, token=spec.token, config=self.peer.config)
+            spec.client = A2AClient(
+                spec.url, token=spec.token, config=self.peer.config, tls=self.peer.tls
+            )
         # The card just judged is the one used: never a second fetch that could differ.
         await spec.client.use_card(card, interface)
         self._capabilities[member.name] = {

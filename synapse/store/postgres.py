@@ -153,6 +153,12 @@ def _where(where: TaskFilter | None) -> tuple[list[str], tuple[Any, ...]]:
     if where.updated_after is not None:
         clauses.append("updated_at >= %s")
         params += (where.updated_after,)
+    if where.context_id is not None:  # index tasks_by_context (migration 0004)
+        clauses.append("synapse_context_id(record) = %s")
+        params += (where.context_id,)
+    if where.task_id is not None:
+        clauses.append("task_id = %s")
+        params += (where.task_id,)
     return clauses, params
 
 

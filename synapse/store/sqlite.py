@@ -86,10 +86,17 @@ CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated_at, requester, task_i
 CREATE INDEX IF NOT EXISTS tasks_by_requester ON tasks (requester, updated_at, task_id);
 CREATE INDEX IF NOT EXISTS tasks_finished_by_role ON tasks (role, state)
     WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (requester, {context}, updated_at, task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
 CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS NOT NULL;
 """
 _FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
+#: A task's context (`task_request.context.session_id`, an A2A `contextId`), read from its
+#: record: indexed as this expression (`tasks_by_context`), so that a listing of one context
+#: is a range of an index and the table needs no column (nor files made before a migration).
+_CONTEXT_ID = "json_extract(CAST(record AS TEXT), '$.context.session_id')"
+_SCHEMA = _SCHEMA.replace("{context}", _CONTEXT_ID)
 #: Size of the WAL file kept after a checkpoint (it is truncated down to this).
 _JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
 
@@ -98,6 +105,13 @@ log = get_logger("synapse.store")
 _Op = Callable[[sqlite3.Connection], object]
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(TaskRecord)
+
+
+def _open_reader(path: Path) -> sqlite3.Connection:
+    """The connection for point lookups on the event loop: it never writes."""
+    reader = sqlite3.connect(str(path), check_same_thread=False)
+    reader.execute("PRAGMA query_only=1")
+    return reader
 
 
 def connect(
@@ -241,6 +255,12 @@ def _where(where: TaskFilter | None) -> tuple[list[str], tuple[Any, ...]]:
     if where.updated_after is not None:
         clauses.append("updated_at >= ?")
         params += (where.updated_after,)
+    if where.context_id is not None:
+        clauses.append(f"{_CONTEXT_ID} = ?")
+        params += (where.context_id,)
+    if where.task_id is not None:
+        clauses.append("task_id = ?")
+        params += (where.task_id,)
     return clauses, params
 
 
@@ -339,8 +359,9 @@ class SqliteStore:
         self._conn = connect(self.path, synchronous, busy_timeout)
         # Point lookups on the event loop (finished tasks, dedup entries) use their own
         # connection: in WAL mode they never wait for the writer thread.
-        self._reader = sqlite3.connect(str(self.path), check_same_thread=False)
-        self._reader.execute("PRAGMA query_only=1")
+        self._reader = _open_reader(self.path)
+        #: Held by every read and by a reopen, which replaces the reader too (writer thread).
+        self._reading = threading.Lock()
         self._pending: list[_Op] = []
         #: The writes of failed batches, written first by the next one (writer thread only).
         self._retry: list[_Op] = []
@@ -361,10 +382,12 @@ class SqliteStore:
             return read_snapshot(self._conn)
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
-        return read_task(self._reader, key)
+        with self._reading:
+            return read_task(self._reader, key)
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
-        return read_dedup(self._reader, key)
+        with self._reading:
+            return read_dedup(self._reader, key)
 
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
@@ -377,17 +400,19 @@ class SqliteStore:
         if clauses:
             query += " WHERE " + " AND ".join(clauses)
         query += " ORDER BY updated_at DESC, requester DESC, task_id DESC LIMIT ?"
-        rows = self._reader.execute(query, (*params, limit)).fetchall()
+        with self._reading:
+            rows = self._reader.execute(query, (*params, limit)).fetchall()
         return [
             TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
             for req, tid, role, state, at in rows
         ]
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
-        rows = self._reader.execute(
-            f"SELECT role, state, count(*) FROM tasks INDEXED BY tasks_finished_by_role "
-            f"WHERE state IN {_FINAL} GROUP BY role, state"
-        ).fetchall()
+        with self._reading:
+            rows = self._reader.execute(
+                f"SELECT role, state, count(*) FROM tasks INDEXED BY tasks_finished_by_role "
+                f"WHERE state IN {_FINAL} GROUP BY role, state"
+            ).fetchall()
         return {(role, TaskState(state)): int(n) for role, state, n in rows}
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
@@ -395,7 +420,8 @@ class SqliteStore:
         query = "SELECT count(*) FROM tasks" + (
             " WHERE " + " AND ".join(clauses) if clauses else ""
         )
-        return int(self._reader.execute(query, params).fetchone()[0])
+        with self._reading:
+            return int(self._reader.execute(query, params).fetchone()[0])
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         def run() -> int:
@@ -526,9 +552,13 @@ class SqliteStore:
                     # SQLite opened the file read-only (it was unwritable): it never
                     # upgrades such a connection, so open the file again to see it fixed.
                     # Close first: connections of one process share the file's lock and
-                    # shared-memory state, so a new one would inherit the read-only mapping.
-                    self._conn.close()
-                    self._conn = connect(self.path, self._synchronous, self._busy_timeout)
+                    # shared-memory state, so a new one would inherit the read-only mapping:
+                    # the reader too, which opened the file read-only like the writer.
+                    with self._reading:
+                        self._conn.close()
+                        self._reader.close()
+                        self._conn = connect(self.path, self._synchronous, self._busy_timeout)
+                        self._reader = _open_reader(self.path)
                     self._reopen = False
                 conn = self._conn
                 try:
@@ -612,7 +642,8 @@ class SqliteStore:
             self._writer.shutdown(wait=True)
             with self._lock:
                 self._conn.close()
-            self._reader.close()
+            with self._reading:
+                self._reader.close()
 
     # --- maintenance (the `synapse outbox` command) -----------------------------------------
 

@@ -30,7 +30,7 @@ from synapse.transport.guard import GuardedSite, HttpLimits
 from synapse.transport.inbound import encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH, SynapseServer
-from synapse.transport.tls import TLSConfig
+from synapse.transport.tls import TLSConfig, refresh_crls
 from synapse.types import (
     CapabilityResponsePayload,
     ErrorCode,
@@ -107,6 +107,7 @@ class Peer:
         self.store: TaskStore = store or MemoryStore()
         #: Certificates of what we serve and of our calls (`synapse.transport.tls`).
         self.tls = tls
+        self._crl_refresh: asyncio.Task[None] | None = None
         #: Partners sharing a secret can sign as each other: refused at start unless allowed.
         self.allow_shared_secrets = allow_shared_secrets
         #: Timeouts and connection cap of the server (see `synapse.transport.guard`).
@@ -278,6 +279,9 @@ class Peer:
             self._recovering = False
             self.protocol.ready = self._ready_after_recovery
         await self.protocol.start()
+        if self.tls is not None and self.tls.crl is not None and self._crl_refresh is None:
+            # A renewed CRL is picked up while the peer runs (synapse.transport.tls).
+            self._crl_refresh = asyncio.create_task(refresh_crls(), name="synapse-crl-refresh")
 
     def _framing_refusal(self, status: int, reason: str) -> bytes:
         if self._server is None:  # bound, not yet built: the peer is starting
@@ -300,6 +304,9 @@ class Peer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._crl_refresh is not None:
+            self._crl_refresh.cancel()
+            self._crl_refresh = None
         await self.client.close()
         await self.store.close()
 

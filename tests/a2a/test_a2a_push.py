@@ -97,9 +97,17 @@ async def test_notifications_reach_a_receiver_that_was_down(
     await eventually(lambda: bool(engine._backlog), timeout=10)
     outbox = a2a_peer.peer.store.outbox  # type: ignore[attr-defined]
     assert outbox, "the notifications are kept until delivered"
+    # The task is over: its view left the live views, kept aside for the queued notifications.
+    service = a2a_peer.a2a.service
+    await eventually(lambda: task_id not in service.tasks, timeout=10)
+    assert task_id in service._pushing
     await receiver.start()
     await receiver.wait_for_final()
     check_signed(receiver, "tok-1")
+    # Once they are delivered the view goes too (noticed as the next task leaves memory).
+    later = await collect(client, sdk_message(parts=[{"text": "later"}]))
+    assert later[-1]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    await eventually(lambda: not service._pushing and not service.tasks, timeout=10)
     bodies = receiver.bodies()
     states = [_state(b) for b in bodies]
     assert states[0] == "TASK_STATE_WORKING"

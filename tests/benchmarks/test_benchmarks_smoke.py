@@ -111,3 +111,20 @@ def test_longrun() -> None:
     runs = section.raw["runs"]  # type: ignore[attr-defined]
     assert [row["tasks"] for row in runs["sqlite"]] == [0, 100, 200]
     assert all(row["in_memory"] == 0 for rows in runs.values() for row in rows[1:])
+
+
+def test_security() -> None:
+    """`python -m benchmarks.security` (run by hand): each table has its rows."""
+    import asyncio
+
+    from benchmarks import security
+
+    tables = [
+        security.crypto_table(0.01),
+        asyncio.run(security.a2a_table(0.05)),
+        asyncio.run(security.tls_table(0.05)),
+    ]
+    if importlib.util.find_spec("grpc") is not None:
+        tables.append(asyncio.run(security.grpc_table(0.05)))
+    for table in tables:
+        assert table.rows and all(len(row) == len(table.columns) for row in table.rows)

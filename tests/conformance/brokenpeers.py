@@ -177,7 +177,7 @@ class ForgetfulDedup(MemoryDedupStore):
     def begin(
         self, key: DedupKey, fingerprint: bytes, *, now: datetime, timestamp: datetime
     ) -> Begin:
-        self._entries.pop(key, None)
+        self.forget(key)
         return super().begin(key, fingerprint, now=now, timestamp=timestamp)
 
 
@@ -200,7 +200,7 @@ class ReplayTwiceServer(SynapseServer):
                 engine.tasks.pop(key, None)
                 store = self.protocol.store
                 if isinstance(store, MemoryStore):
-                    store.finished.pop(key, None)  # finished tasks are kept there
+                    store.forget_finished(key)  # finished tasks are kept there
         return await super()._process(inbound)
 
 

@@ -7,6 +7,7 @@ another audience or issuer, with other scopes, or signed by a key nobody trusts.
 
 from __future__ import annotations
 
+import ssl
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ class Issuer:
     base: str = ""
     token_requests: list[dict[str, str]] = field(default_factory=list)
     runner: web.AppRunner | None = None
+    #: Serve https with this context (a certificate of the test CA) instead of http.
+    ssl_context: ssl.SSLContext | None = None
 
     @property
     def discovery_url(self) -> str:
@@ -91,10 +94,11 @@ class Issuer:
         app.router.add_post("/token", self._token)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
         await site.start()
         port = self.runner.addresses[0][1]
-        self.base = f"http://127.0.0.1:{port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        self.base = f"{scheme}://127.0.0.1:{port}"
 
     async def stop(self) -> None:
         if self.runner is not None:

@@ -453,3 +453,142 @@ async def test_an_authenticated_caller_without_the_skill_credential_is_403_not_4
     status, body, _ = await rpc(agent.rpc, slow, headers=bearer("bt-1"))
     assert (status, body["error"]["code"]) == (403, -32107)
     assert "skill 'slow' needs another credential" in body["error"]["message"]
+
+
+async def test_every_jsonrpc_method_and_rest_route_needs_a_credential(agent: Agent) -> None:
+    """No operation of either HTTP binding is served without a credential (the public card
+    aside): each is refused 401 with the same ErrorInfo, and served with a valid key."""
+    from synapse.a2a.operations import METHODS
+    from synapse.a2a.rest import ROUTES
+
+    for method in METHODS:
+        body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {}}
+        status, answer, headers = await rpc(agent.rpc, body)
+        assert (status, answer["error"]["code"]) == (401, -32106), method
+        assert answer["error"]["data"][0]["reason"] == "UNAUTHENTICATED"
+        assert headers["WWW-Authenticate"]
+    async with aiohttp.ClientSession() as session:
+        for route in ROUTES:
+            path = route.path({"id": "t-1", "taskId": "t-1"})
+            for headers in ({}, {"X-API-Key": "wrong"}):
+                async with session.request(
+                    route.verb,
+                    agent.rpc + path,
+                    json={} if route.body else None,
+                    headers={"A2A-Version": "1.0", **headers},
+                ) as response:
+                    error = (await response.json())["error"]
+                    assert response.status == 401, (route, error)
+                    assert error["status"] == "UNAUTHENTICATED"
+                    assert error["details"][0]["reason"] == "UNAUTHENTICATED"
+        async with session.get(
+            agent.rpc + "/extendedAgentCard",
+            headers={"A2A-Version": "1.0", "X-API-Key": "hk-1"},
+        ) as response:
+            assert response.status == 200
+        async with session.get(agent.base + "/.well-known/agent-card.json") as response:
+            assert response.status == 200
+
+
+async def test_skill_and_method_scopes_over_rest(agent: Agent) -> None:
+    async with aiohttp.ClientSession() as session:
+
+        async def post(path: str, body: Any, token: str) -> tuple[int, Any]:
+            async with session.post(
+                agent.rpc + path,
+                json=body,
+                headers={"A2A-Version": "1.0", **bearer(token)},
+            ) as response:
+                return response.status, await response.json()
+
+        slow = send_body("slow", {"steps": 50, "delay": 0.05})["params"]
+        status, answer = await post("/message:send", slow, agent.issuer.mint(scope="x"))
+        assert (status, answer["error"]["status"]) == (403, "PERMISSION_DENIED")
+        slow["configuration"] = {"returnImmediately": True}
+        status, answer = await post(
+            "/message:send", slow, agent.issuer.mint(sub="s", scope="tasks:slow")
+        )
+        assert status == 200, answer
+        task_id = answer["task"]["id"]
+        status, answer = await post(
+            f"/tasks/{task_id}:cancel", {}, agent.issuer.mint(sub="s", scope="tasks:slow")
+        )
+        assert (status, answer["error"]["status"]) == (403, "PERMISSION_DENIED")
+        status, answer = await post(
+            f"/tasks/{task_id}:cancel", {}, agent.issuer.mint(sub="s", scope="tasks:cancel")
+        )
+        assert status == 200 and answer["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_our_client_sends_each_credential_on_each_http_binding(
+    agent: Agent, binding: str
+) -> None:
+    for credentials in (
+        ClientCredentials(api_keys={"apiKeyHeader": "hk-1"}),
+        ClientCredentials(api_keys={"apiKeyQuery": "qk-1"}),
+        ClientCredentials(api_keys={"apiKeyCookie": "ck-1"}),
+        ClientCredentials(basic=("erin", "pw-erin")),
+        ClientCredentials(bearer="bt-1"),
+        ClientCredentials(oauth=OAuthClient("client-1", "client-secret-1")),
+    ):
+        async with A2AClient(agent.base, credentials=credentials, bindings=[binding]) as client:
+            assert client.binding == binding
+            handle = await client.send({"text": "b"}, task_type="echo", stream=True)
+            assert (await handle.result(10)).ok
+            assert (await client.get_task(handle.task_id)).id == handle.task_id
+            await client.get_extended_card()
+
+
+async def test_a_discovery_document_naming_another_issuer_is_not_trusted(issuer: Issuer) -> None:
+    """OpenID Connect Discovery: the issuer must be the URL the document is under."""
+    from aiohttp import web
+
+    from synapse.a2a.security import IssuerUnavailable, Presented
+
+    async def lying(_request: web.Request) -> web.Response:
+        return web.json_response({"issuer": "https://evil.example", "jwks_uri": issuer.jwks_url})
+
+    app = web.Application()
+    app.router.add_get("/.well-known/openid-configuration", lying)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        scheme = OpenIdConnectScheme(base + "/.well-known/openid-configuration", audience=AUDIENCE)
+        token = issuer.mint(iss="https://evil.example")
+        with pytest.raises(IssuerUnavailable, match="not the URL it is under"):
+            await scheme.authenticate(Presented({"authorization": f"Bearer {token}"}))
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_agent_reached_under_two_names_accepts_either_audience(issuer: Issuer) -> None:
+    """Its HTTP URL and its gRPC address, say: a token for either passes, another is refused."""
+    from synapse.a2a.security import AuthError, Presented
+
+    grpc_audience = "agent.test:50051"
+    validator = JwtValidator(
+        issuer=issuer.base, audience=[AUDIENCE, grpc_audience], jwks=JwksSource(issuer.jwks_url)
+    )
+    scheme = OAuth2Scheme(validator, token_url=issuer.token_url)
+    for audience in (AUDIENCE, grpc_audience, [grpc_audience, "elsewhere"]):
+        token = issuer.mint(aud=audience)
+        identity = await scheme.authenticate(Presented({"authorization": f"Bearer {token}"}))
+        assert identity is not None
+    with pytest.raises(AuthError):
+        token = issuer.mint(aud="https://another.agent/a2a")
+        await scheme.authenticate(Presented({"authorization": f"Bearer {token}"}))
+    for bad in ([], "", [""]):
+        with pytest.raises(ValueError, match="audience"):
+            JwtValidator(issuer=issuer.base, audience=bad, jwks=JwksSource(issuer.jwks_url))
+
+
+def test_what_a_call_presents_never_shows_its_credentials() -> None:
+    from synapse.a2a.security import Presented
+
+    presented = Presented(
+        {"authorization": "Bearer s3cret-token"}, {"api_key": "qk-secret"}, {"k": "ck-secret"}
+    )
+    assert not any(secret in repr(presented) for secret in ("s3cret", "qk-secret", "ck-secret"))

@@ -58,8 +58,10 @@ def message(text: str = "hi") -> SendMessageRequest:
     return SendMessageRequest(message=ParseDict(value, Message()))
 
 
-async def last_state(base_url: str, http: httpx.AsyncClient, interceptors: list[Any]) -> str:
-    config = ClientConfig(streaming=False, httpx_client=http)
+async def last_state(
+    base_url: str, http: httpx.AsyncClient, interceptors: list[Any], binding: str = "JSONRPC"
+) -> str:
+    config = ClientConfig(streaming=False, httpx_client=http, supported_protocol_bindings=[binding])
     client = await ClientFactory(config).create_from_url(base_url, interceptors=interceptors)
     try:
         events = [MessageToDict(event) async for event in client.send_message(message())]
@@ -89,9 +91,10 @@ async def secured(issuer: Issuer) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{peer.port}"
 
 
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
 @pytest.mark.parametrize("scheme", ["key", "bearer", "oauth", "oidc"])
 async def test_the_sdk_auth_interceptor_meets_each_scheme_it_knows(
-    secured: str, issuer: Issuer, scheme: str
+    secured: str, issuer: Issuer, scheme: str, binding: str
 ) -> None:
     credential = {
         "key": "sdk-key",
@@ -101,7 +104,8 @@ async def test_the_sdk_auth_interceptor_meets_each_scheme_it_knows(
     }[scheme]
     async with httpx.AsyncClient(timeout=10) as http:
         interceptor = AuthInterceptor(Fixed({scheme: credential}))
-        assert await last_state(secured, http, [interceptor]) == "TASK_STATE_COMPLETED"
+        state = await last_state(secured, http, [interceptor], binding)
+        assert state == "TASK_STATE_COMPLETED"
 
 
 async def test_the_sdk_with_basic_credentials_in_its_http_client(secured: str) -> None:
@@ -109,17 +113,18 @@ async def test_the_sdk_with_basic_credentials_in_its_http_client(secured: str) -
         assert await last_state(secured, http, []) == "TASK_STATE_COMPLETED"
 
 
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
 @pytest.mark.parametrize(
     "credentials",
     [{}, {"key": "wrong"}, {"bearer": "wrong"}, {"oauth": "e30.e30.e30"}],
     ids=["none", "wrong-key", "wrong-bearer", "forged-token"],
 )
 async def test_the_sdk_is_refused_without_a_valid_credential(
-    secured: str, credentials: dict[str, str]
+    secured: str, credentials: dict[str, str], binding: str
 ) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
-        with pytest.raises(A2AClientError, match="HTTP Error 401"):
-            await last_state(secured, http, [AuthInterceptor(Fixed(credentials))])
+        with pytest.raises(A2AClientError, match="401"):
+            await last_state(secured, http, [AuthInterceptor(Fixed(credentials))], binding)
 
 
 async def test_mutual_tls_scheme_with_the_sdk_client(pki: Pki, rogue_pki: Pki) -> None:
@@ -185,3 +190,31 @@ async def test_our_client_over_mutual_tls_with_a_custom_ca(pki: Pki) -> None:
         with pytest.raises(A2AError, match="cannot fetch"):
             await client.discover()
         await client.close()
+
+
+def test_the_mtls_scheme_without_client_certificates_is_refused_at_start(pki: Pki) -> None:
+    """A card must not declare a scheme no caller could ever meet."""
+    policy = SecurityPolicy({"mtls": MutualTlsScheme()})
+    cert, key = pki.issue("agent-n", "agent-n")
+    for tls in (None, TLSConfig(cert=cert, key=key)):
+        with pytest.raises(ValueError, match="requires client certificates"):
+            enable_a2a(Peer("agent-n", handler=DemoHandler(), tls=tls), security=policy)
+    required = TLSConfig(cert=cert, key=key, client_ca=pki.ca_file)
+    enable_a2a(Peer("agent-n", handler=DemoHandler(), tls=required), security=policy)
+
+
+async def test_our_client_knows_its_tls_settings_present_a_certificate(pki: Pki) -> None:
+    from synapse.a2a import A2AClient, ClientCredentials
+
+    cert, key = pki.issue("agent-m", "agent-m")
+    tls = TLSConfig(cert=cert, key=key, client_ca=pki.ca_file)
+    peer = Peer("agent-m", handler=DemoHandler(), config=FAST, tls=tls)
+    enable_a2a(peer, security=SecurityPolicy({"mtls": MutualTlsScheme()}))
+    async with peer:
+        app_cert, app_key = pki.issue("app", "app")
+        mine = TLSConfig(ca=pki.ca_file, client_cert=app_cert, client_key=app_key)
+        credentials = ClientCredentials()  # no flag: the TLS settings say it
+        async with A2AClient(
+            f"https://127.0.0.1:{peer.port}", tls=mine, credentials=credentials
+        ) as client:
+            assert (await (await client.send({"text": "t"}, task_type="echo")).result(10)).ok

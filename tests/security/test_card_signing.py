@@ -239,3 +239,41 @@ async def test_the_verifier_plugs_into_the_router_card_policy(
     assert not by_url(raw)  # nothing fetched yet
     await by_url.refresh()
     assert by_url(raw)
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON", "GRPC"])
+async def test_the_extended_card_is_verified_on_every_binding(
+    signing_key: ECKey, binding: str
+) -> None:
+    """The authenticated extended card is checked like the public one: signed by the agent,
+    it verifies after any binding's round trip; one that does not verify is refused."""
+    from synapse.a2a.transports import grpc_available
+
+    if binding == "GRPC" and not grpc_available():
+        pytest.skip("grpcio missing: pip install '.[grpc]'")
+    peer = Peer("agent-xc", handler=DemoHandler())
+    enable_a2a(
+        peer,
+        card_signer=CardSigner(signing_key),
+        tokens={"tok": "alice"},
+        grpc_port=0 if binding == "GRPC" else None,
+    )
+    async with peer:
+        base = f"http://127.0.0.1:{peer.port}"
+        pinned = CardVerifier(keys=[dict(signing_key.as_dict(private=False))])
+        async with A2AClient(
+            base, token="tok", bindings=[binding], card_verifier=pinned, require_signed_card=True
+        ) as client:
+            assert client.binding == binding
+            extended = await client.get_extended_card()
+            assert extended.name == "agent-xc" and extended.signatures
+        other = ECKey.generate_key("P-256", {"kid": "card-key-1"})
+        stranger = CardVerifier(keys=[dict(other.as_dict(private=False))])
+        client = A2AClient(
+            base, token="tok", bindings=[binding], card_verifier=stranger, require_signed_card=False
+        )
+        async with client:
+            assert not client.card_verified
+            client.require_signed_card = True
+            with pytest.raises(CardSignatureError):
+                await client.get_extended_card()

@@ -175,3 +175,194 @@ async def test_serve_enforces_configured_schemes_and_signs_its_card(
         no_credentials = await asyncio.to_thread(send)
         assert no_credentials.returncode == 2
         assert "-32106" in no_credentials.stderr
+
+
+async def test_serve_checks_client_certificates_against_the_configured_crl(
+    tmp_path: Path,
+) -> None:
+    """`tls_crl` in the config file: a revoked client certificate is refused in the TLS
+    handshake of the HTTP port and before any method on the gRPC port; a CRL that no CA we
+    trust signed stops `serve` at start, in one line."""
+    import ssl
+
+    import pytest
+    import trustme
+    from seckit import Pki
+
+    from synapse.a2a.transports import grpc_available
+
+    (tmp_path / "pki").mkdir()
+    (tmp_path / "rogue").mkdir()
+    pki = Pki(trustme.CA(), tmp_path / "pki")
+    cert, key = pki.issue("agent-crl", "agent-crl")
+    good, revoked = pki.issue("app", "app"), pki.issue("old-app", "old-app")
+    crl = pki.crl(revoked[0])
+    grpc_port = free_port()
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            agent_id = "agent-crl"
+            a2a = true
+            tls_cert = "{cert}"
+            tls_key = "{key}"
+            tls_client_ca = "{pki.ca_file}"
+            tls_ca = "{pki.ca_file}"
+            tls_crl = "{crl}"
+            [a2a_security.schemes.cert]
+            type = "mtls"
+            """
+        )
+    )
+    port = free_port()
+    grpc_flags = ("--a2a-grpc-port", str(grpc_port)) if grpc_available() else ()
+    with serving("--config", str(config), "--port", str(port), *grpc_flags):
+        base = f"https://127.0.0.1:{port}"
+
+        def context(pair: tuple[Path, Path]) -> ssl.SSLContext:
+            made = ssl.create_default_context(cafile=str(pki.ca_file))
+            made.load_cert_chain(str(pair[0]), str(pair[1]))
+            return made
+
+        async with aiohttp.ClientSession() as session:
+            url = base + "/a2a"
+            async with session.post(
+                url, json=SEND, headers={"A2A-Version": "1.0"}, ssl=context(good)
+            ) as response:
+                assert response.status == 200
+            with pytest.raises(aiohttp.ClientError):
+                async with session.post(url, json=SEND, ssl=context(revoked)):
+                    pass
+        if grpc_available():
+            import grpc
+            from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+            def channel(pair: tuple[Path, Path]) -> grpc.aio.Channel:
+                credentials = grpc.ssl_channel_credentials(
+                    pki.ca_file.read_bytes(), pair[1].read_bytes(), pair[0].read_bytes()
+                )
+                return grpc.aio.secure_channel(f"127.0.0.1:{grpc_port}", credentials)
+
+            listing = a2a_pb2.ListTasksRequest()
+            version = (("a2a-version", "1.0"),)
+            async with channel(good) as ok:
+                await a2a_pb2_grpc.A2AServiceStub(ok).ListTasks(listing, metadata=version)
+            async with channel(revoked) as bad:
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await a2a_pb2_grpc.A2AServiceStub(bad).ListTasks(listing, metadata=version)
+                assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    rogue = Pki(trustme.CA(), tmp_path / "rogue")
+    config.write_text(config.read_text().replace(str(crl), str(rogue.crl())))
+    started = await asyncio.to_thread(
+        subprocess.run,
+        synapse("serve", "--config", str(config), "--port", str(free_port())),
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode == 2
+    assert "is not signed by a CA of" in started.stderr
+
+
+async def test_a_private_issuer_is_reached_through_the_configured_ca(tmp_path: Path) -> None:
+    """`[a2a_security]` OAuth 2.0 and OpenID Connect schemes fetch the issuer's JWKS and
+    discovery document verified against `tls_ca`: an issuer with a certificate of the
+    operator's CA works, and without `tls_ca` its keys cannot be had (a retry, not a pass)."""
+    import pytest
+    import trustme
+    from issuer import Issuer
+    from seckit import Pki
+
+    from synapse.a2a.security import IssuerUnavailable, Presented
+    from synapse.cli.main import build_parser
+    from synapse.cli.security_settings import a2a_policy
+    from synapse.cli.settings import Settings
+    from synapse.transport.tls import TLSConfig
+
+    (tmp_path / "pki").mkdir()
+    pki = Pki(trustme.CA(), tmp_path / "pki")
+    cert, key = pki.issue("issuer", "issuer")
+    served = TLSConfig(cert=cert, key=key).server_context()
+    issuer = Issuer(audience=AUDIENCE, ssl_context=served)
+    await issuer.start()
+    try:
+        config = tmp_path / "agent.toml"
+        schemes = f"""
+            [a2a_security.schemes.oauth]
+            type = "oauth2"
+            issuer = "{issuer.base}"
+            audience = "{AUDIENCE}"
+            jwks_url = "{issuer.jwks_url}"
+            token_url = "{issuer.token_url}"
+            [a2a_security.schemes.oidc]
+            type = "openIdConnect"
+            discovery_url = "{issuer.discovery_url}"
+            audience = "{AUDIENCE}"
+            """
+        token = issuer.mint(sub="svc")
+        for ca_line, works in ((f'tls_ca = "{pki.ca_file}"', True), ("", False)):
+            config.write_text(textwrap.dedent(ca_line + "\n" + schemes))
+            argv = build_parser().parse_args(["serve", "--config", str(config)])
+            policy = a2a_policy(Settings.load(argv, {}), {})
+            for name in ("oauth", "oidc"):
+                presented = Presented({"authorization": f"Bearer {token}"})
+                if works:
+                    identity = await policy.schemes[name].authenticate(presented)
+                    assert identity is not None and identity.principal == "svc"
+                else:
+                    with pytest.raises(IssuerUnavailable):
+                        await policy.schemes[name].authenticate(presented)
+    finally:
+        await issuer.stop()
+
+
+async def test_send_over_grpc_with_mutual_tls(tmp_path: Path) -> None:
+    """`serve --a2a` with TLS, client certificates and an mTLS scheme on its gRPC port;
+    `send --a2a --a2a-binding GRPC` with `--tls-*` presents its certificate there."""
+    import pytest
+    import trustme
+    from seckit import Pki
+
+    from synapse.a2a.transports import grpc_available
+
+    if not grpc_available():
+        pytest.skip("grpcio missing: pip install '.[grpc]'")
+    (tmp_path / "pki").mkdir()
+    pki = Pki(trustme.CA(), tmp_path / "pki")
+    cert, key = pki.issue("agent-g", "agent-g")
+    app_cert, app_key = pki.issue("app", "app")
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            agent_id = "agent-g"
+            a2a = true
+            tls_cert = "{cert}"
+            tls_key = "{key}"
+            tls_client_ca = "{pki.ca_file}"
+            [a2a_security.schemes.cert]
+            type = "mtls"
+            names = {{ app = "the-app" }}
+            """
+        )
+    )
+    port, grpc_port = free_port(), free_port()
+    with serving("--config", str(config), "--port", str(port), "--a2a-grpc-port", str(grpc_port)):
+
+        def send(*flags: str) -> subprocess.CompletedProcess[str]:
+            argv = synapse(
+                "send", "--a2a", f"https://127.0.0.1:{port}", "--a2a-binding", "GRPC",
+                "--tls-ca", str(pki.ca_file), *flags, "echo", '{"text": "grpc mtls"}',
+            )  # fmt: skip
+            return subprocess.run(
+                argv, env=ENV, capture_output=True, text=True, timeout=60, check=False
+            )
+
+        sent = await asyncio.to_thread(
+            send, "--tls-client-cert", str(app_cert), "--tls-client-key", str(app_key)
+        )
+        assert (sent.returncode, sent.stdout) == (0, "grpc mtls\n"), sent.stderr
+        refused = await asyncio.to_thread(send)  # no client certificate: not even the card
+        assert refused.returncode == 2

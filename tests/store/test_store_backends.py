@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from storekit import R_ID, T0, Duo, dedup_entry, outbox_item
 
-from synapse.p2p.engine import TaskKey
+from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.persistence import DeadLetter, MemoryStore, TaskFilter, TaskStore
+from synapse.p2p.states import Role
 from synapse.store import SqliteStore
-from synapse.types import TaskState
+from synapse.types import TaskContext, TaskSpec, TaskState
 
 
 @dataclass
@@ -135,6 +136,51 @@ async def test_listing_pages_newest_first_with_filters_and_counts(backend: Backe
     recent = store.list_tasks(limit=10, where=TaskFilter(updated_after=last.updated_at))
     assert [row.key for row in recent] == [keys[-1]]
     assert store.count_finished() == {("requester", TaskState.COMPLETED): 7}
+
+
+def record_in(n: int, context_id: str | None, payload: dict[str, str]) -> TaskRecord:
+    key = TaskKey(R_ID, f"c-{n}")
+    return TaskRecord(
+        key=key,
+        role=Role.EXECUTOR,
+        partner=R_ID,
+        task=TaskSpec(id=key.task_id, type="echo", payload=payload),
+        context=TaskContext(session_id=context_id) if context_id is not None else None,
+        request_id=f"m-{n}",
+        created_at=T0,
+        state=TaskState.COMPLETED,
+        updated_at=T0 + n,
+    )
+
+
+async def test_listing_by_context_and_by_task_id(backend: Backend) -> None:
+    # Served by indexes on the durable stores (`tasks_by_context`, `tasks_by_task_id`); a
+    # record holding a NUL escape is written like any other (an index expression that
+    # raised would refuse the write).
+    store = backend.open()
+    records = [
+        record_in(0, "ctx-a", {"text": "a"}),
+        record_in(1, "ctx-b", {"text": "b"}),
+        record_in(2, "ctx-a", {"text": "nul \x00 inside"}),
+        record_in(3, None, {"text": "no context"}),
+        record_in(4, "ctx-a", {"text": "a again"}),
+    ]
+    for rec in records:
+        store.put_task(rec, [])
+    await store.commit()
+    in_a = TaskFilter(requester=R_ID, context_id="ctx-a")
+    listed = [row.key.task_id for row in store.list_tasks(limit=10, where=in_a)]
+    assert listed == ["c-4", "c-2", "c-0"]  # newest first
+    assert store.count_tasks(in_a) == len(listed)
+    first = store.list_tasks(limit=1, where=in_a)
+    assert [
+        row.key.task_id for row in store.list_tasks(limit=5, before=first[0].cursor, where=in_a)
+    ] == listed[1:]
+    assert store.count_tasks(TaskFilter(context_id="nope")) == 0
+    by_id = store.list_tasks(limit=5, where=TaskFilter(task_id="c-2"))
+    assert [row.key for row in by_id] == [records[2].key]
+    back = store.get_task(records[2].key)
+    assert back is not None and back.task.payload == {"text": "nul \x00 inside"}
 
 
 # --- the outbox -----------------------------------------------------------------------------------
