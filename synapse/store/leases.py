@@ -7,27 +7,37 @@ the owner (`synapse.transport.replicas`). The owner renews its leases every thir
 a replica that stops renewing (killed, paused, cut off) loses them once the TTL has passed,
 and another replica takes the task over with the epoch one higher.
 
-Fencing: every write of a task (`put_task`) runs `synapse_fence(task, holder, epoch)` in the
-same transaction, which share-locks the lease row and fails unless the lease is still ours at
-that epoch. A replica paused past its lease therefore cannot overwrite its successor: its
-commit fails and rolls back whole (its reply is a 503, nothing is acknowledged), and it lets
-the task go at its next renewal. A takeover (`UPDATE ... epoch = epoch + 1`) waits for a
-fenced write in progress, so the successor reads the task after that write or not at all.
+Fencing: every write of a task (its row, its history, its outbox rows and their removal) is
+tagged with the epoch its writer holds the lease at. A batch first checks every tag in one
+statement (`synapse_fence_many`), which share-locks the lease rows still ours, then writes
+only the tasks whose leases hold: the writes of a task taken over are dropped (never retried),
+the task is let go here (its handler and deliveries stop), and a message whose own effects
+were dropped is answered 503 (nothing acknowledged). The other tasks of the batch are written:
+one lost lease never takes another task's writes down with it. A takeover
+(`UPDATE ... epoch = epoch + 1`) waits for a fenced batch in progress, so the successor reads
+the task after that batch or not at all, and reads it only once the lease is its own.
+
+Delivery: before each POST the sending replica claims the message's outbox row
+(`claim_delivery`): only the oldest live row of a task can be claimed, by the lease holder,
+and not while another replica's claim runs; claims are renewed with the leases and expire with
+them. So one message of a task is in flight at a time, in order, even while its lease moves.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import structlog
 
 from synapse.p2p.engine import TaskKey
-from synapse.store.base import Snapshot
-from synapse.store.postgres import _FINAL, Op, PostgresStore
+from synapse.store.base import OutboxItem, Snapshot
+from synapse.store.postgres import _FINAL, PostgresStore
 
 log = structlog.get_logger("synapse.leases")
 
@@ -40,6 +50,11 @@ _ORPHANED = (
     f"(t.state NOT IN {_FINAL} OR EXISTS (SELECT 1 FROM outbox o WHERE o.requester = "
     "t.requester AND o.task_id = t.task_id AND o.dead_reason IS NULL))"
 )
+
+
+#: What `claim_delivery` decided: send the message; it is gone (delivered or dropped by
+#: another replica: nothing to send); the task's lease is lost (let the task go).
+Verdict = Literal["send", "gone", "lost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,28 +94,64 @@ class Ownership:
         #: The epoch of each lease this replica holds, and when it was taken.
         self.held: dict[TaskKey, int] = {}
         self.claimed_at: dict[TaskKey, float] = {}
-        store.fence = self._fence
+        #: Told of each task whose lease turned out lost (a fenced-out write, a renewal):
+        #: the runtime lets it go (`synapse.transport.replicas`).
+        self.on_lost: Callable[[TaskKey], None] | None = None
+        store.fence = self
         store.load_override = self.take_over_at_start
 
-    # --- fencing (called by the store for every put_task) ----------------------------------
+    # --- fencing (the store tags every write of a task with its epoch) ----------------------
 
-    def _fence(self, key: TaskKey) -> Op:
+    def epoch_for(self, key: TaskKey, *, create: bool) -> int:
         epoch = self.held.get(key)
-        if epoch is None:
-            # A task this replica creates (a task_request it accepted, a task it submits):
-            # its first write takes the lease, and refuses if another replica has it.
-            self.held[key] = 1
-            self.claimed_at[key] = self.clock()
-            return (
-                "SELECT synapse_claim(%s, %s, %s, %s)",
-                (key.requester, key.task_id, self.replica_id, self.clock() + self.ttl),
-                False,
+        if epoch is not None:
+            return epoch
+        if not create:
+            return -1  # no lease of ours: the write is dropped
+        # A task this replica creates (a task_request it accepted, a task it submits): its
+        # first write takes the lease, and is dropped if another replica has it.
+        self.held[key] = 1
+        self.claimed_at[key] = self.clock()
+        return 0
+
+    def claim_until(self) -> float:
+        return self.clock() + self.ttl
+
+    def fenced_out(self, keys: frozenset[TaskKey]) -> None:
+        for key in keys:
+            self.held.pop(key, None)
+            self.claimed_at.pop(key, None)
+            if self.on_lost is not None:
+                self.on_lost(key)
+
+    # --- delivery ---------------------------------------------------------------------------
+
+    async def claim_delivery(self, item: OutboxItem) -> Verdict:
+        """May this replica POST `item` now? Claims its outbox row (see the module's
+        docstring), waiting while another replica's claim on the task's messages runs."""
+        key = item.key
+        while True:
+            epoch = self.held.get(key) if key is not None else None
+            if epoch is None:
+                return "lost"
+            now = self.clock()
+            rows = await self._aexecute(
+                "SELECT verdict, busy_until FROM synapse_claim_outbox(%s, %s, %s, %s, %s)",
+                (item.message_id, self.replica_id, epoch, now, now + self.ttl),
             )
-        return (
-            "SELECT synapse_fence(%s, %s, %s, %s)",
-            (key.requester, key.task_id, self.replica_id, epoch),
-            False,
-        )
+            verdict, until = str(rows[0][0]), float(str(rows[0][1]))
+            if verdict == "claimed":
+                return "send"
+            if verdict in ("gone", "lost"):
+                if verdict == "lost" and key is not None and self.held.get(key) == epoch:
+                    self.fenced_out(frozenset({key}))
+                return "gone" if verdict == "gone" else "lost"
+            # Busy or behind: another replica's claim runs until `until` (its replica
+            # died or froze: the claim expires with its leases); a claim being made, or an
+            # older message still to go, is a matter of moments.
+            log.info("delivery_waits", message_id=item.message_id, verdict=verdict)
+            wait = until - now if verdict == "busy" and until > now else self.ttl / 10
+            await asyncio.sleep(min(max(wait, 0.01), self.ttl))
 
     # --- the database -----------------------------------------------------------------------
 
@@ -265,6 +316,10 @@ class Ownership:
             "RETURNING requester, task_id, epoch",
             (now + self.ttl, self.replica_id),
         )
+        await self._aexecute(  # the outbox rows being delivered live as long as the leases
+            "UPDATE outbox SET claimed_until = %s WHERE claimed_by = %s",
+            (now + self.ttl, self.replica_id),
+        )
         await self._aexecute(
             "UPDATE replicas SET seen_at = %s WHERE replica_id = %s", (now, self.replica_id)
         )
@@ -277,6 +332,8 @@ class Ownership:
         for key in lost:
             del self.held[key]
             self.claimed_at.pop(key, None)
+            if self.on_lost is not None:
+                self.on_lost(key)
         if lost:
             log.warning("leases_lost", count=len(lost), replica=self.replica_id)
         return lost
@@ -285,6 +342,9 @@ class Ownership:
         """On a clean stop: hand every lease back at once (no TTL to wait for)."""
         await self._aexecute(
             "UPDATE leases SET expires_at = 0 WHERE holder = %s", (self.replica_id,)
+        )
+        await self._aexecute(
+            "UPDATE outbox SET claimed_until = 0 WHERE claimed_by = %s", (self.replica_id,)
         )
         self.held.clear()
         self.claimed_at.clear()

@@ -26,7 +26,7 @@ import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import psycopg
@@ -34,11 +34,14 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
-from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
+from synapse.p2p.logs import get_logger
+from synapse.p2p.persistence import FencedOut, ListCursor, TaskFilter, TaskRow
 from synapse.p2p.states import Event, Role
 from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
 from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
 from synapse.types import TaskState
+
+log = get_logger("synapse.store")
 
 _FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
 #: Outbox sequence numbers per block taken from the database sequence.
@@ -49,9 +52,33 @@ _TRANSITION_COLUMNS = "requester, task_id, role, from_state, to_state, event, me
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(TaskRecord)
 
-#: A buffered write: a statement and its parameters (a list of them: executemany).
-Op = tuple[str, Sequence[Any] | list[Sequence[Any]], bool]
+#: The lease a buffered write is made under: the task, and the epoch its writer holds it at
+#: (0: the first write of a new task, which takes the lease if nobody has it).
+Tag = tuple[TaskKey, int]
+#: A buffered write: a statement, its parameters (a list of them: executemany), and the
+#: lease that fences it (None: not a write of one task, or no replicas).
+Op = tuple[str, Sequence[Any] | list[Sequence[Any]], bool, Tag | None]
 _Op = Op
+
+
+class Fence(Protocol):
+    """What fences the writes of replicas sharing the database (`synapse.store.leases`)."""
+
+    #: This replica's id: the holder named in the leases it holds.
+    replica_id: str
+
+    def epoch_for(self, key: TaskKey, *, create: bool) -> int:
+        """The epoch this replica holds `key`'s lease at (0 to take the lease of a new task
+        when `create`; -1 if it holds none: the write is dropped)."""
+        ...
+
+    def claim_until(self) -> float:
+        """When a lease taken by a write expires."""
+        ...
+
+    def fenced_out(self, keys: frozenset[TaskKey]) -> None:
+        """Writes of these tasks were dropped: another replica holds their leases now."""
+        ...
 
 
 def is_postgres_url(spec: str) -> bool:
@@ -191,13 +218,15 @@ class PostgresStore:
         #: server down): written first by the next batch, in order.
         self._retry: list[_Op] = []
         self._write_lock: asyncio.Lock | None = None
-        self._last: asyncio.Future[None] | None = None
+        self._last: asyncio.Future[frozenset[TaskKey]] | None = None
         self._seq_next = 0
         self._seq_end = 0
         self.commits = 0
-        #: Set by `synapse.store.leases.Ownership`: the statement that fences a task's
-        #: writes by its lease, added before each `put_task` in the same transaction.
-        self.fence: Callable[[TaskKey], _Op] | None = None
+        #: Set by `synapse.store.leases.Ownership`: every write of a task is tagged with the
+        #: lease it is made under, and a batch writes only the tasks whose leases still hold.
+        self.fence: Fence | None = None
+        #: The task of each outbox row this process knows (its removal is fenced too).
+        self._outbox_keys: dict[str, TaskKey] = {}
         #: Set by `Ownership` too: what `load()` returns at start-up when replicas share
         #: the database (the tasks this process took over, not every live task).
         self.load_override: Callable[[], Snapshot] | None = None
@@ -249,7 +278,7 @@ class PostgresStore:
         ):
             item = _item(row)
             if row[7] is None:
-                snapshot.outbox.append(item)
+                snapshot.outbox.append(self._known(item))
             else:
                 snapshot.dead_letters.append(DeadLetter(item, row[7], float(row[8])))
         return snapshot
@@ -265,8 +294,13 @@ class PostgresStore:
             "AND dead_reason IS NULL ORDER BY seq",
             (key.requester, key.task_id),
         ):
-            snapshot.outbox.append(_item(row))
+            snapshot.outbox.append(self._known(item=_item(row)))
         return snapshot
+
+    def _known(self, item: OutboxItem) -> OutboxItem:
+        if item.key is not None and self.fence is not None:
+            self._outbox_keys[item.message_id] = item.key
+        return item
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
         rows = self._read(
@@ -373,10 +407,14 @@ class PostgresStore:
 
     # --- buffered writes --------------------------------------------------------------------
 
+    def _tag(self, key: TaskKey | None, *, create: bool = False) -> Tag | None:
+        if self.fence is None or key is None:
+            return None
+        return (key, self.fence.epoch_for(key, create=create))
+
     def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
         key = record.key
-        if self.fence is not None:
-            self._pending.append(self.fence(key))
+        tag = self._tag(key, create=True)
         self._pending.append(
             (
                 "INSERT INTO tasks (requester, task_id, role, state, updated_at, record) "
@@ -392,6 +430,7 @@ class PostgresStore:
                     encode_record(record),
                 ),
                 False,
+                tag,
             )
         )
         if transitions:
@@ -414,11 +453,14 @@ class PostgresStore:
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                     rows,
                     True,
+                    tag,
                 )
             )
 
     def add_outbox(self, item: OutboxItem) -> None:
         key = item.key
+        if key is not None and self.fence is not None:
+            self._outbox_keys[item.message_id] = key
         self._pending.append(
             (
                 f"INSERT INTO outbox ({_OUTBOX_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
@@ -433,11 +475,15 @@ class PostgresStore:
                     item.created_at,
                 ),
                 False,
+                self._tag(key),
             )
         )
 
     def remove_outbox(self, message_id: str) -> None:
-        self._pending.append(("DELETE FROM outbox WHERE message_id = %s", (message_id,), False))
+        tag = self._tag(self._outbox_keys.pop(message_id, None))
+        self._pending.append(
+            ("DELETE FROM outbox WHERE message_id = %s", (message_id,), False, tag)
+        )
 
     def dead_letter(self, message_id: str, reason: str, at: float) -> None:
         self._pending.append(
@@ -445,6 +491,7 @@ class PostgresStore:
                 "UPDATE outbox SET dead_reason = %s, dead_at = %s WHERE message_id = %s",
                 (reason, at, message_id),
                 False,
+                self._tag(self._outbox_keys.get(message_id)),
             )
         )
 
@@ -466,6 +513,7 @@ class PostgresStore:
                     json.dumps(entry.reply.headers),
                 ),
                 False,
+                None,
             )
         )
 
@@ -473,24 +521,38 @@ class PostgresStore:
         rows = [tuple(key) for key in keys]
         if rows:
             self._pending.append(
-                ("DELETE FROM dedup WHERE sender = %s AND message_id = %s", rows, True)
+                ("DELETE FROM dedup WHERE sender = %s AND message_id = %s", rows, True, None)
             )
 
     # --- committing -------------------------------------------------------------------------
 
-    async def _write(self, ops: list[_Op], keep: int) -> None:
+    async def _write(self, ops: list[_Op], keep: int) -> frozenset[TaskKey]:
+        """Write the batch; returns the tasks lost if the caller's own writes were dropped
+        (the batch is written all the same: others wait on it)."""
         if self._write_lock is None:
             self._write_lock = asyncio.Lock()
         async with self._write_lock:  # batches land in the order they were committed
             batch = self._retry + ops
             if not batch:
-                return
+                return frozenset()
+            own = len(self._retry) + keep  # the caller's own writes start here
+            lost: frozenset[TaskKey] = frozenset()
+            refused = False
             try:
                 pool = await self._open_pool()
                 async with pool.connection() as conn, conn.transaction():
                     cur = conn.cursor()
+                    dropped = await self._fenced_out(cur, batch)
+                    if dropped:
+                        lost = frozenset(key for key, _ in dropped)
+                        refused = any(op[3] in dropped for op in batch[own:])
+                        batch = [
+                            op
+                            for n, op in enumerate(batch)
+                            if op[3] not in dropped and not (refused and n >= own)
+                        ]
                     async with conn.pipeline():
-                        for query, params, many in batch:
+                        for query, params, many, _tag in batch:
                             if many:
                                 await cur.executemany(query.encode(), params)
                             else:
@@ -505,6 +567,37 @@ class PostgresStore:
                 raise
             self._retry = []
             self.commits += 1
+            if lost:
+                log.warning("writes_fenced_out", tasks=len(lost), own=refused)
+                assert self.fence is not None
+                self.fence.fenced_out(lost)
+            return lost if refused else frozenset()
+
+    async def _fenced_out(self, cur: psycopg.AsyncCursor[Any], batch: list[_Op]) -> set[Tag]:
+        """The leases of the batch's writes that this replica no longer holds, checked (and
+        share-locked until the commit) in one statement; nothing when there are no replicas.
+
+        Fencing task by task, not the batch whole: a batch carries the writes of many tasks,
+        and one task taken over must not take the others' writes down with it (they would be
+        lost while the runtime goes on to deliver what it believes committed)."""
+        fence = self.fence
+        tags = {op[3] for op in batch if op[3] is not None}
+        if fence is None or not tags:
+            return set()
+        wanted = sorted(tags, key=lambda tag: (tag[0].requester, tag[0].task_id, tag[1]))
+        await cur.execute(
+            b"SELECT ok_requester, ok_task_id, ok_epoch "
+            b"FROM synapse_fence_many(%s, %s, %s, %s, %s)",
+            (
+                [key.requester for key, _ in wanted],
+                [key.task_id for key, _ in wanted],
+                [epoch for _, epoch in wanted],
+                fence.replica_id,
+                fence.claim_until(),
+            ),
+        )
+        held = {(TaskKey(r, t), int(e)) for r, t, e in await cur.fetchall()}
+        return tags - held
 
     async def commit(self, *, discard_after: int | None = None) -> None:
         """Write every buffered change in one transaction. With nothing buffered, wait only
@@ -527,7 +620,9 @@ class PostgresStore:
         batch = asyncio.ensure_future(self._write(ops, keep))
         self._last = batch
         # Shielded: a cancelled caller must not abandon a transaction half sent.
-        await asyncio.shield(batch)
+        lost = await asyncio.shield(batch)
+        if lost:
+            raise FencedOut("another replica owns the task now; retry", lost)
 
     def mark(self) -> int:
         """A point in the buffered writes that `discard` can drop back to."""
@@ -552,8 +647,8 @@ class PostgresStore:
     def retry_dead_letter(self, message_id: str) -> bool:
         with self._lock:
             cur = self._reader.execute(
-                "UPDATE outbox SET dead_reason = NULL, dead_at = NULL "
-                "WHERE message_id = %s AND dead_reason IS NOT NULL",
+                "UPDATE outbox SET dead_reason = NULL, dead_at = NULL, claimed_by = NULL, "
+                "claimed_until = NULL WHERE message_id = %s AND dead_reason IS NOT NULL",
                 (message_id,),
             )
             return cur.rowcount > 0

@@ -68,6 +68,10 @@ class Replicas:
         self._loop_task: asyncio.Task[None] | None = None
         self.forwarded = 0
         server.route = self.route
+        # A lease found lost (a fenced-out write, a renewal, a refused claim): the task's
+        # handler and deliveries stop here. Each POST of a callback claims its outbox row.
+        ownership.on_lost = protocol.release
+        protocol.delivery_gate = ownership.claim_delivery
 
     # --- routing ----------------------------------------------------------------------------
 
@@ -141,8 +145,7 @@ class Replicas:
             await asyncio.sleep(own.ttl / 3 * random.uniform(0.8, 1.0))
             try:
                 keep = set(self.protocol.engine.tasks)
-                for key in await own.renew(keep):
-                    self.protocol.release(key)
+                await own.renew(keep)  # lost leases are let go through `on_lost`
                 taken = await own.take_over_expired()
                 if taken.tasks:
                     self.protocol.restore(taken)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 from storekit import Duo
 
 from synapse.p2p.engine import TaskKey
-from synapse.p2p.persistence import MemoryStore
+from synapse.p2p.persistence import FencedOut, MemoryStore
 from synapse.store.leases import Ownership
 from synapse.store.postgres import PostgresStore
 
@@ -47,6 +46,8 @@ async def test_one_replica_claims_a_new_task_and_the_other_sees_it(pair) -> None
 
 async def test_a_replica_that_stopped_renewing_is_fenced_out(pair) -> None:  # type: ignore[no-untyped-def]
     (a, b), clock = pair
+    lost: list[TaskKey] = []
+    a.on_lost = lost.append
     duo = Duo(MemoryStore(), a.store)
     key = duo.submit()  # a's first write of the task claims its lease
     await a.store.commit()
@@ -55,12 +56,55 @@ async def test_a_replica_that_stopped_renewing_is_fenced_out(pair) -> None:  # t
     assert await b.take_over(key) is not None  # b owns it now, at epoch 2
     assert b.held == {key: 2}
     duo.complete(key)  # a wakes up and writes as if it still owned the task
-    with pytest.raises(psycopg.Error, match="lost"):
-        await a.store.commit()  # refused, and nothing of it applied
+    await a.store.commit()  # its writes of the task are dropped, not the commit
     record = b.store.get_task(key)
     assert record is not None and record.state.value == "executing"
-    assert await a.renew({key}) == {key}  # a learns it lost the lease and lets go
-    assert key not in a.held
+    assert (await a.store.execute("SELECT 1 FROM transitions WHERE to_state = 'completed'")) == []
+    assert lost == [key] and key not in a.held  # a lets the task go at once
+    assert await a.renew(set()) == set()
+
+
+async def test_one_lost_lease_does_not_take_other_tasks_writes_down(pair) -> None:  # type: ignore[no-untyped-def]
+    """The takeover race: a batch carries the writes of many tasks; one of them taken over
+    must cost only its own writes, or a task completed (and its callback sent) would stay
+    `executing` in the database and be failed by a later takeover."""
+    (a, b), clock = pair
+    duo = Duo(MemoryStore(), a.store)
+    kept, taken = duo.submit(task_id="kept"), duo.submit(task_id="taken")
+    await a.store.commit()
+    clock.now += 11
+    assert await b.take_over(taken) is not None
+    duo.complete(kept)  # a has not renewed yet: it still thinks it owns both
+    duo.complete(taken)
+    await a.store.commit()
+    done = a.store.get_task(kept)
+    assert done is not None and done.state.value == "completed"
+    stolen = b.store.get_task(taken)
+    assert stolen is not None and stolen.state.value == "executing"
+    rows = await a.store.execute("SELECT task_id FROM transitions WHERE to_state = 'completed'")
+    assert rows == [("kept",)]  # the history of `kept` only
+
+
+async def test_a_message_about_a_task_taken_over_is_refused_and_the_rest_written(pair) -> None:  # type: ignore[no-untyped-def]
+    (a, b), clock = pair
+    duo = Duo(MemoryStore(), a.store)
+    kept, taken = duo.submit(task_id="kept"), duo.submit(task_id="taken")
+    await a.store.commit()
+    clock.now += 11
+    assert await b.take_over(taken) is not None
+    duo.complete(kept)  # buffered by someone else, before the message's own writes
+    mark = a.store.mark()
+    duo.complete(taken)  # the message's own writes, about the task taken over
+    with pytest.raises(FencedOut) as refused:
+        await a.store.commit(discard_after=mark)
+    assert refused.value.keys == frozenset({taken})
+    done = a.store.get_task(kept)
+    assert done is not None and done.state.value == "completed"
+    stolen = b.store.get_task(taken)
+    assert stolen is not None and stolen.state.value == "executing"
+    await a.store.commit()  # nothing of the refused message is tried again
+    rows = await a.store.execute("SELECT task_id FROM transitions WHERE to_state = 'completed'")
+    assert rows == [("kept",)]
 
 
 async def test_renewal_keeps_leases_alive_and_gives_back_finished_ones(pair) -> None:  # type: ignore[no-untyped-def]
