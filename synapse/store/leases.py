@@ -33,13 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import structlog
-
 from synapse.p2p.engine import TaskKey
+from synapse.p2p.logs import get_logger
 from synapse.store.base import OutboxItem, Snapshot
 from synapse.store.postgres import _FINAL, PostgresStore
 
-log = structlog.get_logger("synapse.leases")
+log = get_logger("synapse.store.leases")
 
 #: Default lease TTL: a dead replica's tasks are taken over within about this long.
 DEFAULT_LEASE_TTL = 10.0
@@ -143,6 +142,7 @@ class Ownership:
             if verdict == "claimed":
                 return "send"
             if verdict in ("gone", "lost"):
+                log.info("delivery_" + verdict, message_id=item.message_id, replica=self.replica_id)
                 if verdict == "lost" and key is not None and self.held.get(key) == epoch:
                     self.fenced_out(frozenset({key}))
                 return "gone" if verdict == "gone" else "lost"
@@ -258,7 +258,6 @@ class Ownership:
         more = self._snapshot_of(await self._aexecute(*self._unleased_query(limit)))
         snapshot.tasks.extend(more.tasks)
         snapshot.outbox.extend(more.outbox)
-        snapshot.outbox.sort(key=lambda item: item.seq)
         return snapshot
 
     def _snapshot_of(self, rows: list[tuple[object, ...]]) -> Snapshot:
@@ -271,8 +270,12 @@ class Ownership:
             snapshot.tasks.extend(part.tasks)
             snapshot.outbox.extend(part.outbox)
         if rows:
-            log.info("tasks_taken_over", count=len(rows), replica=self.replica_id)
-        snapshot.outbox.sort(key=lambda item: item.seq)
+            log.info(
+                "tasks_taken_over",
+                count=len(rows),
+                replica=self.replica_id,
+                tasks=sorted(str(task_id) for _, task_id, _ in rows)[:20],
+            )
         return snapshot
 
     def take_over_at_start(self) -> Snapshot:
@@ -283,7 +286,6 @@ class Ownership:
         more = self._snapshot_of(self._execute(*self._orphans_query(10_000)))
         snapshot.tasks.extend(more.tasks)
         snapshot.outbox.extend(more.outbox)
-        snapshot.outbox.sort(key=lambda item: item.seq)
         return snapshot
 
     async def renew(self, keep: set[TaskKey]) -> set[TaskKey]:
@@ -316,9 +318,12 @@ class Ownership:
             "RETURNING requester, task_id, epoch",
             (now + self.ttl, self.replica_id),
         )
-        await self._aexecute(  # the outbox rows being delivered live as long as the leases
-            "UPDATE outbox SET claimed_until = %s WHERE claimed_by = %s",
-            (now + self.ttl, self.replica_id),
+        await self._aexecute(
+            # The outbox rows being delivered live as long as their tasks' leases: a claim
+            # of a task taken over while this replica was away is left to expire.
+            "UPDATE outbox o SET claimed_until = %s FROM leases l WHERE o.claimed_by = %s "
+            "AND l.requester = o.requester AND l.task_id = o.task_id AND l.holder = %s",
+            (now + self.ttl, self.replica_id, self.replica_id),
         )
         await self._aexecute(
             "UPDATE replicas SET seen_at = %s WHERE replica_id = %s", (now, self.replica_id)
@@ -335,7 +340,12 @@ class Ownership:
             if self.on_lost is not None:
                 self.on_lost(key)
         if lost:
-            log.warning("leases_lost", count=len(lost), replica=self.replica_id)
+            log.warning(
+                "leases_lost",
+                count=len(lost),
+                replica=self.replica_id,
+                tasks=sorted(key.task_id for key in lost)[:20],
+            )
         return lost
 
     async def release_all(self) -> None:

@@ -291,7 +291,7 @@ class PostgresStore:
             snapshot.tasks.append(record)
         for row in self._read(
             f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE requester = %s AND task_id = %s "
-            "AND dead_reason IS NULL ORDER BY seq",
+            "AND dead_reason IS NULL ORDER BY ord",
             (key.requester, key.task_id),
         ):
             snapshot.outbox.append(self._known(item=_item(row)))

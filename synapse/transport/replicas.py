@@ -23,10 +23,10 @@ import random
 from collections.abc import Callable, Mapping
 
 import aiohttp
-import structlog
 from aiohttp import web
 
 from synapse.p2p.engine import TaskKey
+from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import P2PProtocol
 from synapse.store.leases import DEFAULT_LEASE_TTL, Ownership
 from synapse.store.postgres import PostgresStore
@@ -35,7 +35,7 @@ from synapse.transport.peer import Peer
 from synapse.transport.server import SynapseServer
 from synapse.types import ErrorCode, MessageType, SynapseError, decode_typed
 
-log = structlog.get_logger("synapse.replicas")
+log = get_logger("synapse.transport.replicas")
 
 #: Marks a request one replica forwarded to another: handled where it arrives, never again
 #: forwarded (fencing keeps a stale owner from writing).

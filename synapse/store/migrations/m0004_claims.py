@@ -4,6 +4,10 @@
 takes those of new tasks): the batch then writes the tasks still ours and drops the writes of
 the others, instead of failing whole because one task was taken over meanwhile.
 
+Outbox rows get `ord`, a number the database hands out as they are written: a task's rows are
+written by one lease holder at a time, so `ord` is their order even across replicas (`seq`
+comes from per-process blocks, and a successor's block may be lower than its predecessor's).
+
 An outbox row is sent by the replica that claimed it (`claimed_by`, until `claimed_until`):
 only the oldest live row of a task can be claimed, under the task's lease, so one message of
 a task is in flight at a time and in order, whichever replica sends it; a claim not renewed
@@ -14,10 +18,12 @@ a task is in flight at a time and in order, whichever replica sends it; a claim 
 """
 
 SQL = """
+CREATE SEQUENCE outbox_order;
+ALTER TABLE outbox ADD COLUMN ord BIGINT NOT NULL DEFAULT nextval('outbox_order');
 ALTER TABLE outbox ADD COLUMN claimed_by TEXT;
 ALTER TABLE outbox ADD COLUMN claimed_until DOUBLE PRECISION;
 CREATE INDEX outbox_claimed ON outbox (claimed_by) WHERE claimed_by IS NOT NULL;
-CREATE INDEX outbox_task_order ON outbox (requester, task_id, seq) WHERE dead_reason IS NULL;
+CREATE INDEX outbox_task_order ON outbox (requester, task_id, ord) WHERE dead_reason IS NULL;
 
 CREATE TABLE partners (
     partner TEXT PRIMARY KEY,
@@ -69,7 +75,7 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM outbox WHERE requester = found_row.requester
                AND task_id = found_row.task_id AND dead_reason IS NULL
-               AND seq < found_row.seq) THEN
+               AND ord < found_row.ord) THEN
         RETURN QUERY SELECT 'behind'::TEXT, now;
         RETURN;
     END IF;
