@@ -25,7 +25,7 @@ import asyncio
 import dataclasses
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -239,7 +239,9 @@ class PostgresStore:
             await self._pool.open(wait=False)
         return self._pool
 
-    def _read(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _read(
+        self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[tuple[Any, ...]]:
         """One statement on the autocommit connection; its rows, if it returns any."""
         with self._lock:
             cur = self._reader.execute(query.encode(), params)

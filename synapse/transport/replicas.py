@@ -29,6 +29,7 @@ from synapse.p2p.engine import TaskKey
 from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import P2PProtocol
 from synapse.store.leases import DEFAULT_LEASE_TTL, Ownership
+from synapse.store.liveness import SharedLiveness
 from synapse.store.postgres import PostgresStore
 from synapse.transport.inbound import Inbound
 from synapse.transport.peer import Peer
@@ -72,6 +73,16 @@ class Replicas:
         # handler and deliveries stop here. Each POST of a callback claims its outbox row.
         ownership.on_lost = protocol.release
         protocol.delivery_gate = ownership.claim_delivery
+        # Partner liveness on shared data; heartbeats from one replica at a time.
+        self.liveness = SharedLiveness(
+            ownership.store,
+            ownership.replica_id,
+            heartbeat_interval=protocol.config.heartbeat_interval,
+            on_heard=protocol.partner_alive,
+            clock=ownership.clock,
+        )
+        protocol.engine.partner_watch = self.liveness
+        protocol.listeners.append(self.liveness)
 
     # --- routing ----------------------------------------------------------------------------
 

@@ -49,8 +49,9 @@ END $$ LANGUAGE plpgsql;
 
 -- Claim the outbox row `m` for `h`, holding its task's lease at epoch `e`. The verdict:
 -- 'claimed'; 'gone' (delivered, dropped or dead-lettered: nothing to send); 'lost' (the task's
--- lease is not ours at `e`); 'busy' (another replica's claim, until `busy_until`, or a claim
--- being made); 'behind' (an older row of the task is still to be delivered first).
+-- lease is not ours at `e`); 'busy' (another replica's claim, until `busy_until`, a claim
+-- being made, or our lease run out unrenewed); 'behind' (an older row of the task is still
+-- to be delivered first).
 CREATE FUNCTION synapse_claim_outbox(m TEXT, h TEXT, e BIGINT, now DOUBLE PRECISION,
                                      until DOUBLE PRECISION)
 RETURNS TABLE (verdict TEXT, busy_until DOUBLE PRECISION) AS $$
@@ -71,6 +72,14 @@ BEGIN
         AND task_id = found_row.task_id AND holder = h AND epoch = e FOR SHARE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'lost'::TEXT, 0::DOUBLE PRECISION;
+        RETURN;
+    END IF;
+    -- Ours, but run out (a renewal late, or this replica was frozen): no new POST until
+    -- the renewal says whether the lease is still ours.
+    PERFORM 1 FROM leases WHERE requester = found_row.requester
+        AND task_id = found_row.task_id AND expires_at >= now;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'busy'::TEXT, now;
         RETURN;
     END IF;
     IF EXISTS (SELECT 1 FROM outbox WHERE requester = found_row.requester
