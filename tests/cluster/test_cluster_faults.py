@@ -98,22 +98,20 @@ async def test_kill_and_freeze_replicas_mid_run(make_cluster: ClusterFactory) ->
     if pending:
         with psycopg.connect(cluster.store) as conn:
             rows = dict(conn.execute("SELECT task_id, state FROM tasks").fetchall())
-            activity = conn.execute(
-                "SELECT state, wait_event_type, wait_event, left(query, 120) "
-                "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            # What the undelivered messages wait on (claims, leases), for the failure report.
+            waiting = conn.execute(
+                "SELECT o.task_id, o.claimed_by, o.claimed_until, l.holder, l.epoch, "
+                "l.expires_at FROM outbox o LEFT JOIN leases l ON l.requester = o.requester "
+                "AND l.task_id = o.task_id ORDER BY o.ord LIMIT 10"
             ).fetchall()
-            outbox = conn.execute(
-                "SELECT task_id, claimed_by, claimed_until, dead_reason FROM outbox LIMIT 10"
-            ).fetchall()
-            leases = conn.execute("SELECT task_id, holder, epoch, expires_at FROM leases "
-                                  "WHERE task_id IN (SELECT task_id FROM outbox) LIMIT 10").fetchall()
-        print("DIAG activity", activity, "\nDIAG outbox", outbox, "\nDIAG leases", leases, time.time())
         stuck = {
             f"task-{n:05d}": (requester.inbound[f"task-{n:05d}"], rows.get(f"task-{n:05d}"))
             for n in range(TASKS)
             if f"task-{n:05d}" not in outcomes
         }
-        raise AssertionError(f"{len(stuck)} tasks never ended: {list(stuck.items())[:5]}")
+        raise AssertionError(
+            f"{len(stuck)} tasks never ended: {list(stuck.items())[:5]}; outbox: {waiting}"
+        )
     for run in runs:
         run.result()
     await asyncio.wait_for(chaos_task, 30)
