@@ -36,7 +36,8 @@ from typing import Literal
 from synapse.p2p.engine import TaskKey
 from synapse.p2p.logs import get_logger
 from synapse.store.base import OutboxItem, Snapshot
-from synapse.store.postgres import _FINAL, PostgresStore
+from synapse.store.postgres import PostgresStore
+from synapse.store.sql import FINAL as _FINAL
 
 log = get_logger("synapse.store.leases")
 

@@ -32,22 +32,31 @@ import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from synapse.p2p.dedup import DedupKey, StoredReply
+from synapse.p2p.dedup import DedupKey
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
 from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import FencedOut, ListCursor, TaskFilter, TaskRow
-from synapse.p2p.states import Event, Role
 from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
 from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
+from synapse.store.sql import FINAL as _FINAL
+from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS
+from synapse.store.sql import TRANSITION_COLUMNS as _TRANSITION_COLUMNS
+from synapse.store.sql import (
+    OutboxMaintenance,
+    count_query,
+    listing_query,
+    task_rows,
+    transition_row,
+)
+from synapse.store.sql import dedup_entry as _dedup_entry
+from synapse.store.sql import outbox_item as _item
+from synapse.store.sql import transition as _transition
 from synapse.types import TaskState
 
 log = get_logger("synapse.store")
 
-_FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
 #: Outbox sequence numbers per block taken from the database sequence.
 SEQ_BLOCK = 1024
-_OUTBOX_COLUMNS = "seq, message_id, partner, requester, task_id, body, created_at"
-_TRANSITION_COLUMNS = "requester, task_id, role, from_state, to_state, event, message_id, at"
 
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(TaskRecord)
@@ -142,48 +151,7 @@ def encode_record(record: TaskRecord) -> bytes:
     return _record_encoder.encode(dataclasses.replace(record, history=[]))
 
 
-def _item(row: Sequence[Any]) -> OutboxItem:
-    seq, message_id, partner, requester, task_id, body, created_at = row[:7]
-    key = TaskKey(requester, task_id) if requester is not None else None
-    return OutboxItem(int(seq), message_id, partner, key, bytes(body), float(created_at))
-
-
-def _transition(row: Sequence[Any]) -> Transition:
-    return Transition(
-        TaskKey(row[0], row[1]),
-        Role(row[2]),
-        TaskState(row[3]),
-        TaskState(row[4]),
-        Event(row[5]),
-        row[6],
-        float(row[7]),
-    )
-
-
-def _dedup_entry(row: Sequence[Any]) -> DedupEntry:
-    sender, message_id, fingerprint, expires_at, status, body, headers = row
-    reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
-    return DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
-
-
-def _where(where: TaskFilter | None) -> tuple[list[str], tuple[Any, ...]]:
-    clauses: list[str] = []
-    params: tuple[Any, ...] = ()
-    if where is None:
-        return clauses, params
-    if where.requester is not None:
-        clauses.append("requester = %s")
-        params += (where.requester,)
-    if where.states is not None:
-        clauses.append("state = ANY(%s)")
-        params += (sorted(state.value for state in where.states),)
-    if where.updated_after is not None:
-        clauses.append("updated_at >= %s")
-        params += (where.updated_after,)
-    return clauses, params
-
-
-class PostgresStore:
+class PostgresStore(OutboxMaintenance):
     """`TaskStore` in a PostgreSQL database (see the module's docstring)."""
 
     durable = True
@@ -333,25 +301,10 @@ class PostgresStore:
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
     ) -> list[TaskRow]:
-        clauses, params = _where(where)
-        if before is not None:
-            clauses.append("(updated_at, requester, task_id) < (%s, %s, %s)")
-            params += before
-        query = "SELECT requester, task_id, role, state, updated_at FROM tasks"
-        if clauses:
-            query += " WHERE " + " AND ".join(clauses)
-        query += " ORDER BY updated_at DESC, requester DESC, task_id DESC LIMIT %s"
-        return [
-            TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
-            for req, tid, role, state, at in self._read(query, (*params, limit))
-        ]
+        return task_rows(self._read(*listing_query(where, before, limit, "%s")))
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
-        clauses, params = _where(where)
-        query = "SELECT count(*) FROM tasks" + (
-            " WHERE " + " AND ".join(clauses) if clauses else ""
-        )
-        return int(self._read(query, params)[0][0])
+        return int(self._read(*count_query(where, "%s"))[0][0])
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
         rows = self._read(
@@ -436,19 +389,7 @@ class PostgresStore:
             )
         )
         if transitions:
-            rows = [
-                (
-                    key.requester,
-                    key.task_id,
-                    t.role.value,
-                    t.from_state.value,
-                    t.to_state.value,
-                    t.event.value,
-                    t.message_id,
-                    t.at,
-                )
-                for t in transitions
-            ]
+            rows = [transition_row(t) for t in transitions]
             self._pending.append(
                 (
                     f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) "
@@ -646,19 +587,12 @@ class PostgresStore:
 
     # --- maintenance ------------------------------------------------------------------------
 
-    def retry_dead_letter(self, message_id: str) -> bool:
-        with self._lock:
-            cur = self._reader.execute(
-                "UPDATE outbox SET dead_reason = NULL, dead_at = NULL, claimed_by = NULL, "
-                "claimed_until = NULL WHERE message_id = %s AND dead_reason IS NOT NULL",
-                (message_id,),
-            )
-            return cur.rowcount > 0
+    _mark = "%s"
+    _reset_on_retry = ("claimed_by", "claimed_until")  # a fresh claim, by whoever sends it
 
-    def drop_outbox(self, message_id: str) -> bool:
+    def _maintain(self, query: str, params: tuple[Any, ...]) -> int:
         with self._lock:
-            cur = self._reader.execute("DELETE FROM outbox WHERE message_id = %s", (message_id,))
-            return cur.rowcount > 0
+            return int(self._reader.execute(query.encode(), params).rowcount)
 
 
 __all__ = ["PostgresStore", "apply_migrations", "is_postgres_url", "migrate", "schema_version"]

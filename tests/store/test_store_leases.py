@@ -7,31 +7,6 @@ from storekit import Duo
 
 from synapse.p2p.engine import TaskKey
 from synapse.p2p.persistence import FencedOut, MemoryStore
-from synapse.store.leases import Ownership
-from synapse.store.postgres import PostgresStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-async def pair(pg_url: str):  # type: ignore[no-untyped-def]
-    clock = Clock()
-    stores = [PostgresStore(pg_url), PostgresStore(pg_url)]
-    owners = [
-        Ownership(store, agent_id="agent-e", url=f"http://127.0.0.1:{n}/", ttl=10, clock=clock)
-        for n, store in enumerate(stores, start=1)
-    ]
-    for owner in owners:
-        owner.take_over_at_start()  # registers the replica
-    yield owners, clock
-    for store in stores:
-        await store.close()
 
 
 async def test_one_replica_claims_a_new_task_and_the_other_sees_it(pair) -> None:  # type: ignore[no-untyped-def]

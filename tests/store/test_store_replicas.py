@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-from storekit import T0, outbox_item
+from storekit import T0, Clock, outbox_item
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Engine, Outgoing, PartnerReachability, Step, TaskKey
@@ -17,29 +16,6 @@ from synapse.store.postgres import PostgresStore
 from synapse.types import Heartbeat
 
 TASK = TaskKey("agent-r", "t-1")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-async def pair(pg_url: str):  # type: ignore[no-untyped-def]
-    clock = Clock()
-    stores = [PostgresStore(pg_url), PostgresStore(pg_url)]
-    owners = [
-        Ownership(store, agent_id="agent-e", url=f"http://127.0.0.1:{n}/", ttl=10, clock=clock)
-        for n, store in enumerate(stores, start=1)
-    ]
-    for owner in owners:
-        owner.take_over_at_start()
-    yield owners, clock
-    for store in stores:
-        await store.close()
 
 
 async def verdict(owner: Ownership, message_id: str) -> str:
