@@ -182,6 +182,9 @@ class PostgresStore(OutboxMaintenance):
         )
         self._pool_opened = False
         self._pending: list[_Op] = []
+        #: Writes handed to commits so far: marks count from the first write ever buffered,
+        #: so a mark still means the same point once a commit has taken the buffer.
+        self._taken = 0
         #: The writes of batches that failed for want of the database (connection lost,
         #: server down): written first by the next batch, in order.
         self._retry: list[_Op] = []
@@ -551,6 +554,7 @@ class PostgresStore(OutboxMaintenance):
         next commit.
         """
         ops, self._pending = self._pending, []
+        base, self._taken = self._taken, self._taken + len(ops)
         if not ops and not self._retry:
             # The latest batch may hold this caller's writes (buffered before someone else
             # committed them): if it failed, so does this commit, so nothing is sent or
@@ -559,7 +563,7 @@ class PostgresStore(OutboxMaintenance):
             if last is not None:
                 await asyncio.shield(last)
             return
-        keep = len(ops) if discard_after is None else max(0, min(discard_after, len(ops)))
+        keep = len(ops) if discard_after is None else max(0, min(discard_after - base, len(ops)))
         batch = asyncio.ensure_future(self._write(ops, keep))
         self._last = batch
         # Shielded: a cancelled caller must not abandon a transaction half sent.
@@ -569,11 +573,15 @@ class PostgresStore(OutboxMaintenance):
 
     def mark(self) -> int:
         """A point in the buffered writes that `discard` can drop back to."""
-        return len(self._pending)
+        return self._taken + len(self._pending)
 
     def discard(self, mark: int) -> None:
-        """Drop the writes buffered since `mark` (a message refused after all)."""
-        del self._pending[mark:]
+        """Drop the writes buffered since `mark` (a message refused after all). Once a
+        commit took them (it dropped them itself, see `commit`), what is buffered now is
+        other callers' and stays."""
+        start = mark - self._taken
+        if start >= 0:
+            del self._pending[start:]
 
     async def close(self) -> None:
         try:

@@ -154,6 +154,8 @@ class Requester:
         self.executor_url = executor_url
         #: task id -> message types received from the executor, in arrival order
         self.inbound: dict[str, list[str]] = defaultdict(list)
+        #: task id -> the progress of each status update that carried one, in arrival order
+        self.progress: dict[str, list[float]] = defaultdict(list)
 
     @property
     def url(self) -> str:
@@ -175,6 +177,9 @@ class Requester:
             if state is not None:  # task_status_update: which state it reports
                 kind += f":{getattr(state, 'value', state)}"
             self.inbound[task_id].append(kind)
+            progress = getattr(payload, "progress", None)
+            if progress is not None:
+                self.progress[task_id].append(float(progress))
 
     async def pause(self) -> None:
         """Stop listening (an outage): POSTs to our port are refused until `resume`."""

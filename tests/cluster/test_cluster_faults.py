@@ -166,6 +166,9 @@ async def run_mixed(
             assert len(ends) == 1, (task_id, seen)
         if ends:
             assert seen[-1] == ends[0], (task_id, seen)  # nothing after the final callback
+        # Per-task order: progress never goes back (a callback may arrive twice, never early).
+        progress = requester.progress[task_id]
+        assert progress == sorted(progress), (task_id, progress)
 
     # The executor's side, in the shared database: the same final state, nothing left over.
     async def settled() -> bool:

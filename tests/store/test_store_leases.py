@@ -64,15 +64,19 @@ async def test_a_message_about_a_task_taken_over_is_refused_and_the_rest_written
     (a, b), clock = pair
     duo = Duo(MemoryStore(), a.store)
     kept, taken = duo.submit(task_id="kept"), duo.submit(task_id="taken")
+    other = duo.submit(task_id="other")
     await a.store.commit()
     clock.now += 11
     assert await b.take_over(taken) is not None
     duo.complete(kept)  # buffered by someone else, before the message's own writes
     mark = a.store.mark()
     duo.complete(taken)  # the message's own writes, about the task taken over
+    # While that commit runs, another caller buffers a write (here: when the loss is told).
+    a.on_lost = lambda _key: [duo.progress(other, n) for n in range(10, 100, 10)]
     with pytest.raises(FencedOut) as refused:
         await a.store.commit(discard_after=mark)
     assert refused.value.keys == frozenset({taken})
+    a.store.discard(mark)  # what the runtime does next: it must not drop the other write
     done = a.store.get_task(kept)
     assert done is not None and done.state.value == "completed"
     stolen = b.store.get_task(taken)
@@ -80,6 +84,11 @@ async def test_a_message_about_a_task_taken_over_is_refused_and_the_rest_written
     await a.store.commit()  # nothing of the refused message is tried again
     rows = await a.store.execute("SELECT task_id FROM transitions WHERE to_state = 'completed'")
     assert rows == [("kept",)]
+    rows = await a.store.execute(
+        "SELECT count(*) FROM transitions WHERE task_id = 'other' "
+        "AND event = 'send task_status_update'"
+    )
+    assert rows == [(9,)]  # every one of the other caller's writes
 
 
 async def test_renewal_keeps_leases_alive_and_gives_back_finished_ones(pair) -> None:  # type: ignore[no-untyped-def]
