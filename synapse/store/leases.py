@@ -117,12 +117,18 @@ class Ownership:
     def claim_until(self) -> float:
         return self.clock() + self.ttl
 
-    def fenced_out(self, keys: frozenset[TaskKey]) -> None:
-        for key in keys:
-            self.held.pop(key, None)
-            self.claimed_at.pop(key, None)
-            if self.on_lost is not None:
-                self.on_lost(key)
+    def fenced_out(self, tags: frozenset[tuple[TaskKey, int]]) -> frozenset[TaskKey]:
+        lost = set()
+        for key, epoch in tags:
+            # Only the lease the write was made under: a stale write (made before this
+            # replica lost the task and took it back) must not drop the lease held now.
+            if self.held.get(key) == (1 if epoch == 0 else epoch):
+                lost.add(key)
+                del self.held[key]
+                self.claimed_at.pop(key, None)
+                if self.on_lost is not None:
+                    self.on_lost(key)
+        return frozenset(lost)
 
     # --- delivery ---------------------------------------------------------------------------
 
@@ -145,7 +151,7 @@ class Ownership:
             if verdict in ("gone", "lost"):
                 log.info("delivery_" + verdict, message_id=item.message_id, replica=self.replica_id)
                 if verdict == "lost" and key is not None and self.held.get(key) == epoch:
-                    self.fenced_out(frozenset({key}))
+                    self.fenced_out(frozenset({(key, epoch)}))
                 return "gone" if verdict == "gone" else "lost"
             # Busy or behind: another replica's claim runs until `until` (its replica
             # died or froze: the claim expires with its leases); a claim being made, or an
@@ -209,13 +215,21 @@ class Ownership:
         # Taken unless the task is over with nothing left to deliver. A lease with no task
         # row is taken too: its holder claimed it for a task_request and died (or failed
         # to commit) before writing the task.
+        # A lease row locked by a write or renewal in progress (its holder is alive, or
+        # froze mid-transaction) is skipped, not waited for: waiting would hand out a lease
+        # already run out by the time it is granted. The caller answers 503; the sender
+        # retries. Our own lease can be taken too: this is only asked about a task this
+        # replica does not hold in memory (a lease it let go of, see `renew`).
         rows = await self._aexecute(
-            "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
+            "WITH mine AS (SELECT l.requester, l.task_id FROM leases l "
             "WHERE l.requester = %s AND l.task_id = %s AND l.expires_at < %s "
-            "AND l.holder <> %s AND NOT EXISTS (SELECT 1 FROM tasks t "
+            "AND NOT EXISTS (SELECT 1 FROM tasks t "
             "WHERE t.requester = l.requester AND t.task_id = l.task_id "
-            "AND NOT " + _ORPHANED + ") RETURNING l.epoch",
-            (self.replica_id, now + self.ttl, key.requester, key.task_id, now, self.replica_id),
+            "AND NOT " + _ORPHANED + ") FOR UPDATE OF l SKIP LOCKED) "
+            "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
+            "FROM mine m WHERE l.requester = m.requester AND l.task_id = m.task_id "
+            "RETURNING l.epoch",
+            (key.requester, key.task_id, now, self.replica_id, now + self.ttl),
         )
         if not rows:
             return None
@@ -231,12 +245,21 @@ class Ownership:
         return (
             "WITH orphans AS (SELECT l.requester, l.task_id FROM leases l JOIN tasks t "
             "ON t.requester = l.requester AND t.task_id = l.task_id "
-            "WHERE l.expires_at < %s AND l.holder <> %s AND " + _ORPHANED + " "
+            "WHERE l.expires_at < %s AND (l.holder <> %s OR (l.requester, l.task_id) NOT IN "
+            "(SELECT * FROM unnest(%s::text[], %s::text[]))) AND " + _ORPHANED + " "
             "LIMIT %s FOR UPDATE OF l SKIP LOCKED) "
             "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
             "FROM orphans o WHERE l.requester = o.requester AND l.task_id = o.task_id "
             "RETURNING l.requester, l.task_id, l.epoch",
-            (now, self.replica_id, limit, self.replica_id, now + self.ttl),
+            (
+                now,
+                self.replica_id,
+                [k.requester for k in self.held],
+                [k.task_id for k in self.held],
+                limit,
+                self.replica_id,
+                now + self.ttl,
+            ),
         )
 
     def _unleased_query(self, limit: int) -> tuple[str, tuple[object, ...]]:
@@ -314,10 +337,22 @@ class Ownership:
                 if self.held.get(key) == before[key]:
                     del self.held[key]
                     self.claimed_at.pop(key, None)
+        # Only the leases this replica knows it holds, at their epochs: a lease the database
+        # gives us but memory does not hold (a task let go) is left to expire and be taken
+        # over, by any replica (this one too), from what is stored.
+        held = list(self.held.items())
         rows = await self._aexecute(
-            "UPDATE leases SET expires_at = %s WHERE holder = %s "
-            "RETURNING requester, task_id, epoch",
-            (now + self.ttl, self.replica_id),
+            "UPDATE leases l SET expires_at = %s "
+            "FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS h(r, t, e) "
+            "WHERE l.holder = %s AND l.requester = h.r AND l.task_id = h.t AND l.epoch = h.e "
+            "RETURNING l.requester, l.task_id, l.epoch",
+            (
+                now + self.ttl,
+                [k.requester for k, _ in held],
+                [k.task_id for k, _ in held],
+                [e for _, e in held],
+                self.replica_id,
+            ),
         )
         await self._aexecute(
             # The outbox rows being delivered live as long as their tasks' leases: a claim

@@ -85,8 +85,9 @@ class Fence(Protocol):
         """When a lease taken by a write expires."""
         ...
 
-    def fenced_out(self, keys: frozenset[TaskKey]) -> None:
-        """Writes of these tasks were dropped: another replica holds their leases now."""
+    def fenced_out(self, tags: frozenset[Tag]) -> frozenset[TaskKey]:
+        """Writes made under these leases were dropped: another replica holds them now.
+        Returns the tasks thereby lost (a tag older than the lease held now loses none)."""
         ...
 
 
@@ -189,7 +190,7 @@ class PostgresStore(OutboxMaintenance):
         #: server down): written first by the next batch, in order.
         self._retry: list[_Op] = []
         self._write_lock: asyncio.Lock | None = None
-        self._last: asyncio.Future[frozenset[TaskKey]] | None = None
+        self._last: asyncio.Future[frozenset[TaskKey] | None] | None = None
         self._seq_next = 0
         self._seq_end = 0
         self.commits = 0
@@ -472,17 +473,19 @@ class PostgresStore(OutboxMaintenance):
 
     # --- committing -------------------------------------------------------------------------
 
-    async def _write(self, ops: list[_Op], keep: int) -> frozenset[TaskKey]:
-        """Write the batch; returns the tasks lost if the caller's own writes were dropped
-        (the batch is written all the same: others wait on it)."""
+    async def _write(self, ops: list[_Op], keep: int) -> frozenset[TaskKey] | None:
+        """Write the batch; if the caller's own writes were dropped (fenced out), returns the
+        tasks lost thereby (the rest of the batch is written all the same: others wait on
+        it), else None."""
         if self._write_lock is None:
             self._write_lock = asyncio.Lock()
         async with self._write_lock:  # batches land in the order they were committed
             batch = self._retry + ops
             if not batch:
-                return frozenset()
+                return None
             own = len(self._retry) + keep  # the caller's own writes start here
             lost: frozenset[TaskKey] = frozenset()
+            dropped: set[Tag] = set()
             refused = False
             try:
                 pool = await self._open_pool()
@@ -490,7 +493,6 @@ class PostgresStore(OutboxMaintenance):
                     cur = conn.cursor()
                     dropped = await self._fenced_out(cur, batch)
                     if dropped:
-                        lost = frozenset(key for key, _ in dropped)
                         refused = any(op[3] in dropped for op in batch[own:])
                         batch = [
                             op
@@ -513,11 +515,11 @@ class PostgresStore(OutboxMaintenance):
                 raise
             self._retry = []
             self.commits += 1
-            if lost:
-                log.warning("writes_fenced_out", tasks=len(lost), own=refused)
+            if dropped:
                 assert self.fence is not None
-                self.fence.fenced_out(lost)
-            return lost if refused else frozenset()
+                lost = self.fence.fenced_out(frozenset(dropped))
+                log.warning("writes_fenced_out", tasks=len(dropped), lost=len(lost), own=refused)
+            return lost if refused else None
 
     async def _fenced_out(self, cur: psycopg.AsyncCursor[Any], batch: list[_Op]) -> set[Tag]:
         """The leases of the batch's writes that this replica no longer holds, checked (and
@@ -568,7 +570,7 @@ class PostgresStore(OutboxMaintenance):
         self._last = batch
         # Shielded: a cancelled caller must not abandon a transaction half sent.
         lost = await asyncio.shield(batch)
-        if lost:
+        if lost is not None:
             raise FencedOut("another replica owns the task now; retry", lost)
 
     def mark(self) -> int:

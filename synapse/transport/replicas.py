@@ -102,8 +102,8 @@ class Replicas:
             lease = await own.lookup(key)
             if lease is None:
                 return None
-        if lease.holder == own.replica_id:
-            return None
+        if lease.holder == own.replica_id and lease.expires_at >= own.clock():
+            return None  # ours (being claimed right now, or let go and not run out yet)
         if lease.expires_at < own.clock():
             taken = await own.take_over(key)
             if taken is not None:

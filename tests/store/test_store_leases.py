@@ -102,3 +102,29 @@ async def test_renewal_keeps_leases_alive_and_gives_back_finished_ones(pair) -> 
     assert lease is not None and lease.expires_at == clock.now + 10
     assert await b.lookup(done) is None
     assert await b.take_over(live) is None  # renewed: not expired
+
+
+async def test_a_stale_write_fenced_out_does_not_drop_the_lease_taken_back(pair) -> None:  # type: ignore[no-untyped-def]
+    """A write buffered under epoch 1, committed after this replica lost the task and took
+    it back (epoch 3): dropped, and the lease held now stays (else the replica would let go
+    of a task whose lease the database still gives it, and nobody would deliver it)."""
+    (a, b), clock = pair
+    lost: list[TaskKey] = []
+    a.on_lost = lost.append
+    duo = Duo(MemoryStore(), a.store)
+    key = duo.submit()
+    await a.store.commit()
+    duo.progress(key, 50)  # buffered under epoch 1, not committed yet
+    stale = a.store.mark()
+    clock.now += 11
+    assert await b.take_over(key) is not None  # epoch 2
+    clock.now += 11
+    del a.held[key]  # as its renewal would have found: lost
+    assert await a.take_over(key) is not None  # back, at epoch 3
+    assert a.held == {key: 3} and stale > 0
+    await a.store.commit()  # the stale progress is dropped
+    assert a.held == {key: 3} and lost == []
+    record = a.store.get_task(key)
+    assert record is not None and record.history[-1].event.value != "send task_status_update"
+    assert await b.renew({key}) == {key}  # b learns it is gone
+    assert await a.renew({key}) == set()  # a still holds it
