@@ -198,10 +198,20 @@ class Ownership:
         """Take the lease of a task nobody leases yet; False if another replica has it."""
         if key in self.held:
             return True
+        # Never the lease of a task already stored (finished, its lease given back): that
+        # one is only ever taken over, from what the database holds.
         rows = await self._aexecute(
             "INSERT INTO leases (requester, task_id, holder, epoch, expires_at) "
-            "VALUES (%s, %s, %s, 1, %s) ON CONFLICT DO NOTHING RETURNING epoch",
-            (key.requester, key.task_id, self.replica_id, self.clock() + self.ttl),
+            "SELECT %s, %s, %s, 1, %s WHERE NOT EXISTS (SELECT 1 FROM tasks "
+            "WHERE requester = %s AND task_id = %s) ON CONFLICT DO NOTHING RETURNING epoch",
+            (
+                key.requester,
+                key.task_id,
+                self.replica_id,
+                self.clock() + self.ttl,
+                key.requester,
+                key.task_id,
+            ),
         )
         if rows:
             self.held[key] = 1

@@ -379,7 +379,9 @@ class PostgresStore(OutboxMaintenance):
                 "INSERT INTO tasks (requester, task_id, role, state, updated_at, record) "
                 "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (requester, task_id) DO UPDATE SET "
                 "role = excluded.role, state = excluded.state, "
-                "updated_at = excluded.updated_at, record = excluded.record",
+                "updated_at = excluded.updated_at, record = excluded.record "
+                # A final task stays final, whatever a writer remembers of it.
+                f"WHERE tasks.state NOT IN {_FINAL} OR tasks.state = excluded.state",
                 (
                     key.requester,
                     key.task_id,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from storekit import Duo
 
@@ -128,3 +130,30 @@ async def test_a_stale_write_fenced_out_does_not_drop_the_lease_taken_back(pair)
     assert record is not None and record.history[-1].event.value != "send task_status_update"
     assert await b.renew({key}) == {key}  # b learns it is gone
     assert await a.renew({key}) == set()  # a still holds it
+
+
+async def test_a_stored_task_whose_lease_was_given_back_is_never_claimed_again(pair) -> None:  # type: ignore[no-untyped-def]
+    """b finished a task and gave its lease back; a, which ran the task before it froze,
+    remembers it as it was: neither its claim nor its first write may take the lease (a
+    stored task is only ever taken over), so the final row stays as b left it."""
+    (a, b), clock = pair
+    duo = Duo(MemoryStore(), a.store)
+    key = duo.submit()
+    await a.store.commit()
+    stale = copy.deepcopy(duo.record("e", key))  # what a remembers: executing
+    clock.now += 11
+    assert await b.take_over(key) is not None
+    duo.e_store = b.store  # b completes it
+    duo.complete(key)
+    await b.store.commit()
+    clock.now += 11
+    await b.renew(set())  # finished: the lease is given back
+    assert await b.lookup(key) is None
+
+    a.held.clear()  # a let go of the task, but a late write of its own is still coming
+    assert await a.claim(key) is False
+    a.store.put_task(stale, [])
+    await a.store.commit()
+    stored = b.store.get_task(key)
+    assert stored is not None and stored.state.value == "completed"
+    assert await a.lookup(key) is None and key not in a.held

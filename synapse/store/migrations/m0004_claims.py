@@ -33,17 +33,21 @@ CREATE TABLE partners (
 );
 
 -- The (task, epoch) pairs of a batch that `h` still holds, share-locked until commit (a
--- takeover waits for the batch); epoch 0 asks for the lease of a new task (taken if free).
+-- takeover waits for the batch); epoch 0 asks for the lease of a new task: taken if nobody
+-- has it and the task is not stored yet (a stored task is taken over, never claimed: a
+-- replica that let it go must not bring back what it remembers of it).
 CREATE FUNCTION synapse_fence_many(r TEXT[], t TEXT[], e BIGINT[], h TEXT, until DOUBLE PRECISION)
 RETURNS TABLE (ok_requester TEXT, ok_task_id TEXT, ok_epoch BIGINT) AS $$
 BEGIN
     INSERT INTO leases (requester, task_id, holder, epoch, expires_at)
         SELECT w.r, w.t, h, 1, until FROM unnest(r, t, e) AS w(r, t, e) WHERE w.e = 0
+        AND NOT EXISTS (SELECT 1 FROM tasks k WHERE k.requester = w.r AND k.task_id = w.t)
         ORDER BY 1, 2 ON CONFLICT DO NOTHING;
     RETURN QUERY
         SELECT l.requester, l.task_id, w.e FROM leases l
         JOIN unnest(r, t, e) AS w(r, t, e) ON l.requester = w.r AND l.task_id = w.t
-        WHERE l.holder = h AND (l.epoch = w.e OR w.e = 0)
+        WHERE l.holder = h AND (l.epoch = w.e OR (w.e = 0 AND NOT EXISTS (SELECT 1 FROM tasks k
+            WHERE k.requester = w.r AND k.task_id = w.t)))
         ORDER BY l.requester, l.task_id FOR SHARE OF l;
 END $$ LANGUAGE plpgsql;
 
