@@ -1144,6 +1144,11 @@ class P2PProtocol:
             except Exception as exc:  # watching a peer must never break it
                 log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
 
+    def share_partner_liveness(self, watch: Any) -> None:
+        """Judge partner liveness on what other processes sharing the store heard, and let
+        `watch` decide which process heartbeats each partner (`Engine.partner_watch`)."""
+        self.engine.partner_watch = watch
+
     def partner_alive(self, partner: str) -> None:
         """Another process sharing the store heard from `partner`: deliveries to it that
         wait for a heartbeat go on now."""

@@ -81,7 +81,7 @@ class Replicas:
             on_heard=protocol.partner_alive,
             clock=ownership.clock,
         )
-        protocol.engine.partner_watch = self.liveness
+        protocol.share_partner_liveness(self.liveness)
         protocol.listeners.append(self.liveness)
 
     # --- routing ----------------------------------------------------------------------------
