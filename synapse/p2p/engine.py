@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.states import (
@@ -419,6 +419,15 @@ def _not_found(task_id: str) -> SynapseError:
     )
 
 
+class PartnerWatch(Protocol):
+    """Partner liveness shared with other processes (replicas of one agent)."""
+
+    def beat(self, partner: str, last_heard: float, now: float) -> tuple[float, bool]:
+        """A heartbeat to `partner` is due: the latest time any process heard from it
+        (given ours, `last_heard`), and whether this process sends the heartbeat."""
+        ...
+
+
 class Engine:
     """All tasks of one peer (`agent_id`, reachable at `endpoint`), as requester and executor."""
 
@@ -451,6 +460,9 @@ class Engine:
         #: Finished tasks no longer held here (see `forget`): the store's lookup.
         self.finished_lookup: Callable[[TaskKey], TaskRecord | None] = lambda _key: None
         self._backlog: set[str] = set()  # partners holding messages we could not deliver
+        #: Replicas sharing a store: partner liveness judged on what every replica heard,
+        #: and heartbeats sent by one replica at a time (`synapse.store.liveness`).
+        self.partner_watch: PartnerWatch | None = None
 
     # --- queries --------------------------------------------------------------------------
 
@@ -1451,13 +1463,19 @@ class Engine:
         if not self.in_flight_with(partner) and partner not in self._backlog:
             return  # nothing in flight: stop heartbeating until the next task
         liveness = self._partners.setdefault(partner, _PartnerLiveness(last_heard=now))
+        send = True
+        if self.partner_watch is not None:
+            shared, send = self.partner_watch.beat(partner, liveness.last_heard, now)
+            if shared > liveness.last_heard:
+                self.heard(partner, shared, step)  # another replica heard from it
         silent_for = now - liveness.last_heard
         limit = self.config.missed_heartbeat_limit * self.config.heartbeat_interval
         if liveness.reachable and silent_for >= limit:
             liveness.reachable = False
             step.actions.append(PartnerReachability(partner, reachable=False))
             self._partner_events(partner, TaskEventKind.PARTNER_UNREACHABLE, step)
-        step.outgoing.append(Outgoing(partner, self.heartbeat(partner, now)))
+        if send:
+            step.outgoing.append(Outgoing(partner, self.heartbeat(partner, now)))
         self._timers.set((_HEARTBEAT, partner), now + self.config.heartbeat_interval)
 
     def heard(self, partner: str, now: float, step: Step | None = None) -> Step:

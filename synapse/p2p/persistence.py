@@ -115,6 +115,16 @@ class StoreUnavailable(Exception):
     """
 
 
+class FencedOut(StoreUnavailable):
+    """The commit's own writes touch tasks this process no longer owns (replicas sharing a
+    store: another one took their lease over). Nothing of them was written, and they are not
+    tried again; the writes of other tasks in the batch were. `keys`: the tasks lost."""
+
+    def __init__(self, message: str, keys: frozenset[TaskKey]) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+
 class TaskStore(Protocol):
     """A durable (or not) home for tasks, the outbox and the deduplication table."""
 

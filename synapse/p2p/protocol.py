@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,6 +45,7 @@ from synapse.p2p.handler import (
 from synapse.p2p.listener import AuditEntry, Direction, MessageEvent, RuntimeListener
 from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import (
+    FencedOut,
     MemoryStore,
     OutboxItem,
     Snapshot,
@@ -313,6 +314,10 @@ class P2PProtocol:
         self._wake = asyncio.Event()
         self._sleep_until = float("inf")
         self._closed = False
+        #: Replicas sharing a store (`synapse.store.leases`): asked before each POST of an
+        #: outbox message whether this process may send it now: "send", "gone" (another
+        #: replica delivered or dropped it) or "lost" (the task is not ours any more).
+        self.delivery_gate: Callable[[OutboxItem], Awaitable[str]] | None = None
         #: Called synchronously for every message in or out; must not raise or block.
         self.observers: list[Callable[[MessageEvent], None]] = []
         #: Told of messages, transitions, handler runs, deliveries and commits (metrics,
@@ -385,6 +390,9 @@ class P2PProtocol:
                 if not committing:
                     self.store.discard(mark)
                 self.engine.rollback(checkpoint, after)
+                if isinstance(exc, FencedOut):
+                    for key in exc.keys:  # another replica owns the task now
+                        self.release(key)
                 if not isinstance(exc, StoreUnavailable):
                     raise
                 raise SynapseError(
@@ -1045,6 +1053,17 @@ class P2PProtocol:
                 sender = self._require_sender(out.partner)
                 # What the partner is about to see must survive our crash.
                 await self._commit_patiently()
+                if self._queues.get(key) is not queue:
+                    return  # let go meanwhile: another replica owns the task now
+                if self.delivery_gate is not None:
+                    verdict = await self.delivery_gate(queued.item)
+                    if verdict == "lost":
+                        self.release(key)
+                        return
+                    if verdict == "gone":  # another replica delivered it
+                        if queue and queue[0] is queued:
+                            queue.popleft()
+                        continue
                 try:
                     self._observe("out", out.message, out.partner)
                     rec = self.engine.get(key)
@@ -1097,8 +1116,9 @@ class P2PProtocol:
                     with contextlib.suppress(StoreUnavailable):
                         await self._commit()
         finally:
-            self._workers.pop(key, None)
-            if not queue:
+            if self._workers.get(key) is asyncio.current_task():
+                self._workers.pop(key, None)
+            if not queue and self._queues.get(key) is queue:
                 self._queues.pop(key, None)
                 if key in self._finals:
                     self._evict(key)
@@ -1167,6 +1187,16 @@ class P2PProtocol:
                 getattr(listener, method)(*args)
             except Exception as exc:  # watching a peer must never break it
                 log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
+
+    def share_partner_liveness(self, watch: Any) -> None:
+        """Judge partner liveness on what other processes sharing the store heard, and let
+        `watch` decide which process heartbeats each partner (`Engine.partner_watch`)."""
+        self.engine.partner_watch = watch
+
+    def partner_alive(self, partner: str) -> None:
+        """Another process sharing the store heard from `partner`: deliveries to it that
+        wait for a heartbeat go on now."""
+        self._heartbeat_succeeded(partner)
 
     def _heartbeat_succeeded(self, partner: str) -> None:
         event = self._heartbeat_ok.pop(partner, None)

@@ -7,29 +7,39 @@ the owner (`synapse.transport.replicas`). The owner renews its leases every thir
 a replica that stops renewing (killed, paused, cut off) loses them once the TTL has passed,
 and another replica takes the task over with the epoch one higher.
 
-Fencing: every write of a task (`put_task`) runs `synapse_fence(task, holder, epoch)` in the
-same transaction, which share-locks the lease row and fails unless the lease is still ours at
-that epoch. A replica paused past its lease therefore cannot overwrite its successor: its
-commit fails and rolls back whole (its reply is a 503, nothing is acknowledged), and it lets
-the task go at its next renewal. A takeover (`UPDATE ... epoch = epoch + 1`) waits for a
-fenced write in progress, so the successor reads the task after that write or not at all.
+Fencing: every write of a task (its row, its history, its outbox rows and their removal) is
+tagged with the epoch its writer holds the lease at. A batch first checks every tag in one
+statement (`synapse_fence_many`), which share-locks the lease rows still ours, then writes
+only the tasks whose leases hold: the writes of a task taken over are dropped (never retried),
+the task is let go here (its handler and deliveries stop), and a message whose own effects
+were dropped is answered 503 (nothing acknowledged). The other tasks of the batch are written:
+one lost lease never takes another task's writes down with it. A takeover
+(`UPDATE ... epoch = epoch + 1`) waits for a fenced batch in progress, so the successor reads
+the task after that batch or not at all, and reads it only once the lease is its own.
+
+Delivery: before each POST the sending replica claims the message's outbox row
+(`claim_delivery`): only the oldest live row of a task can be claimed, by the lease holder,
+and not while another replica's claim runs; claims are renewed with the leases and expire with
+them. So one message of a task is in flight at a time, in order, even while its lease moves.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import structlog
+from typing import Literal
 
 from synapse.p2p.engine import TaskKey
-from synapse.store.base import Snapshot
-from synapse.store.postgres import _FINAL, Op, PostgresStore
+from synapse.p2p.logs import get_logger
+from synapse.store.base import OutboxItem, Snapshot
+from synapse.store.postgres import PostgresStore
+from synapse.store.sql import FINAL as _FINAL
 
-log = structlog.get_logger("synapse.leases")
+log = get_logger("synapse.store.leases")
 
 #: Default lease TTL: a dead replica's tasks are taken over within about this long.
 DEFAULT_LEASE_TTL = 10.0
@@ -40,6 +50,11 @@ _ORPHANED = (
     f"(t.state NOT IN {_FINAL} OR EXISTS (SELECT 1 FROM outbox o WHERE o.requester = "
     "t.requester AND o.task_id = t.task_id AND o.dead_reason IS NULL))"
 )
+
+
+#: What `claim_delivery` decided: send the message; it is gone (delivered or dropped by
+#: another replica: nothing to send); the task's lease is lost (let the task go).
+Verdict = Literal["send", "gone", "lost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,28 +94,71 @@ class Ownership:
         #: The epoch of each lease this replica holds, and when it was taken.
         self.held: dict[TaskKey, int] = {}
         self.claimed_at: dict[TaskKey, float] = {}
-        store.fence = self._fence
+        #: Told of each task whose lease turned out lost (a fenced-out write, a renewal):
+        #: the runtime lets it go (`synapse.transport.replicas`).
+        self.on_lost: Callable[[TaskKey], None] | None = None
+        store.fence = self
         store.load_override = self.take_over_at_start
 
-    # --- fencing (called by the store for every put_task) ----------------------------------
+    # --- fencing (the store tags every write of a task with its epoch) ----------------------
 
-    def _fence(self, key: TaskKey) -> Op:
+    def epoch_for(self, key: TaskKey, *, create: bool) -> int:
         epoch = self.held.get(key)
-        if epoch is None:
-            # A task this replica creates (a task_request it accepted, a task it submits):
-            # its first write takes the lease, and refuses if another replica has it.
-            self.held[key] = 1
-            self.claimed_at[key] = self.clock()
-            return (
-                "SELECT synapse_claim(%s, %s, %s, %s)",
-                (key.requester, key.task_id, self.replica_id, self.clock() + self.ttl),
-                False,
+        if epoch is not None:
+            return epoch
+        if not create:
+            return -1  # no lease of ours: the write is dropped
+        # A task this replica creates (a task_request it accepted, a task it submits): its
+        # first write takes the lease, and is dropped if another replica has it.
+        self.held[key] = 1
+        self.claimed_at[key] = self.clock()
+        return 0
+
+    def claim_until(self) -> float:
+        return self.clock() + self.ttl
+
+    def fenced_out(self, tags: frozenset[tuple[TaskKey, int]]) -> frozenset[TaskKey]:
+        lost = set()
+        for key, epoch in tags:
+            # Only the lease the write was made under: a stale write (made before this
+            # replica lost the task and took it back) must not drop the lease held now.
+            if self.held.get(key) == (1 if epoch == 0 else epoch):
+                lost.add(key)
+                del self.held[key]
+                self.claimed_at.pop(key, None)
+                if self.on_lost is not None:
+                    self.on_lost(key)
+        return frozenset(lost)
+
+    # --- delivery ---------------------------------------------------------------------------
+
+    async def claim_delivery(self, item: OutboxItem) -> Verdict:
+        """May this replica POST `item` now? Claims its outbox row (see the module's
+        docstring), waiting while another replica's claim on the task's messages runs."""
+        key = item.key
+        while True:
+            epoch = self.held.get(key) if key is not None else None
+            if epoch is None:
+                return "lost"
+            now = self.clock()
+            rows = await self._aexecute(
+                "SELECT verdict, busy_until FROM synapse_claim_outbox(%s, %s, %s, %s, %s)",
+                (item.message_id, self.replica_id, epoch, now, now + self.ttl),
             )
-        return (
-            "SELECT synapse_fence(%s, %s, %s, %s)",
-            (key.requester, key.task_id, self.replica_id, epoch),
-            False,
-        )
+            verdict, until = str(rows[0][0]), float(str(rows[0][1]))
+            if verdict == "claimed":
+                return "send"
+            if verdict in ("gone", "lost"):
+                log.info("delivery_" + verdict, message_id=item.message_id, replica=self.replica_id)
+                if verdict == "lost" and key is not None and self.held.get(key) == epoch:
+                    self.fenced_out(frozenset({(key, epoch)}))
+                return "gone" if verdict == "gone" else "lost"
+            # Busy or behind: another replica's claim runs until `until` (its replica
+            # died or froze: the claim expires with its leases); a claim being made, or an
+            # older message still to go, is a matter of moments.
+            log.info("delivery_waits", message_id=item.message_id, verdict=verdict)
+            wait = until - now if verdict == "busy" and until > now else self.ttl / 10
+            await asyncio.sleep(min(max(wait, 0.01), self.ttl))
 
     # --- the database -----------------------------------------------------------------------
 
@@ -140,10 +198,20 @@ class Ownership:
         """Take the lease of a task nobody leases yet; False if another replica has it."""
         if key in self.held:
             return True
+        # Never the lease of a task already stored (finished, its lease given back): that
+        # one is only ever taken over, from what the database holds.
         rows = await self._aexecute(
             "INSERT INTO leases (requester, task_id, holder, epoch, expires_at) "
-            "VALUES (%s, %s, %s, 1, %s) ON CONFLICT DO NOTHING RETURNING epoch",
-            (key.requester, key.task_id, self.replica_id, self.clock() + self.ttl),
+            "SELECT %s, %s, %s, 1, %s WHERE NOT EXISTS (SELECT 1 FROM tasks "
+            "WHERE requester = %s AND task_id = %s) ON CONFLICT DO NOTHING RETURNING epoch",
+            (
+                key.requester,
+                key.task_id,
+                self.replica_id,
+                self.clock() + self.ttl,
+                key.requester,
+                key.task_id,
+            ),
         )
         if rows:
             self.held[key] = 1
@@ -157,13 +225,21 @@ class Ownership:
         # Taken unless the task is over with nothing left to deliver. A lease with no task
         # row is taken too: its holder claimed it for a task_request and died (or failed
         # to commit) before writing the task.
+        # A lease row locked by a write or renewal in progress (its holder is alive, or
+        # froze mid-transaction) is skipped, not waited for: waiting would hand out a lease
+        # already run out by the time it is granted. The caller answers 503; the sender
+        # retries. Our own lease can be taken too: this is only asked about a task this
+        # replica does not hold in memory (a lease it let go of, see `renew`).
         rows = await self._aexecute(
-            "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
+            "WITH mine AS (SELECT l.requester, l.task_id FROM leases l "
             "WHERE l.requester = %s AND l.task_id = %s AND l.expires_at < %s "
-            "AND l.holder <> %s AND NOT EXISTS (SELECT 1 FROM tasks t "
+            "AND NOT EXISTS (SELECT 1 FROM tasks t "
             "WHERE t.requester = l.requester AND t.task_id = l.task_id "
-            "AND NOT " + _ORPHANED + ") RETURNING l.epoch",
-            (self.replica_id, now + self.ttl, key.requester, key.task_id, now, self.replica_id),
+            "AND NOT " + _ORPHANED + ") FOR UPDATE OF l SKIP LOCKED) "
+            "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
+            "FROM mine m WHERE l.requester = m.requester AND l.task_id = m.task_id "
+            "RETURNING l.epoch",
+            (key.requester, key.task_id, now, self.replica_id, now + self.ttl),
         )
         if not rows:
             return None
@@ -179,12 +255,21 @@ class Ownership:
         return (
             "WITH orphans AS (SELECT l.requester, l.task_id FROM leases l JOIN tasks t "
             "ON t.requester = l.requester AND t.task_id = l.task_id "
-            "WHERE l.expires_at < %s AND l.holder <> %s AND " + _ORPHANED + " "
+            "WHERE l.expires_at < %s AND (l.holder <> %s OR (l.requester, l.task_id) NOT IN "
+            "(SELECT * FROM unnest(%s::text[], %s::text[]))) AND " + _ORPHANED + " "
             "LIMIT %s FOR UPDATE OF l SKIP LOCKED) "
             "UPDATE leases l SET holder = %s, epoch = l.epoch + 1, expires_at = %s "
             "FROM orphans o WHERE l.requester = o.requester AND l.task_id = o.task_id "
             "RETURNING l.requester, l.task_id, l.epoch",
-            (now, self.replica_id, limit, self.replica_id, now + self.ttl),
+            (
+                now,
+                self.replica_id,
+                [k.requester for k in self.held],
+                [k.task_id for k in self.held],
+                limit,
+                self.replica_id,
+                now + self.ttl,
+            ),
         )
 
     def _unleased_query(self, limit: int) -> tuple[str, tuple[object, ...]]:
@@ -207,7 +292,6 @@ class Ownership:
         more = self._snapshot_of(await self._aexecute(*self._unleased_query(limit)))
         snapshot.tasks.extend(more.tasks)
         snapshot.outbox.extend(more.outbox)
-        snapshot.outbox.sort(key=lambda item: item.seq)
         return snapshot
 
     def _snapshot_of(self, rows: list[tuple[object, ...]]) -> Snapshot:
@@ -220,8 +304,12 @@ class Ownership:
             snapshot.tasks.extend(part.tasks)
             snapshot.outbox.extend(part.outbox)
         if rows:
-            log.info("tasks_taken_over", count=len(rows), replica=self.replica_id)
-        snapshot.outbox.sort(key=lambda item: item.seq)
+            log.info(
+                "tasks_taken_over",
+                count=len(rows),
+                replica=self.replica_id,
+                tasks=sorted(str(task_id) for _, task_id, _ in rows)[:20],
+            )
         return snapshot
 
     def take_over_at_start(self) -> Snapshot:
@@ -232,7 +320,6 @@ class Ownership:
         more = self._snapshot_of(self._execute(*self._orphans_query(10_000)))
         snapshot.tasks.extend(more.tasks)
         snapshot.outbox.extend(more.outbox)
-        snapshot.outbox.sort(key=lambda item: item.seq)
         return snapshot
 
     async def renew(self, keep: set[TaskKey]) -> set[TaskKey]:
@@ -260,10 +347,29 @@ class Ownership:
                 if self.held.get(key) == before[key]:
                     del self.held[key]
                     self.claimed_at.pop(key, None)
+        # Only the leases this replica knows it holds, at their epochs: a lease the database
+        # gives us but memory does not hold (a task let go) is left to expire and be taken
+        # over, by any replica (this one too), from what is stored.
+        held = list(self.held.items())
         rows = await self._aexecute(
-            "UPDATE leases SET expires_at = %s WHERE holder = %s "
-            "RETURNING requester, task_id, epoch",
-            (now + self.ttl, self.replica_id),
+            "UPDATE leases l SET expires_at = %s "
+            "FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS h(r, t, e) "
+            "WHERE l.holder = %s AND l.requester = h.r AND l.task_id = h.t AND l.epoch = h.e "
+            "RETURNING l.requester, l.task_id, l.epoch",
+            (
+                now + self.ttl,
+                [k.requester for k, _ in held],
+                [k.task_id for k, _ in held],
+                [e for _, e in held],
+                self.replica_id,
+            ),
+        )
+        await self._aexecute(
+            # The outbox rows being delivered live as long as their tasks' leases: a claim
+            # of a task taken over while this replica was away is left to expire.
+            "UPDATE outbox o SET claimed_until = %s FROM leases l WHERE o.claimed_by = %s "
+            "AND l.requester = o.requester AND l.task_id = o.task_id AND l.holder = %s",
+            (now + self.ttl, self.replica_id, self.replica_id),
         )
         await self._aexecute(
             "UPDATE replicas SET seen_at = %s WHERE replica_id = %s", (now, self.replica_id)
@@ -277,14 +383,24 @@ class Ownership:
         for key in lost:
             del self.held[key]
             self.claimed_at.pop(key, None)
+            if self.on_lost is not None:
+                self.on_lost(key)
         if lost:
-            log.warning("leases_lost", count=len(lost), replica=self.replica_id)
+            log.warning(
+                "leases_lost",
+                count=len(lost),
+                replica=self.replica_id,
+                tasks=sorted(key.task_id for key in lost)[:20],
+            )
         return lost
 
     async def release_all(self) -> None:
         """On a clean stop: hand every lease back at once (no TTL to wait for)."""
         await self._aexecute(
             "UPDATE leases SET expires_at = 0 WHERE holder = %s", (self.replica_id,)
+        )
+        await self._aexecute(
+            "UPDATE outbox SET claimed_until = 0 WHERE claimed_by = %s", (self.replica_id,)
         )
         self.held.clear()
         self.claimed_at.clear()

@@ -25,33 +25,70 @@ import asyncio
 import dataclasses
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from synapse.p2p.dedup import DedupKey, StoredReply
+from synapse.p2p.dedup import DedupKey
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
-from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
-from synapse.p2p.states import Event, Role
+from synapse.p2p.logs import get_logger
+from synapse.p2p.persistence import FencedOut, ListCursor, TaskFilter, TaskRow
 from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
 from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
+from synapse.store.sql import FINAL as _FINAL
+from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS
+from synapse.store.sql import TRANSITION_COLUMNS as _TRANSITION_COLUMNS
+from synapse.store.sql import (
+    OutboxMaintenance,
+    count_query,
+    listing_query,
+    task_rows,
+    transition_row,
+)
+from synapse.store.sql import dedup_entry as _dedup_entry
+from synapse.store.sql import outbox_item as _item
+from synapse.store.sql import transition as _transition
 from synapse.types import TaskState
 
-_FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
+log = get_logger("synapse.store")
+
 #: Outbox sequence numbers per block taken from the database sequence.
 SEQ_BLOCK = 1024
-_OUTBOX_COLUMNS = "seq, message_id, partner, requester, task_id, body, created_at"
-_TRANSITION_COLUMNS = "requester, task_id, role, from_state, to_state, event, message_id, at"
 
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(TaskRecord)
 
-#: A buffered write: a statement and its parameters (a list of them: executemany).
-Op = tuple[str, Sequence[Any] | list[Sequence[Any]], bool]
+#: The lease a buffered write is made under: the task, and the epoch its writer holds it at
+#: (0: the first write of a new task, which takes the lease if nobody has it).
+Tag = tuple[TaskKey, int]
+#: A buffered write: a statement, its parameters (a list of them: executemany), and the
+#: lease that fences it (None: not a write of one task, or no replicas).
+Op = tuple[str, Sequence[Any] | list[Sequence[Any]], bool, Tag | None]
 _Op = Op
+
+
+class Fence(Protocol):
+    """What fences the writes of replicas sharing the database (`synapse.store.leases`)."""
+
+    #: This replica's id: the holder named in the leases it holds.
+    replica_id: str
+
+    def epoch_for(self, key: TaskKey, *, create: bool) -> int:
+        """The epoch this replica holds `key`'s lease at (0 to take the lease of a new task
+        when `create`; -1 if it holds none: the write is dropped)."""
+        ...
+
+    def claim_until(self) -> float:
+        """When a lease taken by a write expires."""
+        ...
+
+    def fenced_out(self, tags: frozenset[Tag]) -> frozenset[TaskKey]:
+        """Writes made under these leases were dropped: another replica holds them now.
+        Returns the tasks thereby lost (a tag older than the lease held now loses none)."""
+        ...
 
 
 def is_postgres_url(spec: str) -> bool:
@@ -115,54 +152,12 @@ def encode_record(record: TaskRecord) -> bytes:
     return _record_encoder.encode(dataclasses.replace(record, history=[]))
 
 
-def _item(row: Sequence[Any]) -> OutboxItem:
-    seq, message_id, partner, requester, task_id, body, created_at = row[:7]
-    key = TaskKey(requester, task_id) if requester is not None else None
-    return OutboxItem(int(seq), message_id, partner, key, bytes(body), float(created_at))
+#: A task's context id, read from its record by the function migration 0005 adds: the same
+#: expression as index tasks_by_context's, so that a listing of one context is an index range.
+_CONTEXT_ID = "synapse_context_id(record)"
 
 
-def _transition(row: Sequence[Any]) -> Transition:
-    return Transition(
-        TaskKey(row[0], row[1]),
-        Role(row[2]),
-        TaskState(row[3]),
-        TaskState(row[4]),
-        Event(row[5]),
-        row[6],
-        float(row[7]),
-    )
-
-
-def _dedup_entry(row: Sequence[Any]) -> DedupEntry:
-    sender, message_id, fingerprint, expires_at, status, body, headers = row
-    reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
-    return DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
-
-
-def _where(where: TaskFilter | None) -> tuple[list[str], tuple[Any, ...]]:
-    clauses: list[str] = []
-    params: tuple[Any, ...] = ()
-    if where is None:
-        return clauses, params
-    if where.requester is not None:
-        clauses.append("requester = %s")
-        params += (where.requester,)
-    if where.states is not None:
-        clauses.append("state = ANY(%s)")
-        params += (sorted(state.value for state in where.states),)
-    if where.updated_after is not None:
-        clauses.append("updated_at >= %s")
-        params += (where.updated_after,)
-    if where.context_id is not None:  # index tasks_by_context (migration 0004)
-        clauses.append("synapse_context_id(record) = %s")
-        params += (where.context_id,)
-    if where.task_id is not None:
-        clauses.append("task_id = %s")
-        params += (where.task_id,)
-    return clauses, params
-
-
-class PostgresStore:
+class PostgresStore(OutboxMaintenance):
     """`TaskStore` in a PostgreSQL database (see the module's docstring)."""
 
     durable = True
@@ -193,17 +188,22 @@ class PostgresStore:
         )
         self._pool_opened = False
         self._pending: list[_Op] = []
+        #: Writes handed to commits so far: marks count from the first write ever buffered,
+        #: so a mark still means the same point once a commit has taken the buffer.
+        self._taken = 0
         #: The writes of batches that failed for want of the database (connection lost,
         #: server down): written first by the next batch, in order.
         self._retry: list[_Op] = []
         self._write_lock: asyncio.Lock | None = None
-        self._last: asyncio.Future[None] | None = None
+        self._last: asyncio.Future[frozenset[TaskKey] | None] | None = None
         self._seq_next = 0
         self._seq_end = 0
         self.commits = 0
-        #: Set by `synapse.store.leases.Ownership`: the statement that fences a task's
-        #: writes by its lease, added before each `put_task` in the same transaction.
-        self.fence: Callable[[TaskKey], _Op] | None = None
+        #: Set by `synapse.store.leases.Ownership`: every write of a task is tagged with the
+        #: lease it is made under, and a batch writes only the tasks whose leases still hold.
+        self.fence: Fence | None = None
+        #: The task of each outbox row this process knows (its removal is fenced too).
+        self._outbox_keys: dict[str, TaskKey] = {}
         #: Set by `Ownership` too: what `load()` returns at start-up when replicas share
         #: the database (the tasks this process took over, not every live task).
         self.load_override: Callable[[], Snapshot] | None = None
@@ -216,7 +216,9 @@ class PostgresStore:
             await self._pool.open(wait=False)
         return self._pool
 
-    def _read(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _read(
+        self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[tuple[Any, ...]]:
         """One statement on the autocommit connection; its rows, if it returns any."""
         with self._lock:
             cur = self._reader.execute(query.encode(), params)
@@ -255,7 +257,7 @@ class PostgresStore:
         ):
             item = _item(row)
             if row[7] is None:
-                snapshot.outbox.append(item)
+                snapshot.outbox.append(self._known(item))
             else:
                 snapshot.dead_letters.append(DeadLetter(item, row[7], float(row[8])))
         return snapshot
@@ -268,11 +270,16 @@ class PostgresStore:
             snapshot.tasks.append(record)
         for row in self._read(
             f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE requester = %s AND task_id = %s "
-            "AND dead_reason IS NULL ORDER BY seq",
+            "AND dead_reason IS NULL ORDER BY ord",
             (key.requester, key.task_id),
         ):
-            snapshot.outbox.append(_item(row))
+            snapshot.outbox.append(self._known(item=_item(row)))
         return snapshot
+
+    def _known(self, item: OutboxItem) -> OutboxItem:
+        if item.key is not None and self.fence is not None:
+            self._outbox_keys[item.message_id] = item.key
+        return item
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
         rows = self._read(
@@ -303,25 +310,10 @@ class PostgresStore:
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
     ) -> list[TaskRow]:
-        clauses, params = _where(where)
-        if before is not None:
-            clauses.append("(updated_at, requester, task_id) < (%s, %s, %s)")
-            params += before
-        query = "SELECT requester, task_id, role, state, updated_at FROM tasks"
-        if clauses:
-            query += " WHERE " + " AND ".join(clauses)
-        query += " ORDER BY updated_at DESC, requester DESC, task_id DESC LIMIT %s"
-        return [
-            TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
-            for req, tid, role, state, at in self._read(query, (*params, limit))
-        ]
+        return task_rows(self._read(*listing_query(where, before, limit, "%s", _CONTEXT_ID)))
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
-        clauses, params = _where(where)
-        query = "SELECT count(*) FROM tasks" + (
-            " WHERE " + " AND ".join(clauses) if clauses else ""
-        )
-        return int(self._read(query, params)[0][0])
+        return int(self._read(*count_query(where, "%s", _CONTEXT_ID))[0][0])
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
         rows = self._read(
@@ -379,16 +371,22 @@ class PostgresStore:
 
     # --- buffered writes --------------------------------------------------------------------
 
+    def _tag(self, key: TaskKey | None, *, create: bool = False) -> Tag | None:
+        if self.fence is None or key is None:
+            return None
+        return (key, self.fence.epoch_for(key, create=create))
+
     def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
         key = record.key
-        if self.fence is not None:
-            self._pending.append(self.fence(key))
+        tag = self._tag(key, create=True)
         self._pending.append(
             (
                 "INSERT INTO tasks (requester, task_id, role, state, updated_at, record) "
                 "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (requester, task_id) DO UPDATE SET "
                 "role = excluded.role, state = excluded.state, "
-                "updated_at = excluded.updated_at, record = excluded.record",
+                "updated_at = excluded.updated_at, record = excluded.record "
+                # A final task stays final, whatever a writer remembers of it.
+                f"WHERE tasks.state NOT IN {_FINAL} OR tasks.state = excluded.state",
                 (
                     key.requester,
                     key.task_id,
@@ -398,33 +396,25 @@ class PostgresStore:
                     encode_record(record),
                 ),
                 False,
+                tag,
             )
         )
         if transitions:
-            rows = [
-                (
-                    key.requester,
-                    key.task_id,
-                    t.role.value,
-                    t.from_state.value,
-                    t.to_state.value,
-                    t.event.value,
-                    t.message_id,
-                    t.at,
-                )
-                for t in transitions
-            ]
+            rows = [transition_row(t) for t in transitions]
             self._pending.append(
                 (
                     f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) "
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                     rows,
                     True,
+                    tag,
                 )
             )
 
     def add_outbox(self, item: OutboxItem) -> None:
         key = item.key
+        if key is not None and self.fence is not None:
+            self._outbox_keys[item.message_id] = key
         self._pending.append(
             (
                 f"INSERT INTO outbox ({_OUTBOX_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
@@ -439,11 +429,15 @@ class PostgresStore:
                     item.created_at,
                 ),
                 False,
+                self._tag(key),
             )
         )
 
     def remove_outbox(self, message_id: str) -> None:
-        self._pending.append(("DELETE FROM outbox WHERE message_id = %s", (message_id,), False))
+        tag = self._tag(self._outbox_keys.pop(message_id, None))
+        self._pending.append(
+            ("DELETE FROM outbox WHERE message_id = %s", (message_id,), False, tag)
+        )
 
     def dead_letter(self, message_id: str, reason: str, at: float) -> None:
         self._pending.append(
@@ -451,6 +445,7 @@ class PostgresStore:
                 "UPDATE outbox SET dead_reason = %s, dead_at = %s WHERE message_id = %s",
                 (reason, at, message_id),
                 False,
+                self._tag(self._outbox_keys.get(message_id)),
             )
         )
 
@@ -472,6 +467,7 @@ class PostgresStore:
                     json.dumps(entry.reply.headers),
                 ),
                 False,
+                None,
             )
         )
 
@@ -479,24 +475,39 @@ class PostgresStore:
         rows = [tuple(key) for key in keys]
         if rows:
             self._pending.append(
-                ("DELETE FROM dedup WHERE sender = %s AND message_id = %s", rows, True)
+                ("DELETE FROM dedup WHERE sender = %s AND message_id = %s", rows, True, None)
             )
 
     # --- committing -------------------------------------------------------------------------
 
-    async def _write(self, ops: list[_Op], keep: int) -> None:
+    async def _write(self, ops: list[_Op], keep: int) -> frozenset[TaskKey] | None:
+        """Write the batch; if the caller's own writes were dropped (fenced out), returns the
+        tasks lost thereby (the rest of the batch is written all the same: others wait on
+        it), else None."""
         if self._write_lock is None:
             self._write_lock = asyncio.Lock()
         async with self._write_lock:  # batches land in the order they were committed
             batch = self._retry + ops
             if not batch:
-                return
+                return None
+            own = len(self._retry) + keep  # the caller's own writes start here
+            lost: frozenset[TaskKey] = frozenset()
+            dropped: set[Tag] = set()
+            refused = False
             try:
                 pool = await self._open_pool()
                 async with pool.connection() as conn, conn.transaction():
                     cur = conn.cursor()
+                    dropped = await self._fenced_out(cur, batch)
+                    if dropped:
+                        refused = any(op[3] in dropped for op in batch[own:])
+                        batch = [
+                            op
+                            for n, op in enumerate(batch)
+                            if op[3] not in dropped and not (refused and n >= own)
+                        ]
                     async with conn.pipeline():
-                        for query, params, many in batch:
+                        for query, params, many, _tag in batch:
                             if many:
                                 await cur.executemany(query.encode(), params)
                             else:
@@ -511,6 +522,37 @@ class PostgresStore:
                 raise
             self._retry = []
             self.commits += 1
+            if dropped:
+                assert self.fence is not None
+                lost = self.fence.fenced_out(frozenset(dropped))
+                log.warning("writes_fenced_out", tasks=len(dropped), lost=len(lost), own=refused)
+            return lost if refused else None
+
+    async def _fenced_out(self, cur: psycopg.AsyncCursor[Any], batch: list[_Op]) -> set[Tag]:
+        """The leases of the batch's writes that this replica no longer holds, checked (and
+        share-locked until the commit) in one statement; nothing when there are no replicas.
+
+        Fencing task by task, not the batch whole: a batch carries the writes of many tasks,
+        and one task taken over must not take the others' writes down with it (they would be
+        lost while the runtime goes on to deliver what it believes committed)."""
+        fence = self.fence
+        tags = {op[3] for op in batch if op[3] is not None}
+        if fence is None or not tags:
+            return set()
+        wanted = sorted(tags, key=lambda tag: (tag[0].requester, tag[0].task_id, tag[1]))
+        await cur.execute(
+            b"SELECT ok_requester, ok_task_id, ok_epoch "
+            b"FROM synapse_fence_many(%s, %s, %s, %s, %s)",
+            (
+                [key.requester for key, _ in wanted],
+                [key.task_id for key, _ in wanted],
+                [epoch for _, epoch in wanted],
+                fence.replica_id,
+                fence.claim_until(),
+            ),
+        )
+        held = {(TaskKey(r, t), int(e)) for r, t, e in await cur.fetchall()}
+        return tags - held
 
     async def commit(self, *, discard_after: int | None = None) -> None:
         """Write every buffered change in one transaction. With nothing buffered, wait only
@@ -521,6 +563,7 @@ class PostgresStore:
         next commit.
         """
         ops, self._pending = self._pending, []
+        base, self._taken = self._taken, self._taken + len(ops)
         if not ops and not self._retry:
             # The latest batch may hold this caller's writes (buffered before someone else
             # committed them): if it failed, so does this commit, so nothing is sent or
@@ -529,19 +572,25 @@ class PostgresStore:
             if last is not None:
                 await asyncio.shield(last)
             return
-        keep = len(ops) if discard_after is None else max(0, min(discard_after, len(ops)))
+        keep = len(ops) if discard_after is None else max(0, min(discard_after - base, len(ops)))
         batch = asyncio.ensure_future(self._write(ops, keep))
         self._last = batch
         # Shielded: a cancelled caller must not abandon a transaction half sent.
-        await asyncio.shield(batch)
+        lost = await asyncio.shield(batch)
+        if lost is not None:
+            raise FencedOut("another replica owns the task now; retry", lost)
 
     def mark(self) -> int:
         """A point in the buffered writes that `discard` can drop back to."""
-        return len(self._pending)
+        return self._taken + len(self._pending)
 
     def discard(self, mark: int) -> None:
-        """Drop the writes buffered since `mark` (a message refused after all)."""
-        del self._pending[mark:]
+        """Drop the writes buffered since `mark` (a message refused after all). Once a
+        commit took them (it dropped them itself, see `commit`), what is buffered now is
+        other callers' and stays."""
+        start = mark - self._taken
+        if start >= 0:
+            del self._pending[start:]
 
     async def close(self) -> None:
         try:
@@ -555,19 +604,12 @@ class PostgresStore:
 
     # --- maintenance ------------------------------------------------------------------------
 
-    def retry_dead_letter(self, message_id: str) -> bool:
-        with self._lock:
-            cur = self._reader.execute(
-                "UPDATE outbox SET dead_reason = NULL, dead_at = NULL "
-                "WHERE message_id = %s AND dead_reason IS NOT NULL",
-                (message_id,),
-            )
-            return cur.rowcount > 0
+    _mark = "%s"
+    _reset_on_retry = ("claimed_by", "claimed_until")  # a fresh claim, by whoever sends it
 
-    def drop_outbox(self, message_id: str) -> bool:
+    def _maintain(self, query: str, params: tuple[Any, ...]) -> int:
         with self._lock:
-            cur = self._reader.execute("DELETE FROM outbox WHERE message_id = %s", (message_id,))
-            return cur.rowcount > 0
+            return int(self._reader.execute(query.encode(), params).rowcount)
 
 
 __all__ = ["PostgresStore", "apply_migrations", "is_postgres_url", "migrate", "schema_version"]

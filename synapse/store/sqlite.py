@@ -25,12 +25,23 @@ from typing import Any, Literal
 
 import msgspec
 
-from synapse.p2p.dedup import DedupKey, StoredReply
+from synapse.p2p.dedup import DedupKey
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
 from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
-from synapse.p2p.states import Event, Role
 from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
+from synapse.store.sql import FINAL as _FINAL
+from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS
+from synapse.store.sql import (
+    OutboxMaintenance,
+    count_query,
+    listing_query,
+    task_rows,
+    transition_row,
+)
+from synapse.store.sql import dedup_entry as _dedup_entry
+from synapse.store.sql import outbox_item as _item
+from synapse.store.sql import transition as _transition
 from synapse.types import TaskState
 
 SCHEMA_VERSION = 1
@@ -91,7 +102,6 @@ CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
 CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS NOT NULL;
 """
-_FINAL = "('completed', 'failed', 'cancelled', 'rejected')"
 #: A task's context (`task_request.context.session_id`, an A2A `contextId`), read from its
 #: record: indexed as this expression (`tasks_by_context`), so that a listing of one context
 #: is a range of an index and the table needs no column (nor files made before a migration).
@@ -151,27 +161,6 @@ def encode_record(record: TaskRecord) -> bytes:
     return _record_encoder.encode(dataclasses.replace(record, history=[]))
 
 
-def _item(row: Sequence[Any]) -> OutboxItem:
-    seq, message_id, partner, requester, task_id, body, created_at = row[:7]
-    key = TaskKey(requester, task_id) if requester is not None else None
-    return OutboxItem(int(seq), message_id, partner, key, bytes(body), float(created_at))
-
-
-_OUTBOX_COLUMNS = "seq, message_id, partner, requester, task_id, body, created_at"
-
-
-def _transition(row: Sequence[Any]) -> Transition:
-    return Transition(
-        TaskKey(row[0], row[1]),
-        Role(row[2]),
-        TaskState(row[3]),
-        TaskState(row[4]),
-        Event(row[5]),
-        row[6],
-        row[7],
-    )
-
-
 def read_task(conn: sqlite3.Connection, key: TaskKey) -> TaskRecord | None:
     """One stored task with its history (a point lookup on the primary key)."""
     row = conn.execute(
@@ -224,12 +213,6 @@ def read_snapshot(conn: sqlite3.Connection, *, finished: bool = False) -> Snapsh
     return snapshot
 
 
-def _dedup_entry(row: Sequence[Any]) -> DedupEntry:
-    sender, message_id, fingerprint, expires_at, status, body, headers = row
-    reply = StoredReply(int(status), bytes(body), tuple(tuple(h) for h in json.loads(headers)))
-    return DedupEntry((sender, message_id), bytes(fingerprint), float(expires_at), reply)
-
-
 def read_dedup(conn: sqlite3.Connection, key: DedupKey) -> DedupEntry | None:
     row = conn.execute(
         "SELECT sender, message_id, fingerprint, expires_at, status, body, headers FROM dedup "
@@ -237,31 +220,6 @@ def read_dedup(conn: sqlite3.Connection, key: DedupKey) -> DedupEntry | None:
         key,
     ).fetchone()
     return _dedup_entry(row) if row is not None else None
-
-
-def _where(where: TaskFilter | None) -> tuple[list[str], tuple[Any, ...]]:
-    """SQL conditions (and their parameters) for a listing filter."""
-    clauses: list[str] = []
-    params: tuple[Any, ...] = ()
-    if where is None:
-        return clauses, params
-    if where.requester is not None:
-        clauses.append("requester = ?")
-        params += (where.requester,)
-    if where.states is not None:
-        states = sorted(state.value for state in where.states)
-        clauses.append(f"state IN ({', '.join('?' * len(states))})")
-        params += tuple(states)
-    if where.updated_after is not None:
-        clauses.append("updated_at >= ?")
-        params += (where.updated_after,)
-    if where.context_id is not None:
-        clauses.append(f"{_CONTEXT_ID} = ?")
-        params += (where.context_id,)
-    if where.task_id is not None:
-        clauses.append("task_id = ?")
-        params += (where.task_id,)
-    return clauses, params
 
 
 def purge_batch(conn: sqlite3.Connection, finished_before: float, now: float, limit: int) -> int:
@@ -342,7 +300,7 @@ class _FailureEpisode:
             self.failures = 0
 
 
-class SqliteStore:
+class SqliteStore(OutboxMaintenance):
     """`TaskStore` in one SQLite file, written by one background thread."""
 
     durable = True
@@ -392,20 +350,9 @@ class SqliteStore:
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
     ) -> list[TaskRow]:
-        clauses, params = _where(where)
-        if before is not None:
-            clauses.append("(updated_at, requester, task_id) < (?, ?, ?)")
-            params += before
-        query = "SELECT requester, task_id, role, state, updated_at FROM tasks"
-        if clauses:
-            query += " WHERE " + " AND ".join(clauses)
-        query += " ORDER BY updated_at DESC, requester DESC, task_id DESC LIMIT ?"
         with self._reading:
-            rows = self._reader.execute(query, (*params, limit)).fetchall()
-        return [
-            TaskRow(TaskKey(req, tid), role, TaskState(state), float(at))
-            for req, tid, role, state, at in rows
-        ]
+            rows = self._reader.execute(*listing_query(where, before, limit, "?", _CONTEXT_ID))
+        return task_rows(rows)
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
         with self._reading:
@@ -416,12 +363,8 @@ class SqliteStore:
         return {(role, TaskState(state)): int(n) for role, state, n in rows}
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
-        clauses, params = _where(where)
-        query = "SELECT count(*) FROM tasks" + (
-            " WHERE " + " AND ".join(clauses) if clauses else ""
-        )
         with self._reading:
-            return int(self._reader.execute(query, params).fetchone()[0])
+            return int(self._reader.execute(*count_query(where, "?", _CONTEXT_ID)).fetchone()[0])
 
     async def purge(self, *, finished_before: float, now: float, limit: int) -> int:
         def run() -> int:
@@ -445,19 +388,7 @@ class SqliteStore:
             record.state.value,
             record.updated_at,
         )
-        rows = [
-            (
-                key.requester,
-                key.task_id,
-                t.role.value,
-                t.from_state.value,
-                t.to_state.value,
-                t.event.value,
-                t.message_id,
-                t.at,
-            )
-            for t in transitions
-        ]
+        rows = [transition_row(t) for t in transitions]
 
         def op(conn: sqlite3.Connection) -> None:
             conn.execute(
@@ -647,18 +578,6 @@ class SqliteStore:
 
     # --- maintenance (the `synapse outbox` command) -----------------------------------------
 
-    def retry_dead_letter(self, message_id: str) -> bool:
-        """Put a dead letter back in the outbox; delivered at the next start."""
+    def _maintain(self, query: str, params: tuple[Any, ...]) -> int:
         with self._lock:
-            cur = self._conn.execute(
-                "UPDATE outbox SET dead_reason = NULL, dead_at = NULL "
-                "WHERE message_id = ? AND dead_reason IS NOT NULL",
-                (message_id,),
-            )
-            return cur.rowcount > 0
-
-    def drop_outbox(self, message_id: str) -> bool:
-        """Delete a pending message or dead letter for good."""
-        with self._lock:
-            cur = self._conn.execute("DELETE FROM outbox WHERE message_id = ?", (message_id,))
-            return cur.rowcount > 0
+            return self._conn.execute(query, params).rowcount

@@ -23,19 +23,20 @@ import random
 from collections.abc import Callable, Mapping
 
 import aiohttp
-import structlog
 from aiohttp import web
 
 from synapse.p2p.engine import TaskKey
+from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import P2PProtocol
 from synapse.store.leases import DEFAULT_LEASE_TTL, Ownership
+from synapse.store.liveness import SharedLiveness
 from synapse.store.postgres import PostgresStore
 from synapse.transport.inbound import Inbound
 from synapse.transport.peer import Peer
 from synapse.transport.server import SynapseServer
 from synapse.types import ErrorCode, MessageType, SynapseError, decode_typed
 
-log = structlog.get_logger("synapse.replicas")
+log = get_logger("synapse.transport.replicas")
 
 #: Marks a request one replica forwarded to another: handled where it arrives, never again
 #: forwarded (fencing keeps a stale owner from writing).
@@ -68,6 +69,20 @@ class Replicas:
         self._loop_task: asyncio.Task[None] | None = None
         self.forwarded = 0
         server.route = self.route
+        # A lease found lost (a fenced-out write, a renewal, a refused claim): the task's
+        # handler and deliveries stop here. Each POST of a callback claims its outbox row.
+        ownership.on_lost = protocol.release
+        protocol.delivery_gate = ownership.claim_delivery
+        # Partner liveness on shared data; heartbeats from one replica at a time.
+        self.liveness = SharedLiveness(
+            ownership.store,
+            ownership.replica_id,
+            heartbeat_interval=protocol.config.heartbeat_interval,
+            on_heard=protocol.partner_alive,
+            clock=ownership.clock,
+        )
+        protocol.share_partner_liveness(self.liveness)
+        protocol.listeners.append(self.liveness)
 
     # --- routing ----------------------------------------------------------------------------
 
@@ -87,8 +102,8 @@ class Replicas:
             lease = await own.lookup(key)
             if lease is None:
                 return None
-        if lease.holder == own.replica_id:
-            return None
+        if lease.holder == own.replica_id and lease.expires_at >= own.clock():
+            return None  # ours (being claimed right now, or let go and not run out yet)
         if lease.expires_at < own.clock():
             taken = await own.take_over(key)
             if taken is not None:
@@ -141,8 +156,7 @@ class Replicas:
             await asyncio.sleep(own.ttl / 3 * random.uniform(0.8, 1.0))
             try:
                 keep = self.protocol.live_task_keys()
-                for key in await own.renew(keep):
-                    self.protocol.release(key)
+                await own.renew(keep)  # lost leases are let go through `on_lost`
                 taken = await own.take_over_expired()
                 if taken.tasks:
                     self.protocol.restore(taken)

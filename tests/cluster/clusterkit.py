@@ -37,12 +37,13 @@ R_CONFIG = P2PConfig(
 )
 
 
-def replica_config(path: Path, lease_ttl: float) -> Path:
+def replica_config(path: Path, lease_ttl: float, extra: str = "") -> Path:
+    """The replicas' TOML; `extra`: more `[p2p]` lines (`input_timeout = 4`, ...)."""
     path.write_text(
         "[p2p]\n"
         "max_retries = 30\nretry_base_delay = 0.05\nretry_max_delay = 0.5\n"
         "request_timeout = 8\nmax_concurrent_tasks = 5000\n"
-        f"lease_ttl = {lease_ttl}\n"
+        f"lease_ttl = {lease_ttl}\n{extra}"
     )
     return path
 
@@ -60,6 +61,8 @@ class Replica:
     port: int = field(default_factory=free_port)
     proc: asyncio.subprocess.Process | None = None
     starts: int = 0
+    #: `MODULE:ATTR` of the handler (a module of tests/cluster), or the demo handler.
+    handler: str | None = None
 
     @property
     def url(self) -> str:
@@ -82,8 +85,13 @@ class Replica:
             "--peer", f"{R}={self.requester_url}", "--secret", SECRET,
             "--config", str(self.config), "--log-json",
         ]  # fmt: skip
+        if self.handler is not None:
+            argv += ["--handler", self.handler]
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYNAPSE_")}
         env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])
+        )
         with self.log.open("ab") as log:
             log.write(f"--- start {self.starts}\n".encode())
         self.proc = await asyncio.create_subprocess_exec(
@@ -111,6 +119,7 @@ class Replica:
         with self.log.open("ab") as log:
             while line := await stream.readline():
                 log.write(line)
+                log.flush()  # tests read the log while the replica runs
 
     def tail(self, lines: int = 20) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -145,6 +154,8 @@ class Requester:
         self.executor_url = executor_url
         #: task id -> message types received from the executor, in arrival order
         self.inbound: dict[str, list[str]] = defaultdict(list)
+        #: task id -> the progress of each status update that carried one, in arrival order
+        self.progress: dict[str, list[float]] = defaultdict(list)
 
     @property
     def url(self) -> str:
@@ -166,6 +177,9 @@ class Requester:
             if state is not None:  # task_status_update: which state it reports
                 kind += f":{getattr(state, 'value', state)}"
             self.inbound[task_id].append(kind)
+            progress = getattr(payload, "progress", None)
+            if progress is not None:
+                self.progress[task_id].append(float(progress))
 
     async def pause(self) -> None:
         """Stop listening (an outage): POSTs to our port are refused until `resume`."""

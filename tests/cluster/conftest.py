@@ -14,10 +14,20 @@ from lbserver import Nginx
 async def make_cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[ClusterFactory]:
     made: list[Cluster] = []
 
-    async def make(count: int = 3, *, lease_ttl: float = 2.0, read_timeout: float = 3.0) -> Cluster:
+    async def make(
+        count: int = 3,
+        *,
+        lease_ttl: float = 2.0,
+        read_timeout: float = 3.0,
+        config_lines: str = "",
+        handler: str | None = None,
+    ) -> Cluster:
         # nginx needs the replicas' ports and the replicas need its URL: ports first.
-        config = replica_config(tmp_path / "replica.toml", lease_ttl)
-        replicas = [Replica(f"e{n}", pg_url, "", "", config, tmp_path) for n in range(1, count + 1)]
+        config = replica_config(tmp_path / "replica.toml", lease_ttl, config_lines)
+        replicas = [
+            Replica(f"e{n}", pg_url, "", "", config, tmp_path, handler=handler)
+            for n in range(1, count + 1)
+        ]
         nginx = Nginx([r.hostport for r in replicas], read_timeout=read_timeout)
         requester = Requester(f"{nginx.url}/synapse/callback")
         cluster = Cluster(replicas, nginx, requester, pg_url)

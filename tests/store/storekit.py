@@ -20,6 +20,16 @@ R_ID, E_ID = "agent-r", "agent-e"
 R_URL, E_URL = "http://127.0.0.1:1/r", "http://127.0.0.1:2/e"
 
 
+class Clock:
+    """A fake clock the test moves by hand (`clock.now += 11`)."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def save(store: TaskStore, engine: Engine, step: Step) -> None:
     """What `P2PProtocol._persist` does with a step: each touched task and its transitions."""
     by_task: dict[TaskKey, list[Any]] = {}
