@@ -7,8 +7,10 @@ Each server runs in this process on 127.0.0.1 with an aiohttp client beside it, 
 `TASK_STATE_COMPLETED`), after a warm-up of 100 calls. `tracemalloc` counts the Python memory
 still held once the calls are done and the collector has run, divided by the number of
 tasks: what each finished task costs the server that keeps it (the SDK's
-`InMemoryTaskStore`; Synapse's engine records, A2A views and store). Nothing is evicted in
-either during the run.
+`InMemoryTaskStore`; Synapse's engine records, A2A views and store). Both keep every
+finished task for later `GetTask` / `ListTasks` (the same retention: the SDK's store has no
+limit, Synapse's memory store keeps up to `max_finished`, 10,000, more than a run holds), and
+nothing is evicted in either during the run.
 """
 
 from __future__ import annotations
@@ -153,7 +155,11 @@ def run(*, tasks: int = 2000) -> Section:
         "Both servers in this process, one after the other, each with its own aiohttp client "
         "and twice (a fresh server each time): RSS growth without tracemalloc, then "
         "tracemalloc's traced memory; after the calls and a full collection, minus before, "
-        f"÷ tasks (after {WARMUP} warm-up calls). Nothing is evicted during the run.",
+        f"÷ tasks (after {WARMUP} warm-up calls). Both keep every finished task, readable by "
+        "GetTask and ListTasks (the SDK's InMemoryTaskStore without limit; Synapse's memory "
+        "store up to max_finished, 10,000): nothing is evicted during the run.",
+        "Synapse keeps a finished task's record and its A2A view packed (MessagePack, "
+        "deflated against a preset dictionary: synapse/p2p/packed.py), one bytes object each.",
         "RSS growth is the comparable figure: the SDK keeps its tasks as protobuf messages, "
         "whose memory (upb, in C) tracemalloc does not see; Synapse's is all Python objects. "
         "RSS moves in pages and arenas: use thousands of tasks.",

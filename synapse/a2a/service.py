@@ -24,6 +24,7 @@ import asyncio
 import base64
 import binascii
 import json
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -345,7 +346,7 @@ class A2AService:
     # --- tasks ------------------------------------------------------------------------------------
 
     def _envelope(self, cls: type[S], payload: Any, principal: str) -> S:
-        sender = Sender(agent_id=REQUESTER_PREFIX + principal, endpoint=IN_PROCESS)
+        sender = Sender(agent_id=_partner(principal), endpoint=IN_PROCESS)
         message: Any = build_message(
             cls,  # type: ignore[type-var]
             payload,
@@ -373,7 +374,7 @@ class A2AService:
         if push is not None:
             push = self._check_push(push, task_id, taken=())
         first = msgspec.structs.replace(message, task_id=task_id, context_id=context_id)
-        partner = REQUESTER_PREFIX + principal
+        partner = _partner(principal)
         view = A2ATask(
             key=TaskKey(partner, task_id),
             principal=principal,
@@ -752,7 +753,8 @@ class A2AService:
                 and rec.partner.startswith(REQUESTER_PREFIX)
                 and rec.task_id not in self.tasks
             ):
-                self.tasks[rec.task_id] = self._rebuild(rec)
+                view = self.tasks[rec.task_id] = self._rebuild(rec)
+                view.seal()  # if finished: kept packed, as it would be had it run here
 
     def _rebuild(self, rec: TaskRecord) -> A2ATask:
         meta: dict[str, Any] = {}
@@ -842,6 +844,12 @@ def _follow_up_builder(state: TaskState) -> _FollowUp | None:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
+
+def _partner(principal: str) -> str:
+    """The virtual requester of `principal`'s tasks, one string for all of them (every
+    task's key holds it)."""
+    return sys.intern(REQUESTER_PREFIX + principal)
 
 
 def convert(params: Any, cls: type[S], *, strict: bool = True) -> S:

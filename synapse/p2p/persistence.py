@@ -9,6 +9,7 @@ acknowledged message is never lost and a POSTed one is never forgotten.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Protocol
 
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
+from synapse.p2p.packed import record_packer
 from synapse.types import TaskState
 
 
@@ -202,8 +204,10 @@ class MemoryStore:
         self.dead_letters: dict[str, DeadLetter] = {}
         #: Outbox entries added since the last commit, for `discard`.
         self._since_commit: list[str] = []
-        #: Final tasks in the order they ended (re-ending moves one to the back).
-        self.finished: OrderedDict[TaskKey, TaskRecord] = OrderedDict()
+        #: Final tasks in the order they ended (re-ending moves one to the back), each as
+        #: its listing row and its record packed into bytes (`synapse.p2p.packed`: about
+        #: a sixth of the objects' memory, and nothing for the collector to scan).
+        self.finished: OrderedDict[TaskKey, tuple[TaskRow, bytes | TaskRecord]] = OrderedDict()
 
     def load(self) -> Snapshot:
         return Snapshot()
@@ -216,20 +220,34 @@ class MemoryStore:
         if not record.is_final:
             return
         finished = self.finished
-        finished[record.key] = record
+        kept: bytes | TaskRecord
+        try:
+            kept = record_packer().pack(record)
+        except (TypeError, ValueError, OverflowError):  # a value MessagePack cannot hold
+            kept = dataclasses.replace(record, history=list(record.history))
+        row = TaskRow(record.key, record.role.value, record.state, record.updated_at)
+        finished[record.key] = (row, kept)
         finished.move_to_end(record.key)
         while len(finished) > self.max_finished:
             finished.popitem(last=False)
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
-        return self.finished.get(key)
+        """A copy of the finished task (as a durable store returns one): changing it changes
+        the store only through `put_task`."""
+        found = self.finished.get(key)
+        if found is None:
+            return None
+        kept = found[1]
+        if isinstance(kept, bytes):
+            return record_packer().unpack(kept)
+        return dataclasses.replace(kept, history=list(kept.history))
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         return None  # the memory dedup table keeps its entries itself
 
     def _rows(self, where: TaskFilter | None) -> list[TaskRow]:
-        rows = (TaskRow(r.key, r.role.value, r.state, r.updated_at) for r in self.finished.values())
-        return [row for row in rows if where is None or where.matches(row)]
+        rows = [row for row, _ in self.finished.values()]
+        return rows if where is None else [row for row in rows if where.matches(row)]
 
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
@@ -244,8 +262,8 @@ class MemoryStore:
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
         counts: dict[tuple[str, TaskState], int] = {}
-        for record in self.finished.values():
-            key = (record.role.value, record.state)
+        for row, _ in self.finished.values():
+            key = (row.role, row.state)
             counts[key] = counts.get(key, 0) + 1
         return counts
 
@@ -253,8 +271,8 @@ class MemoryStore:
         removed = 0
         finished = self.finished
         while finished and removed < limit:
-            key, record = next(iter(finished.items()))
-            if record.updated_at >= finished_before:
+            key, (row, _) = next(iter(finished.items()))
+            if row.updated_at >= finished_before:
                 break
             del finished[key]
             removed += 1
