@@ -274,6 +274,10 @@ class P2PProtocol:
             self.store.max_finished = self.config.max_finished_in_memory
         #: Final tasks not yet evicted → the commit after which their record is durable.
         self._finals: dict[TaskKey, int] = {}
+        #: Those of `_finals` whose commit was not done at the last commit: all a commit
+        #: looks through (a final task still delivering its last callback is evicted by
+        #: its delivery worker, not rescanned at every commit).
+        self._finals_awaiting_commit: dict[TaskKey, int] = {}
         self._commits_started = 0
         self._commits_done = 0
         self._purge_task: asyncio.Task[None] | None = None
@@ -386,8 +390,11 @@ class P2PProtocol:
                 raise
             self._notify("on_commit", time.perf_counter() - started, None)
         self._commits_done = max(self._commits_done, number)
-        if self._finals:
-            for key in [k for k, n in self._finals.items() if n <= self._commits_done]:
+        awaiting = self._finals_awaiting_commit
+        if awaiting:
+            done = self._commits_done
+            for key in [k for k, n in awaiting.items() if n <= done]:
+                del awaiting[key]
                 self._evict(key)
 
     def _evict(self, key: TaskKey) -> None:
@@ -411,6 +418,7 @@ class P2PProtocol:
                 task.cancel()
         self._queues.pop(key, None)
         self._finals.pop(key, None)
+        self._finals_awaiting_commit.pop(key, None)
         self._waiters.pop(key, None)
         self.engine.release(key)
 
@@ -687,6 +695,8 @@ class P2PProtocol:
                 # buffered now).
                 durable_with = self._commits_done if committed else self._commits_started + 1
                 self._finals[transition.key] = durable_with
+                if durable_with > self._commits_done:
+                    self._finals_awaiting_commit[transition.key] = durable_with
                 handle = self._handles.get(transition.key)
                 if handle is not None:
                     handle._settle()
