@@ -15,15 +15,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import msgspec
+
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
 from synapse.p2p.packed import record_packer
 from synapse.types import TaskState
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxItem:
-    """A message we must POST, kept until the partner answers it."""
+class OutboxItem(msgspec.Struct, frozen=True, gc=False):
+    """A message we must POST, kept until the partner answers it (a frozen msgspec struct:
+    built in C, one per callback)."""
 
     seq: int
     message_id: str
