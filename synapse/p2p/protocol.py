@@ -302,6 +302,8 @@ class P2PProtocol:
         #: Told of messages, transitions, handler runs, deliveries and commits (metrics,
         #: tracing, health, the console: `synapse.ops`).
         self.listeners: list[RuntimeListener] = []
+        self._hooks_for: tuple[RuntimeListener, ...] = ()
+        self._hooks_cache: dict[str, list[tuple[Any, Callable[..., Any]]]] = {}
         if handler is not None:
             self.set_task_handler(handler)
 
@@ -1062,11 +1064,30 @@ class P2PProtocol:
         self._notify("on_message", event)
 
     def _notify(self, method: str, *args: Any) -> None:
-        for listener in self.listeners:
+        for listener, hook in self._hooks(method):
             try:
-                getattr(listener, method)(*args)
+                hook(*args)
             except Exception as exc:  # watching a peer must never break it
                 log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
+
+    def _hooks(self, method: str) -> list[tuple[Any, Callable[..., Any]]]:
+        """The listeners that implement `method` (the no-ops of `RuntimeListener` left out:
+        a dozen notifications a task, most of them to listeners that ignore them), with
+        their bound method; found again whenever `listeners` changes."""
+        listeners = tuple(self.listeners)
+        if listeners != self._hooks_for:
+            self._hooks_for, self._hooks_cache = listeners, {}
+        hooks = self._hooks_cache.get(method)
+        if hooks is None:
+            noop = getattr(RuntimeListener, method, None)
+            found = [(listener, getattr(listener, method, None)) for listener in listeners]
+            hooks = self._hooks_cache[method] = [
+                (listener, hook)
+                for listener, hook in found
+                if hook is not None
+                and (noop is None or getattr(hook, "__func__", None) is not noop)
+            ]
+        return hooks
 
     def _heartbeat_succeeded(self, partner: str) -> None:
         event = self._heartbeat_ok.pop(partner, None)
