@@ -547,6 +547,7 @@ class A2AService:
                 if not view.is_terminal:
                     self._apply_callback(view, message)
                 self._push(view, message)
+        view.seal_soon()  # a late callback to a finished view unsealed it
         if isinstance(message, TaskComplete | TaskFailed):
             state = TaskState.COMPLETED if isinstance(message, TaskComplete) else TaskState.FAILED
             ack = TaskAckPayload(task_id=view.id, state=state)

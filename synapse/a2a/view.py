@@ -177,7 +177,7 @@ class A2ATask:
         del self._history, self._artifacts, self._push, self._applied
         self._status_message = None
 
-    def _seal_soon(self) -> None:
+    def seal_soon(self) -> None:
         """Seal once the caller that made the view final has read it (after this step)."""
         if self._sealed is not None or self._subscribers or not self.is_terminal:
             return
@@ -252,7 +252,7 @@ class A2ATask:
             )
         )
         self.publish(event)
-        self._seal_soon()
+        self.seal_soon()
         return event
 
     def add_artifact(
@@ -316,7 +316,7 @@ class A2ATask:
             self._subscribers.discard(queue)
             if not self._subscribers:
                 self._subscribers = None
-        self._seal_soon()
+        self.seal_soon()
 
     def close_streams(self) -> None:
         for queue in self._subscribers or ():
