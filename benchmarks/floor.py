@@ -291,8 +291,11 @@ class Requester:
             if status != 200 or not verified(self.secret, reply_body, signature):
                 raise RuntimeError(f"task_request refused: HTTP {status} {reply_body[:200]!r}")
             reply = json.loads(reply_body)
-            if reply["type"] != "p2p:task_confirm":
+            if reply["type"] == "p2p:task_reject":
                 self.rejected += 1
+                alternatives = reply["payload"].get("alternatives") or {}
+                raise Rejected(float(alternatives.get("retry_after") or 0.01))
+            if reply["type"] != "p2p:task_confirm":
                 raise RuntimeError(f"not confirmed: {reply_body[:300]!r}")
             output = await asyncio.wait_for(done, 60)
             if output != "hello":
@@ -323,6 +326,11 @@ class Requester:
                 self.recording = begin <= t0
                 try:
                     await self.one(url, executor)
+                except Rejected as exc:
+                    # Backpressure: a new attempt after the executor's advisory retry_after
+                    # (`capacity_retry_after`), as a conforming requester makes it.
+                    await asyncio.sleep(max(0.0, min(exc.retry_after, end - time.perf_counter())))
+                    continue
                 except Exception as exc:
                     errors += 1
                     last_error = repr(exc)[:300]
@@ -357,6 +365,14 @@ class Requester:
             "exchange_p50": {k: percentile(v, 50) for k, v in self.gaps.items()},
             "exchange_p99": {k: percentile(v, 99) for k, v in self.gaps.items()},
         }
+
+
+class Rejected(Exception):
+    """The executor answered `task_reject` (at capacity): try again after `retry_after` s."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"task_reject, retry after {retry_after} s")
+        self.retry_after = retry_after
 
 
 async def floor_requester(args: argparse.Namespace) -> None:
