@@ -17,7 +17,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -314,6 +315,121 @@ async def read_commands() -> AsyncIterator[dict[str, Any]]:
         if line:
             command: dict[str, Any] = json.loads(line)
             yield command
+
+
+async def commands(*, cpu: bool = True) -> AsyncIterator[dict[str, Any]]:
+    """A worker's commands: `quit` is answered and ends them; with `cpu`, `cpu` is answered
+    here too (`cpu_now`); every other command is the worker's to answer."""
+    async for command in read_commands():
+        if command["cmd"] == "quit":
+            answer({"ok": True})
+            return
+        if cpu and command["cmd"] == "cpu":
+            answer(cpu_now())
+            continue
+        yield command
+
+
+def cpu_now() -> dict[str, float]:
+    """This process's CPU seconds and a monotonic clock, to diff around a run (`cpu`)."""
+    return {"cpu": time.process_time(), "wall": time.monotonic()}
+
+
+class Backoff(Exception):
+    """Raised by an operation of `drive` to wait `delay` seconds (at most until the run ends)
+    before the next: not an error, and not a completed operation."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(f"back off {delay} s")
+        self.delay = delay
+
+
+async def drive(
+    op: Callable[[], Awaitable[None]],
+    *,
+    concurrency: int,
+    seconds: float,
+    warmup: float,
+    starting: Callable[[bool], None] | None = None,
+) -> dict[str, Any]:
+    """Run `op` from `concurrency` workers for `warmup` + `seconds`; count the measured window.
+
+    An operation counts if it ends inside the window; its latency is kept if it also began
+    inside it. CPU time is this process's, over the window. `starting(measured)` is told,
+    before each operation, whether it begins inside the window.
+    """
+    start = time.perf_counter()
+    begin, end = start + warmup, start + warmup + seconds
+    latencies: list[float] = []
+    completed = errors = total = 0
+    last_error = ""
+    cpu: list[float] = []
+
+    async def worker() -> None:
+        nonlocal completed, errors, last_error, total
+        while True:
+            t0 = time.perf_counter()
+            if t0 >= end:
+                return
+            if starting is not None:
+                starting(begin <= t0)
+            try:
+                await op()
+            except Backoff as exc:
+                await asyncio.sleep(max(0.0, min(exc.delay, end - time.perf_counter())))
+                continue
+            except Exception as exc:
+                errors += 1
+                last_error = repr(exc)[:300]
+                await asyncio.sleep(0.01)  # an error does not spin the worker
+                continue
+            t1 = time.perf_counter()
+            total += 1
+            if begin <= t1 <= end:
+                completed += 1
+                if t0 >= begin:
+                    latencies.append(t1 - t0)
+
+    async def clock() -> None:
+        await asyncio.sleep(max(0.0, begin - time.perf_counter()))
+        cpu.append(time.process_time())
+        await asyncio.sleep(max(0.0, end - time.perf_counter()))
+        cpu.append(time.process_time())
+
+    await asyncio.gather(clock(), *(worker() for _ in range(concurrency)))
+    return {
+        "completed": completed,
+        "total": total,
+        "errors": errors,
+        "last_error": last_error,
+        "seconds": seconds,
+        "rate": completed / seconds,
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+        "cpu": cpu[1] - cpu[0],
+    }
+
+
+async def send_message(session: Any, url: str) -> None:
+    """One A2A `SendMessage` JSON-RPC call (text "hello"); fails unless its task completed."""
+    request = {
+        "jsonrpc": "2.0",
+        "id": uuid.uuid4().hex,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": uuid.uuid4().hex,
+                "role": "ROLE_USER",
+                "parts": [{"text": "hello"}],
+            }
+        },
+    }
+    headers = {"Content-Type": "application/json", "A2A-Version": "1.0"}
+    async with session.post(url, data=json.dumps(request), headers=headers) as resp:
+        data = json.loads(await resp.read())
+    state = data.get("result", {}).get("task", {}).get("status", {}).get("state")
+    if state != "TASK_STATE_COMPLETED":
+        raise RuntimeError(f"not completed: {str(data)[:300]}")
 
 
 def answer(data: dict[str, Any]) -> None:

@@ -33,70 +33,19 @@ from datetime import timedelta
 from typing import Any
 
 from benchmarks import floor
-from benchmarks._common import HOST, answer, percentile, quiet_logging, read_commands
+from benchmarks._common import (
+    HOST,
+    answer,
+    commands,
+    cpu_now,
+    drive,
+    quiet_logging,
+    send_message,
+)
 
 PATH = "/synapse/callback"
 
 Op = Callable[[], Awaitable[None]]
-
-
-async def drive(op: Op, *, concurrency: int, seconds: float, warmup: float) -> dict[str, Any]:
-    """Run `op` from `concurrency` workers for `warmup` + `seconds`; count the measured window.
-
-    An operation counts if it ends inside the window; its latency is kept if it also began
-    inside it. CPU time is this process's, over the window.
-    """
-    start = time.perf_counter()
-    begin, end = start + warmup, start + warmup + seconds
-    latencies: list[float] = []
-    completed = errors = 0
-    last_error = ""
-    cpu: list[float] = []
-
-    async def worker() -> None:
-        nonlocal completed, errors, last_error
-        while True:
-            t0 = time.perf_counter()
-            if t0 >= end:
-                return
-            try:
-                await op()
-            except Exception as exc:
-                errors += 1
-                last_error = repr(exc)
-                await asyncio.sleep(0.01)
-                continue
-            t1 = time.perf_counter()
-            if begin <= t1 <= end:
-                completed += 1
-                if t0 >= begin:
-                    latencies.append(t1 - t0)
-
-    async def clock() -> None:
-        await asyncio.sleep(max(0.0, begin - time.perf_counter()))
-        cpu.append(time.process_time())
-        await asyncio.sleep(max(0.0, end - time.perf_counter()))
-        cpu.append(time.process_time())
-
-    await asyncio.gather(clock(), *(worker() for _ in range(concurrency)))
-    return {
-        "completed": completed,
-        "errors": errors,
-        "last_error": last_error,
-        "seconds": seconds,
-        "rate": completed / seconds,
-        "p50": percentile(latencies, 50),
-        "p99": percentile(latencies, 99),
-        "cpu": cpu[1] - cpu[0],
-    }
-
-
-class Cpu:
-    """`cpu`: this process's CPU seconds and a monotonic clock, to diff around a run."""
-
-    @staticmethod
-    def now() -> dict[str, Any]:
-        return {"cpu": time.process_time(), "wall": time.monotonic()}
 
 
 # --- synapse-peer --------------------------------------------------------------------------------
@@ -198,14 +147,9 @@ async def synapse_peer(args: argparse.Namespace) -> None:
     peer.protocol.observers.append(clock)
     answer({"endpoint": peer.endpoint, "port": peer.port})
     held: list[Any] = []
-    async for command in read_commands():
+    async for command in commands():
         cmd = command["cmd"]
-        if cmd == "quit":
-            answer({"ok": True})
-            break
-        if cmd == "cpu":
-            answer(Cpu.now())
-        elif cmd == "stats":
+        if cmd == "stats":
             answer(clock.summary())
             if command.get("reset"):
                 clock.reset()
@@ -268,11 +212,8 @@ async def bare_server(args: argparse.Namespace) -> None:
     site = web.TCPSite(runner, HOST, args.port, reuse_address=True)
     await site.start()
     answer({"url": f"http://{HOST}:{args.port}/"})
-    async for command in read_commands():
-        if command["cmd"] == "quit":
-            answer({"ok": True})
-            break
-        answer({**Cpu.now(), "served": served})
+    async for _command in commands(cpu=False):
+        answer({**cpu_now(), "served": served})
     await runner.cleanup()
 
 
@@ -289,28 +230,11 @@ def poster(session: Any, url: str, body: bytes) -> Op:
     return one
 
 
-def send_message(session: Any, url: str) -> Op:
+def sender(session: Any, url: str) -> Op:
     """One A2A `SendMessage` JSON-RPC call, answered once the task is completed."""
-    headers = {"Content-Type": "application/json", "A2A-Version": "1.0"}
 
     async def one() -> None:
-        request = {
-            "jsonrpc": "2.0",
-            "id": uuid.uuid4().hex,
-            "method": "SendMessage",
-            "params": {
-                "message": {
-                    "messageId": uuid.uuid4().hex,
-                    "role": "ROLE_USER",
-                    "parts": [{"text": "hello"}],
-                }
-            },
-        }
-        async with session.post(url, data=json.dumps(request), headers=headers) as resp:
-            data = json.loads(await resp.read())
-        state = data.get("result", {}).get("task", {}).get("status", {}).get("state")
-        if state != "TASK_STATE_COMPLETED":
-            raise RuntimeError(f"not completed: {str(data)[:300]}")
+        await send_message(session, url)
 
     return one
 
@@ -321,16 +245,9 @@ async def http_client(args: argparse.Namespace) -> None:
     connector = aiohttp.TCPConnector(limit=100)
     session = aiohttp.ClientSession(connector=connector)
     answer({"ok": True})
-    async for command in read_commands():
-        cmd = command["cmd"]
-        if cmd == "quit":
-            answer({"ok": True})
-            break
-        if cmd == "cpu":
-            answer(Cpu.now())
-            continue
+    async for command in commands():
         if command.get("jsonrpc"):
-            one = send_message(session, command["url"])
+            one = sender(session, command["url"])
         else:
             one = poster(session, command["url"], command["body"].encode())
         answer(
@@ -410,18 +327,26 @@ def sdk_config(port: int) -> Any:
     )
 
 
-async def sdk_server(args: argparse.Namespace, config: Any = None) -> None:
-    """Serve as `uvicorn.run` would (its event loop and HTTP parser of choice: uvloop and
-    httptools when installed), on this process's loop, and answer commands beside it."""
+async def start_uvicorn(config: Any) -> tuple[Any, asyncio.Task[None]]:
+    """A uvicorn server of `config` serving on this loop, once it accepts connections; and
+    the task serving it (set `server.should_exit`, then await it, to stop)."""
     import uvicorn
 
-    config = config or sdk_config(args.port)
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
-    while not server.started:
+    while not server.started:  # uvicorn says so by a flag only: poll it
         if serving.done():
             serving.result()
         await asyncio.sleep(0.02)
+    return server, serving
+
+
+async def sdk_server(args: argparse.Namespace, config: Any = None) -> None:
+    """Serve as `uvicorn.run` would (its event loop and HTTP parser of choice: uvloop and
+    httptools when installed), on this process's loop, and answer commands beside it."""
+
+    config = config or sdk_config(args.port)
+    server, serving = await start_uvicorn(config)
     answer(
         {
             "url": f"http://{HOST}:{args.port}/a2a",
@@ -429,11 +354,8 @@ async def sdk_server(args: argparse.Namespace, config: Any = None) -> None:
             "http": config.http_protocol_class.__module__,
         }
     )
-    async for command in read_commands():
-        if command["cmd"] == "quit":
-            answer({"ok": True})
-            break
-        answer(Cpu.now())
+    async for _command in commands(cpu=False):
+        answer(cpu_now())
     server.should_exit = True
     await serving
 

@@ -18,13 +18,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import time
 import tracemalloc
-import uuid
 from pathlib import Path
 
-from benchmarks._common import HOST, Section, Table, free_port, quiet_logging
+from benchmarks._common import HOST, Section, Table, free_port, quiet_logging, send_message
 
 WARMUP = 100
 
@@ -32,26 +30,9 @@ WARMUP = 100
 async def _calls(url: str, count: int) -> None:
     import aiohttp
 
-    headers = {"Content-Type": "application/json", "A2A-Version": "1.0"}
     async with aiohttp.ClientSession() as session:
         for _ in range(count):
-            request = {
-                "jsonrpc": "2.0",
-                "id": uuid.uuid4().hex,
-                "method": "SendMessage",
-                "params": {
-                    "message": {
-                        "messageId": uuid.uuid4().hex,
-                        "role": "ROLE_USER",
-                        "parts": [{"text": "hello"}],
-                    }
-                },
-            }
-            async with session.post(url, data=json.dumps(request), headers=headers) as resp:
-                data = json.loads(await resp.read())
-            state = data.get("result", {}).get("task", {}).get("status", {}).get("state")
-            if state != "TASK_STATE_COMPLETED":
-                raise RuntimeError(f"not completed: {str(data)[:300]}")
+            await send_message(session, url)
 
 
 def _rss() -> int:
@@ -90,18 +71,13 @@ async def synapse_a2a(tasks: int) -> tuple[float, float]:
 async def sdk(tasks: int) -> tuple[float, float]:
     import uvicorn
 
-    from benchmarks._worker import sdk_app
+    from benchmarks._worker import sdk_app, start_uvicorn
 
     port = free_port()
     config = uvicorn.Config(
         sdk_app(port), host=HOST, port=port, log_level="warning", access_log=False, lifespan="off"
     )
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        if serving.done():
-            serving.result()
-        await asyncio.sleep(0.02)
+    server, serving = await start_uvicorn(config)
     try:
         return await _held_per_task(f"http://{HOST}:{port}/a2a", tasks)
     finally:

@@ -31,7 +31,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks._common import HOST, answer, percentile, read_commands
+from benchmarks._common import HOST, Backoff, answer, commands, cpu_now, drive, percentile
 
 PATH = "/synapse/callback"
 HEADER = "X-Synapse-Signature"
@@ -71,12 +71,6 @@ def envelope(
     if reply_to is not None:
         message["reply_to"] = reply_to
     return message
-
-
-class Cpu:
-    @staticmethod
-    def now() -> dict[str, float]:
-        return {"cpu": time.process_time(), "wall": time.monotonic()}
 
 
 # --- the floor executor ---------------------------------------------------------------------
@@ -169,11 +163,8 @@ async def floor_executor(args: argparse.Namespace) -> None:
     await runner.setup()
     await web.TCPSite(runner, HOST, args.port, reuse_address=True).start()
     answer({"url": endpoint})
-    async for command in read_commands():
-        if command["cmd"] == "quit":
-            answer({"ok": True})
-            break
-        answer({**Cpu.now(), **counts})
+    async for _command in commands(cpu=False):
+        answer({**cpu_now(), **counts})
     await session.close()
     await runner.cleanup()
 
@@ -310,83 +301,39 @@ class Requester:
         for values in self.gaps.values():
             values.clear()
         self.rejected = 0
-        start = time.perf_counter()
-        begin, end = start + warmup, start + warmup + seconds
-        latencies: list[float] = []
-        completed = errors = total = 0
-        last_error = ""
-        cpu: list[float] = []
 
-        async def worker() -> None:
-            nonlocal completed, errors, last_error, total
-            while True:
-                t0 = time.perf_counter()
-                if t0 >= end:
-                    return
-                self.recording = begin <= t0
-                try:
-                    await self.one(url, executor)
-                except Rejected as exc:
-                    # Backpressure: a new attempt after the executor's advisory retry_after
-                    # (`capacity_retry_after`), as a conforming requester makes it.
-                    await asyncio.sleep(max(0.0, min(exc.retry_after, end - time.perf_counter())))
-                    continue
-                except Exception as exc:
-                    errors += 1
-                    last_error = repr(exc)[:300]
-                    await asyncio.sleep(0.01)
-                    continue
-                t1 = time.perf_counter()
-                total += 1
-                if begin <= t1 <= end:
-                    completed += 1
-                    if t0 >= begin:
-                        latencies.append(t1 - t0)
+        async def one() -> None:
+            await self.one(url, executor)
 
-        async def clock() -> None:
-            await asyncio.sleep(max(0.0, begin - time.perf_counter()))
-            cpu.append(time.process_time())
-            await asyncio.sleep(max(0.0, end - time.perf_counter()))
-            cpu.append(time.process_time())
+        def starting(measured: bool) -> None:
+            self.recording = measured  # only exchanges of the measured window are kept
 
-        await asyncio.gather(clock(), *(worker() for _ in range(concurrency)))
+        result = await drive(
+            one, concurrency=concurrency, seconds=seconds, warmup=warmup, starting=starting
+        )
         self.recording = False
         return {
-            "completed": completed,
-            "total": total,
-            "errors": errors,
+            **result,
             "rejected": self.rejected,
-            "last_error": last_error,
-            "seconds": seconds,
-            "rate": completed / seconds,
-            "p50": percentile(latencies, 50),
-            "p99": percentile(latencies, 99),
-            "cpu": cpu[1] - cpu[0],
             "exchange_p50": {k: percentile(v, 50) for k, v in self.gaps.items()},
             "exchange_p99": {k: percentile(v, 99) for k, v in self.gaps.items()},
         }
 
 
-class Rejected(Exception):
-    """The executor answered `task_reject` (at capacity): try again after `retry_after` s."""
-
-    def __init__(self, retry_after: float) -> None:
-        super().__init__(f"task_reject, retry after {retry_after} s")
-        self.retry_after = retry_after
+class Rejected(Backoff):
+    """The executor answered `task_reject` (at capacity): backpressure. The next attempt
+    waits for its advisory `alternatives.retry_after` (`capacity_retry_after`), as a
+    conforming requester's does."""
 
 
 async def floor_requester(args: argparse.Namespace) -> None:
     requester = Requester(args)
     runner = await requester.start()
     answer({"endpoint": requester.endpoint})
-    async for command in read_commands():
-        cmd = command["cmd"]
-        if cmd == "quit":
-            answer({"ok": True})
-            break
-        if cmd == "load":
+    async for command in commands():
+        if command["cmd"] == "load":
             answer(await requester.load(command))
         else:
-            answer(Cpu.now())
+            answer(cpu_now())
     await requester.session.close()
     await runner.cleanup()

@@ -178,3 +178,26 @@ def test_no_module_imports_one_that_imports_it() -> None:
     graph = {m: deps for m, deps in import_graph().items() if not m.startswith(left_out)}
     assert cycles_of(graph) == set()
     assert cycles_of({"a": {"b"}, "b": {"a"}}) == {("a", "b")}  # the check itself works
+
+
+def engine_reads(path: Path) -> list[int]:
+    """Lines of `path` that read an attribute named `engine` (`runtime.engine.tasks`, say)."""
+    tree = ast.parse(path.read_text("utf-8"))
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "engine"]
+
+
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE / "transport").rglob("*.py")), ids=lambda p: module_name(p)
+)
+def test_the_transport_never_reads_the_engine(path: Path) -> None:
+    """The transport talks to the runtime (`P2PProtocol`): what it answers and logs comes in
+    the runtime's `Receipt`, readiness and task keys from its methods, never from the
+    engine behind it."""
+    lines = engine_reads(path)
+    assert not lines, f"{module_name(path)} reads .engine at lines {lines}"
+
+
+def test_the_engine_scan_finds_a_read(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(server):\n    return server.protocol.engine.tasks\n")
+    assert engine_reads(bad) == [2]

@@ -12,7 +12,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SUBCOMMANDS = ("serve", "send", "caps", "ping", "demo", "outbox", "schema", "conformance")
+SUBCOMMANDS = (
+    "serve",
+    "send",
+    "caps",
+    "ping",
+    "demo",
+    "outbox",
+    "schema",
+    "migrate",
+    "conformance",
+)
 
 
 def _blocks(path: Path, fence: str) -> list[str]:

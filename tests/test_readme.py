@@ -80,3 +80,29 @@ def test_the_plugin_snippet_passes_under_pytest_asyncio_default_mode(tmp_path: P
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout, done.stdout
+
+
+SEVEN_TASKS = """
+import asyncio
+from synapse import Peer
+from synapse.demo.handler import DemoHandler
+
+async def main():
+    e, r = Peer("agent-e", port=0, handler=DemoHandler()), Peer("agent-r", port=0)
+    async with e, r:
+        e.add_partner("agent-r", r.endpoint, ("s3cret",))
+        r.add_partner("agent-e", e.endpoint, ("s3cret",))
+        handles = [await r.submit("agent-e", "echo", {"text": str(n)}) for n in range(7)]
+        outcomes = [await h for h in handles]
+        assert all(o.ok for o in outcomes)
+
+asyncio.run(main())
+"""
+
+
+def test_a_seven_task_script_prints_nothing() -> None:
+    """Once 261 lines: a program embedding Synapse that configures no logging gets none."""
+    done = subprocess.run(
+        [sys.executable, "-c", SEVEN_TASKS], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")

@@ -10,10 +10,11 @@ The gRPC transport imports grpcio and the SDK's generated modules only when it i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlencode, urlsplit
 
 import aiohttp
@@ -49,11 +50,18 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
-# --- JSON-RPC -----------------------------------------------------------------------------------
+class _Request(NamedTuple):
+    verb: str
+    url: str
+    body: bytes | None
+    headers: dict[str, str]
 
 
-class JsonRpcTransport:
-    binding = wire.JSONRPC_BINDING
+class _HttpTransport:
+    """What the JSON-RPC and REST transports share: the session, the credentials of each
+    call, and one request (or one stream) with its failure to reach the agent said."""
+
+    binding: str
 
     def __init__(
         self, url: str, session: Callable[[], aiohttp.ClientSession], timeout: float
@@ -76,87 +84,83 @@ class JsonRpcTransport:
     async def close(self) -> None:
         pass
 
+    async def _fetch(
+        self, method: str, params: dict[str, Any], request: _Request
+    ) -> tuple[bytes, int]:
+        """One request of the call `method`: the answer's body and status."""
+        async with self._open(method, params, request, stream=False) as response:
+            return await response.read(), response.status
+
+    @contextlib.asynccontextmanager
+    async def _open(
+        self, method: str, params: dict[str, Any], request: _Request, *, stream: bool
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        # A call has `timeout` in all; a stream only to connect. A network failure is an
+        # `A2AError` saying why, or for a stream (even once under way) a `StreamBroken`.
+        if stream:
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
+        else:
+            timeout = aiohttp.ClientTimeout(total=self.timeout)
+        verb, url, body, headers = request
+        extra, query = await self._extra(method, params)
+        try:
+            async with self._session().request(
+                verb, url, data=body, headers={**headers, **extra}, params=query, timeout=timeout
+            ) as response:
+                yield response
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            if stream:
+                raise StreamBroken(
+                    f"{method}: stream from {url} broke: {describe_failure(exc, None)}"
+                ) from exc
+            raise A2AError(
+                A2ACode.INTERNAL_ERROR,
+                f"{method}: cannot reach {url}: {describe_failure(exc, self.timeout)}",
+            ) from exc
+
+
+# --- JSON-RPC -----------------------------------------------------------------------------------
+
+
+class JsonRpcTransport(_HttpTransport):
+    binding = wire.JSONRPC_BINDING
+
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         """One JSON-RPC call; the `result`, or `A2AError` for an `error`."""
         rpc_id = str(uuid.uuid4())
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
-        extra, query = await self._extra(method, params)
-        try:
-            async with self._session().post(
-                self.url,
-                data=body,
-                headers={"Content-Type": "application/json", **extra},
-                params=query,
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-            ) as response:
-                raw = await response.read()
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise A2AError(
-                A2ACode.INTERNAL_ERROR,
-                f"{method}: cannot reach {self.url}: {describe_failure(exc, self.timeout)}",
-            ) from exc
+        headers = {"Content-Type": "application/json"}
+        raw, status = await self._fetch(method, params, _Request("POST", self.url, body, headers))
         return _judge(_json(raw, status), rpc_id, status)
 
     async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
         """A streaming call: each server-sent event's `result`."""
         rpc_id = str(uuid.uuid4())
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
-        extra, query = await self._extra(method, params)
-        try:
-            async with self._session().post(
-                self.url,
-                data=body,
-                headers={
-                    "Content-Type": "application/json",
-                    "Accept": "text/event-stream",
-                    **extra,
-                },
-                params=query,
-                timeout=timeout,
-            ) as response:
-                if "text/event-stream" not in response.headers.get("Content-Type", ""):
-                    yield _judge(_json(await response.read(), response.status), rpc_id, 200)
-                    return
-                async for name, data in _sse(response):
-                    body_ = _json(data.encode(), response.status)
-                    if name == "error":
-                        error = body_.get("error") if isinstance(body_, dict) else body_
-                        raise A2AError.from_json(error)
-                    yield _judge(body_, rpc_id, 200)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise StreamBroken(
-                f"{method}: stream from {self.url} broke: {describe_failure(exc, None)}"
-            ) from exc
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        request = _Request("POST", self.url, body, headers)
+        async with self._open(method, params, request, stream=True) as response:
+            if "text/event-stream" not in response.headers.get("Content-Type", ""):
+                yield _judge(_json(await response.read(), response.status), rpc_id, 200)
+                return
+            async for name, data in _sse(response):
+                body_ = _json(data.encode(), response.status)
+                if name == "error":
+                    error = body_.get("error") if isinstance(body_, dict) else body_
+                    raise A2AError.from_json(error)
+                yield _judge(body_, rpc_id, 200)
 
 
 # --- HTTP+JSON/REST -------------------------------------------------------------------------------
 
 
-class RestTransport:
+class RestTransport(_HttpTransport):
     binding = wire.REST_BINDING
 
     def __init__(
         self, url: str, session: Callable[[], aiohttp.ClientSession], timeout: float
     ) -> None:
-        self.url = url.rstrip("/")
-        self._session = session
-        self.timeout = timeout
-
-    #: Adds the credentials a call needs (`A2AClient` sets it: synapse.a2a.client_auth).
-    auth: Any = None
-
-    async def _extra(
-        self, method: str, params: dict[str, Any]
-    ) -> tuple[dict[str, str], dict[str, str] | None]:
-        if self.auth is None:
-            return {}, None
-        found = await self.auth(method, params)
-        return found.header_items(), (found.params or None)
-
-    async def close(self) -> None:
-        pass
+        super().__init__(url.rstrip("/"), session, timeout)
 
     def _request(self, method: str, params: dict[str, Any]) -> tuple[str, str, bytes | None]:
         route = ROUTE_OF[method]
@@ -174,23 +178,7 @@ class RestTransport:
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         verb, url, body = self._request(method, params)
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        extra, query = await self._extra(method, params)
-        try:
-            async with self._session().request(
-                verb,
-                url,
-                data=body,
-                headers={**headers, **extra},
-                params=query,
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-            ) as response:
-                raw = await response.read()
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise A2AError(
-                A2ACode.INTERNAL_ERROR,
-                f"{method}: cannot reach {url}: {describe_failure(exc, self.timeout)}",
-            ) from exc
+        raw, status = await self._fetch(method, params, _Request(verb, url, body, headers))
         value = _rest_json(raw, status)
         if status >= 300:
             raise A2AError.from_status_json(value, status)
@@ -201,27 +189,19 @@ class RestTransport:
         headers = {"Accept": "text/event-stream"}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout)
-        extra, query = await self._extra(method, params)
-        try:
-            async with self._session().request(
-                verb, url, data=body, headers={**headers, **extra}, params=query, timeout=timeout
-            ) as response:
-                if "text/event-stream" not in response.headers.get("Content-Type", ""):
-                    value = _rest_json(await response.read(), response.status)
-                    if response.status >= 300:
-                        raise A2AError.from_status_json(value, response.status)
-                    yield value
-                    return
-                async for name, data in _sse(response):
-                    value = _rest_json(data.encode(), response.status)
-                    if name == "error" or (isinstance(value, dict) and "error" in value):
-                        raise A2AError.from_status_json(value, 500)
-                    yield value
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise StreamBroken(
-                f"{method}: stream from {url} broke: {describe_failure(exc, None)}"
-            ) from exc
+        request = _Request(verb, url, body, headers)
+        async with self._open(method, params, request, stream=True) as response:
+            if "text/event-stream" not in response.headers.get("Content-Type", ""):
+                value = _rest_json(await response.read(), response.status)
+                if response.status >= 300:
+                    raise A2AError.from_status_json(value, response.status)
+                yield value
+                return
+            async for name, data in _sse(response):
+                value = _rest_json(data.encode(), response.status)
+                if name == "error" or (isinstance(value, dict) and "error" in value):
+                    raise A2AError.from_status_json(value, 500)
+                yield value
 
 
 def _quote(value: str) -> str:
@@ -244,16 +224,7 @@ def _query_string(values: Mapping[str, Any]) -> str:
 
 
 def _rest_json(raw: bytes, status: int) -> Any:
-    if not raw:
-        return {}
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise A2AError(
-            A2ACode.INVALID_AGENT_RESPONSE,
-            f"HTTP {status}: not a JSON answer: {raw[:200]!r}",
-            http_status=status,
-        ) from None
+    return _json(raw, status, "a JSON answer") if raw else {}
 
 
 # --- gRPC ---------------------------------------------------------------------------------------
@@ -295,34 +266,31 @@ class GrpcTransport:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def call(self, method: str, params: dict[str, Any]) -> Any:
-        proto = self._proto
-        spec = proto.METHODS[method]
-        request = proto.from_json(params, spec.request)
-        stub = self._channel.unary_unary(
+    def _stub(self, method: str, params: dict[str, Any], kind: str) -> tuple[Any, Any]:
+        """The channel's `kind` ("unary_unary", "unary_stream") callable for `method`, and
+        its request message made of `params`."""
+        spec = self._proto.METHODS[method]
+        stub = getattr(self._channel, kind)(
             spec.path,
             request_serializer=spec.request.SerializeToString,
             response_deserializer=spec.response.FromString,
         )
+        return stub, self._proto.from_json(params, spec.request)
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        stub, request = self._stub(method, params, "unary_unary")
         try:
             response = await stub(request, metadata=self.metadata, timeout=self.timeout)
         except self._grpc.aio.AioRpcError as exc:
             raise self._error(method, exc) from exc
-        return proto.to_json(response)
+        return self._proto.to_json(response)
 
     async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
-        proto = self._proto
-        spec = proto.METHODS[method]
-        request = proto.from_json(params, spec.request)
-        stub = self._channel.unary_stream(
-            spec.path,
-            request_serializer=spec.request.SerializeToString,
-            response_deserializer=spec.response.FromString,
-        )
+        stub, request = self._stub(method, params, "unary_stream")
         call = stub(request, metadata=self.metadata)
         try:
             async for event in call:
-                yield proto.to_json(event)
+                yield self._proto.to_json(event)
         except self._grpc.aio.AioRpcError as exc:
             error = self._error(method, exc)
             if exc.code() in (
@@ -358,13 +326,13 @@ class GrpcTransport:
 # --- shared -------------------------------------------------------------------------------------
 
 
-def _json(raw: bytes, status: int) -> Any:
+def _json(raw: bytes, status: int, what: str = "a JSON-RPC response") -> Any:
     try:
         return json.loads(raw)
     except ValueError:
         raise A2AError(
             A2ACode.INVALID_AGENT_RESPONSE,
-            f"HTTP {status}: not a JSON-RPC response: {raw[:200]!r}",
+            f"HTTP {status}: not {what}: {raw[:200]!r}",
             http_status=status,
         ) from None
 

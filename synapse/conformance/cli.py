@@ -43,14 +43,18 @@ run
 USAGE_ERROR = 2
 
 
+#: What `--help` says, the same under `synapse conformance` and `python -m synapse.conformance`.
+_TEXTS: dict[str, Any] = {
+    "description": DESCRIPTION,
+    "epilog": EPILOG,
+    "formatter_class": argparse.RawDescriptionHelpFormatter,
+}
+
+
 def add_parser(subparsers: Any) -> None:
     """Add the `conformance` subcommand to `subparsers` (from `ArgumentParser.add_subparsers`)."""
     parser = subparsers.add_parser(
-        "conformance",
-        help="check a running peer against specs/protocol.md",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "conformance", help="check a running peer against specs/protocol.md", **_TEXTS
     )
     configure_parser(parser)
     parser.set_defaults(func=run)
@@ -212,12 +216,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m synapse.conformance` until `synapse conformance` is wired in."""
-    parser = argparse.ArgumentParser(
-        prog="synapse conformance",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = argparse.ArgumentParser(prog="synapse conformance", **_TEXTS)
     configure_parser(parser)
     return run(parser.parse_args(argv))
 

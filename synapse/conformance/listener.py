@@ -286,6 +286,12 @@ class CallbackListener:
         )
         return self._reply(nack, status, signed=signed)
 
+    def _refuse(
+        self, status: int, code: str, text: str, message: Message, details: dict[str, Any]
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """A signed nack answering `message` (the kit has verified who sent it)."""
+        return self._nack(status, code, text, reply_to=message.id, signed=True, details=details)
+
     async def _handle(self, request: web.Request) -> web.Response:
         self.posts += 1
         at = self.clock.tick()
@@ -347,13 +353,8 @@ class CallbackListener:
             if stored.fingerprint == print_:
                 return stored.status, stored.body, stored.headers
             self.problems.append(f"{label}: message id reused for another message")
-            return self._nack(
-                400,
-                "invalid_params",
-                "message id reused",
-                reply_to=message.id,
-                signed=True,
-                details={"reason": "id_reused"},
+            return self._refuse(
+                400, "invalid_params", "message id reused", message, {"reason": "id_reused"}
             )
         status, reply, headers = await self._dispatch(message, value, signed_by, at, label)
         if status < 500 and status != 429:
@@ -384,37 +385,30 @@ class CallbackListener:
         if message.message_type not in EXECUTOR_TO_REQUESTER:
             self.problems.append(f"{label}: not a callback an executor sends")
             reason = "reply_only_type" if message.reply_to is None else "reply_to_on_request"
-            return self._nack(
+            return self._refuse(
                 400,
                 "invalid_params",
                 f"{message.message_type.value} is not a callback",
-                reply_to=message.id,
-                signed=True,
-                details={"reason": reason},
+                message,
+                {"reason": reason},
             )
         task_id = getattr(message.payload, "task_id", "")
         trace = self.traces.get(task_id)
         if trace is None:
             self.strays.append(f"{label} for task {task_id!r}, which the kit never requested")
-            return self._nack(
-                404,
-                "task_not_found",
-                f"unknown task {task_id!r}",
-                reply_to=message.id,
-                signed=True,
-                details={"task_id": task_id},
+            return self._refuse(
+                404, "task_not_found", f"unknown task {task_id!r}", message, {"task_id": task_id}
             )
         callback = Callback(at, message, value, signed_by)
         if trace.final_at is not None and at > trace.final_at:
             trace.late.append((at, callback.describe()))
             trace.changed.set()
-            return self._nack(
+            return self._refuse(
                 409,
                 "task_already_completed",
                 f"task {task_id!r} is already final",
-                reply_to=message.id,
-                signed=True,
-                details={"task_id": task_id},
+                message,
+                {"task_id": task_id},
             )
         other = self._in_flight.get(task_id)
         if other is not None:

@@ -117,6 +117,23 @@ class Outcome:
         return cls(rec.state, rec.result, rec.error, rec.reject, rec.refusal)
 
 
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What became of one POSTed message (`P2PProtocol.receive_message`): the reply, or the
+    refusal to answer with, and what the transport logs about it, so that it never reads the
+    engine."""
+
+    reply: Message | None
+    #: The refusal when the message was refused (`reply` is then None); it changed nothing.
+    error: SynapseError | None
+    #: The task the message is about, if any.
+    task_id: str | None
+    #: The task's state before the message (None: no such task here, or not asked for).
+    from_state: TaskState | None
+    #: Its state after (the same as `from_state` when refused).
+    to_state: TaskState | None
+
+
 class TaskAbandoned(Exception):
     """The requester gave up on a task by itself: its executor fell silent past
     `task_timeout` plus the heartbeat-loss time, the deadline passed, or the executor
@@ -373,6 +390,55 @@ class P2PProtocol:
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
         return step.reply
+
+    async def receive_message(
+        self,
+        message: Message,
+        *,
+        stage: Callable[[Message], None] | None = None,
+        states: bool = False,
+    ) -> Receipt:
+        """`handle_message` for a transport: a refusal is returned, not raised, and the
+        receipt says which task the message was about and, with `states` (a lookup in the
+        store for a task not in memory: ask only when it is logged), its states before and
+        after."""
+        key = self.engine.incoming_key(message)
+        task_id = key.task_id if key is not None else None
+        before = self._state_of(key) if states else None
+        try:
+            reply = await self.handle_message(message, stage=stage)
+        except SynapseError as error:
+            return Receipt(None, error, task_id, before, before)
+        return Receipt(reply, None, task_id, before, self._state_of(key) if states else None)
+
+    def _state_of(self, key: TaskKey | None) -> TaskState | None:
+        rec = self.engine.get(key) if key is not None else None
+        return rec.state if rec is not None else None
+
+    def task_key_of(self, message: Message) -> TaskKey | None:
+        """The key of the task a POSTed `message` is about (None if about no task)."""
+        return self.engine.incoming_key(message)
+
+    def live_task_keys(self) -> set[TaskKey]:
+        """The keys of the tasks held in memory (the live ones, and finals not yet evicted)."""
+        return set(self.engine.tasks)
+
+    @property
+    def agent_id(self) -> str:
+        return self.engine.agent_id
+
+    @property
+    def endpoint(self) -> str:
+        return self.engine.endpoint
+
+    @property
+    def ready(self) -> bool:
+        """False while messages are answered `agent_not_ready` (recovery not done, say)."""
+        return self.engine.ready
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        self.engine.ready = value
 
     async def commit(self) -> None:
         """Make every effect applied so far durable (see `TaskStore.commit`)."""
@@ -1137,6 +1203,7 @@ __all__ = [
     "MessageEvent",
     "Outcome",
     "P2PProtocol",
+    "Receipt",
     "TaskAbandoned",
     "TaskHandle",
     "Validation",

@@ -189,8 +189,8 @@ class Peer:
             server_hook(self._server)
         # Until the store is loaded (`start`), every request is answered 503 agent_not_ready;
         # then readiness is what it was (a protocol hook, the router's, may hold it back).
-        self._ready_after_recovery = self._protocol.engine.ready
-        self._protocol.engine.ready = False
+        self._ready_after_recovery = self._protocol.ready
+        self._protocol.ready = False
         self._recovering = True
 
     def attach(self, app: web.Application, endpoint: str) -> None:
@@ -276,7 +276,7 @@ class Peer:
         if self._recovering:
             self.protocol.restore(snapshot)
             self._recovering = False
-            self.protocol.engine.ready = self._ready_after_recovery
+            self.protocol.ready = self._ready_after_recovery
         await self.protocol.start()
 
     def _framing_refusal(self, status: int, reason: str) -> bytes:

@@ -106,7 +106,7 @@ class Replicas:
             message = decode_typed(inbound.body)
         except SynapseError:
             return None  # refused where it is handled, with the usual code
-        return self.protocol.engine.incoming_key(message)
+        return self.protocol.task_key_of(message)
 
     async def _forward(
         self, url: str, inbound: Inbound, headers: Mapping[str, str]
@@ -140,7 +140,7 @@ class Replicas:
             # two renewals may fail before the leases run out.
             await asyncio.sleep(own.ttl / 3 * random.uniform(0.8, 1.0))
             try:
-                keep = set(self.protocol.engine.tasks)
+                keep = self.protocol.live_task_keys()
                 for key in await own.renew(keep):
                     self.protocol.release(key)
                 taken = await own.take_over_expired()

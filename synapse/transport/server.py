@@ -26,10 +26,9 @@ from aiohttp import web
 
 from synapse.p2p.aio import MemoryDedupStore
 from synapse.p2p.dedup import DedupOutcome, DedupStore, StoredReply, is_storable
-from synapse.p2p.engine import TaskRecord
 from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import StoreUnavailable
-from synapse.p2p.protocol import P2PProtocol
+from synapse.p2p.protocol import P2PProtocol, Receipt
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.tls import check_partner_certificate
@@ -37,6 +36,7 @@ from synapse.types import (
     ErrorCode,
     Message,
     SynapseError,
+    TaskState,
     decode_typed,
 )
 
@@ -119,11 +119,11 @@ class SynapseServer:
 
     @property
     def agent_id(self) -> str:
-        return self.protocol.engine.agent_id
+        return self.protocol.agent_id
 
     @property
     def endpoint(self) -> str:
-        return self.protocol.engine.endpoint
+        return self.protocol.endpoint
 
     def add_routes(self, app: web.Application, path: str = DEFAULT_PATH) -> None:
         """Mount the callback endpoint into `app` (a user's own application, say)."""
@@ -272,7 +272,7 @@ class SynapseServer:
                 refused.error, refused.request_id, refused.sender_id, refused.sign_with
             )
         head = inbound.head
-        if not self.protocol.engine.ready:
+        if not self.protocol.ready:
             # Recovery (loading the store) is not done: nothing can be judged yet.
             log.info("message_refused", message_id=head.id, code="agent_not_ready")
             return self._nack(_STARTING, head.id, head.from_.agent_id, inbound.partner)
@@ -362,9 +362,6 @@ class SynapseServer:
         effects when this returns; a refusal (a nack) is not stored yet."""
         head = inbound.head
         started = time.perf_counter()
-        engine = self.protocol.engine
-        key = before = None
-        debug = log.isEnabledFor(logging.DEBUG)
         staged: list[StoredReply] = []
 
         def stage(reply: Message) -> None:
@@ -373,34 +370,39 @@ class SynapseServer:
             staged.append(StoredReply.of(200, body, headers))
             self.dedup.stage(inbound.key, staged[0])
 
+        debug = log.isEnabledFor(logging.DEBUG)
         try:
             message = decode_typed(inbound.body)
-            key = engine.incoming_key(message)
-            before = _state(engine.get(key)) if key is not None and debug else None
-            reply: Message = await self.protocol.handle_message(message, stage=stage)
-        except SynapseError as error:
+        except SynapseError as malformed:
+            receipt = Receipt(None, malformed, None, None, None)
+        else:
+            receipt = await self.protocol.receive_message(message, stage=stage, states=debug)
+        refusal = receipt.error
+        if refusal is not None:
             log.debug(
                 "message_in",
                 message_id=head.id,
                 type=head.type.value,
                 sender=head.from_.agent_id,
-                task_id=key.task_id if key is not None else None,
-                from_state=before,
-                to_state=before,  # a refused message changes nothing
-                status=error.http_status,
-                code=error.code.value,
-                reason=error.message,
+                task_id=receipt.task_id,
+                from_state=_value(receipt.from_state),
+                to_state=_value(receipt.to_state),  # a refused message changes nothing
+                status=refusal.http_status,
+                code=refusal.code.value,
+                reason=refusal.message,
             )
-            return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
+            return self._nack_reply(refusal, head.id, head.from_.agent_id, inbound.partner)
+        reply = receipt.reply
+        assert reply is not None
         if debug:
             log.debug(
                 "message_in",
                 message_id=head.id,
                 type=head.type.value,
                 sender=head.from_.agent_id,
-                task_id=key.task_id if key is not None else None,
-                from_state=before,
-                to_state=_state(engine.get(key)) if key is not None else None,
+                task_id=receipt.task_id,
+                from_state=_value(receipt.from_state),
+                to_state=_value(receipt.to_state),
                 reply=reply.message_type.value,
                 status=200,
                 signed_by=inbound.signed_by,
@@ -425,8 +427,8 @@ class SynapseServer:
             self.dedup.expire(now)
 
 
-def _state(record: TaskRecord | None) -> str | None:
-    return record.state.value if record is not None else None
+def _value(state: TaskState | None) -> str | None:
+    return state.value if state is not None else None
 
 
 def _is_json(content_type: str) -> bool:

@@ -3,7 +3,6 @@ rules, authentication, push configuration methods, draining and restart."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -318,7 +317,6 @@ async def test_a2a_tasks_survive_a_restart(tmp_path: Path) -> None:
         waiting_id = asked["result"]["task"]["id"]
     finally:
         await peer.close(drain_timeout=0.2)
-    await asyncio.sleep(0)
     peer, base = await start()
     try:
         _, got = await rpc(base, "GetTask", {"id": done_id})

@@ -305,7 +305,14 @@ async def test_subscribe_after_a_disconnect_replays_the_state_then_goes_live(
             if WORKING in states(seen):
                 break  # the client goes away mid-task
     task_id = task_id_of(seen)
-    await asyncio.sleep(0.25)  # events happen while nobody listens
+    last_seen = texts([e for e in seen if state_of(e) is not None][-1])
+    async with asyncio.timeout(10):  # a step is reported while nobody listens
+        while True:
+            status = as_dict(await client.get_task(GetTaskRequest(id=task_id)))["status"]
+            now = texts(status)
+            if now != last_seen and any(t.startswith("step") for t in now):
+                break
+            await asyncio.sleep(0.02)  # polling the peer's task, bounded
     again: list[dict[str, Any]] = []
     async with asyncio.timeout(10):
         async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):

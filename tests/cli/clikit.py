@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -65,13 +66,62 @@ def run(
     )
 
 
-def run_here(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+def asyncio_running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any (read from a signal handler)."""
+    return asyncio._get_running_loop()
+
+
+class _Overran(BaseException):
+    """Raised by the alarm of `run_here` (a BaseException: no `except Exception` takes it)."""
+
+
+#: How long an in-process invocation may take: errors are found before anything starts.
+HERE_TIMEOUT = 20.0
+
+
+def run_here(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = HERE_TIMEOUT
+) -> tuple[int, str, str]:
     """`synapse ARGS` in this process (for errors found before anything starts): the exit
-    status, stdout and stderr."""
+    status, stdout and stderr.
+
+    Bounded: an invocation still running after `timeout` seconds (settings wrongly accepted:
+    `serve` started serving) fails the test instead of hanging it. The alarm interrupts the
+    command's event loop, which then closes what it started."""
     from synapse.cli.main import main
 
+    overran: list[bool] = []
+
+    def alarm(signum: int, frame: object) -> None:
+        overran.append(True)
+        loop = asyncio_running_loop()
+        if loop is None:
+            raise _Overran
+        loop.stop()  # `asyncio.run` then cancels what the command started and returns
+
     out, err = io.StringIO(), io.StringIO()
-    status = main(list(args), env=clean_env(env), out=out, err=err)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGALRM, alarm) if in_main else None
+    if in_main:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    status = -1
+    try:
+        status = main(list(args), env=clean_env(env), out=out, err=err)
+    except BaseException:
+        if not overran:
+            raise
+    finally:
+        if in_main:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    if overran:
+        import pytest
+
+        pytest.fail(
+            f"`synapse {' '.join(args)}` was still running after {timeout:g} s: it accepted "
+            f"what it should refuse (stderr: {err.getvalue()[-500:]!r})",
+            pytrace=False,
+        )
     return status, out.getvalue(), err.getvalue()
 
 

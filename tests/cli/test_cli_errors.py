@@ -281,3 +281,17 @@ def test_typed_values_of_the_right_type_still_work(tmp_path: Path) -> None:
     assert s.p2p_config().task_timeout == 60.0
     limits = s.http_limits()
     assert (limits.header_timeout, limits.max_connections, limits.body_timeout) == (2.0, 50, 30.0)
+
+
+def test_an_accepted_case_fails_in_bounded_time_instead_of_hanging() -> None:
+    """The guard of every in-process case above: settings that `serve` accepts start a
+    server, and the case fails after its timeout with a message saying so."""
+    started = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match=r"was still running after 1\.5 s"):
+        run_here(
+            "serve",
+            *("--agent-id", "e", "--port", "0", "--peer", "r=http://127.0.0.1:9/cb"),
+            *("--secret", "s", "--store", "memory"),
+            timeout=1.5,
+        )
+    assert time.monotonic() - started < 10

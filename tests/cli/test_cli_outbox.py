@@ -277,3 +277,51 @@ def test_outbox_usage_errors(args: list[str], message: str) -> None:
     assert status == 2
     [line] = err.splitlines()
     assert line.startswith(f"synapse: {message}"), line
+
+
+def _doc_lines(doc: str) -> list[str]:
+    text = (Path(__file__).resolve().parents[2] / "docs" / doc).read_text("utf-8")
+    shown = next(b for b in text.split("```sh\n")[1:] if b.startswith("synapse outbox --store"))
+    return [line.split("  #", 1)[0].strip() for line in shown.split("\n```", 1)[0].splitlines()]
+
+
+@pytest.mark.parametrize("doc", ["durability.md", "cli.md"])
+def test_the_outbox_lines_of_the_docs_run_as_shown(prepared: Made, store: Path, doc: str) -> None:
+    """Each line with PATH and MESSAGE_ID filled in; `[list] [--json]` both ways."""
+    listing, retry, drop = _doc_lines(doc)
+    assert listing == "synapse outbox --store PATH [list] [--json]"
+
+    def run_shown(line: str, message_id: str = "") -> str:
+        words = line.replace("PATH", str(store)).replace("MESSAGE_ID", message_id).split()
+        result = run(*words[1:])
+        no_traceback(result)
+        assert result.returncode == 0, (line, result.stderr)
+        return result.stdout
+
+    assert run_shown(listing.replace(" [list] [--json]", "")).endswith(
+        f"{store}: 1 pending, 1 dead letter\n"
+    )
+    assert len(run_shown(listing.replace("[list] [--json]", "list --json")).splitlines()) == 2
+    assert run_shown(retry, prepared.dead).startswith(f"retried {prepared.dead}: pending again")
+    assert run_shown(drop, prepared.pending).startswith(f"dropped pending {prepared.pending}")
+    assert run_shown(listing.replace(" [list] [--json]", "")).endswith(
+        f"{store}: 1 pending, 0 dead letters\n"
+    )
+
+
+def test_the_outbox_transcript_of_cli_md_is_what_it_prints(prepared: Made, store: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text("utf-8")
+    shown = text.split("$ synapse outbox --store req.sqlite\n", 1)[1].split("\n```", 1)[0]
+    header, dead, pending, summary, retry_line, retried = shown.splitlines()
+    status, out, _ = outbox("--store", str(store))
+    printed = out.splitlines()
+    assert status == 0 and printed[0].split() == header.split()  # the same columns
+    assert (
+        printed[1].split()[:2] == dead.split()[:2] and printed[2].split()[:2] == pending.split()[:2]
+    )
+    assert printed[3] == summary.replace("req.sqlite", str(store))
+    assert retry_line.startswith("$ synapse outbox --store req.sqlite retry ")
+    status, out, _ = outbox("--store", str(store), "retry", prepared.dead)
+    assert out.strip() == retried.replace(retried.split()[1], prepared.dead + ":", 1).replace(
+        "exec", EXEC
+    )

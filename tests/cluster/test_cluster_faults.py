@@ -90,10 +90,30 @@ async def test_kill_and_freeze_replicas_mid_run(make_cluster: ClusterFactory) ->
         await killed.kill()
         frozen.signal(signal.SIGSTOP)
         stopped_at = time.monotonic()
-        # The freeze must outlast the lease: a deliberate pause, not a synchronisation.
-        await asyncio.sleep(LEASE_TTL * 2.5 - (time.monotonic() - stopped_at))
+        # The freeze outlasts the lease: every lease the frozen replica holds has run out,
+        # and another replica has taken over some of its tasks (not those locked by a
+        # transaction the freeze caught open).
+        held = leases_of(frozen.port)
+        deadline = stopped_at + 30
+        while True:
+            now = leases_of(frozen.port)
+            expired = all(expiry < time.time() for expiry in now.values())
+            if expired and (not held or set(held) - set(now)):
+                break
+            assert time.monotonic() < deadline, "the frozen replica's leases were not taken over"
+            await asyncio.sleep(0.1)  # polling another process's database: no event to wait on
         frozen.signal(signal.SIGCONT)
         await killed.start()
+
+    def leases_of(port: int) -> dict[tuple[str, str], float]:
+        """(requester, task_id) → expiry of every lease the replica on `port` holds."""
+        with psycopg.connect(cluster.store) as conn:
+            rows = conn.execute(
+                "SELECT l.requester, l.task_id, l.expires_at FROM leases l "
+                "JOIN replicas r ON r.replica_id = l.holder WHERE r.url LIKE %s",
+                (f"%:{port}/%",),
+            ).fetchall()
+        return {(str(r), str(t)): float(e) for r, t, e in rows}
 
     started = time.monotonic()
     chaos_task = asyncio.create_task(chaos())

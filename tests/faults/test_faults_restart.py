@@ -136,7 +136,11 @@ async def test_sigkill_requester_then_restart_still_gets_the_outcome(spawn: Spaw
     await r.crash()
     await e.wait_final(ids, timeout=15)  # E finishes; its callbacks wait in the outbox
     assert (await e.stats())["pending_deliveries"] > 0
-    await asyncio.sleep(0.5)  # E's retries run out and it parks until a heartbeat answers
+
+    async def parked() -> bool:  # E's retries ran out: it waits for a heartbeat to answer
+        return len(e.log_events("delivery_parked")) >= len(ids)
+
+    await eventually(parked, timeout=15, what="E parked each task's outbox")
 
     await r.start()  # R restores its tasks and keeps waiting; E's outbox resends
     finals = await r.wait_final(ids, timeout=20)

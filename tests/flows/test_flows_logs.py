@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from flowkit import WAIT, E, Pair, R
+from flowkit import WAIT, E, Pair, R, eventually
 
 from synapse.p2p.logs import capture_events
 from synapse.types import TaskState
@@ -15,7 +15,15 @@ async def test_one_event_per_transition_and_per_message(pair: Pair) -> None:
     with capture_events() as logs:
         handle = await pair.r.submit(E, "echo", {"text": "logged"})
         outcome = await asyncio.wait_for(handle, WAIT)
-        await asyncio.sleep(0.05)  # the last reply_in is logged just after the outcome
+        # The last reply_in (E reading R's task_ack) is logged just after the outcome.
+        await eventually(
+            lambda: any(
+                e["event"] == "reply_in"
+                and e.get("task_id") == handle.task_id
+                and e.get("type") == "p2p:task_ack"
+                for e in logs
+            )
+        )
     assert outcome.state is TaskState.COMPLETED
     task_logs = [e for e in logs if e.get("task_id") == handle.task_id]
 
@@ -71,3 +79,20 @@ async def test_partner_status_lists_who_is_reachable(pair: Pair) -> None:
     await asyncio.wait_for(handle, WAIT)
     assert pair.r.protocol.partner_status() == {E: True}
     assert pair.e.protocol.partner_status() == {R: True}
+
+
+async def test_the_runtime_tells_the_transport_what_it_logs(pair: Pair) -> None:
+    """The transport logs from the runtime's `Receipt`, not from the engine: a message about a
+    finished task (looked up in the store) is refused with its state unchanged."""
+    handle = await pair.r.submit(E, "echo", {"text": "receipt"})
+    await asyncio.wait_for(handle, WAIT)
+    [complete] = pair.seen(R, "in", "task_complete", handle.task_id)
+
+    receipt = await pair.r.protocol.receive_message(complete.message, states=True)
+    assert receipt.reply is None and receipt.error is not None
+    assert receipt.error.code.value == "task_already_completed"
+    assert receipt.task_id == handle.task_id
+    assert receipt.from_state is receipt.to_state is TaskState.COMPLETED
+
+    quiet = await pair.r.protocol.receive_message(complete.message)  # states not asked for
+    assert quiet.error is not None and quiet.from_state is quiet.to_state is None

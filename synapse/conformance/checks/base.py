@@ -79,12 +79,40 @@ class CheckContext:
         **changes: Any,
     ) -> tuple[Exchange, TaskTrace]:
         """POST a new `task_request`; its decision is observed on the task's trace."""
+        value, trace = self.new_request(label, task_type, payload, task_id=task_id, **changes)
+        exchange = await self.post_request(trace, value, mode, f"task_request({task_type})")
+        return exchange, trace
+
+    def new_request(
+        self,
+        label: str,
+        task_type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        task_id: str | None = None,
+        **changes: Any,
+    ) -> tuple[dict[str, Any], TaskTrace]:
+        """A new `task_request` (not sent yet) and the trace its callbacks go to."""
         task_id = task_id or self.new_task_id(label)
         trace = self.listener.trace(task_id)
-        value = self.client.task_request(task_id, task_type, payload, **changes)
-        exchange = await self.client.post(value, mode, label=f"task_request({task_type})")
+        return self.client.task_request(task_id, task_type, payload, **changes), trace
+
+    async def post_request(
+        self, trace: TaskTrace, value: dict[str, Any], mode: Mode = "header", label: str = ""
+    ) -> Exchange:
+        """POST the `task_request` `value` of `trace`'s task; its decision is observed."""
+        exchange = await self.client.post(value, mode, label=label or "task_request")
         self.observe_decision(trace, exchange)
-        return exchange, trace
+        return exchange
+
+    def rejected(self, exchange: Exchange, task_id: str, code: str, what: str = "") -> None:
+        """`exchange` is a `task_reject` of task `task_id` for the reason `code` (`what`
+        names the request in the failure's text)."""
+        self.client.expect(exchange, "task_reject")
+        same_task(exchange, task_id)
+        reason = exchange.payload.get("reason") or {}
+        if reason.get("code") != code:
+            raise CheckFailed(f"{what}task_reject reason {reason!r}, expected {code}")
 
     def observe_decision(self, trace: TaskTrace, exchange: Exchange) -> None:
         state = DECISION_STATES.get(exchange.type or "")

@@ -51,9 +51,7 @@ def _same_reply(first: Exchange, again: Exchange) -> None:
     "specs/protocol.md, 'Deduplication'",
 )
 async def dedup_same_bytes(ctx: CheckContext) -> None:
-    task_id = ctx.new_task_id("same-bytes")
-    trace = ctx.listener.trace(task_id)
-    value = ctx.client.task_request(task_id, "echo", {"text": "once"})
+    value, trace = ctx.new_request("same-bytes", "echo", {"text": "once"})
     body, headers = sign(value, ctx.me.secret, "header")
     first, concurrent = await asyncio.gather(
         ctx.client.post_bytes(body, headers, sent=value, label="task_request"),
@@ -73,11 +71,8 @@ async def dedup_same_bytes(ctx: CheckContext) -> None:
     "specs/protocol.md, 'Deduplication'",
 )
 async def dedup_refreshed(ctx: CheckContext) -> None:
-    task_id = ctx.new_task_id("retry")
-    trace = ctx.listener.trace(task_id)
-    value = ctx.client.task_request(task_id, "echo", {"text": "once"}, age=2.0)
-    first = await ctx.client.post(value, "header", label="task_request")
-    ctx.observe_decision(trace, first)
+    value, trace = ctx.new_request("retry", "echo", {"text": "once"}, age=2.0)
+    first = await ctx.post_request(trace, value, "header", "task_request")
     ctx.client.expect(first, "task_confirm")
     retry = await ctx.client.post(ctx.client.refreshed(value), "body", label="retry (body mode)")
     _same_reply(first, retry)

@@ -293,11 +293,7 @@ async def flow_fail(ctx: CheckContext) -> None:
 )
 async def flow_capability_lacking(ctx: CheckContext) -> None:
     exchange, trace = await ctx.request("lacking", NO_SUCH_TYPE, {})
-    ctx.client.expect(exchange, "task_reject")
-    same_task(exchange, trace.task_id)
-    reason = exchange.payload.get("reason") or {}
-    if reason.get("code") != "capability_lacking":
-        raise CheckFailed(f"task_reject reason {reason!r}, expected capability_lacking")
+    ctx.rejected(exchange, trace.task_id, "capability_lacking")
 
 
 @check(
@@ -308,11 +304,7 @@ async def flow_capability_lacking(ctx: CheckContext) -> None:
 async def flow_invalid_task(ctx: CheckContext) -> None:
     for payload in ({"steps": 0}, {"steps": 2, "delay": 11}):
         exchange, trace = await ctx.request("invalid", "slow", payload)
-        ctx.client.expect(exchange, "task_reject")
-        same_task(exchange, trace.task_id)
-        reason = exchange.payload.get("reason") or {}
-        if reason.get("code") != "invalid_params":
-            raise CheckFailed(f"slow {payload}: task_reject {reason!r}, expected invalid_params")
+        ctx.rejected(exchange, trace.task_id, "invalid_params", f"slow {payload}: ")
 
 
 @check(
@@ -321,13 +313,7 @@ async def flow_invalid_task(ctx: CheckContext) -> None:
     "specs/protocol.md, 'Task states'",
 )
 async def flow_deadline_passed(ctx: CheckContext) -> None:
-    task_id = ctx.new_task_id("deadline")
-    trace = ctx.listener.trace(task_id)
-    value = ctx.client.task_request(task_id, "echo", {"text": "too late"})
+    value, trace = ctx.new_request("deadline", "echo", {"text": "too late"})
     value["payload"]["task"]["deadline"] = format_timestamp(utc_now() - timedelta(seconds=60))
-    exchange = await ctx.client.post(value, label="task_request(echo, deadline passed)")
-    ctx.observe_decision(trace, exchange)
-    ctx.client.expect(exchange, "task_reject")
-    reason = exchange.payload.get("reason") or {}
-    if reason.get("code") != "execution_timeout":
-        raise CheckFailed(f"task_reject reason {reason!r}, expected execution_timeout")
+    exchange = await ctx.post_request(trace, value, label="task_request(echo, deadline passed)")
+    ctx.rejected(exchange, trace.task_id, "execution_timeout")
