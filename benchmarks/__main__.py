@@ -1,6 +1,11 @@
 """Run every benchmark, print their tables and write `docs/benchmarks.md` with its chart.
 
-    python -m benchmarks [--quick] [--only codec,e2e,memory,timers,a2a_sdk,a2a_memory] [--no-write]
+    python -m benchmarks [--quick] [--only codec,e2e,memory,timers,a2a_sdk,a2a_memory] [--keep]
+                         [--no-write]
+
+`--only ... --keep` measures those benchmarks again and keeps the other sections of the
+last `docs/benchmarks.json` (each kept section says when it was measured, and under what
+load), so that a quiet spell of a shared machine can be spent on the figures that need it.
 
 The full run takes about four minutes (the timer benchmark alone watches 10,000 idle tasks
 for 30 s). `--quick` runs each benchmark with its smallest setting, in well under a minute,
@@ -10,9 +15,12 @@ and writes nothing unless `--out` is given.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks import a2a_memory, a2a_sdk, codec, e2e, memory, report, timers
@@ -45,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated benchmark names")
     parser.add_argument("--out", type=Path, default=None, help="where to write (docs/)")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="with --only: keep the other sections of the last benchmarks.json",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     names = [n for n in args.only.split(",") if n] or list(plan)
@@ -55,24 +68,33 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     info = machine()
     sections = []
+    out = args.out if args.out is not None else (None if args.quick else ROOT / "docs")
+    measured: dict[str, Section] = {}
     for name in names:
         print(f"... {name}", file=sys.stderr, flush=True)
+        load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+        begun = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         section = plan[name]()
-        sections.append(section)
+        section.notes.append(
+            f"Measured {begun}; load average {load} (1 / 5 / 15 min) at its start."
+        )
+        measured[name] = section
         print(section.text(), end="\n\n", flush=True)
+    sections = list(measured.values())
+    if args.keep and out is not None and (out / "benchmarks.json").exists():
+        sections = _with_kept(measured, out / "benchmarks.json", order=list(plan))
     elapsed = time.monotonic() - started
     figures: dict[str, float] = {}
     for section in sections:
         figures |= section.figures
     print(report.targets_table(figures).text())
-    out = args.out if args.out is not None else (None if args.quick else ROOT / "docs")
     if out is None or args.no_write:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     has_chart = report.chart(figures, out / "benchmarks.png")
     command = "python -m benchmarks" + (" --quick" if args.quick else "")
     if args.only:
-        command += f" --only {args.only}"
+        command += f" --only {args.only}" + (" --keep" if args.keep else "")
     analysis = ANALYSIS.read_text(encoding="utf-8") if ANALYSIS.exists() else ""
     text = report.markdown(
         sections,
@@ -88,6 +110,25 @@ def main(argv: list[str] | None = None) -> int:
     if not has_chart:
         print("(no chart: matplotlib is not installed; pip install -e '.[bench]')")
     return 0
+
+
+def _with_kept(measured: dict[str, Section], path: Path, *, order: list[str]) -> list[Section]:
+    """The sections just measured, and the others as the last run wrote them, in `order`."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    old = data.get("machine", {})
+    when = f"{old.get('date', 'an earlier run')}, load average " + " / ".join(
+        str(x) for x in old.get("load", [])
+    )
+    kept: dict[str, Section] = {}
+    for raw in data.get("sections", []):
+        section = Section.from_json(raw)
+        if section.name in measured:
+            continue
+        if not any(note.startswith(("Measured ", "Not measured again")) for note in section.notes):
+            section.notes.append(f"Not measured again in this run: kept from the run of {when}.")
+        kept[section.name] = section
+    both = {**kept, **measured}
+    return [both[name] for name in order if name in both]
 
 
 if __name__ == "__main__":

@@ -335,6 +335,15 @@ def cpu_now() -> dict[str, float]:
     return {"cpu": time.process_time(), "wall": time.monotonic()}
 
 
+class Backoff(Exception):
+    """Raised by an operation of `drive` to wait `delay` seconds (at most until the run ends)
+    before the next: not an error, and not a completed operation."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(f"back off {delay} s")
+        self.delay = delay
+
+
 async def drive(
     op: Callable[[], Awaitable[None]],
     *,
@@ -366,6 +375,9 @@ async def drive(
                 starting(begin <= t0)
             try:
                 await op()
+            except Backoff as exc:
+                await asyncio.sleep(max(0.0, min(exc.delay, end - time.perf_counter())))
+                continue
             except Exception as exc:
                 errors += 1
                 last_error = repr(exc)[:300]

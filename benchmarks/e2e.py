@@ -468,7 +468,7 @@ def report(
             " / ".join(ms(p99[k]) for k in ("request", "executing", "complete")),
             " / ".join(ms(f["exchange_p99"][k]) for k in ("request", "executing", "complete")),
             f"{s['rejected']}",
-            f"{s['errors'] - s['rejected']}",
+            f"{s['errors']}",
         )
         section.figures |= {
             f"e2e.c{c}.floor_tasks_per_s": f["tasks_per_s"],
@@ -490,8 +490,12 @@ def report(
         "Per-exchange latencies are seen from the requester: `request` is its POST; "
         "`executing` and `complete` are the gaps until the executor's next callback arrives.",
         "Rejected: task requests answered `task_reject` because the executor was at its "
-        "`max_concurrent_tasks` (backpressure); the requester tries again 10 ms later. The "
-        "short window holds few tasks at concurrency 1,000 on 2 CPUs: each takes seconds.",
+        "`max_concurrent_tasks` (backpressure); that requester tries again after the "
+        "reject's advisory `alternatives.retry_after` (serve's `capacity_retry_after`, 5 s; "
+        "the rest of the run if shorter), as a conforming requester does, so about "
+        "`max_concurrent_tasks` tasks are in flight at concurrency 1,000. (Retrying every "
+        "10 ms instead, 900 requesters kept the requester's own CPU busy re-asking: 50 tasks/s "
+        "at 1,000 against 473 at 200, measured under load.)",
     ]
     return section
 

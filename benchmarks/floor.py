@@ -31,7 +31,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks._common import HOST, answer, commands, cpu_now, drive, percentile
+from benchmarks._common import HOST, Backoff, answer, commands, cpu_now, drive, percentile
 
 PATH = "/synapse/callback"
 HEADER = "X-Synapse-Signature"
@@ -282,8 +282,11 @@ class Requester:
             if status != 200 or not verified(self.secret, reply_body, signature):
                 raise RuntimeError(f"task_request refused: HTTP {status} {reply_body[:200]!r}")
             reply = json.loads(reply_body)
-            if reply["type"] != "p2p:task_confirm":
+            if reply["type"] == "p2p:task_reject":
                 self.rejected += 1
+                alternatives = reply["payload"].get("alternatives") or {}
+                raise Rejected(float(alternatives.get("retry_after") or 0.01))
+            if reply["type"] != "p2p:task_confirm":
                 raise RuntimeError(f"not confirmed: {reply_body[:300]!r}")
             output = await asyncio.wait_for(done, 60)
             if output != "hello":
@@ -315,6 +318,12 @@ class Requester:
             "exchange_p50": {k: percentile(v, 50) for k, v in self.gaps.items()},
             "exchange_p99": {k: percentile(v, 99) for k, v in self.gaps.items()},
         }
+
+
+class Rejected(Backoff):
+    """The executor answered `task_reject` (at capacity): backpressure. The next attempt
+    waits for its advisory `alternatives.retry_after` (`capacity_retry_after`), as a
+    conforming requester's does."""
 
 
 async def floor_requester(args: argparse.Namespace) -> None:

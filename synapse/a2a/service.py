@@ -21,7 +21,9 @@ framing. See `docs/a2a.md` for every mapping.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -145,6 +147,11 @@ class Subscription:
         self.view.unsubscribe(self.queue)
 
 
+#: Finished tasks' views kept sealed in memory (about 0.4 KB each): as many as the memory
+#: store keeps finished tasks.
+MAX_KEPT_VIEWS = 10_000
+
+
 class A2AService:
     """The A2A operations of one peer, whatever binding carries them.
 
@@ -176,6 +183,12 @@ class A2AService:
         #: still queued: kept until those are delivered (`_sweep_pushing`), so that they go
         #: out as the task was, not as a rebuild from its record.
         self._pushing: dict[str, A2ATask] = {}
+        #: The last views of finished tasks that left memory, sealed (one bytes each), oldest
+        #: first: GetTask and ListTasks answer for them exactly as when the task ended (a view
+        #: rebuilt from the record knows only the first message and the result). Bounded;
+        #: older ones are rebuilt from the store.
+        self._kept: OrderedDict[str, A2ATask] = OrderedDict()
+        self.max_kept_views = MAX_KEPT_VIEWS
         self._protocol: P2PProtocol | None = None
         self._rebuilt = False
 
@@ -328,7 +341,7 @@ class A2AService:
     # --- tasks ------------------------------------------------------------------------------------
 
     def _envelope(self, cls: type[S], payload: Any, principal: str) -> S:
-        sender = Sender(agent_id=REQUESTER_PREFIX + principal, endpoint=IN_PROCESS)
+        sender = Sender(agent_id=_partner(principal), endpoint=IN_PROCESS)
         message: Any = build_message(
             cls,  # type: ignore[type-var]
             payload,
@@ -356,7 +369,7 @@ class A2AService:
         if push is not None:
             push = self._check_push(push, task_id, taken=())
         first = msgspec.structs.replace(message, task_id=task_id, context_id=context_id)
-        partner = REQUESTER_PREFIX + principal
+        partner = _partner(principal)
         view = A2ATask(
             key=TaskKey(partner, task_id),
             principal=principal,
@@ -533,6 +546,7 @@ class A2AService:
                 if not view.is_terminal:
                     self._apply_callback(view, message)
                 self._push(view, message)
+        view.seal_soon()  # a late callback to a finished view unsealed it
         if isinstance(message, TaskComplete | TaskFailed):
             state = TaskState.COMPLETED if isinstance(message, TaskComplete) else TaskState.FAILED
             ack = TaskAckPayload(task_id=view.id, state=state)
@@ -714,6 +728,12 @@ class A2AService:
         if self._protocol is None or not key.requester.startswith(REQUESTER_PREFIX):
             return None
         rec = self._protocol.engine.get(key)
+        kept = self._kept.get(key.task_id)
+        if kept is not None and kept.key == key:
+            if rec is None:  # purged from the store (retention): its view goes too
+                del self._kept[key.task_id]
+                return None
+            return kept
         if rec is None or rec.role is not Role.EXECUTOR:
             return None
         view = self._rebuild(rec)
@@ -727,6 +747,9 @@ class A2AService:
         view = self.tasks.get(task_id)
         if view is not None or self._protocol is None:
             return view
+        kept = self._kept.get(task_id)
+        if kept is not None:
+            return self._view(kept.key)
         for row in self._protocol.store.list_tasks(limit=5, where=TaskFilter(task_id=task_id)):
             if row.key.requester.startswith(REQUESTER_PREFIX):
                 return self._view(row.key)
@@ -746,7 +769,8 @@ class A2AService:
                 and not rec.is_final
                 and rec.task_id not in self.tasks
             ):
-                self.tasks[rec.task_id] = self._rebuild(rec)
+                view = self.tasks[rec.task_id] = self._rebuild(rec)
+                view.seal()  # if finished: kept packed, as it would be had it run here
 
     def evicted(self, key: TaskKey) -> None:
         """The engine let the final task `key` go (durable, its last callback answered):
@@ -756,7 +780,16 @@ class A2AService:
             del self.tasks[key.task_id]
             if self._pushes_queued(view):
                 self._pushing[view.id] = view
+            self._keep(view)
         self._sweep_pushing()
+
+    def _keep(self, view: A2ATask) -> None:
+        view.seal()
+        kept = self._kept
+        kept[view.id] = view
+        kept.move_to_end(view.id)
+        while len(kept) > self.max_kept_views:
+            kept.popitem(last=False)
 
     def _pushes_queued(self, view: A2ATask) -> bool:
         protocol = self._protocol
@@ -871,6 +904,12 @@ def _follow_up_builder(state: TaskState) -> _FollowUp | None:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
+
+def _partner(principal: str) -> str:
+    """The virtual requester of `principal`'s tasks, one string for all of them (every
+    task's key holds it)."""
+    return sys.intern(REQUESTER_PREFIX + principal)
 
 
 def convert(params: Any, cls: type[S], *, strict: bool = True) -> S:

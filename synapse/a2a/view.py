@@ -8,18 +8,92 @@ through `A2AService` and renders their events in its own framing.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import msgspec
 
 from synapse.a2a import mapping, wire
 from synapse.p2p.engine import TaskKey
+from synapse.p2p.packed import Packer
 
 #: One item of a stream subscription: (sequence number, event), or None to end it.
 Queued = tuple[int, wire.StreamResponse] | None
 
 
+class _Sealed(msgspec.Struct, array_like=True, gc=False):
+    """What a finished view keeps of its contents, packed (`A2ATask.seal`)."""
+
+    history: list[wire.Message]
+    artifacts: list[wire.Artifact]
+    status_message: wire.Message | None
+    push: list[wire.TaskPushNotificationConfig]
+    applied: list[str]
+
+
+def _sample() -> _Sealed:
+    """A finished echo task's contents: the dictionary views are deflated against."""
+    context_id, task_id = "00000000-0000-4000-8000-000000000000", "0" * 36
+
+    def message(message_id: str, role: str, text: str) -> wire.Message:
+        return wire.Message(
+            message_id=message_id,
+            role=role,
+            parts=[wire.text_part(text)],
+            context_id=context_id,
+            task_id=task_id,
+        )
+
+    return _Sealed(
+        history=[
+            message("0" * 32, wire.ROLE_USER, "hello"),
+            message("0" * 36, wire.ROLE_AGENT, "executing"),
+        ],
+        artifacts=[
+            wire.Artifact(
+                artifact_id="0" * 36,
+                name="echo",
+                parts=[wire.text_part("hello")],
+                metadata={"outputType": "text"},
+            )
+        ],
+        status_message=None,
+        push=[],
+        applied=["msg-" + "0" * 32] * 3,
+    )
+
+
+@functools.cache
+def _sealer() -> Packer[_Sealed]:
+    return Packer(_Sealed, _sample())
+
+
 class A2ATask:
-    """The A2A view of one Synapse executor task requested over A2A."""
+    """The A2A view of one Synapse executor task requested over A2A.
+
+    Once the task is terminal and no stream follows it, the view is sealed: its history,
+    artifacts, status message, push configurations and applied callbacks are packed into
+    one `bytes` (`synapse.p2p.packed`; an echo task's view goes from about 2.5 KB of
+    objects to a few hundred bytes). Reading a snapshot unpacks a copy; anything that
+    changes the contents (`history`, `artifacts`, `push`, `applied`) unseals it first.
+    """
+
+    __slots__ = (
+        "_applied",
+        "_artifacts",
+        "_history",
+        "_push",
+        "_sealed",
+        "_status_message",
+        "_subscribers",
+        "context_id",
+        "key",
+        "output_artifact_id",
+        "principal",
+        "seq",
+        "state",
+        "task_type",
+        "timestamp",
+    )
 
     def __init__(
         self,
@@ -34,16 +108,100 @@ class A2ATask:
         self.context_id = context_id
         self.task_type = task_type
         self.state = wire.SUBMITTED
-        self.status_message: wire.Message | None = None
+        self._status_message: wire.Message | None = None
         self.timestamp = wire.timestamp()
-        self.history: list[wire.Message] = []
-        self.artifacts: list[wire.Artifact] = []
-        self.push: dict[str, wire.TaskPushNotificationConfig] = {}
+        self._history: list[wire.Message] = []
+        self._artifacts: list[wire.Artifact] = []
+        self._push: dict[str, wire.TaskPushNotificationConfig] = {}
         #: The artifact the task's output is streamed into (chunks, then the result).
         self.output_artifact_id = ""
         self.seq = 0
-        self.applied: set[str] = set()
-        self._subscribers: set[asyncio.Queue[Queued]] = set()
+        #: Ids of the engine's callbacks applied to this view (each is applied once).
+        self._applied: set[str] = set()
+        self._subscribers: set[asyncio.Queue[Queued]] | None = None
+        self._sealed: bytes | None = None
+
+    # --- contents (unsealed on access) -------------------------------------------------------
+
+    @property
+    def history(self) -> list[wire.Message]:
+        self._unseal()
+        return self._history
+
+    @property
+    def artifacts(self) -> list[wire.Artifact]:
+        self._unseal()
+        return self._artifacts
+
+    @property
+    def push(self) -> dict[str, wire.TaskPushNotificationConfig]:
+        self._unseal()
+        return self._push
+
+    @property
+    def applied(self) -> set[str]:
+        self._unseal()
+        return self._applied
+
+    @property
+    def status_message(self) -> wire.Message | None:
+        if self._sealed is not None:
+            return _sealer().unpack(self._sealed).status_message
+        return self._status_message
+
+    @status_message.setter
+    def status_message(self, message: wire.Message | None) -> None:
+        self._unseal()
+        self._status_message = message
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed is not None
+
+    def seal(self) -> None:
+        """Pack the contents of a terminal view that no stream follows (else do nothing)."""
+        if self._sealed is not None or self._subscribers or not self.is_terminal:
+            return
+        sealed = _Sealed(
+            self._history,
+            self._artifacts,
+            self._status_message,
+            list(self._push.values()),
+            list(self._applied),
+        )
+        try:
+            self._sealed = _sealer().pack(sealed)
+        except (TypeError, ValueError, OverflowError):  # a value MessagePack cannot hold
+            return
+        # Sealed, the slots of the contents hold nothing at all (`_unseal` refills them).
+        del self._history, self._artifacts, self._push, self._applied
+        self._status_message = None
+
+    def seal_soon(self) -> None:
+        """Seal once the caller that made the view final has read it (after this step)."""
+        if self._sealed is not None or self._subscribers or not self.is_terminal:
+            return
+        try:
+            asyncio.get_running_loop().call_soon(self.seal)
+        except RuntimeError:  # no loop: nothing can read it in between
+            self.seal()
+
+    def _contents(self) -> _Sealed:
+        if self._sealed is not None:
+            return _sealer().unpack(self._sealed)
+        return _Sealed(
+            self._history, self._artifacts, self._status_message, list(self._push.values()), []
+        )
+
+    def _unseal(self) -> None:
+        if self._sealed is None:
+            return
+        contents = _sealer().unpack(self._sealed)
+        self._sealed = None
+        self._history, self._artifacts = contents.history, contents.artifacts
+        self._status_message = contents.status_message
+        self._push = {config.id: config for config in contents.push}
+        self._applied = set(contents.applied)
 
     @property
     def id(self) -> str:
@@ -65,14 +223,17 @@ class A2ATask:
     def snapshot(
         self, *, history_length: int | None = None, include_artifacts: bool = True
     ) -> wire.Task:
-        history = list(self.history)
+        contents = self._contents()  # a sealed view stays sealed
+        history = list(contents.history)
         if history_length is not None:
             history = history[-history_length:] if history_length > 0 else []
         return wire.Task(
             id=self.id,
             context_id=self.context_id,
-            status=self.status(),
-            artifacts=list(self.artifacts) if include_artifacts else [],
+            status=wire.TaskStatus(
+                state=self.state, message=contents.status_message, timestamp=self.timestamp
+            ),
+            artifacts=list(contents.artifacts) if include_artifacts else [],
             history=history,
             metadata={mapping.TASK_TYPE_KEY: self.task_type},
         )
@@ -81,15 +242,17 @@ class A2ATask:
 
     def set_status(self, state: str, message: wire.Message | None = None) -> wire.StreamResponse:
         """Move to `state` (the previous status message goes to the history)."""
-        if self.status_message is not None:
-            self.history.append(self.status_message)
-        self.state, self.status_message, self.timestamp = state, message, wire.timestamp()
+        self._unseal()
+        if self._status_message is not None:
+            self._history.append(self._status_message)
+        self.state, self._status_message, self.timestamp = state, message, wire.timestamp()
         event = wire.StreamResponse(
             status_update=wire.TaskStatusUpdateEvent(
                 task_id=self.id, context_id=self.context_id, status=self.status()
             )
         )
         self.publish(event)
+        self.seal_soon()
         return event
 
     def add_artifact(
@@ -137,19 +300,26 @@ class A2ATask:
 
     def publish(self, event: wire.StreamResponse) -> None:
         self.seq += 1
-        for queue in self._subscribers:
-            queue.put_nowait((self.seq, event))
+        if self._subscribers:
+            for queue in self._subscribers:
+                queue.put_nowait((self.seq, event))
 
     def subscribe(self) -> asyncio.Queue[Queued]:
         queue: asyncio.Queue[Queued] = asyncio.Queue()
+        if self._subscribers is None:
+            self._subscribers = set()
         self._subscribers.add(queue)
         return queue
 
     def unsubscribe(self, queue: asyncio.Queue[Queued]) -> None:
-        self._subscribers.discard(queue)
+        if self._subscribers is not None:
+            self._subscribers.discard(queue)
+            if not self._subscribers:
+                self._subscribers = None
+        self.seal_soon()
 
     def close_streams(self) -> None:
-        for queue in self._subscribers:
+        for queue in self._subscribers or ():
             queue.put_nowait(None)
 
 

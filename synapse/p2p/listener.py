@@ -7,8 +7,9 @@ exception is logged and swallowed, so that watching a peer never breaks it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+import msgspec
 
 # The audit entry is a plain value of the core (the engine keeps it on task records).
 from synapse.p2p.engine import AuditEntry
@@ -25,9 +26,9 @@ if TYPE_CHECKING:
 Direction = Literal["in", "reply_out", "out", "reply_in"]
 
 
-@dataclass(frozen=True, slots=True)
-class MessageEvent:
-    """A message crossing this peer, for observers (timelines, tracing, metrics)."""
+class MessageEvent(msgspec.Struct, frozen=True, gc=False):
+    """A message crossing this peer, for observers (timelines, tracing, metrics). (A frozen
+    msgspec struct: built in C, one per message in or out.)"""
 
     direction: Direction
     message: Message

@@ -292,6 +292,10 @@ class P2PProtocol:
             self.store.max_finished = self.config.max_finished_in_memory
         #: Final tasks not yet evicted → the commit after which their record is durable.
         self._finals: dict[TaskKey, int] = {}
+        #: Those of `_finals` whose commit was not done at the last commit: all a commit
+        #: looks through (a final task still delivering its last callback is evicted by
+        #: its delivery worker, not rescanned at every commit).
+        self._finals_awaiting_commit: dict[TaskKey, int] = {}
         self._commits_started = 0
         self._commits_done = 0
         self._purge_task: asyncio.Task[None] | None = None
@@ -323,6 +327,8 @@ class P2PProtocol:
         #: Told of messages, transitions, handler runs, deliveries and commits (metrics,
         #: tracing, health, the console: `synapse.ops`).
         self.listeners: list[RuntimeListener] = []
+        self._hooks_for: tuple[RuntimeListener, ...] = ()
+        self._hooks_cache: dict[str, list[tuple[Any, Callable[..., Any]]]] = {}
         if handler is not None:
             self.set_task_handler(handler)
 
@@ -477,8 +483,11 @@ class P2PProtocol:
                 raise
             self._notify("on_commit", time.perf_counter() - started, None)
         self._commits_done = max(self._commits_done, number)
-        if self._finals:
-            for key in [k for k, n in self._finals.items() if n <= self._commits_done]:
+        awaiting = self._finals_awaiting_commit
+        if awaiting:
+            done = self._commits_done
+            for key in [k for k, n in awaiting.items() if n <= done]:
+                del awaiting[key]
                 self._evict(key)
 
     def _evict(self, key: TaskKey) -> None:
@@ -503,6 +512,7 @@ class P2PProtocol:
                 task.cancel()
         self._queues.pop(key, None)
         self._finals.pop(key, None)
+        self._finals_awaiting_commit.pop(key, None)
         self._waiters.pop(key, None)
         self.engine.release(key)
 
@@ -783,6 +793,8 @@ class P2PProtocol:
                 # buffered now).
                 durable_with = self._commits_done if committed else self._commits_started + 1
                 self._finals[transition.key] = durable_with
+                if durable_with > self._commits_done:
+                    self._finals_awaiting_commit[transition.key] = durable_with
                 handle = self._handles.get(transition.key)
                 if handle is not None:
                     handle._settle()
@@ -1182,9 +1194,9 @@ class P2PProtocol:
         self._notify("on_message", event)
 
     def _notify(self, method: str, *args: Any) -> None:
-        for listener in self.listeners:
+        for listener, hook in self._hooks(method):
             try:
-                getattr(listener, method)(*args)
+                hook(*args)
             except Exception as exc:  # watching a peer must never break it
                 log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
 
@@ -1197,6 +1209,25 @@ class P2PProtocol:
         """Another process sharing the store heard from `partner`: deliveries to it that
         wait for a heartbeat go on now."""
         self._heartbeat_succeeded(partner)
+
+    def _hooks(self, method: str) -> list[tuple[Any, Callable[..., Any]]]:
+        """The listeners that implement `method` (the no-ops of `RuntimeListener` left out:
+        a dozen notifications a task, most of them to listeners that ignore them), with
+        their bound method; found again whenever `listeners` changes."""
+        listeners = tuple(self.listeners)
+        if listeners != self._hooks_for:
+            self._hooks_for, self._hooks_cache = listeners, {}
+        hooks = self._hooks_cache.get(method)
+        if hooks is None:
+            noop = getattr(RuntimeListener, method, None)
+            found = [(listener, getattr(listener, method, None)) for listener in listeners]
+            hooks = self._hooks_cache[method] = [
+                (listener, hook)
+                for listener, hook in found
+                if hook is not None
+                and (noop is None or getattr(hook, "__func__", None) is not noop)
+            ]
+        return hooks
 
     def _heartbeat_succeeded(self, partner: str) -> None:
         event = self._heartbeat_ok.pop(partner, None)

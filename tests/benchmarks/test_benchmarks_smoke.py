@@ -99,6 +99,25 @@ def test_report(tmp_path: Path) -> None:
         assert (tmp_path / "chart.png").stat().st_size > 0
 
 
+def test_a_partial_run_keeps_the_other_sections(tmp_path: Path) -> None:
+    """`--only timers --keep`: timers measured again, codec kept from the last JSON."""
+    import json
+
+    from benchmarks.__main__ import main
+
+    old = codec.run(seconds=0.05)
+    earlier = {"date": "2026-01-01 00:00 UTC", "load": [7.0, 6.0, 5.0]}
+    data = {"machine": earlier, "sections": [old.to_json()]}
+    (tmp_path / "benchmarks.json").write_text(json.dumps(data), encoding="utf-8")
+    assert main(["--quick", "--only", "timers", "--keep", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
+    assert old.title in text
+    assert "kept from the run of 2026-01-01 00:00 UTC, load average 7.0 / 6.0 / 5.0" in text
+    assert "Timer scaling" in text and "load average" in text.split("Timer scaling")[1]
+    written = json.loads((tmp_path / "benchmarks.json").read_text(encoding="utf-8"))
+    assert [s["name"] for s in written["sections"]] == ["codec", "timers"]
+
+
 def test_longrun() -> None:
     section = longrun.run(200, 100, restart_tasks=300)
     _check(
