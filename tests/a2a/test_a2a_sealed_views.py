@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from rawpost import eventually
 
 from synapse.a2a import enable_a2a, wire
 from synapse.a2a.view import A2ATask
@@ -129,3 +130,34 @@ async def test_a_finished_task_over_http_is_sealed_and_answers_as_it_did(
     again = await rpc(url, "SendMessage", {"message": {**message, "taskId": task["id"]}})
     assert again["error"]["code"] == -32004
     assert (await rpc(url, "GetTask", {"id": task["id"]}))["result"] == task
+
+
+async def test_finished_views_kept_are_bounded_and_go_with_the_purge(
+    a2a_url: tuple[str, Any],
+) -> None:
+    """Past `max_kept_views` the oldest finished view is rebuilt from the store (still
+    found); the newest answers exactly as when it ended; a task the store purged is gone."""
+    url, service = a2a_url
+    service.max_kept_views = 1
+    answers = []
+    for n in range(3):
+        message = {"messageId": f"m-{n}", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+        sent = await rpc(url, "SendMessage", {"message": message})
+        answers.append(sent["result"]["task"])
+    for task in answers:
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    protocol = service._protocol
+    assert protocol is not None
+
+    await eventually(lambda: not any(t["id"] in service.tasks for t in answers), timeout=10)
+    assert len(service._kept) == 1
+    newest = answers[-1]
+    assert (await rpc(url, "GetTask", {"id": newest["id"]}))["result"] == newest
+    oldest = (await rpc(url, "GetTask", {"id": answers[0]["id"]}))["result"]
+    assert oldest["id"] == answers[0]["id"]
+    assert oldest["status"]["state"] == "TASK_STATE_COMPLETED"
+    purged = await protocol.store.purge(finished_before=float("inf"), now=0.0, limit=100)
+    assert purged >= 3
+    gone = await rpc(url, "GetTask", {"id": newest["id"]})
+    assert gone["error"]["code"] == -32001, gone
+    assert newest["id"] not in service._kept
