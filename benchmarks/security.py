@@ -125,20 +125,12 @@ def crypto_table(seconds: float) -> Table:
     return table
 
 
-async def a2a_table(seconds: float) -> Table:
+def jwt_issuer() -> tuple[Any, str]:
+    """A validator for a throw-away issuer (its JWKS in memory) and a token it accepts."""
     from joserfc import jwt
     from joserfc.jwk import ECKey
 
-    from synapse.a2a import enable_a2a
-    from synapse.a2a.security import (
-        ApiKeyScheme,
-        JwksSource,
-        JwtValidator,
-        OAuth2Scheme,
-        SecurityPolicy,
-    )
-    from synapse.demo.handler import DemoHandler
-    from synapse.transport.peer import Peer
+    from synapse.a2a.security import JwksSource, JwtValidator
 
     key = ECKey.generate_key("P-256", {"kid": "k"})
     jwks = JwksSource(keys={"keys": [dict(key.as_dict(private=False))]})
@@ -148,6 +140,21 @@ async def a2a_table(seconds: float) -> Table:
         {"iss": "https://i", "aud": "https://a", "sub": "s", "exp": int(time.time()) + 3600},
         key,
     )
+    return validator, token
+
+
+async def a2a_table(seconds: float) -> Table:
+
+    from synapse.a2a import enable_a2a
+    from synapse.a2a.security import (
+        ApiKeyScheme,
+        OAuth2Scheme,
+        SecurityPolicy,
+    )
+    from synapse.demo.handler import DemoHandler
+    from synapse.transport.peer import Peer
+
+    validator, token = jwt_issuer()
     table = Table(["A2A GetTask, one connection", "requests/s"], title="A2A authentication")
     cases: list[tuple[str, Any, dict[str, str]]] = [
         ("no authentication", None, {}),
@@ -231,14 +238,10 @@ async def grpc_table(seconds: float) -> Table:
     from a2a.types import a2a_pb2, a2a_pb2_grpc
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
-    from joserfc import jwt
-    from joserfc.jwk import ECKey
 
     from synapse.a2a import enable_a2a
     from synapse.a2a.security import (
         ApiKeyScheme,
-        JwksSource,
-        JwtValidator,
         MutualTlsScheme,
         OAuth2Scheme,
         SecurityPolicy,
@@ -247,14 +250,7 @@ async def grpc_table(seconds: float) -> Table:
     from synapse.transport.peer import Peer
     from synapse.transport.tls import TLSConfig
 
-    key = ECKey.generate_key("P-256", {"kid": "k"})
-    jwks = JwksSource(keys={"keys": [dict(key.as_dict(private=False))]})
-    validator = JwtValidator(issuer="https://i", audience="https://a", jwks=jwks)
-    token = jwt.encode(
-        {"alg": "ES256", "kid": "k"},
-        {"iss": "https://i", "aud": "https://a", "sub": "s", "exp": int(time.time()) + 3600},
-        key,
-    )
+    validator, token = jwt_issuer()
     table = Table(["A2A ListTasks over gRPC, one channel", "requests/s"], title="gRPC")
     with tempfile.TemporaryDirectory() as tmp:
         ca = trustme.CA()
