@@ -7,6 +7,7 @@ route, its path, query and body; a gRPC method and its request as proto JSON).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -18,98 +19,41 @@ from synapse.a2a.service import A2AService, convert
 Operation = Callable[..., Awaitable[Any]]
 
 
-async def _send_message(
-    service: A2AService, principal: str, params: Any, strict: bool = True
-) -> Any:
-    return await service.send_message(
-        convert(params, wire.SendMessageRequest, strict=strict), principal
-    )
+def _operation(name: str, request: type[Any]) -> Operation:
+    """The operation that decodes its params as `request` and calls the service's `name`
+    (awaited when it is a coroutine: the ones that wait for the engine or the store)."""
 
+    async def operation(
+        service: A2AService, principal: str, params: Any, strict: bool = True
+    ) -> Any:
+        result = getattr(service, name)(convert(params, request, strict=strict), principal)
+        return await result if inspect.isawaitable(result) else result
 
-async def _send_streaming_message(
-    service: A2AService, principal: str, params: Any, strict: bool = True
-) -> Any:
-    req = convert(params, wire.SendMessageRequest, strict=strict)
-    return await service.send_streaming_message(req, principal)
-
-
-async def _subscribe_to_task(
-    service: A2AService, principal: str, params: Any, strict: bool = True
-) -> Any:
-    return service.subscribe_to_task(
-        convert(params, wire.SubscribeToTaskRequest, strict=strict), principal
-    )
-
-
-async def _get_task(service: A2AService, principal: str, params: Any, strict: bool = True) -> Any:
-    return service.get_task(convert(params, wire.GetTaskRequest, strict=strict), principal)
-
-
-async def _list_tasks(service: A2AService, principal: str, params: Any, strict: bool = True) -> Any:
-    return service.list_tasks(convert(params, wire.ListTasksRequest, strict=strict), principal)
-
-
-async def _cancel_task(
-    service: A2AService, principal: str, params: Any, strict: bool = True
-) -> Any:
-    return await service.cancel_task(
-        convert(params, wire.CancelTaskRequest, strict=strict), principal
-    )
-
-
-async def _create_push_config(
-    service: A2AService, principal: str, params: Any, strict: bool = True
-) -> Any:
-    req = convert(params, wire.TaskPushNotificationConfig, strict=strict)
-    return await service.create_push_config(req, principal)
-
-
-async def _get_push_config(
-    service: A2AService, principal: str, params: Any, strict: bool = True
-) -> Any:
-    return service.get_push_config(
-        convert(params, wire.TaskPushConfigRef, strict=strict), principal
-    )
-
-
-async def _list_push_configs(
-    service: A2AService, principal: str, params: Any, strict: bool = True
-) -> Any:
-    req = convert(params, wire.ListTaskPushNotificationConfigsRequest, strict=strict)
-    return service.list_push_configs(req, principal)
-
-
-async def _delete_push_config(
-    service: A2AService, principal: str, params: Any, strict: bool = True
-) -> Any:
-    await service.delete_push_config(
-        convert(params, wire.TaskPushConfigRef, strict=strict), principal
-    )
-    return None
-
-
-async def _get_extended_card(
-    service: A2AService, principal: str, params: Any, strict: bool = True
-) -> Any:
-    return service.get_extended_card(
-        convert(params, wire.GetExtendedAgentCardRequest, strict=strict), principal
-    )
+    operation.__name__ = operation.__qualname__ = name
+    return operation
 
 
 #: The operations of A2A v1.0 by their method name (JSON-RPC `method`, gRPC method,
 #: and what each REST route stands for).
 METHODS: Mapping[str, Operation] = {
-    "SendMessage": _send_message,
-    "SendStreamingMessage": _send_streaming_message,
-    "GetTask": _get_task,
-    "ListTasks": _list_tasks,
-    "CancelTask": _cancel_task,
-    "SubscribeToTask": _subscribe_to_task,
-    "CreateTaskPushNotificationConfig": _create_push_config,
-    "GetTaskPushNotificationConfig": _get_push_config,
-    "ListTaskPushNotificationConfigs": _list_push_configs,
-    "DeleteTaskPushNotificationConfig": _delete_push_config,
-    "GetExtendedAgentCard": _get_extended_card,
+    method: _operation(name, request)
+    for method, name, request in (
+        ("SendMessage", "send_message", wire.SendMessageRequest),
+        ("SendStreamingMessage", "send_streaming_message", wire.SendMessageRequest),
+        ("GetTask", "get_task", wire.GetTaskRequest),
+        ("ListTasks", "list_tasks", wire.ListTasksRequest),
+        ("CancelTask", "cancel_task", wire.CancelTaskRequest),
+        ("SubscribeToTask", "subscribe_to_task", wire.SubscribeToTaskRequest),
+        ("CreateTaskPushNotificationConfig", "create_push_config", wire.TaskPushNotificationConfig),
+        ("GetTaskPushNotificationConfig", "get_push_config", wire.TaskPushConfigRef),
+        (
+            "ListTaskPushNotificationConfigs",
+            "list_push_configs",
+            wire.ListTaskPushNotificationConfigsRequest,
+        ),
+        ("DeleteTaskPushNotificationConfig", "delete_push_config", wire.TaskPushConfigRef),
+        ("GetExtendedAgentCard", "get_extended_card", wire.GetExtendedAgentCardRequest),
+    )
 }
 
 
