@@ -244,8 +244,8 @@ class HttpClient:
         self.header_hooks: list[Callable[[Envelope[Any]], Mapping[str, str]]] = []
 
     async def start(self) -> None:
-        """Open the session (idempotent)."""
-        self._ensure_session()
+        """Get ready to POST (idempotent). Connections, and aiohttp's session for the
+        partners that need it, are opened on first use."""
 
     async def close(self) -> None:
         """Close the session and its connections (idempotent)."""
