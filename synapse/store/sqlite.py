@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import sqlite3
 import threading
@@ -158,7 +157,13 @@ def connect(
 
 def encode_record(record: TaskRecord) -> bytes:
     """The record without its history (kept row by row in `transitions`)."""
-    return _record_encoder.encode(dataclasses.replace(record, history=[]))
+    # Encoded with its history set aside for the call rather than from a copy
+    # (`dataclasses.replace` was 2 % of an executor's samples); nothing else runs meanwhile.
+    history, record.history = record.history, []
+    try:
+        return _record_encoder.encode(record)
+    finally:
+        record.history = history
 
 
 def read_task(conn: sqlite3.Connection, key: TaskKey) -> TaskRecord | None:
