@@ -336,13 +336,7 @@ class SqliteStore(OutboxMaintenance):
         row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM outbox").fetchone()
         self._seq = int(row[0])
         self.commits = 0
-        #: The future of the latest batch: being written, or gathering commits to write next.
         self._last: asyncio.Future[None] | None = None
-        #: Group commit: what commits hand over while a batch is being written waits here,
-        #: (ops, keep) per caller, and is written as one transaction after it.
-        self._gathering: list[tuple[list[_Op], int]] = []
-        self._gathered: asyncio.Future[None] | None = None
-        self._writing = False
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -547,50 +541,10 @@ class SqliteStore(OutboxMaintenance):
                 await asyncio.shield(last)
             return
         keep = len(ops) if discard_after is None else max(0, min(discard_after, len(ops)))
-        loop = asyncio.get_running_loop()
-        # Group commit: while a batch is being written, the commits that arrive join the
-        # next one, written as one transaction as soon as the writer is free. Each caller
-        # still returns only once its own writes are durable.
-        if self._gathered is None:
-            self._gathered = loop.create_future()
-        batch = self._gathered
-        self._gathering.append((ops, keep))
+        batch = asyncio.get_running_loop().run_in_executor(self._writer, self._write, ops, keep)
         self._last = batch
-        if not self._writing:
-            self._write_next(loop)
         # Shielded: a cancelled caller must not mark the batch done while the thread writes.
         await asyncio.shield(batch)
-
-    def _write_next(self, loop: asyncio.AbstractEventLoop) -> None:
-        group, self._gathering = self._gathering, []
-        batch, self._gathered = self._gathered, None
-        assert batch is not None
-        self._writing = True
-        job = loop.run_in_executor(self._writer, self._write_group, group)
-
-        def written(job: asyncio.Future[None]) -> None:
-            self._writing = False
-            if job.cancelled():
-                batch.cancel()
-            elif (error := job.exception()) is not None:
-                batch.set_exception(error)
-                batch.exception()  # marked as seen: every caller may have been cancelled
-            else:
-                batch.set_result(None)
-            if self._gathering:
-                self._write_next(loop)
-
-        job.add_done_callback(written)
-
-    def _write_group(self, group: list[tuple[list[_Op], int]]) -> None:  # in the writer thread
-        ops = [op for caller_ops, _ in group for op in caller_ops]
-        before = self._retry
-        try:
-            self._write(ops, len(ops))
-        except StoreUnavailable:
-            # Kept for the next commit: what no caller of this batch will roll back.
-            self._retry = before + [op for caller, keep in group for op in caller[:keep]]
-            raise
 
     async def probe_write(self) -> None:
         """Raise if a write transaction cannot start now (readiness checks: `/readyz`).

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from storekit import R_ID, T0, Duo, dedup_entry, outbox_item
@@ -275,74 +273,8 @@ async def test_commits_apply_in_order(db: Path) -> None:
     # An empty commit returns only once every earlier batch is written.
     await store.commit()
     assert count(db, "outbox") == 2
-    # Commits that arrived while a batch was written joined the next one (group commit).
-    assert 1 < store.commits <= 5
+    assert store.commits == 5
     await asyncio.gather(*waits)
-    await store.close()
-
-
-class GatedWriter(SqliteStore):
-    """The writer thread waits at a gate the test opens, and records each batch's size."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.gate = threading.Event()
-        self.at_gate = threading.Event()
-        self.batches: list[int] = []
-
-    def _write(self, ops: Any, keep: int) -> None:
-        self.batches.append(len(ops))
-        self.at_gate.set()
-        assert self.gate.wait(timeout=30), "the test never opened the gate"
-        super()._write(ops, keep)
-
-
-async def test_commits_arriving_during_a_write_join_one_transaction_and_each_waits_for_its_own(
-    db: Path,
-) -> None:
-    store = GatedWriter(db)
-    store.add_outbox(outbox_item(1))
-    first = asyncio.create_task(store.commit())
-    await asyncio.to_thread(store.at_gate.wait, 10)  # batch 1 is being written
-    store.at_gate.clear()
-    later = []
-    for seq in (2, 3, 4):
-        store.add_outbox(outbox_item(seq))
-        later.append(asyncio.create_task(store.commit()))
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    assert not any(t.done() for t in [first, *later])
-    store.gate.set()
-    await asyncio.wait_for(asyncio.gather(first, *later), 10)
-    # Batch 1 alone, then the three that waited in one transaction; all durable.
-    assert store.batches == [1, 3]
-    assert store.commits == 2
-    assert count(db, "outbox") == 4
-    await store.close()
-
-
-async def test_a_failed_group_fails_each_of_its_callers_and_keeps_what_they_keep(
-    db: Path,
-) -> None:
-    store = GatedWriter(db)
-    store.gate.set()
-    blocker = sqlite3.connect(db, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")  # the file's write lock: every transaction fails
-    store._conn.execute("PRAGMA busy_timeout=0")
-    store.add_outbox(outbox_item(1))
-    mark = store.mark()  # caller A will roll back what it wrote after this mark
-    store.add_outbox(outbox_item(2))
-    a = asyncio.create_task(store.commit(discard_after=mark))
-    await asyncio.sleep(0)  # A takes its writes (items 1 and 2) and hands them to the writer
-    store.add_outbox(outbox_item(3))
-    b = asyncio.create_task(store.commit())
-    results = await asyncio.gather(a, b, return_exceptions=True)
-    assert [type(r).__name__ for r in results] == ["StoreUnavailable", "StoreUnavailable"]
-    blocker.execute("ROLLBACK")
-    blocker.close()
-    await store.commit()  # writes again what was kept: item 1 (A's before its mark) and item 3
-    seqs = {row[0] for row in sqlite3.connect(db).execute("SELECT seq FROM outbox")}
-    assert seqs == {1, 3}
     await store.close()
 
 
