@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import queue
 import sqlite3
 import threading
@@ -110,6 +111,8 @@ CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS 
 #: is a range of an index and the table needs no column (nor files made before a migration).
 _CONTEXT_ID = "json_extract(CAST(record AS TEXT), '$.context.session_id')"
 _SCHEMA = _SCHEMA.replace("{context}", _CONTEXT_ID)
+#: Seconds of expiry time per set of the dedup index (`SqliteStore.dedup_known_absent`).
+_DEDUP_SLICE = 60.0
 #: Size of the WAL file kept after a checkpoint (it is truncated down to this).
 _JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
 
@@ -364,6 +367,15 @@ class SqliteStore(OutboxMaintenance):
         self._lock = threading.Lock()
         row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM outbox").fetchone()
         self._seq = int(row[0])
+        #: What the dedup table may hold, kept in memory so that the lookup of every message
+        #: received (nearly always a new one) needs no SQL: `dedup_known_absent`. The entries
+        #: in the file when it was opened all expire by `_dedup_horizon`; those written since
+        #: are indexed by a hash of their key, in sets by the minute they expire in (dropped
+        #: whole once past). A superset of the table: a hash collision, a discarded or
+        #: deleted entry only sends a lookup to SQL.
+        row = self._conn.execute("SELECT COALESCE(MAX(expires_at), 0) FROM dedup").fetchone()
+        self._dedup_horizon = float(row[0])
+        self._dedup_index: dict[int, set[int]] = {}
         #: Transactions written (a group of commits is one).
         self.commits = 0
         #: Event loop side: the batch being written, and the one forming behind it.
@@ -382,6 +394,30 @@ class SqliteStore(OutboxMaintenance):
     def get_task(self, key: TaskKey) -> TaskRecord | None:
         with self._reading:
             return read_task(self._reader, key)
+
+    def dedup_known_absent(self, key: DedupKey, now: float) -> bool:
+        """True if no entry of `key` unexpired at `now` (`expires_at > now`) can be in the
+        table, answered from memory; False if SQL must tell (`get_dedup`).
+
+        This assumes the file's dedup table is written by this store only (a served SQLite
+        file is one process's; replicas share PostgreSQL).
+        """
+        if now < self._dedup_horizon:
+            return False  # entries from before this process may still be live: ask SQL
+        index = self._dedup_index
+        if not index:
+            return True
+        digest = hash(key)
+        past = None
+        for minute, digests in index.items():
+            if minute * _DEDUP_SLICE <= now:
+                past = minute if past is None else max(past, minute)
+            elif digest in digests:
+                return False
+        if past is not None:  # every entry of those minutes has expired
+            for minute in [m for m in index if m <= past]:
+                del index[minute]
+        return True
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         with self._reading:
@@ -479,6 +515,12 @@ class SqliteStore(OutboxMaintenance):
         )
 
     def put_dedup(self, entry: DedupEntry) -> None:
+        # Indexed before it is committed: the index may hold more than the table, never less.
+        minute = math.ceil(entry.expires_at / _DEDUP_SLICE)
+        digests = self._dedup_index.get(minute)
+        if digests is None:
+            digests = self._dedup_index[minute] = set()
+        digests.add(hash(entry.key))
         params = (
             entry.key[0],
             entry.key[1],
