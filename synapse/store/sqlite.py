@@ -656,6 +656,8 @@ class SqliteStore(OutboxMaintenance):
         return await result
 
     def _launch(self) -> None:  # on the loop
+        if not self._writer.is_alive():
+            raise RuntimeError(f"{self.path}: the store is closed")
         self._writing, self._forming = self._forming, None
         self._queue.put(self._writing)
 
@@ -685,8 +687,11 @@ class SqliteStore(OutboxMaintenance):
     def _run_writer(self) -> None:  # the writer thread
         while (batch := self._queue.get()) is not None:
             self._write_batch(batch)
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            try:
                 batch.loop.call_soon_threadsafe(self._settle, batch)
+            except RuntimeError:  # its loop is closed: nobody waits for it any more
+                if self._writing is batch:
+                    self._writing = None
 
     def _write_batch(self, batch: _Batch) -> None:  # the writer thread
         commits = batch.commits
