@@ -23,11 +23,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import a2a_memory, a2a_sdk, codec, e2e, memory, report, timers
+from benchmarks import a2a_memory, a2a_sdk, codec, e2e, http_client, memory, report, timers
 from benchmarks._common import ROOT, Section, machine, quiet_logging
 
 FULL: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=6.0),
+    "http_client": lambda: http_client.run(),
     "e2e": lambda: e2e.run(seconds=4.0, warmup=1.0, rounds=3, compare=True),
     "memory": lambda: memory.run((10_000, 100_000), 10_000),
     "timers": lambda: timers.run(tasks=10_000, seconds=30.0),
@@ -36,6 +37,7 @@ FULL: dict[str, Callable[[], Section]] = {
 }
 QUICK: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=0.3),
+    "http_client": lambda: http_client.run(requests=500, rounds=1),
     "e2e": lambda: e2e.run(seconds=0.4, warmup=0.2, rounds=1, sweep=(1,)),
     "memory": lambda: memory.run((1_000,), 1_000),
     "timers": lambda: timers.run(tasks=500, seconds=1.0),

@@ -33,6 +33,7 @@ import aiohttp
 from synapse.p2p.logs import get_logger
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.client import HttpClient, SenderMode
+from synapse.transport.http1 import ConnectFailed
 from synapse.transport.partners import PartnerRegistry
 from synapse.types import (
     CapabilityQuery,
@@ -62,7 +63,7 @@ def _refused_connection(exc: BaseException) -> bool:
     """True if the failure is a connection that was never made (nothing was delivered)."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, aiohttp.ClientConnectorError | ConnectionRefusedError):
+        if isinstance(seen, aiohttp.ClientConnectorError | ConnectFailed | ConnectionRefusedError):
             return True
         seen = seen.__cause__ or seen.__context__
     return False

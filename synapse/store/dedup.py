@@ -1,16 +1,19 @@
-"""A deduplication table that survives restarts and costs no memory per message.
+"""A deduplication table that survives restarts.
 
-Answered messages live in the store only (`TaskStore.put_dedup`, committed with the
-message's effects, and `get_dedup`, a point lookup): the dedup window, however long and
-however busy, holds nothing in memory. Memory holds only the messages being processed right
-now, so that a retry arriving meanwhile waits for the original's reply. Expired entries are
-removed by the store's retention purge (`TaskStore.purge`).
+Answered messages live in the store (`TaskStore.put_dedup`, committed with the message's
+effects, and `get_dedup`, a point lookup). A store that can tell from memory that a key is
+surely absent (`dedup_known_absent(key, now)`: the SQLite store, which indexes a hash of each
+key it wrote) spares a new message the lookup; a key it is unsure of is looked up, so a
+duplicate is recognised the same way before and after a restart. Besides that index, memory
+holds the messages being processed right now, so that a retry arriving meanwhile waits for
+the original's reply. Expired entries are removed by the store's retention purge
+(`TaskStore.purge`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -35,6 +38,9 @@ class DurableDedupStore:
             raise ValueError("the deduplication window must be positive")
         self._window = timedelta(seconds=window)
         self._store = store
+        self._known_absent: Callable[[DedupKey, float], bool] | None = getattr(
+            store, "dedup_known_absent", None
+        )
         self._in_progress: dict[DedupKey, _InProgress] = {}
 
     def __len__(self) -> int:
@@ -55,7 +61,12 @@ class DurableDedupStore:
             waiter: asyncio.Future[StoredReply | None] = asyncio.get_running_loop().create_future()
             pending.waiters.append(waiter)
             return Begin(DedupOutcome.IN_PROGRESS, waiter=waiter)
-        stored = self._store.get_dedup(key)
+        absent = self._known_absent
+        stored = (
+            None
+            if absent is not None and absent(key, now.timestamp())
+            else self._store.get_dedup(key)
+        )
         if stored is not None and datetime.fromtimestamp(stored.expires_at, UTC) > now:
             if stored.fingerprint != fingerprint:
                 return Begin(DedupOutcome.REUSED)

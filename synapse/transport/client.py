@@ -31,6 +31,7 @@ import msgspec
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.logs import get_logger
+from synapse.transport.http1 import BodyTooLarge, Http1Pool, MalformedResponse
 from synapse.transport.partners import Partner
 from synapse.transport.retry import RetriesExhausted, Transient, retrying
 from synapse.transport.tls import TLSConfig
@@ -54,6 +55,7 @@ SenderMode = Literal["header", "body"]
 #: HTTP statuses after which the same POST is tried again (specs/protocol.md, 'Transport').
 RETRYABLE_STATUSES: frozenset[int] = frozenset({429, 502, 503, 504})
 USER_AGENT = "synapse-p2p/0.1"
+_SIGNATURE_KEY = SIGNATURE_HEADER.lower()
 
 Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], datetime]
@@ -234,18 +236,23 @@ class HttpClient:
         self._clock = clock
         self._jitter = jitter
         self._session: aiohttp.ClientSession | None = None
+        #: Plain-http partners are POSTed to by the lean client (see `synapse.transport.http1`).
+        self._lean: Http1Pool | None = None
         #: Called with (message, attempt that failed) before each retry (metrics).
         self.retry_listeners: list[Callable[[Envelope[Any], int], None]] = []
         #: Extra HTTP headers for one message's POSTs (tracing's `traceparent`).
         self.header_hooks: list[Callable[[Envelope[Any]], Mapping[str, str]]] = []
 
     async def start(self) -> None:
-        """Open the session (idempotent)."""
-        self._ensure_session()
+        """Get ready to POST (idempotent). Connections, and aiohttp's session for the
+        partners that need it, are opened on first use."""
 
     async def close(self) -> None:
         """Close the session and its connections (idempotent)."""
         session, self._session = self._session, None
+        lean, self._lean = self._lean, None
+        if lean is not None:
+            await lean.close()
         if session is not None and not session.closed:
             await session.close()
 
@@ -333,10 +340,21 @@ class HttpClient:
         for listener in self.retry_listeners:
             listener(message, attempt)
 
+    def _lean_pool(self, url: str) -> Http1Pool | None:
+        """The lean client if it POSTs to `url`: plain http, and no aiohttp tracing hooks."""
+        if TRACE_CONFIGS:
+            return None
+        if self._lean is None:
+            self._lean = Http1Pool(
+                limit=self._connection_limit,
+                keepalive_timeout=self._keepalive_timeout,
+                default_headers={"User-Agent": USER_AGENT},
+            )
+        return self._lean if self._lean.supports(url) else None
+
     async def _attempt(
         self, partner: Partner, message: Envelope[Any], mode: SenderMode, attempt: int
     ) -> Reply:
-        session = self._ensure_session()
         sent = refreshed(message, self._clock())
         body, headers = encode_request(sent, partner.signing_secret, mode)
         for hook in self.header_hooks:
@@ -347,19 +365,42 @@ class HttpClient:
             "attempt": attempt,
             "partner": partner.agent_id,
         }
+        lean = self._lean_pool(partner.endpoint)
         try:
-            async with session.post(
-                partner.endpoint, data=body, headers=headers, allow_redirects=False
-            ) as response:
-                status = response.status
-                raw = await _read_limited(response, self.config.max_body_size)
-                retry_after = response.headers.get("Retry-After")
-                signature = response.headers.get(SIGNATURE_HEADER)
+            if lean is not None:
+                response = await lean.post(
+                    partner.endpoint,
+                    body,
+                    headers,
+                    timeout=self.config.request_timeout,
+                    max_body=self.config.max_body_size,
+                )
+                status, raw = response.status, response.body
+                retry_after = response.headers.get("retry-after")
+                signature = response.headers.get(_SIGNATURE_KEY)
+            else:
+                status, raw, retry_after, signature = await self._post_aiohttp(
+                    partner.endpoint, body, headers
+                )
+        except BodyTooLarge as exc:
+            log.debug("post_attempt", **fields, status=exc.status, error=str(exc))
+            raise DeliveryError(
+                str(exc), retryable=False, status=exc.status, attempts=attempt
+            ) from exc
+        except MalformedResponse as exc:
+            log.debug("post_attempt", **fields, status=None, error=repr(exc))
+            raise DeliveryError(
+                f"cannot POST to {partner.endpoint}: {exc!r}", retryable=False, attempts=attempt
+            ) from exc
+        except (ConnectionError, TimeoutError) as exc:
+            error = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            log.debug("post_attempt", **fields, status=None, error=error)
+            raise Transient(error) from exc
         except DeliveryError as exc:
             log.debug("post_attempt", **fields, status=exc.status, error=str(exc))
             exc.attempts = attempt
             raise
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             error = f"{type(exc).__name__}: {exc}".rstrip(": ")
             log.debug("post_attempt", **fields, status=None, error=error)
             raise Transient(error) from exc
@@ -383,3 +424,17 @@ class HttpClient:
                 reply=last,
             )
         return judge_reply(partner, sent, status, raw, signature, attempts=attempt)
+
+    async def _post_aiohttp(
+        self, url: str, body: bytes, headers: Mapping[str, str]
+    ) -> tuple[int, bytes, str | None, str | None]:
+        """POST through aiohttp (https, tracing): status, body, Retry-After, signature."""
+        session = self._ensure_session()
+        async with session.post(url, data=body, headers=headers, allow_redirects=False) as response:
+            raw = await _read_limited(response, self.config.max_body_size)
+            return (
+                response.status,
+                raw,
+                response.headers.get("Retry-After"),
+                response.headers.get(SIGNATURE_HEADER),
+            )

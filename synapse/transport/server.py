@@ -214,6 +214,10 @@ class SynapseServer:
                 f"Content-Type must be application/json, not {request.content_type!r}",
                 {"reason": "content_type"},
             )
+        if request.content_length is not None and request.content.is_eof():
+            # The whole declared body came with the head (the usual small message): nothing
+            # is left to wait for, so no body timer is armed.
+            return await request.read()
         chunks: list[bytes] = []
         size = 0
         try:

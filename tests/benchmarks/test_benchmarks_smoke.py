@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import a2a_memory, a2a_sdk, codec, e2e, longrun, memory, report, timers
+from benchmarks import a2a_memory, a2a_sdk, codec, e2e, http_client, longrun, memory, report, timers
 from benchmarks._common import Section, machine
 
 SDK = all(importlib.util.find_spec(m) is not None for m in ("a2a", "uvicorn", "starlette"))
@@ -35,6 +35,15 @@ def test_codec() -> None:
         "codec.status_update.sign_verify_us",
     )
     assert len(section.tables[0].rows) == 26  # 13 operations × 2 messages
+
+
+def test_http_client() -> None:
+    section = http_client.run(requests=200, concurrency=10, rounds=1)
+    _check(section, "http_client.lean.cpu_us", "http_client.aiohttp.cpu_us")
+    assert [row[0] for row in section.tables[0].rows] == [
+        "synapse.transport.http1",
+        "aiohttp ClientSession",
+    ]
 
 
 def test_memory() -> None:

@@ -43,10 +43,10 @@ class GatedStore(SqliteStore):
         self.gate.set()
         self.at_gate = threading.Event()
 
-    def _write(self, ops: Any, keep: int) -> None:
+    def _write(self, ops: Any, keep: int, kept: Any = None) -> None:
         self.at_gate.set()
         assert self.gate.wait(timeout=30), "the test never opened the gate"
-        super()._write(ops, keep)
+        super()._write(ops, keep, kept)
 
 
 class Handler:

@@ -273,7 +273,8 @@ async def test_commits_apply_in_order(db: Path) -> None:
     # An empty commit returns only once every earlier batch is written.
     await store.commit()
     assert count(db, "outbox") == 2
-    assert store.commits == 5
+    # Commits made while a transaction is written join the next one (group commit).
+    assert 1 <= store.commits <= 5
     await asyncio.gather(*waits)
     await store.close()
 

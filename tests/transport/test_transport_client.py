@@ -596,3 +596,37 @@ def test_encode_request_modes() -> None:
     assert decode_message(body).signature is not None
     body, headers = encode_request(message, None, "body")
     assert SIGNATURE_HEADER not in headers and decode_message(body).signature is None
+
+
+@pytest.mark.parametrize("path", ["lean", "aiohttp"])
+async def test_both_http_clients_deliver_alike_and_plain_http_takes_the_lean_one(
+    path: str, partner: tuple[FakePartner, Partner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import aiohttp
+
+    from synapse.transport import client as client_module
+
+    if path == "aiohttp":  # tracing's hooks exist only in aiohttp: it takes over then
+        monkeypatch.setattr(client_module, "TRACE_CONFIGS", [aiohttp.TraceConfig()])
+    fake, peer = partner
+    fake.script = [lambda seen: _reply(decode_message(seen.body), 503, secret=None)]
+    sleeps = Sleeps()
+    async with HttpClient(CONFIG, sleep=sleeps) as client:
+        reply = await client.exchange(peer, heartbeat())
+        assert reply.status == 200 and reply.verified and reply.attempts == 2
+        assert (client._session is None) == (path == "lean")
+        assert (client._lean is None) == (path == "aiohttp")
+    assert [r.inbound is not None for r in fake.received] == [True, True]
+    assert "Content-Length" in fake.received[0].headers
+
+
+async def test_a_reply_over_the_body_limit_is_final_with_its_status(
+    partner: tuple[FakePartner, Partner],
+) -> None:
+    fake, peer = partner
+    fake.default = lambda seen: web.Response(status=200, body=b"x" * 5000)
+    async with HttpClient(P2PConfig(max_body_size=4096, max_retries=3)) as client:
+        with pytest.raises(DeliveryError, match="exceeds 4096 bytes") as info:
+            await client.exchange(peer, heartbeat())
+    assert not info.value.retryable and info.value.status == 200
+    assert len(fake.received) == 1
