@@ -473,9 +473,7 @@ def test_the_choices_of_performance_md_run_around_a_program(tmp_path: Path) -> N
     "command",
     [
         line.command
-        for line in lines(
-            block(document("benchmarks.md"), "benchmarks.codec\npython -m benchmarks.e2e", "")
-        )
+        for line in lines(block(document("benchmarks.md"), "python -m benchmarks.codec\n", ""))
     ],
 )
 def test_the_benchmark_commands_exist(command: str) -> None:
