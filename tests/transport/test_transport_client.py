@@ -606,8 +606,10 @@ async def test_both_http_clients_deliver_alike_and_plain_http_takes_the_lean_one
 
     from synapse.transport import client as client_module
 
-    if path == "aiohttp":  # tracing's hooks exist only in aiohttp: it takes over then
-        monkeypatch.setattr(client_module, "TRACE_CONFIGS", [aiohttp.TraceConfig()])
+    # Tracing's hooks exist only in aiohttp: it takes over while they are installed (and a
+    # tracing test earlier in this process may have installed them for good).
+    hooks = [aiohttp.TraceConfig()] if path == "aiohttp" else []
+    monkeypatch.setattr(client_module, "TRACE_CONFIGS", hooks)
     fake, peer = partner
     fake.script = [lambda seen: _reply(decode_message(seen.body), 503, secret=None)]
     sleeps = Sleeps()
