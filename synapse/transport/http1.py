@@ -33,7 +33,7 @@ import asyncio
 import collections
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -165,12 +165,7 @@ class _Connection(asyncio.Protocol):
             return
         self._received = True
         self._buffer += data
-        try:
-            self._parse()
-        except (MalformedResponse, BodyTooLarge) as exc:
-            self._fail(exc)
-        except (ValueError, zlib.error) as exc:
-            self._fail(MalformedResponse(str(exc)))
+        self._framed(self._parse)
 
     def eof_received(self) -> bool:
         return False  # close the transport: one request at a time, nothing more to send
@@ -181,18 +176,23 @@ class _Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
-        if self._stage == "close":
-            try:
-                self._finish(b"".join(self._chunks) + bytes(self._buffer), keep_alive=False)
-            except (BodyTooLarge, MalformedResponse) as error:
-                self._fail(error)
-            except (ValueError, zlib.error) as error:
-                self._fail(MalformedResponse(str(error)))
+        if self._stage == "close":  # the body ends where the connection does
+            body = b"".join(self._chunks) + bytes(self._buffer)
+            self._framed(lambda: self._finish(body, keep_alive=False))
             return
         reason = f": {exc}" if exc is not None else ""
         dropped = ConnectionDropped(f"server closed the connection before the response{reason}")
         dropped.__cause__ = exc
         self._fail(dropped)
+
+    def _framed(self, step: Callable[[], None]) -> None:
+        """Run a framing step; what it finds wrong fails the response being read."""
+        try:
+            step()
+        except (MalformedResponse, BodyTooLarge) as exc:
+            self._fail(exc)
+        except (ValueError, zlib.error) as exc:  # a bad number, a broken deflate stream
+            self._fail(MalformedResponse(str(exc)))
 
     # --- one exchange -----------------------------------------------------------------------
 
@@ -505,16 +505,10 @@ class Http1Pool:
             waiter = self.loop.create_future()
             self._waiters.append(waiter)
             try:
-                if deadline is None:
+                async with asyncio.timeout_at(deadline):  # None: no deadline
                     await waiter
-                else:
-                    async with asyncio.timeout_at(deadline):
-                        await waiter
             finally:
-                if not waiter.done():
-                    waiter.cancel()
-                with_waiter = waiter in self._waiters
-                if with_waiter:
+                if waiter in self._waiters:  # timed out or cancelled before its turn
                     self._waiters.remove(waiter)
         self._connecting += 1
         try:
@@ -523,7 +517,7 @@ class Http1Pool:
                     _, protocol = await self.loop.create_connection(
                         lambda: _Connection(self, key), target.host, target.port
                     )
-            except TimeoutError:
+            except TimeoutError:  # an OSError too, but not a refused connection
                 raise
             except OSError as exc:
                 raise ConnectFailed(
