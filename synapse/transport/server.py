@@ -231,13 +231,21 @@ class SynapseServer:
                         return too_large()
                     chunks.append(chunk)
         except TimeoutError:
-            return SynapseError(
-                ErrorCode.MESSAGE_FORMAT_INVALID,
-                f"body not received within {self.body_timeout:g} s",
-                {"reason": "body_timeout"},
-                http_status=408,
-            )
+            return self._body_timeout_error()
         return b"".join(chunks)
+
+    def _body_timeout_error(self) -> SynapseError:
+        return SynapseError(
+            ErrorCode.MESSAGE_FORMAT_INVALID,
+            f"body not received within {self.body_timeout:g} s",
+            {"reason": "body_timeout"},
+            http_status=408,
+        )
+
+    def body_timeout_reply(self) -> StoredReply:
+        """The unsigned 408 nack answering a body that did not arrive within `body_timeout`
+        (the lean callback server's; aiohttp's path builds the same in `_read_body`)."""
+        return self._nack_reply(self._body_timeout_error(), None, None, None)
 
     def framing_refusal(self, status: int, reason: str) -> bytes:
         """The body of the unsigned nack answering what never became a request (malformed
