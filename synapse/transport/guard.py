@@ -19,7 +19,9 @@ serves a peer's app with
 - one log line at most every `ACCEPT_LOG_EVERY` seconds when `accept()` fails (out of
   descriptors), with the count, instead of one per failure.
 
-The body timeout (`body_timeout`) is enforced where the body is read (`SynapseServer`).
+The body timeout (`body_timeout`) is enforced where the body is read (`SynapseServer`, or
+`synapse.transport.http1_server` for the callback POSTs it reads in front of aiohttp: its
+connections count against the same cap and keep the same timeouts).
 `Peer` serves through this site; an application that mounts `SynapseServer.add_routes` into
 its own aiohttp server keeps that server's own limits (pass `auto_decompress=False` and a
 `keepalive_timeout` to its runner, and serve it through `GuardedSite`, to get these).

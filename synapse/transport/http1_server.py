@@ -41,15 +41,12 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from multidict import CIMultiDict
 
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.logs import get_logger
-
-if TYPE_CHECKING:
-    from synapse.transport.guard import HttpLimits
 
 log = get_logger("synapse.transport")
 
@@ -94,6 +91,17 @@ class _Clock:
 _CLOCK = _Clock()
 
 
+class Timeouts(Protocol):
+    """The seconds a connection is given (`synapse.transport.guard.HttpLimits`)."""
+
+    @property
+    def header_timeout(self) -> float: ...
+    @property
+    def body_timeout(self) -> float: ...
+    @property
+    def keepalive_timeout(self) -> float: ...
+
+
 class CallbackRoute:
     """What `CallbackConnection` serves: `path` answered by `answer`, with the limits of
     `limits` and `max_body` bytes per body; `observers` see every reply (metrics)."""
@@ -104,7 +112,7 @@ class CallbackRoute:
         answer: Callable[[bytes, CIMultiDict[str], asyncio.BaseTransport], Awaitable[StoredReply]],
         *,
         max_body: int,
-        limits: HttpLimits,
+        limits: Timeouts,
         timeout_reply: Callable[[], StoredReply],
         enabled: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -318,7 +326,8 @@ class CallbackConnection(asyncio.Protocol):
         finally:
             self._task = None
         route.served += 1
-        close = head.close or self._eof
+        # A client that half-closed after its requests gets all their replies, then EOF.
+        close = head.close or (self._eof and not self._buffer)
         self._write(reply, close)
         elapsed = time.perf_counter() - started
         for observer in route.observers:

@@ -469,9 +469,9 @@ async def test_stopping_lets_the_request_being_answered_finish() -> None:
     assert bodies(bytes(transport.written)) == [b'{"a":1}'] and transport.closed
 
 
-async def test_a_half_closed_client_gets_its_reply_then_the_connection_closes() -> None:
+async def test_a_half_closed_client_gets_its_replies_then_the_connection_closes() -> None:
     conn, transport, _ = connection()
-    conn.data_received(post(b'{"a":1}'))
-    assert conn.eof_received() is True  # keep the transport open to write the reply
+    conn.data_received(post(b'{"a":1}') + post(b'{"b":2}'))
+    assert conn.eof_received() is True  # keep the transport open to write the replies
     await settle()
-    assert bodies(bytes(transport.written)) == [b'{"a":1}'] and transport.closed
+    assert bodies(bytes(transport.written)) == [b'{"a":1}', b'{"b":2}'] and transport.closed
