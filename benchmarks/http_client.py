@@ -1,11 +1,14 @@
-"""HTTP clients of a callback: Synapse's lean HTTP/1.1 client against aiohttp's client.
+"""HTTP of a callback: Synapse's lean HTTP/1.1 client against aiohttp's client, and its
+lean callback server against aiohttp's server.
 
     python -m benchmarks.http_client [--requests 20000] [--concurrency 50]
 
-Both POST the same signed-sized JSON body to the same aiohttp server, in this process, on
-kept-alive connections, and read the whole reply: CPU per exchange is the process's (client
-and server together, so the server's share is the same for both), wall time gives
-requests/s. Alternating rounds; the best of each.
+Clients: both POST the same signed-sized JSON body to the same aiohttp server, in this
+process, on kept-alive connections, and read the whole reply. Servers: the lean client POSTs
+to aiohttp's server and to the lean callback server (`synapse.transport.http1_server`, in
+front of the same aiohttp app), each answering with the same stored reply. CPU per exchange
+is the process's (client and server together, so the side not under test costs the same in
+both rows), wall time gives requests/s. Alternating rounds; the best of each.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ REPLY = b'{"version":"1.0","type":"p2p:ack","payload":{}}'
 
 
 async def _measure(kind: str, url: str, requests: int, concurrency: int) -> dict[str, float]:
+    """`kind`: "lean" or "aiohttp", the client; the server is the one `url` points at."""
     import aiohttp
 
     from synapse.transport.http1 import Http1Pool
@@ -52,26 +56,52 @@ async def _measure(kind: str, url: str, requests: int, concurrency: int) -> dict
 async def _run(requests: int, concurrency: int, rounds: int) -> dict[str, list[dict[str, float]]]:
     from aiohttp import web
 
+    from synapse.p2p.dedup import StoredReply
+    from synapse.transport.guard import GuardedSite, HttpLimits
+    from synapse.transport.http1_server import CallbackRoute
+
+    stored = StoredReply.of(200, REPLY, HEADERS)
+
     async def handle(request: web.Request) -> web.Response:
         await request.read()
         return web.Response(body=REPLY, headers=HEADERS)
+
+    async def answer(body: bytes, headers: Any, transport: Any) -> StoredReply:
+        return stored
 
     app = web.Application()
     app.router.add_post("/synapse/callback", handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    port = free_port()
+    port, lean_port = free_port(), free_port()
     await web.TCPSite(runner, HOST, port).start()
+    limits = HttpLimits()
+    route = CallbackRoute(
+        "/synapse/callback",
+        answer,
+        max_body=1 << 20,
+        limits=limits,
+        timeout_reply=lambda: stored,
+    )
+    await GuardedSite(
+        runner, HOST, lean_port, limits=limits, refusal=lambda s, r: b"{}", callbacks=route
+    ).start()
     url = f"http://{HOST}:{port}/synapse/callback"
-    runs: dict[str, list[dict[str, float]]] = {"lean": [], "aiohttp": []}
+    lean_url = f"http://{HOST}:{lean_port}/synapse/callback"
+    runs: dict[str, list[dict[str, float]]] = {"lean": [], "aiohttp": [], "lean server": []}
     try:
-        await _measure("lean", url, min(requests, 500), concurrency)  # warm both up
+        await _measure("lean", url, min(requests, 500), concurrency)  # warm every pair up
         await _measure("aiohttp", url, min(requests, 500), concurrency)
+        await _measure("lean", lean_url, min(requests, 500), concurrency)
         for _ in range(rounds):
             for kind in runs:
-                runs[kind].append(await _measure(kind, url, requests, concurrency))
+                if kind == "lean server":
+                    runs[kind].append(await _measure("lean", lean_url, requests, concurrency))
+                else:
+                    runs[kind].append(await _measure(kind, url, requests, concurrency))
     finally:
         await runner.cleanup()
+    assert route.served > 0 and route.handed_over == 0
     return runs
 
 
@@ -80,12 +110,8 @@ def run(*, requests: int = 20_000, concurrency: int = 50, rounds: int = 3) -> Se
     runs = asyncio.run(_run(requests, concurrency, rounds))
     section = Section(
         "http_client",
-        "HTTP client of a callback: the lean HTTP/1.1 client against aiohttp's",
+        "HTTP of a callback: the lean HTTP/1.1 client and server against aiohttp's",
         "python -m benchmarks.http_client",
-    )
-    table = Table(
-        ["client", "requests/s", "CPU µs per exchange (client + server)", "vs aiohttp"],
-        title=f"{requests:,} POSTs at concurrency {concurrency}, best of {rounds} rounds",
     )
     best: dict[str, Any] = {
         kind: {
@@ -94,9 +120,18 @@ def run(*, requests: int = 20_000, concurrency: int = 50, rounds: int = 3) -> Se
         }
         for kind, kind_runs in runs.items()
     }
+    clients = Table(
+        [
+            "client (to aiohttp's server)",
+            "requests/s",
+            "CPU µs per exchange (client + server)",
+            "vs aiohttp",
+        ],
+        title=f"{requests:,} POSTs at concurrency {concurrency}, best of {rounds} rounds",
+    )
     for kind, name in (("lean", "synapse.transport.http1"), ("aiohttp", "aiohttp ClientSession")):
         b = best[kind]
-        table.add(
+        clients.add(
             name,
             rate(b["rate"]),
             f"{b['cpu_us']:.0f}",
@@ -106,10 +141,32 @@ def run(*, requests: int = 20_000, concurrency: int = 50, rounds: int = 3) -> Se
             f"http_client.{kind}.cpu_us": b["cpu_us"],
             f"http_client.{kind}.requests_per_s": b["rate"],
         }
-    section.tables.append(table)
+    servers = Table(
+        [
+            "server (from the lean client)",
+            "requests/s",
+            "CPU µs per exchange (client + server)",
+            "vs aiohttp",
+        ],
+        title="The same POSTs, from the lean client, to each server",
+    )
+    for kind, name in (("lean server", "synapse.transport.http1_server"), ("lean", "aiohttp web")):
+        b = best[kind]
+        servers.add(
+            name,
+            rate(b["rate"]),
+            f"{b['cpu_us']:.0f}",
+            f"{b['cpu_us'] / best['lean']['cpu_us']:.2f}×",
+        )
+    section.figures |= {
+        "http_client.lean_server.cpu_us": best["lean server"]["cpu_us"],
+        "http_client.lean_server.requests_per_s": best["lean server"]["rate"],
+    }
+    section.tables += [clients, servers]
     section.notes.append(
-        "One process: an aiohttp server and the client under test on one event loop "
-        "(asyncio's), kept-alive connections, a 500-byte JSON body and a small reply."
+        "One process: the server and the client on one event loop (asyncio's), kept-alive "
+        "connections, a 500-byte JSON body and a small reply. The lean server's answer is a "
+        "stored reply, as aiohttp's handler's is: only HTTP is measured."
     )
     section.seconds = time.monotonic() - started
     return section

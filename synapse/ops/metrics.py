@@ -24,6 +24,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from synapse.p2p.listener import RuntimeListener
+from synapse.transport.http1_server import LEAN_CALLBACKS
 from synapse.types import Message, MessageType, Nack, SynapseError
 
 if TYPE_CHECKING:
@@ -294,6 +295,11 @@ class PeerMetrics(RuntimeListener):
                 route = resource.canonical if resource is not None else "unmatched"
                 children(request.method, route, status).observe(time.perf_counter() - started)
 
+        def observe(method: str, route: str, status: int, seconds: float) -> None:
+            children(method, route, status).observe(seconds)
+
+        # Callbacks the lean server answers without aiohttp are observed through this.
+        setattr(timed, LEAN_CALLBACKS, observe)
         return timed
 
     # --- exposition -------------------------------------------------------------------------

@@ -19,7 +19,9 @@ serves a peer's app with
 - one log line at most every `ACCEPT_LOG_EVERY` seconds when `accept()` fails (out of
   descriptors), with the count, instead of one per failure.
 
-The body timeout (`body_timeout`) is enforced where the body is read (`SynapseServer`).
+The body timeout (`body_timeout`) is enforced where the body is read (`SynapseServer`, or
+`synapse.transport.http1_server` for the callback POSTs it reads in front of aiohttp: its
+connections count against the same cap and keep the same timeouts).
 `Peer` serves through this site; an application that mounts `SynapseServer.add_routes` into
 its own aiohttp server keeps that server's own limits (pass `auto_decompress=False` and a
 `keepalive_timeout` to its runner, and serve it through `GuardedSite`, to get these).
@@ -42,6 +44,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from synapse.p2p.logs import get_logger
+from synapse.transport.http1_server import CallbackConnection, CallbackRoute, raw_response
 
 log = get_logger("synapse.transport")
 
@@ -81,14 +84,6 @@ class HttpLimits:
         }
 
 
-def _raw_response(status: int, phrase: str, body: bytes) -> bytes:
-    head = (
-        f"HTTP/1.1 {status} {phrase}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode("ascii") + body
-
-
 class _Guard:
     """The open connections of one site, oldest first."""
 
@@ -96,12 +91,12 @@ class _Guard:
         self.limits = limits
         self.refusal = refusal
         self.cap = limits.effective_max_connections()
-        self.open: dict[GuardedHandler, None] = {}
+        self.open: dict[GuardedHandler | CallbackConnection, None] = {}
         self.stalled = 0
         self.evicted = 0
         self.refused = 0
 
-    def admit(self, handler: GuardedHandler) -> bool:
+    def admit(self, handler: GuardedHandler | CallbackConnection) -> bool:
         if len(self.open) >= self.cap:
             victim = next((h for h in self.open if h.awaiting_head), None)
             if victim is None:
@@ -112,7 +107,7 @@ class _Guard:
         self.open[handler] = None
         return True
 
-    def gone(self, handler: GuardedHandler) -> None:
+    def gone(self, handler: GuardedHandler | CallbackConnection) -> None:
         self.open.pop(handler, None)
 
 
@@ -134,7 +129,7 @@ class GuardedHandler(RequestHandler):
         if not self.guard.admit(self):
             body = self.guard.refusal(503, "too many connections; retry later")
             with contextlib.suppress(Exception):
-                transport.write(_raw_response(503, "Service Unavailable", body))  # type: ignore[attr-defined]
+                transport.write(raw_response(503, "Service Unavailable", body))  # type: ignore[attr-defined]
             transport.close()
             return
         super().connection_made(transport)
@@ -186,7 +181,7 @@ class GuardedHandler(RequestHandler):
         transport = self.transport
         if transport is not None and not transport.is_closing():
             with contextlib.suppress(Exception):
-                transport.write(_raw_response(status, phrase, self.guard.refusal(status, reason)))
+                transport.write(raw_response(status, phrase, self.guard.refusal(status, reason)))
         self.force_close()
 
     # --- malformed framing ------------------------------------------------------------------
@@ -220,9 +215,13 @@ class GuardedSite(web.TCPSite):
         refusal: Refusal,
         reuse_address: bool = True,
         ssl_context: ssl.SSLContext | None = None,
+        callbacks: CallbackRoute | None = None,
     ) -> None:
         super().__init__(runner, host, port, reuse_address=reuse_address, ssl_context=ssl_context)
         self.guard = _Guard(limits, refusal)
+        #: The callback route served by `synapse.transport.http1_server` in front of aiohttp
+        #: (plain HTTP only), or None: aiohttp serves every request.
+        self.callbacks = callbacks if ssl_context is None else None
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
@@ -232,8 +231,15 @@ class GuardedSite(web.TCPSite):
         kwargs: dict[str, Any] = dict(getattr(server, "_kwargs", {}))
         guard = self.guard
 
-        def handler() -> GuardedHandler:
+        def aiohttp_handler() -> GuardedHandler:
             return GuardedHandler(server, loop=loop, guard=guard, **kwargs)
+
+        callbacks = self.callbacks
+
+        def handler() -> asyncio.Protocol:
+            if callbacks is None:
+                return aiohttp_handler()
+            return CallbackConnection(callbacks, guard, aiohttp_handler, loop)
 
         _rate_limit_accept_errors(loop)
         self._server = await loop.create_server(
@@ -246,6 +252,17 @@ class GuardedSite(web.TCPSite):
             ssl=self._ssl_context,
         )
 
+    async def stop(self) -> None:
+        await super().stop()
+        # aiohttp's runner closes its own connections; those served by the callback server
+        # finish the request they are answering (as aiohttp's do), then close.
+        lean = [c for c in self.guard.open if isinstance(c, CallbackConnection)]
+        if lean:
+            await asyncio.gather(*(c.shutdown(SHUTDOWN_TIMEOUT) for c in lean))
+
+
+#: Seconds a connection of the callback server may take to finish its request at stop.
+SHUTDOWN_TIMEOUT = 60.0
 
 _ACCEPT_MESSAGE = "socket.accept() out of system resource"
 

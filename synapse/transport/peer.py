@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.dedup import DedupStore
+from synapse.p2p.dedup import DedupStore, StoredReply
 from synapse.p2p.handler import TaskHandler
 from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import MemoryStore, TaskStore
 from synapse.p2p.protocol import P2PProtocol, TaskHandle
 from synapse.transport.client import HttpClient, SenderMode
 from synapse.transport.guard import GuardedSite, HttpLimits
+from synapse.transport.http1_server import LEAN_CALLBACKS, CallbackRoute
 from synapse.transport.inbound import encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH, SynapseServer
@@ -251,6 +253,7 @@ class Peer:
                 limits=self.http_limits,
                 refusal=self._framing_refusal,
                 ssl_context=ssl_context,
+                callbacks=self._callback_route(app),
             )
             await site.start()
             self._site = site
@@ -282,6 +285,36 @@ class Peer:
         if self.tls is not None and self.tls.crl is not None and self._crl_refresh is None:
             # A renewed CRL is picked up while the peer runs (synapse.transport.tls).
             self._crl_refresh = asyncio.create_task(refresh_crls(), name="synapse-crl-refresh")
+
+    def _callback_route(self, app: web.Application) -> CallbackRoute | None:
+        """The callback route for the lean server (`synapse.transport.http1_server`), or None
+        if a middleware of `app` must see every request (it does not carry `LEAN_CALLBACKS`)."""
+        observers: list[Callable[[str, str, int, float], None]] = []
+        for middleware in app.middlewares:
+            if not hasattr(middleware, LEAN_CALLBACKS):
+                return None
+            observer = getattr(middleware, LEAN_CALLBACKS)
+            if observer is not None:
+                observers.append(observer)
+
+        def answer(
+            body: bytes, headers: CIMultiDict[str], transport: asyncio.BaseTransport
+        ) -> Awaitable[StoredReply]:
+            return self.server.answer(body, headers, transport)
+
+        def enabled() -> bool:
+            return self._server is not None and self._server.serves_callbacks_itself
+
+        route = CallbackRoute(
+            self.path,
+            answer,
+            max_body=self.config.max_body_size,
+            limits=self.http_limits,
+            timeout_reply=lambda: self.server.body_timeout_reply(),
+            enabled=enabled,
+        )
+        route.observers += observers
+        return route
 
     def _framing_refusal(self, status: int, reason: str) -> bytes:
         if self._server is None:  # bound, not yet built: the peer is starting

@@ -23,8 +23,8 @@ import random
 from collections.abc import Callable, Mapping
 
 import aiohttp
-from aiohttp import web
 
+from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import TaskKey
 from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import P2PProtocol
@@ -88,7 +88,7 @@ class Replicas:
 
     async def route(
         self, inbound: Inbound, headers: Mapping[str, str]
-    ) -> web.Response | SynapseError | None:
+    ) -> StoredReply | SynapseError | None:
         if FORWARDED_HEADER in headers:
             return None
         key = self._key(inbound)
@@ -125,7 +125,7 @@ class Replicas:
 
     async def _forward(
         self, url: str, inbound: Inbound, headers: Mapping[str, str]
-    ) -> web.Response | SynapseError:
+    ) -> StoredReply | SynapseError:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.request_timeout)
@@ -137,7 +137,7 @@ class Replicas:
                 body = await response.read()
                 passed = {h: response.headers[h] for h in _PASSED_HEADERS if h in response.headers}
                 self.forwarded += 1
-                return web.Response(status=response.status, body=body, headers=passed)
+                return StoredReply.of(response.status, body, passed)
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.info("forward_failed", url=url, message_id=inbound.head.id, error=repr(exc))
             return _OWNER_UNREACHABLE

@@ -113,7 +113,7 @@ class SynapseServer:
         #: message, a reply from the replica that owns its task, an error to answer, or None
         #: to handle it here.
         self.route: (
-            Callable[[Inbound, Mapping[str, str]], Awaitable[web.Response | SynapseError | None]]
+            Callable[[Inbound, Mapping[str, str]], Awaitable[StoredReply | SynapseError | None]]
             | None
         ) = None
 
@@ -231,13 +231,21 @@ class SynapseServer:
                         return too_large()
                     chunks.append(chunk)
         except TimeoutError:
-            return SynapseError(
-                ErrorCode.MESSAGE_FORMAT_INVALID,
-                f"body not received within {self.body_timeout:g} s",
-                {"reason": "body_timeout"},
-                http_status=408,
-            )
+            return self._body_timeout_error()
         return b"".join(chunks)
+
+    def _body_timeout_error(self) -> SynapseError:
+        return SynapseError(
+            ErrorCode.MESSAGE_FORMAT_INVALID,
+            f"body not received within {self.body_timeout:g} s",
+            {"reason": "body_timeout"},
+            http_status=408,
+        )
+
+    def body_timeout_reply(self) -> StoredReply:
+        """The unsigned 408 nack answering a body that did not arrive within `body_timeout`
+        (the lean callback server's; aiohttp's path builds the same in `_read_body`)."""
+        return self._nack_reply(self._body_timeout_error(), None, None, None)
 
     def framing_refusal(self, status: int, reason: str) -> bytes:
         """The body of the unsigned nack answering what never became a request (malformed
@@ -253,11 +261,43 @@ class SynapseServer:
             response = self._nack(body, None, None, None)
             response.force_close()  # the rest of the body is not read
             return response
+        return _response(await self.answer(body, request.headers, request.transport))
+
+    @property
+    def serves_callbacks_itself(self) -> bool:
+        """True unless `handle`, `_handle` or `_read_body` is overridden (by a subclass or on
+        the instance): then every POST goes through aiohttp and the override, and the lean
+        callback server (`synapse.transport.http1_server`) steps aside."""
+        cls = type(self)
+        return (
+            cls.handle is SynapseServer.handle
+            and cls._handle is SynapseServer._handle
+            and cls._read_body is SynapseServer._read_body
+            and "handle" not in self.__dict__
+        )
+
+    async def answer(
+        self, body: bytes, headers: Mapping[str, str], transport: object | None
+    ) -> StoredReply:
+        """The reply to one POST whose body was read within the limits: `headers` are the
+        request's (case-insensitive), `transport` its connection (for mTLS). Never raises for
+        a bad message: every refusal is a nack, an unexpected failure a 503."""
+        try:
+            return await self._answer(body, headers, transport)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never a bare 500: log it, let the sender retry
+            log.exception("internal_error", error=repr(exc))
+            return self._nack_reply(_INTERNAL, None, None, None)
+
+    async def _answer(
+        self, body: bytes, headers: Mapping[str, str], transport: object | None
+    ) -> StoredReply:
         now = self.utcnow()
         try:
             inbound = authenticate(
                 body,
-                request.headers.get("X-Synapse-Signature"),
+                headers.get("X-Synapse-Signature"),
                 partners=self.partners,
                 agent_id=self.agent_id,
                 now=now,
@@ -272,16 +312,16 @@ class SynapseServer:
                 code=refused.error.code.value,
                 reason=(refused.error.details or {}).get("reason", refused.error.message),
             )
-            return self._nack(
+            return self._nack_reply(
                 refused.error, refused.request_id, refused.sender_id, refused.sign_with
             )
         head = inbound.head
         if not self.protocol.ready:
             # Recovery (loading the store) is not done: nothing can be judged yet.
             log.info("message_refused", message_id=head.id, code="agent_not_ready")
-            return self._nack(_STARTING, head.id, head.from_.agent_id, inbound.partner)
+            return self._nack_reply(_STARTING, head.id, head.from_.agent_id, inbound.partner)
         # mTLS: a verified client certificate must name the partner the message claims to be.
-        mismatch = check_partner_certificate(request.transport, head.from_.agent_id)
+        mismatch = check_partner_certificate(transport, head.from_.agent_id)
         if mismatch is not None:
             denied = SynapseError(ErrorCode.PERMISSION_DENIED, mismatch, {"reason": "certificate"})
             log.info(
@@ -292,20 +332,20 @@ class SynapseServer:
                 code=denied.code.value,
                 reason="certificate",
             )
-            return self._nack(denied, head.id, head.from_.agent_id, None)
+            return self._nack_reply(denied, head.id, head.from_.agent_id, None)
         wait = self._rate_wait(inbound.partner.agent_id)
         if wait:
             error = SynapseError(
                 ErrorCode.RATE_LIMITED, "too many requests", {"retry_after": round(wait, 3)}
             )
             retry_after = str(max(1, round(wait + 0.5)))
-            return self._nack(
+            return self._nack_reply(
                 error, head.id, head.from_.agent_id, inbound.partner, {"Retry-After": retry_after}
             )
         if self.route is not None:
-            routed = await self.route(inbound, request.headers)
+            routed = await self.route(inbound, headers)
             if isinstance(routed, SynapseError):
-                return self._nack(routed, head.id, head.from_.agent_id, inbound.partner)
+                return self._nack_reply(routed, head.id, head.from_.agent_id, inbound.partner)
             if routed is not None:
                 return routed
         self._expire(now)
@@ -318,18 +358,18 @@ class SynapseServer:
             if begun.outcome is DedupOutcome.DUPLICATE:
                 assert begun.reply is not None
                 log.info("message_duplicate", message_id=head.id, sender=head.from_.agent_id)
-                return _response(begun.reply)
+                return begun.reply
             if begun.outcome is DedupOutcome.REUSED:
                 error = SynapseError(
                     ErrorCode.INVALID_PARAMS,
                     f"message id {head.id!r} was already used for another message",
                     {"reason": "id_reused"},
                 )
-                return self._nack(error, head.id, head.from_.agent_id, inbound.partner)
+                return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
             assert begun.waiter is not None
             stored = await begun.waiter
             if stored is not None:
-                return _response(stored)
+                return stored
         try:
             reply = await self._process(inbound)
             storable = is_storable(reply.status)
@@ -351,7 +391,7 @@ class SynapseServer:
             # Our bug, but the sender is authenticated: its 503 is addressed and signed.
             self.dedup.abandon(inbound.key)
             log.exception("internal_error", message_id=head.id, error=repr(exc))
-            return self._nack(_INTERNAL, head.id, head.from_.agent_id, inbound.partner)
+            return self._nack_reply(_INTERNAL, head.id, head.from_.agent_id, inbound.partner)
         except BaseException:
             self.dedup.abandon(inbound.key)
             raise
@@ -359,7 +399,7 @@ class SynapseServer:
             self.dedup.complete(inbound.key, reply)
         else:
             self.dedup.abandon(inbound.key)
-        return _response(reply)
+        return reply
 
     async def _process(self, inbound: Inbound) -> StoredReply:
         """The reply to an authenticated message: a 200 is committed with the message's

@@ -13,12 +13,14 @@ import asyncio
 import gzip
 import json
 import zlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
+from aiohttp import web
+from rawhttp import exchange, parse, request, unsigned_nack
 from rawpost import RawAgent
 
 from synapse.p2p.config import P2PConfig
@@ -44,59 +46,32 @@ class Target:
         return self.peer.port
 
 
-@pytest.fixture
-async def target() -> AsyncIterator[Target]:
+@web.middleware
+async def passthrough(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A middleware that does not say the callback route may skip it: aiohttp serves all."""
+    return cast(web.StreamResponse, await handler(request))
+
+
+@pytest.fixture(params=["lean server", "aiohttp"])
+async def target(request: pytest.FixtureRequest) -> AsyncIterator[Target]:
+    """A peer served by the lean callback server in front of aiohttp, and one served by
+    aiohttp alone: every hostile input below must be answered alike by both."""
     peer = Peer(
         E,
         partners=[Partner(R, "http://127.0.0.1:9/cb", (SECRET,))],
         config=P2PConfig(heartbeat_interval=1000.0),
         http_limits=LIMITS,
     )
+    if request.param == "aiohttp":
+        peer.app_hooks.append(lambda app: app.middlewares.append(passthrough))
     async with aiohttp.ClientSession() as session, peer:
+        assert peer._site is not None
+        assert (peer._site.callbacks is None) == (request.param == "aiohttp")
         yield Target(peer, RawAgent(session, R, "http://127.0.0.1:9/cb", SECRET, peer.endpoint, E))
 
 
 def heartbeat(agent: RawAgent) -> dict[str, Any]:
     return agent.envelope("heartbeat", {"status": "ok", "active_tasks": 0})
-
-
-async def exchange(port: int, raw: bytes, *, timeout: float = 5.0) -> bytes:
-    """Send `raw` on a new connection and read until the peer closes it."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(raw)
-        await writer.drain()
-        return await asyncio.wait_for(reader.read(), timeout)
-    finally:
-        writer.close()
-
-
-def request(body: bytes, headers: Sequence[tuple[str, str]]) -> bytes:
-    lines = [f"POST {PATH} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(body)}"]
-    lines += [f"{k}: {v}" for k, v in headers]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-def parse(response: bytes) -> tuple[int, dict[str, str], bytes]:
-    head, _, body = response.partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(status_line.split()[1]), headers, body
-
-
-def unsigned_nack(response: bytes, status: int, code: str) -> dict[str, Any]:
-    got, headers, body = parse(response)
-    assert got == status, response
-    assert headers.get("content-type", "").startswith("application/json"), response
-    assert SIGNATURE_HEADER.lower() not in headers, response
-    value = json.loads(body)
-    assert value["type"] == "p2p:nack" and value["payload"]["code"] == code, value
-    assert value.get("signature") is None
-    details: dict[str, Any] = value["payload"].get("details") or {}
-    return details
 
 
 # --- §4: Content-Encoding, in every form -----------------------------------------------------

@@ -19,6 +19,7 @@ from synapse.p2p.listener import RuntimeListener
 from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import TaskFilter
 from synapse.p2p.states import Role
+from synapse.transport.http1_server import LEAN_CALLBACKS
 from synapse.types import DecidedBy, DecisionAction, LocalProtocolError, TaskState
 from synapse.types.enums import FINAL_STATES
 
@@ -214,6 +215,8 @@ class Console(RuntimeListener):
                 response.headers.update(_SECURITY_HEADERS)
             return response
 
+        # Nothing to do on the callback route (not under the console's prefix).
+        setattr(headers, LEAN_CALLBACKS, None)
         return headers
 
     async def _shutdown(self, app: web.Application) -> None:
