@@ -90,7 +90,8 @@ def check_store(spec: str) -> Path:
         raise CliError(f"{path} is not a synapse store: {exc}") from exc
     finally:
         conn.close()
-    if row is None or row[0] != str(SCHEMA_VERSION):
+    # An older version is brought up to date when the store opens it.
+    if row is None or not row[0].isdigit() or int(row[0]) > SCHEMA_VERSION:
         found = "no schema version" if row is None else f"schema {row[0]}"
         raise CliError(f"{path}: store has {found}; this version reads {SCHEMA_VERSION}")
     return path

@@ -22,6 +22,7 @@ from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey
 from synapse.store import SqliteStore
+from synapse.store.sqlite import SCHEMA_VERSION
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 
@@ -119,6 +120,31 @@ def test_list_is_a_table_of_pending_messages_and_dead_letters(prepared: Made, st
     ]  # fmt: skip
     assert second.split()[6].endswith("s")  # its age, e.g. 1s
     assert summary == f"{store}: 1 pending, 1 dead letter"
+
+
+def test_a_file_of_an_older_schema_version_is_listed_and_brought_up_to_date(
+    prepared: Made, store: Path
+) -> None:
+    conn = sqlite3.connect(store, isolation_level=None)
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.execute("DROP INDEX tasks_finished")  # version 1's, with an IN list
+    conn.execute(
+        "CREATE INDEX tasks_finished ON tasks (updated_at) "
+        "WHERE state IN ('completed', 'failed', 'cancelled', 'rejected')"
+    )
+    conn.close()
+    assert [row["message_id"] for row in listed(store)] == [prepared.dead, prepared.pending]
+    conn = sqlite3.connect(store)
+    version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    index = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'tasks_finished'").fetchone()
+    conn.close()
+    assert version == (str(SCHEMA_VERSION),) and " IN " not in index[0]
+    conn = sqlite3.connect(store, isolation_level=None)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION + 1,))
+    conn.close()
+    status, out, err = outbox("--store", str(store))
+    assert (status, out) == (2, "")
+    assert f"store has schema {SCHEMA_VERSION + 1}; this version reads {SCHEMA_VERSION}" in err
 
 
 def test_list_json_is_one_object_a_line(prepared: Made, store: Path) -> None:

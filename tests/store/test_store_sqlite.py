@@ -12,7 +12,7 @@ from storekit import R_ID, T0, Duo, dedup_entry, outbox_item
 
 from synapse.p2p.persistence import DeadLetter, MemoryStore, Snapshot
 from synapse.store import SqliteStore, open_store
-from synapse.store.sqlite import SCHEMA_VERSION, read_snapshot
+from synapse.store.sqlite import IS_FINAL, IS_LIVE, SCHEMA_VERSION, read_snapshot
 from synapse.types import TaskState
 
 
@@ -357,3 +357,82 @@ async def test_memory_store_keeps_nothing_across_restarts_but_lists_its_outbox()
     assert store.dead_letters == {"msg-2": DeadLetter(outbox_item(2), "gave up", T0)}
     assert store.load() == Snapshot()
     await store.close()
+
+
+# --- schema versions --------------------------------------------------------------------------
+
+#: The partial indexes of a version-1 file, as version 1 created them.
+V1_PARTIAL_INDEXES = """
+DROP INDEX tasks_live; DROP INDEX tasks_finished; DROP INDEX tasks_finished_by_role;
+CREATE INDEX tasks_live ON tasks (state)
+    WHERE state NOT IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX tasks_finished ON tasks (updated_at)
+    WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
+CREATE INDEX tasks_finished_by_role ON tasks (role, state)
+    WHERE state IN ('completed', 'failed', 'cancelled', 'rejected');
+UPDATE meta SET value = '1' WHERE key = 'schema_version';
+"""
+
+_UPSERT = (
+    "INSERT INTO tasks (requester, task_id, role, state, updated_at, record) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (requester, task_id) DO UPDATE SET "
+    "role=excluded.role, state=excluded.state, updated_at=excluded.updated_at, "
+    "record=excluded.record"
+)
+
+
+def ephemeral_tables_per_upsert(conn: sqlite3.Connection) -> int:
+    """Temporary b-trees one task upsert builds (SQLite makes one for each `IN (...)` list
+    it evaluates, each time it evaluates it)."""
+    program = conn.execute("EXPLAIN " + _UPSERT, ("r", "t", "executor", "idle", 0.0, b"{}"))
+    return sum(1 for row in program if row[1] == "OpenEphemeral")
+
+
+def plan(conn: sqlite3.Connection, query: str) -> str:
+    return str(conn.execute("EXPLAIN QUERY PLAN " + query).fetchall())
+
+
+async def test_a_task_write_builds_no_temporary_table_and_reads_use_the_partial_indexes(
+    db: Path,
+) -> None:
+    store = SqliteStore(db)
+    conn = store._conn
+    assert ephemeral_tables_per_upsert(conn) == 0
+    assert "USING INDEX tasks_live" in plan(conn, f"SELECT record FROM tasks k WHERE {IS_LIVE}")
+    assert "USING INDEX tasks_finished " in plan(
+        conn, f"SELECT task_id FROM tasks WHERE {IS_FINAL} AND updated_at < 1 ORDER BY updated_at"
+    )
+    assert "COVERING INDEX tasks_finished_by_role" in plan(
+        conn, f"SELECT role, state, count(*) FROM tasks WHERE {IS_FINAL} GROUP BY role, state"
+    )
+    await store.close()
+
+
+async def test_a_version_1_file_is_upgraded_with_everything_in_it(db: Path) -> None:
+    store = SqliteStore(db)
+    duo = Duo(store, MemoryStore())
+    done, live = duo.submit(task_id="t-done"), duo.submit(task_id="t-live")
+    duo.complete(done)
+    store.put_dedup(dedup_entry("m-1", T0 + 600))
+    store.add_outbox(outbox_item(store.next_seq(), "m-out"))
+    await store.commit()
+    before = await reopened(store)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.executescript(V1_PARTIAL_INDEXES)
+    assert ephemeral_tables_per_upsert(conn) == 9  # what version 1 paid for every task write
+    conn.close()
+
+    again = SqliteStore(db)
+    version = again._conn.execute("SELECT value FROM meta WHERE key='schema_version'")
+    assert version.fetchone()[0] == str(SCHEMA_VERSION) == "2"
+    assert ephemeral_tables_per_upsert(again._conn) == 0
+    assert [t.key for t in again.load().tasks] == [live]  # the live one, through tasks_live
+    assert again.count_finished() == {("requester", TaskState.COMPLETED): 1}
+    assert await reopened(again) == before  # nothing lost, nothing changed
+    # Opening it again finds it up to date: nothing more to do.
+    await SqliteStore(db).close()
+    with sqlite3.connect(db) as check:
+        rows = check.execute(
+            "SELECT name, sql FROM sqlite_master WHERE name LIKE 'tasks_%' AND sql LIKE '% IN %'"
+        ).fetchall()
+    assert rows == []
