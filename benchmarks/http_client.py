@@ -120,48 +120,35 @@ def run(*, requests: int = 20_000, concurrency: int = 50, rounds: int = 3) -> Se
         }
         for kind, kind_runs in runs.items()
     }
-    clients = Table(
-        [
-            "client (to aiohttp's server)",
-            "requests/s",
-            "CPU µs per exchange (client + server)",
-            "vs aiohttp",
-        ],
-        title=f"{requests:,} POSTs at concurrency {concurrency}, best of {rounds} rounds",
-    )
-    for kind, name in (("lean", "synapse.transport.http1"), ("aiohttp", "aiohttp ClientSession")):
-        b = best[kind]
-        clients.add(
-            name,
-            rate(b["rate"]),
-            f"{b['cpu_us']:.0f}",
-            f"{b['cpu_us'] / best['aiohttp']['cpu_us']:.2f}×",
+
+    def compare(head: str, title: str, rows: list[tuple[str, str]], baseline: str) -> Table:
+        table = Table(
+            [head, "requests/s", "CPU µs per exchange (client + server)", "vs aiohttp"],
+            title=title,
         )
-        section.figures |= {
-            f"http_client.{kind}.cpu_us": b["cpu_us"],
-            f"http_client.{kind}.requests_per_s": b["rate"],
-        }
-    servers = Table(
-        [
-            "server (from the lean client)",
-            "requests/s",
-            "CPU µs per exchange (client + server)",
-            "vs aiohttp",
-        ],
-        title="The same POSTs, from the lean client, to each server",
+        for kind, name in rows:
+            b = best[kind]
+            cpu = f"{b['cpu_us'] / best[baseline]['cpu_us']:.2f}×"
+            table.add(name, rate(b["rate"]), f"{b['cpu_us']:.0f}", cpu)
+            figure = kind.replace(" ", "_")
+            section.figures |= {
+                f"http_client.{figure}.cpu_us": b["cpu_us"],
+                f"http_client.{figure}.requests_per_s": b["rate"],
+            }
+        return table
+
+    clients = compare(
+        "client (to aiohttp's server)",
+        f"{requests:,} POSTs at concurrency {concurrency}, best of {rounds} rounds",
+        [("lean", "synapse.transport.http1"), ("aiohttp", "aiohttp ClientSession")],
+        "aiohttp",
     )
-    for kind, name in (("lean server", "synapse.transport.http1_server"), ("lean", "aiohttp web")):
-        b = best[kind]
-        servers.add(
-            name,
-            rate(b["rate"]),
-            f"{b['cpu_us']:.0f}",
-            f"{b['cpu_us'] / best['lean']['cpu_us']:.2f}×",
-        )
-    section.figures |= {
-        "http_client.lean_server.cpu_us": best["lean server"]["cpu_us"],
-        "http_client.lean_server.requests_per_s": best["lean server"]["rate"],
-    }
+    servers = compare(
+        "server (from the lean client)",
+        "The same POSTs, from the lean client, to each server",
+        [("lean server", "synapse.transport.http1_server"), ("lean", "aiohttp web")],
+        "lean",
+    )
     section.tables += [clients, servers]
     section.notes.append(
         "One process: the server and the client on one event loop (asyncio's), kept-alive "

@@ -85,6 +85,13 @@ class Conn:
         )
         return status, headers, body
 
+    async def heartbeat(self, r: RawAgent) -> None:
+        """One signed heartbeat, answered 200 by a heartbeat replying to it."""
+        value, raw = heartbeat(r)
+        await self.send(raw)
+        status, _, body = await self.response()
+        assert status == 200 and answers(body, value)
+
     def close(self) -> None:
         self.writer.close()
 
@@ -122,10 +129,7 @@ async def test_callbacks_are_served_lean_and_anything_else_goes_to_aiohttp_with_
         await conn.send(b"GET /no-such-route HTTP/1.1\r\nHost: x\r\n\r\n")
         assert (await conn.response())[0] == 404
         assert route.handed_over == 1
-        value, raw = heartbeat(r)
-        await conn.send(raw)
-        status, _, body = await conn.response()
-        assert status == 200 and answers(body, value)
+        await conn.heartbeat(r)
         assert route.served == 1
     finally:
         conn.close()
@@ -222,9 +226,7 @@ async def test_an_overridden_handler_sees_callbacks_even_on_a_lean_connection(
     peer, r = served
     conn = await Conn.open(peer.port)
     try:
-        value, raw = heartbeat(r)
-        await conn.send(raw)
-        assert answers((await conn.response())[2], value)
+        await conn.heartbeat(r)
         original = peer.server.handle
         calls: list[str] = []
 
@@ -233,10 +235,7 @@ async def test_an_overridden_handler_sees_callbacks_even_on_a_lean_connection(
             return await original(request)
 
         peer.server.handle = wrapped  # type: ignore[method-assign]
-        value, raw = heartbeat(r)
-        await conn.send(raw)
-        status, _, body = await conn.response()
-        assert status == 200 and answers(body, value)
+        await conn.heartbeat(r)
         assert calls == [PATH] and route_of(peer).served == 1
     finally:
         conn.close()
@@ -246,9 +245,7 @@ async def test_closing_the_peer_closes_idle_lean_connections(served: tuple[Peer,
     peer, r = served
     conn = await Conn.open(peer.port)
     try:
-        value, raw = heartbeat(r)
-        await conn.send(raw)
-        assert answers((await conn.response())[2], value)
+        await conn.heartbeat(r)
         await peer.close()
         assert await asyncio.wait_for(conn.reader.read(), 5) == b""
     finally:
