@@ -55,6 +55,17 @@ async def held_first_commit(store: GatedStore) -> asyncio.Task[None]:
     return first
 
 
+async def held_first_and_second_queued(
+    store: GatedStore,
+) -> tuple[asyncio.Task[None], asyncio.Task[None]]:
+    """The first commit held in its transaction, a second queued behind it (outbox 1 and 2)."""
+    first = await held_first_commit(store)
+    store.add_outbox(outbox_item(2))
+    second = asyncio.create_task(store.commit())
+    await asyncio.sleep(0)
+    return first, second
+
+
 async def commit_and_check(store: SqliteStore, path: Path, seq: int) -> None:
     store.add_outbox(outbox_item(seq))
     await store.commit()
@@ -130,10 +141,7 @@ async def test_an_empty_commit_waits_for_the_transactions_queued_before_it(
 ) -> None:
     path = tmp_path / "s.sqlite"
     store = GatedStore(path)
-    first = await held_first_commit(store)
-    store.add_outbox(outbox_item(2))
-    second = asyncio.create_task(store.commit())
-    await asyncio.sleep(0)
+    first, second = await held_first_and_second_queued(store)
     empty = asyncio.create_task(store.commit())
     await asyncio.sleep(0)
     assert not empty.done()
@@ -147,10 +155,7 @@ async def test_an_empty_commit_waits_for_the_transactions_queued_before_it(
 async def test_purge_runs_in_the_writer_after_the_transaction_it_joins(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     store = GatedStore(path)
-    first = await held_first_commit(store)
-    store.add_outbox(outbox_item(2))
-    second = asyncio.create_task(store.commit())
-    await asyncio.sleep(0)
+    first, second = await held_first_and_second_queued(store)
     purge = asyncio.create_task(store.purge(finished_before=0.0, now=0.0, limit=10))
     await asyncio.sleep(0)
     assert not purge.done()

@@ -13,6 +13,7 @@ import gzip
 import itertools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -47,6 +48,16 @@ class Scripted:
 def ok(body: bytes, *extra: str) -> bytes:
     head = ["HTTP/1.1 200 OK", f"Content-Length: {len(body)}", *extra]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+@contextlib.asynccontextmanager
+async def open_pool(**options: Any) -> AsyncIterator[Http1Pool]:
+    """An `Http1Pool` closed at the end, whatever the test asserted."""
+    pool = Http1Pool(**options)
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 @contextlib.asynccontextmanager
@@ -103,16 +114,15 @@ async def post(
 
 
 async def test_a_kept_alive_connection_serves_many_posts_and_the_request_is_well_formed() -> None:
-    async with scripted(lambda n, _: ok(b'{"n": %d}' % n, "X-Synapse-Signature: sha256=ab")) as s:
-        pool = Http1Pool(default_headers={"User-Agent": "synapse-test"})
-        try:
-            for n in (1, 2, 3):
-                response = await post(pool, s.url)
-                assert response.status == 200
-                assert response.body == b'{"n": %d}' % n
-                assert response.headers["x-synapse-signature"] == "sha256=ab"
-        finally:
-            await pool.close()
+    async with (
+        scripted(lambda n, _: ok(b'{"n": %d}' % n, "X-Synapse-Signature: sha256=ab")) as s,
+        open_pool(default_headers={"User-Agent": "synapse-test"}) as pool,
+    ):
+        for n in (1, 2, 3):
+            response = await post(pool, s.url)
+            assert response.status == 200
+            assert response.body == b'{"n": %d}' % n
+            assert response.headers["x-synapse-signature"] == "sha256=ab"
     assert s.connections == 1
     first = s.requests[0]
     assert first.startswith(b"POST /synapse/callback HTTP/1.1\r\n")
@@ -127,52 +137,40 @@ async def test_a_chunked_reply_with_extensions_and_trailers_is_joined() -> None:
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
         b'4;name=value\r\n{"a"\r\n3\r\n: 1\r\n1\r\n}\r\n0\r\nX-Trailer: t\r\n\r\n'
     )
-    async with scripted(lambda n, _: reply) as s:
-        pool = Http1Pool()
-        try:
-            assert (await post(pool, s.url)).body == b'{"a": 1}'
-            assert (await post(pool, s.url)).body == b'{"a": 1}'
-        finally:
-            await pool.close()
+    async with scripted(lambda n, _: reply) as s, open_pool() as pool:
+        assert (await post(pool, s.url)).body == b'{"a": 1}'
+        assert (await post(pool, s.url)).body == b'{"a": 1}'
     assert s.connections == 1
 
 
 async def test_a_body_without_length_is_read_until_close_and_the_connection_not_reused() -> None:
-    async with scripted(
-        lambda n, _: b'HTTP/1.1 200 OK\r\n\r\n{"until": "close"}', close_after=True
-    ) as s:
-        pool = Http1Pool()
-        try:
-            assert (await post(pool, s.url)).body == b'{"until": "close"}'
-            assert (await post(pool, s.url)).body == b'{"until": "close"}'
-        finally:
-            await pool.close()
+    async with (
+        scripted(lambda n, _: b'HTTP/1.1 200 OK\r\n\r\n{"until": "close"}', close_after=True) as s,
+        open_pool() as pool,
+    ):
+        assert (await post(pool, s.url)).body == b'{"until": "close"}'
+        assert (await post(pool, s.url)).body == b'{"until": "close"}'
     assert s.connections == 2
 
 
 async def test_interim_responses_are_skipped_and_connection_close_is_obeyed() -> None:
     reply = b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"{}", "Connection: close")
-    async with scripted(lambda n, _: reply) as s:
-        pool = Http1Pool()
-        try:
-            assert (await post(pool, s.url)).body == b"{}"
-            assert (await post(pool, s.url)).body == b"{}"
-        finally:
-            await pool.close()
+    async with scripted(lambda n, _: reply) as s, open_pool() as pool:
+        assert (await post(pool, s.url)).body == b"{}"
+        assert (await post(pool, s.url)).body == b"{}"
     assert s.connections == 2
 
 
 async def test_a_gzip_body_is_inflated_within_the_body_limit() -> None:
     packed = gzip.compress(b'{"zipped": true}')
     bomb = gzip.compress(b" " * 100_000)
-    async with scripted(lambda n, _: ok(packed if n == 1 else bomb, "Content-Encoding: gzip")) as s:
-        pool = Http1Pool()
-        try:
-            assert (await post(pool, s.url, max_body=1000)).body == b'{"zipped": true}'
-            with pytest.raises(BodyTooLarge):
-                await post(pool, s.url, max_body=1000)
-        finally:
-            await pool.close()
+    async with (
+        scripted(lambda n, _: ok(packed if n == 1 else bomb, "Content-Encoding: gzip")) as s,
+        open_pool() as pool,
+    ):
+        assert (await post(pool, s.url, max_body=1000)).body == b'{"zipped": true}'
+        with pytest.raises(BodyTooLarge):
+            await post(pool, s.url, max_body=1000)
 
 
 @pytest.mark.parametrize(
@@ -185,15 +183,11 @@ async def test_a_gzip_body_is_inflated_within_the_body_limit() -> None:
     ids=["declared", "chunked"],
 )
 async def test_a_body_over_the_limit_is_refused_with_its_status(reply: bytes) -> None:
-    async with scripted(lambda n, _: reply) as s:
-        pool = Http1Pool()
-        try:
-            with pytest.raises(BodyTooLarge) as info:
-                await post(pool, s.url, max_body=1500)
-            assert info.value.status == 200
-            assert pool.open_connections() == 0
-        finally:
-            await pool.close()
+    async with scripted(lambda n, _: reply) as s, open_pool() as pool:
+        with pytest.raises(BodyTooLarge) as info:
+            await post(pool, s.url, max_body=1500)
+        assert info.value.status == 200
+        assert pool.open_connections() == 0
 
 
 @pytest.mark.parametrize(
@@ -211,89 +205,68 @@ async def test_a_body_over_the_limit_is_refused_with_its_status(reply: bytes) ->
     ids=["version", "status", "header-name", "two-lengths", "negative", "te", "chunk", "101"],
 )
 async def test_framing_that_cannot_be_trusted_is_refused(reply: bytes) -> None:
-    async with scripted(lambda n, _: reply) as s:
-        pool = Http1Pool()
-        try:
-            with pytest.raises(MalformedResponse):
-                await post(pool, s.url)
-            assert pool.open_connections() == 0
-        finally:
-            await pool.close()
+    async with scripted(lambda n, _: reply) as s, open_pool() as pool:
+        with pytest.raises(MalformedResponse):
+            await post(pool, s.url)
+        assert pool.open_connections() == 0
 
 
 async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once_anew() -> None:
     # The server closes after each answer without saying so: the second POST meets a dead
     # connection and goes out again at once on a new one.
-    async with scripted(lambda n, _: ok(b"{}"), close_after=True) as s:
-        pool = Http1Pool()
-        try:
-            await post(pool, s.url)
-            # Let the server's FIN arrive only after our next POST was written: no wait here.
-            await post(pool, s.url)
-            await post(pool, s.url)
-        finally:
-            await pool.close()
+    async with scripted(lambda n, _: ok(b"{}"), close_after=True) as s, open_pool() as pool:
+        await post(pool, s.url)
+        # Let the server's FIN arrive only after our next POST was written: no wait here.
+        await post(pool, s.url)
+        await post(pool, s.url)
     assert len(s.requests) == 3
     assert s.connections == 3
 
 
 async def test_a_reused_connection_hung_up_before_any_reply_byte_is_retried_at_once() -> None:
-    async with scripted(lambda n, _: b"" if n == 2 else ok(b'{"n": %d}' % n)) as s:
-        pool = Http1Pool()
-        try:
-            assert (await post(pool, s.url)).body == b'{"n": 1}'
-            # Request 2 reaches the server on the kept-alive connection, which hangs up:
-            # the same bytes go out again on a new connection and are answered.
-            assert (await post(pool, s.url)).body == b'{"n": 3}'
-        finally:
-            await pool.close()
+    async with (
+        scripted(lambda n, _: b"" if n == 2 else ok(b'{"n": %d}' % n)) as s,
+        open_pool() as pool,
+    ):
+        assert (await post(pool, s.url)).body == b'{"n": 1}'
+        # Request 2 reaches the server on the kept-alive connection, which hangs up:
+        # the same bytes go out again on a new connection and are answered.
+        assert (await post(pool, s.url)).body == b'{"n": 3}'
     assert s.requests[1] == s.requests[2]
     assert s.connections == 2
 
 
 async def test_a_fresh_connection_closed_before_the_reply_is_not_retried() -> None:
-    async with scripted(
-        lambda n, _: b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{", close_after=True
-    ) as s:
-        pool = Http1Pool()
-        try:
-            with pytest.raises(ConnectionDropped):
-                await post(pool, s.url)
-        finally:
-            await pool.close()
+    async with (
+        scripted(
+            lambda n, _: b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{", close_after=True
+        ) as s,
+        open_pool() as pool,
+    ):
+        with pytest.raises(ConnectionDropped):
+            await post(pool, s.url)
     assert len(s.requests) == 1
 
 
 async def test_no_reply_within_the_timeout_is_a_timeout_and_the_connection_goes() -> None:
-    async with scripted(lambda n, _: None) as s:
-        pool = Http1Pool()
-        try:
-            with pytest.raises(TimeoutError):
-                await post(pool, s.url, timeout=0.2)
-            assert pool.open_connections() == 0
-        finally:
-            await pool.close()
+    async with scripted(lambda n, _: None) as s, open_pool() as pool:
+        with pytest.raises(TimeoutError):
+            await post(pool, s.url, timeout=0.2)
+        assert pool.open_connections() == 0
 
 
 async def test_a_refused_connection_is_connect_failed() -> None:
     async with scripted(lambda n, _: ok(b"{}")) as s:
         url = s.url
-    pool = Http1Pool()
-    try:
+    async with open_pool() as pool:
         with pytest.raises(ConnectFailed) as info:
             await post(pool, url)
         assert isinstance(info.value.__cause__, ConnectionRefusedError)
-    finally:
-        await pool.close()
 
 
 async def test_at_most_limit_connections_are_in_use_and_the_rest_wait() -> None:
-    async with scripted(lambda n, _: ok(b"{}")) as s:
-        pool = Http1Pool(limit=2)
-        try:
-            replies = await asyncio.gather(*(post(pool, s.url) for _ in range(10)))
-        finally:
-            await pool.close()
+    async with scripted(lambda n, _: ok(b"{}")) as s, open_pool(limit=2) as pool:
+        replies = await asyncio.gather(*(post(pool, s.url) for _ in range(10)))
     assert [r.status for r in replies] == [200] * 10
     assert s.most_open <= 2
     assert len(s.requests) == 10
