@@ -44,7 +44,12 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from synapse.p2p.logs import get_logger
-from synapse.transport.http1_server import CallbackConnection, CallbackRoute, raw_response
+from synapse.transport.http1_server import (
+    CallbackConnection,
+    CallbackRoute,
+    raw_response,
+    turn_away,
+)
 
 log = get_logger("synapse.transport")
 
@@ -127,10 +132,7 @@ class GuardedHandler(RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if not self.guard.admit(self):
-            body = self.guard.refusal(503, "too many connections; retry later")
-            with contextlib.suppress(Exception):
-                transport.write(raw_response(503, "Service Unavailable", body))  # type: ignore[attr-defined]
-            transport.close()
+            turn_away(transport, self.guard.refusal)
             return
         super().connection_made(transport)
         self._arm_head_timer()

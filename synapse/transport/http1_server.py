@@ -177,11 +177,8 @@ class CallbackConnection(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)
         self.transport = transport
         if not self.guard.admit(self):
-            body = self.guard.refusal(503, "too many connections; retry later")
-            with contextlib.suppress(Exception):
-                transport.write(raw_response(503, "Service Unavailable", body))
             self._closed = True
-            transport.close()
+            turn_away(transport, self.guard.refusal)
             return
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -278,7 +275,6 @@ class CallbackConnection(asyncio.Protocol):
         if method != b"POST" or target != route.target or version != b"HTTP/1.1":
             return None
         headers: CIMultiDict[str] = CIMultiDict()
-        seen: set[str] = set()
         length = -1
         close = False
         for line in lines[1:]:
@@ -289,9 +285,8 @@ class CallbackConnection(asyncio.Protocol):
             if not _VALUE_CHARS.issuperset(value):
                 return None
             key = name.decode("ascii").lower()
-            if key in seen or key in _NOT_HERE:
+            if key in headers or key in _NOT_HERE:  # given twice, or not served here
                 return None
-            seen.add(key)
             text = value.decode("ascii")
             if key == "content-length":
                 if not text.isdigit():
@@ -320,7 +315,6 @@ class CallbackConnection(asyncio.Protocol):
             reply: StoredReply = await route.answer(body, head.headers, transport)
         except Exception as exc:  # `answer` answers every failure: a bug of ours
             log.exception("internal_error", error=repr(exc))
-            self._task = None
             self._close()
             return
         finally:
@@ -465,6 +459,14 @@ class CallbackConnection(asyncio.Protocol):
             self._close()
 
 
+def turn_away(transport: asyncio.BaseTransport, refusal: Callable[[int, str], bytes]) -> None:
+    """Answer a connection the guard has no room for with a 503 nack, and close it."""
+    body = refusal(503, "too many connections; retry later")
+    with contextlib.suppress(Exception):
+        cast(asyncio.Transport, transport).write(raw_response(503, "Service Unavailable", body))
+    transport.close()
+
+
 def raw_response(status: int, phrase: str, body: bytes) -> bytes:
     """A whole JSON response that closes the connection."""
     head = (
@@ -474,4 +476,4 @@ def raw_response(status: int, phrase: str, body: bytes) -> bytes:
     return head.encode("ascii") + body
 
 
-__all__ = ["LEAN_CALLBACKS", "CallbackConnection", "CallbackRoute", "raw_response"]
+__all__ = ["LEAN_CALLBACKS", "CallbackConnection", "CallbackRoute", "raw_response", "turn_away"]
