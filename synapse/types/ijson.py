@@ -14,6 +14,7 @@ below, which decides (and words the error).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
@@ -58,7 +59,14 @@ def _int(text: str) -> int:
     return value
 
 
+#: Counts every float either parser builds: a document holds a fraction or an exponent when
+#: the count moved while it was parsed (`next` on a count is one atomic step, so a parse in
+#: another thread can only make a document look like it holds floats, never the reverse).
+_floats_built = itertools.count()
+
+
 def _float(text: str) -> float:
+    next(_floats_built)
     value = float(text)
     if value in (float("inf"), float("-inf")):
         raise _Violation(f"number {text[:40]} is not finite")
@@ -84,7 +92,9 @@ _LONG_DIGITS = b"0" * 16
 #: (so at most `MAX_DEPTH` containers: the fast path never needs to measure the depth).
 _MAX_CONTAINERS = MAX_DEPTH
 _BACKSLASH, _COLON, _BRACE = ord("\\"), ord(":"), ord("{")
-_any_decoder = msgspec.json.Decoder()
+#: `_float` refuses what msgspec itself refuses ("Number out of range") with a `_Violation`,
+#: which sends the document to the reference parser, as msgspec's refusal did.
+_any_decoder = msgspec.json.Decoder(float_hook=_float)
 _encoder = msgspec.json.Encoder()
 _NOT_PLAIN: Any = object()
 
@@ -104,7 +114,7 @@ def _parse_plain(data: bytes) -> Any:
             return _NOT_PLAIN
     try:
         value = _any_decoder.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, _Violation):
         return _NOT_PLAIN
     # Without escapes every string re-encodes to the same bytes and numbers hold no colon, so
     # re-encoding keeps every colon but those of a repeated member name (and of its value),
@@ -120,6 +130,15 @@ def parse_i_json(data: bytes) -> Any:
     if value is not _NOT_PLAIN:
         return value
     return _parse_reference(data)
+
+
+def parse_i_json_noting_floats(data: bytes) -> tuple[Any, bool]:
+    """`parse_i_json`, and whether the value holds a float (a number written with a fraction
+    or an exponent): the encoders that fingerprint a value agree byte for byte on every
+    value without one (`synapse.transport.inbound.message_fingerprint`)."""
+    before = next(_floats_built)
+    value = parse_i_json(data)
+    return value, next(_floats_built) - before > 1
 
 
 def _parse_reference(data: bytes) -> Any:

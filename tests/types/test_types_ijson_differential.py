@@ -9,10 +9,11 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from synapse.transport.inbound import message_fingerprint
 from synapse.types.codec import decode_message
 from synapse.types.errors import SynapseError
 from synapse.types.ijson import _parse_reference as parse_i_json_reference
-from synapse.types.ijson import parse_i_json
+from synapse.types.ijson import parse_i_json, parse_i_json_noting_floats
 
 MAX = 2**53 - 1
 
@@ -126,3 +127,78 @@ def test_a_whole_message_decodes_as_the_reference_then_the_codec_would(
     decoded = outcome(decode_message, body)
     if reference[0] == "refused":
         assert decoded == reference
+
+
+# --- the fingerprint's fast encoder ---------------------------------------------------------
+
+
+def holds_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(holds_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(holds_float(v) for v in value)
+    return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(values, st.booleans())
+@example([("a", 1.0)], False)
+@example([("a", [1, {"b": 1e16}])], False)
+@example([("a", 1)], False)
+@example([("n", 1e400)], False)  # rendered as Infinity: refused, counted or not
+def test_noting_floats_tells_exactly_whether_the_value_holds_one(
+    value: Any, ensure_ascii: bool
+) -> None:
+    try:
+        data = render(value, ensure_ascii).encode("utf-8", "surrogatepass")
+    except UnicodeEncodeError:
+        return
+    plain = outcome(parse_i_json, data)
+    try:
+        parsed, floats = parse_i_json_noting_floats(data)
+    except SynapseError as exc:
+        assert plain == ("refused", (exc.code, exc.message, exc.details))
+        return
+    assert plain[0] == "value" and same(parsed, plain[1])
+    assert floats == holds_float(parsed), (data, parsed)
+
+
+def test_a_number_beyond_a_double_is_still_refused_on_the_fast_path() -> None:
+    for data in (b'{"n":1e400}', b'{"n":-1E999}', b"[1.5e309]"):
+        assert outcome(parse_i_json, data)[0] == "refused"
+        assert outcome(parse_i_json, data) == outcome(parse_i_json_reference, data)
+
+
+keys = st.text(max_size=6)
+plain_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-MAX, max_value=MAX),
+        st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12),
+        st.sampled_from(
+            ["é", "\u2028", "\u2029", "\x7f", "\x00", "\x1f", "\\", '"', "/", "\U0001f600"]
+        ),
+    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(keys, plain_values, max_size=6))
+@example({"b": 1, "a": {"é": 1, "z": 2, "A": 3, "\uffff": 4, "\U0001f600": 5}})
+@example({"id": "x", "timestamp": "t", "signature": "s", "payload": {"text": "a\nb\tc\x01"}})
+def test_the_fast_fingerprint_is_the_reference_fingerprint_without_floats(
+    value: dict[str, Any],
+) -> None:
+    """Byte for byte: a dedup record written by another release or another replica must
+    still recognise a retry."""
+    assert message_fingerprint(value, floats=False) == message_fingerprint(value, floats=True)
+
+
+def test_a_value_the_fast_encoder_refuses_falls_back_to_the_reference() -> None:
+    value = {"id": "x", "text": "lone \ud800 surrogate"}
+    assert message_fingerprint(value, floats=False) == message_fingerprint(value)
