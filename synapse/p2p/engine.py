@@ -30,8 +30,7 @@ from synapse.p2p.states import (
     TransitionError,
     next_state,
     state_timers,
-    timers_entered,
-    timers_left,
+    timer_changes,
 )
 from synapse.p2p.timers import TimerQueue
 from synapse.types import (
@@ -601,9 +600,10 @@ class Engine:
         if new is TaskState.EXECUTING and old is not TaskState.EXECUTING:
             rec.executing_since = now
         # The timers of the state left stop, those of the state entered start (STATE_TIMERS).
-        for timer in timers_left(rec.role, old, new):
+        left, entered = timer_changes(rec.role, old, new)
+        for timer in left:
             self._timers.cancel((_TIMER_KINDS[timer], rec.key))
-        for timer in timers_entered(rec.role, old, new):
+        for timer in entered:
             self._start_state_timer(rec, timer, now, wait_until)
         if rec.role is Role.REQUESTER and not new.is_final:
             # Any word about the task (or our answer to it) restarts R's patience.
@@ -784,8 +784,13 @@ class Engine:
 
         if spec.deadline is not None and _epoch(spec.deadline) <= now:
             return reject(ErrorCode.EXECUTION_TIMEOUT, "the task's deadline has already passed")
-        names = {as_capability(c).name for c in self.capabilities()}
-        if spec.type not in names:
+        offered = self.capabilities()
+        if not isinstance(offered, list | tuple):
+            offered = list(offered)  # a provider may hand back any iterable
+        # Names as plain strings are the common case: one C-level search of the list.
+        if spec.type not in offered and not any(
+            isinstance(c, Capability) and c.name == spec.type for c in offered
+        ):
             return reject(ErrorCode.CAPABILITY_LACKING, f"task type {spec.type!r} is not offered")
         if self._executing >= self.config.max_concurrent_tasks:
             return reject(

@@ -7,6 +7,7 @@ allowed; `next_state` raises at one place. `specs/state-machine.md` is printed f
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Mapping
 from enum import StrEnum
@@ -276,6 +277,15 @@ def timers_entered(role: Role, old: TaskState, new: TaskState) -> frozenset[Stat
 def timers_left(role: Role, old: TaskState, new: TaskState) -> frozenset[StateTimer]:
     """Timers to stop on the move `old → new`."""
     return state_timers(role, old) - state_timers(role, new)
+
+
+@functools.cache
+def timer_changes(
+    role: Role, old: TaskState, new: TaskState
+) -> tuple[frozenset[StateTimer], frozenset[StateTimer]]:
+    """(`timers_left`, `timers_entered`) of the move `old → new`, worked out once per move:
+    every transition of every task asks."""
+    return timers_left(role, old, new), timers_entered(role, old, new)
 
 
 #: Executor states whose handler is running or about to run: `executing`, and every state
