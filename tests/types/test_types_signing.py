@@ -21,7 +21,7 @@ from synapse.types import (
     verify_body_signature,
     verify_header_signature,
 )
-from synapse.types.signing import MAX_HEADER_SIGNATURES
+from synapse.types.signing import MAX_HEADER_SIGNATURES, hmac_signature
 
 BODY = (
     '{"version":"1.0","id":"msg-1","type":"p2p:task_status_update",'
@@ -193,3 +193,28 @@ def test_body_comparison_is_constant_time(compare_calls: list[tuple[bytes, bytes
     signed = {**envelope, "signature": body_signature(OLD, envelope)}
     assert verify_body_signature([NEW, OLD], signed)
     assert len(compare_calls) == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=200), st.text(max_size=80)), st.binary(max_size=600))
+def test_the_precomputed_key_states_give_rfc_2104_hmac(secret: str | bytes, data: bytes) -> None:
+    """Keys shorter than, equal to and longer than SHA-256's 64-byte block, str or bytes, and
+    the same key again (its states come from the cache the second time)."""
+    key = secret.encode() if isinstance(secret, str) else secret
+    want = "sha256=" + hmac.new(key, data, hashlib.sha256).hexdigest()
+    assert hmac_signature(secret, data) == want
+    assert hmac_signature(secret, data) == want
+
+
+def test_a_signature_does_not_leak_state_into_the_next() -> None:
+    first = hmac_signature("k", b"one")
+    hmac_signature("k", b"two" * 100)
+    assert hmac_signature("k", b"one") == first
+    assert (
+        hmac_signature("k" * 64, b"x")
+        == "sha256=" + hmac.new(b"k" * 64, b"x", "sha256").hexdigest()
+    )
+    assert (
+        hmac_signature("k" * 65, b"x")
+        == "sha256=" + hmac.new(b"k" * 65, b"x", "sha256").hexdigest()
+    )
