@@ -117,7 +117,7 @@ def _target(url: str) -> _Target | None:
 def _header_lines(headers: Mapping[str, str]) -> bytes:
     lines = []
     for name, value in headers.items():
-        if not name or not all(ord(c) in _TOKEN_CHARS for c in name):
+        if not name or not name.isascii() or not _TOKEN_CHARS.issuperset(name.encode()):
             raise ValueError(f"invalid HTTP header name {name!r}")
         if "\r" in value or "\n" in value or "\x00" in value:
             raise ValueError(f"invalid value for HTTP header {name!r}")
@@ -349,7 +349,7 @@ class _Connection(asyncio.Protocol):
         headers: dict[str, str] = {}
         for line in lines[1:]:
             name, colon, value = line.partition(b":")
-            if not colon or not name or not all(c in _TOKEN_CHARS for c in name):
+            if not colon or not name or not _TOKEN_CHARS.issuperset(name):
                 raise MalformedResponse(f"bad header line {line[:80]!r}")
             key = name.decode("ascii").lower()
             text = value.strip(b" \t").decode("latin-1")
