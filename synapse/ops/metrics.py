@@ -10,6 +10,7 @@ scrape time. docs/operations.md lists every metric.
 from __future__ import annotations
 
 import hmac
+import threading
 import time
 from collections import Counter as Tally
 from collections import OrderedDict
@@ -83,6 +84,50 @@ class _Children:
         return child
 
 
+class _Tally:
+    """A counter's increments, by label values, in a plain dict: what the runtime bumps a
+    dozen times a task. Added to the prometheus counter whenever the registry is collected
+    (`_FlushTallies`, registered ahead of the counters), so every scrape and every
+    `get_sample_value` reads exact totals; `Counter.inc` would take a lock and check its
+    argument on every event instead."""
+
+    __slots__ = ("_children", "_counts", "_flushed", "_lock")
+
+    def __init__(self, metric: Any) -> None:
+        self._children = _Children(metric)
+        #: Every increment ever counted, by key: only ever grows, so a flush in another
+        #: thread can never lose one (it adds the difference to what it added before).
+        self._counts: dict[tuple[Any, ...], int] = {}
+        self._flushed: dict[tuple[Any, ...], int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, *key: Any) -> None:
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def flush(self) -> None:
+        with self._lock:
+            for key, count in list(self._counts.items()):  # one step in C: no size change
+                done = self._flushed.get(key, 0)
+                if count != done:
+                    self._children(*key).inc(count - done)
+                    self._flushed[key] = count
+
+
+class _FlushTallies(Collector):
+    """Brings the counters up to date with their tallies before they are collected."""
+
+    def __init__(self, tallies: list[_Tally]) -> None:
+        self._tallies = tallies
+
+    def describe(self) -> list[Metric]:
+        return []  # no metric of its own (and the registry need not collect it to know)
+
+    def collect(self) -> Iterator[Metric]:
+        for tally in self._tallies:
+            tally.flush()
+        return iter(())
+
+
 #: Exchanges tracked at once; past it the oldest are forgotten (a ping that raised, say).
 _TRACKED = 10_000
 
@@ -152,6 +197,9 @@ class PeerMetrics(RuntimeListener):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.protocol: P2PProtocol | None = None
         r = self.registry
+        # First in the registry: collected, hence flushed, before the counters it feeds.
+        tallies: list[_Tally] = []
+        r.register(_FlushTallies(tallies))
         self.transitions = Counter(
             "synapse_task_transitions",
             "Task state changes.",
@@ -210,12 +258,20 @@ class PeerMetrics(RuntimeListener):
             registry=r,
         )
         r.register(_RuntimeGauges(self))
-        self._transitions = _Children(self.transitions)
-        self._received = _Children(self.received)
-        self._sent = _Children(self.sent)
-        self._nacks_received = _Children(self.nacks_received)
-        self._nacks_sent = _Children(self.nacks_sent)
-        self._retries = _Children(self.retries)
+        self._transitions = _Tally(self.transitions)
+        self._received = _Tally(self.received)
+        self._sent = _Tally(self.sent)
+        self._nacks_received = _Tally(self.nacks_received)
+        self._nacks_sent = _Tally(self.nacks_sent)
+        self._retries = _Tally(self.retries)
+        tallies += [
+            self._transitions,
+            self._received,
+            self._sent,
+            self._nacks_received,
+            self._nacks_sent,
+            self._retries,
+        ]
         self._commit_ok = self.commit_seconds.labels("ok")
         self._commit_error = self.commit_seconds.labels("error")
         self._http = _Children(self.http_seconds)
@@ -226,11 +282,11 @@ class PeerMetrics(RuntimeListener):
     # --- RuntimeListener --------------------------------------------------------------------
 
     def on_transition(self, transition: Transition) -> None:
-        self._transitions(transition.role, transition.from_state, transition.to_state).inc()
+        self._transitions(transition.role, transition.from_state, transition.to_state)
 
     def on_refused(self, message: Message, error: SynapseError) -> None:
         self._received_types.pop(message.id, None)
-        self._received(message.message_type, "refused").inc()
+        self._received(message.message_type, "refused")
 
     def on_handler_done(
         self, key: TaskKey, task_type: str, started: float, seconds: float, outcome: str
@@ -239,7 +295,7 @@ class PeerMetrics(RuntimeListener):
 
     def on_delivery_failed(self, message: Message, partner: str, error: DeliveryError) -> None:
         self._sent_types.pop(message.id, None)
-        self._sent(message.message_type, "failed").inc()
+        self._sent(message.message_type, "failed")
 
     def on_dead_letter(self, message: Message, partner: str, reason: str) -> None:
         self.dead_letters.labels(_type(message)).inc()
@@ -257,24 +313,24 @@ class PeerMetrics(RuntimeListener):
             # The answer to an accepted message (a refusal raises and goes to `on_refused`).
             request_type = self._received_types.pop(message.reply_to or "", None)
             if request_type is not None:
-                self._received(request_type, "accepted").inc()
+                self._received(request_type, "accepted")
         elif direction == "out":
             _remember(self._sent_types, message.id, message.message_type)
         else:  # reply_in
             sent_type = self._sent_types.pop(message.reply_to or "", None) or "unknown"
             if isinstance(message, Nack):
-                self._nacks_received(message.payload.code).inc()
-                self._sent(sent_type, "refused").inc()
+                self._nacks_received(message.payload.code)
+                self._sent(sent_type, "refused")
             else:
-                self._sent(sent_type, "answered").inc()
+                self._sent(sent_type, "answered")
 
     # --- transport hooks --------------------------------------------------------------------
 
     def on_nack_sent(self, error: SynapseError) -> None:
-        self._nacks_sent(error.code).inc()
+        self._nacks_sent(error.code)
 
     def on_retry(self, message: Any, attempt: int) -> None:
-        self._retries(message.type).inc()
+        self._retries(message.type)
 
     def middleware(self) -> Any:
         children = self._http

@@ -253,3 +253,45 @@ async def test_dead_letters_and_an_unreachable_partner() -> None:
     assert value(samples, "synapse_outbox_dead_letters") == 1
     assert value(samples, "synapse_outbox_messages") == 0
     assert value(samples, "synapse_partner_reachable", partner="agent-gone") == 0
+
+
+def test_tallied_counters_read_exact_totals_while_another_thread_scrapes() -> None:
+    """Counters are bumped in a plain dict and added to prometheus at collection: a reader
+    sees every increment made before it collects, and a scrape racing the increments from
+    another thread neither loses nor doubles one."""
+    import threading
+
+    from synapse.p2p.engine import TaskKey, Transition
+    from synapse.p2p.states import Event, Role
+
+    metrics = PeerMetrics()
+    move = Transition(
+        TaskKey("r", "t"),
+        Role.EXECUTOR,
+        TaskState.IDLE,
+        TaskState.CONFIRMED,
+        Event.SEND_TASK_CONFIRM,
+        None,
+        0.0,
+    )
+    labels = {"role": "executor", "from_state": "idle", "to_state": "confirmed"}
+    name = "synapse_task_transitions_total"
+    metrics.on_transition(move)
+    assert metrics.registry.get_sample_value(name, labels) == 1.0
+    stop = threading.Event()
+    seen: list[float] = []
+
+    def scrape_all_the_time() -> None:
+        while not stop.is_set():
+            seen.append(metrics.registry.get_sample_value(name, labels) or 0.0)
+
+    scraper = threading.Thread(target=scrape_all_the_time)
+    scraper.start()
+    try:
+        for _ in range(20_000):
+            metrics.on_transition(move)
+    finally:
+        stop.set()
+        scraper.join()
+    assert metrics.registry.get_sample_value(name, labels) == 20_001.0
+    assert seen == sorted(seen) and seen[-1] <= 20_001.0  # never ahead, never backwards
