@@ -156,3 +156,22 @@ def test_security() -> None:
         tables.append(asyncio.run(security.grpc_table(0.05)))
     for table in tables:
         assert table.rows and all(len(row) == len(table.columns) for row in table.rows)
+
+
+def test_instructions() -> None:
+    """`python -m benchmarks.instructions` (run by hand): serve under callgrind counts its
+    instructions per task, most of them the interpreter's."""
+    import shutil
+
+    from pgserver import missing
+
+    from benchmarks import instructions
+    from benchmarks._common import ROOT
+
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        missing("needs valgrind (Debian: apt-get install valgrind)")
+    table = instructions.run([ROOT], tasks=3)
+    [row] = table.rows
+    assert len(row) == len(table.columns)
+    per_task, interpreter = (int(cell.rstrip("k").replace(",", "")) for cell in row[1:3])
+    assert 0 < interpreter <= per_task
