@@ -1,7 +1,7 @@
 """Instructions per echo task of `synapse serve`, counted by callgrind: a figure the load of a
 shared machine does not move, for the A/B of two commits.
 
-    python -m benchmarks.instructions [--tasks 100] [ROOT ...]
+    python -m benchmarks.instructions [--tasks 100] [--serve-args "--log-level off"] [ROOT ...]
 
 Each ROOT is a checkout whose code runs (default: this one; give two, an older commit's
 worktree and this one, for an A/B). serve runs as an operator starts it (memory store, its
@@ -50,7 +50,9 @@ LIBRARIES = {
 }
 
 
-async def count(root: Path, tasks: int, work: Path) -> dict[str, Any]:
+async def count(
+    root: Path, tasks: int, work: Path, serve_args: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Instructions of one serve (code of `root`) over `tasks` echo tasks, by library."""
     from benchmarks.floor import Requester
 
@@ -63,7 +65,7 @@ async def count(root: Path, tasks: int, work: Path) -> dict[str, Any]:
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
     argv += [sys.executable, "-m", "benchmarks._serve", "serve", "--agent-id", "agent-e"]
     argv += ["--port", str(port), "--secret", SECRET, "--peer", f"agent-r={requester.endpoint}"]
-    argv += ["--store", "memory"]
+    argv += ["--store", "memory", *serve_args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYNAPSE_")}
     with (work / f"serve.{port}.log").open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
@@ -129,15 +131,16 @@ def _by_library(out: Path) -> Counter[str]:
     return libraries
 
 
-def run(roots: list[Path], tasks: int) -> Table:
+def run(roots: list[Path], tasks: int, serve_args: tuple[str, ...] = ()) -> Table:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise RuntimeError("needs valgrind (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory(prefix="synapse-callgrind-") as tmp:
-        results = [asyncio.run(count(root, tasks, Path(tmp))) for root in roots]
+        results = [asyncio.run(count(root, tasks, Path(tmp), serve_args)) for root in roots]
     names = [*dict.fromkeys(LIBRARIES.values()), "other"]
     table = Table(
         ["checkout", "instructions per task", *names],
-        title=f"synapse serve under callgrind: {tasks} echo tasks at concurrency 1, memory store",
+        title=f"synapse serve {' '.join(serve_args)}".rstrip()
+        + f" under callgrind: {tasks} echo tasks at concurrency 1, memory store",
     )
     for result in results:
         libraries = result["libraries"]
@@ -153,8 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__)
     parser.add_argument("roots", nargs="*", type=Path, default=[ROOT], help="checkouts to count")
     parser.add_argument("--tasks", type=int, default=100, help="echo tasks counted")
+    parser.add_argument(
+        "--serve-args", default="", help='more arguments of serve, e.g. "--log-level off"'
+    )
     args = parser.parse_args(argv)
-    print(run([root.resolve() for root in args.roots], args.tasks).text())
+    table = run([root.resolve() for root in args.roots], args.tasks, tuple(args.serve_args.split()))
+    print(table.text())
     return 0
 
 
