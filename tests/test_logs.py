@@ -128,3 +128,83 @@ def test_json_lines_and_exceptions(handler: tuple[EventHandler, io.StringIO]) ->
     )
     assert "ValueError: boom" in event["exception"]
     assert event["timestamp"].endswith("Z")
+
+
+def test_the_sole_handler_gets_the_same_line_without_a_record() -> None:
+    """The command line's configuration (one EventHandler, on the root): a Synapse event is
+    written without building its record, as the same line; anything else that could see the
+    record (a filter, a second handler, a record factory) gets the stdlib's path."""
+    root = logging.getLogger()
+    saved = root.handlers
+    stream = io.StringIO()
+    handler = EventHandler(stream)
+    emitted: list[logging.LogRecord] = []
+    stdlib_emit = handler.emit
+
+    def counting_emit(record: logging.LogRecord) -> None:
+        emitted.append(record)
+        stdlib_emit(record)
+
+    handler.emit = counting_emit  # type: ignore[method-assign]
+    log = get_logger("synapse.test.sole")
+    target = logging.getLogger("synapse.test.sole")
+    target.setLevel(logging.INFO)
+    factory = logging.getLogRecordFactory()
+    try:
+        root.handlers = [handler]
+        log.info("transition", task_id="t-1", to_state="completed", n=3, none=None)
+        assert emitted == []  # no record: written directly
+        handler.addFilter(lambda record: True)
+        log.info("transition", task_id="t-1", to_state="completed", n=3, none=None)
+        assert len(emitted) == 1  # a filter must see the record
+        handler.filters.clear()
+        logging.setLogRecordFactory(lambda *a, **k: factory(*a, **k))
+        log.info("factory")
+        logging.setLogRecordFactory(factory)
+        assert len(emitted) == 2  # the application's record factory is used
+        handler.flush()
+        direct, through, _ = stream.getvalue().splitlines()
+        assert direct.split(" ", 1)[1] == through.split(" ", 1)[1]  # all but the time
+        assert "task_id=t-1" in direct and "none=None" in direct and "[synapse.test.sole]" in direct
+        # A second handler, or a filter on the logger: both see the record.
+        seen: list[logging.LogRecord] = []
+
+        class Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                seen.append(record)
+
+        keep = Keep()
+        target.addHandler(keep)
+        log.info("second")
+        target.removeHandler(keep)
+        target.addFilter(lambda record: seen.append(record) or True)
+        log.info("filtered")
+        assert [dict(r.msg)["event"] for r in seen] == ["second", "filtered"]  # type: ignore[call-overload]
+        assert len(emitted) == 4
+    finally:
+        logging.setLogRecordFactory(factory)
+        root.handlers = saved
+        target.filters.clear()
+        target.setLevel(logging.NOTSET)
+
+
+def test_the_sole_handler_path_in_json_and_below_the_handlers_level() -> None:
+    root = logging.getLogger()
+    saved = root.handlers
+    stream = io.StringIO()
+    handler = EventHandler(stream, json=True)
+    target = logging.getLogger("synapse.test.sole_json")
+    target.setLevel(logging.DEBUG)
+    try:
+        root.handlers = [handler]
+        get_logger("synapse.test.sole_json").info("hello", n=1)
+        handler.setLevel(logging.WARNING)
+        get_logger("synapse.test.sole_json").info("dropped")  # below the handler's level
+        handler.flush()
+        [line] = stream.getvalue().splitlines()
+        event = json.loads(line)
+        assert event["event"] == "hello" and event["n"] == 1 and event["level"] == "info"
+        assert event["logger"] == "synapse.test.sole_json" and event["timestamp"].endswith("Z")
+    finally:
+        root.handlers = saved
+        target.setLevel(logging.NOTSET)

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -111,9 +112,41 @@ class SynapseLogger(structlog.stdlib.BoundLogger):
         fields: Any = {**self._context, **event_kw} if self._context else event_kw
         fields["event"] = event
         fields = structlog.contextvars.merge_contextvars(self._logger, method_name, fields)
+        if not fields.get("exc_info"):
+            sole = _sole_event_handler(self._logger, level)
+            if sole is not None and sole.write_event(self._logger.name, level, fields):
+                return None
         args, kwargs = _to_record(self._logger, method_name, fields)
         self._logger._log(level, args[0], (), **kwargs)
         return None
+
+
+def _sole_event_handler(logger: logging.Logger, level: int) -> EventHandler | None:
+    """The `EventHandler` a record of `logger` at `level` would reach, when it is the only
+    handler on its way and nothing else could see the record: no filter on the logger or the
+    handler, no handler of another kind, the stdlib's record factory and `makeRecord`. Then
+    the line it would write can be written without building the record (the command line's
+    configuration: one handler, on the root). Otherwise None: the record is made and
+    handled as `logging` does."""
+    if logger.filters or logger.disabled or logging.getLogRecordFactory() is not _FACTORY:
+        return None
+    if type(logger).makeRecord is not _MAKE_RECORD:
+        return None
+    found: EventHandler | None = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if found is not None or type(handler) is not EventHandler or handler.filters:
+                return None
+            found = handler
+        current = current.parent if current.propagate else None
+    if found is None or level < found.level:
+        return None
+    return found
+
+
+_FACTORY = logging.getLogRecordFactory()
+_MAKE_RECORD = logging.Logger.makeRecord
 
 
 #: The chain for `structlog`'s own path (positional arguments, say); the usual path does the same.
@@ -212,19 +245,47 @@ class EventHandler(logging.Handler):
             return _json_encoder.encode(event).decode()
         return console_line(event)
 
+    def write_event(self, logger: str, level: int, fields: dict[str, Any]) -> bool:
+        """Write the line `emit` writes for the record of a Synapse event without an
+        exception (`fields`, logged by `logger` at `level`), without the record (see
+        `_sole_event_handler`). False if it cannot be rendered: then the record goes the
+        stdlib's way, whose `handleError` reports it."""
+        event = dict(fields)
+        event.setdefault("logger", logger)
+        event["level"] = logging.getLevelName(level).lower()
+        event["timestamp"] = _iso(time.time())
+        try:
+            if self.colored is not None:
+                line = str(self.colored(None, event["level"], event))
+            elif self.json:
+                line = _json_encoder.encode(event).decode()
+            else:
+                line = console_line(event)
+        except Exception:
+            return False
+        with self.lock or contextlib.nullcontext():
+            try:
+                self._queue(line, level)
+            except Exception:  # the stream failed: reported as `emit` reports it
+                self.handleError(logging.makeLogRecord({"name": logger, "msg": line}))
+        return True
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._pending.append(f"{self.render(record)}\n")
-            if record.levelno < logging.WARNING:
-                if self._scheduled:
-                    return
-                with contextlib.suppress(RuntimeError):  # RuntimeError: no loop running
-                    asyncio.get_running_loop().call_soon(self.flush)
-                    self._scheduled = True
-                    return
-            self._write()
+            self._queue(self.render(record), record.levelno)
         except Exception:
             self.handleError(record)
+
+    def _queue(self, line: str, level: int) -> None:
+        self._pending.append(f"{line}\n")
+        if level < logging.WARNING:
+            if self._scheduled:
+                return
+            with contextlib.suppress(RuntimeError):  # RuntimeError: no loop running
+                asyncio.get_running_loop().call_soon(self.flush)
+                self._scheduled = True
+                return
+        self._write()
 
     def _write(self) -> None:
         self._scheduled = False
