@@ -258,20 +258,17 @@ class PeerMetrics(RuntimeListener):
             registry=r,
         )
         r.register(_RuntimeGauges(self))
-        self._transitions = _Tally(self.transitions)
-        self._received = _Tally(self.received)
-        self._sent = _Tally(self.sent)
-        self._nacks_received = _Tally(self.nacks_received)
-        self._nacks_sent = _Tally(self.nacks_sent)
-        self._retries = _Tally(self.retries)
-        tallies += [
-            self._transitions,
-            self._received,
-            self._sent,
-            self._nacks_received,
-            self._nacks_sent,
-            self._retries,
-        ]
+
+        def tally(counter: Counter) -> _Tally:
+            tallies.append(_Tally(counter))
+            return tallies[-1]
+
+        self._transitions = tally(self.transitions)
+        self._received = tally(self.received)
+        self._sent = tally(self.sent)
+        self._nacks_received = tally(self.nacks_received)
+        self._nacks_sent = tally(self.nacks_sent)
+        self._retries = tally(self.retries)
         self._commit_ok = self.commit_seconds.labels("ok")
         self._commit_error = self.commit_seconds.labels("error")
         self._http = _Children(self.http_seconds)

@@ -239,6 +239,10 @@ class EventHandler(logging.Handler):
                 event["exc_info"] = record.exc_info
             else:
                 event["exception"] = "".join(traceback.format_exception(*record.exc_info))
+        return self._line(event)
+
+    def _line(self, event: dict[str, Any]) -> str:
+        """`event` (with its `level` and `timestamp`) as this handler writes it."""
         if self.colored is not None:
             return str(self.colored(None, event["level"], event))
         if self.json:
@@ -255,12 +259,7 @@ class EventHandler(logging.Handler):
         event["level"] = logging.getLevelName(level).lower()
         event["timestamp"] = _iso(time.time())
         try:
-            if self.colored is not None:
-                line = str(self.colored(None, event["level"], event))
-            elif self.json:
-                line = _json_encoder.encode(event).decode()
-            else:
-                line = console_line(event)
+            line = self._line(event)
         except Exception:
             return False
         with self.lock or contextlib.nullcontext():
