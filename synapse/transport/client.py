@@ -4,7 +4,8 @@ the envelope that comes back.
 
 Every attempt keeps the message `id` but gets a fresh `timestamp` and a fresh signature, so a
 long backoff never makes a message stale at the receiver, whose deduplication recognizes the
-retry. Retried: connection errors, timeouts, 429, 502, 503, 504, with exponential backoff from
+retry. Retried: connection errors (a connection closed before its response included), timeouts,
+408, 429, 502, 503, 504, with exponential backoff from
 `retry_base_delay` (2, 4, 8, … s, jittered, capped at `retry_max_delay`) or the `Retry-After`
 the partner asked for (capped likewise). Anything else is final.
 
@@ -53,7 +54,9 @@ log = get_logger(__name__)
 #: Where the signature of a request goes (specs/protocol.md, 'Signatures').
 SenderMode = Literal["header", "body"]
 #: HTTP statuses after which the same POST is tried again (specs/protocol.md, 'Transport').
-RETRYABLE_STATUSES: frozenset[int] = frozenset({429, 502, 503, 504})
+#: 408 is about the connection (the server gave up waiting for a request), never about the
+#: message: it was not read.
+RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 429, 502, 503, 504})
 USER_AGENT = "synapse-p2p/0.1"
 _SIGNATURE_KEY = SIGNATURE_HEADER.lower()
 

@@ -10,10 +10,15 @@ serves a peer's app with
   answered 408 with an envelope nack and closed;
 - a keep-alive idle timeout (`keepalive_timeout`) between requests;
 - a cap on open connections (`max_connections`, at most the descriptor limit less a margin):
-  at the cap, the oldest connection still waiting for a request head makes room, or, if none
-  does, the new one is answered 503 `agent_not_ready` (retryable) and closed;
-- malformed HTTP framing answered with an unsigned envelope nack (400
-  `message_format_invalid`), not aiohttp's plain text;
+  at the cap, the oldest idle connection makes room, closed without a word (a partner's
+  POST may be crossing it: nothing said about a connection may be read as an answer to a
+  message), else the oldest one with part of a request head (408), or, if none does, the
+  new one is answered 503 `agent_not_ready` (retryable) and closed;
+- a bound on the bytes all connections of the lean callback server hold together
+  (`max_buffered`): past it they stop reading until half of it is free;
+- the admission table of `synapse.transport.admission`: aiohttp's parser gets its limits,
+  and what it refuses (malformed HTTP framing) is answered with an unsigned envelope nack
+  (400 `message_format_invalid`), not aiohttp's plain text;
 - no automatic decompression: a body is never inflated before the handler refuses its
   `Content-Encoding`;
 - one log line at most every `ACCEPT_LOG_EVERY` seconds when `accept()` fails (out of
@@ -44,6 +49,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from synapse.p2p.logs import get_logger
+from synapse.transport.admission import PARSER_LIMITS, Refused
 from synapse.transport.http1_server import (
     CallbackConnection,
     CallbackRoute,
@@ -53,8 +59,8 @@ from synapse.transport.http1_server import (
 
 log = get_logger("synapse.transport")
 
-#: (HTTP status, reason) → the JSON body of an unsigned nack saying so.
-Refusal = Callable[[int, str], bytes]
+#: (HTTP status, message, `details`) → the JSON body of an unsigned nack saying so.
+Refusal = Callable[[int, str, dict[str, Any]], bytes]
 
 #: Seconds between two log lines about failing `accept()` calls.
 ACCEPT_LOG_EVERY = 10.0
@@ -70,6 +76,9 @@ class HttpLimits:
     body_timeout: float = 30.0
     keepalive_timeout: float = 75.0
     max_connections: int = 1024
+    #: Bytes the lean callback server's connections may hold together (read ahead, not yet
+    #: answered); each holds at most a body and a head's worth on its own.
+    max_buffered: int = 64 * 1024 * 1024
 
     def effective_max_connections(self) -> int:
         """`max_connections`, lowered to stay under the process's descriptor limit."""
@@ -86,11 +95,13 @@ class HttpLimits:
             # After a refusal aiohttp reads what is left of the body before closing, for up
             # to this long (10 s by default): a slow client must not hold it that long.
             "lingering_time": min(1.0, self.body_timeout),
+            # The admission table's limits, enforced by aiohttp's own parser.
+            **PARSER_LIMITS,
         }
 
 
-class _Guard:
-    """The open connections of one site, oldest first."""
+class ConnectionGuard:
+    """The open connections of one site, oldest first, and the bytes they hold."""
 
     def __init__(self, limits: HttpLimits, refusal: Refusal) -> None:
         self.limits = limits
@@ -100,32 +111,62 @@ class _Guard:
         self.stalled = 0
         self.evicted = 0
         self.refused = 0
+        #: Bytes held by the lean server's connections, and those waiting for room.
+        self.held = 0
+        self._starved: dict[CallbackConnection, None] = {}
 
     def admit(self, handler: GuardedHandler | CallbackConnection) -> bool:
         if len(self.open) >= self.cap:
-            victim = next((h for h in self.open if h.awaiting_head), None)
+            victim = next((h for h in self.open if h.idle), None)
+            if victim is None:
+                victim = next((h for h in self.open if h.awaiting_head), None)
             if victim is None:
                 self.refused += 1
                 return False
             self.evicted += 1
-            victim.close_stalled(408, "Request Timeout", "connection cap reached")
+            victim.close_stalled("connection cap reached")
         self.open[handler] = None
         return True
 
     def gone(self, handler: GuardedHandler | CallbackConnection) -> None:
         self.open.pop(handler, None)
+        if isinstance(handler, CallbackConnection):
+            self._starved.pop(handler, None)
+
+    # --- the bytes held across connections --------------------------------------------------
+
+    def hold(self, connection: CallbackConnection, size: int) -> None:
+        """`connection` holds `size` more bytes (fewer, if negative)."""
+        self.held += size
+        if size < 0 and self._starved and self.room(connection):
+            starved, self._starved = self._starved, {}
+            for waiting in starved:
+                waiting.read_on()
+
+    def over(self, connection: CallbackConnection) -> bool:
+        """Whether all connections together hold more than allowed: `connection` waits."""
+        if self.held > self.limits.max_buffered:
+            self._starved[connection] = None
+            return True
+        return False
+
+    def room(self, connection: CallbackConnection) -> bool:
+        """Whether the connections together hold little enough for reading to resume."""
+        return self.held <= self.limits.max_buffered // 2
 
 
 class GuardedHandler(RequestHandler):
     """aiohttp's connection handler with a head timeout, a cap and envelope refusals."""
 
-    guard: _Guard
+    guard: ConnectionGuard
 
-    def __init__(self, manager: Any, *, guard: _Guard, **kwargs: Any) -> None:
+    def __init__(self, manager: Any, *, guard: ConnectionGuard, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self.guard = guard
         #: True while no request head is complete (at first, and after each response).
         self.awaiting_head = True
+        #: True while not a byte of the next request has arrived.
+        self.idle = True
         self._head_timer: asyncio.TimerHandle | None = None
 
     # --- the connection ---------------------------------------------------------------------
@@ -145,6 +186,8 @@ class GuardedHandler(RequestHandler):
     def data_received(self, data: bytes) -> None:
         if self.awaiting_head and data and self._head_timer is None:
             self._arm_head_timer()  # the first byte of the next request on a kept-alive one
+        if data:
+            self.idle = False
         before = self._request_count
         super().data_received(data)
         if self._request_count != before:
@@ -157,7 +200,8 @@ class GuardedHandler(RequestHandler):
         try:
             return await super().finish_response(request, resp, start_time)
         finally:
-            self.awaiting_head = True  # idle now: the keep-alive timer runs until a byte comes
+            # Idle now: the keep-alive timer runs until a byte comes.
+            self.awaiting_head = self.idle = True
 
     # --- the head timeout -------------------------------------------------------------------
 
@@ -174,16 +218,19 @@ class GuardedHandler(RequestHandler):
         self._head_timer = None
         if self.awaiting_head:
             self.guard.stalled += 1
-            self.close_stalled(408, "Request Timeout", "request head not received in time")
+            self.close_stalled("request head not received in time")
 
-    def close_stalled(self, status: int, phrase: str, reason: str) -> None:
-        """Answer a connection that has no request in progress, and close it."""
+    def close_stalled(self, reason: str) -> None:
+        """End a connection with no request in progress: an idle one without a word, one
+        with part of a request head with a 408 (see `CallbackConnection.close_stalled`)."""
         self._disarm_head_timer()
         self.guard.gone(self)
         transport = self.transport
-        if transport is not None and not transport.is_closing():
+        if not self.idle and transport is not None and not transport.is_closing():
+            refused = Refused("head_timeout", reason)
+            body = self.guard.refusal(refused.status, refused.message, refused.details)
             with contextlib.suppress(Exception):
-                transport.write(raw_response(status, phrase, self.guard.refusal(status, reason)))
+                transport.write(raw_response(refused.status, "Request Timeout", body))
         self.force_close()
 
     # --- malformed framing ------------------------------------------------------------------
@@ -198,7 +245,9 @@ class GuardedHandler(RequestHandler):
         if status >= 500 or request.writer.output_size > 0:
             return super().handle_error(request, status, exc, message)
         log.info("http_refused", status=status, reason=message or repr(exc))
-        body = self.guard.refusal(status, f"malformed HTTP request: {message or exc}")
+        body = self.guard.refusal(
+            status, f"malformed HTTP request: {message or exc}", {"reason": "http"}
+        )
         response = web.Response(status=status, body=body, content_type="application/json")
         response.force_close()
         return response
@@ -220,7 +269,7 @@ class GuardedSite(web.TCPSite):
         callbacks: CallbackRoute | None = None,
     ) -> None:
         super().__init__(runner, host, port, reuse_address=reuse_address, ssl_context=ssl_context)
-        self.guard = _Guard(limits, refusal)
+        self.guard = ConnectionGuard(limits, refusal)
         #: The callback route served by `synapse.transport.http1_server` in front of aiohttp
         #: (plain HTTP only), or None: aiohttp serves every request.
         self.callbacks = callbacks if ssl_context is None else None

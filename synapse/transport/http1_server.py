@@ -3,25 +3,31 @@
 Nearly every request a peer receives is one small signed POST to its callback path, sent by
 a partner on a kept-alive connection. aiohttp's server spends much of such an exchange on
 what a callback never uses (its `Request` and `Response` objects, routing, middlewares, a
-streaming payload reader, signals). `CallbackConnection` reads those POSTs itself and hands
-their body to `SynapseServer.answer`, which applies every check of the aiohttp path (it is
-the same code); anything else on the connection goes to aiohttp, for the rest of the
-connection's life:
+streaming payload reader, signals). `CallbackConnection` reads every request head on its
+connection itself, admits it by the table of `synapse.transport.admission`, serves callback
+POSTs by handing their body to `SynapseServer.answer` (the same checks as the aiohttp path),
+and gives anything else to aiohttp, for the rest of the connection's life:
 
+- refused here, with an unsigned nack and a close: every head the admission table refuses
+  (malformed framing, a line too long, too many headers, no `Host`, a TLS ClientHello, bare
+  LF line ends, an upgrade, a `Content-Length` over the body limit, with or without
+  `Expect: 100-continue`), at once, even before the head is complete when its first bytes
+  already rule it out;
 - served here: `POST <callback path> HTTP/1.1` with one `Content-Length` within the body
   limit, no `Transfer-Encoding`, `Content-Encoding`, `Expect` or `Upgrade`, a JSON
-  `Content-Type` (or none), header lines of plain visible ASCII, no header given twice;
-- handed over, with every byte received so far: anything else (another path or method,
-  HTTP/1.0, chunked bodies, an oversized or unparsable head, a body over the limit), so that
-  its answer is aiohttp's with the guard's envelope refusals, exactly as without this server;
+  `Content-Type` (or none), header values of plain ASCII, no header given twice;
+- handed over, with every byte received so far: any other head that got in (another path or
+  method, HTTP/1.0, a chunked body, a head longer than `MAX_HEAD`), so that its answer is
+  aiohttp's, exactly as without this server;
 - the guard's limits hold on both sides: the connection counts against `max_connections`
-  (and may be evicted while it waits for a head), a head must be complete within
+  (an idle one may be evicted for room, without a word), a head must be complete within
   `header_timeout` of its first byte, a body within `body_timeout` of its head (else 408
   with an unsigned nack, and the connection closes), an idle connection closes after
-  `keepalive_timeout`;
-- requests are answered in order, one at a time; pipelined ones wait in the buffer, and
-  reading pauses while more than a body's worth is waiting or the client does not read
-  its replies;
+  `keepalive_timeout`, and so does one whose client leaves its replies unread that long;
+- requests are answered in order, one at a time. Pipelined ones are read ahead within
+  bounds: at most `MAX_PIPELINED` parsed requests and `max_body + MAX_HEAD` bytes per
+  connection, and `HttpLimits.max_buffered` bytes across all of them; past a bound, reading
+  pauses, and resumes only once the connection holds half as much;
 - a reply carries `Content-Type`, `Content-Length`, `Date` and the stored reply's headers
   (its signature), and `Connection: close` when the client asked for it.
 
@@ -39,14 +45,16 @@ import contextlib
 import http
 import socket
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from multidict import CIMultiDict
 
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.logs import get_logger
+from synapse.transport.admission import Head, Refused, check_head, check_partial
 
 log = get_logger("synapse.transport")
 
@@ -54,17 +62,19 @@ log = get_logger("synapse.transport")
 #: nothing there) or a callable `(method, path, status, seconds)` to call after each
 #: callback served without aiohttp.
 LEAN_CALLBACKS = "synapse_lean_callbacks"
-#: The longest request head read here; a longer one goes to aiohttp (which refuses it).
+#: The longest request head read here; a longer one goes to aiohttp (which judges it).
 MAX_HEAD = 16 * 1024
+#: The most parsed requests one connection may have waiting behind the one being answered.
+MAX_PIPELINED = 32
+#: Seconds a refused client is given to stop sending before its connection closes.
+LINGER = 1.0
 _END_OF_HEAD = b"\r\n\r\n"
-_TOKEN_CHARS = frozenset(
-    b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-)
-#: Header values served here: visible ASCII, space and tab (obs-text goes to aiohttp).
-_VALUE_CHARS = frozenset(range(0x20, 0x7F)) | {0x09}
 #: Request headers whose presence sends the request to aiohttp.
-_NOT_HERE = frozenset({"transfer-encoding", "content-encoding", "expect", "upgrade"})
+_NOT_HERE = frozenset({b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"})
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
+#: What stops reading at the front of the buffer besides a refusal.
+_HAND_OVER: Final = "hand over"
+_BODY_TIMEOUT: Final = "body timeout"
 
 
 def _phrase(status: int) -> str:
@@ -118,6 +128,7 @@ class CallbackRoute:
     ) -> None:
         self.path = path
         self.target = path.encode("ascii")
+        self._request_line = b"POST " + self.target + b" "
         self.answer = answer
         self.max_body = max_body
         self.limits = limits
@@ -126,12 +137,20 @@ class CallbackRoute:
         #: Checked on every head: False sends the connection to aiohttp.
         self.enabled = enabled
         self.observers: list[Callable[[str, str, int, float], None]] = []
-        #: Requests served here and connections handed over (tests and benchmarks read them).
+        #: Requests served here, connections handed over and heads refused (tests and
+        #: benchmarks read them).
         self.served = 0
         self.handed_over = 0
+        self.refused = 0
+
+    def targets(self, raw_head: bytes) -> bool:
+        """Whether `raw_head` is a POST to this route (its body limit applies)."""
+        return raw_head.startswith(self._request_line)
 
 
 class _Head:
+    """An admitted head of a callback POST served here, its body still to read."""
+
     __slots__ = ("close", "headers", "length")
 
     def __init__(self, headers: CIMultiDict[str], length: int, close: bool) -> None:
@@ -140,8 +159,52 @@ class _Head:
         self.close = close
 
 
+class _Request:
+    """A callback POST read whole, waiting for its turn."""
+
+    __slots__ = ("body", "close", "headers")
+
+    def __init__(self, headers: CIMultiDict[str], body: bytes, close: bool) -> None:
+        self.headers = headers
+        self.body = body
+        self.close = close
+
+
+def _served_here(head: Head, target: bytes) -> CIMultiDict[str] | None:
+    """The headers of a callback POST this server answers itself, or None (aiohttp's)."""
+    if (
+        head.method != b"POST"
+        or head.target != target
+        or head.version != b"1.1"
+        or head.content_length is None
+        or not head.connection <= {b"close", b"keep-alive"}
+    ):
+        return None
+    headers: CIMultiDict[str] = CIMultiDict()
+    for name, value in head.headers:
+        key = name.lower()
+        if key in _NOT_HERE or not value.isascii():
+            return None
+        text = value.decode("ascii")
+        if key == b"content-type":
+            media = text.partition(";")[0].strip().lower()
+            if media != "application/json" and not media.endswith("+json"):
+                return None
+        name_text = name.decode("ascii")
+        if name_text in headers:  # given twice: aiohttp decides what that means
+            return None
+        headers.add(name_text, text)
+    return headers
+
+
 class CallbackConnection(asyncio.Protocol):
-    """One connection: callback POSTs served here, anything else handed to aiohttp."""
+    """One connection: callback POSTs served here, anything else handed to aiohttp.
+
+    Every state it can be in has a timer that ends it (or an answer in progress, which
+    ends by itself): a new connection, the head timer; no request at all, the keep-alive
+    timer; a head arriving, the head timer; a body arriving, the body timer; replies the
+    client does not read, the reply timer.
+    """
 
     def __init__(
         self,
@@ -155,12 +218,21 @@ class CallbackConnection(asyncio.Protocol):
         self.fallback = fallback
         self.loop = loop
         self.transport: asyncio.Transport | None = None
-        #: True while no request head is complete (the guard evicts such connections first).
-        self.awaiting_head = True
+        #: Bytes received and not yet parsed into a request.
         self._buffer = bytearray()
+        #: Requests read whole, waiting for the one being answered.
+        self._pending: deque[_Request] = deque()
+        #: Bytes this connection holds (its buffer and waiting bodies), as the guard counts.
+        self.held = 0
+        #: A parsed head whose body is still arriving.
         self._head: _Head | None = None
-        #: The head or body timer, armed only while a head or a body is incomplete.
+        #: Why parsing stopped at the front of the buffer (a refusal, a hand-over, a body
+        #: timeout): acted on once every request before it is answered.
+        self._blocked: Refused | str | None = None
+        #: The head or body timer, armed while a head or a body is incomplete.
         self._timer: asyncio.TimerHandle | None = None
+        #: The reply timer, armed while the client does not read its replies.
+        self._write_timer: asyncio.TimerHandle | None = None
         #: The keep-alive timer: armed once, it re-arms itself while the connection is used.
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_since = 0.0
@@ -169,6 +241,23 @@ class CallbackConnection(asyncio.Protocol):
         self._writing_paused = False
         self._eof = False
         self._closed = False
+        #: Refused and half-closed: what still arrives is dropped until the close.
+        self._lingering = False
+
+    # --- what the guard reads -------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """No byte of a request here and none being answered: closing it loses nothing."""
+        return (
+            not (self._buffer or self._pending or self._task or self._head or self._blocked)
+            and not self._closed
+        )
+
+    @property
+    def awaiting_head(self) -> bool:
+        """Only a request head (or nothing) is arriving: evicting it interrupts no answer."""
+        return self._task is None and not self._pending and self._head is None
 
     # --- the connection ---------------------------------------------------------------------
 
@@ -188,140 +277,177 @@ class CallbackConnection(asyncio.Protocol):
         self._arm(self.route.limits.header_timeout, self._head_stalled)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._stop_timers()
-        self._closed = True
-        self.guard.gone(self)
+        self._forget()
         # A request being answered goes on (its effects may be committed); its reply is lost
         # with the connection, and the sender's retry finds it in the dedup table.
 
     def eof_received(self) -> bool:
         self._eof = True
-        if self._task is None and not self._buffer and self._head is None:
-            self._stop_timers()
-            self._closed = True
-            self.guard.gone(self)
-            return False  # nothing in progress: the transport closes
-        if self._task is None:
-            self._advance()
-        return True  # answer what came, then close
+        if self._lingering:
+            self._close()
+            return False
+        if self.idle:
+            self._close()
+            return False
+        self._advance()
+        return not self._closed  # answer what came, then close
 
     def pause_writing(self) -> None:
         self._writing_paused = True
+        # A client that leaves its replies unread for the keep-alive time is let go.
+        if self._write_timer is None and not self._closed:
+            self._write_timer = self.loop.call_later(
+                self.route.limits.keepalive_timeout, self._reader_stalled
+            )
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        if self._task is None and not self._closed:
-            self._resume_reading()
-            self._advance()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        self._advance()
 
     def data_received(self, data: bytes) -> None:
-        if self._closed:
+        if self._closed or self._lingering:
             return
         self._buffer += data
-        if self._task is not None or self._writing_paused:
-            # The next request waits for this one's reply; stop reading once more than a
-            # body's worth is queued.
-            if len(self._buffer) > self.route.max_body + MAX_HEAD:
-                self._pause_reading()
-            return
+        self._hold(len(data))
         self._advance()
 
     # --- requests ---------------------------------------------------------------------------
 
     def _advance(self) -> None:
-        """Start on the next request in the buffer if it is complete, else arm its timer."""
-        if self._writing_paused or self._closed:
+        """Parse what arrived, start on the next request, and read on within the bounds."""
+        if self._closed or self._lingering:
             return
-        head = self._head
-        if head is None:
-            end = self._buffer.find(_END_OF_HEAD, 0, MAX_HEAD + 4)
-            if end < 0:
-                if len(self._buffer) > MAX_HEAD or (self._eof and self._buffer):
-                    self._hand_over()  # aiohttp refuses it as it would without us
-                elif self._eof:
-                    self._close()
-                elif self._buffer and self._timer is None:
-                    # Its first bytes: the head must be complete within the head timeout.
-                    self._arm(self.route.limits.header_timeout, self._head_stalled)
+        self._parse()
+        if self._task is None and not self._writing_paused:
+            if self._pending:
+                request = self._pending.popleft()
+                self._hold(-len(request.body))
+                self._task = self.loop.create_task(self._serve(request))
+            elif self._blocked is not None:
+                self._unblock()
                 return
-            parsed = self._parse_head(bytes(self._buffer[:end]))
-            if parsed is None:
-                self._hand_over()
+            elif self._eof and self._head is None:
+                self._close()
                 return
-            del self._buffer[: end + 4]
-            head = self._head = parsed
-            self.awaiting_head = False
-            self._disarm()
-        if len(self._buffer) < head.length:
-            if self._eof:
-                self._close()  # the body will never come
-            elif self._timer is None:
-                self._arm(self.route.limits.body_timeout, self._body_stalled)
-            return
-        self._disarm()
-        body = bytes(self._buffer[: head.length])
-        del self._buffer[: head.length]
-        self._head = None
-        self._task = self.loop.create_task(self._serve(body, head))
+        self._flow()
 
-    def _parse_head(self, raw: bytes) -> _Head | None:
-        """The head of a callback POST served here, or None: aiohttp's to answer."""
+    def _parse(self) -> None:
+        """Move the complete requests at the front of the buffer to `_pending` (at most
+        `MAX_PIPELINED`); stop at a head that is refused or goes to aiohttp."""
         route = self.route
-        if not route.enabled():
-            return None
-        lines = raw.split(b"\r\n")
-        method, _, rest = lines[0].partition(b" ")
-        target, _, version = rest.partition(b" ")
-        if method != b"POST" or target != route.target or version != b"HTTP/1.1":
-            return None
-        headers: CIMultiDict[str] = CIMultiDict()
-        length = -1
-        close = False
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or not _TOKEN_CHARS.issuperset(name):
-                return None
-            value = value.strip(b" \t")
-            if not _VALUE_CHARS.issuperset(value):
-                return None
-            key = name.decode("ascii").lower()
-            if key in headers or key in _NOT_HERE:  # given twice, or not served here
-                return None
-            text = value.decode("ascii")
-            if key == "content-length":
-                if not text.isdigit():
-                    return None
-                length = int(text)
-            elif key == "connection":
-                tokens = {t.strip().lower() for t in text.split(",")}
-                if not tokens <= {"close", "keep-alive"}:
-                    return None
-                close = "close" in tokens
-            elif key == "content-type":
-                media = text.partition(";")[0].strip().lower()
-                if media != "application/json" and not media.endswith("+json"):
-                    return None
-            headers.add(name.decode("ascii"), text)
-        if length < 0 or length > route.max_body:
-            return None
-        return _Head(headers, length, close)
+        buffer = self._buffer
+        while self._blocked is None and len(self._pending) < MAX_PIPELINED:
+            head = self._head
+            if head is None:
+                # RFC 9112 §2.2: empty lines before a request line are ignored.
+                while buffer[:2] == b"\r\n":
+                    del buffer[:2]
+                    self._hold(-2)
+                if not buffer:
+                    return
+                end = buffer.find(_END_OF_HEAD, 0, MAX_HEAD + 4)
+                if end < 0:
+                    refused = check_partial(buffer[:MAX_HEAD])
+                    if refused is not None:
+                        self._blocked = refused
+                    elif len(buffer) > MAX_HEAD or self._eof:
+                        self._blocked = _HAND_OVER  # aiohttp judges it, as without us
+                    elif self._timer is None:
+                        # Its first bytes: the head must be complete within the head timeout.
+                        self._arm(route.limits.header_timeout, self._head_stalled)
+                    return
+                raw = bytes(buffer[:end])
+                verdict = check_head(raw, max_body=route.max_body if route.targets(raw) else None)
+                if isinstance(verdict, Refused):
+                    self._blocked = verdict
+                    return
+                headers = _served_here(verdict, route.target) if route.enabled() else None
+                if headers is None:
+                    self._blocked = _HAND_OVER
+                    return
+                del buffer[: end + 4]
+                self._hold(-(end + 4))
+                length = verdict.content_length or 0
+                head = self._head = _Head(headers, length, b"close" in verdict.connection)
+                self._disarm()
+            length = head.length
+            if len(buffer) < length:
+                if self._eof:
+                    self._close()  # the body will never come
+                elif self._timer is None:
+                    self._arm(route.limits.body_timeout, self._body_stalled)
+                return
+            self._disarm()
+            body = bytes(buffer[:length])
+            del buffer[:length]
+            self._head = None
+            self._pending.append(_Request(head.headers, body, head.close))
 
-    async def _serve(self, body: bytes, head: _Head) -> None:
+    def read_on(self) -> None:
+        """The connections together hold little again (the guard): read on if this one may."""
+        self._flow()
+
+    def _flow(self) -> None:
+        """Read on only while this connection, and all of them together, hold little."""
+        if self._closed:
+            return
+        limit = self.route.max_body + MAX_HEAD
+        if (
+            self._blocked is not None  # what follows a refused head or a hand-over waits
+            or len(self._pending) >= MAX_PIPELINED
+            or self.held > limit
+            or self.guard.over(self)
+        ):
+            self._pause_reading()
+        elif (
+            self._reading_paused
+            and not self._lingering
+            and self.held <= limit // 2
+            and len(self._pending) <= MAX_PIPELINED // 2
+            and self.guard.room(self)
+        ):
+            self._resume_reading()
+
+    def _unblock(self) -> None:
+        """Every request before it answered: refuse the head at the front, or hand over."""
+        blocked = self._blocked
+        if blocked == _HAND_OVER:
+            self._hand_over()
+        elif blocked == _BODY_TIMEOUT:
+            log.info("message_refused", status=408, code="message_format_invalid")
+            self._head = None
+            self._write(self.route.timeout_reply(), close=True)
+            self._close()
+        else:
+            assert isinstance(blocked, Refused)
+            self.route.refused += 1
+            log.info(
+                "message_refused",
+                status=blocked.status,
+                code="message_format_invalid",
+                reason=blocked.message,
+            )
+            self.close_with(blocked.status, blocked.message, blocked.details)
+
+    async def _serve(self, request: _Request) -> None:
         route = self.route
         transport = self.transport
         assert transport is not None
         started = time.perf_counter()
         try:
-            reply: StoredReply = await route.answer(body, head.headers, transport)
+            reply: StoredReply = await route.answer(request.body, request.headers, transport)
         except Exception as exc:  # `answer` answers every failure: a bug of ours
             log.exception("internal_error", error=repr(exc))
+            self._task = None
             self._close()
             return
-        finally:
-            self._task = None
+        self._task = None
         route.served += 1
         # A client that half-closed after its requests gets all their replies, then EOF.
-        close = head.close or (self._eof and not self._buffer)
+        close = request.close or (self._eof and self.idle)
         self._write(reply, close)
         elapsed = time.perf_counter() - started
         for observer in route.observers:
@@ -331,13 +457,10 @@ class CallbackConnection(asyncio.Protocol):
             return
         if self._closed:
             return
-        self.awaiting_head = True
         self._idle_since = self.loop.time()
         if self._idle_timer is None:
             self._idle_timer = self.loop.call_later(self.route.limits.keepalive_timeout, self._idle)
-        self._resume_reading()
-        if self._buffer:
-            self._advance()
+        self._advance()
 
     def _write(self, reply: StoredReply, close: bool) -> None:
         transport = self.transport
@@ -361,20 +484,31 @@ class CallbackConnection(asyncio.Protocol):
     def _hand_over(self) -> None:
         """Give the connection, with every byte received, to aiohttp for the rest of its life."""
         transport = self.transport
-        assert transport is not None and self._task is None
-        self._stop_timers()
-        self.guard.gone(self)
+        assert transport is not None and self._task is None and not self._pending
+        buffered = bytes(self._buffer)
+        eof = self._eof
+        self._forget()
         self.route.handed_over += 1
-        self._closed = True  # nothing more arrives here
         handler = self.fallback()
         transport.set_protocol(handler)
         handler.connection_made(transport)
-        self._resume_reading()
-        if self._buffer:
-            handler.data_received(bytes(self._buffer))
-            self._buffer.clear()
-        if self._eof:
+        with contextlib.suppress(Exception):
+            transport.resume_reading()
+        if buffered:
+            handler.data_received(buffered)
+        if eof:
             handler.eof_received()
+
+    # --- memory -----------------------------------------------------------------------------
+
+    def _hold(self, size: int) -> None:
+        self.held += size
+        self.guard.hold(self, size)
+
+    def _release_held(self) -> None:
+        if self.held:
+            self.guard.hold(self, -self.held)
+            self.held = 0
 
     # --- timers -----------------------------------------------------------------------------
 
@@ -389,23 +523,35 @@ class CallbackConnection(asyncio.Protocol):
 
     def _stop_timers(self) -> None:
         self._disarm()
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        for timer in (self._idle_timer, self._write_timer):
+            if timer is not None:
+                timer.cancel()
+        self._idle_timer = self._write_timer = None
 
     def _head_stalled(self) -> None:
         self._timer = None
-        if self.awaiting_head and self._task is None and not self._closed:
-            self.guard.stalled += 1
-            self.close_stalled(408, "Request Timeout", "request head not received in time")
+        if self._closed or self._head is not None or self._blocked is not None:
+            return
+        self.guard.stalled += 1
+        if self._task is not None or self._pending:
+            # Answer the requests before it, then refuse it (see `_unblock`).
+            self._blocked = Refused("head_timeout")
+            return
+        self.close_stalled("request head not received in time")
 
     def _body_stalled(self) -> None:
         self._timer = None
-        if self._head is not None and self._task is None and not self._closed:
-            log.info("message_refused", status=408, code="message_format_invalid")
-            self._head = None
-            self._write(self.route.timeout_reply(), close=True)
-            self._close()
+        if self._closed or self._head is None or self._blocked is not None:
+            return
+        self._blocked = _BODY_TIMEOUT
+        self._advance()
+
+    def _reader_stalled(self) -> None:
+        """The client left its replies unread for the keep-alive time."""
+        self._write_timer = None
+        if not self._closed and self._writing_paused:
+            log.info("connection_closed", reason="replies not read")
+            self._abort()
 
     def _idle(self) -> None:
         """The keep-alive timer: close a connection idle for `keepalive_timeout`."""
@@ -414,20 +560,54 @@ class CallbackConnection(asyncio.Protocol):
             return
         keepalive = self.route.limits.keepalive_timeout
         left = self._idle_since + keepalive - self.loop.time()
-        if self._task is not None or self._buffer or self._head is not None or left > 0:
-            # In use since it was armed: look again when it could next have been idle long
-            # enough (a head or body in progress has its own timer).
+        if not self.idle or left > 0:
+            # In use since it was armed (a head, a body or an answer in progress has its own
+            # timer): look again when it could next have been idle long enough.
             self._idle_timer = self.loop.call_later(max(left, 0.0) or keepalive, self._idle)
             return
         self._close()
 
-    def close_stalled(self, status: int, phrase: str, reason: str) -> None:
-        """Answer a connection that has no request in progress, and close it (the guard)."""
+    # --- closing ----------------------------------------------------------------------------
+
+    def close_stalled(self, reason: str) -> None:
+        """End a connection that has no answer in progress (the guard, the head timer): an
+        idle one closes without a word (a partner's request may be crossing it: it must
+        not read an answer about its connection as one about its message); one with part
+        of a head gets a 408 first."""
+        if self.idle:
+            self._close()
+        else:
+            refused = Refused("head_timeout", reason)
+            self.close_with(refused.status, refused.message, refused.details)
+
+    def close_with(self, status: int, message: str, details: dict[str, Any]) -> None:
+        """Answer `status` with an unsigned nack, stop writing, and close once the client
+        stops sending (or after `LINGER` s): closing at once could lose the answer to a
+        reset while the client still sends."""
         transport = self.transport
-        if transport is not None and not transport.is_closing() and not self._closed:
-            with contextlib.suppress(Exception):
-                transport.write(raw_response(status, phrase, self.guard.refusal(status, reason)))
-        self._close()
+        if transport is None or self._closed or transport.is_closing():
+            self._close()
+            return
+        body = self.guard.refusal(status, message, details)
+        with contextlib.suppress(Exception):
+            transport.write(raw_response(status, _phrase(status), body))
+        self._lingering = True
+        self.guard.gone(self)  # closing: it no longer takes a place
+        self._buffer.clear()
+        self._pending.clear()
+        self._head = None
+        self._release_held()
+        self._stop_timers()
+        self._resume_reading()  # read (and drop) what the client still sends
+        can_half_close = False
+        with contextlib.suppress(Exception):
+            can_half_close = transport.can_write_eof()
+        if not can_half_close or self._eof:
+            self._close()
+            return
+        with contextlib.suppress(Exception):
+            transport.write_eof()
+        self._timer = self.loop.call_later(LINGER, self._close)
 
     def _pause_reading(self) -> None:
         if not self._reading_paused and self.transport is not None:
@@ -441,12 +621,24 @@ class CallbackConnection(asyncio.Protocol):
             with contextlib.suppress(Exception):
                 self.transport.resume_reading()
 
-    def _close(self) -> None:
+    def _forget(self) -> None:
+        """Nothing more arrives here: timers, bytes held and the guard's count go."""
         self._stop_timers()
-        self.guard.gone(self)
         self._closed = True
+        self._buffer.clear()
+        self._pending.clear()
+        self._release_held()
+        self.guard.gone(self)
+
+    def _close(self) -> None:
+        self._forget()
         if self.transport is not None:
             self.transport.close()
+
+    def _abort(self) -> None:
+        self._forget()
+        if self.transport is not None:
+            self.transport.abort()
 
     # --- stopping ---------------------------------------------------------------------------
 
@@ -459,9 +651,11 @@ class CallbackConnection(asyncio.Protocol):
             self._close()
 
 
-def turn_away(transport: asyncio.BaseTransport, refusal: Callable[[int, str], bytes]) -> None:
+def turn_away(
+    transport: asyncio.BaseTransport, refusal: Callable[[int, str, dict[str, Any]], bytes]
+) -> None:
     """Answer a connection the guard has no room for with a 503 nack, and close it."""
-    body = refusal(503, "too many connections; retry later")
+    body = refusal(503, "too many connections; retry later", {"reason": "http"})
     with contextlib.suppress(Exception):
         cast(asyncio.Transport, transport).write(raw_response(503, "Service Unavailable", body))
     transport.close()
@@ -476,4 +670,11 @@ def raw_response(status: int, phrase: str, body: bytes) -> bytes:
     return head.encode("ascii") + body
 
 
-__all__ = ["LEAN_CALLBACKS", "CallbackConnection", "CallbackRoute", "raw_response", "turn_away"]
+__all__ = [
+    "LEAN_CALLBACKS",
+    "MAX_PIPELINED",
+    "CallbackConnection",
+    "CallbackRoute",
+    "raw_response",
+    "turn_away",
+]

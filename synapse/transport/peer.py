@@ -26,6 +26,7 @@ from synapse.p2p.handler import TaskHandler
 from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import MemoryStore, TaskStore
 from synapse.p2p.protocol import P2PProtocol, TaskHandle
+from synapse.transport.admission import admission_middleware, expect_handler
 from synapse.transport.client import HttpClient, SenderMode
 from synapse.transport.guard import GuardedSite, HttpLimits
 from synapse.transport.http1_server import LEAN_CALLBACKS, CallbackRoute
@@ -44,6 +45,9 @@ from synapse.types import (
     TaskContext,
 )
 from synapse.types.signing import Secret
+
+#: What the app's body limit adds to the callback route's (an A2A request's JSON-RPC frame).
+_APP_BODY_MARGIN = 1024
 
 log = get_logger("synapse.peer")
 
@@ -237,8 +241,17 @@ class Peer:
         await self.client.start()
         if self.serve and self._runner is None:
             # Bind first: with port 0 the endpoint is known only once bound.
-            app = web.Application(client_max_size=self.config.max_body_size + 1024)
-            app.router.add_post(self.path, self._dispatch)
+            app = web.Application(
+                client_max_size=self.config.max_body_size + _APP_BODY_MARGIN,
+                # The admission table's rules aiohttp's parser does not enforce (the lean
+                # callback server applies them itself).
+                middlewares=[admission_middleware(self._framing_refusal, lambda _r: None)],
+            )
+            app.router.add_post(
+                self.path,
+                self._dispatch,
+                expect_handler=expect_handler(self._framing_refusal, self._body_limit),
+            )
             for app_hook in self.app_hooks:
                 app_hook(app)
             self._runner = web.AppRunner(
@@ -316,15 +329,22 @@ class Peer:
         route.observers += observers
         return route
 
-    def _framing_refusal(self, status: int, reason: str) -> bytes:
+    def _framing_refusal(
+        self, status: int, message: str, details: dict[str, Any] | None = None
+    ) -> bytes:
         if self._server is None:  # bound, not yet built: the peer is starting
             endpoint = self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}"
-            error = SynapseError(ErrorCode.AGENT_NOT_READY, reason, {"reason": "starting"})
+            error = SynapseError(ErrorCode.AGENT_NOT_READY, message, {"reason": "starting"})
             nack = nack_for(
                 error, agent_id=self.agent_id, endpoint=endpoint, request_id=None, to=None
             )
             return encode_reply(nack, None)[0]
-        return self._server.framing_refusal(status, reason)
+        return self._server.framing_refusal(status, message, details)
+
+    def _body_limit(self, request: web.Request) -> int:
+        """The body limit of `request`'s route: the callback route's, else the app's."""
+        limit = self.config.max_body_size
+        return limit if request.path == self.path else limit + _APP_BODY_MARGIN
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         return await self.server.handle(request)

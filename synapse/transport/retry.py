@@ -1,6 +1,6 @@
 """The one retry policy of every POST Synapse makes (specs/protocol.md, 'Transport').
 
-A POST that fails with a connection error, a timeout, 429, 502, 503 or 504 is tried again with
+A POST that fails with a connection error, a timeout, 408, 429, 502, 503 or 504 is tried again with
 exponential backoff and jitter from `retry_base_delay` (2, 4, 8, 16, 32 s by default), or after
 the partner's `Retry-After`, both capped at `retry_max_delay`, up to `max_retries` times.
 Partner callbacks (`synapse.transport.client`) and A2A push notifications (`synapse.a2a.push`)

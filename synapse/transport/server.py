@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from aiohttp import web
 
@@ -247,11 +248,14 @@ class SynapseServer:
         (the lean callback server's; aiohttp's path builds the same in `_read_body`)."""
         return self._nack_reply(self._body_timeout_error(), None, None, None)
 
-    def framing_refusal(self, status: int, reason: str) -> bytes:
+    def framing_refusal(
+        self, status: int, message: str, details: dict[str, Any] | None = None
+    ) -> bytes:
         """The body of the unsigned nack answering what never became a request (malformed
-        framing, a stalled head, no room for another connection): see `transport.guard`."""
+        framing, a stalled head, no room for another connection): see `transport.guard`
+        and `transport.admission`."""
         code = ErrorCode.AGENT_NOT_READY if status >= 500 else ErrorCode.MESSAGE_FORMAT_INVALID
-        error = SynapseError(code, reason, {"reason": "http"}, http_status=status)
+        error = SynapseError(code, message, details or {"reason": "http"}, http_status=status)
         return self._nack_reply(error, None, None, None).body
 
     async def _handle(self, request: web.Request) -> web.Response:

@@ -122,7 +122,7 @@ class DeliveryError(Exception):
     """A message could not be delivered: a POST produced no acceptable reply.
 
     `retryable` is true when retries ran out on a transient failure (connection error, timeout,
-    429, 502, 503, 504): the message may be sent again later and stays queued until the partner
+    408, 429, 502, 503, 504): the message may be sent again later and stays queued until the partner
     answers again. False when the answer can never be accepted (not an envelope, forged, not
     answering our message). `status` is the last HTTP status (None if none came), `attempts`
     how many were made, `reply` the last reply if it was an envelope (a 503 nack, say), and

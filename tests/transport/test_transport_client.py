@@ -63,6 +63,7 @@ class Received:
     client_port: int
     inbound: Inbound | None = None
     refused: Refused | None = None
+    transport: Any = None
 
 
 @dataclass
@@ -81,6 +82,7 @@ class FakePartner:
         body = await request.read()
         peer = request.transport.get_extra_info("peername") if request.transport else None
         seen = Received(body, dict(request.headers), peer[1] if peer else 0)
+        seen.transport = request.transport
         try:
             seen.inbound = authenticate(
                 body,
@@ -264,6 +266,31 @@ async def test_503_twice_then_200(
     signatures = {r.headers[SIGNATURE_HEADER] for r in fake.received}
     assert len(signatures) == 3
     assert sleeps.delays == [0.01, 0.02]  # base·2^(n−1), jitter factor 1 here
+
+
+def hang_up(seen: Received) -> web.Response:
+    """Close the connection without a response (a server evicting an idle connection)."""
+    seen.transport.close()
+    return web.Response()
+
+
+async def test_a_408_and_a_connection_closed_before_its_response_are_retried(
+    client: HttpClient, partner: tuple[FakePartner, Partner], sleeps: Sleeps
+) -> None:
+    # Both are about the connection, never about the message: it was not read.
+    fake, peer = partner
+    fake.script = [
+        raw(408, b'{"not": "an envelope"}'),
+        hang_up,
+        nack(408, ErrorCode.MESSAGE_FORMAT_INVALID),
+    ]
+    message = heartbeat()
+    reply = await client.exchange(peer, message)
+    assert reply.status == 200 and isinstance(reply.message, Ack)
+    assert fake.ids == [message.id] * 4
+    # The hang-up came on a kept-alive connection: sent again at once on a new one, as the
+    # same attempt (nothing of a response had come).
+    assert reply.attempts == 3
 
 
 async def test_body_mode_signature(

@@ -28,8 +28,13 @@ from rawpost import RawAgent
 from synapse.ops import enable_metrics
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import StoredReply
-from synapse.transport.guard import HttpLimits
-from synapse.transport.http1_server import CallbackConnection, CallbackRoute
+from synapse.transport.guard import ConnectionGuard, HttpLimits
+from synapse.transport.http1_server import (
+    MAX_HEAD,
+    MAX_PIPELINED,
+    CallbackConnection,
+    CallbackRoute,
+)
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.types import SIGNATURE_HEADER, verify_header_signature
@@ -286,21 +291,13 @@ class ScriptedTransport:
         return default
 
 
-class OpenGuard:
-    stalled = 0
+def open_guard(limits: HttpLimits = LIMITS) -> ConnectionGuard:
+    """A guard with room for every connection, whose refusals are plain JSON."""
 
-    def __init__(self) -> None:
-        self.open: set[Any] = set()
+    def refusal(status: int, message: str, details: dict[str, Any]) -> bytes:
+        return json.dumps({"status": status, "message": message, **details}).encode()
 
-    def admit(self, connection: Any) -> bool:
-        self.open.add(connection)
-        return True
-
-    def gone(self, connection: Any) -> None:
-        self.open.discard(connection)
-
-    def refusal(self, status: int, reason: str) -> bytes:
-        return json.dumps({"status": status, "reason": reason}).encode()
+    return ConnectionGuard(limits, refusal)
 
 
 class Fallback(asyncio.Protocol):
@@ -334,7 +331,7 @@ def connection(
         limits=limits,
         timeout_reply=lambda: StoredReply.of(408, b'{"late":true}', {}),
     )
-    conn = CallbackConnection(route, OpenGuard(), fallback, asyncio.get_running_loop())
+    conn = CallbackConnection(route, open_guard(limits), fallback, asyncio.get_running_loop())
     transport = ScriptedTransport()
     conn.connection_made(cast(asyncio.Transport, transport))
     return conn, transport, fallbacks
@@ -386,22 +383,19 @@ def test_any_split_of_pipelined_requests_is_answered_alike(cuts: list[int]) -> N
 @pytest.mark.parametrize(
     "raw",
     [
-        post(b"{}", "Transfer-Encoding: chunked"),
+        b"POST /synapse/callback HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"2\r\n{}\r\n0\r\n\r\n",
         post(b"{}", "Content-Encoding: gzip"),
         post(b"{}", "Expect: 100-continue"),
         post(b"{}", "Content-Type: text/plain"),
-        post(b"{}", "Content-Length: 2"),  # given twice
-        post(b"{}", "Connection: upgrade"),
-        post(b"{}", "X-Folded: a\r\n b"),
+        post(b"{}", "X-Twice: a", "X-Twice: b"),
+        post(b"{}", "Upgrade: h2c"),  # not a request to upgrade without Connection: upgrade
         post(b"{}", "X-Latin: café"),
-        b"POST /synapse/callback?x=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /synapse/callback?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
         b"POST /synapse/callback HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}",
-        b"PUT /synapse/callback HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
-        b"POST /synapse/callback HTTP/1.1\r\nContent-Length: 2000\r\n\r\n{}",  # over the limit
-        b"POST /synapse/callback HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}",
-        b"POST /synapse/callback HTTP/1.1\r\n\r\n",  # no length
-        b"GARBAGE\r\n\r\n",
-        b"X" * (20 * 1024),  # a head too long to be one
+        b"PUT /synapse/callback HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        post(b"{}", *(f"X-Long-{i}: {'v' * 1000}" for i in range(20))),  # past MAX_HEAD
     ],
 )
 async def test_what_the_lean_server_does_not_serve_goes_to_aiohttp_byte_for_byte(
@@ -421,19 +415,68 @@ async def test_what_the_lean_server_does_not_serve_goes_to_aiohttp_byte_for_byte
     assert transport.protocol is fallbacks[0]
 
 
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (post(b"{}", "Transfer-Encoding: chunked"), 400),  # with a Content-Length
+        (post(b"{}", "Content-Length: 2"), 400),  # given twice
+        (post(b"{}", "Connection: upgrade", "Upgrade: h2c"), 400),
+        (post(b"{}", "X-Folded: a\r\n b"), 400),
+        (b"POST /synapse/callback HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 400),  # no Host
+        (b"POST /synapse/callback HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n{}", 413),
+        (b"POST /synapse/callback HTTP/1.1\r\nHost: x\r\nContent-Length: +2\r\n\r\n{}", 400),
+        (
+            b"POST /synapse/callback HTTP/1.1\r\nHost: x\r\nContent-Length: "
+            + b"9" * 5000
+            + b"\r\n\r\n",
+            400,
+        ),
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"X" * (20 * 1024), 400),
+        (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", 400),  # a TLS ClientHello
+        (b"POST /synapse/callback HTTP/1.1\nHost: x\n", 400),  # bare LF, head incomplete
+    ],
+)
+async def test_what_the_admission_table_refuses_is_answered_at_once_and_closed(
+    raw: bytes, status: int
+) -> None:
+    conn, transport, fallbacks = connection()
+    conn.data_received(raw)
+    await settle()
+    assert not fallbacks
+    got, headers, body = parse(bytes(transport.written))
+    assert (got, headers["connection"]) == (status, "close")
+    assert json.loads(body)["status"] == status
+    assert not conn.idle or transport.closed  # lingering for the client to stop, or closed
+
+
 async def test_the_next_request_waits_while_the_client_does_not_read_replies() -> None:
     conn, transport, _ = connection(max_body=64)
     conn.pause_writing()
     conn.data_received(post(b'{"a":1}') * 3)
     await settle()
-    assert transport.written == b""
-    conn.data_received(post(b'{"a":1}') * 3)  # more than a body and a head: stop reading
-    conn.data_received(b"x" * (16 * 1024))
+    assert transport.written == b"" and transport.reading
+    # More pipelined requests than a connection may have waiting: stop reading.
+    conn.data_received(post(b'{"a":1}') * MAX_PIPELINED)
     assert not transport.reading
     conn.resume_writing()
     await settle()
-    assert bodies(bytes(transport.written))[:6] == [b'{"a":1}'] * 6
+    assert bodies(bytes(transport.written)) == [b'{"a":1}'] * (MAX_PIPELINED + 3)
     assert transport.reading
+
+
+async def test_reading_pauses_past_a_bodys_worth_and_resumes_only_below_half() -> None:
+    conn, transport, _ = connection(max_body=64)
+    conn.pause_writing()
+    conn.data_received(post(b'{"a":1}') * MAX_PIPELINED)
+    assert not transport.reading  # the requests waiting are at their bound
+    # Bytes behind them stay unparsed, within a body and a head's worth.
+    conn.data_received(post(b'{"a":1}') * 10)
+    assert conn.held <= 64 + MAX_HEAD and not transport.reading
+    conn.resume_writing()
+    await settle()
+    assert len(bodies(bytes(transport.written))) == MAX_PIPELINED + 10
+    assert transport.reading and conn.held == 0
 
 
 async def test_a_body_that_does_not_come_in_time_is_answered_408_and_closed() -> None:

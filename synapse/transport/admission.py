@@ -1,0 +1,371 @@
+"""Which HTTP requests get in: one admission table for both of a peer's HTTP doors.
+
+A peer answers HTTP through two doors. On plain-http connections the lean callback server
+(`synapse.transport.http1_server`) reads every request head itself, answers callback POSTs and
+hands anything else to aiohttp; with TLS, or under an application's own middlewares, aiohttp
+reads every request. Both doors must answer a request that cannot get in alike: the same HTTP
+status, an unsigned `nack` with code `message_format_invalid` (`details.reason` from the table
+below), and a closed connection. Neither may wait for a head that can never become a request.
+
+`RULES` is that table. The lean door applies it by parsing (`check_head` on a whole head,
+`check_partial` on the bytes of one still arriving, so that a TLS ClientHello or a bare-LF
+head is refused at once); the aiohttp door by aiohttp's own parser, configured with the
+limits below (`PARSER_LIMITS`), plus `admission_middleware` and `expect_handler` for the rules
+aiohttp's parser does not enforce. `tests/transport/test_transport_admission.py` sends one
+corpus to both doors and compares what comes back.
+
+Only framing is judged here; what the request means (its route, its body) is judged behind
+the door that admitted it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+#: The longest request target, header name and header value (aiohttp's `max_line_size` and
+#: `max_field_size`).
+MAX_FIELD: Final = 8190
+#: The most header lines one request may have (aiohttp's `max_headers`).
+MAX_HEADERS: Final = 128
+#: Digits of a `Content-Length` read at most: any body we accept is far shorter, and a longer
+#: run of digits must never reach `int()` (Python refuses more than 4,300 digits).
+MAX_LENGTH_DIGITS: Final = 18
+#: What aiohttp's `RequestHandler` takes so that its parser enforces the same limits.
+PARSER_LIMITS: Final = {
+    "max_line_size": MAX_FIELD,
+    "max_field_size": MAX_FIELD,
+    "max_headers": MAX_HEADERS,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One way a request is refused at the door."""
+
+    status: int
+    #: `details.reason` of the nack.
+    reason: str
+    #: What the nack's message says (completed with the specifics).
+    message: str
+
+
+#: Every refusal at the door, by name. The statuses follow RFC 9110 and RFC 9112.
+RULES: Final = {
+    "request_line": Rule(400, "http", "malformed request line"),
+    "version": Rule(400, "http", "unsupported HTTP version"),
+    "line_ending": Rule(400, "http", "a line of the head does not end in CRLF"),
+    "field_too_long": Rule(400, "http", f"a request target or header longer than {MAX_FIELD}"),
+    "too_many_headers": Rule(400, "http", f"more than {MAX_HEADERS} header lines"),
+    "header_syntax": Rule(400, "http", "malformed header line"),
+    "host": Rule(400, "http", "an HTTP/1.1 request needs exactly one Host header"),
+    "content_length": Rule(400, "http", "malformed or conflicting Content-Length"),
+    "transfer_encoding": Rule(400, "http", "Transfer-Encoding is not allowed here"),
+    "upgrade": Rule(400, "http", "protocol upgrades are not supported"),
+    "expectation": Rule(417, "http", "only 'Expect: 100-continue' is understood"),
+    "too_large": Rule(413, "too_large", "request body exceeds the limit"),
+    "head_timeout": Rule(408, "http", "request head not received in time"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A head refused at the door: answer `status` with an unsigned nack, then close."""
+
+    rule: str
+    detail: str = ""
+    #: More of the nack's `details`, beside its `reason`.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> int:
+        return RULES[self.rule].status
+
+    @property
+    def reason(self) -> str:
+        return RULES[self.rule].reason
+
+    @property
+    def message(self) -> str:
+        text = RULES[self.rule].message
+        return f"{text}: {self.detail}" if self.detail else text
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """The nack's `details`."""
+        return {"reason": self.reason, **self.extra}
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A request head that got in."""
+
+    method: bytes
+    target: bytes
+    #: `b"1.1"` or `b"1.0"`.
+    version: bytes
+    #: (name as sent, value with surrounding whitespace removed), in order.
+    headers: list[tuple[bytes, bytes]]
+    #: The declared body length (None: none declared).
+    content_length: int | None
+    #: The `Transfer-Encoding` codings, lower case (empty: none).
+    transfer_codings: tuple[bytes, ...]
+    #: The `Connection` options, lower case.
+    connection: frozenset[bytes]
+    #: `Expect: 100-continue` was sent.
+    expects_continue: bool
+
+
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") ([\x21-\x7e]+) HTTP/([0-9])\.([0-9])")
+#: A header line: a token, a colon, and a value of visible characters (obs-text included)
+#: with spaces and tabs inside, optional whitespace around it.
+_HEADER_LINE = re.compile(
+    rb"(" + _TOKEN + rb"):[ \t]*((?:[\x21-\x7e\x80-\xff](?:[\x20-\x7e\x80-\xff\t]*"
+    rb"[\x21-\x7e\x80-\xff])?)?)[ \t]*"
+)
+#: A byte that cannot appear in a head at all, a CR not followed by LF, or an LF not
+#: preceded by CR (a CR at the very end may still get its LF).
+_BAD_BYTE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?=[^\n])|(?<!\r)\n")
+_METHOD_PREFIX = re.compile(_TOKEN)
+
+
+def check_partial(buffer: bytes | bytearray) -> Refused | None:
+    """A refusal if the start of a head still arriving can never become a request head.
+
+    Called on the bytes received so far when they hold no complete head: a TLS ClientHello,
+    an HTTP/2 preface, a bare LF and a line longer than the limits are refused at once
+    instead of waiting for the head timeout.
+    """
+    bad = _BAD_BYTE.search(buffer)
+    if bad is not None:
+        return Refused("line_ending" if bad.group() in (b"\r", b"\n") else "header_syntax")
+    first_end = buffer.find(b"\r\n")
+    first = buffer if first_end < 0 else buffer[:first_end]
+    if first_end < 0 and first.endswith(b"\r"):
+        first = first[:-1]
+    method = _METHOD_PREFIX.match(first)
+    if first and (method is None or (method.end() < len(first) and first[method.end()] != 0x20)):
+        return Refused("request_line")
+    if first_end < 0:
+        if len(first) > MAX_FIELD + 64:
+            return Refused("field_too_long")
+        return None
+    lines = bytes(buffer[first_end + 2 :]).split(b"\r\n")
+    if len(lines) - 1 > MAX_HEADERS:
+        return Refused("too_many_headers")
+    refused = _check_request_line(bytes(first))
+    if isinstance(refused, Refused):
+        return refused
+    *complete, last = lines
+    if last.endswith(b"\r"):  # its LF is still to come
+        last = last[:-1]
+    for line in complete:
+        parsed = _header(line)
+        if isinstance(parsed, Refused):
+            return parsed
+    name, colon, value = last.partition(b":")
+    if len(name) > MAX_FIELD or len(value.strip(b" \t")) > MAX_FIELD:
+        return Refused("field_too_long")
+    if name and not colon and _METHOD_PREFIX.fullmatch(name) is None:
+        return Refused("header_syntax")
+    return None
+
+
+def _check_request_line(line: bytes) -> tuple[bytes, bytes, bytes] | Refused:
+    match = _REQUEST_LINE.fullmatch(line)
+    if match is None:
+        return Refused("request_line")
+    method, target, major, minor = match.groups()
+    if len(target) > MAX_FIELD:
+        return Refused("field_too_long")
+    if major != b"1" or minor not in (b"0", b"1"):
+        return Refused("version", f"HTTP/{major.decode()}.{minor.decode()}")
+    return method, target, b"1." + minor
+
+
+def _header(line: bytes) -> tuple[bytes, bytes] | Refused:
+    match = _HEADER_LINE.fullmatch(line)
+    if match is None:
+        if line[:1] in (b" ", b"\t"):
+            return Refused("header_syntax", "obsolete line folding")
+        return Refused("header_syntax")
+    name, value = match.groups()
+    if len(name) > MAX_FIELD or len(value) > MAX_FIELD:
+        return Refused("field_too_long")
+    return name, value
+
+
+def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
+    """The head `raw` (without its final CRLFCRLF) if it gets in, else why not.
+
+    `max_body`: the largest body the request's route accepts (its `Content-Length` above it
+    is refused with 413, before any `100 Continue`); None leaves the size to the route.
+    """
+    bad = _BAD_BYTE.search(raw)
+    if bad is not None:
+        return Refused("line_ending" if bad.group() in (b"\r", b"\n") else "header_syntax")
+    lines = raw.split(b"\r\n")
+    if len(lines) - 1 > MAX_HEADERS:
+        return Refused("too_many_headers")
+    request_line = _check_request_line(lines[0])
+    if isinstance(request_line, Refused):
+        return request_line
+    method, target, version = request_line
+    headers: list[tuple[bytes, bytes]] = []
+    hosts = 0
+    length: int | None = None
+    codings: list[bytes] = []
+    connection: set[bytes] = set()
+    expects_continue = False
+    for line in lines[1:]:
+        parsed = _header(line)
+        if isinstance(parsed, Refused):
+            return parsed
+        name, value = parsed
+        headers.append(parsed)
+        key = name.lower()
+        if key == b"host":
+            hosts += 1
+        elif key == b"content-length":
+            if length is not None or not value.isdigit() or len(value) > MAX_LENGTH_DIGITS:
+                return Refused("content_length")
+            length = int(value)
+        elif key == b"transfer-encoding":
+            codings += [c.strip().lower() for c in value.split(b",")]
+        elif key == b"connection":
+            connection.update(c.strip().lower() for c in value.split(b","))
+        elif key == b"expect":
+            if value.lower() != b"100-continue":
+                return Refused("expectation")
+            expects_continue = True
+    if version == b"1.1" and hosts != 1:
+        return Refused("host")
+    if codings:
+        if version == b"1.0":
+            # RFC 9112 §6.1: its framing is faulty, the connection must close after it.
+            return Refused("transfer_encoding", "in an HTTP/1.0 request")
+        if length is not None:
+            return Refused("content_length", "together with Transfer-Encoding")
+    if b"upgrade" in connection:
+        return Refused("upgrade")
+    if max_body is not None and length is not None and length > max_body:
+        return _too_large(length, max_body)
+    return Head(
+        method=method,
+        target=target,
+        version=version,
+        headers=headers,
+        content_length=length,
+        transfer_codings=tuple(codings),
+        connection=frozenset(connection),
+        expects_continue=expects_continue,
+    )
+
+
+# --- the aiohttp door ------------------------------------------------------------------------
+
+#: (status, message, details) → the body of an unsigned nack.
+RefusalBody = Callable[[int, str, dict[str, Any]], bytes]
+
+
+def refusal_response(refused: Refused, body: RefusalBody) -> web.Response:
+    """The aiohttp response refusing a request at the door; the connection closes after it."""
+    response = web.Response(
+        status=refused.status,
+        body=body(refused.status, refused.message, refused.details),
+        content_type="application/json",
+    )
+    response.force_close()
+    return response
+
+
+def check_request(request: web.BaseRequest, max_body: int | None) -> Refused | None:
+    """The rules aiohttp's parser does not enforce, on a request it parsed."""
+    version = request.version
+    headers = request.headers
+    if version == (1, 1) and len(headers.getall("Host", ())) != 1:
+        return Refused("host")
+    if "Transfer-Encoding" in headers and version < (1, 1):
+        return Refused("transfer_encoding", "in an HTTP/1.0 request")
+    options = {
+        option.strip().lower()
+        for value in headers.getall("Connection", ())
+        for option in value.split(",")
+    }
+    if "upgrade" in options:
+        return Refused("upgrade")
+    length = request.content_length
+    if max_body is not None and length is not None and length > max_body:
+        return _too_large(length, max_body)
+    return None
+
+
+def _too_large(length: int, max_body: int) -> Refused:
+    return Refused("too_large", f"{length} > {max_body} bytes", {"max_body_size": max_body})
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def admission_middleware(
+    body: RefusalBody, max_body: Callable[[web.Request], int | None]
+) -> Middleware:
+    """The aiohttp door's share of `RULES` (see the module docstring), as a middleware.
+
+    `max_body(request)` is the body limit of the request's route (None: the route decides).
+    The lean door applies the same rules itself, so the callback route may skip it.
+    """
+
+    @web.middleware
+    async def admit(request: web.Request, handler: Handler) -> web.StreamResponse:
+        refused = check_request(request, max_body(request))
+        if refused is not None:
+            return refusal_response(refused, body)
+        return await handler(request)
+
+    # The lean callback server applies the same table: this middleware never stops it.
+    admit.synapse_lean_callbacks = None  # type: ignore[attr-defined]
+    return admit
+
+
+def expect_handler(
+    body: RefusalBody, max_body: Callable[[web.Request], int | None]
+) -> Callable[[web.Request], Awaitable[web.StreamResponse | None]]:
+    """An aiohttp `expect_handler`: `100 Continue` only for a body the route will take.
+
+    aiohttp's own says `100 Continue` to any `Expect: 100-continue`, then refuses a body
+    over the limit with 413: a client would send the whole body first.
+    """
+
+    async def expect(request: web.Request) -> web.StreamResponse | None:
+        if request.headers.get("Expect", "").lower() != "100-continue":
+            return refusal_response(Refused("expectation"), body)
+        refused = check_request(request, max_body(request))
+        if refused is not None:
+            return refusal_response(refused, body)
+        if request.version >= (1, 1):
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return None
+
+    return expect
+
+
+__all__ = [
+    "MAX_FIELD",
+    "MAX_HEADERS",
+    "PARSER_LIMITS",
+    "RULES",
+    "Head",
+    "Refused",
+    "admission_middleware",
+    "check_head",
+    "check_partial",
+    "check_request",
+    "expect_handler",
+]
