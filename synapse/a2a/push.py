@@ -116,6 +116,11 @@ def _remove_dot_segments(path: str) -> str:
     return "/" + "/".join(out)
 
 
+#: The longest push URL a client may configure (characters, as given): a configuration is
+#: stored with its task and every notification is POSTed to it.
+MAX_PUSH_URL = 2048
+
+
 def normalize_url(url: str) -> str | None:
     """`url` in RFC 3986 normal form (§6.2.2: case of scheme and host, percent-encoding of
     unreserved characters, dot segments; and the scheme's default port left out), or None
@@ -341,4 +346,11 @@ class PushSender:
             ) from exhausted.last
 
 
-__all__ = ["PUSH_PREFIX", "PushAllowlist", "PushSender", "normalize_url", "push_partner"]
+__all__ = [
+    "MAX_PUSH_URL",
+    "PUSH_PREFIX",
+    "PushAllowlist",
+    "PushSender",
+    "normalize_url",
+    "push_partner",
+]

@@ -39,7 +39,14 @@ from synapse.a2a.errors import (
     task_not_found,
     unsupported,
 )
-from synapse.a2a.push import PUSH_PREFIX, PushAllowlist, PushSender, normalize_url, push_partner
+from synapse.a2a.push import (
+    MAX_PUSH_URL,
+    PUSH_PREFIX,
+    PushAllowlist,
+    PushSender,
+    normalize_url,
+    push_partner,
+)
 from synapse.a2a.view import A2ATask, Queued
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
@@ -607,6 +614,12 @@ class A2AService:
         task's first configuration (as the SDK does), else a new one — a configuration
         created without an id never replaces another (`taken`: the ids in use)."""
         self._require_push()
+        if len(config.url) > MAX_PUSH_URL:
+            raise invalid_params(
+                f"Invalid push notification URL: longer than {MAX_PUSH_URL} characters",
+                path="url",
+                reason="push_url_too_long",
+            )
         # Compared, kept and POSTed to in its RFC 3986 normal form: "/hooks/../admin" is
         # "/admin", whatever the spelling.
         url = normalize_url(config.url)

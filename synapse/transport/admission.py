@@ -204,8 +204,10 @@ def _header(line: bytes) -> tuple[bytes, bytes] | Refused:
 def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
     """The head `raw` (without its final CRLFCRLF) if it gets in, else why not.
 
-    `max_body`: the largest body the request's route accepts (its `Content-Length` above it
-    is refused with 413, before any `100 Continue`); None leaves the size to the route.
+    `max_body`: given for a request to the route it is the body limit of, whose own rules
+    then apply too: a `Content-Length` above it is refused with 413 (before any
+    `100 Continue`), an expectation other than `100-continue` with 417. None leaves both to
+    whoever serves the request.
     """
     bad = _BAD_BYTE.search(raw)
     if bad is not None:
@@ -222,7 +224,7 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
     length: int | None = None
     codings: list[bytes] = []
     connection: set[bytes] = set()
-    expects_continue = False
+    expectations: list[bytes] = []
     for line in lines[1:]:
         parsed = _header(line)
         if isinstance(parsed, Refused):
@@ -241,9 +243,8 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
         elif key == b"connection":
             connection.update(c.strip().lower() for c in value.split(b","))
         elif key == b"expect":
-            if value.lower() != b"100-continue":
-                return Refused("expectation")
-            expects_continue = True
+            expectations.append(value.lower())
+    # The 400s first, in any order; then what a route answers (417, 413), as aiohttp does.
     if version == b"1.1" and hosts != 1:
         return Refused("host")
     if codings:
@@ -254,8 +255,11 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
             return Refused("content_length", "together with Transfer-Encoding")
     if b"upgrade" in connection:
         return Refused("upgrade")
-    if max_body is not None and length is not None and length > max_body:
-        return _too_large(length, max_body)
+    if max_body is not None:  # the route's own rules: only for the route it names
+        if any(e != b"100-continue" for e in expectations):
+            return Refused("expectation")
+        if length is not None and length > max_body:
+            return _too_large(length, max_body)
     return Head(
         method=method,
         target=target,
@@ -264,7 +268,7 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
         content_length=length,
         transfer_codings=tuple(codings),
         connection=frozenset(connection),
-        expects_continue=expects_continue,
+        expects_continue=bool(expectations),
     )
 
 
@@ -286,9 +290,12 @@ def refusal_response(refused: Refused, body: RefusalBody) -> web.Response:
 
 
 def check_request(request: web.BaseRequest, max_body: int | None) -> Refused | None:
-    """The rules aiohttp's parser does not enforce, on a request it parsed."""
+    """The rules aiohttp's parser does not enforce, on a request it parsed, in the order
+    `check_head` applies them."""
     version = request.version
     headers = request.headers
+    if version not in ((1, 0), (1, 1)):
+        return Refused("version", f"HTTP/{version[0]}.{version[1]}")
     if version == (1, 1) and len(headers.getall("Host", ())) != 1:
         return Refused("host")
     if "Transfer-Encoding" in headers and version < (1, 1):
@@ -300,6 +307,8 @@ def check_request(request: web.BaseRequest, max_body: int | None) -> Refused | N
     }
     if "upgrade" in options:
         return Refused("upgrade")
+    if any(e.strip().lower() != "100-continue" for e in headers.getall("Expect", ())):
+        return Refused("expectation")
     length = request.content_length
     if max_body is not None and length is not None and length > max_body:
         return _too_large(length, max_body)
@@ -344,8 +353,6 @@ def expect_handler(
     """
 
     async def expect(request: web.Request) -> web.StreamResponse | None:
-        if request.headers.get("Expect", "").lower() != "100-continue":
-            return refusal_response(Refused("expectation"), body)
         refused = check_request(request, max_body(request))
         if refused is not None:
             return refusal_response(refused, body)

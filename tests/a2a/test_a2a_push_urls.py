@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_a2a_binding import code, rpc, send_params
 
-from synapse.a2a.push import PushAllowlist, normalize_url
+from synapse.a2a.push import MAX_PUSH_URL, PushAllowlist, normalize_url
 
 
 class PathRecorder:
@@ -108,6 +108,23 @@ async def test_userinfo_is_refused(a2a_peer: A2APeer, url: str) -> None:
         {"taskId": task_id, "url": url.format(port=a2a_peer.hook_port)},
     )
     assert code(answer) == -32602, answer
+
+
+async def test_a_push_url_is_at_most_2048_characters(a2a_peer: A2APeer) -> None:
+    base = a2a_peer.base_url
+    _, started = await rpc(base, "SendMessage", {**send_params(text="x")})
+    task_id = started["result"]["task"]["id"]
+    prefix = f"http://127.0.0.1:{a2a_peer.hook_port}/hooks/"
+    for length, accepted in ((MAX_PUSH_URL, True), (MAX_PUSH_URL + 1, False), (100_000, False)):
+        url = prefix + "a" * (length - len(prefix))
+        _, answer = await rpc(
+            base, "CreateTaskPushNotificationConfig", {"taskId": task_id, "url": url}
+        )
+        if accepted:
+            assert answer["result"]["url"] == url, answer
+        else:
+            assert code(answer) == -32602, answer
+            assert "2048" in answer["error"]["message"]
 
 
 async def test_an_accepted_url_is_kept_and_sent_in_its_normal_form(
