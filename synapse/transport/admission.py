@@ -74,7 +74,7 @@ RULES: Final = {
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
+class NotAdmitted:
     """A head refused at the door: answer `status` with an unsigned nack, then close."""
 
     rule: str
@@ -135,7 +135,7 @@ _BAD_BYTE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?=[^\n])|(?<!\r)\n
 _METHOD_PREFIX = re.compile(_TOKEN)
 
 
-def check_partial(buffer: bytes | bytearray) -> Refused | None:
+def check_partial(buffer: bytes | bytearray) -> NotAdmitted | None:
     """A refusal if the start of a head still arriving can never become a request head.
 
     Called on the bytes received so far when they hold no complete head: a TLS ClientHello,
@@ -144,64 +144,64 @@ def check_partial(buffer: bytes | bytearray) -> Refused | None:
     """
     bad = _BAD_BYTE.search(buffer)
     if bad is not None:
-        return Refused("line_ending" if bad.group() in (b"\r", b"\n") else "header_syntax")
+        return NotAdmitted("line_ending" if bad.group() in (b"\r", b"\n") else "header_syntax")
     first_end = buffer.find(b"\r\n")
     first = buffer if first_end < 0 else buffer[:first_end]
     if first_end < 0 and first.endswith(b"\r"):
         first = first[:-1]
     method = _METHOD_PREFIX.match(first)
     if first and (method is None or (method.end() < len(first) and first[method.end()] != 0x20)):
-        return Refused("request_line")
+        return NotAdmitted("request_line")
     if first_end < 0:
         if len(first) > MAX_FIELD + 64:
-            return Refused("field_too_long")
+            return NotAdmitted("field_too_long")
         return None
     lines = bytes(buffer[first_end + 2 :]).split(b"\r\n")
     if len(lines) - 1 > MAX_HEADERS:
-        return Refused("too_many_headers")
+        return NotAdmitted("too_many_headers")
     refused = _check_request_line(bytes(first))
-    if isinstance(refused, Refused):
+    if isinstance(refused, NotAdmitted):
         return refused
     *complete, last = lines
     if last.endswith(b"\r"):  # its LF is still to come
         last = last[:-1]
     for line in complete:
         parsed = _header(line)
-        if isinstance(parsed, Refused):
+        if isinstance(parsed, NotAdmitted):
             return parsed
     name, colon, value = last.partition(b":")
     if len(name) > MAX_FIELD or len(value.strip(b" \t")) > MAX_FIELD:
-        return Refused("field_too_long")
+        return NotAdmitted("field_too_long")
     if name and not colon and _METHOD_PREFIX.fullmatch(name) is None:
-        return Refused("header_syntax")
+        return NotAdmitted("header_syntax")
     return None
 
 
-def _check_request_line(line: bytes) -> tuple[bytes, bytes, bytes] | Refused:
+def _check_request_line(line: bytes) -> tuple[bytes, bytes, bytes] | NotAdmitted:
     match = _REQUEST_LINE.fullmatch(line)
     if match is None:
-        return Refused("request_line")
+        return NotAdmitted("request_line")
     method, target, major, minor = match.groups()
     if len(target) > MAX_FIELD:
-        return Refused("field_too_long")
+        return NotAdmitted("field_too_long")
     if major != b"1" or minor not in (b"0", b"1"):
-        return Refused("version", f"HTTP/{major.decode()}.{minor.decode()}")
+        return NotAdmitted("version", f"HTTP/{major.decode()}.{minor.decode()}")
     return method, target, b"1." + minor
 
 
-def _header(line: bytes) -> tuple[bytes, bytes] | Refused:
+def _header(line: bytes) -> tuple[bytes, bytes] | NotAdmitted:
     match = _HEADER_LINE.fullmatch(line)
     if match is None:
         if line[:1] in (b" ", b"\t"):
-            return Refused("header_syntax", "obsolete line folding")
-        return Refused("header_syntax")
+            return NotAdmitted("header_syntax", "obsolete line folding")
+        return NotAdmitted("header_syntax")
     name, value = match.groups()
     if len(name) > MAX_FIELD or len(value) > MAX_FIELD:
-        return Refused("field_too_long")
+        return NotAdmitted("field_too_long")
     return name, value
 
 
-def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
+def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted:
     """The head `raw` (without its final CRLFCRLF) if it gets in, else why not.
 
     `max_body`: given for a request to the route it is the body limit of, whose own rules
@@ -211,12 +211,12 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
     """
     bad = _BAD_BYTE.search(raw)
     if bad is not None:
-        return Refused("line_ending" if bad.group() in (b"\r", b"\n") else "header_syntax")
+        return NotAdmitted("line_ending" if bad.group() in (b"\r", b"\n") else "header_syntax")
     lines = raw.split(b"\r\n")
     if len(lines) - 1 > MAX_HEADERS:
-        return Refused("too_many_headers")
+        return NotAdmitted("too_many_headers")
     request_line = _check_request_line(lines[0])
-    if isinstance(request_line, Refused):
+    if isinstance(request_line, NotAdmitted):
         return request_line
     method, target, version = request_line
     headers: list[tuple[bytes, bytes]] = []
@@ -227,7 +227,7 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
     expectations: list[bytes] = []
     for line in lines[1:]:
         parsed = _header(line)
-        if isinstance(parsed, Refused):
+        if isinstance(parsed, NotAdmitted):
             return parsed
         name, value = parsed
         headers.append(parsed)
@@ -236,7 +236,7 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
             hosts += 1
         elif key == b"content-length":
             if length is not None or not value.isdigit() or len(value) > MAX_LENGTH_DIGITS:
-                return Refused("content_length")
+                return NotAdmitted("content_length")
             length = int(value)
         elif key == b"transfer-encoding":
             codings += [c.strip().lower() for c in value.split(b",")]
@@ -246,18 +246,18 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
             expectations.append(value.lower())
     # The 400s first, in any order; then what a route answers (417, 413), as aiohttp does.
     if version == b"1.1" and hosts != 1:
-        return Refused("host")
+        return NotAdmitted("host")
     if codings:
         if version == b"1.0":
             # RFC 9112 §6.1: its framing is faulty, the connection must close after it.
-            return Refused("transfer_encoding", "in an HTTP/1.0 request")
+            return NotAdmitted("transfer_encoding", "in an HTTP/1.0 request")
         if length is not None:
-            return Refused("content_length", "together with Transfer-Encoding")
+            return NotAdmitted("content_length", "together with Transfer-Encoding")
     if b"upgrade" in connection:
-        return Refused("upgrade")
+        return NotAdmitted("upgrade")
     if max_body is not None:  # the route's own rules: only for the route it names
         if any(e != b"100-continue" for e in expectations):
-            return Refused("expectation")
+            return NotAdmitted("expectation")
         if length is not None and length > max_body:
             return _too_large(length, max_body)
     return Head(
@@ -278,7 +278,7 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | Refused:
 RefusalBody = Callable[[int, str, dict[str, Any]], bytes]
 
 
-def refusal_response(refused: Refused, body: RefusalBody) -> web.Response:
+def refusal_response(refused: NotAdmitted, body: RefusalBody) -> web.Response:
     """The aiohttp response refusing a request at the door; the connection closes after it."""
     response = web.Response(
         status=refused.status,
@@ -289,34 +289,34 @@ def refusal_response(refused: Refused, body: RefusalBody) -> web.Response:
     return response
 
 
-def check_request(request: web.BaseRequest, max_body: int | None) -> Refused | None:
+def check_request(request: web.BaseRequest, max_body: int | None) -> NotAdmitted | None:
     """The rules aiohttp's parser does not enforce, on a request it parsed, in the order
     `check_head` applies them."""
     version = request.version
     headers = request.headers
     if version not in ((1, 0), (1, 1)):
-        return Refused("version", f"HTTP/{version[0]}.{version[1]}")
+        return NotAdmitted("version", f"HTTP/{version[0]}.{version[1]}")
     if version == (1, 1) and len(headers.getall("Host", ())) != 1:
-        return Refused("host")
+        return NotAdmitted("host")
     if "Transfer-Encoding" in headers and version < (1, 1):
-        return Refused("transfer_encoding", "in an HTTP/1.0 request")
+        return NotAdmitted("transfer_encoding", "in an HTTP/1.0 request")
     options = {
         option.strip().lower()
         for value in headers.getall("Connection", ())
         for option in value.split(",")
     }
     if "upgrade" in options:
-        return Refused("upgrade")
+        return NotAdmitted("upgrade")
     if any(e.strip().lower() != "100-continue" for e in headers.getall("Expect", ())):
-        return Refused("expectation")
+        return NotAdmitted("expectation")
     length = request.content_length
     if max_body is not None and length is not None and length > max_body:
         return _too_large(length, max_body)
     return None
 
 
-def _too_large(length: int, max_body: int) -> Refused:
-    return Refused("too_large", f"{length} > {max_body} bytes", {"max_body_size": max_body})
+def _too_large(length: int, max_body: int) -> NotAdmitted:
+    return NotAdmitted("too_large", f"{length} > {max_body} bytes", {"max_body_size": max_body})
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -369,7 +369,7 @@ __all__ = [
     "PARSER_LIMITS",
     "RULES",
     "Head",
-    "Refused",
+    "NotAdmitted",
     "admission_middleware",
     "check_head",
     "check_partial",

@@ -49,7 +49,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from synapse.p2p.logs import get_logger
-from synapse.transport.admission import PARSER_LIMITS, Refused
+from synapse.transport.admission import PARSER_LIMITS, NotAdmitted
 from synapse.transport.http1_server import (
     CallbackConnection,
     CallbackRoute,
@@ -227,7 +227,7 @@ class GuardedHandler(RequestHandler):
         self.guard.gone(self)
         transport = self.transport
         if not self.idle and transport is not None and not transport.is_closing():
-            refused = Refused("head_timeout", reason)
+            refused = NotAdmitted("head_timeout", reason)
             body = self.guard.refusal(refused.status, refused.message, refused.details)
             with contextlib.suppress(Exception):
                 transport.write(raw_response(refused.status, "Request Timeout", body))

@@ -54,7 +54,7 @@ from multidict import CIMultiDict
 
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.logs import get_logger
-from synapse.transport.admission import Head, Refused, check_head, check_partial
+from synapse.transport.admission import Head, NotAdmitted, check_head, check_partial
 
 log = get_logger("synapse.transport")
 
@@ -232,7 +232,7 @@ class CallbackConnection(asyncio.Protocol):
         self._head: _Head | None = None
         #: Why parsing stopped at the front of the buffer (a refusal, a hand-over, a body
         #: timeout): acted on once every request before it is answered.
-        self._blocked: Refused | str | None = None
+        self._blocked: NotAdmitted | str | None = None
         #: The head or body timer, armed while a head or a body is incomplete.
         self._timer: asyncio.TimerHandle | None = None
         #: The reply timer, armed while the client does not read its replies.
@@ -365,7 +365,7 @@ class CallbackConnection(asyncio.Protocol):
                     return
                 raw = bytes(buffer[:end])
                 verdict = check_head(raw, max_body=route.max_body if route.targets(raw) else None)
-                if isinstance(verdict, Refused):
+                if isinstance(verdict, NotAdmitted):
                     self._blocked = verdict
                     return
                 headers = _served_here(verdict, route.target) if route.enabled() else None
@@ -426,7 +426,7 @@ class CallbackConnection(asyncio.Protocol):
             self._write(self.route.timeout_reply(), close=True)
             self._close()
         else:
-            assert isinstance(blocked, Refused)
+            assert isinstance(blocked, NotAdmitted)
             self.route.refused += 1
             log.info(
                 "message_refused",
@@ -539,7 +539,7 @@ class CallbackConnection(asyncio.Protocol):
         self.guard.stalled += 1
         if self._task is not None or self._pending:
             # Answer the requests before it, then refuse it (see `_unblock`).
-            self._blocked = Refused("head_timeout")
+            self._blocked = NotAdmitted("head_timeout")
             return
         self.close_stalled("request head not received in time")
 
@@ -581,7 +581,7 @@ class CallbackConnection(asyncio.Protocol):
         if self.idle:
             self._close()
         else:
-            refused = Refused("head_timeout", reason)
+            refused = NotAdmitted("head_timeout", reason)
             self.close_with(refused.status, refused.message, refused.details)
 
     def close_with(self, status: int, message: str, details: dict[str, Any]) -> None:

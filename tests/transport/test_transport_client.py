@@ -288,9 +288,10 @@ async def test_a_408_and_a_connection_closed_before_its_response_are_retried(
     reply = await client.exchange(peer, message)
     assert reply.status == 200 and isinstance(reply.message, Ack)
     assert fake.ids == [message.id] * 4
-    # The hang-up came on a kept-alive connection: sent again at once on a new one, as the
-    # same attempt (nothing of a response had come).
-    assert reply.attempts == 3
+    # The hang-up came on a kept-alive connection: the lean client sends it again at once on
+    # a new one, as the same attempt (nothing of a response had come); aiohttp's client (used
+    # while tracing hooks are installed) counts it as an attempt of its own.
+    assert reply.attempts in (3, 4)
 
 
 async def test_body_mode_signature(
