@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
@@ -101,9 +102,8 @@ class NotAdmitted:
         return {"reason": self.reason, **self.extra}
 
 
-@dataclass(frozen=True, slots=True)
-class Head:
-    """A request head that got in."""
+class Head(msgspec.Struct, frozen=True, gc=False):
+    """A request head that got in (a frozen msgspec struct: built in C, one a request)."""
 
     method: bytes
     target: bytes
@@ -111,6 +111,8 @@ class Head:
     version: bytes
     #: (name as sent, value with surrounding whitespace removed), in order.
     headers: list[tuple[bytes, bytes]]
+    #: The header names, lower case, in the same order.
+    keys: list[bytes]
     #: The declared body length (None: none declared).
     content_length: int | None
     #: The `Transfer-Encoding` codings, lower case (empty: none).
@@ -122,13 +124,14 @@ class Head:
 
 
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-_REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") ([\x21-\x7e]+) HTTP/([0-9])\.([0-9])")
-#: A header line: a token, a colon, and a value of visible characters (obs-text included)
-#: with spaces and tabs inside, optional whitespace around it.
-_HEADER_LINE = re.compile(
-    rb"(" + _TOKEN + rb"):[ \t]*((?:[\x21-\x7e\x80-\xff](?:[\x20-\x7e\x80-\xff\t]*"
-    rb"[\x21-\x7e\x80-\xff])?)?)[ \t]*"
-)
+_TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#: Visible ASCII: what a request target is made of.
+_VISIBLE = bytes(range(0x21, 0x7F))
+#: What a head may hold: visible characters, obs-text, space, tab, and CR LF ending lines.
+_HEAD_BYTES = bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100)) + b"\t\r\n"
+_VERSION = re.compile(rb"HTTP/([0-9])\.([0-9])")
+#: The header names the table reads.
+_FRAMING = frozenset({b"host", b"content-length", b"transfer-encoding", b"connection", b"expect"})
 #: A byte that cannot appear in a head at all, a CR not followed by LF, or an LF not
 #: preceded by CR (a CR at the very end may still get its LF).
 _BAD_BYTE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?=[^\n])|(?<!\r)\n")
@@ -178,27 +181,48 @@ def check_partial(buffer: bytes | bytearray) -> NotAdmitted | None:
 
 
 def _check_request_line(line: bytes) -> tuple[bytes, bytes, bytes] | NotAdmitted:
-    match = _REQUEST_LINE.fullmatch(line)
-    if match is None:
+    parts = line.split(b" ")
+    if len(parts) != 3:
         return NotAdmitted("request_line")
-    method, target, major, minor = match.groups()
+    method, target, version = parts
+    if not _is_token(method) or not target or target.translate(None, _VISIBLE):
+        return NotAdmitted("request_line")
     if len(target) > MAX_FIELD:
         return NotAdmitted("field_too_long")
-    if major != b"1" or minor not in (b"0", b"1"):
-        return NotAdmitted("version", f"HTTP/{major.decode()}.{minor.decode()}")
-    return method, target, b"1." + minor
+    if version == b"HTTP/1.1" or version == b"HTTP/1.0":
+        return method, target, version[5:]
+    match = _VERSION.fullmatch(version)
+    if match is None:
+        return NotAdmitted("request_line")
+    major, minor = match.groups()
+    return NotAdmitted("version", f"HTTP/{major.decode()}.{minor.decode()}")
+
+
+def _is_token(value: bytes) -> bool:
+    return bool(value) and not value.translate(None, _TOKEN_BYTES)
 
 
 def _header(line: bytes) -> tuple[bytes, bytes] | NotAdmitted:
-    match = _HEADER_LINE.fullmatch(line)
-    if match is None:
+    """(name, value) of a header line whose bytes are known to be allowed in a head."""
+    name, colon, value = line.partition(b":")
+    if not colon or not _is_token(name):
         if line[:1] in (b" ", b"\t"):
             return NotAdmitted("header_syntax", "obsolete line folding")
         return NotAdmitted("header_syntax")
-    name, value = match.groups()
+    value = value.strip(b" \t")
     if len(name) > MAX_FIELD or len(value) > MAX_FIELD:
         return NotAdmitted("field_too_long")
     return name, value
+
+
+def _bad_byte(raw: bytes) -> NotAdmitted | None:
+    """A refusal if `raw` holds a byte no head may hold, or a CR or LF not in a CRLF."""
+    if raw.translate(None, _HEAD_BYTES):
+        return NotAdmitted("header_syntax", "a control character")
+    crlf = raw.count(b"\r\n")
+    if raw.count(b"\r") != crlf or raw.count(b"\n") != crlf:
+        return NotAdmitted("line_ending")
+    return None
 
 
 def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted:
@@ -209,9 +233,9 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted
     `100 Continue`), an expectation other than `100-continue` with 417. None leaves both to
     whoever serves the request.
     """
-    bad = _BAD_BYTE.search(raw)
+    bad = _bad_byte(raw)
     if bad is not None:
-        return NotAdmitted("line_ending" if bad.group() in (b"\r", b"\n") else "header_syntax")
+        return bad
     lines = raw.split(b"\r\n")
     if len(lines) - 1 > MAX_HEADERS:
         return NotAdmitted("too_many_headers")
@@ -220,6 +244,7 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted
         return request_line
     method, target, version = request_line
     headers: list[tuple[bytes, bytes]] = []
+    keys: list[bytes] = []
     hosts = 0
     length: int | None = None
     codings: list[bytes] = []
@@ -232,6 +257,9 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted
         name, value = parsed
         headers.append(parsed)
         key = name.lower()
+        keys.append(key)
+        if key not in _FRAMING:
+            continue
         if key == b"host":
             hosts += 1
         elif key == b"content-length":
@@ -242,7 +270,7 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted
             codings += [c.strip().lower() for c in value.split(b",")]
         elif key == b"connection":
             connection.update(c.strip().lower() for c in value.split(b","))
-        elif key == b"expect":
+        else:
             expectations.append(value.lower())
     # The 400s first, in any order; then what a route answers (417, 413), as aiohttp does.
     if version == b"1.1" and hosts != 1:
@@ -265,6 +293,7 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted
         target=target,
         version=version,
         headers=headers,
+        keys=keys,
         content_length=length,
         transfer_codings=tuple(codings),
         connection=frozenset(connection),

@@ -71,6 +71,7 @@ LINGER = 1.0
 _END_OF_HEAD = b"\r\n\r\n"
 #: The longest header line (name and value) served here.
 _LEAN_FIELD = 4096
+_LEAN_CONNECTION = frozenset({b"close", b"keep-alive"})
 #: Request headers whose presence sends the request to aiohttp.
 _NOT_HERE = frozenset({b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"})
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
@@ -179,26 +180,24 @@ def _served_here(head: Head, target: bytes) -> CIMultiDict[str] | None:
         or head.target != target
         or head.version != b"1.1"
         or head.content_length is None
-        or not head.connection <= {b"close", b"keep-alive"}
+        or not head.connection <= _LEAN_CONNECTION
+        or len(set(head.keys)) != len(head.keys)  # a header given twice: aiohttp decides
+        or not _NOT_HERE.isdisjoint(head.keys)
     ):
         return None
-    headers: CIMultiDict[str] = CIMultiDict()
-    for name, value in head.headers:
-        key = name.lower()
+    pairs = []
+    for (name, value), key in zip(head.headers, head.keys, strict=True):
         # Near the table's length limits, parsers count a few bytes differently: aiohttp
         # decides those (a callback's headers are far shorter).
-        if key in _NOT_HERE or not value.isascii() or len(name) + len(value) > _LEAN_FIELD:
+        if not value.isascii() or len(name) + len(value) > _LEAN_FIELD:
             return None
         text = value.decode("ascii")
         if key == b"content-type":
             media = text.partition(";")[0].strip().lower()
             if media != "application/json" and not media.endswith("+json"):
                 return None
-        name_text = name.decode("ascii")
-        if name_text in headers:  # given twice: aiohttp decides what that means
-            return None
-        headers.add(name_text, text)
-    return headers
+        pairs.append((name.decode("ascii"), text))
+    return CIMultiDict(pairs)
 
 
 class CallbackConnection(asyncio.Protocol):
