@@ -77,7 +77,8 @@ class HttpLimits:
     keepalive_timeout: float = 75.0
     max_connections: int = 1024
     #: Bytes the lean callback server's connections may hold together (read ahead, not yet
-    #: answered); each holds at most a body and a head's worth on its own.
+    #: answered), counting those that hold more than 64 KiB; each holds at most a body and a
+    #: head's worth on its own.
     max_buffered: int = 64 * 1024 * 1024
 
     def effective_max_connections(self) -> int:

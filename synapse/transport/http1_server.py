@@ -66,6 +66,9 @@ LEAN_CALLBACKS = "synapse_lean_callbacks"
 MAX_HEAD = 16 * 1024
 #: The most parsed requests one connection may have waiting behind the one being answered.
 MAX_PIPELINED = 32
+#: Bytes a connection may hold without counting against `HttpLimits.max_buffered`: the
+#: usual request or two, so that the shared count is touched only under load.
+_UNCOUNTED = 64 * 1024
 #: Seconds a refused client is given to stop sending before its connection closes.
 LINGER = 1.0
 _END_OF_HEAD = b"\r\n\r\n"
@@ -225,8 +228,10 @@ class CallbackConnection(asyncio.Protocol):
         self._buffer = bytearray()
         #: Requests read whole, waiting for the one being answered.
         self._pending: deque[_Request] = deque()
-        #: Bytes this connection holds (its buffer and waiting bodies), as the guard counts.
+        #: Bytes this connection holds (its buffer and waiting bodies).
         self.held = 0
+        #: What of it the guard counts against the bound shared by all connections.
+        self._counted = 0
         #: A parsed head whose body is still arriving.
         self._head: _Head | None = None
         #: Why parsing stopped at the front of the buffer (a refusal, a hand-over, a body
@@ -314,7 +319,7 @@ class CallbackConnection(asyncio.Protocol):
         if self._closed or self._lingering:
             return
         self._buffer += data
-        self._hold(len(data))
+        self.held += len(data)
         self._advance()
 
     # --- requests ---------------------------------------------------------------------------
@@ -327,7 +332,7 @@ class CallbackConnection(asyncio.Protocol):
         if self._task is None and not self._writing_paused:
             if self._pending:
                 request = self._pending.popleft()
-                self._hold(-len(request.body))
+                self.held -= len(request.body)
                 self._task = self.loop.create_task(self._serve(request))
             elif self._blocked is not None:
                 self._unblock()
@@ -348,7 +353,7 @@ class CallbackConnection(asyncio.Protocol):
                 # RFC 9112 §2.2: empty lines before a request line are ignored.
                 while buffer[:2] == b"\r\n":
                     del buffer[:2]
-                    self._hold(-2)
+                    self.held -= 2
                 if not buffer:
                     return
                 end = buffer.find(_END_OF_HEAD, 0, MAX_HEAD + 4)
@@ -372,7 +377,7 @@ class CallbackConnection(asyncio.Protocol):
                     self._blocked = _HAND_OVER
                     return
                 del buffer[: end + 4]
-                self._hold(-(end + 4))
+                self.held -= end + 4
                 length = verdict.content_length or 0
                 head = self._head = _Head(headers, length, b"close" in verdict.connection)
                 self._disarm()
@@ -395,20 +400,34 @@ class CallbackConnection(asyncio.Protocol):
 
     def _flow(self) -> None:
         """Read on only while this connection, and all of them together, hold little."""
+        held = self.held
+        if (
+            held <= _UNCOUNTED
+            and not self._counted
+            and not self._reading_paused
+            and self._blocked is None
+            and len(self._pending) < MAX_PIPELINED
+        ):
+            return  # the usual case: a request or two, nothing to count or resume
         if self._closed:
             return
+        # Only connections holding more than a little count against the shared bound.
+        counted = held if held > _UNCOUNTED else 0
+        if counted != self._counted:
+            change, self._counted = counted - self._counted, counted
+            self.guard.hold(self, change)  # may call `read_on` of waiting ones, this one too
         limit = self.route.max_body + MAX_HEAD
         if (
             self._blocked is not None  # what follows a refused head or a hand-over waits
             or len(self._pending) >= MAX_PIPELINED
-            or self.held > limit
+            or held > limit
             or self.guard.over(self)
         ):
             self._pause_reading()
         elif (
             self._reading_paused
             and not self._lingering
-            and self.held <= limit // 2
+            and held <= limit // 2
             and len(self._pending) <= MAX_PIPELINED // 2
             and self.guard.room(self)
         ):
@@ -504,14 +523,11 @@ class CallbackConnection(asyncio.Protocol):
 
     # --- memory -----------------------------------------------------------------------------
 
-    def _hold(self, size: int) -> None:
-        self.held += size
-        self.guard.hold(self, size)
-
     def _release_held(self) -> None:
-        if self.held:
-            self.guard.hold(self, -self.held)
-            self.held = 0
+        self.held = 0
+        if self._counted:
+            change, self._counted = -self._counted, 0
+            self.guard.hold(self, change)
 
     # --- timers -----------------------------------------------------------------------------
 

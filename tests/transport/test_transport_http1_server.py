@@ -316,7 +316,11 @@ async def echo(body: bytes, headers: CIMultiDict[str], transport: Any) -> Stored
 
 
 def connection(
-    answer: Answer = echo, *, max_body: int = 1024, limits: HttpLimits = LIMITS
+    answer: Answer = echo,
+    *,
+    max_body: int = 1024,
+    limits: HttpLimits = LIMITS,
+    guard: ConnectionGuard | None = None,
 ) -> tuple[CallbackConnection, ScriptedTransport, list[Fallback]]:
     fallbacks: list[Fallback] = []
 
@@ -331,7 +335,8 @@ def connection(
         limits=limits,
         timeout_reply=lambda: StoredReply.of(408, b'{"late":true}', {}),
     )
-    conn = CallbackConnection(route, open_guard(limits), fallback, asyncio.get_running_loop())
+    guard = guard or open_guard(limits)
+    conn = CallbackConnection(route, guard, fallback, asyncio.get_running_loop())
     transport = ScriptedTransport()
     conn.connection_made(cast(asyncio.Transport, transport))
     return conn, transport, fallbacks
@@ -477,6 +482,27 @@ async def test_reading_pauses_past_a_bodys_worth_and_resumes_only_below_half() -
     await settle()
     assert len(bodies(bytes(transport.written))) == MAX_PIPELINED + 10
     assert transport.reading and conn.held == 0
+
+
+async def test_connections_together_hold_at_most_max_buffered() -> None:
+    limits = HttpLimits(max_buffered=200_000)
+    guard = open_guard(limits)
+    big = post(b"x" * 60_000)
+    first, first_transport, _ = connection(max_body=300_000, limits=limits, guard=guard)
+    second, second_transport, _ = connection(max_body=300_000, limits=limits, guard=guard)
+    for conn in (first, second):
+        conn.pause_writing()  # nothing is answered: what arrives is held
+    first.data_received(big * 4)  # 240 KB: within its own bound, past the shared one
+    assert guard.held > limits.max_buffered and not first_transport.reading
+    second.data_received(big * 2)  # 120 KB, counted too: the bound is shared, it waits
+    assert not second_transport.reading
+    first.resume_writing()  # its requests are answered, but the other still holds too much
+    await settle()
+    assert first.held == 0 and not first_transport.reading
+    second.resume_writing()
+    await settle()
+    assert guard.held == 0 and first_transport.reading and second_transport.reading
+    assert len(bodies(bytes(first_transport.written))) == 4
 
 
 async def test_a_body_that_does_not_come_in_time_is_answered_408_and_closed() -> None:
