@@ -267,7 +267,7 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted
                 return NotAdmitted("content_length")
             length = int(value)
         elif key == b"transfer-encoding":
-            codings += [c.strip().lower() for c in value.split(b",")]
+            codings += [c.strip().lower() for c in value.split(b",") if c.strip()]
         elif key == b"connection":
             connection.update(c.strip().lower() for c in value.split(b","))
         else:
@@ -327,7 +327,10 @@ def check_request(request: web.BaseRequest, max_body: int | None) -> NotAdmitted
         return NotAdmitted("version", f"HTTP/{version[0]}.{version[1]}")
     if version == (1, 1) and len(headers.getall("Host", ())) != 1:
         return NotAdmitted("host")
-    if "Transfer-Encoding" in headers and version < (1, 1):
+    codings = [
+        c for v in headers.getall("Transfer-Encoding", ()) for c in v.split(",") if c.strip()
+    ]
+    if codings and version < (1, 1):
         return NotAdmitted("transfer_encoding", "in an HTTP/1.0 request")
     options = {
         option.strip().lower()
