@@ -34,6 +34,8 @@ from aiohttp.typedefs import Middleware
 MAX_FIELD: Final = 8190
 #: The most header lines one request may have (aiohttp's `max_headers`).
 MAX_HEADERS: Final = 128
+#: The longest header line (name and value) judged far from the length limits.
+PLAIN_FIELD: Final = 4096
 #: Digits of a `Content-Length` read at most: any body we accept is far shorter, and a longer
 #: run of digits must never reach `int()` (Python refuses more than 4,300 digits).
 MAX_LENGTH_DIGITS: Final = 18
@@ -64,6 +66,7 @@ RULES: Final = {
     "field_too_long": Rule(400, "http", f"a request target or header longer than {MAX_FIELD}"),
     "too_many_headers": Rule(400, "http", f"more than {MAX_HEADERS} header lines"),
     "header_syntax": Rule(400, "http", "malformed header line"),
+    "header_repeated": Rule(400, "http", "a header that may be given once is repeated"),
     "host": Rule(400, "http", "an HTTP/1.1 request needs exactly one Host header"),
     "content_length": Rule(400, "http", "malformed or conflicting Content-Length"),
     "transfer_encoding": Rule(400, "http", "Transfer-Encoding is not allowed here"),
@@ -130,6 +133,21 @@ _VISIBLE = bytes(range(0x21, 0x7F))
 #: What a head may hold: visible characters, obs-text, space, tab, and CR LF ending lines.
 _HEAD_BYTES = bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100)) + b"\t\r\n"
 _VERSION = re.compile(rb"HTTP/([0-9])\.([0-9])")
+#: Headers a request may carry once at most (aiohttp's parser refuses them repeated too).
+_SINGLETONS = frozenset(
+    {
+        b"content-length",
+        b"content-location",
+        b"content-range",
+        b"content-type",
+        b"etag",
+        b"host",
+        b"max-forwards",
+        b"server",
+        b"transfer-encoding",
+        b"user-agent",
+    }
+)
 #: The header names the table reads.
 _FRAMING = frozenset({b"host", b"content-length", b"transfer-encoding", b"connection", b"expect"})
 #: A byte that cannot appear in a head at all, a CR not followed by LF, or an LF not
@@ -245,6 +263,8 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted
     method, target, version = request_line
     headers: list[tuple[bytes, bytes]] = []
     keys: list[bytes] = []
+    singletons: set[bytes] = set()
+    longest = 0
     hosts = 0
     length: int | None = None
     codings: list[bytes] = []
@@ -256,8 +276,13 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted
             return parsed
         name, value = parsed
         headers.append(parsed)
+        longest = max(longest, len(name) + len(value))
         key = name.lower()
         keys.append(key)
+        if key in _SINGLETONS:
+            if key in singletons:
+                return NotAdmitted("header_repeated", key.decode("ascii"))
+            singletons.add(key)
         if key not in _FRAMING:
             continue
         if key == b"host":
@@ -283,7 +308,10 @@ def check_head(raw: bytes, *, max_body: int | None = None) -> Head | NotAdmitted
             return NotAdmitted("content_length", "together with Transfer-Encoding")
     if b"upgrade" in connection:
         return NotAdmitted("upgrade")
-    if max_body is not None:  # the route's own rules: only for the route it names
+    # The route's own rules: only for the route it names, and only for a head whose lines
+    # are far from the length limits (near them, parsers count a few bytes differently:
+    # whoever serves the route judges such a head).
+    if max_body is not None and longest <= PLAIN_FIELD:
         if any(e != b"100-continue" for e in expectations):
             return NotAdmitted("expectation")
         if length is not None and length > max_body:

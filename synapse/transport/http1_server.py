@@ -54,7 +54,14 @@ from multidict import CIMultiDict
 
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.logs import get_logger
-from synapse.transport.admission import MAX_HEADERS, Head, NotAdmitted, check_head, check_partial
+from synapse.transport.admission import (
+    MAX_HEADERS,
+    PLAIN_FIELD,
+    Head,
+    NotAdmitted,
+    check_head,
+    check_partial,
+)
 
 log = get_logger("synapse.transport")
 
@@ -72,8 +79,6 @@ _UNCOUNTED = 64 * 1024
 #: Seconds a refused client is given to stop sending before its connection closes.
 LINGER = 1.0
 _END_OF_HEAD = b"\r\n\r\n"
-#: The longest header line (name and value) served here.
-_LEAN_FIELD = 4096
 _LEAN_CONNECTION = frozenset({b"close", b"keep-alive"})
 #: What the head of a plain callback POST is made of: visible ASCII, space, tab, CR LF.
 _PLAIN_HEAD = bytes(range(0x20, 0x7F)) + b"\t\r\n"
@@ -200,7 +205,7 @@ def plain_callback_head(raw: bytes, route: CallbackRoute) -> _Head | None:
             or name.translate(None, _TOKEN_BYTES)
             or key in seen
             or key in _NOT_HERE
-            or len(line) > _LEAN_FIELD
+            or len(line) > PLAIN_FIELD
         ):
             return None
         seen.add(key)
@@ -255,7 +260,7 @@ def _served_here(head: Head, target: bytes) -> CIMultiDict[str] | None:
     for (name, value), key in zip(head.headers, head.keys, strict=True):
         # Near the table's length limits, parsers count a few bytes differently: aiohttp
         # decides those (a callback's headers are far shorter).
-        if not value.isascii() or len(name) + len(value) > _LEAN_FIELD:
+        if not value.isascii() or len(name) + len(value) > PLAIN_FIELD:
             return None
         text = value.decode("ascii")
         if key == b"content-type":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -49,6 +50,8 @@ from synapse.transport.peer import Peer
 
 PATH = "/synapse/callback"
 MAX_BODY = 1024
+#: More generated heads: `SYNAPSE_FUZZ_SCALE=20 pytest tests/transport/test_transport_admission.py`.
+SCALE = float(os.environ.get("SYNAPSE_FUZZ_SCALE", "1"))
 
 # --- in process: the two doors' decisions on generated heads -----------------------------------
 
@@ -328,7 +331,9 @@ def agree(lean: Verdict, aio: Verdict) -> bool:
     return True  # handed over (aiohttp decides) or waiting for more
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(1500 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(st.one_of(heads(), plain_heads()))
 def test_the_lean_door_refuses_and_serves_what_aiohttp_would(raw: bytes) -> None:
     async def both() -> tuple[Verdict, Verdict]:
@@ -338,7 +343,9 @@ def test_the_lean_door_refuses_and_serves_what_aiohttp_would(raw: bytes) -> None
     assert agree(lean, aio), (lean, aio, raw[:300])
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(1500 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(st.one_of(heads(), plain_heads()))
 def test_the_plain_callback_fast_path_judges_as_the_table(raw: bytes) -> None:
     """What the lean door serves in one pass, the whole table admits and serves alike."""
