@@ -166,7 +166,7 @@ def nproc() -> int:
 
 
 LIBRARIES = (
-    "synapse-p2p",
+    "synapse-agent-p2p",
     "aiohttp",
     "msgspec",
     "structlog",

@@ -4,6 +4,7 @@ Run it: `python examples/quickstart.py` (the README shows this file).
 """
 
 import asyncio
+from typing import Any
 
 from synapse import ExecutionContext, Peer, Validation
 
@@ -16,12 +17,14 @@ class Summarizer:
     def get_capabilities(self) -> list[str]:
         return ["summarize"]
 
-    def validate_task(self, task_type: str, payload: dict) -> Validation:
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
         if "text" not in payload:  # answered synchronously with task_need_info
             return Validation(missing_fields=["text"], question="What should I summarize?")
         return Validation()
 
-    async def execute_task(self, ctx: ExecutionContext, task_type: str, payload: dict) -> str:
+    async def execute_task(
+        self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
+    ) -> str:
         await ctx.progress(50, "reading")
         if "style" not in payload:  # ask during execution, and wait for the answer
             answer = await ctx.need_info(["style"], question="Which style?")
@@ -39,9 +42,8 @@ async def main() -> None:
         answers = {"text": "Synapse peers delegate tasks.", "style": "terse"}
         async for event in handle:  # every message about the task, in order
             print(event.kind, "→", event.state)
-            if event.kind == "p2p:task_need_info":
-                asked = event.message.payload.missing_fields
-                await handle.provide_info({f.field: answers[f.field] for f in asked})
+            if (asked := event.need_info) is not None:  # a p2p:task_need_info
+                await handle.provide_info({f.field: answers[f.field] for f in asked.missing_fields})
         outcome = await handle
         print(outcome.state, outcome.result.output if outcome.result else outcome.error)
 

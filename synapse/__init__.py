@@ -3,7 +3,7 @@
 What someone embedding a task handler needs is importable from here (loaded on first use, so
 that `import synapse.types` stays light):
 
-    from synapse import ExecutionContext, Partner, Peer, TaskHandler, Validation
+    from synapse import ExecutionContext, Partner, Peer, TaskHandle, TaskHandler, Validation
 
 Everything else lives in its own module: `synapse.p2p` (engine and runtime), `synapse.types`
 (wire types), `synapse.store`, `synapse.transport`, `synapse.a2a`, `synapse.conformance`.
@@ -15,9 +15,11 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from synapse._distribution import NAME as _DISTRIBUTION
+
 try:
     #: The one version string is the package metadata's (`pyproject.toml`).
-    __version__ = version("synapse-p2p")
+    __version__ = version(_DISTRIBUTION)
 except PackageNotFoundError:  # pragma: no cover - running from a tree that was never installed
     __version__ = "0.0.0+unknown"
 
@@ -33,10 +35,17 @@ _EXPORTS = {
     "HumanContext": "synapse.types",
     "HumanOption": "synapse.types",
     "TaskResult": "synapse.types",
+    "TaskFailure": "synapse.p2p.handler",
     # running it
     "Peer": "synapse.transport.peer",
     "Partner": "synapse.transport.partners",
     "P2PConfig": "synapse.p2p.config",
+    # what `Peer.submit` returns, and what its handle says
+    "TaskHandle": "synapse.p2p.protocol",
+    "TaskEvent": "synapse.p2p.engine",
+    "TaskEventKind": "synapse.p2p.engine",
+    "Outcome": "synapse.p2p.protocol",
+    "TaskAbandoned": "synapse.p2p.protocol",
     # errors
     "ProtocolError": "synapse.types.errors",
     "RemoteProtocolError": "synapse.types.errors",
@@ -46,8 +55,9 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from synapse.p2p.config import P2PConfig
-    from synapse.p2p.engine import Validation
-    from synapse.p2p.handler import ExecutionContext, ResumableHandler, TaskHandler
+    from synapse.p2p.engine import TaskEvent, TaskEventKind, Validation
+    from synapse.p2p.handler import ExecutionContext, ResumableHandler, TaskFailure, TaskHandler
+    from synapse.p2p.protocol import Outcome, TaskAbandoned, TaskHandle
     from synapse.transport.partners import Partner
     from synapse.transport.peer import Peer
     from synapse.types import HumanContext, HumanOption, MissingField, Reason, TaskResult
@@ -75,6 +85,7 @@ __all__ = [
     "HumanOption",
     "LocalProtocolError",
     "MissingField",
+    "Outcome",
     "P2PConfig",
     "Partner",
     "Peer",
@@ -82,6 +93,11 @@ __all__ = [
     "Reason",
     "RemoteProtocolError",
     "ResumableHandler",
+    "TaskAbandoned",
+    "TaskEvent",
+    "TaskEventKind",
+    "TaskFailure",
+    "TaskHandle",
     "TaskHandler",
     "TaskResult",
     "Validation",

@@ -1,7 +1,9 @@
-"""docs/handlers.md, "Writing a handler": its code blocks run as shown and print what it says."""
+"""docs/handlers.md, "Writing a handler": its two files run as shown and print what it says,
+and its handler module is one `synapse serve --handler` can load."""
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -13,16 +15,66 @@ def _blocks(fence: str) -> list[str]:
     return [part.split("\n```", 1)[0] for part in DOC.split(f"```{fence}\n")[1:]]
 
 
+def _files(tmp_path: Path) -> dict[str, Path]:
+    """The guide's Python blocks, each written to the file its first line names."""
+    written = {}
+    for block in _blocks("python"):
+        name = block.splitlines()[0].removeprefix("# ")
+        assert name.endswith(".py"), block.splitlines()[0]
+        (tmp_path / name).write_text(block + "\n", encoding="utf-8")
+        written[name] = tmp_path / name
+    assert set(written) == {"studio.py", "run_studio.py"}
+    return written
+
+
 def test_the_guide_runs_and_prints_what_it_shows(tmp_path: Path) -> None:
-    handler, driver = _blocks("python")
-    program = tmp_path / "studio.py"
-    quiet = "import logging, structlog\n" + (
-        "structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))\n"
-    )
-    program.write_text(quiet + handler + "\n\n" + driver, encoding="utf-8")
+    files = _files(tmp_path)
     done = subprocess.run(
-        [sys.executable, str(program)], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, str(files["run_studio.py"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     shown = DOC.split("It prints:\n\n```\n", 1)[1].split("\n```", 1)[0]
     assert done.stdout.strip() == shown.strip()
+
+
+def test_serve_runs_the_guides_handler_module(tmp_path: Path) -> None:
+    """`--handler studio:Studio` imports the module without running anything of its own
+    (a module-level `asyncio.run` would start a second program inside serve)."""
+    _files(tmp_path)
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "synapse.cli.main",
+            "serve",
+            "--agent-id",
+            "studio",
+            "--port",
+            "0",
+            "--secret",
+            "s3cret",
+            "--peer",
+            "client=http://127.0.0.1:9/synapse/callback",
+            "--handler",
+            "studio:Studio",
+        ],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert serve.stderr is not None
+        ready, _, _ = select.select([serve.stderr], [], [], 30)
+        assert ready, "serve printed nothing in 30 s"
+        first = serve.stderr.readline()
+        assert "listening" in first, first
+    finally:
+        serve.terminate()
+        serve.wait(10)

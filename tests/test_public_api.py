@@ -93,7 +93,7 @@ def test_a_resumable_handler_is_a_declared_protocol() -> None:
 
 
 def test_the_version_lives_in_one_place() -> None:
-    assert synapse.__version__ == importlib.metadata.version("synapse-p2p")
+    assert synapse.__version__ == importlib.metadata.version("synapse-agent-p2p")
     init = (PACKAGE / "__init__.py").read_text("utf-8")
     assert synapse.__version__ not in init
 

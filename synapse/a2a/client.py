@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import aiohttp
 import msgspec
 
+from synapse._distribution import NAME
 from synapse.a2a import mapping, wire
 from synapse.a2a.card_signing import CardSignatureError, CardVerifier
 from synapse.a2a.client_auth import ClientCredentials, RequestAuth
@@ -54,7 +55,7 @@ from synapse.types import DecisionAction, TaskError, TaskResult, TaskState
 log = get_logger("synapse.a2a.client")
 
 T = TypeVar("T")
-USER_AGENT = "synapse-p2p-a2a/0.1"
+USER_AGENT = f"{NAME}-a2a/0.1"
 
 
 # --- what a handle reports ------------------------------------------------------------------

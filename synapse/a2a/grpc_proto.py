@@ -3,7 +3,7 @@
 generated copies of our own), and the conversion between its messages and the proto JSON
 the rest of this package speaks.
 
-Importing this module needs the `grpc` extra (`pip install 'synapse-p2p[grpc]'`: a2a-sdk's
+Importing this module needs the `grpc` extra (`pip install 'synapse-agent-p2p[grpc]'`: a2a-sdk's
 generated modules, protobuf, grpcio); nothing else in `synapse` imports it unless the gRPC
 binding is used.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from synapse._distribution import install
 
 try:
     import grpc
@@ -22,8 +24,7 @@ try:
     from google.rpc import error_details_pb2, status_pb2
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
-        "the A2A gRPC binding needs the grpc extra: pip install 'synapse-p2p[grpc]' "
-        f"(a2a-sdk and grpcio): {exc}"
+        f"the A2A gRPC binding needs the grpc extra: {install('grpc')} (a2a-sdk and grpcio): {exc}"
     ) from exc
 
 from synapse.a2a.errors import ERROR_DOMAIN, A2ACode, A2AError

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import yarl
 
+from synapse._distribution import NAME
 from synapse.a2a import wire
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.logs import get_logger
@@ -55,7 +56,7 @@ log = get_logger("synapse.a2a.push")
 
 #: Agent-id prefix of the virtual partners that stand for push configurations.
 PUSH_PREFIX = "a2a-push:"
-USER_AGENT = "synapse-p2p-a2a-push/0.1"
+USER_AGENT = f"{NAME}-a2a-push/0.1"
 
 Sleep = Callable[[float], Awaitable[None]]
 

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from synapse._distribution import install
 from synapse.a2a import wire
 from synapse.a2a.card import build_card
 from synapse.a2a.errors import A2ACode, A2AError
@@ -88,7 +89,7 @@ class A2AServer:
         if wire.GRPC_BINDING in order and not grpc_available():
             raise ValueError(
                 "the GRPC binding needs the grpc extra (a2a-sdk's generated modules and "
-                "grpcio): pip install 'synapse-p2p[grpc]'"
+                f"grpcio): {install('grpc')}"
             )
         #: The bindings served, in the order of preference the card lists them in.
         self.bindings = order

@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any, Protocol, TextIO
 
+from synapse._distribution import install
 from synapse.cli.errors import Exit
 
 EPILOG = "Exit status: 0 up to date, 2 usage error or the database refused or is unreachable."
@@ -56,10 +57,7 @@ def run_migrate(ctx: _Context) -> int:
         from synapse.store.migrations import latest_version
         from synapse.store.postgres import migrate, schema_version
     except ImportError as exc:
-        err.write(
-            "synapse: the PostgreSQL store needs psycopg: "
-            f"pip install 'synapse-p2p[postgres]' ({exc})\n"
-        )
+        err.write(f"synapse: the PostgreSQL store needs psycopg: {install('postgres')} ({exc})\n")
         return Exit.USAGE
     try:
         if args.status:

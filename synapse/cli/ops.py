@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from synapse._distribution import install
 from synapse.cli.errors import CliError
 from synapse.cli.settings import Settings, parse_a2a_token
 from synapse.p2p.logs import get_logger
@@ -104,9 +105,7 @@ def serve_ops(peer: Peer, options: OpsOptions) -> str | None:
         try:
             from synapse.ops.tracing import enable_tracing
         except ImportError as exc:
-            raise CliError(
-                f"--otel needs the otel extra (pip install 'synapse-p2p[otel]'): {exc}"
-            ) from exc
+            raise CliError(f"--otel needs the otel extra ({install('otel')}): {exc}") from exc
         enable_tracing(peer)
     return generated
 

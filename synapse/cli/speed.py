@@ -4,7 +4,7 @@ These are an application's choices, so they live in the command line, never in t
 a program that embeds Synapse keeps its own loop and collector settings (docs/performance.md
 says what we chose and why, for embedders who want the same).
 
-- **uvloop** (`pip install 'synapse-p2p[speed]'`): used when installed, else asyncio's loop.
+- **uvloop** (`pip install 'synapse-agent-p2p[speed]'`): used when installed, else asyncio's loop.
 - **Collector thresholds** `(20000, 20, 20)`: each exchange allocates short-lived containers
   and every task leaves long-lived records; with the default `(700, 10, 10)` the young
   generation is collected every few tasks and the older ones, which hold every task record,

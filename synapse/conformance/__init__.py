@@ -9,6 +9,7 @@ docs/conformance.md).
 """
 
 from synapse.conformance.checks import CHECKS, Check, Timing
+from synapse.conformance.fixture_types import ConformanceRunner, ExecutorFactory
 from synapse.conformance.kit import (
     DEFAULT_KIT_ID,
     DEFAULT_LISTEN,
@@ -25,6 +26,8 @@ __all__ = [
     "Check",
     "CheckResult",
     "ConformanceKit",
+    "ConformanceRunner",
+    "ExecutorFactory",
     "KitConfig",
     "Report",
     "Status",

@@ -15,13 +15,14 @@ All on ephemeral ports, all async (they need pytest-asyncio).
 from __future__ import annotations
 
 import secrets as _secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import pytest
 import pytest_asyncio
 
 from synapse.conformance.checks import Timing
+from synapse.conformance.fixture_types import ConformanceRunner, ExecutorFactory
 from synapse.conformance.kit import DEFAULT_KIT_ID, run_conformance
 from synapse.conformance.report import Report
 from synapse.p2p.config import P2PConfig
@@ -34,32 +35,6 @@ FIXTURE_CONFIG = P2PConfig(
     max_retries=2, retry_base_delay=0.05, retry_max_delay=0.5, request_timeout=10.0
 )
 REQUESTER_ID = "requester"
-
-
-class ExecutorFactory(Protocol):
-    def __call__(
-        self,
-        handler: TaskHandler,
-        *,
-        agent_id: str = ...,
-        config: P2PConfig | None = ...,
-        signing_mode: SenderMode = ...,
-    ) -> Awaitable[Peer]: ...
-
-
-class ConformanceRunner(Protocol):
-    def __call__(
-        self,
-        target: Peer | str,
-        *,
-        agent_id: str | None = ...,
-        secret: str | None = ...,
-        kit_id: str = ...,
-        listen: str = ...,
-        only: Sequence[str] = ...,
-        timing: Timing | None = ...,
-        concurrency: int = ...,
-    ) -> Awaitable[Report]: ...
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""pytest plugin of synapse-p2p (entry point `pytest11`): fixtures for testing your own peers.
+"""pytest plugin of synapse-agent-p2p (entry point `pytest11`): fixtures for testing your own peers.
 
     async def test_my_handler(synapse_requester, synapse_executor):
         executor = await synapse_executor(MyHandler())

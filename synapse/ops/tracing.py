@@ -1,4 +1,6 @@
-"""OpenTelemetry tracing of a peer (the optional `otel` extra: `pip install synapse-p2p[otel]`).
+"""OpenTelemetry tracing of a peer (the optional `otel` extra).
+
+Install it with `pip install 'synapse-agent-p2p[otel]'`.
 
 A span per message received (`synapse receive p2p:…`, SERVER) and sent (`synapse send p2p:…`,
 CLIENT) and per handler run (`synapse handle TYPE`, INTERNAL). The spans of one task form one

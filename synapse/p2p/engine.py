@@ -242,13 +242,43 @@ class TaskEventKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class TaskEvent:
-    """Something the requester's handle should see: a message about the task, or a note."""
+    """Something the requester's handle should see: a message about the task, or a note.
+
+    `kind` says which; the typed accessors give a message's payload when the event is one
+    (`if (asked := event.need_info) is not None: …`), which `message` (any message type)
+    cannot tell a type checker.
+    """
 
     key: TaskKey
     kind: TaskEventKind
     state: TaskState
     message: Message | None = None
     detail: str = ""
+
+    @property
+    def need_info(self) -> TaskNeedInfoPayload | None:
+        """What the executor asks for (a `p2p:task_need_info`), else None."""
+        return self.message.payload if isinstance(self.message, TaskNeedInfo) else None
+
+    @property
+    def need_human(self) -> TaskNeedHumanPayload | None:
+        """The decision the executor asks a person for (a `p2p:task_need_human`), else None."""
+        return self.message.payload if isinstance(self.message, TaskNeedHuman) else None
+
+    @property
+    def status_update(self) -> TaskStatusUpdatePayload | None:
+        """Progress the executor reports (a `p2p:task_status_update`), else None."""
+        return self.message.payload if isinstance(self.message, TaskStatusUpdate) else None
+
+    @property
+    def result(self) -> TaskResult | None:
+        """The task's result (a `p2p:task_complete`), else None."""
+        return self.message.payload.result if isinstance(self.message, TaskComplete) else None
+
+    @property
+    def error(self) -> TaskError | None:
+        """Why the task failed (a `p2p:task_failed`), else None."""
+        return self.message.payload.error if isinstance(self.message, TaskFailed) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """Durable state: tasks with their history, the outbox of unacknowledged messages, dedup."""
 
+from synapse._distribution import install
 from synapse.store.base import (
     DeadLetter,
     DedupEntry,
@@ -23,7 +24,7 @@ def open_store(spec: str) -> TaskStore:
             from synapse.store.postgres import PostgresStore
         except ImportError as exc:  # the optional dependency is missing
             raise RuntimeError(
-                f"the PostgreSQL store needs psycopg: pip install 'synapse-p2p[postgres]' ({exc})"
+                f"the PostgreSQL store needs psycopg: {install('postgres')} ({exc})"
             ) from exc
         return PostgresStore(spec)
     return SqliteStore(spec)

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import aiohttp
 import msgspec
 
+from synapse._distribution import NAME
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.logs import get_logger
 from synapse.transport.http1 import BodyTooLarge, Http1Pool, MalformedResponse
@@ -57,7 +58,7 @@ SenderMode = Literal["header", "body"]
 #: 408 is about the connection (the server gave up waiting for a request), never about the
 #: message: it was not read.
 RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 429, 502, 503, 504})
-USER_AGENT = "synapse-p2p/0.1"
+USER_AGENT = f"{NAME}/0.1"
 _SIGNATURE_KEY = SIGNATURE_HEADER.lower()
 
 Sleep = Callable[[float], Awaitable[None]]

@@ -189,8 +189,9 @@ def plain_callback_head(raw: bytes, route: CallbackRoute) -> _Head | None:
     if not raw.startswith(route.plain_request_line) or raw.translate(None, _PLAIN_HEAD):
         return None
     lines = raw.split(b"\r\n")
-    if len(lines) - 1 > MAX_HEADERS or raw.count(b"\r") != len(lines) - 1:
-        return None  # a bare CR
+    breaks = len(lines) - 1
+    if breaks > MAX_HEADERS or raw.count(b"\r") != breaks or raw.count(b"\n") != breaks:
+        return None  # a bare CR or LF
     pairs = []
     seen: set[bytes] = set()
     length = -1

@@ -10,11 +10,11 @@ normalize percent-encodings, which RFC 3986 §6.2.2.2 counts in the same syntax-
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from synapse.types.signing import Secret
+from synapse.types.signing import Secret, Secrets, secrets_of
 
 DEFAULT_PORTS: dict[str, int] = {"http": 80, "https": 443}
 
@@ -102,7 +102,7 @@ class Partner:
     def __post_init__(self) -> None:
         if not self.agent_id:
             raise ValueError("a partner needs an agent id")
-        object.__setattr__(self, "secrets", tuple(self.secrets))
+        object.__setattr__(self, "secrets", secrets_of(self.secrets, repr(self.agent_id)))
         if any(not secret for secret in self.secrets):
             raise ValueError(f"empty secret for partner {self.agent_id!r}")
         object.__setattr__(self, "normalized_endpoint", normalize_url(self.endpoint))
@@ -134,9 +134,9 @@ class PartnerRegistry:
     def from_mapping(
         cls,
         endpoints: Mapping[str, str],
-        secrets: Mapping[str, Sequence[Secret]] | None = None,
+        secrets: Mapping[str, Secrets] | None = None,
         *,
-        default_secrets: Sequence[Secret] = (),
+        default_secrets: Secrets = (),
     ) -> PartnerRegistry:
         """Partners from `{agent_id: endpoint}`, with per-partner secrets (newest first)
         where given and `default_secrets` otherwise (the command line's `--secret`)."""
@@ -144,8 +144,9 @@ class PartnerRegistry:
         unknown = set(secrets) - set(endpoints)
         if unknown:
             raise ValueError(f"secrets for unknown partners: {sorted(unknown)}")
+        default = secrets_of(default_secrets, "every partner (default_secrets)")
         return cls(
-            Partner(agent_id, endpoint, tuple(secrets.get(agent_id, default_secrets)))
+            Partner(agent_id, endpoint, secrets_of(secrets.get(agent_id, default), agent_id))
             for agent_id, endpoint in endpoints.items()
         )
 

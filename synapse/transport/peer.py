@@ -44,7 +44,7 @@ from synapse.types import (
     SynapseError,
     TaskContext,
 )
-from synapse.types.signing import Secret
+from synapse.types.signing import Secrets, secrets_of
 
 #: What the app's body limit adds to the callback route's (an A2A request's JSON-RPC frame).
 _APP_BODY_MARGIN = 1024
@@ -155,8 +155,10 @@ class Peer:
             raise LocalProtocolError("start the peer first")
         return self._server
 
-    def add_partner(self, agent_id: str, endpoint: str, secrets: Iterable[Secret] = ()) -> Partner:
-        partner = Partner(agent_id, endpoint, tuple(secrets))
+    def add_partner(self, agent_id: str, endpoint: str, secrets: Secrets = ()) -> Partner:
+        """Register a partner: its agent id, the URL it receives POSTs on, and the secrets
+        shared with it, newest first (a tuple or a list: `("s3cret",)` for one)."""
+        partner = Partner(agent_id, endpoint, secrets_of(secrets, repr(agent_id)))
         previous = self.partners.get(agent_id)
         self.partners.add(partner)
         try:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from synapse._distribution import install
 from synapse.p2p.logs import get_logger
 
 log = get_logger("synapse.transport.tls")
@@ -176,7 +177,7 @@ class RevocationList:
             from cryptography import x509
         except ImportError as exc:  # pragma: no cover - depends on the installation
             raise ValueError(
-                "checking CRLs needs the cryptography package: pip install 'synapse-p2p[security]'"
+                f"checking CRLs needs the cryptography package: {install('security')}"
             ) from exc
 
         crl_file = self.crl_file

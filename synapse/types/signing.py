@@ -21,6 +21,20 @@ SIGNATURE_PREFIX = "sha256="
 MAX_HEADER_SIGNATURES = 8
 
 Secret = str | bytes
+#: The secrets shared with one partner, newest first: a tuple or a list of them, never one
+#: string (a `str` is a sequence too: it would be taken for one secret a character).
+Secrets = tuple[Secret, ...] | list[str] | list[bytes] | list[Secret]
+
+
+def secrets_of(value: Iterable[Secret], owner: str = "a partner") -> tuple[Secret, ...]:
+    """`value` as a tuple of secrets; `TypeError` for a lone `str` or `bytes` (the message
+    never holds the secret itself)."""
+    if isinstance(value, str | bytes | bytearray):
+        raise TypeError(
+            f"the secrets of {owner} are a collection of secrets, newest first, not one "
+            f"{type(value).__name__}: give (secret,) for a single one"
+        )
+    return tuple(value)
 
 
 def secret_bytes(secret: Secret) -> bytes:
@@ -59,7 +73,9 @@ def hmac_signature(secret: Secret, data: bytes) -> str:
     return SIGNATURE_PREFIX + digest
 
 
-def _matches(candidates: Sequence[str], secrets: Iterable[Secret], data: bytes) -> bool:
+def _matches(candidates: Sequence[str], secrets: Secrets, data: bytes) -> bool:
+    if isinstance(secrets, str | bytes):
+        secrets_of(secrets, "the verifier")  # raises: one string is not a list of secrets
     expected = [hmac_signature(s, data).encode("ascii") for s in secrets]
     found = False
     for candidate in candidates:
@@ -79,7 +95,7 @@ def header_signature(secret: Secret, body: bytes) -> str:
     return hmac_signature(secret, body)
 
 
-def verify_header_signature(secrets: Iterable[Secret], body: bytes, header: str) -> bool:
+def verify_header_signature(secrets: Secrets, body: bytes, header: str) -> bool:
     """True if one of the space-separated signatures in `header` matches one secret."""
     candidates = header.split(" ")[:MAX_HEADER_SIGNATURES]
     return _matches(candidates, secrets, body)
@@ -100,7 +116,7 @@ def body_signature(secret: Secret, envelope: Mapping[str, Any]) -> str:
     return hmac_signature(secret, canonical_form(envelope))
 
 
-def verify_body_signature(secrets: Iterable[Secret], envelope: Mapping[str, Any]) -> bool:
+def verify_body_signature(secrets: Secrets, envelope: Mapping[str, Any]) -> bool:
     """True if `envelope["signature"]` matches the canonical form under one secret."""
     signature = envelope.get("signature")
     if not isinstance(signature, str):

@@ -1,5 +1,6 @@
-"""Against the official A2A JavaScript SDK (`@a2a-js/sdk`, installed by `npm ci` in
-`tests/a2a/js/`, lockfile committed), each side in its own Node.js process on 127.0.0.1:
+"""Against the official A2A JavaScript SDK (`@a2a-js/sdk`, installed by the tests themselves
+with `npm ci` in `tests/a2a/js/` from the committed lockfile), each side in its own Node.js
+process on 127.0.0.1:
 
 - its client on our server, over JSON-RPC, HTTP+JSON/REST and gRPC: send, get, stream,
   list, a multi-turn INPUT_REQUIRED, cancel and its errors, push configurations (and the
@@ -8,16 +9,19 @@
   in turn): multi-turn INPUT_REQUIRED and AUTH_REQUIRED (each turn starts with the task
   as it was), a failure, and push notifications it sends to our webhook.
 
-Outside CI a missing `node` or SDK skips with what to run; under CI=true it fails.
+Outside CI a missing `node` (or an `npm ci` that fails) skips with what to install; under
+CI=true it fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -33,18 +37,45 @@ WAIT = 20.0
 
 
 def _require_node() -> str:
-    node = shutil.which("node")
+    """Node.js, with the JavaScript SDK installed from the committed lockfile (`npm ci`,
+    once: again only when the lockfile changes)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
     missing = None
-    if node is None:
+    if node is None or npm is None:
         missing = "Node.js is not installed (apt-get install nodejs npm)"
-    elif not (JS / "node_modules" / "@a2a-js" / "sdk" / "package.json").exists():
-        missing = f"the JavaScript SDK is not installed: run `npm ci` in {JS}"
+    else:
+        missing = _install_sdk(npm)
     if missing is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"under CI the JavaScript SDK tests must run: {missing}")
         pytest.skip(missing)
     assert node is not None
     return node
+
+
+def _install_sdk(npm: str) -> str | None:
+    """`npm ci` in `tests/a2a/js` unless the installed SDK matches the lockfile; None when
+    it is installed, else what went wrong."""
+    lock = hashlib.sha256((JS / "package-lock.json").read_bytes()).hexdigest()
+    marker = JS / "node_modules" / ".installed-from-lockfile"
+    sdk = JS / "node_modules" / "@a2a-js" / "sdk" / "package.json"
+    if sdk.exists() and marker.exists() and marker.read_text() == lock:
+        return None
+    try:
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=JS,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return f"`npm ci` in {JS} did not finish in 600 s"
+    if done.returncode != 0 or not sdk.exists():
+        return f"`npm ci` in {JS} failed: {done.stderr.strip()[-500:]}"
+    marker.write_text(lock)
+    return None
 
 
 @pytest.fixture(scope="module")

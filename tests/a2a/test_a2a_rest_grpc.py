@@ -302,7 +302,7 @@ def test_grpc_without_the_extra_is_one_clear_error(monkeypatch: pytest.MonkeyPat
     import synapse.a2a.server
 
     monkeypatch.setattr(synapse.a2a.server, "grpc_available", lambda: False)
-    with pytest.raises(ValueError, match=r"pip install 'synapse-p2p\[grpc\]'"):
+    with pytest.raises(ValueError, match=r"pip install 'synapse-agent-p2p\[grpc\]'"):
         enable_a2a(Peer("agent-z", handler=DemoHandler()), grpc_port=0)
 
 

@@ -393,30 +393,15 @@ def test_the_command_line_block_of_the_readme_runs(tmp_path: Path) -> None:
 
 # --- docs/conformance.md's pytest example, in a project of its own -----------------------------
 
-MY_AGENT = """\
-from synapse import ExecutionContext, Validation
-
-
-class SummaryHandler:
-    def get_capabilities(self) -> list[str]:
-        return ["summarize"]
-
-    def validate_task(self, task_type: str, payload: dict) -> Validation:
-        return Validation()
-
-    async def execute_task(self, ctx: ExecutionContext, task_type: str, payload: dict) -> str:
-        return payload["text"][:20]
-"""
-
 
 def test_the_pytest_example_of_conformance_md_passes(tmp_path: Path) -> None:
-    """Its `my_agent.SummaryHandler` is the user's: here the README's handler, renamed."""
+    """Its handler module and its tests, as the document shows them."""
     import subprocess
     import sys
 
-    (tmp_path / "my_agent.py").write_text(MY_AGENT, encoding="utf-8")
+    (tmp_path / "my_agent.py").write_text(block(CONFORMANCE, "# my_agent.py", "python"), "utf-8")
     example = block(CONFORMANCE, "synapse_conformance(", "python")
-    (tmp_path / "test_example.py").write_text(example, encoding="utf-8")
+    (tmp_path / "test_my_agent.py").write_text(example, encoding="utf-8")
     (tmp_path / "pytest.ini").write_text("[pytest]\npythonpath = .\n", encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:randomly"],
@@ -444,6 +429,10 @@ def test_the_choices_of_performance_md_run_around_a_program(tmp_path: Path) -> N
         b.split("\n```", 1)[0] for b in PERFORMANCE.split("```python\n")[1:4]
     )
     quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart.py"
+    # The block's `main` stands for the program's own: here the quickstart's.
+    placeholder = "async def main() -> None:\n    ...  # your program"
+    assert placeholder in loop_block
+    loop_block = loop_block.replace(placeholder, "async def _shown() -> None:\n    ...  #")
     program = "\n".join(
         [
             logging_block,
@@ -506,7 +495,7 @@ def test_the_replicas_of_deploy_md_start_on_one_database(tmp_path: Path, pg_url:
 
     shown = block(document("deploy.md"), "synapse migrate")
     install, migrate = shown.splitlines()[:2]
-    assert install == "pip install 'synapse-p2p[postgres]'"
+    assert install == "pip install 'synapse-agent-p2p[postgres]'"
     shown_url = migrate.split("--store ", 1)[1].split()[0]
     loop = shown.split("\n", 2)[2]
     with shell(tmp_path, (8001, 8002, 8003), {"SECRET": "replica-secret"}) as sh:

@@ -40,7 +40,7 @@ def test_without_uvloop_serve_falls_back_to_asyncio(monkeypatch: pytest.MonkeyPa
         gc.set_threshold(*saved)
 
 
-@pytest.mark.skipif(not UVLOOP, reason="uvloop (pip install 'synapse-p2p[speed]')")
+@pytest.mark.skipif(not UVLOOP, reason="uvloop (pip install 'synapse-agent-p2p[speed]')")
 def test_with_uvloop_the_factory_is_uvloops() -> None:
     import uvloop
 
