@@ -46,6 +46,7 @@ _EXPORTS = {
     "TaskEventKind": "synapse.p2p.engine",
     "Outcome": "synapse.p2p.protocol",
     "TaskAbandoned": "synapse.p2p.protocol",
+    "TaskUndeliverable": "synapse.p2p.protocol",
     # errors
     "ProtocolError": "synapse.types.errors",
     "RemoteProtocolError": "synapse.types.errors",
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from synapse.p2p.config import P2PConfig
     from synapse.p2p.engine import TaskEvent, TaskEventKind, Validation
     from synapse.p2p.handler import ExecutionContext, ResumableHandler, TaskFailure, TaskHandler
-    from synapse.p2p.protocol import Outcome, TaskAbandoned, TaskHandle
+    from synapse.p2p.protocol import Outcome, TaskAbandoned, TaskHandle, TaskUndeliverable
     from synapse.transport.partners import Partner
     from synapse.transport.peer import Peer
     from synapse.types import HumanContext, HumanOption, MissingField, Reason, TaskResult
@@ -100,6 +101,7 @@ __all__ = [
     "TaskHandle",
     "TaskHandler",
     "TaskResult",
+    "TaskUndeliverable",
     "Validation",
     "__version__",
 ]

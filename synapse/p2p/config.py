@@ -41,6 +41,10 @@ class P2PConfig:
     max_body_size: int = 1024 * 1024
     #: Time an undeliverable callback may stay in the outbox before it is dead-lettered.
     dead_letter_after: float = 3600.0
+    #: A `task_request` whose deliveries ran out (`max_retries`) fails its task at once,
+    #: `undeliverable` (the handle raises `TaskUndeliverable`); False keeps it waiting for
+    #: the partner's next heartbeat, as every other message does.
+    fail_undelivered_requests: bool = True
     #: How long finished tasks, their history and their dead letters are kept (7 days).
     retain: float = 7 * 86400.0
     #: Finished tasks a memory store keeps at most (the oldest go first).

@@ -427,6 +427,10 @@ _R_DEADLINE = "r_deadline"
 #: States in which R owes the next message (E waits for it): E's silence is expected.
 _R_ANSWERING = frozenset({TaskState.INFO_NEEDED, TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING})
 
+#: `task_failed.error.code` of a task whose `task_request` never reached its executor (a
+#: local outcome: never on the wire).
+UNDELIVERABLE = "undeliverable"
+
 _DECISIONS: Mapping[type[Any], type[TaskConfirm | TaskReject | TaskNeedInfo]] = {
     TaskConfirmPayload: TaskConfirm,
     TaskRejectPayload: TaskReject,
@@ -1110,10 +1114,23 @@ class Engine:
         return TaskKey(self.agent_id, task_id)
 
     def on_undeliverable(self, sent: Message, now: float) -> Step:
-        """Retries of `sent` ran out; it stays queued until the partner answers again."""
+        """Retries of `sent` ran out; it stays queued until the partner answers again.
+
+        Except a `task_request` never answered (`P2PConfig.fail_undelivered_requests`, the
+        default): waiting for a partner that may never come back would hold the task
+        forever, so the task fails here (`undeliverable`) and the request is dropped."""
         step = Step()
         key = self._key_of(sent)
         rec = self.tasks.get(key) if key is not None else None
+        if (
+            rec is not None
+            and isinstance(sent, TaskRequest)
+            and rec.state in AWAITING_REPLY
+            and self.config.fail_undelivered_requests
+        ):
+            text = f"the task_request never reached {rec.partner}: its deliveries ran out"
+            self._give_up(rec, UNDELIVERABLE, text, now, step)
+            return step
         if rec is not None and rec.role is Role.REQUESTER:
             step.actions.append(
                 TaskEvent(
@@ -1176,13 +1193,16 @@ class Engine:
             grace = self.config.heartbeat_interval
             self._timers.set((_R_DEADLINE, rec.key), _epoch(rec.task.deadline) + grace)
 
-    def _give_up(self, rec: TaskRecord, code: ErrorCode, text: str, now: float, step: Step) -> None:
+    def _give_up(
+        self, rec: TaskRecord, code: ErrorCode | str, text: str, now: float, step: Step
+    ) -> None:
         was = rec.state
-        rec.error = TaskError(code=code.value, message=text, recoverable=True)
+        code = code.value if isinstance(code, ErrorCode) else code
+        rec.error = TaskError(code=code, message=text, recoverable=True)
         self._move(rec, Event.GIVE_UP, now, None, step)
         # Tell E, in case it still runs the task (not when it said it has none, and not
         # before it answered the request: the queued request is dropped instead).
-        if code is not ErrorCode.TASK_NOT_FOUND and was is not TaskState.PENDING:
+        if code != ErrorCode.TASK_NOT_FOUND.value and was is not TaskState.PENDING:
             payload = TaskCancelPayload(task_id=rec.task_id, reason=text)
             step.actions.append(DropQueued(rec.key))
             step.outgoing.append(self._callback(rec, TaskCancel, payload, now))

@@ -20,6 +20,7 @@ from typing import Any
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import (
+    UNDELIVERABLE,
     CancelExecution,
     DropQueued,
     Engine,
@@ -149,6 +150,22 @@ class TaskAbandoned(Exception):
         self.outcome = outcome
 
 
+class TaskUndeliverable(DeliveryError):
+    """The `task_request` never reached its executor: every delivery attempt failed (the
+    partner is down, or unreachable). The task failed here (`outcome.error.code` is
+    `undeliverable`); nothing of it runs anywhere."""
+
+    def __init__(self, task_id: str, partner: str, outcome: Outcome) -> None:
+        error = outcome.error
+        super().__init__(
+            f"task {task_id} never reached {partner}: {error.message if error else ''}",
+            retryable=False,
+        )
+        self.task_id = task_id
+        self.partner = partner
+        self.outcome = outcome
+
+
 class TaskHandle(EventStream[TaskEvent, "Outcome"]):
     """A task we requested: await it, iterate its events, answer it, cancel it."""
 
@@ -184,7 +201,10 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         rec = self._final = self.record
         outcome = Outcome.of(rec)
         if rec.history and rec.history[-1].event is Event.GIVE_UP:
-            self._fail_with(TaskAbandoned(rec.task_id, rec.partner, outcome))
+            gave_up: Exception = TaskAbandoned(rec.task_id, rec.partner, outcome)
+            if rec.error is not None and rec.error.code == UNDELIVERABLE:
+                gave_up = TaskUndeliverable(rec.task_id, rec.partner, outcome)
+            self._fail_with(gave_up)
             # Retrieved by whoever awaits the handle; nobody may, and that is no error.
             self._done.exception()
         else:
@@ -192,7 +212,8 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
 
     async def result(self, timeout: float | None = None) -> Outcome:
         """Wait for the outcome (at most `timeout` seconds: then `TimeoutError`, saying what
-        was waited for). Raises `TaskAbandoned` if the requester gave up on the task."""
+        was waited for). Raises `TaskAbandoned` if the requester gave up on the task, and
+        `TaskUndeliverable` if its request never reached the executor."""
         try:
             return await super().result(timeout)
         except TimeoutError:
@@ -961,17 +982,33 @@ class P2PProtocol:
             if not self._closed:
                 log.info("handler_cancelled", task_id=key.task_id, requester=key.requester)
             return
+        except TaskFailure as failure:  # the handler's own verdict: no bug, no traceback
+            outcome = "failed"
+            log.info(
+                "handler_failed",
+                task_id=key.task_id,
+                requester=key.requester,
+                code=failure.error.code,
+                error=failure.error.message,
+            )
+            self.apply(self.engine.fail(key, failure.error, now=self.clock()))
         except Exception as exc:
             outcome = "failed"
-            log.warning("handler_failed", task_id=key.task_id, error=repr(exc))
-            error = (
-                exc.error
-                if isinstance(exc, TaskFailure)
-                else TaskError(
-                    code=ErrorCode.EXECUTION_FAILED.value,
-                    message=str(exc) or type(exc).__name__,
-                    recoverable=True,
-                )
+            # A bug in the handler: its traceback for whoever runs this peer (where the
+            # application's logging sends errors), only its type and message for the partner.
+            log.error(
+                "handler_failed",
+                task_id=key.task_id,
+                requester=key.requester,
+                task_type=action.task_type,
+                error=repr(exc),
+                exc_info=exc,
+            )
+            text = str(exc)
+            error = TaskError(
+                code=ErrorCode.EXECUTION_FAILED.value,
+                message=f"{type(exc).__name__}: {text}" if text else type(exc).__name__,
+                recoverable=True,
             )
             self.apply(self.engine.fail(key, error, now=self.clock()))
         else:
@@ -1095,6 +1132,8 @@ class P2PProtocol:
                         self._dead_letter(queue, f"unusable reply: {exc}")
                         continue
                     self.apply(self.engine.on_undeliverable(out.message, self.clock()))
+                    if self._queues.get(key) is not queue or not queue or queue[0] is not queued:
+                        continue  # let go: a request that never arrived failed its task
                     if self.clock() - queued.item.created_at >= self.config.dead_letter_after:
                         self._dead_letter(queue, f"undeliverable: {exc}")
                         continue
@@ -1280,5 +1319,6 @@ __all__ = [
     "Receipt",
     "TaskAbandoned",
     "TaskHandle",
+    "TaskUndeliverable",
     "Validation",
 ]

@@ -100,3 +100,44 @@ async def test_task_not_found_from_a_restarted_executor_fails_the_handle_at_once
             assert handle.state is TaskState.FAILED
         finally:
             await again.close(0)
+
+
+def dead_endpoint() -> str:
+    """A URL nobody listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/synapse/callback"
+
+
+async def test_a_request_to_a_partner_that_never_answers_ends_once_its_deliveries_run_out() -> None:
+    from synapse import DeliveryError, TaskUndeliverable
+
+    requester = Peer(R, port=0, config=P2PConfig(**FAST))
+    async with requester:
+        requester.add_partner("dead", dead_endpoint(), (SECRET,))
+        handle = await requester.submit("dead", "echo", {"text": "hi"})
+        with pytest.raises(TaskUndeliverable) as raised:
+            await handle.result(timeout=10)
+        assert isinstance(raised.value, DeliveryError)
+        outcome = raised.value.outcome
+        assert outcome.state is TaskState.FAILED and outcome.error is not None
+        assert outcome.error.code == "undeliverable"
+        assert requester.protocol.pending_deliveries == 0  # the request is not retried later
+        assert requester.store.load().outbox == []
+
+
+async def test_waiting_for_the_partner_instead_is_a_setting() -> None:
+    config = P2PConfig(**FAST, fail_undelivered_requests=False)
+    requester = Peer(R, port=0, config=config)
+    async with requester:
+        requester.add_partner("dead", dead_endpoint(), (SECRET,))
+        handle = await requester.submit("dead", "echo", {"text": "hi"})
+        async with asyncio.timeout(10):
+            async for event in handle:
+                if event.kind == "undeliverable":  # retries ran out: it waits for a heartbeat
+                    break
+        assert handle.state is TaskState.PENDING
+        assert requester.protocol.pending_deliveries == 1
