@@ -15,16 +15,15 @@ import asyncio
 import logging
 from typing import Any
 
-import structlog
-
 from synapse import Peer
 from synapse.demo.handler import CAPABILITIES, DemoHandler
 from synapse.router import FanOutPlan, PoolConfig, Router, SubResult, SubTask
 from synapse.router.pool import SynapsePartnerConfig
 from synapse.types import Capability
 
-# The router logs every failover as a warning; keep this demo's output to its own prints.
-structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+# The router logs every failover as a warning (through `logging`, as the whole library does);
+# keep this demo's output to its own prints.
+logging.getLogger("synapse").setLevel(logging.ERROR)
 SECRET = "hub-secret"
 
 
@@ -70,10 +69,10 @@ async def main() -> None:
             offered = await client.capabilities("hub")
             print("hub offers:", ", ".join(c.name for c in offered.capabilities))
 
-            handle = await client.submit("hub", "text_generation", {"prompt": "春天"})
+            handle = await client.submit("hub", "text_generation", {"prompt": "spring"})
             async for event in handle:
                 if event.kind == "p2p:task_need_info":  # asked by the spoke, via the hub
-                    await handle.provide_info({"style": "现代"})
+                    await handle.provide_info({"style": "modern"})
             outcome = await handle
             print("text_generation:", outcome.state, outcome.result and outcome.result.output)
 

@@ -1,10 +1,10 @@
 """Calling A2A v1.0 agents from Synapse code, with the handle API of Synapse tasks.
 
     async with A2AClient("https://agent.example") as client:     # discovers the card
-        handle = await client.send({"prompt": "春天"}, task_type="text_generation")
+        handle = await client.send({"prompt": "spring"}, task_type="text_generation")
         async for event in handle:                                # follows the stream
             if event.state == wire.INPUT_REQUIRED:
-                await handle.provide_info({"style": "现代"})
+                await handle.provide_info({"style": "modern"})
         outcome = await handle                                    # A2AOutcome
         print(outcome.state, outcome.result)
 

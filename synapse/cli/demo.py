@@ -78,7 +78,7 @@ FLOWS: tuple[Flow, ...] = (
         "bob answers the request with task_need_info instead of a confirm; alice provides "
         "the field and bob executes, without any task_confirm.",
         "text_generation",
-        {"prompt": "春天"},
+        {"prompt": "spring"},
         "demo-text",
     ),
     Flow(
@@ -119,7 +119,7 @@ async def _drive(flow: Flow, handle: TaskHandle) -> Outcome:
     async for event in handle:
         message = event.message
         if isinstance(message, TaskNeedInfo):
-            await handle.provide_info({"style": "现代"})
+            await handle.provide_info({"style": "modern"})
         elif isinstance(message, TaskNeedHuman):
             await handle.start_deciding()
             await handle.approve({"authorized": True}, notes="the subject's estate agreed")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from synapse.p2p.engine import Validation
-from synapse.p2p.handler import ExecutionContext
+from synapse.p2p.handler import ExecutionContext, TaskFailure
 from synapse.types import (
     Capability,
     ErrorCode,
@@ -25,6 +25,7 @@ from synapse.types import (
     HumanOption,
     MissingField,
     Reason,
+    TaskError,
     TaskResult,
 )
 
@@ -106,12 +107,14 @@ class DemoHandler:
                     missing_fields=[
                         MissingField(
                             field="style",
-                            reason="未指定生成风格",
+                            reason="no style given",
+                            # The values the specification's demo handler names (its
+                            # conformance checks read them): they stay as specified.
                             suggested_value="古典",
                             alternatives=["现代", "浪漫"],
                         )
                     ],
-                    question="请选择生成风格",
+                    question="Which style should the text be written in?",
                 )
         if task_type == "portrait" and not isinstance(payload.get("subject"), str):
             return _invalid("portrait needs a string `subject`")
@@ -130,7 +133,7 @@ class DemoHandler:
             return TaskResult(output_type="text", output=f"done after {steps} steps")
         if task_type == "text_generation":
             prompt, style = payload["prompt"], payload["style"]
-            text = f"《{prompt}》({style}风格)"
+            text = f"“{prompt}”, written in the {style} style"
             return TaskResult(
                 output_type="text",
                 output=text,
@@ -139,17 +142,19 @@ class DemoHandler:
         if task_type == "portrait":
             subject = payload["subject"]
             decision = await ctx.need_human(
-                Reason(code="ethical_decision", message="涉及伦理决策需要人工审核"),
+                Reason(
+                    code="ethical_decision", message="An ethical decision needs a person's review"
+                ),
                 context=HumanContext(
-                    task_summary=f"生成一张人物肖像: {subject}",
+                    task_summary=f"Paint a portrait of {subject}",
                     current_progress=30,
-                    blocked_reason="需要确认肖像使用授权",
+                    blocked_reason="The right to paint this person must be confirmed",
                 ),
                 options=[
                     HumanOption(
                         field="authorized",
                         value=True,
-                        pros_cons="继续生成,假设已授权",
+                        pros_cons="Go on, assuming the painting is authorized",
                         confidence=70,
                     )
                 ],
@@ -160,5 +165,12 @@ class DemoHandler:
                 metadata={"approved_fields": decision.decision.approved_fields},
             )
         if task_type == "fail":
-            raise RuntimeError("the demo task `fail` always fails")
+            # A failure by design, not a bug: no traceback in the executor's log.
+            raise TaskFailure(
+                TaskError(
+                    code=ErrorCode.EXECUTION_FAILED.value,
+                    message="the demo task `fail` always fails",
+                    recoverable=True,
+                )
+            )
         raise ValueError(f"unknown task type {task_type!r}")  # validate_task refuses it first

@@ -261,11 +261,13 @@ def test_send_a2a_over_each_binding(every_binding: Server, binding: str) -> None
         "--a2a-binding",
         binding,
         "--field",
-        "style=现代",
+        "style=modern",
         "text_generation",
-        '{"prompt": "春天"}',
+        '{"prompt": "spring"}',
     )
-    assert (result.returncode, result.stdout) == (0, "《春天》(现代风格)\n"), result.stderr
+    assert (result.returncode, result.stdout) == (0, "“spring”, written in the modern style\n"), (
+        result.stderr
+    )
     result = send(
         every_binding,
         "--a2a-binding",
@@ -278,10 +280,12 @@ def test_send_a2a_over_each_binding(every_binding: Server, binding: str) -> None
 
 
 def test_send_a2a_need_info_answered_with_field(agent: Server) -> None:
-    result = send(agent, "--field", "style=现代", "text_generation", '{"prompt": "春天"}')
-    assert (result.returncode, result.stdout) == (0, "《春天》(现代风格)\n"), result.stderr
-    assert "请选择生成风格" not in result.stderr  # nothing was asked
-    assert '→ provided style="现代"' in result.stderr
+    result = send(agent, "--field", "style=modern", "text_generation", '{"prompt": "spring"}')
+    assert (result.returncode, result.stdout) == (0, "“spring”, written in the modern style\n"), (
+        result.stderr
+    )
+    assert "Which style" not in result.stderr  # nothing was asked
+    assert '→ provided style="modern"' in result.stderr
 
 
 def test_send_a2a_need_info_answered_through_stdin(agent: Server) -> None:
@@ -312,7 +316,7 @@ def test_send_a2a_unknown_task_type_is_rejected(agent: Server) -> None:
 
 
 def test_send_a2a_json(agent: Server) -> None:
-    result = send(agent, "--json", "--field", "style=现代", "text_generation", '{"prompt": "p"}')
+    result = send(agent, "--json", "--field", "style=modern", "text_generation", '{"prompt": "p"}')
     assert result.returncode == 0, result.stderr
     events = [json.loads(line) for line in result.stdout.splitlines()]
     kinds = [e["event"] for e in events]
@@ -326,8 +330,8 @@ def test_send_a2a_json(agent: Server) -> None:
         "a2a_state": "TASK_STATE_COMPLETED",
         "result": {
             "output_type": "text",
-            "output": "《p》(现代风格)",
-            "metadata": {"prompt": "p", "style": "现代"},
+            "output": "“p”, written in the modern style",
+            "metadata": {"prompt": "p", "style": "modern"},
         },
     }
     assert result.stderr == ""

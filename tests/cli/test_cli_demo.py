@@ -62,7 +62,7 @@ def test_need_info_flow(demo: subprocess.CompletedProcess[str]) -> None:
     assert "R → E  task_info_provided" in text
     assert "E (bob) info_needed → info_provided → executing" in text
     assert "↳ task_confirm" not in text
-    assert "outcome at alice: completed: 《春天》(现代风格)" in text
+    assert "outcome at alice: completed: “spring”, written in the modern style" in text
 
 
 def test_need_human_flow(demo: subprocess.CompletedProcess[str]) -> None:

@@ -155,7 +155,10 @@ async def test_need_info_answered_through_the_api() -> None:
             assert response.status == 200
         outcome = await handle.result(timeout=WAIT)
         assert outcome.state is TaskState.COMPLETED
-        assert outcome.result is not None and outcome.result.output == "《秋》(现代风格)"
+        assert (
+            outcome.result is not None
+            and outcome.result.output == "“秋”, written in the 现代 style"
+        )
         async with http.get(f"{url}/console/api/tasks/{R}/{task_id}") as response:
             detail = await response.json()
         assert [(a["actor"], a["action"]) for a in detail["audit"]] == [("alice", "info_provided")]

@@ -105,9 +105,9 @@ async def test_console_end_to_end_in_chromium(browser: Any, tmp_path: Path) -> N
         # Shown to a person, the request moves to human_deciding (the requester's own state).
         await expect(row).to_have_attribute("data-state", "human_deciding")
         panel = page.get_by_test_id("human-panel")
-        await expect(panel).to_contain_text("涉及伦理决策需要人工审核")
-        await expect(panel).to_contain_text("需要确认肖像使用授权")
-        await expect(panel).to_contain_text("继续生成,假设已授权")
+        await expect(panel).to_contain_text("An ethical decision needs a person's review")
+        await expect(panel).to_contain_text("The right to paint this person must be confirmed")
+        await expect(panel).to_contain_text("Go on, assuming the painting is authorized")
         await expect(panel).to_contain_text("70 %")
         if shots:
             await page.screenshot(path=str(shots / "console-need-human.png"))
@@ -150,8 +150,8 @@ async def test_console_end_to_end_in_chromium(browser: Any, tmp_path: Path) -> N
         await expect(row).to_have_attribute("data-state", "info_needed")
         await row.click()
         form = page.get_by_test_id("info-form")
-        await expect(form).to_contain_text("请选择生成风格")
-        await expect(form).to_contain_text("未指定生成风格")
+        await expect(form).to_contain_text("Which style should the text be written in?")
+        await expect(form).to_contain_text("no style given")
         await expect(form.locator("input[data-field=style]")).to_have_value("古典")
         if shots:
             await page.evaluate("window.scrollTo(0, 0)")
@@ -160,7 +160,9 @@ async def test_console_end_to_end_in_chromium(browser: Any, tmp_path: Path) -> N
         await expect(form.locator("input[data-field=style]")).to_have_value("浪漫")
         await form.get_by_role("button", name="Provide information").click()
         await expect(page.get_by_test_id("detail-state")).to_have_text("completed")
-        await expect(page.get_by_test_id("result")).to_contain_text("《秋夜》(浪漫风格)")
+        await expect(page.get_by_test_id("result")).to_contain_text(
+            "“秋夜”, written in the 浪漫 style"
+        )
         await expect(row).to_have_attribute("data-state", "completed")  # the list, live
         if shots:
             await page.get_by_test_id("audit").scroll_into_view_if_needed()

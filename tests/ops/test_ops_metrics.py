@@ -167,7 +167,14 @@ async def test_retries_nacks_received_and_unreachable_partner() -> None:
     def setup(peer: Peer) -> None:
         metrics.append(enable_metrics(peer))
 
-    async with peer_pair(setup_r=setup) as pair:
+    from dataclasses import replace
+
+    from opskit import FAST
+
+    # The request waits in the outbox for the partner (else its task fails once the
+    # deliveries run out: `fail_undelivered_requests`).
+    config = replace(FAST, fail_undelivered_requests=False)
+    async with peer_pair(setup_r=setup, config=config) as pair:
         # Point R at a port nobody listens on.
         pair.r.add_partner("agent-gone", "http://127.0.0.1:9/synapse/callback", ("s",))
         handle = await pair.r.submit("agent-gone", "echo", {"text": "x"})
@@ -230,7 +237,13 @@ async def test_dead_letters_and_an_unreachable_partner() -> None:
 
     from opskit import FAST
 
-    config = replace(FAST, heartbeat_interval=0.05, missed_heartbeat_limit=1, dead_letter_after=0.5)
+    config = replace(
+        FAST,
+        heartbeat_interval=0.05,
+        missed_heartbeat_limit=1,
+        dead_letter_after=0.5,
+        fail_undelivered_requests=False,  # the request waits for the partner, then dies
+    )
     metrics: list[PeerMetrics] = []
 
     def setup(peer: Peer) -> None:
