@@ -3,6 +3,7 @@ runs, so the README's one test command checks everything."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,30 @@ def test_the_library_type_checks_strictly() -> None:
     run("mypy", "--strict", "synapse")
 
 
-def test_the_documentation_builds_without_a_warning(tmp_path: Path) -> None:
+def test_the_documentation_builds_without_a_warning_and_without_a_dead_link(
+    tmp_path: Path,
+) -> None:
     # The API reference comes from the docstrings: a broken reference is a warning.
-    run("mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site"))
+    site = tmp_path / "site"
+    run("mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site))
+    dead = []
+    for page in site.rglob("*.html"):
+        for target in re.findall(r'(?:href|src)="([^"#?]+)', page.read_text("utf-8")):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("/"):
+                continue  # absolute: another site
+            found = (page.parent / target).resolve()
+            if not (found.is_file() or (found / "index.html").is_file()):
+                dead.append(f"{page.relative_to(site)} → {target}")
+    assert dead == [], dead[:20]
+
+
+def test_every_guide_is_in_the_sites_navigation() -> None:
+    nav = yaml_nav_pages((ROOT / "mkdocs.yml").read_text("utf-8"))
+    guides = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert guides <= nav, guides - nav
+    assert {"specs/protocol.md", "specs/state-machine.md"} <= nav
+
+
+def yaml_nav_pages(text: str) -> set[str]:
+    """The pages `nav:` of mkdocs.yml names (`- Title: page.md` lines)."""
+    return set(re.findall(r"^\s+- [^:]+: (\S+\.md)$", text, re.M))
