@@ -144,3 +144,74 @@ def test_the_conformance_output_in_the_docs_is_the_reports_format() -> None:
         if check_id in by_id:
             width = len(by_id[check_id].split("PASS")[0])
             assert line[:width] == by_id[check_id][:width], line
+
+
+# --- every flag of every command, in docs/cli.md -------------------------------------------------
+
+#: Every command takes it, and the page says so once, at its top.
+HELP = "--help"
+
+
+def _settings_rows() -> dict[str, str]:
+    """flag → the commands its row of the "Settings" table names ("all …" for every one)."""
+    doc = (ROOT / "docs" / "cli.md").read_text("utf-8")
+    rows: dict[str, str] = {}
+    for line in doc[doc.index("## Settings") :].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or "`--" not in cells[0]:
+            continue
+        for flag in re.findall(r"(--[a-z][a-z0-9-]*)", cells[0]):
+            rows[flag] = cells[-1]
+    return rows
+
+
+def _command_flags() -> dict[str, set[str]]:
+    from synapse.cli.main import build_parser
+
+    parser = build_parser()
+    found: dict[str, set[str]] = {}
+    for name in parser.command_names:
+        command = _subparser(parser, name)
+        found[name] = {
+            option
+            for action in command._actions
+            for option in action.option_strings
+            if option.startswith("--")
+        }
+    return found
+
+
+def _subparser(parser: Any, name: str) -> Any:
+    for action in parser._actions:
+        choices = getattr(action, "choices", None)
+        if isinstance(choices, dict) and name in choices:
+            return choices[name]
+    raise KeyError(name)
+
+
+def _section(name: str) -> str:
+    doc = (ROOT / "docs" / "cli.md").read_text("utf-8")
+    headings = list(re.finditer(r"^## .*$", doc, re.M))
+    for i, heading in enumerate(headings):
+        if f"synapse {name}`" in heading.group() or f"synapse {name} " in heading.group():
+            end = headings[i + 1].start() if i + 1 < len(headings) else len(doc)
+            return doc[heading.start() : end]
+    raise AssertionError(f"docs/cli.md has no section for `synapse {name}`")
+
+
+def test_every_flag_of_every_command_is_in_its_section_of_cli_md() -> None:
+    """A flag is documented for a command in that command's section, or in the row of the
+    settings table that names the command (or "all …")."""
+    rows = _settings_rows()
+    missing = {}
+    for name, flags in _command_flags().items():
+        section = _section(name)
+        absent = sorted(
+            flag
+            for flag in flags - {HELP}
+            if not re.search(rf"{re.escape(flag)}(?![\w-])", section)
+            and not (flag in rows and (name in rows[flag] or rows[flag].startswith("all")))
+        )
+        if absent:
+            missing[name] = absent
+    assert missing == {}, missing

@@ -16,6 +16,7 @@ every message in and out, every transition and every HTTP attempt; `warning`, `e
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any, TextIO
 
@@ -66,7 +67,9 @@ def configure_logging(
     logging.logProcesses = False
     logging.logMultiprocessing = False
     root = logging.getLogger()
-    root.handlers = [EventHandler(stream, json=json, colors=_is_tty(stream))]
+    # https://no-color.org: any non-empty NO_COLOR turns colors off, whatever the terminal.
+    colors = _is_tty(stream) and not os.environ.get("NO_COLOR")
+    root.handlers = [EventHandler(stream, json=json, colors=colors)]
     root.setLevel(max(level, logging.WARNING))
     logging.getLogger("synapse").setLevel(level)
     # `listening` (the peer's one event) stays the first line at every level but `off`:

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import difflib
 import os
 import sys
 import traceback
@@ -55,6 +56,9 @@ if TYPE_CHECKING:
 
 class Parser(argparse.ArgumentParser):
     """argparse, with usage errors as one line (and exit status 2) instead of usage + error."""
+
+    #: The subcommands' names (set on the top-level parser by `build_parser`).
+    command_names: tuple[str, ...] = ()
 
     def error(self, message: str) -> NoReturn:
         raise CliError(f"{message} (see '{self.prog} --help')", Exit.USAGE)
@@ -190,7 +194,8 @@ def build_parser() -> Parser:
         description="Run a peer that serves POST /synapse/callback on HOST:PORT with the demo "
         "handler (or --handler), until SIGINT or SIGTERM. Logs go to stderr; the first line "
         "is `listening` with the URL.",
-        epilog=EPILOG,
+        epilog="Exit status: 0 stopped by SIGINT or SIGTERM, 2 usage error or the port cannot be "
+        "bound.",
     )
     group = serve.add_argument_group("identity and partners")
     group.add_argument("--agent-id", metavar="ID", help="our agent id ($SYNAPSE_AGENT_ID)")
@@ -291,7 +296,7 @@ def build_parser() -> Parser:
     group.add_argument(
         "--a2a-default-task-type",
         metavar="TYPE",
-        help="the task type of a message without metadata.task_type (default echo; '' refuses "
+        help="the task type of a message without metadata.taskType (default echo; '' refuses "
         "such messages; $SYNAPSE_A2A_DEFAULT_TASK_TYPE)",
     )
     group.add_argument(
@@ -435,7 +440,12 @@ def build_parser() -> Parser:
         ("caps", "ask an executor for its capabilities (capability_query)"),
         ("ping", "send a heartbeat; print the round trip and the partner's status"),
     ):
-        sub = commands.add_parser(name, help=summary, description=summary + ".", epilog=EPILOG)
+        sub = commands.add_parser(
+            name,
+            help=summary,
+            description=summary + ".",
+            epilog="Exit status: 0 answered, 2 usage or connection error or a refused request.",
+        )
         _client(
             sub,
             listen_help="our address, if our callback URL is http://HOST:PORT/synapse/callback "
@@ -478,7 +488,7 @@ def build_parser() -> Parser:
         help="print the JSON Schema of the messages",
         description="Print the JSON Schema of every message (the union, discriminated by "
         "`type`), of one TYPE, or write one file per schema into --out DIR.",
-        epilog=EPILOG,
+        epilog="Exit status: 0 printed (or written), 2 usage error or an unknown TYPE.",
     )
     schema.add_argument(
         "type", metavar="TYPE", nargs="?", help="one message type, e.g. task_request"
@@ -494,7 +504,7 @@ def build_parser() -> Parser:
         "specs/protocol.md, 'Flows' between them (normal, progress, need_info, need_human, "
         "cancel), a failure and a rejection, printing every message with each side's state. "
         "Takes about a second.",
-        epilog=EPILOG,
+        epilog="Exit status: 0 every flow ran, 2 usage error (or no loopback port to listen on).",
     )
     demo.add_argument(
         "--signing", type=SIGNING, metavar="{header,body}", help="signature mode (default header)"
@@ -512,6 +522,7 @@ def build_parser() -> Parser:
         pass
     else:
         add_conformance(commands)
+    parser.command_names = tuple(commands.choices)
     return parser
 
 
@@ -825,6 +836,19 @@ def _run_demo(ctx: Context) -> int:
 # --- main -----------------------------------------------------------------------------------
 
 
+def _unknown_command(parser: Parser, argv: list[str]) -> str | None:
+    """What to say when the first word is no command (`synapse sned`): the nearest ones."""
+    if not argv or argv[0].startswith("-"):
+        return None
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    word = argv[0]
+    if word in commands:
+        return None
+    near = difflib.get_close_matches(word, list(commands), n=2, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+    return f"unknown command {word!r}{hint}; run 'synapse --help' for the commands"
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -838,6 +862,11 @@ def main(
     verbose = False
     try:
         parser = build_parser()
+        argv = list(sys.argv[1:] if argv is None else argv)
+        unknown = _unknown_command(parser, argv)
+        if unknown is not None:
+            err.write(f"synapse: {unknown}\n")
+            return Exit.USAGE
         args = parser.parse_args(argv)
         verbose = bool(getattr(args, "verbose", False))
         if args.command is None:

@@ -1,7 +1,7 @@
 """`synapse send --a2a URL`: the same conversation as `send`, with an A2A v1.0 agent.
 
 `A2AClient` discovers the agent by its card, sends the payload as a data part with
-`metadata.task_type`, and follows the task (streamed, or polled for an agent that does not
+`metadata.taskType`, and follows the task (streamed, or polled for an agent that does not
 stream). The shared `Conversation` renders its events and answers INPUT_REQUIRED: a Synapse
 agent's status message says what it needs (`metadata.synapseNeeds`: the missing fields, or a
 person's decision, docs/a2a.md), so the questions are the same as with `send`; any other

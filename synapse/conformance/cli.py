@@ -3,9 +3,10 @@
     synapse conformance --target http://127.0.0.1:8765/synapse/callback --agent-id agent-e \\
                         --secret S [--as synapse-conformance] [--listen 127.0.0.1:8766] [--json]
 
-Every flag also comes from the environment (SYNAPSE_TARGET, SYNAPSE_AGENT_ID, SYNAPSE_SECRET,
-SYNAPSE_AS, SYNAPSE_LISTEN); a flag wins over its variable. Exit status: 0 when every check
-passed, 1 when one failed, 2 for a usage error (a missing or malformed setting).
+Every setting also comes from the environment (SYNAPSE_TARGET, SYNAPSE_AGENT_ID, SYNAPSE_SECRET,
+SYNAPSE_AS, SYNAPSE_LISTEN, …) or a TOML file (--config); a flag wins over its variable, a
+variable over the file. Exit status: 0 when every check passed, 1 when one failed, 2 for a
+usage error (a missing or malformed setting) or a target that cannot be reached.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import logging
 import os
 import sys
+import tomllib
 from collections.abc import Iterator
 from typing import Any, TextIO, cast
 
@@ -32,6 +34,9 @@ http://LISTEN/synapse/callback, secret --secret.
 """
 
 EPILOG = """\
+Exit status: 0 every check passed, 1 a check failed, 2 usage error or the target cannot be
+reached.
+
 example, against a reference peer started with
   synapse serve --agent-id agent-e --port 8765 --secret S \\
                 --peer synapse-conformance=http://127.0.0.1:8766/synapse/callback
@@ -63,34 +68,31 @@ def add_parser(subparsers: Any) -> None:
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """The flags of `synapse conformance`, on any parser."""
     parser.add_argument(
-        "--target",
-        metavar="URL",
-        help="the URL the peer receives POSTs on [env SYNAPSE_TARGET]",
+        "--target", metavar="URL", help="the URL the peer receives POSTs on ($SYNAPSE_TARGET)"
     )
-    parser.add_argument(
-        "--agent-id", metavar="ID", help="the peer's agent id [env SYNAPSE_AGENT_ID]"
-    )
+    parser.add_argument("--agent-id", metavar="ID", help="the peer's agent id ($SYNAPSE_AGENT_ID)")
     parser.add_argument(
         "--secret",
         metavar="S",
-        help="the secret the peer shares with the kit [env SYNAPSE_SECRET]",
+        help="the secret the peer shares with the kit ($SYNAPSE_SECRET)",
     )
     parser.add_argument(
         "--as",
         dest="as_agent",
         metavar="AGENT_ID",
-        help=f"the kit's agent id, registered at the peer [env SYNAPSE_AS; {DEFAULT_KIT_ID}]",
+        help=f"the kit's agent id, registered at the peer (default {DEFAULT_KIT_ID}; $SYNAPSE_AS)",
     )
     parser.add_argument(
         "--listen",
         metavar="HOST:PORT",
-        help=f"where the kit receives callbacks [env SYNAPSE_LISTEN; {DEFAULT_LISTEN}]",
+        help=f"where the kit receives callbacks (default {DEFAULT_LISTEN}; $SYNAPSE_LISTEN)",
     )
     parser.add_argument(
         "--endpoint",
         metavar="URL",
         help="the callback URL the peer registered for the kit, when it reaches the kit "
-        "another way than http://LISTEN/synapse/callback (a container, a proxy)",
+        "another way than http://LISTEN/synapse/callback: a container, a proxy "
+        "($SYNAPSE_ENDPOINT)",
     )
     parser.add_argument(
         "--only",
@@ -103,29 +105,100 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         metavar="SECONDS",
         type=float,
-        default=Timing.callback_timeout,
-        help="the longest wait for one callback [%(default)g]",
+        default=None,
+        help=f"the longest wait for one callback (default {Timing.callback_timeout:g}; "
+        "$SYNAPSE_TIMEOUT)",
     )
     parser.add_argument(
         "--concurrency",
         metavar="N",
         type=int,
-        default=0,
+        default=None,
         help="checks running at once, 0 for all; lower it for a peer that takes few tasks "
-        "at a time [%(default)s]",
+        "at a time (default 0; $SYNAPSE_CONCURRENCY)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
-    parser.add_argument(
-        "--verbose", "-v", action="store_true", help="log every check to stderr as it ends"
+    output = parser.add_argument_group("output and settings")
+    output.add_argument(
+        "--config",
+        metavar="PATH",
+        help="TOML file with these settings, top level or in a [conformance] table "
+        "($SYNAPSE_CONFIG)",
+    )
+    output.add_argument(
+        "--log-json",
+        action="store_true",
+        default=None,
+        help="log JSON lines on stderr instead of console lines ($SYNAPSE_LOG_JSON)",
+    )
+    output.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        default=None,
+        help="log every check to stderr as it ends ($SYNAPSE_VERBOSE)",
     )
 
 
-def _setting(args: argparse.Namespace, name: str, env: str, default: str | None = None) -> Any:
-    value = getattr(args, name, None)
-    if value is None:
-        value = os.environ.get(env) or default
-    return value
+#: Setting → (its flag's attribute, its variable, its key in the config file).
+_SETTINGS = {
+    "target": ("target", "SYNAPSE_TARGET", "target"),
+    "agent_id": ("agent_id", "SYNAPSE_AGENT_ID", "agent_id"),
+    "secret": ("secret", "SYNAPSE_SECRET", "secret"),
+    "kit_id": ("as_agent", "SYNAPSE_AS", "as"),
+    "listen": ("listen", "SYNAPSE_LISTEN", "listen"),
+    "endpoint": ("endpoint", "SYNAPSE_ENDPOINT", "endpoint"),
+    "timeout": ("timeout", "SYNAPSE_TIMEOUT", "timeout"),
+    "concurrency": ("concurrency", "SYNAPSE_CONCURRENCY", "concurrency"),
+    "log_json": ("log_json", "SYNAPSE_LOG_JSON", "log_json"),
+    "verbose": ("verbose", "SYNAPSE_VERBOSE", "verbose"),
+}
+_TRUE = {"1", "true", "yes", "on"}
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _file_settings(path: str | None) -> dict[str, Any]:
+    """The config file's settings: its top level, then its [conformance] table over them."""
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise _UsageError(f"cannot read --config {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise _UsageError(f"--config {path} is not valid TOML: {exc}") from exc
+    merged = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    table = data.get("conformance")
+    if isinstance(table, dict):
+        merged.update(table)
+    return merged
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Every setting from its flag, else its variable, else the config file."""
+    file = _file_settings(getattr(args, "config", None) or os.environ.get("SYNAPSE_CONFIG"))
+    found: dict[str, Any] = {}
+    for name, (attribute, env, key) in _SETTINGS.items():
+        value = getattr(args, attribute, None)
+        if value is None:
+            value = os.environ.get(env) or None
+        if value is None:
+            value = file.get(key)
+        found[name] = value
+    for flag in ("log_json", "verbose"):
+        value = found[flag]
+        found[flag] = value if isinstance(value, bool) else str(value or "").lower() in _TRUE
+    try:
+        found["timeout"] = float(found["timeout"] or Timing.callback_timeout)
+        found["concurrency"] = max(0, int(found["concurrency"] or 0))
+    except (TypeError, ValueError) as exc:
+        raise _UsageError(f"--timeout and --concurrency take numbers: {exc}") from exc
+    return found
 
 
 class _Stderr:
@@ -139,7 +212,7 @@ class _Stderr:
 
 
 @contextlib.contextmanager
-def _logging(verbose: bool) -> Iterator[None]:
+def _logging(verbose: bool, json: bool = False) -> Iterator[None]:
     """Kit events on stderr (warnings only unless `verbose`) for the run, unless the calling
     program configured logging itself; the configuration is put back afterwards."""
     root = logging.getLogger()
@@ -147,7 +220,7 @@ def _logging(verbose: bool) -> Iterator[None]:
         yield
         return
     synapse_logger = logging.getLogger("synapse")
-    handler = EventHandler(cast(TextIO, _Stderr()))
+    handler = EventHandler(cast(TextIO, _Stderr()), json=json)
     saved_level, saved_propagate = synapse_logger.level, synapse_logger.propagate
     synapse_logger.addHandler(handler)
     synapse_logger.setLevel(logging.INFO if verbose else logging.WARNING)
@@ -167,11 +240,14 @@ def run(args: argparse.Namespace) -> int:
         for check in CHECKS:
             out.write(f"{check.id:<26} {check.section:<24} {check.title}\n")
         return 0
-    target = _setting(args, "target", "SYNAPSE_TARGET")
-    agent_id = _setting(args, "agent_id", "SYNAPSE_AGENT_ID")
-    secret = _setting(args, "secret", "SYNAPSE_SECRET")
-    kit_id = _setting(args, "as_agent", "SYNAPSE_AS", DEFAULT_KIT_ID)
-    listen = _setting(args, "listen", "SYNAPSE_LISTEN", DEFAULT_LISTEN)
+    try:
+        settings = _settings(args)
+    except _UsageError as exc:
+        err.write(f"synapse conformance: error: {exc}\n")
+        return USAGE_ERROR
+    target, agent_id, secret = settings["target"], settings["agent_id"], settings["secret"]
+    kit_id = settings["kit_id"] or DEFAULT_KIT_ID
+    listen = settings["listen"] or DEFAULT_LISTEN
     missing = [
         flag
         for flag, value in (("--target", target), ("--agent-id", agent_id), ("--secret", secret))
@@ -188,9 +264,9 @@ def run(args: argparse.Namespace) -> int:
     if not str(target).startswith(("http://", "https://")):
         err.write(f"synapse conformance: error: --target must be an http(s) URL: {target!r}\n")
         return USAGE_ERROR
-    timing = Timing(callback_timeout=float(getattr(args, "timeout", Timing.callback_timeout)))
+    timing = Timing(callback_timeout=settings["timeout"])
     try:
-        with _logging(bool(getattr(args, "verbose", False))):
+        with _logging(settings["verbose"], json=settings["log_json"]):
             report = asyncio.run(
                 run_conformance(
                     target,
@@ -198,10 +274,10 @@ def run(args: argparse.Namespace) -> int:
                     secret,
                     kit_id=kit_id,
                     listen=listen,
-                    endpoint=getattr(args, "endpoint", None),
+                    endpoint=settings["endpoint"],
                     timing=timing,
                     only=tuple(getattr(args, "only", None) or ()),
-                    concurrency=max(0, int(getattr(args, "concurrency", 0) or 0)),
+                    concurrency=settings["concurrency"],
                 )
             )
     except OSError as exc:  # the listen address is taken or not ours
@@ -211,6 +287,10 @@ def run(args: argparse.Namespace) -> int:
         err.write("synapse conformance: interrupted\n")
         return 130
     out.write((report.to_json() if args.json else report.table()) + "\n")
+    if report.unreachable:
+        # As for every command that cannot reach its peer: a connection error, not a verdict.
+        err.write(f"synapse conformance: {report.setup_failure}\n")
+        return USAGE_ERROR
     return 0 if report.ok else 1
 
 

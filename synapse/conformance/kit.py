@@ -19,7 +19,14 @@ from dataclasses import dataclass, field, replace
 from synapse.conformance.checks import CHECKS, Check, CheckContext, Timing
 from synapse.conformance.listener import CALLBACK_PATH, CallbackListener
 from synapse.conformance.report import CheckResult, Report, Status
-from synapse.conformance.wire import CheckFailed, Clock, Identity, RawClient, Skip
+from synapse.conformance.wire import (
+    CheckFailed,
+    Clock,
+    Identity,
+    RawClient,
+    Skip,
+    TargetUnreachable,
+)
 from synapse.p2p.logs import get_logger
 
 log = get_logger("synapse.conformance")
@@ -92,6 +99,8 @@ class ConformanceKit:
         self.listener = CallbackListener(self._identity, self.clock, ack_delay=timing.ack_delay)
         self.client = RawClient(self._identity, self.clock, timeout=timing.http_timeout)
         self._started = False
+        #: The target never answered (its setup check could not reach it).
+        self.unreachable = False
 
     @property
     def callback_url(self) -> str:
@@ -172,6 +181,7 @@ class ConformanceKit:
             callback_url=self._identity.kit_endpoint,
             results=[results[c.id] for c in checks],
             duration=time.monotonic() - started,
+            unreachable=self.unreachable,
         )
 
     async def _run_one(self, check: Check, ctx: CheckContext) -> CheckResult:
@@ -180,6 +190,9 @@ class ConformanceKit:
         status, reason = Status.PASS, None
         try:
             await asyncio.wait_for(check.run(ctx), timeout)
+        except TargetUnreachable as exc:
+            status, reason = Status.FAIL, str(exc)
+            self.unreachable = True
         except CheckFailed as exc:
             status, reason = Status.FAIL, str(exc)
         except Skip as exc:

@@ -48,6 +48,14 @@ class Report:
     results: list[CheckResult] = field(default_factory=list)
     #: Seconds the whole run took.
     duration: float = 0.0
+    #: The target never answered: nothing about it could be checked.
+    unreachable: bool = False
+
+    @property
+    def setup_failure(self) -> str | None:
+        """Why the setup failed (then every other check was skipped), or None."""
+        setup = next((r for r in self.results if r.id == "setup"), None)
+        return setup.reason if setup is not None and setup.status is Status.FAIL else None
 
     @property
     def ok(self) -> bool:
@@ -78,6 +86,7 @@ class Report:
             "kit_agent_id": self.kit_agent_id,
             "callback_url": self.callback_url,
             "ok": self.ok,
+            "unreachable": self.unreachable,
             "duration": round(self.duration, 3),
             "counts": self.counts(),
             "results": [
@@ -117,11 +126,14 @@ class Report:
                 if result.status is Status.SKIP:
                     shown.add(result.reason)
         counts = self.counts()
+        verdict = "CONFORMANT" if self.ok else "NOT CONFORMANT"
+        if self.setup_failure is not None:
+            # Nothing else ran: the summary says why, not only that.
+            verdict = ("NOT CHECKED" if self.unreachable else verdict) + f": {self.setup_failure}"
         out += [
             "",
             f"{len(self.results)} checks: {counts['PASS']} passed, {counts['FAIL']} failed, "
-            f"{counts['SKIP']} skipped in {self.duration:.1f} s — "
-            + ("CONFORMANT" if self.ok else "NOT CONFORMANT"),
+            f"{counts['SKIP']} skipped in {self.duration:.1f} s — {verdict}",
         ]
         return "\n".join(out)
 

@@ -48,6 +48,11 @@ class CheckFailed(Exception):
     """The target did something specs/protocol.md forbids; the message is the reason shown."""
 
 
+class TargetUnreachable(CheckFailed):
+    """No answer from the target at all (connection refused, timeout): nothing could be
+    checked, and the command line says so with exit status 2, as for any unreachable peer."""
+
+
 class Skip(Exception):
     """The check cannot run (a prerequisite is missing); the message says why."""
 

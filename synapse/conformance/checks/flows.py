@@ -16,9 +16,7 @@ from synapse.conformance.checks.base import (
     text_of,
 )
 from synapse.conformance.listener import Callback, TaskTrace
-from synapse.conformance.wire import (
-    CheckFailed,
-)
+from synapse.conformance.wire import CheckFailed, TargetUnreachable
 from synapse.types import format_timestamp, utc_now
 
 # --- setup --------------------------------------------------------------------------------------
@@ -45,7 +43,7 @@ async def setup(ctx: CheckContext) -> None:
     exchange = await ctx.client.send("heartbeat", {"status": "ok", "active_tasks": 0})
     me = ctx.me
     if exchange.error is not None:
-        raise CheckFailed(f"cannot reach the target at {me.target_url}: {exchange.error}")
+        raise TargetUnreachable(f"cannot reach the target at {me.target_url}: {exchange.error}")
     if exchange.status == 403 and exchange.code == "permission_denied":
         hint = _SETUP_HINTS.get(str(exchange.details.get("reason")))
         if hint:
