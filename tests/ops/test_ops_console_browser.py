@@ -196,3 +196,87 @@ async def test_console_end_to_end_in_chromium(browser: Any, tmp_path: Path) -> N
         await stranger.close()
         await waiting.cancel()
         await context.close()
+
+
+class EchoOnly:
+    """An executor offering two task types only: the form must offer those, not the demo's."""
+
+    def get_capabilities(self) -> list[str]:
+        return ["echo", "slow"]
+
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Any:
+        from synapse import Validation
+
+        return Validation()
+
+    async def execute_task(self, ctx: Any, task_type: str, payload: dict[str, Any]) -> str:
+        import asyncio
+
+        await asyncio.Event().wait()  # it runs until cancelled
+        return ""
+
+
+async def test_the_console_at_1280_px_offers_what_the_partner_offers_and_nothing_covers_a_button(
+    browser: Any,
+) -> None:
+    from playwright.async_api import expect
+
+    from synapse import Peer
+
+    async with peer_pair(setup_r=setup_console) as pair:
+        slow = Peer("agent-slow", port=0, handler=EchoOnly())
+        async with slow:
+            slow.add_partner(R, pair.r.endpoint, ("slow-secret",))
+            pair.r.add_partner("agent-slow", slow.endpoint, ("slow-secret",))
+            context = await browser.new_context(viewport={"width": 1280, "height": 800})
+            page = await context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            icon = await page.request.get(base_url(pair.r) + "/favicon.ico")
+            assert icon.status == 200 and icon.headers["content-type"] == "image/x-icon"
+            await page.goto(base_url(pair.r) + "/console")
+            await page.fill("#token", TOKEN)
+            await page.click("button[type=submit]")
+            await expect(page.get_by_test_id("live")).to_have_text("live")
+
+            # The form asks the chosen partner what it offers.
+            await page.click("[data-testid=new-task] summary")
+            await page.select_option("#partner", "agent-slow")
+            await expect(page.get_by_test_id("offered")).to_have_text(
+                "agent-slow offers: echo, slow"
+            )
+            options = page.locator("#task-types option")
+            assert await options.evaluate_all("os => os.map(o => o.value)") == ["echo", "slow"]
+            await expect(page.get_by_test_id("task-type")).to_have_value("echo")
+            await page.select_option("#partner", E)
+            await expect(page.get_by_test_id("offered")).to_contain_text(f"{E} offers: echo")
+            await expect(page.locator("#task-types option")).to_have_count(5)
+
+            # Request a task: the note it flashes covers nothing anyone needs to click.
+            await page.select_option("#partner", "agent-slow")
+            await expect(page.get_by_test_id("offered")).to_contain_text("agent-slow offers")
+            await page.fill("input[name=task_type]", "echo")
+            await page.fill("textarea[name=payload]", "{}")
+            await page.click("#submit-form button[type=submit]")
+            flash = page.get_by_test_id("flash")
+            await expect(flash).to_contain_text("Requested ")
+            cancel = page.get_by_role("button", name="Cancel task")
+            await expect(cancel).to_be_visible()
+            note, button = await flash.bounding_box(), await cancel.bounding_box()
+            assert note is not None and button is not None
+            apart = (
+                note["x"] + note["width"] <= button["x"]
+                or button["x"] + button["width"] <= note["x"]
+                or note["y"] + note["height"] <= button["y"]
+                or button["y"] + button["height"] <= note["y"]
+            )
+            assert apart, (note, button)
+            await cancel.click()  # Playwright fails the click if anything intercepts it
+            await expect(page.get_by_test_id("detail-state")).to_have_text("cancelled")
+
+            # A task id takes one line in the list, whatever its length.
+            cell = page.locator("tr[data-task-id] td.task-id code").first
+            await expect(cell).to_be_visible()
+            line = await cell.evaluate("c => parseFloat(getComputedStyle(c).lineHeight)")
+            height = (await cell.bounding_box() or {"height": 0})["height"]
+            assert height < 1.5 * line, (height, line)
+            await context.close()

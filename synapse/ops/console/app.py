@@ -20,7 +20,14 @@ from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import TaskFilter
 from synapse.p2p.states import Role
 from synapse.transport.http1_server import LEAN_CALLBACKS
-from synapse.types import DecidedBy, DecisionAction, LocalProtocolError, TaskState
+from synapse.types import (
+    DecidedBy,
+    DecisionAction,
+    DeliveryError,
+    LocalProtocolError,
+    SynapseError,
+    TaskState,
+)
 from synapse.types.enums import FINAL_STATES
 
 if TYPE_CHECKING:
@@ -37,8 +44,11 @@ CSRF_HEADER = "X-CSRF-Token"
 ASSETS = {
     "console.js": "text/javascript",
     "console.css": "text/css",
+    "favicon.ico": "image/x-icon",
 }
-PUBLIC_ASSETS = frozenset({"console.css"})
+PUBLIC_ASSETS = frozenset({"console.css", "favicon.ico"})
+#: Seconds to wait for a partner's capability_response (the new-task form's task types).
+CAPABILITIES_TIMEOUT = 5.0
 #: States in which a person at the requester is expected to answer.
 WAITING = frozenset({TaskState.INFO_NEEDED, TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING})
 #: Keep-alive comments on the event stream, so proxies do not close an idle one.
@@ -187,8 +197,15 @@ class Console(RuntimeListener):
         router.add_post(p + "/login", self.login)
         router.add_post(p + "/logout", self.logout)
         router.add_get(p + "/static/{name}", self.asset)
+        # Browsers ask the site root for its icon, whatever the page says.
+        if not any(
+            route.resource is not None and route.resource.canonical == "/favicon.ico"
+            for route in router.routes()
+        ):
+            router.add_get("/favicon.ico", self.favicon)
         router.add_get(p + "/api/session", self.api_session)
         router.add_get(p + "/api/tasks", self.api_tasks)
+        router.add_get(p + "/api/partners/{partner}/capabilities", self.api_capabilities)
         router.add_post(p + "/api/tasks", self.api_submit)
         router.add_get(p + "/api/tasks/{requester}/{task_id}", self.api_task)
         router.add_post(p + "/api/tasks/{task_id}/info", self.api_info)
@@ -299,7 +316,32 @@ class Console(RuntimeListener):
             self._require(request)
         return web.Response(body=_asset(name), content_type=ASSETS[name])
 
+    async def favicon(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=_asset("favicon.ico"),
+            content_type=ASSETS["favicon.ico"],
+            headers={"Cache-Control": "public, max-age=86400"},
+        )
+
     # --- the API --------------------------------------------------------------------------------
+
+    async def api_capabilities(self, request: web.Request) -> web.Response:
+        """What a partner offers (a `capability_query`): the new-task form's task types."""
+        self._require(request)
+        partner = request.match_info["partner"]
+        if self.peer.partners.get(partner) is None:
+            raise _error(404, f"no partner {partner!r}")
+        try:
+            async with asyncio.timeout(CAPABILITIES_TIMEOUT):
+                answer = await self.protocol.query_capabilities(partner)
+        except (TimeoutError, SynapseError, DeliveryError) as exc:
+            raise _error(502, f"{partner} did not say what it offers: {exc}") from exc
+        return web.json_response(
+            {
+                "partner": partner,
+                "capabilities": [msgspec.to_builtins(c) for c in answer.capabilities],
+            }
+        )
 
     async def api_session(self, request: web.Request) -> web.Response:
         reviewer = self._require(request)

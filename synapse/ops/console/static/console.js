@@ -49,10 +49,15 @@
     return epoch ? new Date(epoch * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC") : "";
   }
 
+  let flashTimer = null;
+
   function flash(text, isError) {
     const node = document.getElementById("flash");
     node.textContent = text;
     node.className = "flash " + (isError ? "bad" : "good");
+    // A note goes by itself (an error stays longer): it is never what a person must click away.
+    clearTimeout(flashTimer);
+    flashTimer = setTimeout(() => { node.textContent = ""; }, isError ? 12000 : 5000);
   }
 
   async function call(method, path, body, root) {
@@ -112,7 +117,7 @@
             onclick: () => select(t),
             onkeydown: (event) => { if (event.key === "Enter") select(t); },
           },
-          el("td", {}, el("code", { text: t.task_id })),
+          el("td", { class: "task-id" }, el("code", { text: t.task_id, title: t.task_id })),
           el("td", { text: t.type }),
           el("td", { text: t.role }),
           el("td", { text: t.partner }),
@@ -348,6 +353,26 @@
 
   // --- start --------------------------------------------------------------------------------
 
+  // The new-task form offers what the chosen partner offers (its capability_response).
+  async function offer(partner) {
+    const types = document.getElementById("task-types");
+    const offered = document.getElementById("offered");
+    const form = document.getElementById("submit-form");
+    types.replaceChildren();
+    offered.textContent = "Asking " + partner + " what it offers…";
+    try {
+      const answer = await call("GET", "/partners/" + encodeURIComponent(partner) + "/capabilities");
+      const names = answer.capabilities.map((c) => c.name);
+      for (const c of answer.capabilities) {
+        types.append(el("option", { value: c.name, text: c.description || "" }));
+      }
+      offered.textContent = names.length ? partner + " offers: " + names.join(", ") : partner + " offers nothing.";
+      if (!names.includes(form.task_type.value)) form.task_type.value = names[0] || "";
+    } catch (error) {
+      offered.textContent = "Could not ask " + partner + ": " + String(error.message || error);
+    }
+  }
+
   async function start() {
     state.session = await call("GET", "/session");
     document.getElementById("reviewer").textContent =
@@ -358,6 +383,8 @@
     filter.addEventListener("change", renderTasks);
     const partner = document.getElementById("partner");
     for (const p of state.session.partners) partner.append(el("option", { value: p, text: p }));
+    partner.addEventListener("change", () => offer(partner.value));
+    if (partner.value) offer(partner.value);
     document.getElementById("submit-form").addEventListener("submit", async (event) => {
       event.preventDefault();
       const form = event.target;
