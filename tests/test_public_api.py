@@ -30,6 +30,15 @@ EXPECTED = {
     "RemoteProtocolError",
     "LocalProtocolError",
     "DeliveryError",
+    # what `Peer.submit` returns and what its handle says (issue 27: `from synapse import
+    # TaskHandle` works, as the README says)
+    "TaskHandle",
+    "TaskEvent",
+    "TaskEventKind",
+    "Outcome",
+    "TaskAbandoned",
+    "TaskUndeliverable",
+    "TaskFailure",
     "__version__",
 }
 

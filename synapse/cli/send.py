@@ -32,7 +32,7 @@ from synapse.cli.errors import CliError, Exit
 from synapse.cli.terminal import LineReader, TerminalConsole
 from synapse.p2p.durations import format_duration
 from synapse.p2p.engine import TaskEvent
-from synapse.p2p.protocol import Outcome, TaskAbandoned, TaskHandle
+from synapse.p2p.protocol import Outcome, TaskAbandoned, TaskHandle, TaskUndeliverable
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.peer import HttpSender, Peer
 from synapse.types import (
@@ -98,7 +98,7 @@ class Follower(Conversation[TaskHandle]):
     async def _ended(handle: TaskHandle) -> Outcome:
         try:
             return await handle.result()
-        except TaskAbandoned as exc:  # the end too: `run` reports it
+        except (TaskAbandoned, TaskUndeliverable) as exc:  # the end too: `run` reports it
             return exc.outcome
 
     def is_final(self) -> bool:
@@ -139,6 +139,9 @@ class Follower(Conversation[TaskHandle]):
             return self.finish(await handle.result())
         except TaskAbandoned as exc:  # we gave up on a silent executor, or it lost the task
             return self.finish(exc.outcome)
+        except TaskUndeliverable as exc:  # the request never reached the target
+            failure: Exception = watch.failed.result() if watch.failed.done() else exc
+            raise exchange_error(failure, self.setup) from exc
 
     async def gave_up_waiting(self, handle: TaskHandle, timeout: float) -> None:
         """`--timeout` passed: cancel the task, wait a moment for the answer, say so."""

@@ -1113,7 +1113,7 @@ class Engine:
             return TaskKey(sent.to.agent_id, task_id)
         return TaskKey(self.agent_id, task_id)
 
-    def on_undeliverable(self, sent: Message, now: float) -> Step:
+    def on_undeliverable(self, sent: Message, now: float, cause: str = "") -> Step:
         """Retries of `sent` ran out; it stays queued until the partner answers again.
 
         Except a `task_request` never answered (`P2PConfig.fail_undelivered_requests`, the
@@ -1128,7 +1128,9 @@ class Engine:
             and rec.state in AWAITING_REPLY
             and self.config.fail_undelivered_requests
         ):
-            text = f"the task_request never reached {rec.partner}: its deliveries ran out"
+            text = f"the task_request never reached {rec.partner}: " + (
+                cause or "its deliveries ran out"
+            )
             self._give_up(rec, UNDELIVERABLE, text, now, step)
             return step
         if rec is not None and rec.role is Role.REQUESTER:

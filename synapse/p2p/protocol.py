@@ -1131,7 +1131,7 @@ class P2PProtocol:
                     if not exc.retryable:
                         self._dead_letter(queue, f"unusable reply: {exc}")
                         continue
-                    self.apply(self.engine.on_undeliverable(out.message, self.clock()))
+                    self.apply(self.engine.on_undeliverable(out.message, self.clock(), str(exc)))
                     if self._queues.get(key) is not queue or not queue or queue[0] is not queued:
                         continue  # let go: a request that never arrived failed its task
                     if self.clock() - queued.item.created_at >= self.config.dead_letter_after:

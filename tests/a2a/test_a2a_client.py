@@ -107,7 +107,7 @@ async def test_synapse_peer_every_flow_with_the_handle_api(a2a_peer: A2APeer, bi
         done = await generation.result(WAIT)
         assert done.ok
         assert done.result is not None
-        assert done.result.output == "《春天》(浪漫风格)"
+        assert done.result.output == "“春天”, written in the 浪漫 style"
         assert done.result.metadata == {"prompt": "春天", "style": "浪漫"}
 
         portrait = await client.send({"subject": "Ada"}, task_type="portrait")

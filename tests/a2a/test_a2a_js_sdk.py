@@ -149,7 +149,7 @@ async def test_js_client_multi_turn_input_required(
         if "artifactUpdate" in e
         for p in e["artifactUpdate"]["artifact"]["parts"]
     ]
-    assert texts == ["《spring》(modern风格)"]
+    assert texts == ["“spring”, written in the modern style"]
 
 
 @pytest.mark.parametrize("binding", SDK_BINDINGS)

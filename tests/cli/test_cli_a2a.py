@@ -290,14 +290,18 @@ def test_send_a2a_need_info_answered_with_field(agent: Server) -> None:
 
 def test_send_a2a_need_info_answered_through_stdin(agent: Server) -> None:
     result = send(agent, "text_generation", '{"prompt": "p"}', input="浪漫\n")
-    assert (result.returncode, result.stdout) == (0, "《p》(浪漫风格)\n"), result.stderr
-    assert "请选择生成风格" in result.stderr and "[古典]" in result.stderr
+    assert (result.returncode, result.stdout) == (0, "“p”, written in the 浪漫 style\n"), (
+        result.stderr
+    )
+    assert (
+        "Which style should the text be written in?" in result.stderr and "[古典]" in result.stderr
+    )
 
 
 def test_send_a2a_need_human_rejected_fails(agent: Server) -> None:
     result = send(agent, "--reject", "--notes", "no consent", "portrait", '{"subject": "Ada"}')
     assert (result.returncode, result.stdout) == (1, ""), result.stderr
-    assert "[ethical_decision] 涉及伦理决策需要人工审核" in result.stderr
+    assert "[ethical_decision] An ethical decision needs a person's review" in result.stderr
     assert error_lines(result.stderr) == ["synapse: failed: permission_denied: no consent"]
 
 

@@ -148,4 +148,4 @@ def test_demo_flows_end_to_end_between_two_serve_processes() -> None:
         status, _ = api(r, "POST", f"/tasks/{task['task_id']}/info", {"fields": {"style": "古典"}})
         assert status == 200
         done = wait_state(r, task["task_id"], {"completed", "failed"})
-        assert done["result"]["output"] == "《春》(古典风格)"
+        assert done["result"]["output"] == "“春”, written in the 古典 style"

@@ -34,6 +34,7 @@ FAST = P2PConfig(
     heartbeat_interval=0.1,
     request_timeout=2.0,
     dead_letter_after=0.2,
+    fail_undelivered_requests=False,  # the requests wait, then die: the store the tests need
 )
 
 

@@ -54,10 +54,10 @@ def test_slow_reports_progress_as_plain_lines_off_a_tty(
 def test_need_info_answered_through_stdin(executor: Server, requester_port: int) -> None:
     result = send(executor, requester_port, "text_generation", '{"prompt": "春天"}', input="现代\n")
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "《春天》(现代风格)\n"
+    assert result.stdout == "“春天”, written in the 现代 style\n"
     # The question, its reason, the suggested value and the alternatives were shown.
-    assert "请选择生成风格" in result.stderr
-    assert "未指定生成风格" in result.stderr
+    assert "Which style should the text be written in?" in result.stderr
+    assert "no style given" in result.stderr
     assert "[古典]" in result.stderr
     assert "现代, 浪漫" in result.stderr
 
@@ -67,7 +67,7 @@ def test_need_info_empty_answer_takes_the_suggested_value(
 ) -> None:
     result = send(executor, requester_port, "text_generation", '{"prompt": "p"}', input="\n")
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "《p》(古典风格)\n"
+    assert result.stdout == "“p”, written in the 古典 style\n"
 
 
 def test_need_info_answered_with_field(executor: Server, requester_port: int) -> None:
@@ -75,8 +75,8 @@ def test_need_info_answered_with_field(executor: Server, requester_port: int) ->
         executor, requester_port, "--field", "style=浪漫", "text_generation", '{"prompt": "p"}'
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "《p》(浪漫风格)\n"
-    assert "请选择生成风格" not in result.stderr  # nothing was asked
+    assert result.stdout == "“p”, written in the 浪漫 style\n"
+    assert "Which style should the text be written in?" not in result.stderr  # nothing was asked
 
 
 def test_need_info_without_an_answer_cancels_and_says_how(
@@ -108,7 +108,7 @@ def test_need_human_answered_with_flags(
     result = send(executor, requester_port, *answer, "portrait", '{"subject": "Ada"}')
     assert result.returncode == status, result.stderr
     assert result.stdout == stdout
-    assert "[ethical_decision] 涉及伦理决策需要人工审核" in result.stderr
+    assert "[ethical_decision] An ethical decision needs a person's review" in result.stderr
     if error:
         assert error_lines(result.stderr) == [f"synapse: {error}"]
 
@@ -126,10 +126,10 @@ def test_need_human_answered_through_stdin(
     assert result.stdout == stdout
     # Reason, context, progress and the option were all shown before the question.
     for shown in (
-        "涉及伦理决策需要人工审核",
-        "task: 生成一张人物肖像: Ada",
+        "An ethical decision needs a person's review",
+        "task: Paint a portrait of Ada",
         "progress: 30%",
-        "blocked: 需要确认肖像使用授权",
+        "blocked: The right to paint this person must be confirmed",
         "option: authorized = true",
         "approve or reject? [a/r]:",
     ):
@@ -182,7 +182,7 @@ def test_json_prints_one_event_per_line_and_the_outcome(
         "state": "completed",
         "result": {
             "output_type": "text",
-            "output": "《p》(现代风格)",
+            "output": "“p”, written in the 现代 style",
             "metadata": {"prompt": "p", "style": "现代"},
         },
     }
@@ -284,7 +284,7 @@ def test_on_a_terminal_a_person_answers_and_sees_a_progress_bar(
     status, out, shown = _converse(
         [*args, "text_generation", '{"prompt": "p"}'], {"style [古典]: ".encode(): "浪漫\n"}
     )
-    assert (status, out) == (0, "《p》(浪漫风格)\n"), shown
+    assert (status, out) == (0, "“p”, written in the 浪漫 style\n"), shown
     status, out, shown = _converse([*args, "slow", '{"steps": 2, "delay": 0.01}'], {})
     assert (status, out) == (0, "done after 2 steps\n"), shown
     assert "\r\x1b[2K[" in shown and "░] 50% step 1/2" in shown and "█] 100% step 2/2" in shown

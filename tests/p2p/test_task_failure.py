@@ -41,4 +41,4 @@ async def test_task_failure_carries_its_error_and_other_exceptions_do_not() -> N
         broken = await (await requester.submit("e", "broken", {})).result(10)
         assert broken.error is not None
         assert (broken.error.code, broken.error.recoverable) == ("execution_failed", True)
-        assert broken.error.message == "boom"
+        assert broken.error.message == "RuntimeError: boom"  # its type and message, no more
