@@ -12,6 +12,7 @@ deadlines are written in.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -436,6 +437,10 @@ _DECISIONS: Mapping[type[Any], type[TaskConfirm | TaskReject | TaskNeedInfo]] = 
     TaskRejectPayload: TaskReject,
     TaskNeedInfoPayload: TaskNeedInfo,
 }
+#: The callbacks answered with `ack` (the others about a task with `task_ack`).
+_ACKED = frozenset(
+    {MessageType.TASK_STATUS_UPDATE, MessageType.TASK_NEED_INFO, MessageType.TASK_NEED_HUMAN}
+)
 _REPLY_EVENTS: Mapping[type[Envelope[Any]], Event] = {
     TaskConfirm: Event.RECV_TASK_CONFIRM,
     TaskReject: Event.RECV_TASK_REJECT,
@@ -501,6 +506,48 @@ class Engine:
         #: Replicas sharing a store: partner liveness judged on what every replica heard,
         #: and heartbeats sent by one replica at a time (`synapse.store.liveness`).
         self.partner_watch: PartnerWatch | None = None
+
+    # --- as a value -----------------------------------------------------------------------
+
+    def clone(self) -> Engine:
+        """An independent engine in the same state (its tasks, timers, partners' liveness,
+        counts), sharing this one's configuration and collaborators; its id factory is
+        copied, so that both go on minting the same ids (a model checker's branches)."""
+        twin = object.__new__(Engine)
+        twin.__dict__.update(self.__dict__)
+        twin.ids = copy.copy(self.ids)
+        twin.tasks = {key: _copy_record(rec) for key, rec in self.tasks.items()}
+        twin._timers = self._timers.copy()
+        twin._partners = {
+            p: _PartnerLiveness(v.last_heard, v.reachable) for p, v in self._partners.items()
+        }
+        twin._in_flight = dict(self._in_flight)
+        twin._executing_for = dict(self._executing_for)
+        twin._backlog = set(self._backlog)
+        return twin
+
+    def snapshot(self) -> EngineSnapshot:
+        """Everything this engine holds, as a value: two engines in the same state give
+        equal snapshots (the model checker compares them)."""
+        return EngineSnapshot(
+            tasks={key: _record_fields(rec) for key, rec in self.tasks.items()},
+            timers=self._timers.armed(),
+            partners={p: (v.last_heard, v.reachable) for p, v in self._partners.items()},
+            counts=self.counts(),
+            backlog=frozenset(self._backlog),
+        )
+
+    def timer_deadlines(self) -> dict[tuple[str, TaskKey | str], float]:
+        """Every armed timer (its kind and task key or partner) and when it is due."""
+        return self._timers.armed()
+
+    def counts(self) -> tuple[int, tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+        """Executor tasks in flight, and tasks in flight per partner (all, and as executor)."""
+        return (
+            self._executing,
+            tuple(sorted(self._in_flight.items())),
+            tuple(sorted(self._executing_for.items())),
+        )
 
     # --- queries --------------------------------------------------------------------------
 
@@ -926,6 +973,8 @@ class Engine:
         self, message: TaskInfoProvided | TaskCancel | HumanDecision, now: float, step: Step
     ) -> None:
         rec = self._executor_record(message, message.payload.task_id)
+        if self._answered_before(rec, message, now, step):
+            return
         if isinstance(message, TaskCancel):
             self._move(rec, Event.RECV_TASK_CANCEL, now, message.id, step)
             step.reply = self.task_ack(message, rec, now)
@@ -1007,9 +1056,25 @@ class Engine:
             raise _not_found(task_id)
         return rec
 
+    def _answered_before(self, rec: TaskRecord, message: Message, now: float, step: Step) -> bool:
+        """A message this task already applied (its id is in the task's history), received
+        again: answered as it was the first time, and applied never again, however late it
+        comes (a retry past the deduplication window: specs/protocol.md, 'Deduplication')."""
+        applied = next((t for t in rec.history if t.message_id == message.id), None)
+        if applied is None:
+            return False
+        if message.message_type in _ACKED:
+            step.reply = self._reply(Ack, AckPayload(), message, now)
+        else:
+            payload = TaskAckPayload(task_id=rec.task_id, state=applied.to_state)
+            step.reply = self._reply(TaskAck, payload, message, now)
+        return True
+
     def _on_executor_callback(self, message: Message, now: float, step: Step) -> None:
         payload: Any = message.payload
         rec = self._requester_record(message, payload.task_id)
+        if self._answered_before(rec, message, now, step):
+            return
         if isinstance(message, TaskStatusUpdate):
             self._move(rec, Event.RECV_TASK_STATUS_UPDATE, now, message.id, step)
             if message.payload.progress is not None:
@@ -1572,7 +1637,9 @@ class Engine:
             partners.add(rec.partner)
         timers: list[_TimerKey] = [(_HEARTBEAT, p) for p in partners]
         if key is not None:
-            timers += [(kind, key) for kind in (_TIMEOUT, _DEADLINE, _WAIT)]
+            # Every timer a task may have, the requester's own included (its silence and
+            # deadline timers move with each callback, and stop when the task ends).
+            timers += [(kind, key) for kind in (_TIMEOUT, _DEADLINE, _WAIT, _SILENCE, _R_DEADLINE)]
         liveness = {p: self._partners.get(p) for p in partners}
         return Checkpoint(
             key=key,
@@ -1675,6 +1742,31 @@ class Checkpoint:
     liveness: dict[str, _PartnerLiveness | None]
     backlog: dict[str, bool]
     timers: dict[_TimerKey, float | None]
+
+
+_RECORD_SLOTS: tuple[str, ...] = TaskRecord.__slots__
+
+
+class EngineSnapshot(msgspec.Struct, frozen=True):
+    """What `Engine.snapshot` returns: compared with `==`."""
+
+    tasks: dict[TaskKey, dict[str, Any]]
+    timers: dict[tuple[str, TaskKey | str], float]
+    partners: dict[str, tuple[float, bool]]
+    counts: tuple[int, tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]
+    backlog: frozenset[str]
+
+
+def _copy_record(rec: TaskRecord) -> TaskRecord:
+    """An independent copy of `rec` (its lists and dicts copied; the rest is immutable)."""
+    twin = object.__new__(TaskRecord)
+    for name in _RECORD_SLOTS:
+        setattr(twin, name, getattr(rec, name))
+    twin.history = list(rec.history)
+    twin.provided = dict(rec.provided)
+    twin.dead_letters = list(rec.dead_letters)
+    twin.audit = list(rec.audit)
+    return twin
 
 
 def _restore_counts(counts: dict[str, int], saved: dict[str, int | None]) -> None:

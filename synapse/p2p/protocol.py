@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from synapse.p2p.config import P2PConfig
+from synapse.p2p.delivery import TaskQueue
 from synapse.p2p.engine import (
     UNDELIVERABLE,
     CancelExecution,
@@ -328,7 +328,7 @@ class P2PProtocol:
         self._handles: dict[TaskKey, TaskHandle] = {}
         self._running: dict[TaskKey, asyncio.Task[None]] = {}
         self._waiters: dict[TaskKey, asyncio.Future[Any]] = {}
-        self._queues: dict[TaskKey, deque[_Queued]] = {}
+        self._queues: dict[TaskKey, TaskQueue[_Queued]] = {}
         #: Tasks with a running handler that an incoming message's commit is about: the
         #: handler's outcome waits for it (see `_run_handler`).
         self._committing: dict[TaskKey, set[asyncio.Future[None]]] = {}
@@ -762,7 +762,7 @@ class P2PProtocol:
 
     def oldest_pending_since(self) -> float | None:
         """When the oldest message still waiting for delivery was queued (clock time)."""
-        heads = [queue[0].item.created_at for queue in self._queues.values() if queue]
+        heads = [queue.head.item.created_at for queue in self._queues.values() if queue.head]
         return min(heads) if heads else None
 
     async def close_store(self) -> None:
@@ -801,13 +801,19 @@ class P2PProtocol:
     ) -> None:
         """Start the step's deliveries and actions once its writes are recorded (and, when
         `committed`, already durable)."""
+        # A drop takes the task's messages queued before this step, never this step's own (a
+        # requester giving up drops what was queued and then sends its task_cancel).
+        for action in step.actions:
+            if isinstance(action, DropQueued):
+                self._drop_queued(action.key)
         for item in queued:
             if isinstance(item, Outgoing):
                 self._spawn(self._send_once(item))  # heartbeats: the next one comes anyway
             else:
                 self._queue(item)
         for action in step.actions:
-            self._act(action)
+            if not isinstance(action, DropQueued):
+                self._act(action)
         for transition in step.transitions:
             if transition.to_state.is_final:
                 # Durable already, or with the next commit to start (its put_task is
@@ -836,8 +842,6 @@ class P2PProtocol:
 
     def _act(self, action: Any) -> None:
         if isinstance(action, TaskEvent):
-            if action.kind == "gave_up":
-                self._abandon_request(action.key)
             handle = self._handles.get(action.key)
             if handle is not None:
                 handle._push(action)
@@ -851,8 +855,6 @@ class P2PProtocol:
             task = self._running.get(action.key)
             if task is not None and task is not asyncio.current_task() and not task.done():
                 task.cancel()
-        elif isinstance(action, DropQueued):
-            self._drop_queued(action.key)
         elif isinstance(action, PartnerReachability):
             log.warning("partner_reachability", partner=action.partner, reachable=action.reachable)
             if action.reachable:
@@ -1056,35 +1058,28 @@ class P2PProtocol:
     def _queue(self, queued: _Queued) -> None:
         key = queued.out.key
         assert key is not None
-        queue = self._queues.setdefault(key, deque())
-        queue.append(queued)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = TaskQueue()
+        queue.push(queued)
         if key not in self._workers and not self._closed:
             self._workers[key] = asyncio.create_task(self._deliver(key))
 
-    def _abandon_request(self, key: TaskKey) -> None:
-        """R gave up on a task E never answered: stop trying to deliver its request."""
-        rec = self.engine.get(key)
-        if rec is None or not rec.history or rec.history[-1].from_state is not TaskState.PENDING:
-            return
-        queue = self._queues.get(key)
-        worker = self._workers.get(key)
-        while queue:
-            self.store.remove_outbox(queue.pop().item.message_id)
-        if worker is not None and worker is not asyncio.current_task():
-            worker.cancel()
-
     def _drop_queued(self, key: TaskKey) -> None:
+        """Nothing more is sent about the task (see `synapse.p2p.delivery`): its queued
+        messages leave the outbox, and a POST in progress is not retried (its worker stops)."""
         queue = self._queues.get(key)
         if not queue:
             return
-        keep = 1 if key in self._workers else 0  # the head may be on the wire already
-        dropped = len(queue) - keep
-        while len(queue) > keep:
-            self.store.remove_outbox(queue.pop().item.message_id)
-        if dropped:
-            log.info(
-                "callbacks_dropped", task_id=key.task_id, requester=key.requester, count=dropped
-            )
+        dropped = queue.drop()
+        for queued in dropped:
+            self.store.remove_outbox(queued.item.message_id)
+        worker = self._workers.get(key)
+        if worker is not None and worker is not asyncio.current_task():
+            worker.cancel()
+        log.info(
+            "callbacks_dropped", task_id=key.task_id, requester=key.requester, count=len(dropped)
+        )
 
     async def _deliver(self, key: TaskKey) -> None:
         """Deliver `key`'s messages one at a time, in order; each waits for its reply.
@@ -1097,21 +1092,25 @@ class P2PProtocol:
         queue = self._queues[key]
         try:
             while queue and not self._closed:
-                queued = queue[0]
+                queued = queue.head
+                assert queued is not None
                 out = queued.out
                 sender = self._require_sender(out.partner)
                 # What the partner is about to see must survive our crash.
                 await self._commit_patiently()
                 if self._queues.get(key) is not queue:
                     return  # let go meanwhile: another replica owns the task now
+                if queue.head is not queued:
+                    continue  # dropped meanwhile: nothing more about it is sent
                 if self.delivery_gate is not None:
                     verdict = await self.delivery_gate(queued.item)
                     if verdict == "lost":
                         self.release(key)
                         return
                     if verdict == "gone":  # another replica delivered it
-                        if queue and queue[0] is queued:
-                            queue.popleft()
+                        queue.answered(queued)
+                        continue
+                    if queue.head is not queued:
                         continue
                 try:
                     self._observe("out", out.message, out.partner)
@@ -1125,14 +1124,16 @@ class P2PProtocol:
                             task_id=key.task_id,
                             state=rec.state.value if rec is not None else None,
                         )
+                    queue.start_sending()
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
+                    queue.retry()
                     self._notify("on_delivery_failed", out.message, out.partner, exc)
                     if not exc.retryable:
                         self._dead_letter(queue, f"unusable reply: {exc}")
                         continue
                     self.apply(self.engine.on_undeliverable(out.message, self.clock(), str(exc)))
-                    if self._queues.get(key) is not queue or not queue or queue[0] is not queued:
+                    if self._queues.get(key) is not queue or queue.head is not queued:
                         continue  # let go: a request that never arrived failed its task
                     if self.clock() - queued.item.created_at >= self.config.dead_letter_after:
                         self._dead_letter(queue, f"undeliverable: {exc}")
@@ -1145,8 +1146,7 @@ class P2PProtocol:
                     due = queued.item.created_at + self.config.dead_letter_after - self.clock()
                     await self._await_heartbeat(out.partner, timeout=due)
                     continue
-                if queue and queue[0] is queued:
-                    queue.popleft()
+                queue.answered(queued)
                 self.store.remove_outbox(out.message.id)
                 self._observe("reply_in", reply, out.partner)
                 before = rec.state.value if rec is not None else None
@@ -1190,8 +1190,10 @@ class P2PProtocol:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _STORE_RETRY_MAX)
 
-    def _dead_letter(self, queue: deque[_Queued], reason: str) -> None:
-        queued = queue.popleft()
+    def _dead_letter(self, queue: TaskQueue[_Queued], reason: str) -> None:
+        queued = queue.head
+        assert queued is not None
+        queue.answered(queued)  # it leaves the queue (listed as a dead letter)
         message = queued.out.message
         log.error(
             "dead_letter",

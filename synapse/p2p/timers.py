@@ -36,6 +36,19 @@ class TimerQueue(Generic[K]):
             self._heap = [e for e in self._heap if self._armed.get(e[2]) == e[1]]
             heapq.heapify(self._heap)
 
+    def copy(self) -> TimerQueue[K]:
+        """An independent queue with the same timers armed."""
+        twin: TimerQueue[K] = TimerQueue()
+        twin._heap = list(self._heap)
+        twin._armed = dict(self._armed)
+        twin._when = dict(self._when)
+        twin._seq = itertools.count(next(self._seq))
+        return twin
+
+    def armed(self) -> dict[K, float]:
+        """Every armed timer and when it is due."""
+        return dict(self._when)
+
     def cancel(self, key: K) -> None:
         self._armed.pop(key, None)
         self._when.pop(key, None)

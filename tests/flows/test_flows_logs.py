@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 from flowkit import WAIT, E, Pair, R, eventually
 
 from synapse.p2p.logs import capture_events
@@ -88,11 +89,18 @@ async def test_the_runtime_tells_the_transport_what_it_logs(pair: Pair) -> None:
     await asyncio.wait_for(handle, WAIT)
     [complete] = pair.seen(R, "in", "task_complete", handle.task_id)
 
-    receipt = await pair.r.protocol.receive_message(complete.message, states=True)
+    # Another task_complete (a new id) about the finished task: refused, nothing changes.
+    other = msgspec.structs.replace(complete.message, id="msg-another-complete")
+    receipt = await pair.r.protocol.receive_message(other, states=True)
     assert receipt.reply is None and receipt.error is not None
     assert receipt.error.code.value == "task_already_completed"
     assert receipt.task_id == handle.task_id
     assert receipt.from_state is receipt.to_state is TaskState.COMPLETED
+    # The same task_complete again, however late: answered as it was, applied never again.
+    receipt = await pair.r.protocol.receive_message(complete.message, states=True)
+    assert receipt.error is None and receipt.reply is not None
+    assert receipt.reply.message_type.value == "p2p:task_ack"
+    assert receipt.from_state is receipt.to_state is TaskState.COMPLETED
 
-    quiet = await pair.r.protocol.receive_message(complete.message)  # states not asked for
+    quiet = await pair.r.protocol.receive_message(other)  # states not asked for
     assert quiet.error is not None and quiet.from_state is quiet.to_state is None
