@@ -425,6 +425,8 @@ _TIMER_KINDS = {StateTimer.TASK_TIMEOUT: _TIMEOUT, StateTimer.ANSWER_WAIT: _WAIT
 #: R's own timers: the executor's silence about a task, and the task's deadline.
 _SILENCE = "silence"
 _R_DEADLINE = "r_deadline"
+#: Every timer a task may have, either side's.
+_TASK_TIMERS = (_TIMEOUT, _DEADLINE, _WAIT, _SILENCE, _R_DEADLINE)
 #: States in which R owes the next message (E waits for it): E's silence is expected.
 _R_ANSWERING = frozenset({TaskState.INFO_NEEDED, TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING})
 
@@ -1198,7 +1200,8 @@ class Engine:
             )
             self._give_up(rec, UNDELIVERABLE, text, now, step)
             return step
-        if rec is not None and rec.role is Role.REQUESTER:
+        if rec is not None and rec.role is Role.REQUESTER and not rec.is_final:
+            # (A final task's outcome was told: that its task_cancel waits is no news.)
             step.actions.append(
                 TaskEvent(
                     rec.key, TaskEventKind.UNDELIVERABLE, rec.state, sent, "partner did not answer"
@@ -1577,6 +1580,14 @@ class Engine:
             self._fail(rec, error, now, step)
         return step
 
+    def timer_due(self, key: TaskKey, now: float) -> bool:
+        """True if a timer of task `key` is due at `now` (the next `on_timer` fires it)."""
+        for kind in _TASK_TIMERS:
+            when = self._timers.deadline((kind, key))
+            if when is not None and when <= now:
+                return True
+        return False
+
     def keep_heartbeat(self, partner: str, now: float) -> None:
         """Heartbeat `partner` even with no task in flight: messages to it are waiting.
 
@@ -1639,7 +1650,7 @@ class Engine:
         if key is not None:
             # Every timer a task may have, the requester's own included (its silence and
             # deadline timers move with each callback, and stop when the task ends).
-            timers += [(kind, key) for kind in (_TIMEOUT, _DEADLINE, _WAIT, _SILENCE, _R_DEADLINE)]
+            timers += [(kind, key) for kind in _TASK_TIMERS]
         liveness = {p: self._partners.get(p) for p in partners}
         return Checkpoint(
             key=key,

@@ -65,6 +65,8 @@ class TaskRuntime(Protocol):
 
     def task_record(self, key: TaskKey) -> TaskRecord | None: ...
 
+    async def settled(self, key: TaskKey) -> None: ...
+
     def report_status(
         self, key: TaskKey, *, progress: float | None, message: str, intermediate_result: Any
     ) -> None: ...
@@ -131,6 +133,7 @@ class ExecutionContext:
         intermediate_result: Any = None,
     ) -> None:
         """Send a `task_status_update`."""
+        await self._runtime.settled(self.key)
         self._runtime.report_status(
             self.key, progress=progress, message=message, intermediate_result=intermediate_result
         )

@@ -225,8 +225,10 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
     async def provide_info(
         self, fields: Mapping[str, Any], notes: str | None = None, *, provided_by: str = ""
     ) -> None:
-        """Answer `task_need_info` (`provided_by`: who answered, for the task's audit trail)."""
+        """Answer `task_need_info` (`provided_by`: who answered, for the task's audit trail).
+        Returns once the answer is durable (it is sent then)."""
         rt = self._runtime
+        await rt.settled(self.key)
         step = rt.engine.provide_info(self.key, fields, now=rt.clock(), notes=notes)
         self._audit(
             step,
@@ -234,12 +236,13 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
             "info_provided",
             {"fields": dict(fields), "notes": notes},
         )
-        rt.apply(step)
+        await rt.apply_durably(step)
 
     async def start_deciding(self) -> None:
         """Note that a person is deciding (`need_human → human_deciding`)."""
         rt = self._runtime
-        rt.apply(rt.engine.start_deciding(self.key, now=rt.clock()))
+        await rt.settled(self.key)
+        await rt.apply_durably(rt.engine.start_deciding(self.key, now=rt.clock()))
 
     async def decide(
         self,
@@ -250,8 +253,9 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         notes: str = "",
         decided_by: DecidedBy | None = None,
     ) -> None:
-        """Answer `task_need_human` with a `human_decision`."""
+        """Answer `task_need_human` with a `human_decision` (returns once it is durable)."""
         rt = self._runtime
+        await rt.settled(self.key)
         by = decided_by or DecidedBy(user_id=rt.engine.agent_id)
         step = rt.engine.decide(
             self.key,
@@ -269,7 +273,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         else:
             detail["rejection_reason"] = rejection_reason
         self._audit(step, by.user_id, action.value, detail)
-        rt.apply(step)
+        await rt.apply_durably(step)
 
     def _audit(self, step: Step, actor: str, action: str, detail: dict[str, Any]) -> None:
         # Before `apply`, which stores the record: the entry is durable with the answer.
@@ -284,9 +288,11 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         await self.decide(DecisionAction.REJECT, rejection_reason=reason, **kw)
 
     async def cancel(self, reason: str | None = None) -> None:
-        """Send `task_cancel` (once the request has its reply); await `result()` for the end."""
+        """Send `task_cancel` (once the request has its reply); await `result()` for the end.
+        Returns once the cancel is durable."""
         rt = self._runtime
-        rt.apply(rt.engine.cancel(self.key, now=rt.clock(), reason=reason))
+        await rt.settled(self.key)
+        await rt.apply_durably(rt.engine.cancel(self.key, now=rt.clock(), reason=reason))
 
 
 class P2PProtocol:
@@ -374,6 +380,11 @@ class P2PProtocol:
         `commit=False` the caller commits, and nothing is undone if that fails.
         """
         self._observe("in", message, message.sender_id)
+        if commit:
+            # One message about a task at a time: the one before is durable or undone.
+            key = self.engine.incoming_key(message)
+            if key is not None and key in self._committing:
+                await self.settled(key)
         mark = self.store.mark()
         checkpoint = self.engine.checkpoint(message) if commit else None
         try:
@@ -401,7 +412,8 @@ class P2PProtocol:
             # message set going must not run if the message is refused after all.
             committing = False
             key = checkpoint.key
-            held = self._hold_handler(key) if key in self._running else None
+            # Until the commit is done, nothing else about the task is decided (`settled`).
+            held = self._hold(key) if key is not None else None
             try:
                 queued = self._record(step)
                 if stage is not None:
@@ -430,8 +442,8 @@ class P2PProtocol:
             else:
                 self._carry_out(step, queued, committed=True)
             finally:
-                if held is not None:
-                    self._release_handler(key, held)
+                if held is not None and key is not None:
+                    self._release_hold(key, held)
         self._observe("reply_out", step.reply, message.sender_id)
         if isinstance(message, Heartbeat):
             self._heartbeat_succeeded(message.sender_id)
@@ -618,7 +630,7 @@ class P2PProtocol:
         )
         handle = TaskHandle(self, key, partner)
         self._handles[key] = handle
-        self.apply(step)
+        await self.apply_durably(step)
         return handle
 
     def handle(self, key: TaskKey) -> TaskHandle | None:
@@ -903,6 +915,7 @@ class P2PProtocol:
         required_by: datetime | None,
     ) -> Mapping[str, Any]:
         """Send `task_need_info` and wait for the fields of the `task_info_provided`."""
+        await self.settled(key)
         waiter = self.expect_resume(key)
         self.apply(
             self.engine.request_info(
@@ -923,6 +936,7 @@ class P2PProtocol:
         deadline: datetime | None,
     ) -> HumanDecisionPayload:
         """Send `task_need_human` and wait for an approving `human_decision`."""
+        await self.settled(key)
         waiter = self.expect_resume(key)
         self.apply(
             self.engine.request_human(
@@ -940,14 +954,36 @@ class P2PProtocol:
 
     # --- handlers -------------------------------------------------------------------------------
 
-    def _hold_handler(self, key: TaskKey | None) -> asyncio.Future[None]:
-        assert key is not None
+    async def settled(self, key: TaskKey) -> None:
+        """Wait until no incoming message about task `key` is being committed.
+
+        Its effect is durable then, or undone (a failed commit): only then is anything else
+        about the task decided (a person's answer, a handler's progress or outcome, a timer,
+        the next message), so that nothing is built on an effect that may yet vanish."""
+        while holds := self._committing.get(key):
+            await asyncio.wait(list(holds))
+
+    async def _settled_for_handler(self, key: TaskKey) -> bool:
+        """`settled`, for a handler that ended: False if the task was cancelled meanwhile
+        (the message being committed was its task_cancel: the outcome is moot)."""
+        try:
+            await self.settled(key)
+        except asyncio.CancelledError:
+            return False
+        return True
+
+    async def apply_durably(self, step: Step) -> None:
+        """Apply a step of our own making, and return once it is durable (a store that
+        cannot write is waited out)."""
+        self.apply(step)
+        await self._commit_patiently()
+
+    def _hold(self, key: TaskKey) -> asyncio.Future[None]:
         held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._committing.setdefault(key, set()).add(held)
         return held
 
-    def _release_handler(self, key: TaskKey | None, held: asyncio.Future[None]) -> None:
-        assert key is not None
+    def _release_hold(self, key: TaskKey, held: asyncio.Future[None]) -> None:
         holds = self._committing.get(key)
         if holds is not None:
             holds.discard(held)
@@ -977,8 +1013,7 @@ class P2PProtocol:
             # on the task is not settled until that commit succeeds (then it is carried out:
             # a cancel cancels us here) or fails (then it is rolled back). The outcome is
             # applied after that, so that it is judged on what holds, and built once.
-            while holds := self._committing.get(key):
-                await asyncio.wait(list(holds))
+            await self.settled(key)
         except asyncio.CancelledError:
             outcome = "cancelled"
             if not self._closed:
@@ -993,7 +1028,8 @@ class P2PProtocol:
                 code=failure.error.code,
                 error=failure.error.message,
             )
-            self.apply(self.engine.fail(key, failure.error, now=self.clock()))
+            if await self._settled_for_handler(key):
+                self.apply(self.engine.fail(key, failure.error, now=self.clock()))
         except Exception as exc:
             outcome = "failed"
             # A bug in the handler: its traceback for whoever runs this peer (where the
@@ -1012,7 +1048,8 @@ class P2PProtocol:
                 message=f"{type(exc).__name__}: {text}" if text else type(exc).__name__,
                 recoverable=True,
             )
-            self.apply(self.engine.fail(key, error, now=self.clock()))
+            if await self._settled_for_handler(key):
+                self.apply(self.engine.fail(key, error, now=self.clock()))
         else:
             step = self.engine.complete(key, as_result(value), now=self.clock())
             if step.discarded:
@@ -1077,6 +1114,9 @@ class P2PProtocol:
         worker = self._workers.get(key)
         if worker is not None and worker is not asyncio.current_task():
             worker.cancel()
+            # Gone now, not when its cancellation runs: a message queued next (the
+            # requester's task_cancel) gets a worker of its own.
+            del self._workers[key]
         log.info(
             "callbacks_dropped", task_id=key.task_id, requester=key.requester, count=len(dropped)
         )
@@ -1132,6 +1172,7 @@ class P2PProtocol:
                     if not exc.retryable:
                         self._dead_letter(queue, f"unusable reply: {exc}")
                         continue
+                    await self.settled(key)
                     self.apply(self.engine.on_undeliverable(out.message, self.clock(), str(exc)))
                     if self._queues.get(key) is not queue or queue.head is not queued:
                         continue  # let go: a request that never arrived failed its task
@@ -1149,6 +1190,9 @@ class P2PProtocol:
                 queue.answered(queued)
                 self.store.remove_outbox(out.message.id)
                 self._observe("reply_in", reply, out.partner)
+                if key in self._committing:  # judged on what holds (see `settled`)
+                    await self.settled(key)
+                    rec = self.engine.get(key)
                 before = rec.state.value if rec is not None else None
                 self.apply(self.engine.on_reply(out.message, reply, self.clock()))
                 if log.isEnabledFor(logging.DEBUG):
@@ -1295,7 +1339,18 @@ class P2PProtocol:
             timeout = None if deadline is None else max(0.0, deadline - self.clock())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            self.apply(self.engine.on_timer(self.clock()))
+            now = self.clock()
+            # A timer of a task whose incoming message is being committed fires once that
+            # commit is done or undone (`settled`), judged on what holds then.
+            while holds := [
+                held
+                for key, pending in self._committing.items()
+                if self.engine.timer_due(key, now)
+                for held in pending
+            ]:
+                await asyncio.wait(holds)
+                now = self.clock()
+            self.apply(self.engine.on_timer(now))
 
 
 def _unexpected(reply: Message) -> SynapseError:

@@ -105,6 +105,9 @@ async def graceful_shutdown(
         if _left_for_recovery(protocol, rec.task.type, rec.handler_started):
             kept += 1
             continue
+        await protocol.settled(rec.key)  # a message about it being committed: its verdict first
+        if engine.get(rec.key) is not rec or rec.is_final:
+            continue
         protocol.apply(engine.fail(rec.key, error, now=protocol.clock()))
         failed += 1
     if failed or kept:

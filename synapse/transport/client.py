@@ -63,6 +63,13 @@ _SIGNATURE_KEY = SIGNATURE_HEADER.lower()
 
 Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], datetime]
+#: POSTs without sockets (`synapse.simulation`'s network): `(url, body, headers, timeout)` to
+#: `(status, body, Retry-After, signature header)`, raising `ConnectionError` or
+#: `TimeoutError` as a connection would.
+Poster = Callable[
+    [str, bytes, Mapping[str, str], float],
+    Awaitable[tuple[int, bytes, str | None, str | None]],
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +222,8 @@ class HttpClient:
 
     Use as `async with HttpClient(config) as client:` or call `start()` / `close()`; the
     session is also created on first use. `sleep`, `clock` and `jitter` are injectable so that
-    tests run retries in milliseconds.
+    tests run retries in milliseconds; `post` replaces the connections themselves (an
+    in-process network: `synapse.simulation`'s), all else left as it is.
     """
 
     def __init__(
@@ -229,8 +237,10 @@ class HttpClient:
         clock: Clock = utc_now,
         jitter: Callable[[], float] = random.random,
         tls: TLSConfig | None = None,
+        post: Poster | None = None,
     ) -> None:
         self.config = config or P2PConfig()
+        self._post = post
         #: Verifies https partners (custom CA) and presents our client certificate.
         self._ssl = tls.client_context() if tls is not None else None
         self._connection_limit = connection_limit
@@ -369,9 +379,13 @@ class HttpClient:
             "attempt": attempt,
             "partner": partner.agent_id,
         }
-        lean = self._lean_pool(partner.endpoint)
+        lean = self._lean_pool(partner.endpoint) if self._post is None else None
         try:
-            if lean is not None:
+            if self._post is not None:
+                status, raw, retry_after, signature = await self._post(
+                    partner.endpoint, body, headers, self.config.request_timeout
+                )
+            elif lean is not None:
                 response = await lean.post(
                     partner.endpoint,
                     body,

@@ -104,7 +104,8 @@ class SynapseServer:
         self.utcnow = utcnow
         #: Seconds to read a body once its head arrived; a slower one is answered 408.
         self.body_timeout = body_timeout
-        #: The monotonic clock the rate limit's token buckets run on (a fake one in tests).
+        #: The monotonic clock of the rate limit's token buckets and of the deduplication
+        #: table's purges (a fake one in tests, the simulation's virtual one).
         self.rate_clock = rate_clock
         self._buckets: dict[str, _TokenBucket] = {}
         self._last_expiry = 0.0
@@ -469,7 +470,7 @@ class SynapseServer:
 
     def _expire(self, now: datetime) -> None:
         # Purging is cheap but need not run on every request.
-        tick = time.monotonic()
+        tick = self.rate_clock()
         if tick - self._last_expiry >= 1.0:
             self._last_expiry = tick
             self.dedup.expire(now)

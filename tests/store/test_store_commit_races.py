@@ -26,8 +26,10 @@ from synapse.p2p.protocol import P2PProtocol
 from synapse.store import SqliteStore
 from synapse.types import (
     ErrorCode,
+    LocalProtocolError,
     Message,
     MessageType,
+    MissingField,
     SynapseError,
     TaskState,
 )
@@ -210,4 +212,77 @@ async def test_a_refused_cancel_leaves_a_task_its_handler_finished_meanwhile_fin
     stored = store.get_task(key)
     assert stored is not None and stored.state is final, stored
     assert len(partner.finals("t")) == 1, partner.received
+    await store.close()
+
+
+class Executor:
+    """`agent-e` as a sans-IO engine: confirms the requester's POSTs, keeps them."""
+
+    def __init__(self) -> None:
+        self.engine = Engine(agent_id=E_ID, endpoint=E_URL)
+        self.engine.capabilities = lambda: ("work",)
+        self.received: list[Message] = []
+
+    async def send_callback(self, partner: str, message: Message, *, retry: bool = True) -> Message:
+        self.received.append(message)
+        reply = self.engine.receive(message, T0).reply
+        assert reply is not None
+        return reply
+
+
+async def test_a_person_answers_a_question_only_once_it_is_durable(tmp_path: Path) -> None:
+    """A `task_need_info` is being committed when the person answers it: the answer waits.
+    The commit fails, the question is undone, and the answer is refused (there is no
+    question): it is never built on a question that vanished, nor sent."""
+    db = tmp_path / "r.sqlite"
+    executor = Executor()
+    store = GatedStore(db)
+    r = P2PProtocol(agent_id=R_ID, endpoint=R_URL, sender=executor, store=store)
+    async with r:
+        handle = await r.submit(E_ID, "work", {}, task_id="t")
+        await eventually(lambda: handle.state is TaskState.CONFIRMED, timeout=20)
+        key = TaskKey(R_ID, "t")
+        (question,) = executor.engine.request_info(
+            key, [MissingField(field="size")], now=T0, question="size?", required_by=None
+        ).outgoing
+        with write_lock(db):
+            store.gate.clear()
+            store.at_gate.clear()
+            asked = asyncio.create_task(r.handle_message(question.message))
+            await eventually(store.at_gate.is_set, timeout=20)
+            answer = asyncio.create_task(handle.provide_info({"size": 3}))
+            store.gate.set()
+            with pytest.raises(SynapseError) as refused:
+                await asked
+            assert refused.value.code is ErrorCode.AGENT_NOT_READY
+        with pytest.raises(LocalProtocolError):
+            await answer
+        assert handle.state is TaskState.CONFIRMED
+        events = [t.event.value for t in handle.record.history]
+        assert "recv task_need_info" not in events
+        assert "send task_info_provided" not in events
+        sent = [m.message_type for m in executor.received]
+        assert MessageType.TASK_INFO_PROVIDED not in sent
+    await store.close()
+
+
+async def test_submit_returns_once_the_task_is_durable(tmp_path: Path) -> None:
+    """A crash the moment `submit` returns finds the task in the store."""
+    db = tmp_path / "r.sqlite"
+    executor = Executor()
+    store = GatedStore(db)
+    r = P2PProtocol(agent_id=R_ID, endpoint=R_URL, sender=executor, store=store)
+    async with r:
+        store.gate.clear()
+        store.at_gate.clear()
+        submitting = asyncio.create_task(r.submit(E_ID, "work", {}, task_id="t"))
+        await eventually(store.at_gate.is_set, timeout=20)
+        assert not submitting.done()  # its commit is held at the gate
+        # What the file holds now is what a crash would leave: nothing yet.
+        reader = SqliteStore(db)
+        assert reader.get_task(TaskKey(R_ID, "t")) is None
+        store.gate.set()
+        await submitting
+        assert reader.get_task(TaskKey(R_ID, "t")) is not None
+        await reader.close()
     await store.close()
