@@ -1,40 +1,52 @@
 """`python -m synapse.model [--larger] [--bound NAME=N ...] [--max-states N]`: explore every
-state within the bounds and print the count and any violation with its shortest trace.
+state within the CI's bounds (or the larger one, or those changed by `--bound`) and print
+each bound's count and any violation with its shortest trace.
 Exit status: 0 no violation, 1 a violation."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields, replace
-from typing import Any
+import time
+from dataclasses import fields
 
-from synapse.model.bounds import Bounds
+from synapse.model.bounds import CI, LARGER, Bounds, from_environment
 from synapse.model.checker import explore
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synapse.model", description=__doc__)
-    parser.add_argument("--larger", action="store_true", help="two of every fault")
+    parser.add_argument(
+        "--larger", action="store_true", help="one of every fault at once (SYNAPSE_MODEL=larger)"
+    )
     parser.add_argument(
         "--bound",
         action="append",
         default=[],
         metavar="NAME=N",
-        help=f"one bound ({', '.join(f.name for f in fields(Bounds))})",
+        help=f"change one bound of each explored ({', '.join(f.name for f in fields(Bounds))})",
     )
+    parser.add_argument("--only", metavar="NAME", help=f"one of the CI's bounds: {', '.join(CI)}")
     parser.add_argument("--max-states", type=int, default=None, help="stop after N states")
     args = parser.parse_args(argv)
-    bounds = Bounds.larger() if args.larger else Bounds.from_environment()
-    for item in args.bound:
-        name, _, value = item.partition("=")
-        change: dict[str, Any] = {name: float(value) if "." in value else int(value)}
-        bounds = replace(bounds, **change)
-    result = explore(bounds, max_states=args.max_states)
-    print(result.summary())
-    for violation in result.violations.values():
-        print(violation)
-    return 1 if result.violations else 0
+    chosen = dict(LARGER) if args.larger else from_environment()
+    if args.only is not None:
+        if args.only not in CI:
+            parser.error(f"--only: no bound {args.only!r} (one of: {', '.join(CI)})")
+        chosen = {args.only: CI[args.only]}
+    spec = ",".join(args.bound)
+    started = time.monotonic()
+    violated = False
+    states = 0
+    for name, bounds in chosen.items():
+        result = explore(bounds.with_(spec) if spec else bounds, max_states=args.max_states)
+        states += result.states
+        print(f"{name}: {result.summary()}", flush=True)
+        for violation in result.violations.values():
+            violated = True
+            print(violation)
+    print(f"{states:,} states in {time.monotonic() - started:.0f} s")
+    return 1 if violated else 0
 
 
 if __name__ == "__main__":

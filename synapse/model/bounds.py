@@ -35,32 +35,16 @@ class Bounds:
     input_timeout: float = 3600.0
     dedup_window: float = 600.0
 
-    @classmethod
-    def ci(cls) -> Bounds:
-        """The bound CI explores (minutes on two cores)."""
-        return cls()
-
-    @classmethod
-    def larger(cls) -> Bounds:
-        """`SYNAPSE_MODEL=larger`: two of every fault, a re-asked question."""
-        return cls(losses=2, stalls=2, failures=1, waits=1, exhaustions=1, questions=2)
-
-    @classmethod
-    def from_environment(cls) -> Bounds:
-        """`SYNAPSE_MODEL=larger`, or `SYNAPSE_MODEL=losses=2,stalls=2,...`."""
-        spec = os.environ.get("SYNAPSE_MODEL", "")
-        if spec in ("", "ci"):
-            return cls.ci()
-        if spec == "larger":
-            return cls.larger()
+    def with_(self, spec: str) -> Bounds:
+        """These bounds changed by `spec`: `"losses=2,stalls=0"`."""
         changes: dict[str, Any] = {}
-        names = {f.name: f.type for f in fields(cls)}
-        for part in spec.split(","):
+        names = {f.name for f in fields(self)}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
             name, _, value = part.partition("=")
             if name.strip() not in names:
-                raise ValueError(f"SYNAPSE_MODEL: no bound {name!r} (one of {sorted(names)})")
+                raise ValueError(f"no bound {name.strip()!r} (one of {', '.join(sorted(names))})")
             changes[name.strip()] = float(value) if "." in value else int(value)
-        return replace(cls.ci(), **changes)
+        return replace(self, **changes)
 
     def describe(self) -> str:
         return ", ".join(
@@ -70,4 +54,36 @@ class Bounds:
         )
 
 
-__all__ = ["Bounds"]
+#: No fault at all: what each bound of `CI` adds faults to.
+_CLEAN = Bounds(losses=0, stalls=0, failures=0, waits=0, exhaustions=0)
+
+#: The bounds CI explores, each every state of one task with every choice of the people
+#: and the handler (a progress update, a question, a decision, a cancel, late timers) and
+#: one kind of fault; a few minutes on two cores in all.
+CI: dict[str, Bounds] = {
+    "a message lost": _CLEAN.with_("losses=1"),
+    "a commit failing": _CLEAN.with_("failures=1"),
+    "a retry overtaking its POST": _CLEAN.with_("stalls=1,questions=0"),
+    "a retry past the deduplication window": _CLEAN.with_("waits=1"),
+    "a duplicate past the window": _CLEAN.with_(
+        "stalls=1,waits=1,progress=0,decisions=0,cancels=0"
+    ),
+    "retries running out": _CLEAN.with_("exhaustions=1,questions=0"),
+}
+
+#: `SYNAPSE_MODEL=larger`: every fault at once, one of each.
+LARGER: dict[str, Bounds] = {"one of every fault": Bounds(exhaustions=1)}
+
+
+def from_environment() -> dict[str, Bounds]:
+    """The bounds `SYNAPSE_MODEL` names: unset or `ci` the CI's, `larger` the larger one,
+    or changes to every CI bound (`SYNAPSE_MODEL=losses=2,stalls=1`)."""
+    spec = os.environ.get("SYNAPSE_MODEL", "").strip()
+    if spec in ("", "ci"):
+        return dict(CI)
+    if spec == "larger":
+        return dict(LARGER)
+    return {f"{name}, {spec}": bounds.with_(spec) for name, bounds in CI.items()}
+
+
+__all__ = ["CI", "LARGER", "Bounds", "from_environment"]

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from synapse.model.bounds import Bounds
+from synapse.model.fingerprint import fingerprint
 from synapse.model.invariants import STATE_INVARIANTS, STEP_INVARIANTS
 from synapse.model.world import FAULTS, OPTIONAL, Move, World
 
@@ -77,12 +79,39 @@ def replay(bounds: Bounds, moves: list[Move]) -> tuple[list[str], World]:
     return words, world
 
 
-def explore(bounds: Bounds, *, max_states: int | None = None) -> Result:
-    """Every state within `bounds` (or the first `max_states`), checked."""
+def follow(bounds: Bounds, trace: Sequence[str]) -> tuple[World, list[tuple[str, str]]]:
+    """Take the moves of a trace in words (as `Violation.trace` prints them) from the first
+    state, checking each as the checker does: the state reached, and every violation met
+    on the way. Raises `ValueError` at a step that is not a move of the state it is in."""
+    world = World.initial(bounds, naming=True)
+    met: list[tuple[str, str]] = []
+    for n, words in enumerate(trace, 1):
+        options = {move.describe(world): move for move in world.moves()}
+        move = options.get(words)
+        if move is None:
+            raise ValueError(f"step {n}, {words!r}, is not a move here: one of {sorted(options)}")
+        before, world = world, world.after(move)
+        met += world.violations
+        for name, step_check in STEP_INVARIANTS.items():
+            text = step_check(world, before)
+            if text:
+                met.append((name, text))
+        for name, check in STATE_INVARIANTS.items():
+            text = check(world)
+            if text:
+                met.append((name, text))
+    return world, met
+
+
+def explore(
+    bounds: Bounds, *, max_states: int | None = None, stop_at_violation: bool = False
+) -> Result:
+    """Every state within `bounds` (or the first `max_states`), checked; with
+    `stop_at_violation`, only up to the first violation (its trace still the shortest)."""
     started = time.monotonic()
     result = Result(bounds)
     initial = World.initial(bounds)
-    index: dict[object, int] = {initial.fingerprint(): 0}
+    index: dict[object, int] = {fingerprint(initial): 0}
     parents: list[tuple[int, Move | None]] = [(-1, None)]
     #: For each state, the states that reach it by a move liveness counts.
     fair_into: list[list[int]] = [[]]
@@ -115,6 +144,9 @@ def explore(bounds: Bounds, *, max_states: int | None = None) -> Result:
         if text:
             record(name, text, 0)
     while frontier:
+        if stop_at_violation and result.violations:
+            result.complete = False
+            break
         state, world = frontier.popleft()
         if ended(world):
             finished.append(state)
@@ -127,13 +159,13 @@ def explore(bounds: Bounds, *, max_states: int | None = None) -> Result:
                 text = step_check(after, world)
                 if text:
                     record(name, text, state, move)
-            fingerprint = after.fingerprint()
-            reached = index.get(fingerprint)
+            seen = fingerprint(after)
+            reached = index.get(seen)
             if reached is None:
                 if max_states is not None and len(parents) >= max_states:
                     result.complete = False
                     continue
-                reached = index[fingerprint] = len(parents)
+                reached = index[seen] = len(parents)
                 parents.append((state, move))
                 fair_into.append([])
                 for name, check in STATE_INVARIANTS.items():
@@ -164,4 +196,4 @@ def explore(bounds: Bounds, *, max_states: int | None = None) -> Result:
     return result
 
 
-__all__ = ["Result", "Violation", "ended", "explore", "replay"]
+__all__ = ["Result", "Violation", "ended", "explore", "follow", "replay"]

@@ -12,20 +12,22 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from synapse.model.world import World
-from synapse.p2p.states import Event
+from synapse.p2p.engine import TaskRecord
+from synapse.p2p.states import Event, TransitionError, next_state
 from synapse.types import TaskState
 
 S = TaskState
 
 
-def final_states_agree(world: World) -> str | None:
-    """The two sides never reach contradictory final states.
+def records_agree(r: TaskRecord | None, e: TaskRecord | None) -> str | None:
+    """The requester's record `r` and the executor's `e` of one task, once both are final
+    (or `e` never made), do not contradict each other.
 
-    Once both are final: R completed only if E completed, R cancelled only if E cancelled
-    (R moves there on E's acknowledgement), R failed by E's `task_failed` only if E failed;
-    R's own giving up (silence, deadline, an undeliverable request) may meet any end at E, and
-    a request E never saw meets none. E completed only if R completed or gave up."""
-    r, e = world.r.record(), world.e.record()
+    R completed only if E completed, R cancelled only if E cancelled (R moves there on E's
+    acknowledgement), R rejected only if E rejected, R failed by E's `task_failed` only if E
+    failed; R's own giving up (silence, deadline, an undeliverable request) may meet any end
+    at E, and a request E never saw meets none. (E completed only if R completed or gave up
+    follows.)"""
     if r is None or not r.is_final or (e is not None and not e.is_final):
         return None
     gave_up = bool(r.history) and r.history[-1].event is Event.GIVE_UP
@@ -33,34 +35,61 @@ def final_states_agree(world: World) -> str | None:
         if r.state in (S.REJECTED, S.FAILED) or gave_up:
             return None
         return f"R {r.state.value}, E never had the task"
-    pairs = {
-        S.COMPLETED: {S.COMPLETED},
-        S.CANCELLED: {S.CANCELLED},
-        S.REJECTED: {S.REJECTED},
-        S.FAILED: {S.FAILED},
-    }
-    if gave_up:
+    if gave_up or e.state is r.state:
         return None
-    if e.state not in pairs[r.state]:
-        return f"R {r.state.value}, E {e.state.value}"
+    return f"R {r.state.value}, E {e.state.value}"
+
+
+def applied_once(rec: TaskRecord | None) -> str | None:
+    """No message id appears twice in one task's history (a duplicate or a replay never
+    moves a task twice)."""
+    seen: set[str] = set()
+    for transition in rec.history if rec is not None else ():
+        mid = transition.message_id
+        if mid is not None:
+            if mid in seen:
+                return mid
+            seen.add(mid)
     return None
+
+
+def history_in_the_table(rec: TaskRecord | None) -> str | None:
+    """Each transition of a task's history is one of its role's table, each starts where
+    the one before ended, and none leaves a final state."""
+    if rec is None:
+        return None
+    state = TaskState.IDLE
+    for t in rec.history:
+        if t.from_state is not state:
+            return f"{t.event.value} from {t.from_state.value}, but the task was {state.value}"
+        if state.is_final:
+            return f"{t.event.value} left the final state {state.value}"
+        try:
+            allowed = next_state(t.role, t.from_state, t.event)
+        except TransitionError:
+            allowed = None
+        if allowed is not t.to_state:
+            return (
+                f"{t.from_state.value} --{t.event.value}--> {t.to_state.value} is not in the table"
+            )
+        state = t.to_state
+    if state is not rec.state:
+        return f"the history ends in {state.value}, the record says {rec.state.value}"
+    return None
+
+
+def final_states_agree(world: World) -> str | None:
+    """The two sides never reach contradictory final states (`records_agree`)."""
+    return records_agree(world.r.record(), world.e.record())
 
 
 def each_message_applied_once(world: World) -> str | None:
     """A duplicate or a replay never moves a task twice: each message id a side applied
     appears once in its task's history."""
     for side in (world.r, world.e):
-        rec = side.record()
-        if rec is None:
-            continue
-        seen: set[str] = set()
-        for transition in rec.history:
-            mid = transition.message_id
-            if mid is None:
-                continue
-            if mid in seen:
-                return f"{side.name} applied {world.names.get(mid, mid)} twice"
-            seen.add(mid)
+        twice = applied_once(side.record())
+        if twice is not None:
+            return f"{side.name} applied {world.names.get(twice, twice)} twice"
     return None
 
 
@@ -82,4 +111,10 @@ STEP_INVARIANTS: dict[str, Callable[[World, World], str | None]] = {
     f.__name__: f for f in (final_states_stay,)
 }
 
-__all__ = ["STATE_INVARIANTS", "STEP_INVARIANTS"]
+__all__ = [
+    "STATE_INVARIANTS",
+    "STEP_INVARIANTS",
+    "applied_once",
+    "history_in_the_table",
+    "records_agree",
+]

@@ -4,8 +4,8 @@ around each, a network that loses, duplicates and reorders, timers, people and h
 A `World` is one state of one task between a requester R and an executor E. `World.moves()`
 lists what can happen next (each a `Move`: a small frozen value naming the event);
 `World.after(move)` is the state it leads to, a copy (an explored world never changes), with
-the violations the move revealed; `World.fingerprint()` is what two worlds share when they
-are the same state (message ids renamed by order, times relative to now).
+the violations the move revealed; `synapse.model.fingerprint` tells when two worlds are the
+same state.
 
 The engines are `synapse.p2p.engine.Engine`s, the code a peer runs. What the runtime does
 with an engine's `Step` (`synapse.p2p.protocol.P2PProtocol.apply`) is `Side.carry_out`,
@@ -153,11 +153,12 @@ class Reply:
     attempt: int
 
     def describe(self, world: World) -> str:
-        return f"reply {_kind(self.reply)} to {_side_name(self.sender)}'s {world.name(self.sent)}"
+        sender = _side_name(self.sender)
+        return f"reply {reply_kind(self.reply)} to {sender}'s {world.name(self.sent)}"
 
     def key(self, world: World, names: dict[str, str]) -> tuple[Any, ...]:
         current = self.attempt == world.side(self.sender).attempt
-        return ("reply", self.sender, names[self.sent.id], _kind(self.reply), current)
+        return ("reply", self.sender, names[self.sent.id], reply_kind(self.reply), current)
 
 
 Item = Post | Reply
@@ -167,7 +168,7 @@ def _side_name(side: str) -> str:
     return {R: "requester", E: "executor"}[side]
 
 
-def _kind(message: Message) -> str:
+def reply_kind(message: Message) -> str:
     """A reply's kind, as the answered-alike rule compares them: its type and nack code."""
     if isinstance(message, Nack):
         return f"nack {message.payload.code}"
@@ -661,11 +662,12 @@ class World:
     def _answer(self, post: Post, receiver: Side, reply: Message, status: int) -> None:
         """The reply goes back; a final answer must be the same for every copy of a message."""
         if status < 500 and status != 429:
-            said = self.answers.setdefault((receiver.name, post.message.id), _kind(reply))
-            if said != _kind(reply):
+            said = self.answers.setdefault((receiver.name, post.message.id), reply_kind(reply))
+            now_said = reply_kind(reply)
+            if said != now_said:
                 self.violation(
                     "a_retry_is_answered_alike",
-                    f"{self.name(post.message)} was answered {said!r} first, then {_kind(reply)!r}",
+                    f"{self.name(post.message)} was answered {said!r} first, then {now_said!r}",
                 )
         sender = self.side(post.sender)
         if post.attempt == sender.attempt and sender.queue.head is post.message:
@@ -749,95 +751,6 @@ class World:
             e.handler = "stopped"  # a late call about a final task: the handler is gone
         e.carry_out(step, self)
 
-    # --- identity ----------------------------------------------------------------------------
-
-    def fingerprint(self) -> tuple[Any, ...]:
-        """What makes two worlds the same state.
-
-        Only the messages that may still arrive somewhere count (those queued, or on the
-        network): what the deduplication tables, the answers given and the histories hold
-        of any other message can never matter again. Their ids are renamed by the order
-        they were made in (each side mints ids in order); every time is relative to now."""
-        live = self._live_ids()
-        ranked = sorted(live, key=_mint_order)
-        names = {i: f"{_minter(i)}{n}" for n, i in enumerate(ranked)}
-        return (
-            self._side_key(self.r, names),
-            self._side_key(self.e, names),
-            tuple(sorted(item.key(self, names) for item in self.net)),
-            tuple(sorted((who, names[i], k) for (who, i), k in self.answers.items() if i in names)),
-            (self.losses, self.stalls, self.failures, self.waits, self.cancels, self.lates),
-            self.exhaustions,
-        )
-
-    def _live_ids(self) -> set[str]:
-        """The ids of the messages that may still arrive, and of the pending question."""
-        found: set[str] = set()
-        for side in (self.r, self.e):
-            found.update(m.id for m in side.queue)
-            rec = side.record()
-            if rec is not None and rec.need_human_id:
-                found.add(rec.need_human_id)
-        for item in self.net:
-            found.add(item.sent.id if isinstance(item, Reply) else item.message.id)
-        return found
-
-    def _side_key(self, side: Side, names: dict[str, str]) -> tuple[Any, ...]:
-        rec = side.record()
-        task: tuple[Any, ...] = ()
-        if rec is not None:
-            last = rec.history[-1] if rec.history else None
-            task = (
-                rec.state,
-                frozenset(
-                    names[t.message_id]
-                    for t in rec.history
-                    if t.message_id is not None and t.message_id in names
-                ),
-                (last.from_state, last.event) if last is not None else None,
-                names.get(rec.need_human_id or ""),
-                tuple(sorted(rec.provided)),
-                rec.handler_started,
-                rec.cancel_requested,
-                rec.cancel_sent,
-                rec.result is not None,
-                rec.error.code if rec.error is not None else None,
-                round(rec.executed_time, 6),
-            )
-        timers = tuple(
-            sorted(
-                (kind, round(when - self.now, 6))
-                for (kind, _), when in side.engine.timer_deadlines().items()
-                if kind != "heartbeat"
-            )
-        )
-        return (
-            task,
-            timers,
-            side.engine.counts(),
-            tuple(names[m.id] for m in side.queue),
-            side.queue.sending,
-            frozenset((names[i], _kind(v[0]), v[1]) for i, v in side.dedup.items() if i in names),
-            side.handler,
-            side.progress_left,
-            side.info_left,
-            side.human_left,
-            side.outcomes,
-            side.parked,
-            side.withdrawable is not None,
-        )
-
-
-def _minter(message_id: str) -> str:
-    """Who made a message id: `msg-e12` → "e"."""
-    return message_id.split("-", 1)[1].rstrip("0123456789")
-
-
-def _mint_order(message_id: str) -> tuple[str, int]:
-    tail = message_id.split("-", 1)[1]
-    digits = tail[len(tail.rstrip("0123456789")) :]
-    return _minter(message_id), int(digits or 0)
-
 
 def _difference(before: Any, after: Any) -> str:
     """Where two engine snapshots differ, for a violation's text."""
@@ -850,4 +763,15 @@ def _difference(before: Any, after: Any) -> str:
 
 Invariant = Callable[[World], str | None]
 
-__all__ = ["FAULTS", "OPTIONAL", "E", "Move", "Post", "R", "Reply", "Side", "World"]
+__all__ = [
+    "FAULTS",
+    "OPTIONAL",
+    "E",
+    "Move",
+    "Post",
+    "R",
+    "Reply",
+    "Side",
+    "World",
+    "reply_kind",
+]

@@ -1,0 +1,214 @@
+"""The model checker: every state within the CI's bounds holds, and the defects it found stay
+found: each one's trace replayed on today's engines, and the checker shown to find it again
+when the fix is taken out."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from synapse.model import Bounds, explore
+from synapse.model.bounds import CI, LARGER, from_environment
+from synapse.model.checker import follow
+from synapse.p2p import engine as engine_module
+from synapse.p2p.engine import Engine, Step, TaskEvent, TaskEventKind
+from synapse.p2p.states import Role
+from synapse.types import TaskState
+
+
+@pytest.mark.parametrize("name", list(CI))
+def test_every_state_within_the_ci_bound_holds(name: str, figures: list[str]) -> None:
+    result = explore(CI[name])
+    figures.append(f"model, {name}: {result.summary()}")
+    assert result.complete
+    assert not result.violations, "\n\n".join(str(v) for v in result.violations.values())
+    # The bound explores something worth the name (a broken move generator finds little).
+    assert result.states > 10_000
+
+
+@pytest.mark.skipif(
+    os.environ.get("SYNAPSE_MODEL", "") not in ("larger",), reason="SYNAPSE_MODEL=larger runs it"
+)
+@pytest.mark.parametrize("name", list(LARGER))
+def test_every_state_within_the_larger_bound_holds(name: str, figures: list[str]) -> None:
+    result = explore(LARGER[name])
+    figures.append(f"model (larger), {name}: {result.summary()}")
+    assert result.complete
+    assert not result.violations, "\n\n".join(str(v) for v in result.violations.values())
+
+
+def test_the_environment_chooses_the_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SYNAPSE_MODEL", raising=False)
+    assert from_environment() == CI
+    monkeypatch.setenv("SYNAPSE_MODEL", "larger")
+    assert from_environment() == LARGER
+    monkeypatch.setenv("SYNAPSE_MODEL", "losses=2")
+    assert all(b.losses == 2 for b in from_environment().values())
+    monkeypatch.setenv("SYNAPSE_MODEL", "lossez=2")
+    with pytest.raises(ValueError, match="no bound 'lossez'"):
+        from_environment()
+
+
+# --- the defects it found, and their traces ------------------------------------------------
+
+#: A status update whose reply was lost is retried past the deduplication window: it was
+#: answered `nack task_already_completed` instead of the `ack` it got the first time.
+ANSWERED_DIFFERENTLY = (
+    "deliver requester POST R task_request #1 (accept)",
+    "executor stall",
+    "deliver executor POST E task_status_update #1",
+    "wait past dedup",
+    "deliver executor POST E task_status_update #1",
+)
+#: A task_info_provided retried past the window moved the executor's task a second time.
+APPLIED_TWICE = (
+    "deliver requester POST R task_request #1 (need_info)",
+    "receive reply task_need_info to requester's R task_request #1",
+    "requester provide info",
+    "requester stall",
+    "deliver requester POST R task_info_provided #1 (need_info)",
+    "wait past dedup",
+    "deliver requester POST R task_info_provided #1 (accept)",
+)
+#: A requester whose commit of a callback failed was rolled back without its silence timer.
+ROLLED_BACK_WITHOUT_TIMERS = (
+    "deliver requester POST R task_request #1 (accept)",
+    "timer, messages late",
+    "deliver, commit failing executor POST E task_status_update #1",
+)
+#: A requester that gave up, whose task_cancel's retries then ran out, told its outcome twice.
+OUTCOME_TOLD_TWICE = (
+    "deliver requester POST R task_request #1 (accept)",
+    "deliver executor POST E task_status_update #1",
+    "executor ask for information",
+    "timer, messages late",
+    "requester exhaust",
+)
+
+DUPLICATE_PAST_WINDOW = CI["a duplicate past the window"]
+EXHAUSTION = CI["retries running out"].with_("questions=1")
+
+
+def test_a_retry_past_the_window_is_answered_as_it_was() -> None:
+    world, met = follow(DUPLICATE_PAST_WINDOW, ANSWERED_DIFFERENTLY)
+    assert met == []
+    # Both copies got `ack`: the checker records each message's first final answer.
+    assert {kind for (side, _), kind in world.answers.items() if side == "r"} == {"ack"}
+
+
+def test_a_retry_past_the_window_is_applied_once() -> None:
+    world, met = follow(DUPLICATE_PAST_WINDOW, APPLIED_TWICE)
+    assert met == []
+    rec = world.e.record()
+    assert rec is not None
+    events = [t.event.value for t in rec.history]
+    assert events.count("recv task_info_provided") == 1
+
+
+def test_a_failed_commit_gives_the_requester_its_timers_back() -> None:
+    before, _ = follow(CI["a commit failing"], ROLLED_BACK_WITHOUT_TIMERS[:-1])
+    world, met = follow(CI["a commit failing"], ROLLED_BACK_WITHOUT_TIMERS)
+    assert met == []
+    rec = world.r.record()
+    assert rec is not None and rec.state is TaskState.PENDING  # as if it never came
+    # Its silence timer is the one it had, not the one the refused callback set.
+    assert world.r.engine.timer_deadlines() == before.r.engine.timer_deadlines()
+    assert ("silence", rec.key) in world.r.engine.timer_deadlines()
+
+
+def test_an_undeliverable_cancel_after_giving_up_is_no_second_outcome() -> None:
+    world, met = follow(EXHAUSTION, OUTCOME_TOLD_TWICE)
+    assert met == []
+    assert world.r.outcomes == 1
+
+
+def test_a_trace_step_that_is_no_move_is_named() -> None:
+    with pytest.raises(ValueError, match="step 2, 'executor fly'"):
+        follow(DUPLICATE_PAST_WINDOW, (ANSWERED_DIFFERENTLY[0], "executor fly"))
+
+
+# --- without each fix, the checker finds it again ----------------------------------------------
+
+
+@pytest.fixture
+def without_answering_alike(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(Engine, "_answered_before", lambda self, rec, msg, now, step: False)
+    yield
+
+
+@pytest.fixture
+def without_timers_in_the_checkpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    checkpoint = Engine.checkpoint
+
+    def forgetful(self: Engine, message: object) -> object:
+        saved = checkpoint(self, message)  # type: ignore[arg-type]
+        own = (engine_module._SILENCE, engine_module._R_DEADLINE)
+        for key in [key for key in saved.timers if key[0] in own]:
+            del saved.timers[key]
+        return saved
+
+    monkeypatch.setattr(Engine, "checkpoint", forgetful)
+    yield
+
+
+@pytest.fixture
+def telling_final_tasks_undeliverable(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    undeliverable = Engine.on_undeliverable
+
+    def talkative(self: Engine, sent: object, now: float, cause: str = "") -> Step:
+        step = undeliverable(self, sent, now, cause)  # type: ignore[arg-type]
+        key = self._key_of(sent)  # type: ignore[arg-type]
+        rec = self.tasks.get(key) if key is not None else None
+        if rec is not None and rec.role is Role.REQUESTER and rec.is_final and not step.actions:
+            event = TaskEvent(rec.key, TaskEventKind.UNDELIVERABLE, rec.state, sent, "")  # type: ignore[arg-type]
+            step.actions.append(event)
+        return step
+
+    monkeypatch.setattr(Engine, "on_undeliverable", talkative)
+    yield
+
+
+def shortest(bounds: Bounds, invariant: str) -> tuple[str, ...]:
+    result = explore(bounds, stop_at_violation=invariant != "each_message_applied_once")
+    assert invariant in result.violations, result.summary()
+    return result.violations[invariant].trace
+
+
+@pytest.mark.usefixtures("without_answering_alike")
+def test_the_checker_finds_a_retry_answered_differently() -> None:
+    assert shortest(DUPLICATE_PAST_WINDOW, "a_retry_is_answered_alike") == ANSWERED_DIFFERENTLY
+    _, met = follow(DUPLICATE_PAST_WINDOW, ANSWERED_DIFFERENTLY)
+    assert [name for name, _ in met] == ["a_retry_is_answered_alike"]
+
+
+@pytest.mark.usefixtures("without_answering_alike")
+def test_the_checker_finds_a_retry_applied_twice() -> None:
+    _, met = follow(DUPLICATE_PAST_WINDOW, APPLIED_TWICE)
+    assert "each_message_applied_once" in [name for name, _ in met]
+
+
+@pytest.mark.usefixtures("without_timers_in_the_checkpoint")
+def test_the_checker_finds_a_rollback_without_timers() -> None:
+    trace = shortest(CI["a commit failing"], "a_failed_commit_changes_nothing")
+    assert trace == ROLLED_BACK_WITHOUT_TIMERS
+
+
+@pytest.mark.usefixtures("telling_final_tasks_undeliverable")
+def test_the_checker_finds_an_outcome_told_twice() -> None:
+    _, met = follow(EXHAUSTION, OUTCOME_TOLD_TWICE)
+    assert [name for name, _ in met] == ["outcome_reported_once"]
+
+
+def test_the_checker_finds_a_task_that_waits_forever(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Liveness: with no timers and a handler whose result is lost, nothing ever ends."""
+    monkeypatch.setattr(Engine, "on_timer", lambda self, now: Step())
+    monkeypatch.setattr(Engine, "complete", lambda self, key, result, now: Step())
+    quiet = Bounds(
+        losses=0, stalls=0, failures=0, waits=0, cancels=0, lates=0, progress=0, questions=0
+    ).with_("decisions=0")
+    result = explore(quiet)
+    assert result.complete
+    assert "every_task_ends" in result.violations
+    assert result.violations["every_task_ends"].trace  # the way to the stuck state
