@@ -1,5 +1,24 @@
 """Shared test kits live beside this file (`rawpost`: raw, hand-signed envelopes); having a
 conftest here puts this folder on `sys.path` so every test folder can import them."""
 
+import pytest
+
 # A real PostgreSQL server, started once per session by the tests that ask for it.
 from pgserver import pg_url, postgres_server  # noqa: F401
+
+#: Lines the verification tests report (states, seeds, seconds): printed at the end of the run.
+FIGURES = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> list[str]:
+    """Lines for the run's summary (the model checker's and the simulation's figures)."""
+    return request.config.stash.setdefault(FIGURES, [])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = terminalreporter.config.stash.get(FIGURES, [])
+    if lines:
+        terminalreporter.section("verification figures")
+        for line in lines:
+            terminalreporter.write_line(line)

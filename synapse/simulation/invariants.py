@@ -1,0 +1,170 @@
+"""What must hold at the end of every simulated run, each rule a named function.
+
+The model checker's rules about a task's two records (`synapse.model.invariants`:
+`records_agree`, `applied_once`, `history_in_the_table`) hold here too, over the records the
+peers keep; and rules only whole peers can break:
+
+- `submitted_tasks_are_kept`: a task whose `submit` returned is in its requester's store;
+- `acknowledged_messages_are_kept`: a message a peer acknowledged (HTTP 200) after applying
+  it to a task is in that task's stored history, whatever restarts came after;
+- `callbacks_in_order`: the requester applied the executor's callbacks in the order they
+  were sent;
+- `side_effects_once`: a handler's side effect ran once per task (a resumable handler's,
+  once per run of the process that started it again), and a completed task's ran;
+- `every_task_ends`: checked by the run itself (`synapse.simulation.run`).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from synapse.model.invariants import applied_once, history_in_the_table, records_agree
+from synapse.p2p.engine import TaskKey, TaskRecord
+from synapse.p2p.states import Event
+from synapse.simulation.peers import Node, TaskPlan
+from synapse.store.sqlite import read_task
+from synapse.types import TaskState
+
+#: The ids `synapse.simulation.peers` gives messages: node, incarnation, count.
+_MINTED = re.compile(r"msg-([a-z]+)([0-9]+)-([0-9]+)")
+
+
+#: What the requester applies of the executor's callbacks.
+_CALLBACKS = frozenset(
+    {
+        Event.RECV_TASK_STATUS_UPDATE,
+        Event.RECV_TASK_NEED_INFO,
+        Event.RECV_TASK_NEED_HUMAN,
+        Event.RECV_TASK_COMPLETE,
+        Event.RECV_TASK_FAILED,
+    }
+)
+
+
+def minted(message_id: str | None) -> tuple[str, int, int] | None:
+    """Who minted `message_id`, in which incarnation, as its how-manieth message."""
+    found = _MINTED.fullmatch(message_id or "")
+    return (found[1], int(found[2]), int(found[3])) if found else None
+
+
+def stored_record(node: Node, key: TaskKey, *, from_file: bool = False) -> TaskRecord | None:
+    """`node`'s record of `key`: its live process's (engine, then store), or, `from_file`,
+    what its SQLite file holds (a memory store's node: its store)."""
+    if from_file and node.path is not None:
+        conn = sqlite3.connect(str(node.path))
+        try:
+            return read_task(conn, key)
+        finally:
+            conn.close()
+    if node.incarnation is not None:
+        return node.incarnation.record(key)
+    return node.store.get_task(key) if node.store is not None else None
+
+
+def submitted_tasks_are_kept(
+    plan: TaskPlan, r: TaskRecord | None, nodes: Mapping[str, Node]
+) -> str | None:
+    """A task whose `submit` returned is in its requester's store."""
+    if plan.key in nodes[plan.requester].submitted and r is None:
+        return f"{plan.task_id} was submitted, and its requester has no record of it"
+    return None
+
+
+def acknowledged_messages_are_kept(node: Node, key: TaskKey, rec: TaskRecord | None) -> str | None:
+    """A message `node` acknowledged after applying it to task `key` is in its history."""
+    have = {t.message_id for t in rec.history} if rec is not None else set()
+    lost = sorted(mid for k, mid in node.applied if k == key and mid not in have)
+    if lost:
+        return f"{node.name} acknowledged {', '.join(lost)} of {key.task_id}, and lost them"
+    return None
+
+
+def callbacks_in_order(r: TaskRecord | None, executor: str) -> str | None:
+    """The requester applied the executor's callbacks in the order the executor made them
+    (its ids say when: incarnation, then count). Some are never applied (dropped by a
+    cancel, refused after a give-up): the others keep their order."""
+    if r is None:
+        return None
+    applied = [
+        (t.message_id, minted(t.message_id))
+        for t in r.history
+        if t.event in _CALLBACKS
+        # The first need_info is the request's reply, not a callback.
+        and not (t.event is Event.RECV_TASK_NEED_INFO and t.from_state is TaskState.PENDING)
+    ]
+    unknown = [mid for mid, when in applied if when is None or when[0] != executor]
+    if unknown:
+        return f"R applied {unknown[0]} as {executor}'s callback, which {executor} never made"
+    order = [when[1:] for _, when in applied if when is not None]
+    if order != sorted(order):
+        return f"R applied {executor}'s callbacks in the order {[mid for mid, _ in applied]}"
+    return None
+
+
+def side_effects_once(
+    plan: TaskPlan, r: TaskRecord | None, effects: Iterable[tuple[TaskKey, int, bool]]
+) -> str | None:
+    """A handler's side effect runs once per task (a resumable handler's: at most once per
+    incarnation of its process), and a task completed at the requester ran it."""
+    runs = Counter(incarnation for key, incarnation, _ in effects if key == plan.key)
+    total = sum(runs.values())
+    resumable = plan.task_type.startswith("resumable")
+    if not resumable and total > 1:
+        return f"{plan.task_id}'s side effect ran {total} times"
+    if resumable and any(n > 1 for n in runs.values()):
+        return f"{plan.task_id}'s side effect ran twice in one process"
+    if r is not None and r.state is TaskState.COMPLETED and total == 0:
+        return f"{plan.task_id} completed, and its side effect never ran"
+    return None
+
+
+def check(
+    plans: Iterable[TaskPlan], nodes: Mapping[str, Node], *, from_files: bool = False
+) -> list[str]:
+    """Every broken invariant, one line each (`from_files`: read what the stores' files
+    hold, after the processes died)."""
+    found: list[str] = []
+    where = " (in the files)" if from_files else ""
+
+    def note(name: str, text: str | None) -> None:
+        if text is not None:
+            found.append(f"{name}{where}: {text}")
+
+    for plan in plans:
+        requester, executor = nodes[plan.requester], nodes[plan.executor]
+        r = stored_record(requester, plan.key, from_file=from_files)
+        e = stored_record(executor, plan.key, from_file=from_files)
+        note("submitted_tasks_are_kept", submitted_tasks_are_kept(plan, r, nodes))
+        if r is None and e is None:
+            continue
+        note("records_agree", records_agree(r, e))
+        for side, rec in (("R", r), ("E", e)):
+            twice = applied_once(rec)
+            note("applied_once", None if twice is None else f"{side} applied {twice} twice")
+            wrong = history_in_the_table(rec)
+            note(
+                "history_in_the_table", None if wrong is None else f"{side} {plan.task_id}: {wrong}"
+            )
+        note(
+            "acknowledged_messages_are_kept", acknowledged_messages_are_kept(requester, plan.key, r)
+        )
+        note(
+            "acknowledged_messages_are_kept", acknowledged_messages_are_kept(executor, plan.key, e)
+        )
+        note("callbacks_in_order", callbacks_in_order(r, plan.executor))
+        effects = [(x.task, x.incarnation, x.resumable) for x in executor.effects]
+        note("side_effects_once", side_effects_once(plan, r, effects))
+    return found
+
+
+__all__ = [
+    "acknowledged_messages_are_kept",
+    "callbacks_in_order",
+    "check",
+    "side_effects_once",
+    "stored_record",
+    "submitted_tasks_are_kept",
+]

@@ -1,0 +1,417 @@
+"""Simulated peers: real `Peer`s, their lives and deaths, their handlers and their people.
+
+A `Node` is one agent of the simulation: its name, its URL on the simulated network, its
+store's file, and what outlives its process (the handler's side effects, the tasks its
+person submitted). An `Incarnation` is one run of its process: a `synapse.Peer` built as a
+user builds one (the real runtime, engine, transport server and client), on the virtual clock
+and the simulated network. Killing an incarnation is SIGKILL: every task it runs is
+cancelled where it stands, its store writes nothing more, and the next incarnation starts
+from what the store's file holds.
+
+Which incarnation a piece of work belongs to is told by a context variable (`CURRENT`), set
+when an incarnation starts and inherited by every task it creates, so that a kill cancels
+exactly its tasks (`install_task_factory`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import random
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from multidict import CIMultiDict
+
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.dedup import StoredReply
+from synapse.p2p.engine import TaskKey, TaskRecord, Validation
+from synapse.p2p.handler import ExecutionContext, TaskFailure
+from synapse.p2p.listener import RuntimeListener
+from synapse.p2p.protocol import P2PProtocol
+from synapse.simulation.network import CURRENT, Network
+from synapse.simulation.stores import (
+    SimulatedMemoryStore,
+    SimulatedSqliteStore,
+    StoreFaultSource,
+)
+from synapse.transport.client import HttpClient
+from synapse.transport.partners import Partner
+from synapse.transport.peer import Peer
+from synapse.transport.server import SynapseServer
+from synapse.types import LocalProtocolError, MissingField, SynapseError, TaskError, TaskState
+from synapse.types.codec import CountingIds, decode_typed
+
+#: Where every node's wall clock starts (plus its offset).
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+#: The task types of the scripted handler: one resumable after a restart, one not.
+JOB, RESUMABLE_JOB = "job", "resumable-job"
+
+
+def install_task_factory(loop: asyncio.AbstractEventLoop) -> None:
+    """Every task created on `loop` joins the incarnation it was created in (if any)."""
+
+    def factory(
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, Any],
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, context=context)
+        owner = context.get(CURRENT) if context is not None else CURRENT.get()
+        if isinstance(owner, Incarnation):
+            owner.adopt(task)
+        return task
+
+    loop.set_task_factory(factory)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """What the executor's handler does with one task (carried in the task's payload)."""
+
+    #: The synchronous answer: "accept", "reject", or "ask" (need_info before accepting).
+    validate: str = "accept"
+    #: Then, in order: "progress", "ask" (need_info), "human" (need_human), "work:<s>".
+    steps: tuple[str, ...] = ()
+    #: "complete" or "fail".
+    end: str = "complete"
+
+    def payload(self) -> dict[str, Any]:
+        return {"validate": self.validate, "steps": list(self.steps), "end": self.end}
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """A side effect a handler ran (what "exactly once" is about)."""
+
+    task: TaskKey
+    incarnation: int
+    resumable: bool
+
+
+class ScriptedHandler:
+    """A `TaskHandler` that follows each task's `Script`, and records its side effect in the
+    node's ledger just before it returns (a crash may fall in between, as in life)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def get_capabilities(self) -> list[str]:
+        return [JOB, RESUMABLE_JOB]
+
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
+        verdict = payload.get("validate")
+        if verdict == "reject":
+            return Validation(ok=False)
+        if verdict == "ask" and "detail" not in payload:
+            return Validation(missing_fields=("detail",), question="which detail?")
+        return Validation()
+
+    def is_resumable(self, task_type: str) -> bool:
+        return task_type == RESUMABLE_JOB
+
+    async def execute_task(
+        self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
+    ) -> Any:
+        for step in payload.get("steps", ()):
+            if step == "progress":
+                await ctx.progress(50.0, "halfway")
+            elif step == "ask":
+                await ctx.need_info([MissingField(field="more")], question="more?")
+            elif step == "human":
+                await ctx.need_human("approval", message="may I?")
+            elif step.startswith("work:"):
+                await asyncio.sleep(float(step.split(":", 1)[1]))
+        incarnation = CURRENT.get()
+        assert isinstance(incarnation, Incarnation)
+        key = TaskKey(ctx.requester, ctx.task_id)
+        self.node.effects.append(Effect(key, incarnation.number, task_type == RESUMABLE_JOB))
+        if payload.get("end") == "fail":
+            raise TaskFailure(TaskError(code="execution_failed", message="the script says fail"))
+        return {"done": ctx.task_id}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlan:
+    """One task of the workload: who asks whom, when, what the handler does, and what the
+    requester's person does (answer a question after `answer_after` s, approve or not,
+    cancel at `cancel_at` s after submitting, if ever)."""
+
+    requester: str
+    executor: str
+    task_id: str
+    task_type: str
+    submit_at: float
+    script: Script
+    answer_after: float
+    approve: bool
+    cancel_at: float | None
+
+    @property
+    def key(self) -> TaskKey:
+        return TaskKey(self.requester, self.task_id)
+
+
+@dataclass
+class Node:
+    """One agent of the simulation (see the module's docstring)."""
+
+    name: str
+    url: str
+    network: Network
+    config: P2PConfig
+    store_faults: StoreFaultSource
+    rng: random.Random
+    trace: Any
+    #: The SQLite file (None: a memory store, never restarted).
+    path: Path | None = None
+    #: Seconds this node's wall clock is ahead of the simulation's (clock jumps change it).
+    offset: float = 0.0
+    partners: list[tuple[str, str, str]] = field(default_factory=list)
+    incarnation: Incarnation | None = None
+    incarnations: int = 0
+    effects: list[Effect] = field(default_factory=list)
+    #: Tasks whose `submit` returned, by key.
+    submitted: dict[TaskKey, TaskPlan] = field(default_factory=dict)
+    plans: list[TaskPlan] = field(default_factory=list)
+    #: Messages each incarnation acknowledged with a 200 after applying them to a task:
+    #: (task key, message id) (they must be in the store at the end).
+    applied: set[tuple[TaskKey, str]] = field(default_factory=set)
+    #: The store of the last incarnation (the memory store lives as long as the node).
+    store: Any = None
+
+    @property
+    def process(self) -> Incarnation | None:
+        return self.incarnation
+
+    def clock(self) -> float:
+        return EPOCH + asyncio.get_running_loop().time() + self.offset
+
+    def utcnow(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    def start(self) -> Incarnation:
+        """A new process: a fresh `Peer` on the store's file (or the node's memory store)."""
+        self.incarnations += 1
+        incarnation = Incarnation(self, self.incarnations)
+        self.incarnation = incarnation
+        incarnation.boot()
+        return incarnation
+
+    def kill(self) -> None:
+        """SIGKILL: the process ends where it stands (see `Incarnation.kill`)."""
+        incarnation, self.incarnation = self.incarnation, None
+        if incarnation is not None:
+            incarnation.kill()
+
+
+class _Watcher(RuntimeListener):
+    """Wakes the node's person whenever one of its tasks moves."""
+
+    def __init__(self, wake: asyncio.Event) -> None:
+        self.wake = wake
+
+    def on_transition(self, transition: Any) -> None:
+        self.wake.set()
+
+
+class Incarnation:
+    """One run of a node's process (see the module's docstring)."""
+
+    def __init__(self, node: Node, number: int) -> None:
+        self.node = node
+        self.number = number
+        self.alive = True
+        #: True once the peer answers POSTs (its store loaded).
+        self.serving = False
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.context = contextvars.copy_context()
+        self.context.run(CURRENT.set, self)
+        self._wake = asyncio.Event()
+        node_ = node
+        if node_.path is not None:
+            store: Any = SimulatedSqliteStore(node_.path, node_.store_faults)
+        else:
+            store = node_.store or SimulatedMemoryStore(node_.store_faults)
+        node_.store = store
+        self.store = store
+        self.peer = Peer(
+            node_.name,
+            partners=[Partner(name, url, (secret,)) for name, url, secret in node_.partners],
+            handler=ScriptedHandler(node_),
+            endpoint=node_.url,
+            config=node_.config,
+            store=store,
+            serve=False,
+        )
+        self.peer.client = HttpClient(
+            node_.config,
+            clock=node_.utcnow,
+            jitter=node_.rng.random,
+            post=node_.network.post,
+        )
+        self.peer.protocol_hooks.append(self._wire_protocol)
+        self.peer.server_hooks.append(self._wire_server)
+
+    def _wire_protocol(self, protocol: P2PProtocol) -> None:
+        protocol.clock = self.node.clock
+        protocol.engine.ids = CountingIds(prefix=f"{self.node.name}{self.number}-")
+        protocol.listeners.append(_Watcher(self._wake))
+
+    def _wire_server(self, server: SynapseServer) -> None:
+        server.utcnow = self.node.utcnow
+        server.rate_clock = asyncio.get_running_loop().time
+
+    def adopt(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run `coro` as this incarnation's (a kill cancels it)."""
+        return asyncio.get_running_loop().create_task(coro, context=self.context)
+
+    def boot(self) -> None:
+        self.spawn(self._run())
+
+    async def _run(self) -> None:
+        await self.peer.start()
+        self.serving = True
+        self.node.trace(f"{self.node.name}#{self.number} started")
+        person = self.spawn(self._person())
+        for plan in self.node.plans:
+            if plan.key not in self.node.submitted:
+                self.spawn(self._submit(plan))
+        await person
+
+    async def _submit(self, plan: TaskPlan) -> None:
+        loop = asyncio.get_running_loop()
+        wait = plan.submit_at - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        if plan.key in self.node.submitted:
+            return
+        try:
+            await self.peer.submit(
+                plan.executor,
+                plan.task_type,
+                {**plan.script.payload()},
+                task_id=plan.task_id,
+            )
+        except (LocalProtocolError, SynapseError) as exc:
+            self.node.trace(f"submit {plan.task_id} refused: {exc}")
+            return
+        self.node.submitted[plan.key] = plan
+        self.node.trace(f"{self.node.name}#{self.number} submitted {plan.task_id}")
+
+    async def _person(self) -> None:
+        """The person at the requester: answers questions and decisions after a while,
+        cancels when the plan says so (once per incarnation)."""
+        loop = asyncio.get_running_loop()
+        protocol = self.peer.protocol
+        plans = {plan.key: plan for plan in self.node.plans}
+        seen: dict[tuple[TaskKey, int], float] = {}
+        cancelled: set[TaskKey] = set()
+        while True:
+            now = loop.time()
+            due: list[float] = []
+            for key, rec in list(protocol.engine.tasks.items()):
+                plan = plans.get(key)
+                if plan is None or rec.is_final or key not in self.node.submitted:
+                    continue
+                if plan.cancel_at is not None and key not in cancelled:
+                    at = plan.submit_at + plan.cancel_at
+                    if now >= at:
+                        cancelled.add(key)
+                        await self._act(key, "cancel", plan)
+                        continue
+                    due.append(at)
+                if rec.state in (TaskState.INFO_NEEDED, TaskState.NEED_HUMAN):
+                    asked = seen.setdefault((key, len(rec.history)), now)
+                    at = asked + plan.answer_after
+                    if now >= at:
+                        await self._act(key, rec.state.value, plan)
+                    else:
+                        due.append(at)
+            self._wake.clear()
+            timeout = max(0.0, min(due) - loop.time()) if due else None
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _act(self, key: TaskKey, what: str, plan: TaskPlan) -> None:
+        handle = self.peer.protocol.handle(key)
+        if handle is None:
+            return
+        try:
+            if what == "cancel":
+                await handle.cancel("the plan says cancel")
+            elif what == TaskState.INFO_NEEDED.value:
+                await handle.provide_info({"detail": "x", "more": "y"})
+            elif plan.approve:
+                await handle.approve()
+            else:
+                await handle.reject("no")
+        except (LocalProtocolError, SynapseError) as exc:
+            self.node.trace(f"{self.node.name} could not {what} {key.task_id}: {exc}")
+            return
+        self.node.trace(f"{self.node.name}#{self.number} person: {what} {key.task_id}")
+
+    async def answer(self, body: bytes, headers: CIMultiDict[str]) -> StoredReply:
+        """A POST's reply, as the peer's transport server judges it."""
+        return await self.peer.server.answer(body, headers, None)
+
+    def answered(self, body: bytes, status: int) -> None:
+        """The network saw this incarnation answer a POST: a 200 that applied the message to
+        a task is an acknowledgement the store must keep."""
+        if status != 200:
+            return
+        try:
+            message = decode_typed(body)
+        except SynapseError:
+            return
+        protocol = self.peer.protocol
+        key = protocol.task_key_of(message)
+        if key is None:
+            return
+        rec = protocol.engine.get(key) or protocol.store.get_task(key)
+        if rec is not None and any(t.message_id == message.id for t in rec.history):
+            self.node.applied.add((key, message.id))
+
+    def kill(self) -> None:
+        self.alive = False
+        self.serving = False
+        if isinstance(self.store, SimulatedSqliteStore):
+            self.store.fence()
+        for task in list(self.tasks):
+            task.cancel()
+        self.node.trace(f"{self.node.name}#{self.number} killed")
+
+    def record(self, key: TaskKey) -> TaskRecord | None:
+        protocol = self.peer.protocol
+        return protocol.engine.get(key) or protocol.store.get_task(key)
+
+
+def first_final(rec: TaskRecord) -> int | None:
+    """The index of the transition that made `rec` final (None if it never was)."""
+    return next((i for i, t in enumerate(rec.history) if t.to_state.is_final), None)
+
+
+__all__ = [
+    "CURRENT",
+    "EPOCH",
+    "JOB",
+    "RESUMABLE_JOB",
+    "Effect",
+    "Incarnation",
+    "Node",
+    "Script",
+    "ScriptedHandler",
+    "TaskPlan",
+    "first_final",
+    "install_task_factory",
+]

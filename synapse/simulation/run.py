@@ -1,0 +1,363 @@
+"""One seeded simulation: its scenario, its run, and what is checked at its end.
+
+`Scenario.draw(seed)` turns a number into everything a run does: two peers (memory or
+SQLite stores), the tasks each asks of the other (the executor's script and the requester's
+person for each), the faults (network, store, restarts, clock jumps) and when they stop.
+`simulate(seed)` runs it on a `VirtualTimeLoop` until every task has ended on both sides
+after the faults stopped, then checks the invariants (`synapse.simulation.invariants`); the
+same seed always makes the same run (`Outcome.digest` says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from synapse.p2p.config import P2PConfig
+from synapse.simulation.invariants import check
+from synapse.simulation.loop import Stalled, VirtualTimeLoop
+from synapse.simulation.network import Network, NetworkFaults
+from synapse.simulation.peers import (
+    JOB,
+    RESUMABLE_JOB,
+    Node,
+    Script,
+    TaskPlan,
+    install_task_factory,
+)
+from synapse.simulation.stores import StoreFaults, StoreFaultSource
+
+NAMES = ("alpha", "beta")
+#: After the faults stop, how long the tasks have to end (input and task timeouts included).
+SETTLE_LIMIT = 4 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    at: float
+    node: str
+    down_for: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClockJump:
+    at: float
+    node: str
+    offset: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Everything one seed's run does (see the module's docstring)."""
+
+    seed: int
+    store: str
+    tasks: tuple[TaskPlan, ...]
+    network: NetworkFaults
+    store_faults: StoreFaults
+    restarts: tuple[Restart, ...]
+    clock_jumps: tuple[ClockJump, ...]
+    #: When the faults stop.
+    heal_at: float
+
+    @classmethod
+    def draw(cls, seed: int) -> Scenario:
+        def rng(part: str) -> random.Random:
+            return random.Random(f"{seed}:{part}")
+
+        plan = rng("plan")
+        store = "sqlite" if plan.random() < 0.6 else "memory"
+        heal_at = plan.choice((600.0, 1800.0, 3600.0))
+        tasks = tuple(_task(plan, n) for n in range(plan.randint(2, 8)))
+        restarts: tuple[Restart, ...] = ()
+        if store == "sqlite":
+            restarts = tuple(
+                sorted(
+                    (
+                        Restart(
+                            plan.uniform(0, heal_at),
+                            plan.choice(NAMES),
+                            plan.choice((0.5, 5.0, 60.0, 400.0, 1200.0)),
+                        )
+                        for _ in range(plan.choice((0, 1, 2, 4, 8)))
+                    ),
+                    key=lambda r: r.at,
+                )
+            )
+        window = P2PConfig().replay_window
+        jumps = tuple(
+            sorted(
+                (
+                    ClockJump(
+                        plan.uniform(0, heal_at),
+                        plan.choice(NAMES),
+                        # Two clocks stay within the replay window of each other.
+                        plan.uniform(-window / 3, window / 3),
+                    )
+                    for _ in range(plan.choice((0, 0, 1, 3)))
+                ),
+                key=lambda j: j.at,
+            )
+        )
+        return cls(
+            seed=seed,
+            store=store,
+            tasks=tasks,
+            network=NetworkFaults.draw(rng("network")),
+            store_faults=StoreFaults.draw(rng("store")),
+            restarts=restarts,
+            clock_jumps=jumps,
+            heal_at=heal_at,
+        )
+
+    def describe(self) -> str:
+        n = self.network
+        return (
+            f"seed {self.seed}: {len(self.tasks)} tasks, {self.store} stores, "
+            f"loss {n.loss:g}, duplicates {n.duplicate:g}, late {n.late:g} (≤{n.late_by:g} s), "
+            f"commit failures {self.store_faults.failure:g} (≤{self.store_faults.slow:g} s), "
+            f"{len(self.restarts)} restarts, {len(self.clock_jumps)} clock jumps, "
+            f"faults until {self.heal_at:g} s"
+        )
+
+
+def _task(rng: random.Random, n: int) -> TaskPlan:
+    requester = rng.choice(NAMES)
+    executor = NAMES[1 - NAMES.index(requester)]
+    validate = rng.choices(("accept", "reject", "ask"), (7, 1, 2))[0]
+    steps = tuple(
+        rng.choice(("progress", "progress", "ask", "human", "work:5", "work:400"))
+        for _ in range(rng.choice((0, 1, 2, 3)))
+    )
+    return TaskPlan(
+        requester=requester,
+        executor=executor,
+        task_id=f"{requester}-task-{n}",
+        task_type=rng.choice((JOB, JOB, RESUMABLE_JOB)),
+        submit_at=rng.uniform(0, 120),
+        script=Script(validate, steps, rng.choices(("complete", "fail"), (4, 1))[0]),
+        answer_after=rng.choice((0.1, 1.0, 30.0, 200.0, 4000.0)),
+        approve=rng.random() < 0.8,
+        cancel_at=rng.choice((None, None, None, 10.0, 100.0, 1000.0)),
+    )
+
+
+@dataclass
+class Outcome:
+    """What one seed's run did and found."""
+
+    scenario: Scenario
+    #: Broken invariants, each a line.
+    violations: list[str] = field(default_factory=list)
+    #: Every fault, delivery, kill and start, in order.
+    trace: list[str] = field(default_factory=list)
+    #: Virtual seconds the run lasted.
+    virtual_seconds: float = 0.0
+    deliveries: int = 0
+    #: Final states of the requesters' tasks, by task id.
+    ends: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def digest(self) -> str:
+        """A hash of the trace: equal for two runs of one seed."""
+        return hashlib.sha256("\n".join(self.trace).encode()).hexdigest()[:16]
+
+    def replay_command(self) -> str:
+        return f"python -m synapse.simulation --seed {self.scenario.seed} --trace"
+
+
+class _Errors(logging.Handler):
+    """Collects the error lines the runtime logs (each a bug, unless a fault explains it)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.events: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg: Any = record.msg
+        event = msg.get("event") if isinstance(msg, dict) else str(msg)
+        self.events.append(str(event))
+
+
+#: Error events a fault explains: a failing store, a partner unreachable for an hour.
+EXPECTED_ERRORS = frozenset({"store_unavailable", "dead_letter"})
+
+
+def simulate(seed: int, *, workdir: Path | None = None) -> Outcome:
+    """Run seed `seed` (see the module's docstring)."""
+    scenario = Scenario.draw(seed)
+    outcome = Outcome(scenario)
+    errors = _Errors()
+    synapse_log = logging.getLogger("synapse")
+    synapse_log.addHandler(errors)
+    saved = synapse_log.propagate
+    synapse_log.propagate = False
+    try:
+        with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+            _run(scenario, outcome, Path(tmp), errors)
+    finally:
+        synapse_log.removeHandler(errors)
+        synapse_log.propagate = saved
+    return outcome
+
+
+def _run(scenario: Scenario, outcome: Outcome, tmp: Path, errors: _Errors) -> None:
+    loop = VirtualTimeLoop()
+    install_task_factory(loop)
+    unhandled: list[str] = []
+
+    def on_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        unhandled.append(f"{context.get('message')}: {exc!r}")
+
+    loop.set_exception_handler(on_exception)
+
+    def trace(line: str) -> None:
+        outcome.trace.append(f"{loop.time():10.3f} {line}")
+
+    network = Network(random.Random(f"{scenario.seed}:wire"), scenario.network, trace)
+    store_faults = StoreFaultSource(scenario.store_faults, random.Random(f"{scenario.seed}:disk"))
+    config = P2PConfig()
+    nodes: dict[str, Node] = {}
+    for name in NAMES:
+        nodes[name] = Node(
+            name=name,
+            url=f"http://{name}.test/synapse/callback",
+            network=network,
+            config=config,
+            store_faults=store_faults,
+            rng=random.Random(f"{scenario.seed}:{name}"),
+            trace=trace,
+            path=tmp / f"{name}.db" if scenario.store == "sqlite" else None,
+        )
+        network.attach(nodes[name])
+    for node in nodes.values():
+        # Each shares with a partner the secret the partner signs with (one per direction).
+        node.partners = [
+            (other.name, other.url, f"{min(node.name, other.name)}-{max(node.name, other.name)}")
+            for other in nodes.values()
+            if other is not node
+        ]
+        node.plans = [plan for plan in scenario.tasks if plan.requester == node.name]
+
+    async def main() -> None:
+        for node in nodes.values():
+            node.start()
+        faults = [asyncio.create_task(_restart(nodes[r.node], r)) for r in scenario.restarts]
+        faults += [asyncio.create_task(_jump(nodes[j.node], j)) for j in scenario.clock_jumps]
+        await asyncio.sleep(scenario.heal_at)
+        network.faulty = False
+        store_faults.active = False
+        trace("faults stop")
+        await asyncio.gather(*faults)
+        deadline = loop.time() + SETTLE_LIMIT
+        # Looked at every 30 virtual seconds (an observer outside the peers: nothing of
+        # theirs would wake it, and looking costs no real time).
+        while loop.time() < deadline and not _settled(nodes, scenario):  # noqa: ASYNC110
+            await asyncio.sleep(30.0)
+        if not _settled(nodes, scenario):
+            outcome.violations.append(
+                f"every_task_ends: {SETTLE_LIMIT:g} s after the faults stopped, "
+                + _unsettled(nodes, scenario)
+            )
+
+    try:
+        loop.run_until_complete(main())
+    except Stalled as stalled:
+        outcome.violations.append(f"no_stall: {stalled}")
+    outcome.virtual_seconds = loop.time()
+    outcome.deliveries = len(network.deliveries)
+    outcome.violations += check(scenario.tasks, nodes)
+    outcome.ends = {plan.task_id: _state_of(nodes[plan.requester], plan) for plan in scenario.tasks}
+    for node in nodes.values():
+        node.kill()
+    if scenario.store == "sqlite":
+        outcome.violations += check(scenario.tasks, nodes, from_files=True)
+    outcome.violations += [f"unhandled_exception: {line}" for line in unhandled]
+    outcome.violations += [
+        f"no_error_logged: {event}" for event in errors.events if event not in EXPECTED_ERRORS
+    ]
+    _close(loop)
+
+
+def _state_of(node: Node, plan: TaskPlan) -> str:
+    from synapse.simulation.invariants import stored_record
+
+    rec = stored_record(node, plan.key)
+    return rec.state.value if rec is not None else "absent"
+
+
+async def _restart(node: Node, restart: Restart) -> None:
+    await asyncio.sleep(max(0.0, restart.at - asyncio.get_running_loop().time()))
+    if node.incarnation is None:
+        return
+    node.kill()
+    await asyncio.sleep(restart.down_for)
+    node.start()
+
+
+async def _jump(node: Node, jump: ClockJump) -> None:
+    await asyncio.sleep(max(0.0, jump.at - asyncio.get_running_loop().time()))
+    node.trace(f"{node.name}'s clock jumps {jump.offset - node.offset:+.1f} s")
+    node.offset = jump.offset
+
+
+def _settled(nodes: dict[str, Node], scenario: Scenario) -> bool:
+    for node in nodes.values():
+        incarnation = node.incarnation
+        if incarnation is None or not incarnation.serving:
+            return False
+        if incarnation.peer.protocol.pending_deliveries:
+            return False
+    for plan in scenario.tasks:
+        requester, executor = nodes[plan.requester], nodes[plan.executor]
+        if plan.key not in requester.submitted:
+            if any(p is plan for p in requester.plans):
+                return False  # not submitted yet
+            continue
+        assert requester.incarnation is not None and executor.incarnation is not None
+        r = requester.incarnation.record(plan.key)
+        e = executor.incarnation.record(plan.key)
+        if r is None or not r.is_final or (e is not None and not e.is_final):
+            return False
+    return True
+
+
+def _unsettled(nodes: dict[str, Node], scenario: Scenario) -> str:
+    parts = []
+    for plan in scenario.tasks:
+        r_node, e_node = nodes[plan.requester], nodes[plan.executor]
+        r = r_node.incarnation.record(plan.key) if r_node.incarnation else None
+        e = e_node.incarnation.record(plan.key) if e_node.incarnation else None
+        r_state = r.state.value if r else "none"
+        e_state = e.state.value if e else "none"
+        parts.append(f"{plan.task_id}: R {r_state}, E {e_state}")
+    for node in nodes.values():
+        if node.incarnation is not None:
+            pending = node.incarnation.peer.protocol.pending_deliveries
+            if pending:
+                parts.append(f"{node.name} has {pending} messages to deliver")
+    return "; ".join(parts)
+
+
+def _close(loop: VirtualTimeLoop) -> None:
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
+__all__ = ["ClockJump", "Outcome", "Restart", "Scenario", "simulate"]
