@@ -17,7 +17,7 @@ from synapse.model.checker import explore
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synapse.model", description=__doc__)
     parser.add_argument(
-        "--larger", action="store_true", help="one of every fault at once (SYNAPSE_MODEL=larger)"
+        "--larger", action="store_true", help="two faults in one history (SYNAPSE_MODEL=larger)"
     )
     parser.add_argument(
         "--bound",

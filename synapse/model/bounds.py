@@ -71,8 +71,15 @@ CI: dict[str, Bounds] = {
     "retries running out": _CLEAN.with_("exhaustions=1,questions=0"),
 }
 
-#: `SYNAPSE_MODEL=larger`: every fault at once, one of each.
-LARGER: dict[str, Bounds] = {"one of every fault": Bounds(exhaustions=1)}
+#: `SYNAPSE_MODEL=larger`: two faults in one history, with every choice (tens of minutes).
+LARGER: dict[str, Bounds] = {
+    "two messages lost": _CLEAN.with_("losses=2"),
+    "two retries overtaking their POSTs": _CLEAN.with_("stalls=2,questions=0"),
+    "a loss and a failed commit": _CLEAN.with_("losses=1,failures=1"),
+    "a loss and a duplicate, a question asked twice": _CLEAN.with_(
+        "losses=1,stalls=1,questions=2,progress=0,decisions=0"
+    ),
+}
 
 
 def from_environment() -> dict[str, Bounds]:

@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synapse.simulation", description=__doc__)
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--seed", type=int, help="run this seed only")
-    which.add_argument("--seeds", type=int, default=200, help="run this many seeds (200)")
+    which.add_argument("--seeds", type=int, default=300, help="run this many seeds (300, as CI)")
     parser.add_argument("--first", type=int, default=0, help="the first seed of --seeds (0)")
     parser.add_argument("--trace", action="store_true", help="print each run's events")
     args = parser.parse_args(argv)

@@ -302,6 +302,10 @@ class Incarnation:
             )
         except (LocalProtocolError, SynapseError) as exc:
             self.node.trace(f"submit {plan.task_id} refused: {exc}")
+            if self.record(plan.key) is not None:
+                # The submit before the crash was durable, and never returned: the caller
+                # retrying with its task id learns the task is there, as a real one would.
+                self.node.submitted[plan.key] = plan
             return
         self.node.submitted[plan.key] = plan
         self.node.trace(f"{self.node.name}#{self.number} submitted {plan.task_id}")

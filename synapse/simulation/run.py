@@ -343,10 +343,15 @@ def _unsettled(nodes: dict[str, Node], scenario: Scenario) -> str:
         e_state = e.state.value if e else "none"
         parts.append(f"{plan.task_id}: R {r_state}, E {e_state}")
     for node in nodes.values():
-        if node.incarnation is not None:
-            pending = node.incarnation.peer.protocol.pending_deliveries
-            if pending:
-                parts.append(f"{node.name} has {pending} messages to deliver")
+        if node.incarnation is None or not node.incarnation.serving:
+            parts.append(f"{node.name} is not serving")
+            continue
+        pending = node.incarnation.peer.protocol.pending_deliveries
+        if pending:
+            parts.append(f"{node.name} has {pending} messages to deliver")
+        waiting = [p.task_id for p in node.plans if p.key not in node.submitted]
+        if waiting:
+            parts.append(f"{node.name} has not submitted {', '.join(waiting)}")
     return "; ".join(parts)
 
 

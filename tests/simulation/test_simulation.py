@@ -198,3 +198,13 @@ def test_without_a_worker_for_the_cancel_the_seeds_fail(seed: int) -> None:
     assert any(
         v.startswith("every_task_ends") and "messages to deliver" in v for v in outcome.violations
     )
+
+
+def test_a_submit_cut_short_by_a_crash_is_kept() -> None:
+    """Seed 4586: alpha is killed while `submit` of alpha-task-2 commits; the commit lands,
+    the call never returns. After the restart the task is in alpha's store (the same id is
+    refused as used) and ends on both sides like every other."""
+    outcome = simulate(4586)
+    assert any("submit alpha-task-2 refused: task id" in line for line in outcome.trace)
+    assert outcome.ok, "\n".join(outcome.violations)
+    assert outcome.ends["alpha-task-2"] == "failed"
