@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -98,11 +99,13 @@ async def test_not_ready_after_a_failed_commit_until_commits_work_again() -> Non
     async with peer_pair(setup_r=enable_health, r_store=store) as pair:
         url = base_url(pair.r) + "/readyz"
         store.failing = True
-        with_failure = await pair.r.submit(E, "echo", {"text": "x"})
-        # R commits before it POSTs the request: that commit fails, the delivery waits.
-        status, body = await get(url)
+        # `submit` returns once the task is durable: it waits for the store meanwhile.
+        submitting = asyncio.create_task(pair.r.submit(E, "echo", {"text": "x"}))
+        status, body = await get(url)  # the check's own commit fails
         assert status == 503 and "No space left" in body["checks"]["store"]
+        assert not submitting.done()
         store.failing = False
         status, body = await get(url)  # the check commits again, and that works now
         assert (status, body["checks"]["store"]) == (200, "ok")
+        with_failure = await submitting
         await with_failure.cancel()
