@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from synapse.model.world import Reply, Side, World, reply_kind
+from synapse.model.world import ReplyOnTheWay, Side, World, reply_kind
 
 
 def fingerprint(world: World) -> tuple[Any, ...]:
@@ -38,7 +38,7 @@ def _live_ids(world: World) -> set[str]:
         if rec is not None and rec.need_human_id:
             found.add(rec.need_human_id)
     for item in world.net:
-        found.add(item.sent.id if isinstance(item, Reply) else item.message.id)
+        found.add(item.sent.id if isinstance(item, ReplyOnTheWay) else item.message.id)
     return found
 
 

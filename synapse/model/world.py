@@ -143,7 +143,7 @@ class Post:
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class ReplyOnTheWay:
     """The reply to a POST of `sender`'s, on its way back."""
 
     sender: str
@@ -161,7 +161,7 @@ class Reply:
         return ("reply", self.sender, names[self.sent.id], reply_kind(self.reply), current)
 
 
-Item = Post | Reply
+Item = Post | ReplyOnTheWay
 
 
 def _side_name(side: str) -> str:
@@ -503,7 +503,7 @@ class World:
             self._own(move.side)
         elif move.item >= 0:
             item = self.net[move.item]
-            if isinstance(item, Reply) or kind == "lose":
+            if isinstance(item, ReplyOnTheWay) or kind == "lose":
                 self._own(item.sender)
             if isinstance(item, Post) and kind != "lose":
                 self._own(E if item.sender == R else R)
@@ -543,7 +543,7 @@ class World:
             self._deliver(post, commit=kind == "deliver", verdict=move.choice)
         elif kind == "receive":
             reply = self.net[move.item]
-            assert isinstance(reply, Reply)
+            assert isinstance(reply, ReplyOnTheWay)
             self.net = self.net[: move.item] + self.net[move.item + 1 :]
             self._receive(reply)
         elif kind == "lose":
@@ -671,11 +671,14 @@ class World:
                 )
         sender = self.side(post.sender)
         if post.attempt == sender.attempt and sender.queue.head is post.message:
-            self.net = (*self.net, Reply(post.sender, post.message, reply, status, post.attempt))
+            self.net = (
+                *self.net,
+                ReplyOnTheWay(post.sender, post.message, reply, status, post.attempt),
+            )
         # Else the sender gave up on this attempt (or let the message go): the reply would be
         # read and ignored, so it is not kept (one state, not one per moment it may arrive).
 
-    def _receive(self, reply: Reply) -> None:
+    def _receive(self, reply: ReplyOnTheWay) -> None:
         """The sender reads the reply, as `P2PProtocol._deliver` does."""
         side = self.side(reply.sender)
         if reply.attempt != side.attempt or side.queue.head is not reply.sent:
@@ -770,7 +773,7 @@ __all__ = [
     "Move",
     "Post",
     "R",
-    "Reply",
+    "ReplyOnTheWay",
     "Side",
     "World",
     "reply_kind",

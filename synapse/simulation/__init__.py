@@ -12,6 +12,6 @@ on both sides, and the invariants of `synapse.simulation.invariants` must hold.
     python -m synapse.simulation --seed 17 --trace   # one seed, every event
 """
 
-from synapse.simulation.run import Outcome, Scenario, simulate
+from synapse.simulation.run import RunOutcome, Scenario, simulate
 
-__all__ = ["Outcome", "Scenario", "simulate"]
+__all__ = ["RunOutcome", "Scenario", "simulate"]

@@ -5,7 +5,7 @@ SQLite stores), the tasks each asks of the other (the executor's script and the 
 person for each), the faults (network, store, restarts, clock jumps) and when they stop.
 `simulate(seed)` runs it on a `VirtualTimeLoop` until every task has ended on both sides
 after the faults stopped, then checks the invariants (`synapse.simulation.invariants`); the
-same seed always makes the same run (`Outcome.digest` says so).
+same seed always makes the same run (`RunOutcome.digest` says so).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _task(rng: random.Random, n: int) -> TaskPlan:
 
 
 @dataclass
-class Outcome:
+class RunOutcome:
     """What one seed's run did and found."""
 
     scenario: Scenario
@@ -193,10 +193,10 @@ class _Errors(logging.Handler):
 EXPECTED_ERRORS = frozenset({"store_unavailable", "dead_letter"})
 
 
-def simulate(seed: int, *, workdir: Path | None = None) -> Outcome:
+def simulate(seed: int, *, workdir: Path | None = None) -> RunOutcome:
     """Run seed `seed` (see the module's docstring)."""
     scenario = Scenario.draw(seed)
-    outcome = Outcome(scenario)
+    outcome = RunOutcome(scenario)
     errors = _Errors()
     synapse_log = logging.getLogger("synapse")
     synapse_log.addHandler(errors)
@@ -211,7 +211,7 @@ def simulate(seed: int, *, workdir: Path | None = None) -> Outcome:
     return outcome
 
 
-def _run(scenario: Scenario, outcome: Outcome, tmp: Path, errors: _Errors) -> None:
+def _run(scenario: Scenario, outcome: RunOutcome, tmp: Path, errors: _Errors) -> None:
     loop = VirtualTimeLoop()
     install_task_factory(loop)
     unhandled: list[str] = []
@@ -365,4 +365,4 @@ def _close(loop: VirtualTimeLoop) -> None:
     loop.close()
 
 
-__all__ = ["ClockJump", "Outcome", "Restart", "Scenario", "simulate"]
+__all__ = ["ClockJump", "Restart", "RunOutcome", "Scenario", "simulate"]
