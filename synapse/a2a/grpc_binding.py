@@ -32,7 +32,7 @@ from synapse.a2a.service import Subscription
 from synapse.p2p.logs import get_logger
 
 if TYPE_CHECKING:
-    from synapse.a2a.server import A2AServer
+    from synapse.a2a.host import BindingHost
 
 log = get_logger("synapse.a2a")
 
@@ -40,7 +40,7 @@ log = get_logger("synapse.a2a")
 class GrpcBinding:
     """A `grpc.aio` server for the A2A service of one `A2AServer`."""
 
-    def __init__(self, server: A2AServer) -> None:
+    def __init__(self, server: BindingHost) -> None:
         self.server = server
         self.port: int | None = None
         self._grpc: grpc.aio.Server | None = None

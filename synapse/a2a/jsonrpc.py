@@ -21,7 +21,7 @@ from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import StoreUnavailable
 
 if TYPE_CHECKING:
-    from synapse.a2a.server import A2AServer
+    from synapse.a2a.host import BindingHost
 
 log = get_logger("synapse.a2a")
 
@@ -29,7 +29,7 @@ log = get_logger("synapse.a2a")
 class JsonRpcBinding:
     """`POST <path>`: JSON-RPC 2.0 on the server's service."""
 
-    def __init__(self, server: A2AServer) -> None:
+    def __init__(self, server: BindingHost) -> None:
         self.server = server
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -45,7 +45,7 @@ class JsonRpcBinding:
             except A2AError as exc:
                 unreadable = exc
             rpc_id = _rpc_id(body)
-            principal = await server._authenticate(request)
+            principal = await server.authenticate(request)
             if unreadable is not None:
                 raise unreadable
             method, params = _parse_rpc(body)

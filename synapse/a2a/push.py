@@ -24,7 +24,7 @@ import random
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -48,9 +48,6 @@ from synapse.types import (
     format_timestamp,
 )
 from synapse.types.signing import SIGNATURE_HEADER, Secret, header_signature
-
-if TYPE_CHECKING:
-    from synapse.a2a.service import A2AService
 
 log = get_logger("synapse.a2a.push")
 
@@ -193,12 +190,25 @@ class PushAllowlist:
         return False
 
 
+class PushTargets(Protocol):
+    """What the sender asks of the A2A service (`A2AService`) it sends for."""
+
+    @property
+    def allowlist(self) -> PushAllowlist: ...
+
+    def push_target(
+        self, partner: str, message: Message
+    ) -> tuple[wire.TaskPushNotificationConfig, wire.StreamResponse] | None:
+        """The configuration `partner` stands for, and the notification `message` becomes."""
+        ...
+
+
 class PushSender:
     """The `CallbackSender` for `a2a-push:` partners: POSTs A2A notifications to webhooks."""
 
     def __init__(
         self,
-        server: A2AService,
+        server: PushTargets,
         config: P2PConfig,
         *,
         secret: Secret | None = None,

@@ -5,14 +5,12 @@ query parameters named as the JSON members (`historyLength`, `pageSize` …), th
 operations as server-sent events whose `data` is one `StreamResponse`, and errors as a
 `google.rpc.Status` body with the HTTP status of the error.
 
-The route table (`ROUTES`) is shared with the client (`synapse.a2a.transports`).
+Its routes are in `synapse.a2a.routes`, which the client (`synapse.a2a.transports`) shares.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -21,11 +19,12 @@ from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.httpbase import check_version, event_stream_response, read_json
 from synapse.a2a.operations import METHODS
+from synapse.a2a.routes import ROUTE_OF, ROUTES, Route, match
 from synapse.a2a.service import Subscription
 from synapse.p2p.logs import get_logger
 
 if TYPE_CHECKING:
-    from synapse.a2a.server import A2AServer
+    from synapse.a2a.host import BindingHost
 
 log = get_logger("synapse.a2a")
 
@@ -33,109 +32,10 @@ log = get_logger("synapse.a2a")
 JSON_TYPES = frozenset({"application/json", "application/a2a+json"})
 
 
-@dataclass(frozen=True)
-class Route:
-    """One REST route: `verb` `template` stands for the operation `method`; path variables
-    are members of its request; the rest comes from the body (`body`) or the query."""
-
-    verb: str
-    template: str
-    method: str
-    body: bool
-
-    @property
-    def pattern(self) -> re.Pattern[str]:
-        regex = re.sub(
-            r"\{(\w+)\}",
-            r"(?P<\1>[^/:]+)",
-            re.escape(self.template).replace(r"\{", "{").replace(r"\}", "}"),
-        )
-        return re.compile(regex)
-
-    def path(self, params: dict[str, Any]) -> str:
-        """The route's path for `params` (its path variables taken out of them)."""
-        path = self.template
-        for name in re.findall(r"\{(\w+)\}", self.template):
-            path = path.replace("{" + name + "}", _segment(str(params.pop(name, ""))))
-        return path
-
-
-ROUTES: tuple[Route, ...] = (
-    Route("POST", "/message:send", "SendMessage", True),
-    Route("POST", "/message:stream", "SendStreamingMessage", True),
-    Route("GET", "/tasks/{id}:subscribe", "SubscribeToTask", False),
-    Route("POST", "/tasks/{id}:subscribe", "SubscribeToTask", True),
-    Route("POST", "/tasks/{id}:cancel", "CancelTask", True),
-    Route("GET", "/tasks/{id}", "GetTask", False),
-    Route("GET", "/tasks", "ListTasks", False),
-    Route(
-        "POST", "/tasks/{taskId}/pushNotificationConfigs", "CreateTaskPushNotificationConfig", True
-    ),
-    Route(
-        "GET", "/tasks/{taskId}/pushNotificationConfigs", "ListTaskPushNotificationConfigs", False
-    ),
-    Route(
-        "GET",
-        "/tasks/{taskId}/pushNotificationConfigs/{id}",
-        "GetTaskPushNotificationConfig",
-        False,
-    ),
-    Route(
-        "DELETE",
-        "/tasks/{taskId}/pushNotificationConfigs/{id}",
-        "DeleteTaskPushNotificationConfig",
-        False,
-    ),
-    Route("GET", "/extendedAgentCard", "GetExtendedAgentCard", False),
-)
-#: The route the client uses for each operation.
-ROUTE_OF: dict[str, Route] = {}
-for _route in ROUTES:
-    ROUTE_OF.setdefault(_route.method, _route)
-_PATTERNS = [(route, route.pattern) for route in ROUTES]
-
-
-def _segment(value: str) -> str:
-    from urllib.parse import quote
-
-    return quote(value, safe="")
-
-
-def match(verb: str, path: str) -> tuple[Route, dict[str, str], str] | str | None:
-    """(route, path variables, tenant) for `verb path`; the allowed verbs (a string) if only
-    the verb is wrong; None if no route has that path."""
-    from urllib.parse import unquote
-
-    verbs: list[str] = []
-    for tenant, rest in _tenant_split(path):
-        for route, pattern in _PATTERNS:
-            found = pattern.fullmatch(rest)
-            if found is None:
-                continue
-            if route.verb != verb:
-                verbs.append(route.verb)
-                continue
-            return route, {k: unquote(v) for k, v in found.groupdict().items()}, tenant
-        if verbs:
-            return ", ".join(sorted(set(verbs)))
-    return None
-
-
-def _tenant_split(path: str) -> list[tuple[str, str]]:
-    """The path as it is, then without its first segment (a tenant)."""
-    options = [("", path)]
-    head, sep, tail = path.lstrip("/").partition("/")
-    if sep and head:
-        from urllib.parse import unquote
-
-        options.append((unquote(head), "/" + tail))
-    return options
-
-
 class RestBinding:
     """`<path>/…`: the REST routes on the server's service."""
 
-    def __init__(self, server: A2AServer) -> None:
+    def __init__(self, server: BindingHost) -> None:
         self.server = server
         self.prefix = ""
 
@@ -154,7 +54,7 @@ class RestBinding:
             if isinstance(found, str):
                 raise _NotAllowed(found)
             route, variables, tenant = found
-            principal = await server._authenticate(request)
+            principal = await server.authenticate(request)
             check_version(request)
             params: dict[str, Any] = {}
             if route.body:

@@ -263,7 +263,7 @@ class A2AServer:
             request[REQUEST_KEY] = found
         return found
 
-    async def _authenticate(self, request: web.Request) -> str:
+    async def authenticate(self, request: web.Request) -> str:
         """The caller's principal under the security policy (the HTTP bindings' hook)."""
         return await self.authenticate_call(self.presented(request))
 

@@ -21,7 +21,7 @@ import aiohttp
 
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
-from synapse.a2a.rest import ROUTE_OF
+from synapse.a2a.routes import ROUTE_OF
 
 
 class StreamBroken(A2AError):

@@ -17,15 +17,9 @@ from typing import Any
 import msgspec
 
 from synapse.cli.errors import CliError
+from synapse.cli.parsers import parse_listen, parse_signing, parse_url
 from synapse.cli.security_settings import tls_config
-from synapse.cli.settings import (
-    PeerEntry,
-    Settings,
-    callback_url,
-    parse_listen,
-    parse_signing,
-    parse_url,
-)
+from synapse.cli.settings import PeerEntry, Settings, callback_url
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.sender import DeliveryError
 from synapse.transport.client import SenderMode

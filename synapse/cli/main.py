@@ -24,15 +24,7 @@ from synapse import __version__
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import LEVELS, configure_logging, parse_log_level
 from synapse.cli.ops import add_ops_arguments, ops_serve_options
-from synapse.cli.security_settings import (
-    A2A_CLIENT_FLAGS,
-    add_a2a_client_flags,
-    add_a2a_serve_flags,
-    add_secret_flags,
-    add_tls_flags,
-)
-from synapse.cli.settings import (
-    Settings,
+from synapse.cli.parsers import (
     parse_a2a_binding,
     parse_a2a_bindings,
     parse_a2a_token,
@@ -41,10 +33,17 @@ from synapse.cli.settings import (
     parse_http_url,
     parse_listen,
     parse_port,
-    parse_positive,
     parse_signing,
     parse_url,
 )
+from synapse.cli.security_settings import (
+    A2A_CLIENT_FLAGS,
+    add_a2a_client_flags,
+    add_a2a_serve_flags,
+    add_secret_flags,
+    add_tls_flags,
+)
+from synapse.cli.settings import Settings, parse_positive
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.durations import parse_duration
 from synapse.types import MessageType, Priority

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from synapse._distribution import install
 from synapse.cli.errors import CliError
-from synapse.cli.settings import Settings, parse_a2a_token
+from synapse.cli.parsers import parse_a2a_token
+from synapse.cli.settings import Settings
 from synapse.p2p.logs import get_logger
 
 if TYPE_CHECKING:

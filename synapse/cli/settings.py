@@ -34,15 +34,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from synapse.cli.errors import CliError
+from synapse.cli.parsers import (
+    parse_bool,
+    parse_count,
+    parse_pair,
+    parse_url,
+)
 from synapse.cli.security_settings import (
     PEER_SECURITY_KEYS,
     SECURITY_KEYS,
@@ -61,115 +65,10 @@ from synapse.cli.typed_settings import (
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.durations import parse_duration
 from synapse.transport.guard import HttpLimits
-from synapse.transport.partners import Partner, PartnerRegistry, normalize_url
+from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH
 
 T = TypeVar("T")
-
-# --- value parsers (shared by flags, environment and config file) ---------------------------
-
-
-def parse_port(text: str) -> int:
-    if not text.strip().isdigit() or int(text) > 65535:
-        raise ValueError(f"not a port number (0-65535): {text!r}")
-    return int(text)
-
-
-def parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off", ""}:
-        return False
-    raise ValueError(f"not a yes/no value: {text!r}")
-
-
-def parse_count(text: str) -> int:
-    if not text.strip().isdigit():
-        raise ValueError(f"not a non-negative integer: {text!r}")
-    return int(text)
-
-
-def parse_signing(text: str) -> str:
-    if text not in ("header", "body"):
-        raise ValueError(f"signing must be 'header' or 'body', not {text!r}")
-    return text
-
-
-def parse_url(text: str) -> str:
-    normalize_url(text)  # raises ValueError with a readable message
-    return text
-
-
-def parse_http_url(text: str) -> str:
-    """An http or https URL (where push notifications may go)."""
-    parse_url(text)
-    if urlsplit(text.strip()).scheme.lower() not in ("http", "https"):
-        raise ValueError(f"not an http(s) URL: {text!r}")
-    return text
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """`HOST:PORT` (`[::1]:PORT` for IPv6) → (host, port)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, parse_port(port)
-
-
-def parse_pair(text: str, what: str) -> tuple[str, str]:
-    """`NAME=VALUE` → (name, value); the name must not be empty."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip():
-        raise ValueError(f"expected {what}, got {text!r}")
-    return name.strip(), value
-
-
-def parse_a2a_token(text: str) -> tuple[str, str]:
-    """`--a2a-token TOKEN[=NAME]` → (token, principal name).
-
-    NAME is what follows the last `=`, if anything does (a base64 token's `==` padding stays
-    in the token); without a name the principal is `token-` and the first 8 hex digits of the
-    token's SHA-256: stable across restarts (tasks in a durable store keep their principal),
-    and never the token itself, which would end up in logs.
-    """
-    token, sep, name = text.rpartition("=")
-    if not sep or not name.strip():
-        token, name = text, ""
-    token, name = token.strip(), name.strip()
-    if not token:
-        raise ValueError(f"expected TOKEN or TOKEN=NAME, got {text!r}")
-    if not name:
-        name = "token-" + hashlib.sha256(token.encode()).hexdigest()[:8]
-    return token, name
-
-
-#: What `--a2a-bindings` / `--a2a-binding` accept for each A2A protocol binding.
-A2A_BINDING_NAMES = {
-    "jsonrpc": "JSONRPC",
-    "json-rpc": "JSONRPC",
-    "http+json": "HTTP+JSON",
-    "rest": "HTTP+JSON",
-    "grpc": "GRPC",
-}
-
-
-def parse_a2a_binding(text: str) -> str:
-    """`JSONRPC`, `HTTP+JSON` (or `REST`), `GRPC`, in any case."""
-    found = A2A_BINDING_NAMES.get(text.strip().lower())
-    if found is None:
-        raise ValueError(f"not an A2A binding (JSONRPC, HTTP+JSON or REST, GRPC): {text!r}")
-    return found
-
-
-def parse_a2a_bindings(text: str) -> tuple[str, ...]:
-    """A comma-separated list of A2A bindings, in order (each at most once)."""
-    found = tuple(parse_a2a_binding(name) for name in text.split(",") if name.strip())
-    if not found or len(set(found)) != len(found):
-        raise ValueError(f"expected distinct A2A bindings, comma-separated: {text!r}")
-    return found
 
 
 def callback_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:

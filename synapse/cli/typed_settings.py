@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from synapse.cli import parsers
 from synapse.cli.errors import CliError
 
 T = TypeVar("T")
@@ -118,18 +119,16 @@ def typed_dataclass(values: Mapping[str, Any], cls: type[T], *, file: Path | Non
 
 def toml_type_of(parse: Callable[[str], Any]) -> tuple[type, ...] | None:
     """The TOML type(s) a key read with `parse` must have (None: any scalar, as before)."""
-    from synapse.cli import settings
-
     known: dict[Any, tuple[type, ...]] = {
         str: (str,),
-        settings.parse_port: (int,),
-        settings.parse_count: (int,),
-        settings.parse_bool: (bool,),
-        settings.parse_signing: (str,),
-        settings.parse_url: (str,),
-        settings.parse_http_url: (str,),
-        settings.parse_listen: (str,),
-        settings.parse_a2a_token: (str,),
+        parsers.parse_port: (int,),
+        parsers.parse_count: (int,),
+        parsers.parse_bool: (bool,),
+        parsers.parse_signing: (str,),
+        parsers.parse_url: (str,),
+        parsers.parse_http_url: (str,),
+        parsers.parse_listen: (str,),
+        parsers.parse_a2a_token: (str,),
     }
     return known.get(parse)
 

@@ -27,14 +27,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from synapse.p2p.handler import TaskFailure, as_result
 from synapse.p2p.logs import get_logger
+from synapse.router.outcomes import Routed
+from synapse.router.pool import Pool
 from synapse.types import ErrorCode, TaskError, TaskResult, TaskState
-
-if TYPE_CHECKING:
-    from synapse.router.router import Relay, Router
 
 log = get_logger("synapse.router")
 
@@ -80,6 +79,38 @@ class SubResult:
 Combine = Callable[[list[SubResult]], Any]
 
 
+class RelayLike(Protocol):
+    """The original task a fan-out runs for (`Relay`)."""
+
+    @property
+    def task_id(self) -> str: ...
+
+
+RelayT = TypeVar("RelayT", bound=RelayLike, contravariant=True)
+
+
+class PartRouter(Protocol[RelayT]):
+    """What a fan-out asks of the router (`Router`): its pool, its clock, and one part routed
+    with fail-over."""
+
+    @property
+    def pool(self) -> Pool: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    async def route(
+        self,
+        relay: RelayT,
+        task_type: str,
+        payload: Mapping[str, Any],
+        *,
+        part: int = 0,
+        prefer: str | None = None,
+        avoid: Sequence[str] = (),
+    ) -> Routed: ...
+
+
 @dataclass(frozen=True, slots=True)
 class FanOutPlan:
     """How a router runs a task type by fan-out: `split` the payload, `combine` the parts."""
@@ -91,8 +122,8 @@ class FanOutPlan:
 
 
 async def fan_out(
-    router: Router,
-    relay: Relay,
+    router: PartRouter[RelayT],
+    relay: RelayT,
     parts: Sequence[SubTask],
     combine: Combine,
     *,
@@ -178,7 +209,7 @@ def _summary(results: Sequence[SubResult | None], index: int) -> dict[str, Any]:
 
 
 async def run_plan(
-    router: Router, relay: Relay, plan: FanOutPlan, payload: dict[str, Any]
+    router: PartRouter[RelayT], relay: RelayT, plan: FanOutPlan, payload: dict[str, Any]
 ) -> TaskResult:
     """A router's task of a fan-out type: split, fan out, combine."""
     try:

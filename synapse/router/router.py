@@ -34,6 +34,8 @@ from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import MessageEvent, TaskHandle
 from synapse.p2p.sender import DeliveryError
 from synapse.p2p.states import Role
+from synapse.router.fanout import FanOutPlan, run_plan
+from synapse.router.outcomes import FAILOVER_CODES, Declined, Routed
 from synapse.router.pool import Member, Pool, PoolConfig
 from synapse.router.sender import UNREACHABLE, RoutingSender
 from synapse.router.trust import CardVerifier, ResultCheck, judge_card, load_callable, same_origin
@@ -62,70 +64,14 @@ from synapse.types import (
 
 if TYPE_CHECKING:
     from synapse.a2a.client import A2AClient, A2ATaskHandle
-    from synapse.router.fanout import FanOutPlan
 
 log = get_logger("synapse.router")
 T = TypeVar("T")
 
-#: Reject codes after which the task goes to the next candidate (the partner ran nothing).
-FAILOVER_CODES = frozenset(
-    {
-        ErrorCode.RATE_LIMITED.value,
-        ErrorCode.CAPABILITY_LACKING.value,
-        ErrorCode.AGENT_NOT_READY.value,
-    }
-)
 #: `context.metadata` key of a sub-task: how many routers the task came through.
 HOPS_KEY = "route_hops"
 #: Upper bound of one wait for a busy partner's `retry_after`, so a refresh is noticed.
 _MAX_ROOM_WAIT = 5.0
-
-
-# --- what one attempt ended with ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Declined:
-    """The partner did not take the task (it runs nothing for it)."""
-
-    partner: str
-    code: str
-    message: str = ""
-    retry_after: float | None = None
-    suggested: str | None = None
-    unreachable: bool = False
-    #: The partner refused the request message itself (a `nack`: authentication, capacity,
-    #: draining …): nothing of the task reached its handler, so another partner may try.
-    refused: bool = False
-
-    @property
-    def fails_over(self) -> bool:
-        """Whether another partner should get the task (else the refusal is the outcome)."""
-        return (
-            self.code in FAILOVER_CODES
-            or self.suggested is not None
-            or self.retry_after is not None
-            or self.unreachable
-            or self.refused
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Routed:
-    """How a routed task ended at the partner that accepted it."""
-
-    partner: str
-    state: TaskState
-    result: TaskResult | None = None
-    error: TaskError | None = None
-    #: The partners that declined it first, in order.
-    declined: tuple[Declined, ...] = ()
-    #: The sub-task's id at the partner (Synapse task id, or A2A task id).
-    remote_task_id: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.state is TaskState.COMPLETED
 
 
 # --- talking back to the original requester -----------------------------------------------------
@@ -252,8 +198,6 @@ class RoutingHandler:
             )
         plan = self.router.plans.get(task_type)
         if plan is not None:
-            from synapse.router.fanout import run_plan
-
             return await run_plan(self.router, relay, plan, payload)
         routed = await self.router.route(relay, task_type, payload)
         if routed.ok and routed.result is not None:

@@ -38,8 +38,8 @@ from clikit import (
 
 from synapse.a2a import wire
 from synapse.cli.conversation import SendOptions
+from synapse.cli.parsers import parse_a2a_token
 from synapse.cli.send_a2a import A2AFollower
-from synapse.cli.settings import parse_a2a_token
 from synapse.cli.terminal import LineReader, TerminalConsole
 
 TOKEN = "tok-for-cli-tests"

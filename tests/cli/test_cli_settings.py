@@ -9,7 +9,8 @@ import pytest
 
 from synapse.cli.errors import CliError
 from synapse.cli.main import build_parser
-from synapse.cli.settings import Settings, parse_listen
+from synapse.cli.parsers import parse_listen
+from synapse.cli.settings import Settings
 from synapse.cli.terminal import parse_field, parse_value
 
 

@@ -459,7 +459,7 @@ async def test_every_jsonrpc_method_and_rest_route_needs_a_credential(agent: Age
     """No operation of either HTTP binding is served without a credential (the public card
     aside): each is refused 401 with the same ErrorInfo, and served with a valid key."""
     from synapse.a2a.operations import METHODS
-    from synapse.a2a.rest import ROUTES
+    from synapse.a2a.routes import ROUTES
 
     for method in METHODS:
         body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {}}
