@@ -77,15 +77,15 @@ def store_page(
     total = store.count_tasks(where)
     if not store.durable:
         # The memory store keeps finished tasks only: those in flight are the engine's.
-        live = _live_rows(protocol.engine.tasks.values(), where, before)
+        live = _live_rows(protocol.view.records(), where, before)
         rows = sorted([*rows, *live], key=lambda row: row.cursor, reverse=True)[: page_size + 1]
-        total += len(_live_rows(protocol.engine.tasks.values(), where, None))
+        total += len(_live_rows(protocol.view.records(), where, None))
     page, more = rows[:page_size], len(rows) > page_size
     tasks: list[wire.Task] = []
     for row in page:
         view = server.tasks.get(row.key.task_id)
         if view is None or view.key != row.key:
-            rec = protocol.engine.get(row.key)
+            rec = protocol.view.get(row.key)
             if rec is None:
                 continue  # purged between the two reads
             view = server._rebuild(rec)

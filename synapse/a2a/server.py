@@ -203,7 +203,7 @@ class A2AServer:
         base = self._public_url() if callable(self._public_url) else self._public_url
         protocol = self.service.bound
         if base is None and protocol is not None:
-            parts = urlsplit(protocol.engine.endpoint)
+            parts = urlsplit(protocol.view.endpoint)
             base = f"{parts.scheme}://{parts.netloc}"
         if base is None:
             raise A2AError(A2ACode.AGENT_NOT_READY, "the agent is starting", {"reason": "starting"})

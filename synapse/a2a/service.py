@@ -353,7 +353,7 @@ class A2AService:
             cls,  # type: ignore[type-var]
             payload,
             sender=sender,
-            to=self.protocol.engine.agent_id,
+            to=self.protocol.view.agent_id,
         )
         result: S = message
         return result
@@ -640,7 +640,7 @@ class A2AService:
         message: TaskStatusUpdate = build_message(
             TaskStatusUpdate,
             payload,
-            sender=self.protocol.engine.sender,
+            sender=self.protocol.view.sender,
             to=view.key.requester,
         )
         return message
@@ -655,7 +655,7 @@ class A2AService:
             copy = build_message(
                 type(message),
                 message.payload,
-                sender=self._protocol.engine.sender,
+                sender=self._protocol.view.sender,
                 to=partner,
             )
             outgoing.append(Outgoing(partner, copy, TaskKey(partner, view.id)))
@@ -717,7 +717,7 @@ class A2AService:
     # --- lookup, durability -----------------------------------------------------------------
 
     def _record(self, view: A2ATask) -> TaskRecord:
-        rec = self.protocol.engine.get(view.key)
+        rec = self.protocol.view.get(view.key)
         if rec is None:
             raise task_not_found(view.id)
         return rec
@@ -740,7 +740,7 @@ class A2AService:
             return view if view.key == key else None
         if self._protocol is None or not key.requester.startswith(REQUESTER_PREFIX):
             return None
-        rec = self._protocol.engine.get(key)
+        rec = self._protocol.view.get(key)
         kept = self._kept.get(key.task_id)
         if kept is not None and kept.key == key:
             if rec is None:  # purged from the store (retention): its view goes too
@@ -774,7 +774,7 @@ class A2AService:
         if self._protocol is None:
             return
         self._rebuilt = True
-        for rec in list(self._protocol.engine.tasks.values()):
+        for rec in self._protocol.view.records():
             if (
                 rec.key.requester.startswith(REQUESTER_PREFIX)
                 and rec.role is Role.EXECUTOR
@@ -865,7 +865,7 @@ class A2AService:
 
     async def _persist(self, view: A2ATask) -> None:
         """Keep the view's push configurations with the task's record (durably)."""
-        rec = self.protocol.engine.get(view.key)
+        rec = self.protocol.view.get(view.key)
         if rec is None or rec.context is None:
             return
         metadata = {**rec.context.metadata, CONTEXT_KEY: self._context_data(view)}

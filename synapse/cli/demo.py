@@ -150,7 +150,7 @@ async def _settled(peers: list[Peer], lock: asyncio.Lock, key: TaskKey, timeout:
 
     def done() -> bool:
         for peer in peers:
-            rec = peer.protocol.engine.get(key)
+            rec = peer.protocol.view.get(key)
             if rec is not None and not rec.is_final:
                 return False
             if peer.protocol.pending_deliveries:

@@ -180,10 +180,10 @@ class Timeline:
 
     @property
     def requester_id(self) -> str:
-        return self.protocols["R"].engine.agent_id
+        return self.protocols["R"].view.agent_id
 
     def _history(self, side: Side, task_id: str) -> list[Transition]:
-        rec = self.protocols[side].engine.get(TaskKey(self.requester_id, task_id))
+        rec = self.protocols[side].view.get(TaskKey(self.requester_id, task_id))
         return rec.history if rec is not None else []
 
     def _observer(self, side: Side) -> Callable[[MessageEvent], None]:

@@ -35,10 +35,7 @@ PROBE_CACHE = 1.0
 
 def is_draining(protocol: P2PProtocol) -> bool:
     """The runtime's drain flag (one seam, so a richer drain lifecycle plugs in here)."""
-    flag = getattr(protocol, "draining", None)
-    if isinstance(flag, bool):
-        return flag
-    return bool(protocol.engine.draining)
+    return protocol.view.draining
 
 
 @dataclass(frozen=True, slots=True)

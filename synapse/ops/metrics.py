@@ -172,7 +172,7 @@ class _RuntimeGauges(Collector):
             # leave memory (docs/durability.md, "Running for months").
             counts = Tally(
                 (rec.role.value, rec.state.value)
-                for rec in protocol.engine.tasks.values()
+                for rec in protocol.view.records()
                 if not rec.is_final
             )
             for (role, final), n in protocol.store.count_finished().items():
@@ -182,9 +182,7 @@ class _RuntimeGauges(Collector):
             depth.add_metric([], protocol.pending_deliveries)
             oldest = protocol.oldest_pending_since()
             age.add_metric([], max(0.0, protocol.clock() - oldest) if oldest is not None else 0.0)
-            dead.add_metric(
-                [], sum(len(rec.dead_letters) for rec in protocol.engine.tasks.values())
-            )
+            dead.add_metric([], sum(len(rec.dead_letters) for rec in protocol.view.records()))
             for partner, ok in sorted(protocol.partner_status().items()):
                 reachable.add_metric([partner], 1 if ok else 0)
         yield from (tasks, depth, age, dead, reachable)

@@ -56,6 +56,7 @@ from synapse.p2p.persistence import (
 from synapse.p2p.sender import CallbackSender, DeliveryError
 from synapse.p2p.states import Event
 from synapse.p2p.stream import EventStream
+from synapse.p2p.view import RuntimeView
 from synapse.types import (
     CapabilityResponse,
     CapabilityResponsePayload,
@@ -84,6 +85,7 @@ from synapse.types import (
     decode_typed,
     encode_message,
 )
+from synapse.types.codec import IdFactory
 
 log = get_logger("synapse.p2p")
 
@@ -309,10 +311,13 @@ class P2PProtocol:
         sender: CallbackSender | None = None,
         store: TaskStore | None = None,
         clock: Callable[[], float] = time.time,
+        ids: IdFactory | None = None,
     ) -> None:
         self.config = config or P2PConfig()
         self.store: TaskStore = store or MemoryStore()
-        self.engine = Engine(agent_id=agent_id, endpoint=endpoint, config=self.config)
+        self.engine = Engine(agent_id=agent_id, endpoint=endpoint, config=self.config, ids=ids)
+        #: What the layers above may read of the tasks (they never touch `engine`).
+        self.view = RuntimeView(self.engine)
         # Finished tasks leave memory (see `_evict`); the engine finds them in the store.
         self.engine.finished_lookup = self.store.get_task
         if isinstance(self.store, MemoryStore):

@@ -159,7 +159,7 @@ class Relay:
 
     def human_rejection(self) -> str | None:
         """Why the original requester's person rejected the task, if that is why it stopped."""
-        rec = self.router.peer.protocol.engine.get(self.ctx.key)
+        rec = self.router.peer.protocol.view.get(self.ctx.key)
         if rec is None or rec.error is None:
             return None
         if rec.error.code == ErrorCode.PERMISSION_DENIED.value and rec.need_human is not None:
@@ -320,7 +320,7 @@ class Router:
     def _bind(self, protocol: Any) -> None:
         # Until the pool is first discovered the router knows no partner: new tasks get 503
         # `agent_not_ready` ("starting"), which requesters retry, not `capability_lacking`.
-        protocol.engine.ready = False
+        protocol.ready = False
         protocol.set_task_handler(self.handler)
         protocol.set_callback_sender(self.sender)
         protocol.observers.append(self._observe)
@@ -352,7 +352,7 @@ class Router:
         self._session = aiohttp.ClientSession(connector=connector)
         await self._cancel_orphans()
         await self.refresh()
-        self.peer.protocol.engine.ready = True
+        self.peer.protocol.ready = True
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="synapse-router")
         log.info("router_started", agent_id=self.peer.agent_id, pool=self.status())
 
@@ -361,13 +361,10 @@ class Router:
         the engine failed the tasks this router was routing ("interrupted by restart"), and
         their partners must not go on with them for nobody."""
         protocol = self.peer.protocol
-        engine = protocol.engine
-        live = {
-            rec.task_id
-            for rec in engine.tasks.values()
-            if rec.role is Role.EXECUTOR and not rec.is_final
-        }
-        for key, rec in list(engine.tasks.items()):
+        records = protocol.view.records()
+        live = {rec.task_id for rec in records if rec.role is Role.EXECUTOR and not rec.is_final}
+        for rec in records:
+            key = rec.key
             parent = rec.context.parent_task_id if rec.context is not None else None
             if (
                 rec.role is Role.REQUESTER
@@ -453,7 +450,7 @@ class Router:
 
     def _abandoned(self, task_id: str) -> bool:
         """A sub-task whose request we answered as unreachable (it ended `rejected`)."""
-        rec = self.peer.protocol.engine.get(TaskKey(self.peer.agent_id, task_id))
+        rec = self.peer.protocol.view.get(TaskKey(self.peer.agent_id, task_id))
         return rec is None or rec.state is TaskState.REJECTED
 
     def _lost(self, name: str) -> None:

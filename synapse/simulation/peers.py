@@ -246,6 +246,7 @@ class Incarnation:
             config=node_.config,
             store=store,
             serve=False,
+            ids=CountingIds(prefix=f"{node_.name}{number}-"),
         )
         self.peer.client = HttpClient(
             node_.config,
@@ -258,7 +259,6 @@ class Incarnation:
 
     def _wire_protocol(self, protocol: P2PProtocol) -> None:
         protocol.clock = self.node.clock
-        protocol.engine.ids = CountingIds(prefix=f"{self.node.name}{self.number}-")
         protocol.listeners.append(_Watcher(self._wake))
 
     def _wire_server(self, server: SynapseServer) -> None:
@@ -321,7 +321,8 @@ class Incarnation:
         while True:
             now = loop.time()
             due: list[float] = []
-            for key, rec in list(protocol.engine.tasks.items()):
+            for rec in protocol.view.records():
+                key = rec.key
                 plan = plans.get(key)
                 if plan is None or rec.is_final or key not in self.node.submitted:
                     continue
@@ -382,7 +383,7 @@ class Incarnation:
         key = protocol.task_key_of(message)
         if key is None:
             return
-        rec = protocol.engine.get(key) or protocol.store.get_task(key)
+        rec = protocol.view.get(key) or protocol.store.get_task(key)
         if rec is not None and any(t.message_id == message.id for t in rec.history):
             self.node.applied.add((key, message.id))
 
@@ -397,7 +398,7 @@ class Incarnation:
 
     def record(self, key: TaskKey) -> TaskRecord | None:
         protocol = self.peer.protocol
-        return protocol.engine.get(key) or protocol.store.get_task(key)
+        return protocol.view.get(key) or protocol.store.get_task(key)
 
 
 def first_final(rec: TaskRecord) -> int | None:

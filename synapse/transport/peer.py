@@ -44,6 +44,7 @@ from synapse.types import (
     SynapseError,
     TaskContext,
 )
+from synapse.types.codec import IdFactory
 from synapse.types.signing import Secrets, secrets_of
 
 #: What the app's body limit adds to the callback route's (an A2A request's JSON-RPC frame).
@@ -95,6 +96,7 @@ class Peer:
         tls: TLSConfig | None = None,
         allow_shared_secrets: bool = False,
         http_limits: HttpLimits | None = None,
+        ids: IdFactory | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.partners = (
@@ -118,6 +120,9 @@ class Peer:
         self.allow_shared_secrets = allow_shared_secrets
         #: Timeouts and connection cap of the server (see `synapse.transport.guard`).
         self.http_limits = http_limits or HttpLimits()
+        #: Where message and task ids come from (random by default; `CountingIds` makes a
+        #: run repeatable, as the simulation's).
+        self.ids = ids
         self.client = HttpClient(self.config, tls=tls)
         self._runner: web.AppRunner | None = None
         self._site: GuardedSite | None = None
@@ -179,6 +184,7 @@ class Peer:
             handler=self.handler,
             sender=HttpSender(self.client, self.partners, self.signing_mode),
             store=self.store,
+            ids=self.ids,
         )
         for protocol_hook in self.protocol_hooks:
             protocol_hook(self._protocol)

@@ -359,8 +359,9 @@ class Console(RuntimeListener):
 
     def _task_list(self, state: str | None = None) -> list[dict[str, Any]]:
         now = self.protocol.clock()
-        engine = self.protocol.engine
-        records = [r for r in engine.tasks.values() if state is None or r.state.value == state]
+        records = [
+            r for r in self.protocol.view.records() if state is None or r.state.value == state
+        ]
         # Finished tasks leave memory for the store (docs/durability.md): the newest of them.
         finished = FINAL_STATES if state is None else FINAL_STATES & {TaskState(state)}
         if finished:
@@ -369,7 +370,7 @@ class Console(RuntimeListener):
                 limit=LIST_LIMIT, where=TaskFilter(states=frozenset(finished))
             )
             for row in rows:
-                rec = engine.get(row.key) if row.key not in held else None
+                rec = self.protocol.view.get(row.key) if row.key not in held else None
                 if rec is not None:
                     records.append(rec)
         # Waiting for a person first, then the newest: a person's questions are never cut off.
@@ -389,7 +390,7 @@ class Console(RuntimeListener):
     async def api_task(self, request: web.Request) -> web.Response:
         self._require(request)
         key = TaskKey(request.match_info["requester"], request.match_info["task_id"])
-        rec = self.protocol.engine.get(key)
+        rec = self.protocol.view.get(key)
         if rec is None:
             raise _error(404, "no such task")
         return web.json_response(task_view(rec, self.protocol.clock(), detail=True))
@@ -413,7 +414,7 @@ class Console(RuntimeListener):
     def _waiting(self, request: web.Request, states: frozenset[TaskState]) -> TaskHandle:
         """The handle of our requester task named in the URL, if it is in one of `states`."""
         key = TaskKey(self.peer.agent_id, request.match_info["task_id"])
-        rec = self.protocol.engine.get(key)
+        rec = self.protocol.view.get(key)
         handle = self.protocol.handle(key) if rec is not None else None
         if rec is None or handle is None:
             raise _error(404, "no such task requested by this peer")
