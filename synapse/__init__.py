@@ -48,6 +48,7 @@ _EXPORTS = {
     "TaskAbandoned": "synapse.p2p.protocol",
     "TaskUndeliverable": "synapse.p2p.protocol",
     # errors
+    "SynapseException": "synapse.types.errors",
     "ProtocolError": "synapse.types.errors",
     "RemoteProtocolError": "synapse.types.errors",
     "LocalProtocolError": "synapse.types.errors",
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
         LocalProtocolError,
         ProtocolError,
         RemoteProtocolError,
+        SynapseException,
     )
 
 
@@ -94,6 +96,7 @@ __all__ = [
     "Reason",
     "RemoteProtocolError",
     "ResumableHandler",
+    "SynapseException",
     "TaskAbandoned",
     "TaskEvent",
     "TaskEventKind",

@@ -13,6 +13,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
+from synapse.types.errors import SynapseException
+
 #: The `domain` of `google.rpc.ErrorInfo` details, as the SDK writes it.
 ERROR_DOMAIN = "a2a-protocol.org"
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
@@ -115,7 +117,7 @@ GRPC_FALLBACK: dict[str, A2ACode] = {
 _BY_REASON: dict[str, A2ACode] = {}
 
 
-class A2AError(Exception):
+class A2AError(SynapseException):
     """An A2A JSON-RPC error: raised by the server binding, and by the client when an agent
     answered with one (`code` may then be a code this package does not know)."""
 

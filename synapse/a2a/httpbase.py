@@ -9,7 +9,7 @@ from aiohttp import web
 
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
-from synapse.types import SynapseError
+from synapse.types import RemoteProtocolError
 from synapse.types.ijson import parse_i_json
 
 
@@ -26,7 +26,7 @@ async def read_json(request: web.Request, limit: int) -> Any:
     # invalid request, before anything else sees the body.
     try:
         return parse_i_json(bytes(raw))
-    except SynapseError as exc:
+    except RemoteProtocolError as exc:
         if (exc.details or {}).get("reason") == "nested too deeply":
             raise A2AError(A2ACode.INVALID_REQUEST, f"Invalid request: {exc.message}") from None
         raise A2AError(A2ACode.PARSE_ERROR, f"Parse error: {exc.message}") from None

@@ -22,6 +22,7 @@ from synapse.a2a.operations import METHODS
 from synapse.a2a.routes import ROUTE_OF, ROUTES, Route, match
 from synapse.a2a.service import Subscription
 from synapse.p2p.logs import get_logger
+from synapse.types.errors import SynapseException
 
 if TYPE_CHECKING:
     from synapse.a2a.host import BindingHost
@@ -121,7 +122,7 @@ class RestBinding:
         return response
 
 
-class _NotAllowed(Exception):
+class _NotAllowed(SynapseException):
     def __init__(self, allowed: str) -> None:
         super().__init__(allowed)
         self.allowed = allowed

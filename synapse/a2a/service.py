@@ -70,8 +70,8 @@ from synapse.types import (
     MessageType,
     Nack,
     NackPayload,
+    RemoteProtocolError,
     Sender,
-    SynapseError,
     TaskAck,
     TaskAckPayload,
     TaskCancel,
@@ -403,7 +403,7 @@ class A2AService:
             # were rolled back by `handle_message`; leave no view behind either.
             view.unsubscribe(queue)
             del self.tasks[task_id]
-            if isinstance(exc, SynapseError):
+            if isinstance(exc, RemoteProtocolError):
                 raise _from_synapse(exc, task_id) from None
             raise
         self._apply_decision(view, reply)
@@ -456,7 +456,7 @@ class A2AService:
         queue = view.subscribe()
         try:
             reply = await self.protocol.handle_message(envelope)
-        except SynapseError as exc:
+        except RemoteProtocolError as exc:
             view.unsubscribe(queue)
             raise _from_synapse(exc, view.id) from None
         if isinstance(reply, TaskAck) and not view.is_terminal:
@@ -512,7 +512,7 @@ class A2AService:
         envelope = self._envelope(TaskCancel, payload, view.principal)
         try:
             await self.protocol.handle_message(envelope)
-        except SynapseError as exc:
+        except RemoteProtocolError as exc:
             if exc.code is ErrorCode.TASK_ALREADY_COMPLETED:
                 raise A2AError(
                     A2ACode.TASK_NOT_CANCELABLE,
@@ -939,7 +939,7 @@ def check_history_length(value: int | None) -> None:
         raise invalid_params("history length must be non-negative", path="historyLength")
 
 
-def _from_synapse(exc: SynapseError, task_id: str) -> A2AError:
+def _from_synapse(exc: RemoteProtocolError, task_id: str) -> A2AError:
     """A Synapse refusal of an in-process message, as an A2A error."""
     meta = {"synapseCode": exc.code.value, "taskId": task_id}
     if exc.code is ErrorCode.AGENT_NOT_READY:

@@ -32,6 +32,7 @@ from synapse.types import (
     TaskResult,
     TaskState,
 )
+from synapse.types.errors import SynapseException
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -76,7 +77,7 @@ class Answerable(Protocol):
 H = TypeVar("H", bound=Answerable)
 
 
-class NoAnswer(Exception):
+class NoAnswer(SynapseException):
     """stdin closed while an answer was needed."""
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from synapse.types.errors import SynapseException
+
 
 class Exit(IntEnum):
     """What `synapse`'s exit status means (docs/cli.md)."""
@@ -18,7 +20,7 @@ class Exit(IntEnum):
     """A bug in synapse itself (EX_SOFTWARE)."""
 
 
-class CliError(Exception):
+class CliError(SynapseException):
     """An error for the person at the terminal: printed as one line, then exit with `status`."""
 
     def __init__(self, message: str, status: Exit = Exit.USAGE) -> None:

@@ -7,7 +7,7 @@ from typing import TextIO
 from synapse.cli.client import ClientSetup, exchange_error, start_peer, to_json
 from synapse.cli.errors import Exit
 from synapse.p2p.sender import DeliveryError
-from synapse.types import CapabilityResponsePayload, SynapseError
+from synapse.types import CapabilityResponsePayload, RemoteProtocolError
 
 
 async def run_caps(setup: ClientSetup, out: TextIO, *, task_type: str | None, as_json: bool) -> int:
@@ -15,7 +15,7 @@ async def run_caps(setup: ClientSetup, out: TextIO, *, task_type: str | None, as
     await start_peer(peer, None)
     try:
         payload = await peer.capabilities(setup.target.agent_id, task_type)
-    except (SynapseError, DeliveryError) as exc:
+    except (RemoteProtocolError, DeliveryError) as exc:
         raise exchange_error(exc, setup) from exc
     finally:
         await peer.close(0)
@@ -44,7 +44,7 @@ async def run_ping(setup: ClientSetup, out: TextIO, *, as_json: bool) -> int:
     await start_peer(peer, None)
     try:
         payload, elapsed = await peer.ping(setup.target.agent_id)
-    except (SynapseError, DeliveryError) as exc:
+    except (RemoteProtocolError, DeliveryError) as exc:
         raise exchange_error(exc, setup) from exc
     finally:
         await peer.close(0)

@@ -24,6 +24,7 @@ from typing import Any, TextIO, cast
 from synapse.conformance.checks import CHECKS, Timing
 from synapse.conformance.kit import DEFAULT_KIT_ID, DEFAULT_LISTEN, parse_listen, run_conformance
 from synapse.p2p.logs import EventHandler
+from synapse.types.errors import SynapseException
 
 DESCRIPTION = """\
 Check a running Synapse peer against the wire specification (specs/protocol.md in the Synapse
@@ -157,7 +158,7 @@ _SETTINGS = {
 _TRUE = {"1", "true", "yes", "on"}
 
 
-class _UsageError(Exception):
+class _UsageError(SynapseException):
     pass
 
 

@@ -44,8 +44,8 @@ from synapse.types import (
     Message,
     Nack,
     NackPayload,
+    RemoteProtocolError,
     Sender,
-    SynapseError,
     TaskAck,
     TaskAckPayload,
     TaskState,
@@ -313,7 +313,7 @@ class CallbackListener:
         try:
             value = parse_i_json(body)
             message = decode_message(body)
-        except SynapseError as exc:
+        except RemoteProtocolError as exc:
             self.problems.append(
                 f"a callback is not a valid envelope: {exc.message} ({short(body)})"
             )

@@ -23,7 +23,7 @@ from synapse.transport.partners import same_endpoint
 from synapse.types import (
     SIGNATURE_HEADER,
     Message,
-    SynapseError,
+    RemoteProtocolError,
     body_signature,
     decode_message,
     format_timestamp,
@@ -33,6 +33,7 @@ from synapse.types import (
     verify_body_signature,
     verify_header_signature,
 )
+from synapse.types.errors import SynapseException
 
 #: How a request is signed: in the `X-Synapse-Signature` header, in the body's `signature`
 #: member, or not at all.
@@ -44,7 +45,7 @@ UNSIGNED_CODES = frozenset({"message_format_invalid", "permission_denied"})
 SIGNED_CODES = frozenset({"invalid_params", "task_not_found", "task_already_completed"})
 
 
-class CheckFailed(Exception):
+class CheckFailed(SynapseException):
     """The target did something specs/protocol.md forbids; the message is the reason shown."""
 
 
@@ -53,7 +54,7 @@ class TargetUnreachable(CheckFailed):
     checked, and the command line says so with exit status 2, as for any unreachable peer."""
 
 
-class Skip(Exception):
+class Skip(SynapseException):
     """The check cannot run (a prerequisite is missing); the message says why."""
 
 
@@ -309,7 +310,7 @@ class RawClient:
         try:
             exchange.message = decode_message(exchange.reply_body)
             exchange.value = json.loads(exchange.reply_body)
-        except SynapseError as exc:
+        except RemoteProtocolError as exc:
             exchange.malformed = exc.message
         except ValueError as exc:  # pragma: no cover - decode_message judged it I-JSON
             exchange.malformed = str(exc)

@@ -50,7 +50,7 @@ from synapse.types import (
     Nack,
     NackPayload,
     Reason,
-    SynapseError,
+    RemoteProtocolError,
     TaskError,
     TaskRequest,
     TaskResult,
@@ -616,7 +616,7 @@ class World:
         checkpoint = engine.checkpoint(message)
         try:
             step = engine.receive(message, self.now)
-        except SynapseError as refused:
+        except RemoteProtocolError as refused:
             if before_engine is not None and engine.snapshot() != before_engine.snapshot():
                 self.violation(
                     "a_refusal_changes_nothing",

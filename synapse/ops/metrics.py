@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from synapse.p2p.listener import RuntimeListener
 from synapse.transport.http1_server import LEAN_CALLBACKS
-from synapse.types import Message, MessageType, Nack, SynapseError
+from synapse.types import Message, MessageType, Nack, RemoteProtocolError
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
@@ -279,7 +279,7 @@ class PeerMetrics(RuntimeListener):
     def on_transition(self, transition: Transition) -> None:
         self._transitions(transition.role, transition.from_state, transition.to_state)
 
-    def on_refused(self, message: Message, error: SynapseError) -> None:
+    def on_refused(self, message: Message, error: RemoteProtocolError) -> None:
         self._received_types.pop(message.id, None)
         self._received(message.message_type, "refused")
 
@@ -321,7 +321,7 @@ class PeerMetrics(RuntimeListener):
 
     # --- transport hooks --------------------------------------------------------------------
 
-    def on_nack_sent(self, error: SynapseError) -> None:
+    def on_nack_sent(self, error: RemoteProtocolError) -> None:
         self._nacks_sent(error.code)
 
     def on_retry(self, message: Any, attempt: int) -> None:

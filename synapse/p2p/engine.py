@@ -64,8 +64,8 @@ from synapse.types import (
     NackPayload,
     Priority,
     Reason,
+    RemoteProtocolError,
     Sender,
-    SynapseError,
     TaskAck,
     TaskAckPayload,
     TaskCancel,
@@ -458,8 +458,8 @@ def _at(now: float) -> datetime:
     return datetime.fromtimestamp(now, UTC)
 
 
-def _not_found(task_id: str) -> SynapseError:
-    return SynapseError(
+def _not_found(task_id: str) -> RemoteProtocolError:
+    return RemoteProtocolError(
         ErrorCode.TASK_NOT_FOUND, f"no task {task_id!r} with this sender", {"task_id": task_id}
     )
 
@@ -738,7 +738,7 @@ class Engine:
     def receive(self, message: Message, now: float) -> Step:
         """Apply a POSTed message from an authenticated partner; `step.reply` answers it.
 
-        Raises `SynapseError` (and changes nothing) when the message is refused: only an
+        Raises `RemoteProtocolError` (and changes nothing) when the message is refused: only an
         accepted message is a sign of life of its sender.
         """
         step = Step()
@@ -754,7 +754,7 @@ class Engine:
         elif isinstance(message, CapabilityQuery):
             step.reply = self._capability_response(message, now)
         else:
-            raise SynapseError(
+            raise RemoteProtocolError(
                 ErrorCode.INVALID_PARAMS,
                 f"{message.message_type.value} is only ever a synchronous reply",
                 {"reason": "reply_only_type"},
@@ -786,18 +786,18 @@ class Engine:
                 step.reply = self._decision_reply(existing, message, now)
                 return
             if existing.is_final:
-                raise SynapseError(
+                raise RemoteProtocolError(
                     ErrorCode.TASK_ALREADY_COMPLETED,
                     f"task {spec.id!r} is already {existing.state.value}",
                     {"state": existing.state.value, "task_id": spec.id},
                 )
-            raise SynapseError(
+            raise RemoteProtocolError(
                 ErrorCode.INVALID_PARAMS,
                 f"task id {spec.id!r} is already in use for another task",
                 {"reason": "task_id_in_use", "task_id": spec.id},
             )
         if not self.ready or self.draining:
-            raise SynapseError(
+            raise RemoteProtocolError(
                 ErrorCode.AGENT_NOT_READY,
                 "draining: not accepting new tasks" if self.draining else "starting up",
                 {"reason": "draining" if self.draining else "starting"},
@@ -992,7 +992,7 @@ class Engine:
             event = Event.RECV_HUMAN_APPROVE if approve else Event.RECV_HUMAN_REJECT
             next_state(rec.role, rec.state, event)  # refuse a wrong state before the payload
             if message.payload.reply_to != rec.need_human_id:
-                raise SynapseError(
+                raise RemoteProtocolError(
                     ErrorCode.INVALID_PARAMS,
                     "human_decision.reply_to is not the pending task_need_human",
                     {"reason": "reply_to_mismatch", "expected": rec.need_human_id},

@@ -21,6 +21,7 @@ from synapse.types import (
     TaskSpec,
     TaskState,
 )
+from synapse.types.errors import SynapseException
 
 
 @runtime_checkable
@@ -180,7 +181,7 @@ class ExecutionContext:
         )
 
 
-class TaskFailure(Exception):
+class TaskFailure(SynapseException):
     """Raised by `execute_task` to fail the task with exactly this `task_failed.error`
     (any other exception becomes a recoverable `execution_failed`). A router relaying a
     partner's failure uses it to pass the partner's code on unchanged."""

@@ -18,7 +18,7 @@ from synapse.types import Message
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
     from synapse.p2p.sender import DeliveryError
-    from synapse.types import SynapseError
+    from synapse.types import RemoteProtocolError
 
 
 #: `in`: a POSTed message we received; `reply_out`: our synchronous reply to it;
@@ -42,7 +42,7 @@ class RuntimeListener:
     def on_message(self, event: MessageEvent) -> None:
         """A message crossed this peer (see `MessageEvent.direction`)."""
 
-    def on_refused(self, message: Message, error: SynapseError) -> None:
+    def on_refused(self, message: Message, error: RemoteProtocolError) -> None:
         """We refused an authenticated incoming message (the transport answers a nack)."""
 
     def on_transition(self, transition: Transition) -> None:

@@ -23,6 +23,7 @@ from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
 from synapse.p2p.packed import record_packer
 from synapse.types import TaskState
+from synapse.types.errors import SynapseException
 
 
 class OutboxItem(msgspec.Struct, frozen=True, gc=False):
@@ -109,7 +110,7 @@ class Snapshot:
     dedup: list[DedupEntry] = field(default_factory=list)
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(SynapseException):
     """A commit failed (the database is locked, the disk full, a file unwritable).
 
     Nothing of the failed batch was written. Its writes stay buffered and the next `commit`

@@ -75,8 +75,8 @@ from synapse.types import (
     NackPayload,
     Priority,
     Reason,
+    RemoteProtocolError,
     Sender,
-    SynapseError,
     TaskContext,
     TaskError,
     TaskRejectPayload,
@@ -86,6 +86,7 @@ from synapse.types import (
     encode_message,
 )
 from synapse.types.codec import IdFactory
+from synapse.types.errors import SynapseException
 
 log = get_logger("synapse.p2p")
 
@@ -129,7 +130,7 @@ class Receipt:
 
     reply: Message | None
     #: The refusal when the message was refused (`reply` is then None); it changed nothing.
-    error: SynapseError | None
+    error: RemoteProtocolError | None
     #: The task the message is about, if any.
     task_id: str | None
     #: The task's state before the message (None: no such task here, or not asked for).
@@ -138,7 +139,7 @@ class Receipt:
     to_state: TaskState | None
 
 
-class TaskAbandoned(Exception):
+class TaskAbandoned(SynapseException):
     """The requester gave up on a task by itself: its executor fell silent past
     `task_timeout` plus the heartbeat-loss time, the deadline passed, or the executor
     answered `task_not_found`. `outcome` is the local failure (`state` failed)."""
@@ -376,7 +377,7 @@ class P2PProtocol:
     ) -> Message:
         """Apply a POSTed message from an authenticated partner and return the reply.
 
-        Raises `SynapseError` when the message is refused (the transport answers a `nack`).
+        Raises `RemoteProtocolError` when the message is refused (the transport answers a `nack`).
         With `commit` (the default) its effects are durable when this returns, or, when the
         store cannot write them, undone (engine and store alike, nothing started or sent)
         and the message refused with a retryable `agent_not_ready`. `stage(reply)`, called
@@ -394,7 +395,7 @@ class P2PProtocol:
         checkpoint = self.engine.checkpoint(message) if commit else None
         try:
             step = self.engine.receive(message, self.clock())
-        except SynapseError as exc:
+        except RemoteProtocolError as exc:
             self._notify("on_refused", message, exc)
             log.info(
                 "message_refused",
@@ -439,7 +440,7 @@ class P2PProtocol:
                         self.release(key)
                 if not isinstance(exc, StoreUnavailable):
                     raise
-                raise SynapseError(
+                raise RemoteProtocolError(
                     ErrorCode.AGENT_NOT_READY,
                     "cannot store the message's effects; retry later",
                     {"reason": "store_unavailable"},
@@ -470,7 +471,7 @@ class P2PProtocol:
         before = self._state_of(key) if states else None
         try:
             reply = await self.handle_message(message, stage=stage)
-        except SynapseError as error:
+        except RemoteProtocolError as error:
             return Receipt(None, error, task_id, before, before)
         return Receipt(reply, None, task_id, before, self._state_of(key) if states else None)
 
@@ -1358,10 +1359,12 @@ class P2PProtocol:
             self.apply(self.engine.on_timer(now))
 
 
-def _unexpected(reply: Message) -> SynapseError:
+def _unexpected(reply: Message) -> RemoteProtocolError:
     if isinstance(reply, Nack):
-        return SynapseError(_code(reply.payload.code), reply.payload.message, reply.payload.details)
-    return SynapseError(
+        return RemoteProtocolError(
+            _code(reply.payload.code), reply.payload.message, reply.payload.details
+        )
+    return RemoteProtocolError(
         ErrorCode.INVALID_PARAMS, f"unexpected reply {reply.message_type.value}", None
     )
 

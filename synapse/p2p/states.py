@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from enum import StrEnum
 
-from synapse.types import REPLY_ONLY_TYPES, ErrorCode, MessageType, SynapseError, TaskState
+from synapse.types import REPLY_ONLY_TYPES, ErrorCode, MessageType, RemoteProtocolError, TaskState
 
 S = TaskState
 
@@ -182,7 +182,7 @@ TRANSITIONS: Mapping[Role, Mapping[TaskState, Mapping[Event, TaskState]]] = {
 }
 
 
-class TransitionError(SynapseError):
+class TransitionError(RemoteProtocolError):
     """A received message that the task's current state does not allow (the peer's fault)."""
 
     def __init__(self, role: Role, state: TaskState, event: Event) -> None:

@@ -54,7 +54,7 @@ from synapse.types import (
     MissingField,
     Priority,
     Reason,
-    SynapseError,
+    RemoteProtocolError,
     TaskContext,
     TaskError,
     TaskResult,
@@ -485,7 +485,7 @@ class Router:
         try:
             caps = await protocol.query_capabilities(member.name)
             heartbeat, _ = await protocol.ping(member.name)
-        except (DeliveryError, SynapseError) as exc:
+        except (DeliveryError, RemoteProtocolError) as exc:
             raise RuntimeError(str(exc)) from exc
         if caps.agent_id != member.name:
             raise RuntimeError(f"capability_response names {caps.agent_id!r}")

@@ -17,10 +17,12 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
+from synapse.types.errors import SynapseException
+
 T = TypeVar("T")
 
 
-class Stalled(RuntimeError):
+class Stalled(SynapseException, RuntimeError):
     """Nothing can ever run again: every task waits for something no timer will bring."""
 
 

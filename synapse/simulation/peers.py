@@ -42,7 +42,13 @@ from synapse.transport.client import HttpClient
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.transport.server import SynapseServer
-from synapse.types import LocalProtocolError, MissingField, SynapseError, TaskError, TaskState
+from synapse.types import (
+    LocalProtocolError,
+    MissingField,
+    RemoteProtocolError,
+    TaskError,
+    TaskState,
+)
 from synapse.types.codec import CountingIds, decode_typed
 
 #: Where every node's wall clock starts (plus its offset).
@@ -300,7 +306,7 @@ class Incarnation:
                 {**plan.script.payload()},
                 task_id=plan.task_id,
             )
-        except (LocalProtocolError, SynapseError) as exc:
+        except (LocalProtocolError, RemoteProtocolError) as exc:
             self.node.trace(f"submit {plan.task_id} refused: {exc}")
             if self.record(plan.key) is not None:
                 # The submit before the crash was durable, and never returned: the caller
@@ -361,7 +367,7 @@ class Incarnation:
                 await handle.approve()
             else:
                 await handle.reject("no")
-        except (LocalProtocolError, SynapseError) as exc:
+        except (LocalProtocolError, RemoteProtocolError) as exc:
             self.node.trace(f"{self.node.name} could not {what} {key.task_id}: {exc}")
             return
         self.node.trace(f"{self.node.name}#{self.number} person: {what} {key.task_id}")
@@ -377,7 +383,7 @@ class Incarnation:
             return
         try:
             message = decode_typed(body)
-        except SynapseError:
+        except RemoteProtocolError:
             return
         protocol = self.peer.protocol
         key = protocol.task_key_of(message)

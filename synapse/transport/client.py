@@ -39,7 +39,7 @@ from synapse.transport.retry import RetriesExhausted, Transient, retrying
 from synapse.transport.tls import TLSConfig
 from synapse.types.codec import decode_typed, encode_message, refreshed, utc_now
 from synapse.types.enums import REPLY_ONLY_TYPES
-from synapse.types.errors import DeliveryError, LocalProtocolError, SynapseError
+from synapse.types.errors import DeliveryError, LocalProtocolError, RemoteProtocolError
 from synapse.types.ijson import parse_i_json
 from synapse.types.messages import Envelope, Message, Nack
 from synapse.types.signing import (
@@ -163,7 +163,7 @@ def judge_reply(
     try:
         parse_i_json(body)
         message = decode_typed(body)
-    except SynapseError as exc:
+    except RemoteProtocolError as exc:
         raise refuse(_not_an_envelope(status, body, exc)) from exc
     verified = bool(partner.secrets) and (
         signature is not None and verify_header_signature(partner.secrets, body, signature)
@@ -190,7 +190,7 @@ def judge_reply(
     return Reply(status=status, message=message, verified=verified, body=body, attempts=attempts)
 
 
-def _not_an_envelope(status: int, body: bytes, error: SynapseError) -> str:
+def _not_an_envelope(status: int, body: bytes, error: RemoteProtocolError) -> str:
     """Why a reply is not a Synapse envelope, in terms a person recognizes (a 404 page is a
     wrong URL, not "Extra data")."""
     text = body.lstrip()[:200]

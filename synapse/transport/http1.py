@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
+from synapse.types.errors import SynapseException
+
 #: The longest response head (status line and headers) accepted.
 MAX_HEAD = 64 * 1024
 _CRLF = b"\r\n"
@@ -48,11 +50,11 @@ _TOKEN_CHARS = frozenset(
 )
 
 
-class MalformedResponse(Exception):
+class MalformedResponse(SynapseException):
     """The server's answer is not HTTP/1.x framing this client can trust."""
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(SynapseException):
     """The response body is larger than allowed."""
 
     def __init__(self, limit: int, status: int) -> None:
@@ -61,11 +63,11 @@ class BodyTooLarge(Exception):
         self.status = status
 
 
-class ConnectFailed(ConnectionError):
+class ConnectFailed(SynapseException, ConnectionError):
     """No connection to the partner could be made: nothing was sent."""
 
 
-class ConnectionDropped(ConnectionError):
+class ConnectionDropped(SynapseException, ConnectionError):
     """The connection ended before the whole response was read."""
 
 

@@ -36,7 +36,7 @@ from synapse.types.codec import (
     format_timestamp,
 )
 from synapse.types.enums import REPLY_ONLY_TYPES
-from synapse.types.errors import ErrorCode, SynapseError
+from synapse.types.errors import ErrorCode, RemoteProtocolError, SynapseException
 from synapse.types.ijson import parse_i_json_noting_floats
 from synapse.types.messages import Envelope, Nack, Sender
 from synapse.types.payloads import NackPayload
@@ -77,7 +77,7 @@ class Inbound:
         return (self.head.from_.agent_id, self.head.id)
 
 
-class Refused(Exception):
+class Refused(SynapseException):
     """An incoming POST refused by one of the checks; answer with a nack built from `error`.
 
     `sign_with` is the partner whose secret signs that nack, or None when it must go
@@ -86,7 +86,7 @@ class Refused(Exception):
 
     def __init__(
         self,
-        error: SynapseError,
+        error: RemoteProtocolError,
         sign_with: Partner | None = None,
         *,
         request_id: str | None = None,
@@ -148,8 +148,8 @@ _FINGERPRINT_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), e
 _SORTED_ENCODER = msgspec.json.Encoder(order="sorted")
 
 
-def _denied(reason: str, message: str, **details: Any) -> SynapseError:
-    return SynapseError(ErrorCode.PERMISSION_DENIED, message, {"reason": reason, **details})
+def _denied(reason: str, message: str, **details: Any) -> RemoteProtocolError:
+    return RemoteProtocolError(ErrorCode.PERMISSION_DENIED, message, {"reason": reason, **details})
 
 
 def _claims(value: Any) -> tuple[str | None, str | None]:
@@ -199,7 +199,7 @@ def authenticate(
     """
     if len(body) > config.max_body_size:
         raise Refused(
-            SynapseError(
+            RemoteProtocolError(
                 ErrorCode.MESSAGE_FORMAT_INVALID,
                 f"body of {len(body)} bytes exceeds the limit of {config.max_body_size}",
                 {"reason": "too_large", "max_body_size": config.max_body_size},
@@ -208,7 +208,7 @@ def authenticate(
         )
     try:
         value, floats = parse_i_json_noting_floats(body)
-    except SynapseError as exc:
+    except RemoteProtocolError as exc:
         raise Refused(exc) from None
     request_id, sender_id = _claims(value)
     try:
@@ -218,11 +218,11 @@ def authenticate(
         if isinstance(version, str) and _VERSION.fullmatch(version):
             check_version(version)
         head = decode_head(body)
-    except SynapseError as exc:
+    except RemoteProtocolError as exc:
         raise Refused(exc, request_id=request_id, sender_id=sender_id) from None
     assert isinstance(value, dict)  # decode_head accepted an object
 
-    def refuse(error: SynapseError, sign_with: Partner | None = None) -> Refused:
+    def refuse(error: RemoteProtocolError, sign_with: Partner | None = None) -> Refused:
         return Refused(error, sign_with, request_id=head.id, sender_id=head.from_.agent_id)
 
     partner = partners.get(head.from_.agent_id)
@@ -230,7 +230,7 @@ def authenticate(
         raise refuse(_denied("unknown_partner", f"unknown partner {head.from_.agent_id!r}"))
     try:
         signed_by = _check_signature(partner, body, value, signature_header)
-    except SynapseError as exc:
+    except RemoteProtocolError as exc:
         raise refuse(exc) from None
     age = (now - head.timestamp).total_seconds()
     if abs(age) > config.replay_window:
@@ -251,7 +251,7 @@ def authenticate(
     # Verified from here on: this refusal is signed (specs/protocol.md, 'Signatures').
     if head.type in REPLY_ONLY_TYPES:
         raise refuse(
-            SynapseError(
+            RemoteProtocolError(
                 ErrorCode.INVALID_PARAMS,
                 f"{head.type.value} is only ever a reply, never a request",
                 {"reason": "reply_only_type", "path": "$.type"},
@@ -260,7 +260,7 @@ def authenticate(
         )
     if head.reply_to is not None:
         raise refuse(
-            SynapseError(
+            RemoteProtocolError(
                 ErrorCode.INVALID_PARAMS,
                 "a request never carries reply_to",
                 {"reason": "reply_to_on_request", "path": "$.reply_to"},
@@ -278,7 +278,7 @@ def authenticate(
 
 
 def nack_for(
-    error: SynapseError,
+    error: RemoteProtocolError,
     *,
     agent_id: str,
     endpoint: str,

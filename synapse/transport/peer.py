@@ -41,7 +41,7 @@ from synapse.types import (
     LocalProtocolError,
     Message,
     Priority,
-    SynapseError,
+    RemoteProtocolError,
     TaskContext,
 )
 from synapse.types.codec import IdFactory
@@ -342,7 +342,7 @@ class Peer:
     ) -> bytes:
         if self._server is None:  # bound, not yet built: the peer is starting
             endpoint = self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}"
-            error = SynapseError(ErrorCode.AGENT_NOT_READY, message, {"reason": "starting"})
+            error = RemoteProtocolError(ErrorCode.AGENT_NOT_READY, message, {"reason": "starting"})
             nack = nack_for(
                 error, agent_id=self.agent_id, endpoint=endpoint, request_id=None, to=None
             )

@@ -34,7 +34,7 @@ from synapse.store.postgres import PostgresStore
 from synapse.transport.inbound import Inbound
 from synapse.transport.peer import Peer
 from synapse.transport.server import SynapseServer
-from synapse.types import ErrorCode, MessageType, SynapseError, decode_typed
+from synapse.types import ErrorCode, MessageType, RemoteProtocolError, decode_typed
 
 log = get_logger("synapse.transport.replicas")
 
@@ -43,7 +43,7 @@ log = get_logger("synapse.transport.replicas")
 FORWARDED_HEADER = "X-Synapse-Forwarded-By"
 _PASSED_HEADERS = ("Content-Type", "X-Synapse-Signature", "Retry-After")
 
-_OWNER_UNREACHABLE = SynapseError(
+_OWNER_UNREACHABLE = RemoteProtocolError(
     ErrorCode.AGENT_NOT_READY,
     "the replica that owns this task is unreachable; retry",
     {"reason": "owner_unreachable"},
@@ -88,7 +88,7 @@ class Replicas:
 
     async def route(
         self, inbound: Inbound, headers: Mapping[str, str]
-    ) -> StoredReply | SynapseError | None:
+    ) -> StoredReply | RemoteProtocolError | None:
         if FORWARDED_HEADER in headers:
             return None
         key = self._key(inbound)
@@ -119,13 +119,13 @@ class Replicas:
     def _key(self, inbound: Inbound) -> TaskKey | None:
         try:
             message = decode_typed(inbound.body)
-        except SynapseError:
+        except RemoteProtocolError:
             return None  # refused where it is handled, with the usual code
         return self.protocol.task_key_of(message)
 
     async def _forward(
         self, url: str, inbound: Inbound, headers: Mapping[str, str]
-    ) -> StoredReply | SynapseError:
+    ) -> StoredReply | RemoteProtocolError:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.request_timeout)

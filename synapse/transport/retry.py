@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from synapse.p2p.config import P2PConfig
+from synapse.types.errors import SynapseException
 
 T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[Any]]
@@ -26,7 +27,7 @@ Sleep = Callable[[float], Awaitable[Any]]
 JITTER = 0.25
 
 
-class Transient(Exception, Generic[T]):
+class Transient(SynapseException, Generic[T]):
     """One attempt failed in a way worth retrying; `reply` is what came back, if anything."""
 
     def __init__(
@@ -43,7 +44,7 @@ class Transient(Exception, Generic[T]):
         self.reply = reply
 
 
-class RetriesExhausted(Exception):
+class RetriesExhausted(SynapseException):
     """Every attempt failed transiently: `last` is the last failure, `attempts` their number."""
 
     def __init__(self, last: Transient[Any], attempts: int) -> None:

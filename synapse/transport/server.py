@@ -36,7 +36,7 @@ from synapse.transport.tls import check_partner_certificate
 from synapse.types import (
     ErrorCode,
     Message,
-    SynapseError,
+    RemoteProtocolError,
     TaskState,
     decode_typed,
 )
@@ -45,16 +45,16 @@ log = get_logger("synapse.transport")
 
 DEFAULT_PATH = "/synapse/callback"
 #: What an unexpected failure inside is answered with: never a bare 500; the sender retries.
-_INTERNAL = SynapseError(
+_INTERNAL = RemoteProtocolError(
     ErrorCode.AGENT_NOT_READY, "internal error; retry later", {"reason": "internal"}
 )
-_STORE_UNAVAILABLE = SynapseError(
+_STORE_UNAVAILABLE = RemoteProtocolError(
     ErrorCode.AGENT_NOT_READY,
     "cannot store the message; retry later",
     {"reason": "store_unavailable"},
 )
 
-_STARTING = SynapseError(
+_STARTING = RemoteProtocolError(
     ErrorCode.AGENT_NOT_READY, "starting up: recovery is not done", {"reason": "starting"}
 )
 
@@ -110,12 +110,14 @@ class SynapseServer:
         self._buckets: dict[str, _TokenBucket] = {}
         self._last_expiry = 0.0
         #: Called with every refusal we answer with a nack (metrics count them by code).
-        self.nack_listeners: list[Callable[[SynapseError], None]] = []
+        self.nack_listeners: list[Callable[[RemoteProtocolError], None]] = []
         #: Replicas sharing a store (`synapse.transport.replicas`): given an authenticated
         #: message, a reply from the replica that owns its task, an error to answer, or None
         #: to handle it here.
         self.route: (
-            Callable[[Inbound, Mapping[str, str]], Awaitable[StoredReply | SynapseError | None]]
+            Callable[
+                [Inbound, Mapping[str, str]], Awaitable[StoredReply | RemoteProtocolError | None]
+            ]
             | None
         ) = None
 
@@ -150,7 +152,7 @@ class SynapseServer:
 
     def _nack(
         self,
-        error: SynapseError,
+        error: RemoteProtocolError,
         request_id: str | None,
         to: str | None,
         sign_with: Partner | None,
@@ -160,7 +162,7 @@ class SynapseServer:
 
     def _nack_reply(
         self,
-        error: SynapseError,
+        error: RemoteProtocolError,
         request_id: str | None,
         to: str | None,
         sign_with: Partner | None,
@@ -180,11 +182,11 @@ class SynapseServer:
         reply_headers.update(headers or {})
         return StoredReply.of(error.http_status, body, reply_headers)
 
-    async def _read_body(self, request: web.Request) -> bytes | SynapseError:
+    async def _read_body(self, request: web.Request) -> bytes | RemoteProtocolError:
         limit = self.config.max_body_size
 
-        def too_large() -> SynapseError:
-            return SynapseError(
+        def too_large() -> RemoteProtocolError:
+            return RemoteProtocolError(
                 ErrorCode.MESSAGE_FORMAT_INVALID,
                 f"body exceeds the limit of {limit} bytes",
                 {"reason": "too_large", "max_body_size": limit},
@@ -204,14 +206,14 @@ class SynapseServer:
         if encodings or any(coding != "chunked" for coding in transfer):
             encodings += [f"Transfer-Encoding {c}" for c in transfer if c != "chunked"]
             shown = ", ".join(e.strip() for e in encodings)
-            return SynapseError(
+            return RemoteProtocolError(
                 ErrorCode.MESSAGE_FORMAT_INVALID,
                 f"Content-Encoding is not accepted (got {shown!r})",
                 {"reason": "content_encoding"},
             )
         content_type = request.headers.get("Content-Type")
         if content_type is not None and not _is_json(request.content_type):
-            return SynapseError(
+            return RemoteProtocolError(
                 ErrorCode.MESSAGE_FORMAT_INVALID,
                 f"Content-Type must be application/json, not {request.content_type!r}",
                 {"reason": "content_type"},
@@ -236,8 +238,8 @@ class SynapseServer:
             return self._body_timeout_error()
         return b"".join(chunks)
 
-    def _body_timeout_error(self) -> SynapseError:
-        return SynapseError(
+    def _body_timeout_error(self) -> RemoteProtocolError:
+        return RemoteProtocolError(
             ErrorCode.MESSAGE_FORMAT_INVALID,
             f"body not received within {self.body_timeout:g} s",
             {"reason": "body_timeout"},
@@ -256,12 +258,14 @@ class SynapseServer:
         framing, a stalled head, no room for another connection): see `transport.guard`
         and `transport.admission`."""
         code = ErrorCode.AGENT_NOT_READY if status >= 500 else ErrorCode.MESSAGE_FORMAT_INVALID
-        error = SynapseError(code, message, details or {"reason": "http"}, http_status=status)
+        error = RemoteProtocolError(
+            code, message, details or {"reason": "http"}, http_status=status
+        )
         return self._nack_reply(error, None, None, None).body
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await self._read_body(request)
-        if isinstance(body, SynapseError):
+        if isinstance(body, RemoteProtocolError):
             log.info("message_refused", status=body.http_status, code=body.code.value)
             response = self._nack(body, None, None, None)
             response.force_close()  # the rest of the body is not read
@@ -328,7 +332,9 @@ class SynapseServer:
         # mTLS: a verified client certificate must name the partner the message claims to be.
         mismatch = check_partner_certificate(transport, head.from_.agent_id)
         if mismatch is not None:
-            denied = SynapseError(ErrorCode.PERMISSION_DENIED, mismatch, {"reason": "certificate"})
+            denied = RemoteProtocolError(
+                ErrorCode.PERMISSION_DENIED, mismatch, {"reason": "certificate"}
+            )
             log.info(
                 "message_refused",
                 message_id=head.id,
@@ -340,7 +346,7 @@ class SynapseServer:
             return self._nack_reply(denied, head.id, head.from_.agent_id, None)
         wait = self._rate_wait(inbound.partner.agent_id)
         if wait:
-            error = SynapseError(
+            error = RemoteProtocolError(
                 ErrorCode.RATE_LIMITED, "too many requests", {"retry_after": round(wait, 3)}
             )
             retry_after = str(max(1, round(wait + 0.5)))
@@ -349,7 +355,7 @@ class SynapseServer:
             )
         if self.route is not None:
             routed = await self.route(inbound, headers)
-            if isinstance(routed, SynapseError):
+            if isinstance(routed, RemoteProtocolError):
                 return self._nack_reply(routed, head.id, head.from_.agent_id, inbound.partner)
             if routed is not None:
                 return routed
@@ -365,7 +371,7 @@ class SynapseServer:
                 log.info("message_duplicate", message_id=head.id, sender=head.from_.agent_id)
                 return begun.reply
             if begun.outcome is DedupOutcome.REUSED:
-                error = SynapseError(
+                error = RemoteProtocolError(
                     ErrorCode.INVALID_PARAMS,
                     f"message id {head.id!r} was already used for another message",
                     {"reason": "id_reused"},
@@ -422,7 +428,7 @@ class SynapseServer:
         debug = log.isEnabledFor(logging.DEBUG)
         try:
             message = decode_typed(inbound.body)
-        except SynapseError as malformed:
+        except RemoteProtocolError as malformed:
             receipt = Receipt(None, malformed, None, None, None)
         else:
             receipt = await self.protocol.receive_message(message, stage=stage, states=debug)

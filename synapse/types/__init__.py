@@ -40,6 +40,7 @@ from synapse.types.errors import (
     ProtocolError,
     RemoteProtocolError,
     SynapseError,
+    SynapseException,
 )
 from synapse.types.ijson import parse_i_json
 from synapse.types.messages import (
@@ -159,6 +160,7 @@ __all__ = [
     "RemoteProtocolError",
     "Sender",
     "SynapseError",
+    "SynapseException",
     "TaskAck",
     "TaskAckPayload",
     "TaskCancel",

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from synapse.types.enums import MessageType
-from synapse.types.errors import ErrorCode, SynapseError
+from synapse.types.errors import ErrorCode, RemoteProtocolError
 from synapse.types.ijson import parse_i_json
 from synapse.types.messages import (
     PROTOCOL_VERSION,
@@ -60,7 +60,9 @@ _MAJOR_PREFIX = f"{SUPPORTED_MAJOR}."
 M = TypeVar("M", bound=Envelope[Any])
 
 
-def _error(code: ErrorCode, exc: msgspec.ValidationError | msgspec.DecodeError) -> SynapseError:
+def _error(
+    code: ErrorCode, exc: msgspec.ValidationError | msgspec.DecodeError
+) -> RemoteProtocolError:
     text = str(exc)
     match = _PATH.search(text)
     # msgspec names no path for the document itself (not an object, a missing top-level field).
@@ -68,7 +70,7 @@ def _error(code: ErrorCode, exc: msgspec.ValidationError | msgspec.DecodeError) 
     if match:
         path = match.group(1)
         text = text[: match.start()]
-    return SynapseError(code, text, {"path": path})
+    return RemoteProtocolError(code, text, {"path": path})
 
 
 class _VersionOnly(msgspec.Struct):
@@ -82,7 +84,7 @@ def check_version(version: str) -> None:
     """Refuse another major version: never a silent downgrade."""
     major = version.split(".", 1)[0]
     if major != str(SUPPORTED_MAJOR):
-        raise SynapseError(
+        raise RemoteProtocolError(
             ErrorCode.MESSAGE_FORMAT_INVALID,
             f"unsupported protocol version {version}",
             {"supported_versions": SUPPORTED_VERSIONS, "path": "$.version"},
@@ -105,7 +107,7 @@ def decode_head(data: bytes) -> EnvelopeHead:
         raise _error(ErrorCode.MESSAGE_FORMAT_INVALID, exc) from None
     check_version(head.version)
     if bytes(head.payload)[:1] != b"{":
-        raise SynapseError(
+        raise RemoteProtocolError(
             ErrorCode.MESSAGE_FORMAT_INVALID,
             "Expected `object`",
             {"path": "$.payload"},
@@ -130,7 +132,7 @@ def decode_typed(data: bytes) -> Message:
 def decode_message(data: bytes) -> Message:
     """Decode `data` (one JSON envelope) into its typed message class.
 
-    Raises `SynapseError` with `message_format_invalid` (not I-JSON, not an envelope, unknown
+    Raises `RemoteProtocolError` with `message_format_invalid` (not I-JSON, not an envelope, unknown
     type, unsupported major version) or `invalid_params` (the payload fails its type); the
     details carry the JSON `path` of the bad field where there is one.
     """

@@ -61,7 +61,19 @@ NACK_CODES: frozenset[ErrorCode] = frozenset(
 )
 
 
-class ProtocolError(Exception):
+class SynapseException(Exception):
+    """The root of every exception this package raises: `except SynapseException` catches
+    them all, and nothing else.
+
+    Below it, by whose fault: `ProtocolError` (`RemoteProtocolError`: the partner sent what
+    the protocol refuses, answered with a `p2p:nack`; `LocalProtocolError`: this program
+    broke a rule), `DeliveryError` (a message never got an acceptable reply), and those of
+    each part: `TaskFailure` (a handler's outcome), `StoreUnavailable`, `A2AError`,
+    `CliError` …
+    """
+
+
+class ProtocolError(SynapseException):
     """Base class of Synapse's protocol errors: catch this for either kind.
 
     As in h11, there are two kinds. A `RemoteProtocolError` means the partner sent something
@@ -118,7 +130,7 @@ class ReplyLike(Protocol):
     def is_nack(self) -> bool: ...
 
 
-class DeliveryError(Exception):
+class DeliveryError(SynapseException):
     """A message could not be delivered: a POST produced no acceptable reply.
 
     `retryable` is true when retries ran out on a transient failure (connection error, timeout,

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from synapse.types.errors import ErrorCode, SynapseError
+from synapse.types.errors import ErrorCode, RemoteProtocolError, SynapseException
 
 MAX_SAFE_INTEGER = 2**53 - 1
 #: Deepest nesting of arrays and objects accepted. Deeper documents are refused up front, so
@@ -32,7 +32,7 @@ MAX_DEPTH = 128
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-class _Violation(ValueError):
+class _Violation(SynapseException, ValueError):
     pass
 
 
@@ -77,8 +77,8 @@ def _constant(text: str) -> Any:
     raise _Violation(f"{text} is not a JSON number")
 
 
-def _refuse(reason: str) -> SynapseError:
-    return SynapseError(
+def _refuse(reason: str) -> RemoteProtocolError:
+    return RemoteProtocolError(
         ErrorCode.MESSAGE_FORMAT_INVALID, f"body is not I-JSON: {reason}", {"reason": reason}
     )
 
@@ -125,7 +125,7 @@ def _parse_plain(data: bytes) -> Any:
 
 
 def parse_i_json(data: bytes) -> Any:
-    """Parse `data` as I-JSON and return the value; raise `SynapseError` (400) otherwise."""
+    """Parse `data` as I-JSON and return the value; raise `RemoteProtocolError` (400) otherwise."""
     value = _parse_plain(data)
     if value is not _NOT_PLAIN:
         return value
@@ -160,7 +160,7 @@ def _parse_reference(data: bytes) -> Any:
     except RecursionError:
         raise _refuse("nested too deeply") from None
     except ValueError as exc:
-        raise SynapseError(
+        raise RemoteProtocolError(
             ErrorCode.MESSAGE_FORMAT_INVALID, f"body is not JSON: {exc}", {"reason": "not JSON"}
         ) from None
     if _deeper_than(value, MAX_DEPTH):

@@ -25,7 +25,7 @@ from synapse.types import (
     DecisionAction,
     DeliveryError,
     LocalProtocolError,
-    SynapseError,
+    RemoteProtocolError,
     TaskState,
 )
 from synapse.types.enums import FINAL_STATES
@@ -334,7 +334,7 @@ class Console(RuntimeListener):
         try:
             async with asyncio.timeout(CAPABILITIES_TIMEOUT):
                 answer = await self.protocol.query_capabilities(partner)
-        except (TimeoutError, SynapseError, DeliveryError) as exc:
+        except (TimeoutError, RemoteProtocolError, DeliveryError) as exc:
             raise _error(502, f"{partner} did not say what it offers: {exc}") from exc
         return web.json_response(
             {
