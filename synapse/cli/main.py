@@ -18,12 +18,11 @@ import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from synapse import __version__
 from synapse.cli.errors import CliError, Exit
-from synapse.cli.logs import LEVELS, configure_logging, parse_log_level
-from synapse.cli.ops import add_ops_arguments, ops_serve_options
+from synapse.cli.logs import configure_logging, parse_log_level
+from synapse.cli.ops import ops_serve_options
 from synapse.cli.parsers import (
     parse_a2a_binding,
     parse_a2a_bindings,
@@ -31,17 +30,12 @@ from synapse.cli.parsers import (
     parse_bool,
     parse_count,
     parse_http_url,
-    parse_listen,
     parse_port,
     parse_signing,
     parse_url,
 )
 from synapse.cli.security_settings import (
     A2A_CLIENT_FLAGS,
-    add_a2a_client_flags,
-    add_a2a_serve_flags,
-    add_secret_flags,
-    add_tls_flags,
 )
 from synapse.cli.settings import Settings, parse_positive
 from synapse.p2p.config import P2PConfig
@@ -53,477 +47,8 @@ if TYPE_CHECKING:
     from synapse.cli.serve import A2AOptions
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, with usage errors as one line (and exit status 2) instead of usage + error."""
-
-    #: The subcommands' names (set on the top-level parser by `build_parser`).
-    command_names: tuple[str, ...] = ()
-
-    def error(self, message: str) -> NoReturn:
-        raise CliError(f"{message} (see '{self.prog} --help')", Exit.USAGE)
-
-
-def _typed(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from exc
-
-    convert.__name__ = name
-    return convert
-
-
-PORT = _typed(parse_port, "port")
-A2A_BINDING = _typed(parse_a2a_binding, "A2A binding")
-A2A_BINDINGS = _typed(parse_a2a_bindings, "A2A bindings")
-URL = _typed(parse_url, "URL")
-HTTP_URL = _typed(parse_http_url, "URL")
-LISTEN = _typed(parse_listen, "HOST:PORT")
-COUNT = _typed(parse_count, "count")
-SIGNING = _typed(parse_signing, "signing")
-DURATION = _typed(parse_duration, "duration")
-POSITIVE = _typed(parse_positive, "number")
-
-EPILOG = "Exit status: 0 success, 1 task failed/rejected/cancelled, 2 usage or connection error."
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("output and settings")
-    group.add_argument(
-        "--config",
-        metavar="PATH",
-        help="TOML file with settings and [[peer]] tables ($SYNAPSE_CONFIG)",
-    )
-    group.add_argument(
-        "--log-json",
-        action="store_true",
-        default=None,
-        help="log JSON lines on stderr instead of console lines ($SYNAPSE_LOG_JSON)",
-    )
-    group.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=None,
-        help="log every transition and HTTP attempt ($SYNAPSE_VERBOSE)",
-    )
-
-
-def _secrets(group: argparse._ArgumentGroup, *, serve: bool = False) -> None:
-    add_secret_flags(group, serve=serve)
-    group.add_argument(
-        "--secret",
-        metavar="SECRET",
-        help="secret shared with every partner without a --peer-secret-file ($SYNAPSE_SECRET)",
-    )
-    group.add_argument(
-        "--peer-secret-file",
-        action="append",
-        metavar="PARTNER_ID=PATH",
-        help="that partner's secrets, one a line, newest first; repeatable "
-        "($SYNAPSE_PEER_SECRET_FILES, comma-separated)",
-    )
-
-
-def _signing(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--signing",
-        type=SIGNING,
-        metavar="{header,body}",
-        help="where our signatures go: X-Synapse-Signature header or body `signature` "
-        "(default header; $SYNAPSE_SIGNING)",
-    )
-    group.add_argument(
-        "--retries",
-        type=COUNT,
-        metavar="N",
-        help="retries of a POST after a connection error, timeout, 429 or 5xx "
-        "(default: 5 for serve, 2 for send/caps/ping; $SYNAPSE_RETRIES)",
-    )
-
-
-def _client(parser: argparse.ArgumentParser, *, listen_help: str) -> None:
-    group = parser.add_argument_group("who talks to whom")
-    group.add_argument(
-        "--target",
-        type=URL,
-        metavar="URL",
-        help="the executor's callback URL, e.g. http://127.0.0.1:8080/synapse/callback "
-        "($SYNAPSE_TARGET; or a [[peer]] of --config)",
-    )
-    group.add_argument(
-        "--agent-id",
-        metavar="ID",
-        help="the executor's agent id ($SYNAPSE_AGENT_ID; or the [[peer]] at --target)",
-    )
-    group.add_argument(
-        "--as",
-        dest="as_",
-        metavar="AGENT_ID",
-        help="our own agent id, as the executor knows us ($SYNAPSE_AS)",
-    )
-    _secrets(group)
-    group.add_argument("--listen", type=LISTEN, metavar="HOST:PORT", help=listen_help)
-    group.add_argument(
-        "--endpoint",
-        type=URL,
-        metavar="URL",
-        help="our callback URL as the executor has it, if not http://HOST:PORT/synapse/callback "
-        "of --listen ($SYNAPSE_ENDPOINT)",
-    )
-    _signing(group)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    add_tls_flags(parser)
-
-
-def build_parser() -> Parser:
-    parser = Parser(
-        prog="synapse",
-        description="Synapse agent-to-agent P2P protocol: serve a peer, send it tasks, "
-        "watch the flows.",
-        epilog="Run 'synapse COMMAND --help' for a command's options. " + EPILOG,
-    )
-    parser.add_argument("--version", action="version", version=f"synapse {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-
-    serve = commands.add_parser(
-        "serve",
-        help="run a peer: serve POST /synapse/callback with a TaskHandler",
-        description="Run a peer that serves POST /synapse/callback on HOST:PORT with the demo "
-        "handler (or --handler), until SIGINT or SIGTERM. Logs go to stderr; the first line "
-        "is `listening` with the URL.",
-        epilog="Exit status: 0 stopped by SIGINT or SIGTERM, 2 usage error or the port cannot be "
-        "bound.",
-    )
-    group = serve.add_argument_group("identity and partners")
-    group.add_argument("--agent-id", metavar="ID", help="our agent id ($SYNAPSE_AGENT_ID)")
-    group.add_argument("--port", type=PORT, help="port to listen on, 0 for any ($SYNAPSE_PORT)")
-    group.add_argument("--host", help="address to listen on (default 127.0.0.1; $SYNAPSE_HOST)")
-    group.add_argument(
-        "--endpoint",
-        type=URL,
-        metavar="URL",
-        help="our callback URL as partners see it (default http://HOST:PORT/synapse/callback; "
-        "$SYNAPSE_ENDPOINT)",
-    )
-    _secrets(group, serve=True)
-    group.add_argument(
-        "--peer",
-        action="append",
-        metavar="PARTNER_ID=CALLBACK_URL",
-        help="a partner and the URL it receives POSTs on; repeatable "
-        "($SYNAPSE_PEERS, comma-separated)",
-    )
-    group = serve.add_argument_group("behaviour")
-    group.add_argument(
-        "--store",
-        metavar="PATH|URL|memory",
-        help="where tasks, the outbox and dedup records live: an SQLite file, a "
-        "postgresql://USER@HOST:PORT/DB database (replicas may share one), or memory "
-        "(default; $SYNAPSE_STORE)",
-    )
-    group.add_argument(
-        "--handler",
-        metavar="MODULE:ATTR",
-        help="the TaskHandler to run, a class or an instance (default: the demo handler; "
-        "$SYNAPSE_HANDLER)",
-    )
-    _signing(group)
-    group = serve.add_argument_group(
-        "running for months (docs/durability.md in the Synapse repository)"
-    )
-    group.add_argument(
-        "--retain",
-        type=DURATION,
-        metavar="DURATION",
-        help="how long finished tasks, their history and dead letters are kept: 30s, 15m, 12h, "
-        "7d or seconds (default 7d; $SYNAPSE_RETAIN; [p2p] retain)",
-    )
-    group.add_argument(
-        "--drain-timeout",
-        type=DURATION,
-        metavar="DURATION",
-        help="on SIGTERM/SIGINT, how long running tasks may take to finish before they fail "
-        "with 'agent shutting down' (default 30s; $SYNAPSE_DRAIN_TIMEOUT; [p2p] drain_timeout)",
-    )
-    group.add_argument(
-        "--lease-ttl",
-        type=DURATION,
-        metavar="DURATION",
-        help="replicas on one PostgreSQL --store: how soon a dead replica's tasks are taken "
-        "over (default 10s; $SYNAPSE_LEASE_TTL; [p2p] lease_ttl)",
-    )
-    group.add_argument(
-        "--rate-limit",
-        type=POSITIVE,
-        metavar="PER_SECOND",
-        help="requests per second accepted from one partner, beyond which it gets 429 with "
-        "Retry-After (default: no limit; $SYNAPSE_RATE_LIMIT; [p2p] rate_limit)",
-    )
-    group.add_argument(
-        "--max-tasks-per-partner",
-        type=COUNT,
-        metavar="N",
-        help="executor tasks in flight one partner may hold, so that one partner cannot take "
-        "all of the capacity (default: no share; $SYNAPSE_MAX_TASKS_PER_PARTNER; "
-        "[p2p] max_tasks_per_partner)",
-    )
-    group = serve.add_argument_group("A2A (docs/a2a.md in the Synapse repository)")
-    group.add_argument(
-        "--a2a",
-        action="store_true",
-        default=None,
-        help="also speak Linux Foundation A2A v1.0: GET /.well-known/agent-card.json and "
-        "JSON-RPC at POST /a2a ($SYNAPSE_A2A)",
-    )
-    group.add_argument(
-        "--a2a-push-allow",
-        action="append",
-        type=HTTP_URL,
-        metavar="URL_PREFIX",
-        help="a URL prefix push notifications may go to, signed with --secret; repeatable; "
-        "none: push notifications off ($SYNAPSE_A2A_PUSH_ALLOW, comma-separated)",
-    )
-    group.add_argument(
-        "--a2a-token",
-        action="append",
-        metavar="TOKEN[=NAME]",
-        help="a bearer token A2A clients must present, and the name of whom it identifies; "
-        "repeatable; none: no authentication ($SYNAPSE_A2A_TOKENS, comma-separated)",
-    )
-    group.add_argument(
-        "--a2a-default-task-type",
-        metavar="TYPE",
-        help="the task type of a message without metadata.taskType (default echo; '' refuses "
-        "such messages; $SYNAPSE_A2A_DEFAULT_TASK_TYPE)",
-    )
-    group.add_argument(
-        "--a2a-public-url",
-        type=URL,
-        metavar="URL",
-        help="the base URL A2A clients reach us at, for the card (default: the origin of "
-        "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
-    )
-    group.add_argument(
-        "--a2a-bindings",
-        type=A2A_BINDINGS,
-        metavar="LIST",
-        help="the A2A bindings to serve, comma-separated, in the order the card lists them "
-        "(the order clients should prefer): JSONRPC, HTTP+JSON (or REST), GRPC (default "
-        "JSONRPC,HTTP+JSON, and GRPC with --a2a-grpc-port; $SYNAPSE_A2A_BINDINGS)",
-    )
-    group.add_argument(
-        "--a2a-grpc-port",
-        type=PORT,
-        metavar="PORT",
-        help="also serve the A2A gRPC binding on this port of --host (0: any free port; "
-        "needs the grpc extra; $SYNAPSE_A2A_GRPC_PORT)",
-    )
-    group.add_argument(
-        "--a2a-grpc-public-address",
-        metavar="HOST:PORT",
-        help="the gRPC address the card gives (default: the host of --a2a-public-url or of "
-        "--endpoint, and the gRPC port; $SYNAPSE_A2A_GRPC_PUBLIC_ADDRESS)",
-    )
-    add_a2a_serve_flags(group)
-    add_tls_flags(serve)
-    add_ops_arguments(serve)
-    group = serve.add_argument_group("routing (docs/routing.md in the Synapse repository)")
-    group.add_argument(
-        "--route",
-        metavar="POOL.toml",
-        help="be a router: execute every task by requesting it of a capable partner of the "
-        "pool this TOML file describes, instead of running a handler ($SYNAPSE_ROUTE)",
-    )
-    _common(serve)
-    serve.add_argument(
-        "--log-level",
-        type=_typed(parse_log_level, "log level"),
-        metavar="{" + ",".join(LEVELS) + "}",
-        help="info (default): startup, one line a task with its outcome, refusals, retries, "
-        "warnings; debug adds every message and transition ($SYNAPSE_LOG_LEVEL)",
-    )
-    serve.set_defaults(run=_run_serve)
-
-    send = commands.add_parser(
-        "send",
-        help="request a task and follow it to its end",
-        description="Request one task of the executor at --target and follow it: progress, "
-        "questions (--field, --approve/--reject, else asked on the terminal or read from "
-        "stdin lines), and the result on stdout. Ctrl-C cancels the task.",
-        epilog="Exit status: 0 completed, 1 failed/rejected/cancelled, 2 usage or connection "
-        "error or refused request.",
-    )
-    send.add_argument("task_type", metavar="TASK_TYPE", help="e.g. echo, slow, text_generation")
-    send.add_argument(
-        "payload",
-        metavar="PAYLOAD_JSON",
-        nargs="?",
-        default="{}",
-        help="the task's payload, a JSON object (default {})",
-    )
-    _client(
-        send,
-        listen_help="where we receive the executor's callbacks: its --peer for us must be "
-        "http://HOST:PORT/synapse/callback ($SYNAPSE_LISTEN)",
-    )
-    group = send.add_argument_group("answers and task")
-    group.add_argument(
-        "--field",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="answer to a task_need_info field (VALUE as JSON if it parses, else text); repeatable",
-    )
-    decision = group.add_mutually_exclusive_group()
-    decision.add_argument(
-        "--approve",
-        action="store_const",
-        const="approve",
-        dest="decision",
-        help="approve a task_need_human without asking",
-    )
-    decision.add_argument(
-        "--reject",
-        action="store_const",
-        const="reject",
-        dest="decision",
-        help="reject a task_need_human without asking",
-    )
-    group.add_argument("--notes", default="", help="notes sent with --approve or --reject")
-    group.add_argument("--task-id", metavar="ID", help="the task's id (default: a new one)")
-    group.add_argument(
-        "--timeout",
-        type=DURATION,
-        metavar="DURATION",
-        help="give up when the task has not ended after DURATION (30s, 15m, 2h or seconds): "
-        "cancel it and exit 1 (default: wait for its end)",
-    )
-    group.add_argument(
-        "--priority",
-        choices=[p.value for p in Priority],
-        help="the task's priority (default normal)",
-    )
-    group = send.add_argument_group(
-        "A2A (docs/a2a.md in the Synapse repository)",
-        "With --a2a URL the task goes to that A2A v1.0 agent instead: --target, --agent-id, "
-        "--as, --secret, --peer-secret-file, --listen, --endpoint, --signing, --task-id and "
-        "--priority have no meaning there and are refused as flags (their environment and "
-        "config values are ignored).",
-    )
-    group.add_argument(
-        "--a2a",
-        type=URL,
-        metavar="URL",
-        dest="a2a_url",
-        help="send to the A2A agent at URL (its base URL or its agent card's URL)",
-    )
-    group.add_argument(
-        "--a2a-token",
-        metavar="TOKEN",
-        help="the bearer token the A2A agent expects ($SYNAPSE_A2A_TOKEN)",
-    )
-    group.add_argument(
-        "--a2a-binding",
-        type=A2A_BINDING,
-        metavar="NAME",
-        help="use only this A2A binding (JSONRPC, HTTP+JSON or REST, GRPC); default: the "
-        "first of the agent card's interfaces this client speaks ($SYNAPSE_A2A_BINDING)",
-    )
-    add_a2a_client_flags(group)
-    _common(send)
-    send.set_defaults(run=_run_send)
-
-    for name, summary in (
-        ("caps", "ask an executor for its capabilities (capability_query)"),
-        ("ping", "send a heartbeat; print the round trip and the partner's status"),
-    ):
-        sub = commands.add_parser(
-            name,
-            help=summary,
-            description=summary + ".",
-            epilog="Exit status: 0 answered, 2 usage or connection error or a refused request.",
-        )
-        _client(
-            sub,
-            listen_help="our address, if our callback URL is http://HOST:PORT/synapse/callback "
-            "(nothing listens there: the answer is the HTTP reply; $SYNAPSE_LISTEN)",
-        )
-        if name == "caps":
-            sub.add_argument("--task-type", metavar="TYPE", help="only this capability")
-        _common(sub)
-        sub.set_defaults(run=_run_caps if name == "caps" else _run_ping)
-
-    outbox = commands.add_parser(
-        "outbox",
-        help="list, retry or drop the undelivered messages of a --store file",
-        description="Work on the outbox of a peer's SQLite store, offline (the peer need not "
-        "run): `list` (the default) shows the messages not yet delivered and the dead letters; "
-        "`retry MESSAGE_ID` makes a dead letter pending again (delivered at the peer's next "
-        "start); `drop MESSAGE_ID` deletes a pending message or a dead letter for good.",
-        epilog="Exit status: 0 done, 2 usage error, no store at PATH or an unknown MESSAGE_ID.",
-    )
-    outbox.add_argument(
-        "action",
-        nargs="?",
-        choices=("list", "retry", "drop"),
-        default="list",
-        metavar="{list,retry,drop}",
-        help="what to do (default list)",
-    )
-    outbox.add_argument("message_id", nargs="?", metavar="MESSAGE_ID", help="for retry and drop")
-    outbox.add_argument(
-        "--store",
-        metavar="PATH",
-        help="the SQLite file of `synapse serve --store PATH` ($SYNAPSE_STORE)",
-    )
-    outbox.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
-    _common(outbox)
-    outbox.set_defaults(run=_run_outbox)
-
-    schema = commands.add_parser(
-        "schema",
-        help="print the JSON Schema of the messages",
-        description="Print the JSON Schema of every message (the union, discriminated by "
-        "`type`), of one TYPE, or write one file per schema into --out DIR.",
-        epilog="Exit status: 0 printed (or written), 2 usage error or an unknown TYPE.",
-    )
-    schema.add_argument(
-        "type", metavar="TYPE", nargs="?", help="one message type, e.g. task_request"
-    )
-    schema.add_argument("--out", metavar="DIR", help="write message.json and <type>.json here")
-    _common(schema)
-    schema.set_defaults(run=_run_schema)
-
-    demo = commands.add_parser(
-        "demo",
-        help="two peers in this process walk through every flow, printed as a timeline",
-        description="Start two peers on loopback ports and run the flows of "
-        "specs/protocol.md, 'Flows' between them (normal, progress, need_info, need_human, "
-        "cancel), a failure and a rejection, printing every message with each side's state. "
-        "Takes about a second.",
-        epilog="Exit status: 0 every flow ran, 2 usage error (or no loopback port to listen on).",
-    )
-    demo.add_argument(
-        "--signing", type=SIGNING, metavar="{header,body}", help="signature mode (default header)"
-    )
-    _common(demo)
-    demo.set_defaults(run=_run_demo)
-
-    from synapse.cli.migrate import add_parser as add_migrate
-
-    add_migrate(commands)  # `synapse migrate` parses its own flags (PostgreSQL store)
-
-    try:  # `synapse conformance` lives with the conformance kit, which owns its flags
-        from synapse.conformance.cli import add_parser as add_conformance
-    except ImportError:
-        pass
-    else:
-        add_conformance(commands)
-    parser.command_names = tuple(commands.choices)
-    return parser
-
+from synapse.cli import parser as cli_parser
+from synapse.cli.parser import Parser
 
 # --- commands -----------------------------------------------------------------------------
 
@@ -830,6 +355,21 @@ def _run_demo(ctx: Context) -> int:
     ctx.logging(quiet=True)
     signing = ctx.args.signing or "header"
     return asyncio.run(run_demo(ctx.out, signing="body" if signing == "body" else "header"))
+
+
+def build_parser() -> Parser:
+    """The `synapse` command's parser, each command bound to the function that runs it."""
+    return cli_parser.build_parser(
+        {
+            "serve": _run_serve,
+            "send": _run_send,
+            "caps": _run_caps,
+            "ping": _run_ping,
+            "outbox": _run_outbox,
+            "schema": _run_schema,
+            "demo": _run_demo,
+        }
+    )
 
 
 # --- main -----------------------------------------------------------------------------------
