@@ -426,7 +426,13 @@ _TIMER_KINDS = {StateTimer.TASK_TIMEOUT: _TIMEOUT, StateTimer.ANSWER_WAIT: _WAIT
 _SILENCE = "silence"
 _R_DEADLINE = "r_deadline"
 #: Every timer a task may have, either side's.
-_TASK_TIMERS = (_TIMEOUT, _DEADLINE, _WAIT, _SILENCE, _R_DEADLINE)
+
+
+def _timer_owner(key: _TimerKey) -> TaskKey | str:
+    """A timer belongs to its task (or, for heartbeats, its partner)."""
+    return key[1]
+
+
 #: States in which R owes the next message (E waits for it): E's silence is expected.
 _R_ANSWERING = frozenset({TaskState.INFO_NEEDED, TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING})
 
@@ -497,7 +503,7 @@ class Engine:
         self.tasks: dict[TaskKey, TaskRecord] = {}
         self.ready = True
         self.draining = False
-        self._timers: TimerQueue[_TimerKey] = TimerQueue()
+        self._timers: TimerQueue[_TimerKey] = TimerQueue(owner=_timer_owner)
         self._partners: dict[str, _PartnerLiveness] = {}
         self._in_flight: dict[str, int] = {}  # partner → non-final tasks with it
         self._executing = 0  # non-final executor tasks (capacity)
@@ -706,10 +712,7 @@ class Engine:
     def _track(self, rec: TaskRecord, now: float) -> None:
         """A new non-final task: count it, and heartbeat its partner while it is in flight."""
         self.tasks[rec.key] = rec
-        self._in_flight[rec.partner] = self._in_flight.get(rec.partner, 0) + 1
-        if rec.role is Role.EXECUTOR:
-            self._executing += 1
-            self._executing_for[rec.partner] = self._executing_for.get(rec.partner, 0) + 1
+        self._account(rec, +1)
         liveness = self._partners.setdefault(rec.partner, _PartnerLiveness(last_heard=now))
         heartbeat_key = (_HEARTBEAT, rec.partner)
         if heartbeat_key not in self._timers:
@@ -718,20 +721,16 @@ class Engine:
             self._timers.set(heartbeat_key, now + self.config.heartbeat_interval)
 
     def _finished(self, rec: TaskRecord) -> None:
-        for kind in (_TIMEOUT, _DEADLINE, _WAIT, _SILENCE, _R_DEADLINE):
-            self._timers.cancel((kind, rec.key))
-        left = self._in_flight.get(rec.partner, 0) - 1
-        if left > 0:
-            self._in_flight[rec.partner] = left
-        else:
-            self._in_flight.pop(rec.partner, None)
+        self._timers.replace_owned(rec.key, {})
+        self._account(rec, -1)
+
+    def _account(self, rec: TaskRecord, sign: int) -> None:
+        """Count `rec` in (+1) or out (-1) of the counts of tasks in flight. The counts are a
+        function of the records: a record held here and not final is counted, once."""
+        _add(self._in_flight, rec.partner, sign)
         if rec.role is Role.EXECUTOR:
-            self._executing -= 1
-            mine = self._executing_for.get(rec.partner, 0) - 1
-            if mine > 0:
-                self._executing_for[rec.partner] = mine
-            else:
-                self._executing_for.pop(rec.partner, None)
+            self._executing += sign
+            _add(self._executing_for, rec.partner, sign)
 
     # --- receiving POSTed requests and callbacks -----------------------------------------------
 
@@ -1582,11 +1581,7 @@ class Engine:
 
     def timer_due(self, key: TaskKey, now: float) -> bool:
         """True if a timer of task `key` is due at `now` (the next `on_timer` fires it)."""
-        for kind in _TASK_TIMERS:
-            when = self._timers.deadline((kind, key))
-            if when is not None and when <= now:
-                return True
-        return False
+        return any(when <= now for when in self._timers.owned(key).values())
 
     def keep_heartbeat(self, partner: str, now: float) -> None:
         """Heartbeat `partner` even with no task in flight: messages to it are waiting.
@@ -1636,123 +1631,117 @@ class Engine:
             if rec.partner == partner and rec.role is Role.REQUESTER and not rec.is_final:
                 step.actions.append(TaskEvent(rec.key, kind, rec.state))
 
-    # --- undoing a message whose effects could not be stored ----------------------------------
+    # --- a message whose effects could not be stored -----------------------------------------
 
     def checkpoint(self, message: Message) -> Checkpoint:
-        """What `receive(message)` may change, to put back with `rollback` if its effects
-        cannot be made durable (the runtime then refuses the message as `agent_not_ready`)."""
+        """Prepare to apply `message` so that `rollback` can leave the engine as if it had
+        never seen it (the runtime then refuses it as `agent_not_ready`).
+
+        Nothing is copied back field by field. The one task a message touches is copied on
+        write: `receive` works on a copy, and the original stays as it was; the timers of
+        that task and the state of the partners involved (liveness, backlog, heartbeat) are
+        kept whole, as values; the counts of tasks in flight follow from the records.
+        """
         key = self.incoming_key(message)
         rec = self.tasks.get(key) if key is not None else None
+        if rec is not None:
+            assert key is not None
+            self.tasks[key] = _copy_record(rec)
         partners = {message.from_.agent_id}
         if rec is not None:
             partners.add(rec.partner)
-        timers: list[_TimerKey] = [(_HEARTBEAT, p) for p in partners]
-        if key is not None:
-            # Every timer a task may have, the requester's own included (its silence and
-            # deadline timers move with each callback, and stop when the task ends).
-            timers += [(kind, key) for kind in _TASK_TIMERS]
-        liveness = {p: self._partners.get(p) for p in partners}
         return Checkpoint(
             key=key,
             record=rec,
-            fields=_record_fields(rec) if rec is not None else {},
-            executing=self._executing,
-            in_flight={p: self._in_flight.get(p) for p in partners},
-            executing_for={p: self._executing_for.get(p) for p in partners},
-            history=len(rec.history) if rec is not None else 0,
-            liveness={
-                p: None if v is None else _PartnerLiveness(v.last_heard, v.reachable)
-                for p, v in liveness.items()
-            },
-            backlog={p: p in self._backlog for p in partners},
-            timers={t: self._timers.deadline(t) for t in timers},
+            timers=self._timers.owned(key) if key is not None else {},
+            partners={p: self._partner_state(p) for p in partners},
         )
 
-    def counted(self, checkpoint: Checkpoint) -> Checkpoint:
-        """`checkpoint` with the counts and the task (its record, its history length) as they
-        are now, just after `receive`: what `rollback(checkpoint, after)` takes back, and no
-        more."""
+    def counted(self, checkpoint: Checkpoint) -> Applied:
+        """What `receive` left for the checkpoint's task, just after it: `rollback` takes it
+        back only if nothing moved the task since."""
         key = checkpoint.key
         rec = self.tasks.get(key) if key is not None else None
-        partners = checkpoint.in_flight.keys()
-        # Built field by field: `dataclasses.replace` costs as much again, on every request.
-        return Checkpoint(
-            key=key,
-            record=rec,
-            fields=checkpoint.fields,
-            executing=self._executing,
-            in_flight={p: self._in_flight.get(p) for p in partners},
-            executing_for={p: self._executing_for.get(p) for p in partners},
-            history=len(rec.history) if rec is not None else 0,
-            liveness=checkpoint.liveness,
-            backlog=checkpoint.backlog,
-            timers=checkpoint.timers,
+        return Applied(rec, len(rec.history) if rec is not None else 0)
+
+    def rollback(self, checkpoint: Checkpoint, after: Applied | None = None) -> None:
+        """Leave the engine as `checkpoint` found it: the task's record and timers, and the
+        partners' state, each put back whole.
+
+        With `after` (`counted` just after `receive`), a task that another step moved since
+        (its handler completed it while the commit was awaited) is left as that step left it,
+        so that what it recorded and queued stays true; the other tasks are never touched."""
+        key = checkpoint.key
+        if key is not None:
+            current = self.tasks.get(key)
+            moved = (
+                after is not None
+                and current is not None
+                and (current is not after.record or len(current.history) != after.history)
+            )
+            if not moved:
+                if current is not None and not current.is_final:
+                    self._account(current, -1)
+                original = checkpoint.record
+                if original is None:
+                    self.tasks.pop(key, None)
+                else:
+                    self.tasks[key] = original
+                    if not original.is_final:
+                        self._account(original, +1)
+                self._timers.replace_owned(key, checkpoint.timers)
+        for partner, state in checkpoint.partners.items():
+            self._put_partner_state(partner, state)
+
+    def _partner_state(self, partner: str) -> _PartnerState:
+        liveness = self._partners.get(partner)
+        return _PartnerState(
+            liveness=None
+            if liveness is None
+            else _PartnerLiveness(liveness.last_heard, liveness.reachable),
+            backlog=partner in self._backlog,
+            timers=self._timers.owned(partner),
         )
 
-    def rollback(self, checkpoint: Checkpoint, after: Checkpoint | None = None) -> None:
-        """Undo what happened since `checkpoint` (see `checkpoint`).
+    def _put_partner_state(self, partner: str, state: _PartnerState) -> None:
+        if state.liveness is None:
+            self._partners.pop(partner, None)
+        else:
+            self._partners[partner] = state.liveness
+        if state.backlog:
+            self._backlog.add(partner)
+        else:
+            self._backlog.discard(partner)
+        self._timers.replace_owned(partner, state.timers)
 
-        With `after` (`counted` just after `receive`) only the message's own effect is
-        undone: others may have moved on meanwhile (the runtime awaits the commit between
-        the two): the counts lose the message's share, not the others' changes, and a task
-        that another step moved since (its handler completed it) is left as that step left
-        it, so that what it recorded and queued stays true."""
-        key, rec = checkpoint.key, checkpoint.record
-        current = self.tasks.get(key) if key is not None else None
-        moved = (
-            after is not None
-            and current is not None
-            and (current is not after.record or len(current.history) != after.history)
-        )
-        if key is not None and not moved:
-            if rec is None:
-                self.tasks.pop(key, None)
-            else:
-                for name, value in checkpoint.fields.items():
-                    setattr(rec, name, value)
-                self.tasks[key] = rec
-        if after is None:
-            self._executing = checkpoint.executing
-            _restore_counts(self._in_flight, checkpoint.in_flight)
-            _restore_counts(self._executing_for, checkpoint.executing_for)
-        elif not moved:
-            self._executing -= after.executing - checkpoint.executing
-            _undo_counts(self._in_flight, checkpoint.in_flight, after.in_flight)
-            _undo_counts(self._executing_for, checkpoint.executing_for, after.executing_for)
-        for partner, liveness in checkpoint.liveness.items():
-            if liveness is None:
-                self._partners.pop(partner, None)
-            else:
-                self._partners[partner] = liveness
-        for partner, held in checkpoint.backlog.items():
-            if held:
-                self._backlog.add(partner)
-            else:
-                self._backlog.discard(partner)
-        for timer, when in checkpoint.timers.items():
-            if moved and timer[1] == key:
-                continue  # the task's timers are those of the step that moved it
-            if when is None:
-                self._timers.cancel(timer)
-            elif self._timers.deadline(timer) != when:
-                self._timers.set(timer, when)
+
+@dataclass(frozen=True, slots=True)
+class _PartnerState:
+    """What the engine holds about one partner, as a value."""
+
+    liveness: _PartnerLiveness | None
+    backlog: bool
+    timers: dict[_TimerKey, float]
 
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """The part of an engine one incoming message may change (see `Engine.checkpoint`)."""
+    """What one incoming message may change, as values (see `Engine.checkpoint`): the task's
+    record as it was (untouched: `receive` works on a copy) and its timers, and the state of
+    the partners involved."""
 
     key: TaskKey | None
     record: TaskRecord | None
-    fields: dict[str, Any]
-    executing: int
-    in_flight: dict[str, int | None]
-    executing_for: dict[str, int | None]
-    #: How many transitions the task had (0 for none).
+    timers: dict[_TimerKey, float]
+    partners: dict[str, _PartnerState]
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """The record `receive` left for a checkpoint's task, and its length of history."""
+
+    record: TaskRecord | None
     history: int
-    liveness: dict[str, _PartnerLiveness | None]
-    backlog: dict[str, bool]
-    timers: dict[_TimerKey, float | None]
 
 
 _RECORD_SLOTS: tuple[str, ...] = TaskRecord.__slots__
@@ -1780,25 +1769,12 @@ def _copy_record(rec: TaskRecord) -> TaskRecord:
     return twin
 
 
-def _restore_counts(counts: dict[str, int], saved: dict[str, int | None]) -> None:
-    for partner, count in saved.items():
-        if count is None:
-            counts.pop(partner, None)
-        else:
-            counts[partner] = count
-
-
-def _undo_counts(
-    counts: dict[str, int], before: dict[str, int | None], after: dict[str, int | None]
-) -> None:
-    """Take back from `counts` what changed between `before` and `after`, keeping what
-    changed since."""
-    for partner in before:
-        left = counts.get(partner, 0) - ((after[partner] or 0) - (before[partner] or 0))
-        if left > 0:
-            counts[partner] = left
-        else:
-            counts.pop(partner, None)
+def _add(counts: dict[str, int], partner: str, sign: int) -> None:
+    left = counts.get(partner, 0) + sign
+    if left > 0:
+        counts[partner] = left
+    else:
+        counts.pop(partner, None)
 
 
 def _record_fields(rec: TaskRecord) -> dict[str, Any]:
