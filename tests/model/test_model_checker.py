@@ -90,10 +90,10 @@ APPLIED_TWICE = (
     "wait past dedup",
     "deliver requester POST R task_info_provided #1 (accept)",
 )
-#: A requester whose commit of a callback failed was rolled back without its silence timer.
+#: A requester whose commit of a callback failed was rolled back without its silence timer
+#: (with the rollback's checkpoint made to forget the requester's own timers, as it once did).
 ROLLED_BACK_WITHOUT_TIMERS = (
     "deliver requester POST R task_request #1 (accept)",
-    "timer, messages late",
     "deliver, commit failing executor POST E task_status_update #1",
 )
 #: A requester that gave up, whose task_cancel's retries then ran out, told its outcome twice.
