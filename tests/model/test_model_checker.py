@@ -14,7 +14,7 @@ import pytest
 from synapse.model import Bounds, Result, explore
 from synapse.model.bounds import CI, LARGER, from_environment
 from synapse.model.checker import follow
-from synapse.p2p import engine as engine_module
+from synapse.p2p import engine_base
 from synapse.p2p.engine import Engine, Step, TaskEvent, TaskEventKind
 from synapse.p2p.states import Role
 from synapse.types import TaskState
@@ -162,7 +162,7 @@ def without_timers_in_the_checkpoint(monkeypatch: pytest.MonkeyPatch) -> Iterato
 
     def forgetful(self: Engine, message: object) -> object:
         saved = checkpoint(self, message)  # type: ignore[arg-type]
-        own = (engine_module._SILENCE, engine_module._R_DEADLINE)
+        own = (engine_base._SILENCE, engine_base._R_DEADLINE)
         for key in [key for key in saved.timers if key[0] in own]:
             del saved.timers[key]
         return saved

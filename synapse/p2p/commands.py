@@ -1,0 +1,298 @@
+"""What the engine is told to do: the requester's commands (submit, provide information,
+decide, cancel) and the running handler's (report status, ask, complete, fail)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from synapse.p2p.engine_base import EngineBase, _at
+from synapse.p2p.records import (
+    Outgoing,
+    Step,
+    TaskKey,
+    TaskRecord,
+)
+from synapse.p2p.states import (
+    Event,
+    Role,
+    TransitionError,
+)
+from synapse.types import (
+    DecidedBy,
+    Decision,
+    DecisionAction,
+    HumanContext,
+    HumanDecision,
+    HumanDecisionPayload,
+    HumanOption,
+    LocalProtocolError,
+    MissingField,
+    Priority,
+    Reason,
+    TaskComplete,
+    TaskCompletePayload,
+    TaskContext,
+    TaskError,
+    TaskInfoProvided,
+    TaskInfoProvidedPayload,
+    TaskNeedHuman,
+    TaskNeedHumanPayload,
+    TaskNeedInfo,
+    TaskNeedInfoPayload,
+    TaskRequest,
+    TaskRequestPayload,
+    TaskResult,
+    TaskSpec,
+)
+
+
+class Commands(EngineBase):
+    """The commands of the requester and of the running handler, each returning a `Step`."""
+
+    def submit(
+        self,
+        partner: str,
+        task_type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        now: float,
+        task_id: str | None = None,
+        priority: Priority = Priority.NORMAL,
+        deadline: datetime | None = None,
+        context: TaskContext | None = None,
+    ) -> tuple[TaskKey, Step]:
+        """Create a task as requester and queue its `task_request` to `partner`."""
+        spec = TaskSpec(
+            id=task_id or self.ids.task_id(),
+            type=task_type,
+            priority=priority,
+            deadline=deadline,
+            payload=dict(payload or {}),
+        )
+        key = TaskKey(self.agent_id, spec.id)
+        if self.get(key) is not None:  # in flight, or finished and kept by the store
+            raise LocalProtocolError(f"task id {spec.id!r} is already used")
+        message: TaskRequest = self._message(
+            TaskRequest, TaskRequestPayload(task=spec, context=context), partner, now
+        )
+        rec = TaskRecord(
+            key=key,
+            role=Role.REQUESTER,
+            partner=partner,
+            task=spec,
+            context=context,
+            request_id=message.id,
+            created_at=now,
+            updated_at=now,
+        )
+        self._track(rec, now)
+        step = Step()
+        self._move(rec, Event.SEND_TASK_REQUEST, now, message.id, step)
+        self._arm_requester(rec, now)
+        step.outgoing.append(Outgoing(partner, message, key))
+        return key, step
+
+    def _requester(self, key: TaskKey) -> TaskRecord:
+        rec = self.get(key)
+        if rec is None or rec.role is not Role.REQUESTER:
+            raise LocalProtocolError(f"no task {key} of ours as requester")
+        return rec
+
+    def _local(
+        self, rec: TaskRecord, event: Event, now: float, step: Step, mid: str | None
+    ) -> None:
+        try:
+            self._move(rec, event, now, mid, step)
+        except TransitionError as exc:
+            raise LocalProtocolError(f"{event.value} in state {rec.state.value}") from exc
+
+    def provide_info(
+        self, key: TaskKey, fields: Mapping[str, Any], *, now: float, notes: str | None = None
+    ) -> Step:
+        rec = self._requester(key)
+        payload = TaskInfoProvidedPayload(task_id=rec.task_id, fields=dict(fields), notes=notes)
+        out = self._callback(rec, TaskInfoProvided, payload, now)
+        step = Step()
+        self._local(rec, Event.SEND_TASK_INFO_PROVIDED, now, step, out.message.id)
+        step.outgoing.append(out)
+        return step
+
+    def start_deciding(self, key: TaskKey, *, now: float) -> Step:
+        """A person at R started to decide on a `task_need_human` (R only)."""
+        rec = self._requester(key)
+        step = Step()
+        self._local(rec, Event.HUMAN_DECIDING, now, step, None)
+        return step
+
+    def decide(
+        self,
+        key: TaskKey,
+        action: DecisionAction,
+        *,
+        now: float,
+        decided_by: DecidedBy,
+        decision_id: str,
+        approved_fields: Mapping[str, Any] | None = None,
+        rejection_reason: str = "",
+        notes: str = "",
+    ) -> Step:
+        rec = self._requester(key)
+        if rec.need_human_id is None:
+            raise LocalProtocolError(f"task {key} has no pending task_need_human")
+        payload = HumanDecisionPayload(
+            task_id=rec.task_id,
+            decision_id=decision_id,
+            reply_to=rec.need_human_id,
+            decided_by=decided_by,
+            decision=Decision(
+                action=action,
+                approved_fields=dict(approved_fields or {}),
+                rejection_reason=rejection_reason,
+            ),
+            notes=notes,
+            timestamp=_at(now),
+        )
+        out = self._callback(rec, HumanDecision, payload, now)
+        event = (
+            Event.SEND_HUMAN_APPROVE
+            if action is DecisionAction.APPROVE
+            else Event.SEND_HUMAN_REJECT
+        )
+        step = Step()
+        self._local(rec, event, now, step, out.message.id)
+        step.outgoing.append(out)
+        return step
+
+    def cancel(self, key: TaskKey, *, now: float, reason: str | None = None) -> Step:
+        """Ask E to cancel. Sent once R has the reply to its request (specs/protocol.md,
+        'Task states')."""
+        rec = self._requester(key)
+        step = Step()
+        if rec.is_final or rec.cancel_requested:
+            return step
+        rec.cancel_requested, rec.cancel_reason = True, reason
+        self._send_requested_cancel(rec, now, step)
+        return step
+
+    def _executor(self, key: TaskKey, step: Step) -> TaskRecord | None:
+        rec = self.get(key)
+        if rec is None or rec.role is not Role.EXECUTOR:
+            raise LocalProtocolError(f"no task {key} of ours as executor")
+        if rec.is_final:
+            step.discarded = True  # a late call after cancel or timeout: dropped by design
+            return None
+        return rec
+
+    def _handler_move(
+        self,
+        rec: TaskRecord,
+        event: Event,
+        now: float,
+        step: Step,
+        *,
+        wait_until: datetime | None = None,
+    ) -> None:
+        try:
+            self._move(rec, event, now, None, step, wait_until=wait_until)
+        except TransitionError as exc:
+            raise LocalProtocolError(
+                f"handler asked for {event.value} in state {rec.state.value}"
+            ) from exc
+
+    def report_status(
+        self,
+        key: TaskKey,
+        *,
+        now: float,
+        progress: float | None = None,
+        message: str = "",
+        intermediate_result: Any = None,
+    ) -> Step:
+        step = Step()
+        rec = self._executor(key, step)
+        if rec is None:
+            return step
+        self._handler_move(rec, Event.SEND_TASK_STATUS_UPDATE, now, step)
+        self._status_callback(
+            rec,
+            now,
+            step,
+            progress=progress,
+            message=message,
+            intermediate_result=intermediate_result,
+        )
+        return step
+
+    def request_info(
+        self,
+        key: TaskKey,
+        missing_fields: Iterable[MissingField],
+        *,
+        now: float,
+        question: str = "",
+        required_by: datetime | None = None,
+    ) -> Step:
+        step = Step()
+        rec = self._executor(key, step)
+        if rec is None:
+            return step
+        need = TaskNeedInfoPayload(
+            task_id=rec.task_id,
+            missing_fields=list(missing_fields),
+            question=question,
+            required_by=required_by,
+        )
+        self._handler_move(rec, Event.SEND_TASK_NEED_INFO, now, step, wait_until=required_by)
+        rec.need_info = need
+        step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
+        return step
+
+    def request_human(
+        self,
+        key: TaskKey,
+        reason: Reason,
+        *,
+        now: float,
+        context: HumanContext | None = None,
+        options: Iterable[HumanOption] = (),
+        escalation_level: int = 1,
+        deadline: datetime | None = None,
+    ) -> Step:
+        step = Step()
+        rec = self._executor(key, step)
+        if rec is None:
+            return step
+        need = TaskNeedHumanPayload(
+            task_id=rec.task_id,
+            reason=reason,
+            context=context,
+            options=list(options),
+            escalation_level=escalation_level,
+            deadline=deadline,
+        )
+        self._handler_move(rec, Event.SEND_TASK_NEED_HUMAN, now, step, wait_until=deadline)
+        out = self._callback(rec, TaskNeedHuman, need, now)
+        rec.need_human, rec.need_human_id = need, out.message.id
+        step.outgoing.append(out)
+        return step
+
+    def complete(self, key: TaskKey, result: TaskResult, *, now: float, summary: str = "") -> Step:
+        step = Step()
+        rec = self._executor(key, step)
+        if rec is None:
+            return step
+        self._handler_move(rec, Event.SEND_TASK_COMPLETE, now, step)
+        rec.result = result
+        payload = TaskCompletePayload(task_id=rec.task_id, result=result, summary=summary)
+        step.outgoing.append(self._callback(rec, TaskComplete, payload, now))
+        return step
+
+    def fail(self, key: TaskKey, error: TaskError, *, now: float) -> Step:
+        step = Step()
+        rec = self._executor(key, step)
+        if rec is None:
+            return step
+        self._fail(rec, error, now, step)
+        return step
