@@ -802,20 +802,20 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
                 if attempt > 1:
                     await asyncio.sleep(backoff_delay(attempt - 1, self.client.config))
                 events = None
-                self._push(A2AEvent("reconnected", self.state, self.task_id, raw=None))
+                self.push(A2AEvent("reconnected", self.state, self.task_id, raw=None))
         except asyncio.CancelledError:
             raise
         except A2AError as exc:
             if not self._ready.done():
                 self._ready.set_exception(exc)
             else:
-                self._fail_with(exc)
+                self.fail_with(exc)
         except Exception as exc:  # a bug or an unexpected answer must not vanish silently
             error = A2AError(A2ACode.INVALID_AGENT_RESPONSE, f"{type(exc).__name__}: {exc}")
             if not self._ready.done():
                 self._ready.set_exception(error)
             else:
-                self._fail_with(error)
+                self.fail_with(error)
 
     async def _poll(self) -> None:
         while True:
@@ -858,7 +858,7 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
             self._answered = None  # the status moved on: the next interruption is new
         if not quiet:
             answered = self._stale and self.state in wire.INTERRUPTED_STATES
-            self._push(A2AEvent(kind, self.state, self.task_id, text, data, event, answered))
+            self.push(A2AEvent(kind, self.state, self.task_id, text, data, event, answered))
 
     def _ensure_task(self, task_id: str, context_id: str) -> None:
         if self.task is None:
@@ -870,10 +870,10 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
         if self.settled:
             return True
         if self.task is None and self.message is not None:
-            self._settle_with(A2AOutcome(wire.COMPLETED, None, self.message))
+            self.settle_with(A2AOutcome(wire.COMPLETED, None, self.message))
             return True
         if self.task is not None and wire.is_terminal(self.task.status.state):
-            self._settle_with(A2AOutcome(self.task.status.state, self.task, None))
+            self.settle_with(A2AOutcome(self.task.status.state, self.task, None))
             return True
         return False
 

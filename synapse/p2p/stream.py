@@ -29,18 +29,23 @@ class EventStream(Generic[EventT, OutcomeT]):
         """Whether iteration ends after `event` (subclasses say which events are final)."""
         raise NotImplementedError
 
-    def _push(self, event: EventT) -> None:
+    # The producer's side (the runtime, or the A2A client reading its stream): callers read.
+
+    def push(self, event: EventT) -> None:
+        """Add `event` for the readers (the producer's call)."""
         self._buffer.append(event)
         readers, self._readers = self._readers, []
         for reader in readers:
             if not reader.done():
                 reader.set_result(None)
 
-    def _settle_with(self, outcome: OutcomeT) -> None:
+    def settle_with(self, outcome: OutcomeT) -> None:
+        """Settle the outcome, once (the producer's call)."""
         if not self._done.done():
             self._done.set_result(outcome)
 
-    def _fail_with(self, error: BaseException) -> None:
+    def fail_with(self, error: BaseException) -> None:
+        """Settle the outcome as `error`, once (the producer's call)."""
         if not self._done.done():
             self._done.set_exception(error)
 

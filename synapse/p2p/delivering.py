@@ -1,0 +1,272 @@
+"""The runtime's deliveries: one queue per task, one message on the wire at a time,
+retried, parked, dead-lettered; the outbox they come from; heartbeats and the timer loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from synapse.p2p.delivery import TaskQueue
+from synapse.p2p.engine import (
+    Outgoing,
+    TaskEvent,
+    TaskEventKind,
+    TaskKey,
+)
+from synapse.p2p.persistence import (
+    OutboxItem,
+    StoreUnavailable,
+)
+from synapse.p2p.runtime_base import _STORE_RETRY_FIRST, _STORE_RETRY_MAX, RuntimeBase, _Queued, log
+from synapse.p2p.sender import DeliveryError
+from synapse.types import (
+    Heartbeat,
+    encode_message,
+)
+
+
+class Delivering(RuntimeBase):
+    """Delivers what the engine says to POST, and runs its timers."""
+
+    @property
+    def pending_deliveries(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def delivering(self, key: TaskKey) -> bool:
+        """Whether messages about `key` are still queued for delivery."""
+        return bool(self._queues.get(key))
+
+    def oldest_pending_since(self) -> float | None:
+        """When the oldest message still waiting for delivery was queued (clock time)."""
+        heads = [queue.head.item.created_at for queue in self._queues.values() if queue.head]
+        return min(heads) if heads else None
+
+    def _outbox(self, out: Outgoing) -> _Queued | Outgoing:
+        """The outbox entry of a message about a task (a heartbeat has none)."""
+        if out.key is None:
+            return out
+        item = OutboxItem(
+            seq=self.store.next_seq(),
+            message_id=out.message.id,
+            partner=out.partner,
+            key=out.key,
+            body=encode_message(out.message),
+            created_at=self.clock(),
+        )
+        self.store.add_outbox(item)
+        return _Queued(out, item)
+
+    def _queue(self, queued: _Queued) -> None:
+        key = queued.out.key
+        assert key is not None
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = TaskQueue()
+        queue.push(queued)
+        if key not in self._workers and not self._closed:
+            self._workers[key] = asyncio.create_task(self._deliver(key))
+
+    def _drop_queued(self, key: TaskKey) -> None:
+        """Nothing more is sent about the task (see `synapse.p2p.delivery`): its queued
+        messages leave the outbox, and a POST in progress is not retried (its worker stops)."""
+        queue = self._queues.get(key)
+        if not queue:
+            return
+        dropped = queue.drop()
+        for queued in dropped:
+            self.store.remove_outbox(queued.item.message_id)
+        worker = self._workers.get(key)
+        if worker is not None and worker is not asyncio.current_task():
+            worker.cancel()
+            # Gone now, not when its cancellation runs: a message queued next (the
+            # requester's task_cancel) gets a worker of its own.
+            del self._workers[key]
+        log.info(
+            "callbacks_dropped", task_id=key.task_id, requester=key.requester, count=len(dropped)
+        )
+
+    async def _deliver(self, key: TaskKey) -> None:
+        """Deliver `key`'s messages one at a time, in order; each waits for its reply.
+
+        A message leaves the outbox only once answered (a refusal is an answer too). When
+        retries run out it waits for the partner's next successful heartbeat; past
+        `dead_letter_after` it becomes a dead letter, listed until a person retries or
+        drops it (`synapse outbox`).
+        """
+        queue = self._queues[key]
+        try:
+            while queue and not self._closed:
+                queued = queue.head
+                assert queued is not None
+                out = queued.out
+                sender = self._require_sender(out.partner)
+                # What the partner is about to see must survive our crash.
+                await self._commit_patiently()
+                if self._queues.get(key) is not queue:
+                    return  # let go meanwhile: another replica owns the task now
+                if queue.head is not queued:
+                    continue  # dropped meanwhile: nothing more about it is sent
+                if self.delivery_gate is not None:
+                    verdict = await self.delivery_gate(queued.item)
+                    if verdict == "lost":
+                        self.release(key)
+                        return
+                    if verdict == "gone":  # another replica delivered it
+                        queue.answered(queued)
+                        continue
+                    if queue.head is not queued:
+                        continue
+                try:
+                    self._observe("out", out.message, out.partner)
+                    rec = self.engine.get(key)
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug(
+                            "message_out",
+                            message_id=out.message.id,
+                            type=out.message.message_type.value,
+                            to=out.partner,
+                            task_id=key.task_id,
+                            state=rec.state.value if rec is not None else None,
+                        )
+                    queue.start_sending()
+                    reply = await sender.send_callback(out.partner, out.message)
+                except DeliveryError as exc:
+                    queue.retry()
+                    self._notify("on_delivery_failed", out.message, out.partner, exc)
+                    if not exc.retryable:
+                        self._dead_letter(queue, f"unusable reply: {exc}")
+                        continue
+                    await self.settled(key)
+                    self.apply(self.engine.on_undeliverable(out.message, self.clock(), str(exc)))
+                    if self._queues.get(key) is not queue or queue.head is not queued:
+                        continue  # let go: a request that never arrived failed its task
+                    if self.clock() - queued.item.created_at >= self.config.dead_letter_after:
+                        self._dead_letter(queue, f"undeliverable: {exc}")
+                        continue
+                    log.warning("delivery_parked", message_id=out.message.id, partner=out.partner)
+                    self.engine.keep_heartbeat(out.partner, self.clock())
+                    self._rearm_timer()
+                    # Until the partner's next successful heartbeat, or until the message is
+                    # due to become a dead letter (one more round of attempts decides).
+                    due = queued.item.created_at + self.config.dead_letter_after - self.clock()
+                    await self._await_heartbeat(out.partner, timeout=due)
+                    continue
+                queue.answered(queued)
+                self.store.remove_outbox(out.message.id)
+                self._observe("reply_in", reply, out.partner)
+                if key in self._committing:  # judged on what holds (see `settled`)
+                    await self.settled(key)
+                    rec = self.engine.get(key)
+                before = rec.state.value if rec is not None else None
+                self.apply(self.engine.on_reply(out.message, reply, self.clock()))
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug(
+                        "reply_in",
+                        message_id=reply.id,
+                        reply_to=out.message.id,
+                        type=reply.message_type.value,
+                        task_id=key.task_id,
+                        from_state=before,
+                        to_state=rec.state.value if rec is not None else None,
+                    )
+                if not queue:
+                    # Delivered is delivered: the outbox entry's removal is not left to
+                    # whichever commit comes next (a restart would send it again meanwhile).
+                    with contextlib.suppress(StoreUnavailable):
+                        await self._commit()
+        finally:
+            if self._workers.get(key) is asyncio.current_task():
+                self._workers.pop(key, None)
+            if not queue and self._queues.get(key) is queue:
+                self._queues.pop(key, None)
+                if key in self._finals:
+                    self._evict(key)
+
+    async def _commit_patiently(self) -> None:
+        """Commit, waiting out a store that cannot write (it logs the failure episode once);
+        the delivery worker resumes where it stopped once the store writes again."""
+        delay = _STORE_RETRY_FIRST
+        while True:
+            try:
+                await self._commit()
+                return
+            except Exception as exc:  # any store's failure, not only SQLite's
+                if self._closed:
+                    raise
+                if delay == _STORE_RETRY_FIRST and not isinstance(exc, StoreUnavailable):
+                    log.error("commit_failed", error=repr(exc))  # SqliteStore logs its own
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _STORE_RETRY_MAX)
+
+    def _dead_letter(self, queue: TaskQueue[_Queued], reason: str) -> None:
+        queued = queue.head
+        assert queued is not None
+        queue.answered(queued)  # it leaves the queue (listed as a dead letter)
+        message = queued.out.message
+        log.error(
+            "dead_letter",
+            message_id=message.id,
+            type=message.message_type.value,
+            partner=queued.out.partner,
+            reason=reason,
+        )
+        self.store.dead_letter(message.id, reason, self.clock())
+        self._notify("on_dead_letter", message, queued.out.partner, reason)
+        key = queued.out.key
+        rec = self.engine.get(key) if key is not None else None
+        if key is not None and rec is not None:
+            rec.dead_letters.append(message.id)
+            self.store.put_task(rec, [])
+            handle = self._handles.get(key)
+            if handle is not None:
+                handle.push(TaskEvent(key, TaskEventKind.DEAD_LETTER, rec.state, message, reason))
+
+    async def _send_once(self, out: Outgoing) -> None:
+        sender = self._require_sender(out.partner)
+        self._observe("out", out.message, out.partner)
+        try:
+            reply = await sender.send_callback(out.partner, out.message, retry=False)
+        except DeliveryError as exc:
+            self._notify("on_delivery_failed", out.message, out.partner, exc)
+            return  # a missed heartbeat: the engine notices the silence
+        self._observe("reply_in", reply, out.partner)
+        if isinstance(reply, Heartbeat):
+            self._heartbeat_succeeded(out.partner)
+        self.apply(self.engine.on_reply(out.message, reply, self.clock()))
+
+    def _heartbeat_succeeded(self, partner: str) -> None:
+        event = self._heartbeat_ok.pop(partner, None)
+        if event is not None:
+            event.set()
+
+    async def _await_heartbeat(self, partner: str, timeout: float | None = None) -> None:
+        event = self._heartbeat_ok.setdefault(partner, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+    def _rearm_timer(self) -> None:
+        deadline = self.engine.next_deadline()
+        if deadline is not None and deadline < self._sleep_until:
+            self._wake.set()
+
+    async def _timer_loop(self) -> None:
+        while not self._closed:
+            deadline = self.engine.next_deadline()
+            self._sleep_until = deadline if deadline is not None else float("inf")
+            self._wake.clear()
+            timeout = None if deadline is None else max(0.0, deadline - self.clock())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            now = self.clock()
+            # A timer of a task whose incoming message is being committed fires once that
+            # commit is done or undone (`settled`), judged on what holds then.
+            while holds := [
+                held
+                for key, pending in self._committing.items()
+                if self.engine.timer_due(key, now)
+                for held in pending
+            ]:
+                await asyncio.wait(holds)
+                now = self.clock()
+            self.apply(self.engine.on_timer(now))

@@ -1,0 +1,193 @@
+"""The runtime's handler runner: it starts `execute_task`, carries out what a running
+handler asks (report status, ask for information, ask a person), and records its outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from synapse.p2p.engine import (
+    StartExecution,
+    TaskKey,
+    TaskRecord,
+)
+from synapse.p2p.handler import (
+    ExecutionContext,
+    TaskFailure,
+    as_result,
+)
+from synapse.p2p.runtime_base import RuntimeBase, log
+from synapse.p2p.sender import CallbackSender
+from synapse.types import (
+    ErrorCode,
+    HumanContext,
+    HumanDecisionPayload,
+    HumanOption,
+    LocalProtocolError,
+    MissingField,
+    Reason,
+    TaskError,
+)
+
+
+class HandlerRunning(RuntimeBase):
+    """Runs the handler of each executor task, and carries out what it asks."""
+
+    def expect_resume(self, key: TaskKey) -> asyncio.Future[Any]:
+        """A future the next `ResumeExecution` for `key` resolves (used by the handler context)."""
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[key] = waiter
+        return waiter
+
+    def task_record(self, key: TaskKey) -> TaskRecord | None:
+        return self.engine.get(key)
+
+    def report_status(
+        self, key: TaskKey, *, progress: float | None, message: str, intermediate_result: Any
+    ) -> None:
+        """Send a `task_status_update` for the running task `key`."""
+        self.apply(
+            self.engine.report_status(
+                key,
+                now=self.clock(),
+                progress=progress,
+                message=message,
+                intermediate_result=intermediate_result,
+            )
+        )
+
+    async def request_info(
+        self,
+        key: TaskKey,
+        missing_fields: list[MissingField],
+        *,
+        question: str,
+        required_by: datetime | None,
+    ) -> Mapping[str, Any]:
+        """Send `task_need_info` and wait for the fields of the `task_info_provided`."""
+        await self.settled(key)
+        waiter = self.expect_resume(key)
+        self.apply(
+            self.engine.request_info(
+                key, missing_fields, now=self.clock(), question=question, required_by=required_by
+            )
+        )
+        fields: Mapping[str, Any] = await waiter
+        return fields
+
+    async def request_human(
+        self,
+        key: TaskKey,
+        reason: Reason,
+        *,
+        context: HumanContext | None,
+        options: Iterable[HumanOption],
+        escalation_level: int,
+        deadline: datetime | None,
+    ) -> HumanDecisionPayload:
+        """Send `task_need_human` and wait for an approving `human_decision`."""
+        await self.settled(key)
+        waiter = self.expect_resume(key)
+        self.apply(
+            self.engine.request_human(
+                key,
+                reason,
+                now=self.clock(),
+                context=context,
+                options=options,
+                escalation_level=escalation_level,
+                deadline=deadline,
+            )
+        )
+        decision: HumanDecisionPayload = await waiter
+        return decision
+
+    async def _settled_for_handler(self, key: TaskKey) -> bool:
+        """`settled`, for a handler that ended: False if the task was cancelled meanwhile
+        (the message being committed was its task_cancel: the outcome is moot)."""
+        try:
+            await self.settled(key)
+        except asyncio.CancelledError:
+            return False
+        return True
+
+    def _start_handler(self, action: StartExecution) -> None:
+        rec = self.engine.get(action.key)
+        assert rec is not None
+        task = asyncio.create_task(
+            self._run_handler(action, ExecutionContext(self, action.key, rec.task)),
+            name=f"synapse-task-{action.key}",
+        )
+        self._running[action.key] = task
+
+    async def _run_handler(self, action: StartExecution, ctx: ExecutionContext) -> None:
+        key = action.key
+        started, wall = time.perf_counter(), self.clock()
+        outcome = "completed"
+        try:
+            if self._handler is None:
+                raise LocalProtocolError("no TaskHandler set")
+            value = await self._handler.execute_task(ctx, action.task_type, action.payload)
+            # A message about this task is being committed (a task_cancel, say): its effect
+            # on the task is not settled until that commit succeeds (then it is carried out:
+            # a cancel cancels us here) or fails (then it is rolled back). The outcome is
+            # applied after that, so that it is judged on what holds, and built once.
+            await self.settled(key)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            if not self._closed:
+                log.info("handler_cancelled", task_id=key.task_id, requester=key.requester)
+            return
+        except TaskFailure as failure:  # the handler's own verdict: no bug, no traceback
+            outcome = "failed"
+            log.info(
+                "handler_failed",
+                task_id=key.task_id,
+                requester=key.requester,
+                code=failure.error.code,
+                error=failure.error.message,
+            )
+            if await self._settled_for_handler(key):
+                self.apply(self.engine.fail(key, failure.error, now=self.clock()))
+        except Exception as exc:
+            outcome = "failed"
+            # A bug in the handler: its traceback for whoever runs this peer (where the
+            # application's logging sends errors), only its type and message for the partner.
+            log.error(
+                "handler_failed",
+                task_id=key.task_id,
+                requester=key.requester,
+                task_type=action.task_type,
+                error=repr(exc),
+                exc_info=exc,
+            )
+            text = str(exc)
+            error = TaskError(
+                code=ErrorCode.EXECUTION_FAILED.value,
+                message=f"{type(exc).__name__}: {text}" if text else type(exc).__name__,
+                recoverable=True,
+            )
+            if await self._settled_for_handler(key):
+                self.apply(self.engine.fail(key, error, now=self.clock()))
+        else:
+            step = self.engine.complete(key, as_result(value), now=self.clock())
+            if step.discarded:
+                log.info("late_result_discarded", task_id=key.task_id, requester=key.requester)
+            self.apply(step)
+        finally:
+            self._running.pop(key, None)
+            self._waiters.pop(key, None)
+            if self.listeners:
+                seconds = time.perf_counter() - started
+                self._notify("on_handler_done", key, action.task_type, wall, seconds, outcome)
+
+    def _require_sender(self, partner: str) -> CallbackSender:
+        for prefix, local in self._local_senders.items():
+            if partner.startswith(prefix):
+                return local
+        if self._sender is None:
+            raise LocalProtocolError("no CallbackSender set")
+        return self._sender

@@ -1,0 +1,600 @@
+"""The asyncio runtime's state and the moves its parts share: the engine and the store it
+commits to, applying a `Step` (record, commit, carry out), one change of a task at a time
+(`settled`), observers. Also the values it hands out: `TaskHandle`, `Outcome`, `Receipt`.
+`synapse.p2p.protocol.P2PProtocol` is this with the handler it runs (`running`) and the
+messages it delivers (`delivering`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.delivery import TaskQueue
+from synapse.p2p.engine import (
+    UNDELIVERABLE,
+    CancelExecution,
+    DropQueued,
+    Engine,
+    Outgoing,
+    PartnerReachability,
+    Refusal,
+    ResumeExecution,
+    StartExecution,
+    Step,
+    TaskEvent,
+    TaskKey,
+    TaskRecord,
+)
+from synapse.p2p.handler import (
+    TaskHandler,
+)
+from synapse.p2p.listener import AuditEntry, Direction, MessageEvent, RuntimeListener
+from synapse.p2p.logs import get_logger
+from synapse.p2p.persistence import (
+    MemoryStore,
+    OutboxItem,
+    TaskStore,
+)
+from synapse.p2p.sender import CallbackSender, DeliveryError
+from synapse.p2p.states import Event
+from synapse.p2p.stream import EventStream
+from synapse.p2p.view import RuntimeView
+from synapse.types import (
+    DecidedBy,
+    DecisionAction,
+    LocalProtocolError,
+    Message,
+    NackPayload,
+    RemoteProtocolError,
+    TaskError,
+    TaskRejectPayload,
+    TaskResult,
+    TaskState,
+)
+from synapse.types.codec import IdFactory
+from synapse.types.errors import SynapseException
+
+log = get_logger("synapse.p2p")
+
+#: Seconds between commit attempts of a delivery worker while the store cannot write.
+_STORE_RETRY_FIRST, _STORE_RETRY_MAX = 0.05, 2.0
+
+
+@dataclass(slots=True)
+class _Queued:
+    """An outgoing message in a task's delivery queue, with its outbox entry."""
+
+    out: Outgoing
+    item: OutboxItem
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a task we requested ended."""
+
+    state: TaskState
+    result: TaskResult | None = None
+    error: TaskError | None = None
+    reject: TaskRejectPayload | None = None
+    #: The `nack` the executor answered our `task_request` with, if it refused it.
+    refusal: NackPayload | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state is TaskState.COMPLETED
+
+    @classmethod
+    def of(cls, rec: TaskRecord) -> Outcome:
+        return cls(rec.state, rec.result, rec.error, rec.reject, rec.refusal)
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What became of one POSTed message (`P2PProtocol.receive_message`): the reply, or the
+    refusal to answer with, and what the transport logs about it, so that it never reads the
+    engine."""
+
+    reply: Message | None
+    #: The refusal when the message was refused (`reply` is then None); it changed nothing.
+    error: RemoteProtocolError | None
+    #: The task the message is about, if any.
+    task_id: str | None
+    #: The task's state before the message (None: no such task here, or not asked for).
+    from_state: TaskState | None
+    #: Its state after (the same as `from_state` when refused).
+    to_state: TaskState | None
+
+
+class TaskAbandoned(SynapseException):
+    """The requester gave up on a task by itself: its executor fell silent past
+    `task_timeout` plus the heartbeat-loss time, the deadline passed, or the executor
+    answered `task_not_found`. `outcome` is the local failure (`state` failed)."""
+
+    def __init__(self, task_id: str, partner: str, outcome: Outcome) -> None:
+        error = outcome.error
+        why = f"{error.code}: {error.message}" if error is not None else "gave up"
+        super().__init__(f"task {task_id} at {partner} given up: {why}")
+        self.task_id = task_id
+        self.partner = partner
+        self.outcome = outcome
+
+
+class TaskUndeliverable(DeliveryError):
+    """The `task_request` never reached its executor: every delivery attempt failed (the
+    partner is down, or unreachable). The task failed here (`outcome.error.code` is
+    `undeliverable`); nothing of it runs anywhere."""
+
+    def __init__(self, task_id: str, partner: str, outcome: Outcome) -> None:
+        error = outcome.error
+        super().__init__(
+            f"task {task_id} never reached {partner}: {error.message if error else ''}",
+            retryable=False,
+        )
+        self.task_id = task_id
+        self.partner = partner
+        self.outcome = outcome
+
+
+class TaskHandle(EventStream[TaskEvent, "Outcome"]):
+    """A task we requested: await it, iterate its events, answer it, cancel it."""
+
+    def __init__(self, runtime: RuntimeBase, key: TaskKey, partner: str) -> None:
+        super().__init__()
+        self._runtime = runtime
+        self.key = key
+        self.partner = partner
+        #: Kept once final: the engine lets go of finished tasks (the store keeps them).
+        self._final: TaskRecord | None = None
+
+    @property
+    def task_id(self) -> str:
+        return self.key.task_id
+
+    @property
+    def record(self) -> TaskRecord:
+        if self._final is not None:
+            return self._final
+        rec = self._runtime.engine.get(self.key)
+        if rec is None:
+            raise LocalProtocolError(f"task {self.key} is no longer kept (past its retention)")
+        return rec
+
+    @property
+    def state(self) -> TaskState:
+        return self.record.state
+
+    def _is_last(self, event: TaskEvent) -> bool:
+        return event.state.is_final
+
+    def settle(self) -> None:
+        """The task ended: settle the outcome from its record (the runtime's call)."""
+        rec = self._final = self.record
+        outcome = Outcome.of(rec)
+        if rec.history and rec.history[-1].event is Event.GIVE_UP:
+            gave_up: Exception = TaskAbandoned(rec.task_id, rec.partner, outcome)
+            if rec.error is not None and rec.error.code == UNDELIVERABLE:
+                gave_up = TaskUndeliverable(rec.task_id, rec.partner, outcome)
+            self.fail_with(gave_up)
+            # Retrieved by whoever awaits the handle; nobody may, and that is no error.
+            self._done.exception()
+        else:
+            self.settle_with(outcome)
+
+    async def result(self, timeout: float | None = None) -> Outcome:
+        """Wait for the outcome (at most `timeout` seconds: then `TimeoutError`, saying what
+        was waited for). Raises `TaskAbandoned` if the requester gave up on the task, and
+        `TaskUndeliverable` if its request never reached the executor."""
+        try:
+            return await super().result(timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"no outcome of task {self.task_id} from {self.partner} within {timeout:g} s "
+                f"(still {self.state.value})"
+            ) from None
+
+    async def provide_info(
+        self, fields: Mapping[str, Any], notes: str | None = None, *, provided_by: str = ""
+    ) -> None:
+        """Answer `task_need_info` (`provided_by`: who answered, for the task's audit trail).
+        Returns once the answer is durable (it is sent then)."""
+        rt = self._runtime
+        await rt.settled(self.key)
+        step = rt.engine.provide_info(self.key, fields, now=rt.clock(), notes=notes)
+        self._audit(
+            step,
+            provided_by or rt.engine.agent_id,
+            "info_provided",
+            {"fields": dict(fields), "notes": notes},
+        )
+        await rt.apply_durably(step)
+
+    async def start_deciding(self) -> None:
+        """Note that a person is deciding (`need_human → human_deciding`)."""
+        rt = self._runtime
+        await rt.settled(self.key)
+        await rt.apply_durably(rt.engine.start_deciding(self.key, now=rt.clock()))
+
+    async def decide(
+        self,
+        action: DecisionAction,
+        *,
+        approved_fields: Mapping[str, Any] | None = None,
+        rejection_reason: str = "",
+        notes: str = "",
+        decided_by: DecidedBy | None = None,
+    ) -> None:
+        """Answer `task_need_human` with a `human_decision` (returns once it is durable)."""
+        rt = self._runtime
+        await rt.settled(self.key)
+        by = decided_by or DecidedBy(user_id=rt.engine.agent_id)
+        step = rt.engine.decide(
+            self.key,
+            action,
+            now=rt.clock(),
+            decided_by=by,
+            decision_id=f"dec-{rt.engine.ids.message_id()[4:]}",
+            approved_fields=approved_fields,
+            rejection_reason=rejection_reason,
+            notes=notes,
+        )
+        detail: dict[str, Any] = {"user_name": by.user_name, "role": by.role, "notes": notes}
+        if action is DecisionAction.APPROVE:
+            detail["approved_fields"] = dict(approved_fields or {})
+        else:
+            detail["rejection_reason"] = rejection_reason
+        self._audit(step, by.user_id, action.value, detail)
+        await rt.apply_durably(step)
+
+    def _audit(self, step: Step, actor: str, action: str, detail: dict[str, Any]) -> None:
+        # Before `apply`, which stores the record: the entry is durable with the answer.
+        message_id = step.outgoing[0].message.id if step.outgoing else None
+        entry = AuditEntry(self._runtime.clock(), actor, action, message_id, detail)
+        self.record.audit.append(entry)
+
+    async def approve(self, approved_fields: Mapping[str, Any] | None = None, **kw: Any) -> None:
+        await self.decide(DecisionAction.APPROVE, approved_fields=approved_fields, **kw)
+
+    async def reject(self, reason: str = "", **kw: Any) -> None:
+        await self.decide(DecisionAction.REJECT, rejection_reason=reason, **kw)
+
+    async def cancel(self, reason: str | None = None) -> None:
+        """Send `task_cancel` (once the request has its reply); await `result()` for the end.
+        Returns once the cancel is durable."""
+        rt = self._runtime
+        await rt.settled(self.key)
+        await rt.apply_durably(rt.engine.cancel(self.key, now=rt.clock(), reason=reason))
+
+
+class RuntimeBase:
+    """The runtime's state, and what its handler runner and its deliveries share."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        endpoint: str,
+        config: P2PConfig | None = None,
+        handler: TaskHandler | None = None,
+        sender: CallbackSender | None = None,
+        store: TaskStore | None = None,
+        clock: Callable[[], float] = time.time,
+        ids: IdFactory | None = None,
+    ) -> None:
+        self.config = config or P2PConfig()
+        self.store: TaskStore = store or MemoryStore()
+        self.engine = Engine(agent_id=agent_id, endpoint=endpoint, config=self.config, ids=ids)
+        #: What the layers above may read of the tasks (they never touch `engine`).
+        self.view = RuntimeView(self.engine)
+        # Finished tasks leave memory (see `_evict`); the engine finds them in the store.
+        self.engine.finished_lookup = self.store.get_task
+        if isinstance(self.store, MemoryStore):
+            self.store.max_finished = self.config.max_finished_in_memory
+        #: Final tasks not yet evicted → the commit after which their record is durable.
+        self._finals: dict[TaskKey, int] = {}
+        #: Those of `_finals` whose commit was not done at the last commit: all a commit
+        #: looks through (a final task still delivering its last callback is evicted by
+        #: its delivery worker, not rescanned at every commit).
+        self._finals_awaiting_commit: dict[TaskKey, int] = {}
+        self._commits_started = 0
+        self._commits_done = 0
+        self._purge_task: asyncio.Task[None] | None = None
+        self.clock = clock
+        self._handler: TaskHandler | None = None
+        self._sender = sender
+        #: Agent-id prefix → in-process sender for virtual partners (see `route_local`).
+        self._local_senders: dict[str, CallbackSender] = {}
+        self._handles: dict[TaskKey, TaskHandle] = {}
+        self._running: dict[TaskKey, asyncio.Task[None]] = {}
+        self._waiters: dict[TaskKey, asyncio.Future[Any]] = {}
+        self._queues: dict[TaskKey, TaskQueue[_Queued]] = {}
+        #: Tasks with a running handler that an incoming message's commit is about: the
+        #: handler's outcome waits for it (see `_run_handler`).
+        self._committing: dict[TaskKey, set[asyncio.Future[None]]] = {}
+        self._workers: dict[TaskKey, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._heartbeat_ok: dict[str, asyncio.Event] = {}
+        self._timer_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._sleep_until = float("inf")
+        self._closed = False
+        #: Replicas sharing a store (`synapse.store.leases`): asked before each POST of an
+        #: outbox message whether this process may send it now: "send", "gone" (another
+        #: replica delivered or dropped it) or "lost" (the task is not ours any more).
+        self.delivery_gate: Callable[[OutboxItem], Awaitable[str]] | None = None
+        #: Called synchronously for every message in or out; must not raise or block.
+        self.observers: list[Callable[[MessageEvent], None]] = []
+        #: Told of messages, transitions, handler runs, deliveries and commits (metrics,
+        #: tracing, health, the console: `synapse.ops`).
+        self.listeners: list[RuntimeListener] = []
+        self._hooks_for: tuple[RuntimeListener, ...] = ()
+        self._hooks_cache: dict[str, list[tuple[Any, Callable[..., Any]]]] = {}
+        if handler is not None:
+            self.set_task_handler(handler)
+
+    def _state_of(self, key: TaskKey | None) -> TaskState | None:
+        rec = self.engine.get(key) if key is not None else None
+        return rec.state if rec is not None else None
+
+    async def commit(self) -> None:
+        """Make every effect applied so far durable (see `TaskStore.commit`)."""
+        await self._commit()
+
+    async def _commit(self, *, discard_after: int | None = None) -> None:
+        self._commits_started += 1
+        number = self._commits_started
+        if not self.listeners:
+            await self._store_commit(discard_after)
+        else:
+            started = time.perf_counter()
+            try:
+                await self._store_commit(discard_after)
+            except Exception as exc:
+                self._notify("on_commit", time.perf_counter() - started, exc)
+                raise
+            self._notify("on_commit", time.perf_counter() - started, None)
+        self._commits_done = max(self._commits_done, number)
+        awaiting = self._finals_awaiting_commit
+        if awaiting:
+            done = self._commits_done
+            for key in [k for k, n in awaiting.items() if n <= done]:
+                del awaiting[key]
+                self._evict(key)
+
+    def _evict(self, key: TaskKey) -> None:
+        """Let a final task go from memory once its record is durable and nothing about it
+        is left to deliver (its last callback was answered); the store keeps it."""
+        number = self._finals.get(key)
+        if number is None or number > self._commits_done or key in self._queues:
+            return
+        del self._finals[key]
+        self.engine.forget(key)
+        self._notify("on_evicted", key)
+        handle = self._handles.pop(key, None)
+        if handle is not None and not handle.settled:
+            handle.settle()
+
+    def release(self, key: TaskKey) -> None:
+        """Let a task go without writing anything: another process owns it now (replicas
+        sharing a store, `synapse.store.leases`). Its handler and deliveries stop here."""
+        for registry in (self._running, self._workers):
+            task = registry.pop(key, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        self._queues.pop(key, None)
+        self._finals.pop(key, None)
+        self._finals_awaiting_commit.pop(key, None)
+        self._waiters.pop(key, None)
+        self.engine.release(key)
+
+    async def _store_commit(self, discard_after: int | None) -> None:
+        # A store written before `discard_after` existed takes no argument.
+        if discard_after is None:
+            await self.store.commit()
+        else:
+            await self.store.commit(discard_after=discard_after)
+
+    def apply(self, step: Step) -> None:
+        """Carry out what the engine decided. Never awaits: engine calls stay atomic."""
+        self._carry_out(step, self._record(step))
+
+    def _record(self, step: Step) -> list[_Queued | Outgoing]:
+        """The step's writes: its tasks and its outbox entries (buffered in the store)."""
+        for transition in step.transitions:
+            self._notify("on_transition", transition)
+            # A task's outcome is what an operator follows (one info line a task); the steps
+            # before it are detail (debug), as is every message in and out.
+            lifecycle = transition.to_state.is_final
+            if lifecycle or log.isEnabledFor(logging.DEBUG):
+                (log.info if lifecycle else log.debug)(
+                    "transition",
+                    task_id=transition.key.task_id,
+                    requester=transition.key.requester,
+                    role=transition.role.value,
+                    from_state=transition.from_state.value,
+                    to_state=transition.to_state.value,
+                    trigger=transition.event.value,
+                    message_id=transition.message_id,
+                )
+        if step.transitions:
+            self._persist(step)
+        return [self._outbox(out) for out in step.outgoing]
+
+    def _carry_out(
+        self, step: Step, queued: list[_Queued | Outgoing], *, committed: bool = False
+    ) -> None:
+        """Start the step's deliveries and actions once its writes are recorded (and, when
+        `committed`, already durable)."""
+        # A drop takes the task's messages queued before this step, never this step's own (a
+        # requester giving up drops what was queued and then sends its task_cancel).
+        for action in step.actions:
+            if isinstance(action, DropQueued):
+                self._drop_queued(action.key)
+        for item in queued:
+            if isinstance(item, Outgoing):
+                self._spawn(self._send_once(item))  # heartbeats: the next one comes anyway
+            else:
+                self._queue(item)
+        for action in step.actions:
+            if not isinstance(action, DropQueued):
+                self._act(action)
+        for transition in step.transitions:
+            if transition.to_state.is_final:
+                # Durable already, or with the next commit to start (its put_task is
+                # buffered now).
+                durable_with = self._commits_done if committed else self._commits_started + 1
+                self._finals[transition.key] = durable_with
+                if durable_with > self._commits_done:
+                    self._finals_awaiting_commit[transition.key] = durable_with
+                handle = self._handles.get(transition.key)
+                if handle is not None:
+                    handle.settle()
+        if committed:
+            for transition in step.transitions:
+                if transition.to_state.is_final:
+                    self._evict(transition.key)
+        self._rearm_timer()
+
+    def _persist(self, step: Step) -> None:
+        by_task: dict[TaskKey, list[Any]] = {}
+        for transition in step.transitions:
+            by_task.setdefault(transition.key, []).append(transition)
+        for key, transitions in by_task.items():
+            rec = self.engine.get(key)
+            if rec is not None:
+                self.store.put_task(rec, transitions)
+
+    def _act(self, action: Any) -> None:
+        if isinstance(action, TaskEvent):
+            handle = self._handles.get(action.key)
+            if handle is not None:
+                handle.push(action)
+        elif isinstance(action, StartExecution):
+            self._start_handler(action)
+        elif isinstance(action, ResumeExecution):
+            waiter = self._waiters.pop(action.key, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(action.value)
+        elif isinstance(action, CancelExecution):
+            task = self._running.get(action.key)
+            if task is not None and task is not asyncio.current_task() and not task.done():
+                task.cancel()
+        elif isinstance(action, PartnerReachability):
+            log.warning("partner_reachability", partner=action.partner, reachable=action.reachable)
+            if action.reachable:
+                self._heartbeat_succeeded(action.partner)
+        elif isinstance(action, Refusal):
+            log.warning(
+                "message_refused_by_partner",
+                task_id=action.key.task_id if action.key else None,
+                message_id=action.sent.id,
+                type=action.sent.message_type.value,
+                code=action.nack.code,
+                reason=action.nack.message,
+            )
+
+    async def settled(self, key: TaskKey) -> None:
+        """Wait until no incoming message about task `key` is being committed.
+
+        Its effect is durable then, or undone (a failed commit): only then is anything else
+        about the task decided (a person's answer, a handler's progress or outcome, a timer,
+        the next message), so that nothing is built on an effect that may yet vanish."""
+        while holds := self._committing.get(key):
+            await asyncio.wait(list(holds))
+
+    async def apply_durably(self, step: Step) -> None:
+        """Apply a step of our own making, and return once it is durable (a store that
+        cannot write is waited out)."""
+        self.apply(step)
+        await self._commit_patiently()
+
+    def _hold(self, key: TaskKey) -> asyncio.Future[None]:
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._committing.setdefault(key, set()).add(held)
+        return held
+
+    def _release_hold(self, key: TaskKey, held: asyncio.Future[None]) -> None:
+        holds = self._committing.get(key)
+        if holds is not None:
+            holds.discard(held)
+            if not holds:
+                del self._committing[key]
+        if not held.done():
+            held.set_result(None)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _observe(self, direction: Direction, message: Message, partner: str) -> None:
+        if not self.observers and not self.listeners:
+            return
+        event = MessageEvent(direction, message, partner)
+        for observer in self.observers:
+            observer(event)
+        self._notify("on_message", event)
+
+    def _notify(self, method: str, *args: Any) -> None:
+        for listener, hook in self._hooks(method):
+            try:
+                hook(*args)
+            except Exception as exc:  # watching a peer must never break it
+                log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
+
+    def _hooks(self, method: str) -> list[tuple[Any, Callable[..., Any]]]:
+        """The listeners that implement `method` (the no-ops of `RuntimeListener` left out:
+        a dozen notifications a task, most of them to listeners that ignore them), with
+        their bound method; found again whenever `listeners` changes."""
+        listeners = tuple(self.listeners)
+        if listeners != self._hooks_for:
+            self._hooks_for, self._hooks_cache = listeners, {}
+        hooks = self._hooks_cache.get(method)
+        if hooks is None:
+            noop = getattr(RuntimeListener, method, None)
+            found = [(listener, getattr(listener, method, None)) for listener in listeners]
+            hooks = self._hooks_cache[method] = [
+                (listener, hook)
+                for listener, hook in found
+                if hook is not None
+                and (noop is None or getattr(hook, "__func__", None) is not noop)
+            ]
+        return hooks
+
+    def set_task_handler(self, handler: TaskHandler) -> None:
+        self._handler = handler
+        self.engine.validator = handler.validate_task
+        self.engine.capabilities = handler.get_capabilities
+
+    # --- provided by the runtime's parts (`Delivering`, `HandlerRunning`) ---------------------
+
+    def _outbox(self, out: Outgoing) -> _Queued | Outgoing:
+        raise NotImplementedError  # Delivering
+
+    def _queue(self, queued: _Queued) -> None:
+        raise NotImplementedError  # Delivering
+
+    def _drop_queued(self, key: TaskKey) -> None:
+        raise NotImplementedError  # Delivering
+
+    async def _commit_patiently(self) -> None:
+        raise NotImplementedError  # Delivering
+
+    async def _send_once(self, out: Outgoing) -> None:
+        raise NotImplementedError  # Delivering
+
+    def _heartbeat_succeeded(self, partner: str) -> None:
+        raise NotImplementedError  # Delivering
+
+    def _rearm_timer(self) -> None:
+        raise NotImplementedError  # Delivering
+
+    def _start_handler(self, action: StartExecution) -> None:
+        raise NotImplementedError  # HandlerRunning
+
+    def _require_sender(self, partner: str) -> CallbackSender:
+        raise NotImplementedError  # HandlerRunning
