@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import ssl as ssl_module
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
@@ -34,6 +32,17 @@ from synapse._distribution import NAME
 from synapse.a2a import mapping, wire
 from synapse.a2a.card_signing import CardSignatureError, CardVerifier
 from synapse.a2a.client_auth import ClientCredentials, RequestAuth
+from synapse.a2a.client_values import (
+    A2AEvent,
+    A2AOutcome,
+    card_major,
+    content_of,
+    content_parts,
+    convert_wire,
+    merge_artifact,
+    parse_card,
+    user_message,
+)
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.a2a.transports import (
     GrpcTransport,
@@ -50,7 +59,7 @@ from synapse.p2p.stream import EventStream
 from synapse.transport.client import TRACE_CONFIGS
 from synapse.transport.retry import backoff_delay
 from synapse.transport.tls import TLSConfig
-from synapse.types import DecisionAction, TaskError, TaskResult, TaskState
+from synapse.types import DecisionAction
 
 log = get_logger("synapse.a2a.client")
 
@@ -61,92 +70,7 @@ USER_AGENT = f"{NAME}-a2a/0.1"
 # --- what a handle reports ------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class A2AEvent:
-    """One event of an A2A task, as a handle sees it.
-
-    `kind`: `task`, `status_update`, `artifact_update`, `message` (a reply that is a message,
-    not a task), or `reconnected` (a broken stream was resumed). `state` is the task's A2A
-    state after the event; `text` and `data` are the event's status message or artifact.
-    """
-
-    kind: str
-    state: str
-    task_id: str
-    text: str = ""
-    data: Any = None
-    raw: wire.StreamResponse | None = None
-    #: The task still reports the interruption we already answered (some agents, such as
-    #: those built on the JavaScript SDK, repeat it at the start of the reply's stream).
-    answered: bool = False
-
-    @property
-    def final(self) -> bool:
-        return wire.is_terminal(self.state)
-
-    @property
-    def interrupted(self) -> bool:
-        """The task waits for us (INPUT_REQUIRED or AUTH_REQUIRED), and we have not answered."""
-        return self.state in wire.INTERRUPTED_STATES and not self.answered
-
-    @property
-    def input_required(self) -> bool:
-        return self.state == wire.INPUT_REQUIRED and not self.answered
-
-
-@dataclass(frozen=True, slots=True)
-class A2AOutcome:
-    """How an A2A task ended (like `synapse.p2p.protocol.Outcome`)."""
-
-    a2a_state: str
-    task: wire.Task | None = None
-    #: The agent's reply when it answered with a message instead of a task.
-    message: wire.Message | None = None
-
-    @property
-    def state(self) -> TaskState:
-        """The Synapse final state this corresponds to."""
-        if self.task is None and self.message is not None:
-            return TaskState.COMPLETED
-        return mapping.FINAL_STATE_MAP.get(self.a2a_state, TaskState.FAILED)
-
-    @property
-    def ok(self) -> bool:
-        return self.state is TaskState.COMPLETED
-
-    @property
-    def result(self) -> TaskResult | None:
-        """The artifacts (or the reply message) as a Synapse `TaskResult`."""
-        if self.task is not None and self.ok:
-            return mapping.artifact_result(self.task.artifacts)
-        if self.message is not None:
-            parts = [wire.Artifact(artifact_id="message", parts=self.message.parts)]
-            return mapping.artifact_result(parts)
-        return None
-
-    @property
-    def error(self) -> TaskError | None:
-        if self.ok or self.task is None:
-            return None
-        return mapping.status_error(self.task.status)
-
-    @property
-    def text(self) -> str:
-        """Every text part of the artifacts (or of the reply message)."""
-        if self.task is not None:
-            parts = [p for a in self.task.artifacts for p in a.parts]
-        elif self.message is not None:
-            parts = list(self.message.parts)
-        else:
-            parts = []
-        return "".join(p.text for p in parts if isinstance(p.text, str))
-
-
 # --- the client ---------------------------------------------------------------------------------
-
-
-def card_major(interface: wire.AgentInterface) -> int | None:
-    return wire.major(interface.protocol_version)
 
 
 class A2AClient:
@@ -397,7 +321,7 @@ class A2AClient:
         try:
             async for value in transport.stream(method, params):
                 started = True
-                yield _convert(value, wire.StreamResponse)
+                yield convert_wire(value, wire.StreamResponse)
             return
         except A2AError as exc:
             # Refused before any event: a token we obtained may be stale; a new one, once.
@@ -405,7 +329,7 @@ class A2AClient:
             if not (refused and self.credentials is not None and self.credentials.forget()):
                 raise
         async for value in transport.stream(method, params):
-            yield _convert(value, wire.StreamResponse)
+            yield convert_wire(value, wire.StreamResponse)
 
     # --- the methods of A2A v1.0 -------------------------------------------------------------
 
@@ -420,7 +344,7 @@ class A2AClient:
             message=message, configuration=configuration, metadata=metadata
         )
         result = await self.call("SendMessage", wire.to_builtins(request))
-        return _convert(result, wire.SendMessageResponse)
+        return convert_wire(result, wire.SendMessageResponse)
 
     def send_streaming_message(
         self,
@@ -436,7 +360,7 @@ class A2AClient:
 
     async def get_task(self, task_id: str, *, history_length: int | None = None) -> wire.Task:
         params = wire.to_builtins(wire.GetTaskRequest(id=task_id, history_length=history_length))
-        return _convert(await self.call("GetTask", params), wire.Task)
+        return convert_wire(await self.call("GetTask", params), wire.Task)
 
     async def list_tasks(
         self,
@@ -457,13 +381,13 @@ class A2AClient:
             include_artifacts=include_artifacts,
         )
         result = await self.call("ListTasks", wire.to_builtins(request))
-        return _convert(result, wire.ListTasksResponse)
+        return convert_wire(result, wire.ListTasksResponse)
 
     async def cancel_task(
         self, task_id: str, *, metadata: dict[str, Any] | None = None
     ) -> wire.Task:
         params = wire.to_builtins(wire.CancelTaskRequest(id=task_id, metadata=metadata))
-        return _convert(await self.call("CancelTask", params), wire.Task)
+        return convert_wire(await self.call("CancelTask", params), wire.Task)
 
     def subscribe(self, task_id: str) -> AsyncIterator[wire.StreamResponse]:
         """`SubscribeToTask`: the task's current state first, then its live events."""
@@ -482,7 +406,7 @@ class A2AClient:
             task_id=task_id, url=url, token=token, id=config_id, authentication=authentication
         )
         result = await self.call("CreateTaskPushNotificationConfig", wire.to_builtins(config))
-        created = _convert(result, wire.TaskPushNotificationConfig)
+        created = convert_wire(result, wire.TaskPushNotificationConfig)
         # The agent chooses the id of a configuration created without one: remember it.
         self._push_ids[task_id] = created.id
         return created
@@ -503,11 +427,11 @@ class A2AClient:
         """One push configuration (default: the last one this client created for the task)."""
         params = {"taskId": task_id, "id": self._push_id(task_id, config_id)}
         result = await self.call("GetTaskPushNotificationConfig", params)
-        return _convert(result, wire.TaskPushNotificationConfig)
+        return convert_wire(result, wire.TaskPushNotificationConfig)
 
     async def list_push_configs(self, task_id: str) -> list[wire.TaskPushNotificationConfig]:
         result = await self.call("ListTaskPushNotificationConfigs", {"taskId": task_id})
-        return _convert(result, wire.ListTaskPushNotificationConfigsResponse).configs
+        return convert_wire(result, wire.ListTaskPushNotificationConfigsResponse).configs
 
     async def delete_push_config(self, task_id: str, config_id: str = "") -> None:
         """Delete a push configuration (default: the last one this client created for it)."""
@@ -566,46 +490,6 @@ class A2AClient:
         if not handle._settle_if_final():
             handle._follow(None)
         return handle
-
-
-def user_message(
-    payload: Mapping[str, Any] | str | None = None,
-    *,
-    task_type: str | None = None,
-    context_id: str = "",
-    task_id: str = "",
-) -> wire.Message:
-    """A user message: a mapping as a data part, a string as a text part."""
-    parts: list[wire.Part] = []
-    if isinstance(payload, str):
-        parts.append(wire.text_part(payload))
-    elif payload is not None:
-        parts.append(wire.data_part(dict(payload)))
-    return wire.Message(
-        message_id=mapping.new_id(),
-        role=wire.ROLE_USER,
-        parts=parts,
-        context_id=context_id,
-        task_id=task_id,
-        metadata={mapping.TASK_TYPE_KEY: task_type} if task_type else None,
-    )
-
-
-def parse_card(raw: bytes) -> wire.AgentCard:
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, f"agent card is not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "agent card is not a JSON object")
-    if "supportedInterfaces" not in data:
-        version = data.get("protocolVersion", "0.3")
-        raise A2AVersionError(
-            f"agent card is A2A {version} (no supportedInterfaces); this client speaks A2A "
-            f"{wire.PROTOCOL_VERSION} and does not downgrade",
-            {"offered": str(version)},
-        )
-    return _convert(data, wire.AgentCard)
 
 
 class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
@@ -834,24 +718,24 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
         text, data = "", None
         if event.task is not None:
             self.task = event.task
-            text, data = _content(event.task.status.message)
+            text, data = content_of(event.task.status.message)
         elif event.message is not None:
             kind, self.message = "message", event.message
-            text, data = _content(event.message)
+            text, data = content_of(event.message)
         elif event.status_update is not None:
             kind = "status_update"
             update = event.status_update
             self._ensure_task(update.task_id, update.context_id)
             assert self.task is not None
             self.task.status = update.status
-            text, data = _content(update.status.message)
+            text, data = content_of(update.status.message)
         elif event.artifact_update is not None:
             kind = "artifact_update"
             update2 = event.artifact_update
             self._ensure_task(update2.task_id, update2.context_id)
             assert self.task is not None
-            _merge_artifact(self.task, update2)
-            text, data = _content_parts(update2.artifact.parts)
+            merge_artifact(self.task, update2)
+            text, data = content_parts(update2.artifact.parts)
         else:
             return
         if self.state not in wire.INTERRUPTED_STATES:
@@ -886,37 +770,6 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
 
 
 # --- helpers --------------------------------------------------------------------------------------
-
-
-def _convert(value: Any, cls: type[T]) -> T:
-    try:
-        # Not strict: gRPC's proto JSON writes 64-bit integers as strings.
-        return msgspec.convert(value, cls, strict=False)
-    except msgspec.ValidationError as exc:
-        raise A2AError(
-            A2ACode.INVALID_AGENT_RESPONSE, f"unexpected {cls.__name__} from the agent: {exc}"
-        ) from None
-
-
-def _content_parts(parts: list[wire.Part]) -> tuple[str, Any]:
-    text = "".join(p.text for p in parts if isinstance(p.text, str))
-    data = next((p.data for p in parts if p.data is not msgspec.UNSET), None)
-    return text, data
-
-
-def _content(message: wire.Message | None) -> tuple[str, Any]:
-    return _content_parts(message.parts) if message is not None else ("", None)
-
-
-def _merge_artifact(task: wire.Task, update: wire.TaskArtifactUpdateEvent) -> None:
-    for i, known in enumerate(task.artifacts):
-        if known.artifact_id == update.artifact.artifact_id:
-            if update.append:
-                known.parts.extend(update.artifact.parts)
-            else:
-                task.artifacts[i] = update.artifact
-            return
-    task.artifacts.append(update.artifact)
 
 
 __all__ = [
