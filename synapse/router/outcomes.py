@@ -3,9 +3,10 @@ one that ran it (`Routed`). Shared by the router and its fan-out."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
-from synapse.types import ErrorCode, TaskError, TaskResult, TaskState
+from synapse.types import ErrorCode, LocalProtocolError, TaskError, TaskResult, TaskState
 
 #: Reject codes after which the task goes to the next candidate (the partner ran nothing).
 FAILOVER_CODES = frozenset(
@@ -59,6 +60,24 @@ class Routed:
     @property
     def ok(self) -> bool:
         return self.state is TaskState.COMPLETED
+
+
+@dataclass(slots=True)
+class Commitments:
+    """Which partner accepted which (original task, part): never two for one."""
+
+    #: (requester, task id, part) → partner, oldest first; the last `keep` are kept (a
+    #: router runs for months: this must not grow without bound).
+    by_task: OrderedDict[tuple[str, str, int], str] = field(default_factory=OrderedDict)
+    keep: int = 10_000
+
+    def commit(self, key: tuple[str, str, int], partner: str) -> None:
+        held = self.by_task.get(key)
+        if held is not None:
+            raise LocalProtocolError(f"{key} was already accepted by {held}")
+        self.by_task[key] = partner
+        while len(self.by_task) > self.keep:
+            self.by_task.popitem(last=False)
 
 
 __all__ = ["FAILOVER_CODES", "Declined", "Routed"]

@@ -21,22 +21,22 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
-from synapse.p2p.engine import TaskKey, Validation
-from synapse.p2p.handler import ExecutionContext, TaskFailure
+from synapse.p2p.engine import TaskKey
+from synapse.p2p.handler import TaskFailure
 from synapse.p2p.logs import get_logger
 from synapse.p2p.protocol import MessageEvent, TaskHandle
 from synapse.p2p.sender import DeliveryError
 from synapse.p2p.states import Role
-from synapse.router.fanout import FanOutPlan, run_plan
-from synapse.router.outcomes import FAILOVER_CODES, Declined, Routed
+from synapse.router.a2a_members import A2AMember, a2a_declined, a2a_message, percent, unless_settled
+from synapse.router.fanout import FanOutPlan
+from synapse.router.outcomes import FAILOVER_CODES, Commitments, Declined, Routed
 from synapse.router.pool import Member, Pool, PoolConfig
+from synapse.router.relay import Relay, RoutingHandler, task_error
 from synapse.router.sender import UNREACHABLE, RoutingSender
 from synapse.router.trust import CardVerifier, ResultCheck, judge_card, load_callable, same_origin
 from synapse.transport.partners import Partner
@@ -47,203 +47,25 @@ from synapse.types import (
     DecisionAction,
     ErrorCode,
     Heartbeat,
-    HumanContext,
-    HumanDecisionPayload,
-    HumanOption,
     LocalProtocolError,
     MissingField,
-    Priority,
     Reason,
     RemoteProtocolError,
-    TaskContext,
-    TaskError,
-    TaskResult,
     TaskState,
     new_task_id,
 )
 
 if TYPE_CHECKING:
-    from synapse.a2a.client import A2AClient, A2ATaskHandle
+    from synapse.a2a.client import A2ATaskHandle
 
 log = get_logger("synapse.router")
 T = TypeVar("T")
 
-#: `context.metadata` key of a sub-task: how many routers the task came through.
-HOPS_KEY = "route_hops"
 #: Upper bound of one wait for a busy partner's `retry_after`, so a refresh is noticed.
 _MAX_ROOM_WAIT = 5.0
 
 
-# --- talking back to the original requester -----------------------------------------------------
-
-
-class Relay:
-    """The original task, as a routed sub-task talks to it: progress, questions, decisions.
-
-    Questions of concurrent sub-tasks (fan-out) are asked one at a time: the requester sees one
-    `task_need_info` or `task_need_human` after another.
-    """
-
-    def __init__(self, ctx: ExecutionContext, router: Router) -> None:
-        self.ctx = ctx
-        self.router = router
-        self._ask = asyncio.Lock()
-
-    @property
-    def task_id(self) -> str:
-        return self.ctx.task_id
-
-    @property
-    def deadline(self) -> datetime | None:
-        return self.ctx.task.deadline
-
-    @property
-    def priority(self) -> Priority:
-        return self.ctx.task.priority
-
-    def sub_context(self) -> TaskContext:
-        """The context of a sub-task: the requester's session and correlation, with
-        `parent_task_id` = this task. Its `metadata` stays here — it may hold what only the
-        router may see (an A2A requester's push tokens, say) — but for the hop count."""
-        original = self.ctx.context
-        return TaskContext(
-            session_id=original.session_id if original else None,
-            parent_task_id=self.ctx.task_id,
-            correlation_id=(original.correlation_id if original else None) or self.ctx.task_id,
-            metadata={HOPS_KEY: self.hops + 1},
-        )
-
-    @property
-    def hops(self) -> int:
-        """Routers the original task came through before this one."""
-        original = self.ctx.context
-        value = original.metadata.get(HOPS_KEY) if original is not None else None
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-    async def progress(
-        self, progress: float | None = None, message: str = "", intermediate_result: Any = None
-    ) -> None:
-        # The original may wait for an answer meanwhile (a sibling part asked): skip it.
-        with contextlib.suppress(LocalProtocolError):
-            await self.ctx.progress(progress, message, intermediate_result)
-
-    async def need_info(
-        self,
-        missing_fields: Sequence[MissingField],
-        *,
-        question: str = "",
-        required_by: datetime | None = None,
-    ) -> dict[str, Any]:
-        async with self._ask:
-            return await self.ctx.need_info(
-                missing_fields, question=question, required_by=required_by
-            )
-
-    async def need_human(
-        self,
-        reason: Reason,
-        *,
-        context: HumanContext | None = None,
-        options: Sequence[HumanOption] = (),
-        escalation_level: int = 1,
-        deadline: datetime | None = None,
-    ) -> HumanDecisionPayload:
-        async with self._ask:
-            return await self.ctx.need_human(
-                reason,
-                context=context,
-                options=options,
-                escalation_level=escalation_level,
-                deadline=deadline,
-            )
-
-    def human_rejection(self) -> str | None:
-        """Why the original requester's person rejected the task, if that is why it stopped."""
-        rec = self.router.peer.protocol.view.get(self.ctx.key)
-        if rec is None or rec.error is None:
-            return None
-        if rec.error.code == ErrorCode.PERMISSION_DENIED.value and rec.need_human is not None:
-            return rec.error.message
-        return None
-
-
-# --- the handler the router's peer runs ---------------------------------------------------------
-
-
-class RoutingHandler:
-    """The router's `TaskHandler`: it offers what its usable partners offer."""
-
-    def __init__(self, router: Router) -> None:
-        self.router = router
-
-    def get_capabilities(self) -> Sequence[Capability]:
-        return self.router.capabilities()
-
-    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
-        # The engine has refused types nobody offers (`capability_lacking`); the partner
-        # judges the payload, and its questions reach the requester.
-        return Validation()
-
-    async def execute_task(
-        self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
-    ) -> TaskResult:
-        relay = Relay(ctx, self.router)
-        if relay.hops >= self.router.config.max_hops:
-            raise TaskFailure(
-                _error(
-                    ErrorCode.INVALID_PARAMS,
-                    f"the task came through {relay.hops} routers (max_hops): a routing loop?",
-                    recoverable=False,
-                )
-            )
-        plan = self.router.plans.get(task_type)
-        if plan is not None:
-            return await run_plan(self.router, relay, plan, payload)
-        routed = await self.router.route(relay, task_type, payload)
-        if routed.ok and routed.result is not None:
-            return routed.result
-        raise TaskFailure(routed.error or _error(ErrorCode.EXECUTION_FAILED, "no result"))
-
-
-def _error(
-    code: ErrorCode | str, message: str, *, recoverable: bool = True, **details: Any
-) -> TaskError:
-    return TaskError(
-        code=code.value if isinstance(code, ErrorCode) else code,
-        message=message,
-        recoverable=recoverable,
-        details=details or None,
-    )
-
-
 # --- the router ---------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _A2AMember:
-    url: str
-    token: str | None
-    require_signed: bool
-    allow_foreign_interface: bool
-    client: A2AClient | None = None
-
-
-@dataclass(slots=True)
-class _Commitments:
-    """Which partner accepted which (original task, part): never two for one."""
-
-    #: (requester, task id, part) → partner, oldest first; the last `keep` are kept (a
-    #: router runs for months: this must not grow without bound).
-    by_task: OrderedDict[tuple[str, str, int], str] = field(default_factory=OrderedDict)
-    keep: int = 10_000
-
-    def commit(self, key: tuple[str, str, int], partner: str) -> None:
-        held = self.by_task.get(key)
-        if held is not None:
-            raise LocalProtocolError(f"{key} was already accepted by {held}")
-        self.by_task[key] = partner
-        while len(self.by_task) > self.keep:
-            self.by_task.popitem(last=False)
 
 
 class Router:
@@ -271,18 +93,18 @@ class Router:
             load_callable(config.result_check, "result_check") if config.result_check else None
         )
         self.plans: dict[str, FanOutPlan] = dict(plans or {})
-        self.commitments = _Commitments()
+        self.commitments = Commitments()
         #: (requester, session id) → the partner of the session's last task (`sticky_sessions`).
         self.sessions: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._capabilities: dict[str, dict[str, Capability]] = {}
-        self._a2a: dict[str, _A2AMember] = {}
+        self._a2a: dict[str, A2AMember] = {}
         for a in config.a2a:
             required = (
                 a.require_signed_card
                 if a.require_signed_card is not None
                 else config.require_signed_cards
             )
-            self._a2a[a.name] = _A2AMember(a.url, a.token, required, a.allow_foreign_interface)
+            self._a2a[a.name] = A2AMember(a.url, a.token, required, a.allow_foreign_interface)
         for p in config.partner:
             if p.agent_id in peer.partners and peer.partners[p.agent_id].endpoint != p.endpoint:
                 raise ValueError(f"{p.agent_id!r} is registered with another endpoint")
@@ -611,7 +433,7 @@ class Router:
                 return Routed(
                     "",
                     TaskState.FAILED,
-                    error=_error(outcome.code, outcome.message, recoverable=False),
+                    error=task_error(outcome.code, outcome.message, recoverable=False),
                     declined=tuple(declined),
                 )
 
@@ -655,7 +477,7 @@ class Router:
         return Routed(
             "",
             TaskState.FAILED,
-            error=_error(code, text, recoverable=True, declined=tried),
+            error=task_error(code, text, recoverable=True, declined=tried),
             declined=tuple(declined),
         )
 
@@ -712,7 +534,7 @@ class Router:
             member.quarantined_until = self.clock() + span if span else float("inf")
             member.note = "quarantined: results failed the pool's check"
             log.warning("route_partner_quarantined", partner=member.name, task_type=task_type)
-        error = _error(
+        error = task_error(
             ErrorCode.EXECUTION_FAILED,
             f"the result of {member.name} failed the router's check",
             partner=member.name,
@@ -770,7 +592,7 @@ class Router:
             member.name, outcome.state, outcome.result, outcome.error, (), handle.task_id
         )
         if outcome.state is TaskState.CANCELLED and outcome.error is None:
-            error = _error(ErrorCode.EXECUTION_FAILED, f"{member.name} cancelled the task")
+            error = task_error(ErrorCode.EXECUTION_FAILED, f"{member.name} cancelled the task")
             routed = Routed(member.name, TaskState.FAILED, None, error, (), handle.task_id)
         return self._checked(member, handle.record.task.type, routed)
 
@@ -781,7 +603,7 @@ class Router:
         if kind == "p2p:task_status_update":
             await relay.progress(payload.progress, payload.message, payload.intermediate_result)
         elif kind == "p2p:task_need_info":
-            fields = await _unless_settled(
+            fields = await unless_settled(
                 handle,
                 relay.need_info(
                     payload.missing_fields,
@@ -792,7 +614,7 @@ class Router:
             if fields is not None:
                 await handle.provide_info(fields)
         elif kind == "p2p:task_need_human":
-            decision = await _unless_settled(
+            decision = await unless_settled(
                 handle,
                 relay.need_human(
                     payload.reason,
@@ -816,7 +638,7 @@ class Router:
             self._lost(member.name)
             await handle.cancel("the partner became unreachable")
             raise TaskFailure(
-                _error(
+                task_error(
                     ErrorCode.EXECUTION_FAILED,
                     f"{member.name} became unreachable after accepting the task; "
                     "it is not run elsewhere",
@@ -852,7 +674,7 @@ class Router:
                 member.name, ErrorCode.AGENT_NOT_READY.value, "no card", unreachable=True
             )
         try:
-            handle = await client.send(message=_a2a_message(relay, task_type, payload))
+            handle = await client.send(message=a2a_message(relay, task_type, payload))
         except A2AError as exc:
             unreachable = isinstance(exc.__cause__, aiohttp.ClientConnectionError | TimeoutError)
             return Declined(
@@ -879,13 +701,13 @@ class Router:
         async for event in handle:
             if not accepted:
                 if event.state == wire.REJECTED:
-                    return _a2a_declined(member.name, event.text, event.data)
+                    return a2a_declined(member.name, event.text, event.data)
                 accepted = True
                 self._commit(member, relay, part)
             if event.state == wire.WORKING and event.kind == "status_update":
                 data = event.data if isinstance(event.data, dict) else {}
                 await relay.progress(
-                    _percent(data.get("progress")), event.text, data.get("intermediate_result")
+                    percent(data.get("progress")), event.text, data.get("intermediate_result")
                 )
             elif event.state == wire.INPUT_REQUIRED:
                 question = handle.status_message
@@ -952,60 +774,6 @@ class Router:
                 await asyncio.wait_for(handle.reject(rejected), 10)
             else:
                 await asyncio.wait_for(handle.cancel("the original task was cancelled"), 10)
-
-
-async def _unless_settled(handle: TaskHandle, ask: Awaitable[T]) -> T | None:
-    """`ask` (a question to the original requester), unless the partner ends the task first
-    (it timed out waiting, say): then None, and the question is withdrawn."""
-    asking = asyncio.ensure_future(ask)
-    ended = asyncio.ensure_future(handle.result())
-    try:
-        await asyncio.wait({asking, ended}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not asking.done():
-            asking.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asking
-        ended.cancel()
-    return asking.result() if not asking.cancelled() else None
-
-
-def _percent(value: Any) -> float | None:
-    """Another agent's progress figure, if it is one (a number from 0 to 100)."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 100:
-        return float(value)
-    return None
-
-
-def _a2a_message(relay: Relay, task_type: str, payload: Mapping[str, Any]) -> Any:
-    """The A2A message of a routed task: the payload as a data part, the task type and the
-    original task's id (`parent_task_id`) in its metadata."""
-    from synapse.a2a import mapping, wire
-
-    return wire.Message(
-        message_id=mapping.new_id(),
-        role=wire.ROLE_USER,
-        parts=[wire.data_part(dict(payload))],
-        metadata={mapping.TASK_TYPE_KEY: task_type, "parent_task_id": relay.task_id},
-    )
-
-
-def _a2a_declined(partner: str, text: str, data: Any) -> Declined:
-    """A REJECTED A2A task: `<code>: <message>` and `{"reason", "alternatives"}` from a
-    Synapse agent, anything from others."""
-    data = data if isinstance(data, dict) else {}
-    reason = data.get("reason") if isinstance(data.get("reason"), dict) else {}
-    alternatives = data.get("alternatives") if isinstance(data.get("alternatives"), dict) else {}
-    code = str(reason.get("code") or text.partition(":")[0].strip() or "rejected")
-    retry_after = alternatives.get("retry_after")
-    suggested = alternatives.get("suggested_agent_id")
-    return Declined(
-        partner,
-        code,
-        str(reason.get("message") or text),
-        retry_after=float(retry_after) if isinstance(retry_after, int | float) else None,
-        suggested=str(suggested) if isinstance(suggested, str) else None,
-    )
 
 
 __all__ = ["FAILOVER_CODES", "Declined", "Relay", "Routed", "Router", "RoutingHandler"]

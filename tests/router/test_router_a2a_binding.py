@@ -80,8 +80,9 @@ async def test_need_human_from_a_synapse_agent_over_a2a(
             assert outcome.error is not None
             assert outcome.error.code == ErrorCode.PERMISSION_DENIED.value
             # The agent's own task ended rejected by the person, not merely cancelled.
-            (rec,) = [r for r in records(peer)]
-            await until(lambda: rec.is_final, "the agent's end")
+            # Read again each time: a record is a value the engine replaces as the task moves.
+            await until(lambda: records(peer)[0].is_final, "the agent's end")
+            (rec,) = records(peer)
             assert rec.error is not None
             assert rec.error.code == ErrorCode.PERMISSION_DENIED.value
         assert sum(handler.starts.values()) == 1
