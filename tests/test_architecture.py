@@ -250,3 +250,59 @@ def test_the_engine_scan_finds_a_read(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f(server):\n    return server.protocol.engine.tasks\n")
     assert engine_reads(bad) == [2]
+
+
+#: The most lines a module of the package may have: one a person can hold in mind.
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_is_longer_than_a_person_can_hold() -> None:
+    long = {
+        module_name(path): n
+        for path in MODULES
+        if (n := len(path.read_text("utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"split these (at most {MAX_MODULE_LINES} lines each): {long}"
+
+
+#: Receivers whose private members a module may read: the object itself, its class, and a
+#: twin of the same class being made or explored (`Engine.clone`, `TimerQueue.copy`, the
+#: model checker's worlds).
+OWN_RECEIVERS = {"self", "cls", "twin", "world"}
+
+
+def private_reads(path: Path) -> list[str]:
+    """`other._member` reads in `path`: a private member of an object of another class, or
+    of a module of the package. (Private names of the standard library are not ours.)"""
+    tree = ast.parse(path.read_text("utf-8"))
+    own_classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+            continue
+        if node.attr.startswith("__"):
+            continue
+        receiver = node.value
+        if isinstance(receiver, ast.Call) and ast.unparse(receiver.func) == "super":
+            continue
+        if isinstance(receiver, ast.Name) and (
+            receiver.id in OWN_RECEIVERS
+            or receiver.id in own_classes
+            or receiver.id in {"argparse", "logging"}
+        ):
+            continue
+        if ast.unparse(receiver) == "self._logger":  # structlog's bound logger's `_log`
+            continue
+        found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_no_private_member_is_used_across_objects(path: Path) -> None:
+    assert private_reads(path) == []
+
+
+def test_the_private_scan_finds_a_read(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(server):\n    return server._rebuild(1), self._ok\n")
+    assert private_reads(bad) == ["2: server._rebuild"]

@@ -478,7 +478,7 @@ class A2AClient:
             message = user_message(payload, task_type=task_type, context_id=context_id)
         handle = A2ATaskHandle(self)
         configuration = wire.SendMessageConfiguration(task_push_notification_config=push)
-        await handle._begin(message, configuration, self.streaming if stream is None else stream)
+        await handle.begin(message, configuration, self.streaming if stream is None else stream)
         return handle
 
     async def attach(self, task_id: str) -> A2ATaskHandle:
@@ -486,9 +486,9 @@ class A2AClient:
         if self.card is None:
             await self.discover()
         handle = A2ATaskHandle(self)
-        handle._apply(wire.StreamResponse(task=await self.get_task(task_id)))
-        if not handle._settle_if_final():
-            handle._follow(None)
+        handle.apply_response(wire.StreamResponse(task=await self.get_task(task_id)))
+        if not handle.settle_if_final():
+            handle.follow(None)
         return handle
 
 
@@ -572,7 +572,7 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
         configuration = wire.SendMessageConfiguration()
         if self.state in wire.INTERRUPTED_STATES:
             self._answered = self._status_key()
-        await self._begin(message, configuration, self._streaming)
+        await self.begin(message, configuration, self._streaming)
 
     async def provide_info(self, fields: Mapping[str, Any], notes: str | None = None) -> None:
         """Answer INPUT_REQUIRED with the missing fields (a data part)."""
@@ -617,28 +617,28 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
             if exc.code != A2ACode.TASK_NOT_CANCELABLE:
                 raise
             task = await self.client.get_task(self.task_id)  # it ended first
-        self._apply(wire.StreamResponse(task=task))
-        self._settle_if_final()
+        self.apply_response(wire.StreamResponse(task=task))
+        self.settle_if_final()
 
     # --- following the task -------------------------------------------------------------
 
-    async def _begin(
+    async def begin(
         self, message: wire.Message, configuration: wire.SendMessageConfiguration, stream: bool
     ) -> None:
         self._streaming = stream
         if stream:
             events = self.client.send_streaming_message(message, configuration=configuration)
-            self._follow(events)
+            self.follow(events)
             # The first event names the task (or is the whole answer): errors surface here.
             await asyncio.shield(self._ready)
             return
         configuration = msgspec.structs.replace(configuration, return_immediately=True)
         response = await self.client.send_message(message, configuration=configuration)
-        self._apply(wire.StreamResponse(task=response.task, message=response.message))
-        if not self._settle_if_final() and not self._waiting:
-            self._follow(None)
+        self.apply_response(wire.StreamResponse(task=response.task, message=response.message))
+        if not self.settle_if_final() and not self._waiting:
+            self.follow(None)
 
-    def _follow(self, events: AsyncIterator[wire.StreamResponse] | None) -> None:
+    def follow(self, events: AsyncIterator[wire.StreamResponse] | None) -> None:
         self._ready = asyncio.get_running_loop().create_future()
         if events is None:
             self._ready.set_result(None)
@@ -656,12 +656,12 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
                 try:
                     async for event in events:
                         attempt = 0
-                        self._apply(event)
+                        self.apply_response(event)
                         if not self._ready.done():
                             self._ready.set_result(None)
-                        if self._settle_if_final() or self._waiting:
+                        if self.settle_if_final() or self._waiting:
                             return
-                    if self.message is not None or self._settle_if_final():
+                    if self.message is not None or self.settle_if_final():
                         return
                     if self._waiting:
                         return
@@ -673,8 +673,10 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
                     if not self.task_id or exc.code != A2ACode.UNSUPPORTED_OPERATION:
                         raise
                     # Subscribing to a task that just ended: read its end instead.
-                    self._apply(wire.StreamResponse(task=await self.client.get_task(self.task_id)))
-                    if self._settle_if_final():
+                    self.apply_response(
+                        wire.StreamResponse(task=await self.client.get_task(self.task_id))
+                    )
+                    if self.settle_if_final():
                         return
                 # The stream ended before the task did: resume it (its state comes first).
                 attempt += 1
@@ -705,15 +707,15 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
         while True:
             task = await self.client.get_task(self.task_id)
             before = (self.state, len(self.task.artifacts) if self.task else 0)
-            self._apply(
+            self.apply_response(
                 wire.StreamResponse(task=task),
                 quiet=before == (task.status.state, len(task.artifacts)),
             )
-            if self._settle_if_final() or self._waiting:
+            if self.settle_if_final() or self._waiting:
                 return
             await asyncio.sleep(self.client.poll_interval)
 
-    def _apply(self, event: wire.StreamResponse, *, quiet: bool = False) -> None:
+    def apply_response(self, event: wire.StreamResponse, *, quiet: bool = False) -> None:
         kind = "task"
         text, data = "", None
         if event.task is not None:
@@ -750,7 +752,7 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
                 id=task_id, context_id=context_id, status=wire.TaskStatus(state=wire.SUBMITTED)
             )
 
-    def _settle_if_final(self) -> bool:
+    def settle_if_final(self) -> bool:
         if self.settled:
             return True
         if self.task is None and self.message is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
-from synapse.types.errors import SynapseException
+from synapse.types.errors import ErrorCode, RemoteProtocolError, SynapseException
 
 #: The `domain` of `google.rpc.ErrorInfo` details, as the SDK writes it.
 ERROR_DOMAIN = "a2a-protocol.org"
@@ -254,11 +254,28 @@ def unsupported(message: str, **metadata: Any) -> A2AError:
     return A2AError(A2ACode.UNSUPPORTED_OPERATION, message, metadata)
 
 
+def a2a_error_of(exc: RemoteProtocolError, task_id: str) -> A2AError:
+    """A Synapse refusal of an in-process message, as an A2A error."""
+    meta = {"synapseCode": exc.code.value, "taskId": task_id}
+    if exc.code is ErrorCode.AGENT_NOT_READY:
+        return A2AError(A2ACode.AGENT_NOT_READY, exc.message, meta)
+    if exc.code is ErrorCode.TASK_NOT_FOUND:
+        return A2AError(A2ACode.TASK_NOT_FOUND, exc.message, meta)
+    if exc.code is ErrorCode.TASK_ALREADY_COMPLETED:
+        return A2AError(A2ACode.UNSUPPORTED_OPERATION, f"Task {task_id} already finished", meta)
+    if exc.code is ErrorCode.INVALID_PARAMS and (exc.details or {}).get("state"):
+        return A2AError(A2ACode.UNSUPPORTED_OPERATION, exc.message, meta)
+    if exc.code in (ErrorCode.INVALID_PARAMS, ErrorCode.MESSAGE_FORMAT_INVALID):
+        return A2AError(A2ACode.INVALID_PARAMS, exc.message, meta)
+    return A2AError(A2ACode.INTERNAL_ERROR, exc.message, meta)
+
+
 __all__ = [
     "GRPC_FALLBACK",
     "A2ACode",
     "A2AError",
     "A2AVersionError",
+    "a2a_error_of",
     "invalid_params",
     "task_not_found",
     "unsupported",

@@ -16,7 +16,7 @@ from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError, invalid_params
 from synapse.a2a.httpbase import check_version, event_stream_response, read_json
 from synapse.a2a.operations import METHODS
-from synapse.a2a.service import Subscription
+from synapse.a2a.view import Subscription
 from synapse.p2p.logs import get_logger
 from synapse.p2p.persistence import StoreUnavailable
 

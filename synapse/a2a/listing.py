@@ -20,6 +20,7 @@ from typing import Any
 
 from synapse.a2a import mapping, wire
 from synapse.a2a.errors import invalid_params
+from synapse.a2a.view import view_of_record
 from synapse.p2p.engine import TaskRecord
 from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
 from synapse.types import TaskState
@@ -88,7 +89,7 @@ def store_page(
             rec = protocol.view.get(row.key)
             if rec is None:
                 continue  # purged between the two reads
-            view = server._rebuild(rec)
+            view = view_of_record(rec)
         tasks.append(
             view.snapshot(
                 history_length=req.history_length, include_artifacts=req.include_artifacts

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -35,6 +33,7 @@ from synapse.a2a import mapping, wire
 from synapse.a2a.errors import (
     A2ACode,
     A2AError,
+    a2a_error_of,
     invalid_params,
     task_not_found,
     unsupported,
@@ -47,7 +46,18 @@ from synapse.a2a.push import (
     normalize_url,
     push_partner,
 )
-from synapse.a2a.view import A2ATask, Queued
+from synapse.a2a.requests import check_history_length
+from synapse.a2a.view import (
+    CONTEXT_KEY,
+    REQUESTER_PREFIX,
+    A2ATask,
+    Queued,
+    Subscription,
+    apply_callback,
+    context_data,
+    notification_of,
+    view_of_record,
+)
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
 from synapse.p2p.listener import RuntimeListener
@@ -82,7 +92,6 @@ from synapse.types import (
     TaskFailed,
     TaskInfoProvided,
     TaskInfoProvidedPayload,
-    TaskNeedHuman,
     TaskNeedInfo,
     TaskReject,
     TaskRequest,
@@ -99,59 +108,14 @@ from synapse.types.signing import Secret
 
 log = get_logger("synapse.a2a")
 
-#: Agent-id prefix of the virtual requesters that stand for A2A callers.
-REQUESTER_PREFIX = "a2a:"
 #: The principal of callers when the binding enforces no authentication.
 ANONYMOUS = "anonymous"
 #: `from.endpoint` of the in-process envelopes (they never travel over HTTP).
 IN_PROCESS = "a2a://in-process"
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
-#: Where the binding keeps its own data in `task_request.context.metadata` (made durable
-#: with the task): the principal, the first message and the push configurations.
-CONTEXT_KEY = "a2a"
 
 S = TypeVar("S")
-
-
-@dataclass
-class Subscription:
-    """A stream of one task's events: `first` (the task as it was when the stream began),
-    then every later event, until one reports a terminal or interrupted state."""
-
-    view: A2ATask
-    queue: asyncio.Queue[Queued]
-    first: wire.Task
-    after: int
-    end_on_first: bool
-
-    async def events(self, keepalive: float | None) -> AsyncIterator[wire.StreamResponse | None]:
-        """The events in order; None every `keepalive` seconds without one (a binding that
-        keeps connections alive writes something then). Unsubscribes when it ends."""
-        try:
-            yield wire.StreamResponse(task=self.first)
-            if self.end_on_first and wire.ends_stream(self.first.status.state):
-                return
-            while True:
-                try:
-                    item = await asyncio.wait_for(self.queue.get(), keepalive)
-                except TimeoutError:
-                    yield None
-                    continue
-                if item is None:
-                    break
-                seq, event = item
-                if seq <= self.after:
-                    continue  # already in the snapshot
-                yield event
-                state = event.state
-                if state is not None and wire.ends_stream(state):
-                    break
-        finally:
-            self.view.unsubscribe(self.queue)
-
-    def close(self) -> None:
-        self.view.unsubscribe(self.queue)
 
 
 #: Finished tasks' views kept sealed in memory (about 0.4 KB each): as many as the memory
@@ -388,7 +352,7 @@ class A2AService:
             view.push[push.id] = push
         context = TaskContext(
             session_id=context_id,
-            metadata={CONTEXT_KEY: self._context_data(view)},
+            metadata={CONTEXT_KEY: context_data(view)},
         )
         spec = TaskSpec(id=task_id, type=task_type, payload=payload)
         envelope = self._envelope(
@@ -404,7 +368,7 @@ class A2AService:
             view.unsubscribe(queue)
             del self.tasks[task_id]
             if isinstance(exc, RemoteProtocolError):
-                raise _from_synapse(exc, task_id) from None
+                raise a2a_error_of(exc, task_id) from None
             raise
         self._apply_decision(view, reply)
         log.info(
@@ -458,7 +422,7 @@ class A2AService:
             reply = await self.protocol.handle_message(envelope)
         except RemoteProtocolError as exc:
             view.unsubscribe(queue)
-            raise _from_synapse(exc, view.id) from None
+            raise a2a_error_of(exc, view.id) from None
         if isinstance(reply, TaskAck) and not view.is_terminal:
             state = reply.payload.state
             ids = view.ids
@@ -519,7 +483,7 @@ class A2AService:
                     f"Task {view.id} already finished",
                     {"taskId": view.id},
                 ) from None
-            raise _from_synapse(exc, view.id) from None
+            raise a2a_error_of(exc, view.id) from None
         if not view.is_terminal:
             text = f"cancelled: {reason}" if reason else "cancelled"
             message = mapping.agent_message(text, task_id=view.id, context_id=view.context_id)
@@ -551,7 +515,7 @@ class A2AService:
             view.applied.add(message.id)
             if view.state != wire.CANCELED:
                 if not view.is_terminal:
-                    self._apply_callback(view, message)
+                    apply_callback(view, message)
                 self._push(view, message)
         view.seal_soon()  # a late callback to a finished view unsealed it
         if isinstance(message, TaskComplete | TaskFailed):
@@ -559,44 +523,6 @@ class A2AService:
             ack = TaskAckPayload(task_id=view.id, state=state)
             return build_reply(TaskAck, ack, request=message, sender=me)
         return build_reply(Ack, AckPayload(), request=message, sender=me)
-
-    def _apply_callback(self, view: A2ATask, message: Message) -> None:
-        ids = view.ids
-        if isinstance(message, TaskStatusUpdate):
-            update = message.payload
-            text = update.message
-            data: dict[str, Any] = {}
-            if update.progress is not None:
-                data["progress"] = update.progress
-                text = text or f"{update.progress}%"
-            if update.intermediate_result is not None:
-                data["intermediate_result"] = update.intermediate_result
-                view.add_partial(mapping.partial_parts(update.intermediate_result))
-            status_message = (
-                mapping.agent_message(text, data if data else msgspec.UNSET, **ids)
-                if text or data
-                else None
-            )
-            state = mapping.a2a_state(update.status)
-            view.set_status(state if not wire.is_terminal(state) else wire.WORKING, status_message)
-        elif isinstance(message, TaskNeedInfo):
-            view.set_status(wire.INPUT_REQUIRED, mapping.need_info_message(message.payload, **ids))
-        elif isinstance(message, TaskNeedHuman):
-            view.set_status(wire.INPUT_REQUIRED, mapping.need_human_message(message.payload, **ids))
-        elif isinstance(message, TaskComplete):
-            done = message.payload
-            view.add_artifact(
-                mapping.result_artifact(
-                    done.result,
-                    name=view.task_type,
-                    summary=done.summary,
-                    artifact_id=view.output_artifact_id or mapping.output_artifact_id(view.id),
-                )
-            )
-            summary = mapping.agent_message(done.summary, **ids) if done.summary else None
-            view.set_status(wire.COMPLETED, summary)
-        elif isinstance(message, TaskFailed):
-            view.set_status(wire.FAILED, mapping.error_message(message.payload.error, **ids))
 
     # --- push notifications -----------------------------------------------------------------
 
@@ -676,43 +602,7 @@ class A2AService:
         config = view.push.get(partner[len(prefix) :])
         if config is None:
             return None
-        return config, self._notification(view, message)
-
-    def _notification(self, view: A2ATask, message: Message) -> wire.StreamResponse:
-        ids = view.ids
-        if isinstance(message, TaskComplete | TaskFailed):
-            return wire.StreamResponse(task=view.snapshot())
-        if isinstance(message, TaskStatusUpdate) and message.payload.status.is_final:
-            return wire.StreamResponse(task=view.snapshot())
-        status: wire.TaskStatus
-        if isinstance(message, TaskNeedInfo):
-            status = wire.TaskStatus(
-                state=wire.INPUT_REQUIRED,
-                message=mapping.need_info_message(message.payload, **ids),
-            )
-        elif isinstance(message, TaskNeedHuman):
-            status = wire.TaskStatus(
-                state=wire.INPUT_REQUIRED,
-                message=mapping.need_human_message(message.payload, **ids),
-            )
-        elif isinstance(message, TaskStatusUpdate):
-            update = message.payload
-            text = update.message or (f"{update.progress}%" if update.progress is not None else "")
-            data: Any = (
-                {"progress": update.progress} if update.progress is not None else msgspec.UNSET
-            )
-            status = wire.TaskStatus(
-                state=mapping.a2a_state(update.status),
-                message=mapping.agent_message(text, data, **ids) if text else None,
-            )
-        else:
-            status = view.status()
-        status.timestamp = wire.timestamp(message.timestamp)
-        return wire.StreamResponse(
-            status_update=wire.TaskStatusUpdateEvent(
-                task_id=view.id, context_id=view.context_id, status=status
-            )
-        )
+        return config, notification_of(view, message)
 
     # --- lookup, durability -----------------------------------------------------------------
 
@@ -749,7 +639,7 @@ class A2AService:
             return kept
         if rec is None or rec.role is not Role.EXECUTOR:
             return None
-        view = self._rebuild(rec)
+        view = view_of_record(rec)
         if not view.is_terminal:
             self.tasks[key.task_id] = view  # callbacks will move it on
         return view
@@ -782,7 +672,7 @@ class A2AService:
                 and not rec.is_final
                 and rec.task_id not in self.tasks
             ):
-                view = self.tasks[rec.task_id] = self._rebuild(rec)
+                view = self.tasks[rec.task_id] = view_of_record(rec)
                 view.seal()  # if finished: kept packed, as it would be had it run here
 
     def evicted(self, key: TaskKey) -> None:
@@ -815,60 +705,12 @@ class A2AService:
         for task_id in [t for t, v in self._pushing.items() if not self._pushes_queued(v)]:
             del self._pushing[task_id]
 
-    def _rebuild(self, rec: TaskRecord) -> A2ATask:
-        meta: dict[str, Any] = {}
-        if rec.context is not None:
-            found = rec.context.metadata.get(CONTEXT_KEY)
-            meta = found if isinstance(found, dict) else {}
-        context_id = (rec.context.session_id if rec.context else None) or mapping.new_id()
-        view = A2ATask(
-            key=rec.key,
-            principal=rec.partner[len(REQUESTER_PREFIX) :],
-            context_id=context_id,
-            task_type=rec.task.type,
-        )
-        try:
-            first = msgspec.convert(meta.get("message"), wire.Message)
-            view.history.append(first)
-        except msgspec.ValidationError:
-            pass
-        for raw in meta.get("push") or []:
-            try:
-                config = msgspec.convert(raw, wire.TaskPushNotificationConfig)
-            except msgspec.ValidationError:
-                continue
-            view.push[config.id] = config
-        ids = view.ids
-        view.state = mapping.a2a_state(rec.state)
-        if rec.result is not None:
-            artifact = mapping.result_artifact(
-                rec.result, name=view.task_type, artifact_id=mapping.output_artifact_id(view.id)
-            )
-            view.artifacts.append(artifact)
-        if rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
-            view.status_message = mapping.need_info_message(rec.need_info, **ids)
-        elif rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
-            view.status_message = mapping.need_human_message(rec.need_human, **ids)
-        elif rec.error is not None and view.is_terminal:
-            view.status_message = mapping.error_message(rec.error, **ids)
-        elif rec.reject is not None:
-            view.status_message = mapping.reject_message(rec.reject, **ids)
-        view.timestamp = wire.timestamp(datetime.fromtimestamp(rec.updated_at or time.time(), UTC))
-        return view
-
-    def _context_data(self, view: A2ATask) -> dict[str, Any]:
-        return {
-            "principal": view.principal,
-            "message": wire.to_builtins(view.history[0]) if view.history else None,
-            "push": [wire.to_builtins(c) for c in view.push.values()],
-        }
-
     async def _persist(self, view: A2ATask) -> None:
         """Keep the view's push configurations with the task's record (durably)."""
         rec = self.protocol.view.get(view.key)
         if rec is None or rec.context is None:
             return
-        metadata = {**rec.context.metadata, CONTEXT_KEY: self._context_data(view)}
+        metadata = {**rec.context.metadata, CONTEXT_KEY: context_data(view)}
         rec.context = msgspec.structs.replace(rec.context, metadata=metadata)
         self.protocol.store.put_task(rec, [])
         await self.protocol.commit()
@@ -925,42 +767,10 @@ def _partner(principal: str) -> str:
     return sys.intern(REQUESTER_PREFIX + principal)
 
 
-def convert(params: Any, cls: type[S], *, strict: bool = True) -> S:
-    """The typed request `cls` of decoded JSON `params` (camelCase or snake_case members).
-    Not `strict`: strings may stand for numbers and booleans (query parameters)."""
-    try:
-        return msgspec.convert(wire.camel_members(params, cls), cls, strict=strict)
-    except msgspec.ValidationError as exc:
-        raise invalid_params(f"Invalid params: {exc}") from None
-
-
-def check_history_length(value: int | None) -> None:
-    if value is not None and value < 0:
-        raise invalid_params("history length must be non-negative", path="historyLength")
-
-
-def _from_synapse(exc: RemoteProtocolError, task_id: str) -> A2AError:
-    """A Synapse refusal of an in-process message, as an A2A error."""
-    meta = {"synapseCode": exc.code.value, "taskId": task_id}
-    if exc.code is ErrorCode.AGENT_NOT_READY:
-        return A2AError(A2ACode.AGENT_NOT_READY, exc.message, meta)
-    if exc.code is ErrorCode.TASK_NOT_FOUND:
-        return A2AError(A2ACode.TASK_NOT_FOUND, exc.message, meta)
-    if exc.code is ErrorCode.TASK_ALREADY_COMPLETED:
-        return A2AError(A2ACode.UNSUPPORTED_OPERATION, f"Task {task_id} already finished", meta)
-    if exc.code is ErrorCode.INVALID_PARAMS and (exc.details or {}).get("state"):
-        return A2AError(A2ACode.UNSUPPORTED_OPERATION, exc.message, meta)
-    if exc.code in (ErrorCode.INVALID_PARAMS, ErrorCode.MESSAGE_FORMAT_INVALID):
-        return A2AError(A2ACode.INVALID_PARAMS, exc.message, meta)
-    return A2AError(A2ACode.INTERNAL_ERROR, exc.message, meta)
-
-
 __all__ = [
     "ANONYMOUS",
     "CONTEXT_KEY",
     "REQUESTER_PREFIX",
     "A2AService",
     "Subscription",
-    "check_history_length",
-    "convert",
 ]

@@ -9,12 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
 from synapse.a2a import mapping, wire
-from synapse.p2p.engine import TaskKey
+from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.packed import Packer
+from synapse.types import (
+    Message,
+    TaskComplete,
+    TaskFailed,
+    TaskNeedHuman,
+    TaskNeedInfo,
+    TaskState,
+    TaskStatusUpdate,
+)
 
 #: One item of a stream subscription: (sequence number, event), or None to end it.
 Queued = tuple[int, wire.StreamResponse] | None
@@ -323,4 +337,186 @@ class A2ATask:
             queue.put_nowait(None)
 
 
-__all__ = ["A2ATask", "Queued"]
+#: Agent-id prefix of the virtual requesters that stand for A2A callers.
+REQUESTER_PREFIX = "a2a:"
+#: Where the binding keeps its own data in `task_request.context.metadata` (made durable
+#: with the task): the principal, the first message and the push configurations.
+CONTEXT_KEY = "a2a"
+
+
+@dataclass
+class Subscription:
+    """A stream of one task's events: `first` (the task as it was when the stream began),
+    then every later event, until one reports a terminal or interrupted state."""
+
+    view: A2ATask
+    queue: asyncio.Queue[Queued]
+    first: wire.Task
+    after: int
+    end_on_first: bool
+
+    async def events(self, keepalive: float | None) -> AsyncIterator[wire.StreamResponse | None]:
+        """The events in order; None every `keepalive` seconds without one (a binding that
+        keeps connections alive writes something then). Unsubscribes when it ends."""
+        try:
+            yield wire.StreamResponse(task=self.first)
+            if self.end_on_first and wire.ends_stream(self.first.status.state):
+                return
+            while True:
+                try:
+                    item = await asyncio.wait_for(self.queue.get(), keepalive)
+                except TimeoutError:
+                    yield None
+                    continue
+                if item is None:
+                    break
+                seq, event = item
+                if seq <= self.after:
+                    continue  # already in the snapshot
+                yield event
+                state = event.state
+                if state is not None and wire.ends_stream(state):
+                    break
+        finally:
+            self.view.unsubscribe(self.queue)
+
+    def close(self) -> None:
+        self.view.unsubscribe(self.queue)
+
+
+def notification_of(view: A2ATask, message: Message) -> wire.StreamResponse:
+    ids = view.ids
+    if isinstance(message, TaskComplete | TaskFailed):
+        return wire.StreamResponse(task=view.snapshot())
+    if isinstance(message, TaskStatusUpdate) and message.payload.status.is_final:
+        return wire.StreamResponse(task=view.snapshot())
+    status: wire.TaskStatus
+    if isinstance(message, TaskNeedInfo):
+        status = wire.TaskStatus(
+            state=wire.INPUT_REQUIRED,
+            message=mapping.need_info_message(message.payload, **ids),
+        )
+    elif isinstance(message, TaskNeedHuman):
+        status = wire.TaskStatus(
+            state=wire.INPUT_REQUIRED,
+            message=mapping.need_human_message(message.payload, **ids),
+        )
+    elif isinstance(message, TaskStatusUpdate):
+        update = message.payload
+        text = update.message or (f"{update.progress}%" if update.progress is not None else "")
+        data: Any = {"progress": update.progress} if update.progress is not None else msgspec.UNSET
+        status = wire.TaskStatus(
+            state=mapping.a2a_state(update.status),
+            message=mapping.agent_message(text, data, **ids) if text else None,
+        )
+    else:
+        status = view.status()
+    status.timestamp = wire.timestamp(message.timestamp)
+    return wire.StreamResponse(
+        status_update=wire.TaskStatusUpdateEvent(
+            task_id=view.id, context_id=view.context_id, status=status
+        )
+    )
+
+
+def view_of_record(rec: TaskRecord) -> A2ATask:
+    meta: dict[str, Any] = {}
+    if rec.context is not None:
+        found = rec.context.metadata.get(CONTEXT_KEY)
+        meta = found if isinstance(found, dict) else {}
+    context_id = (rec.context.session_id if rec.context else None) or mapping.new_id()
+    view = A2ATask(
+        key=rec.key,
+        principal=rec.partner[len(REQUESTER_PREFIX) :],
+        context_id=context_id,
+        task_type=rec.task.type,
+    )
+    try:
+        first = msgspec.convert(meta.get("message"), wire.Message)
+        view.history.append(first)
+    except msgspec.ValidationError:
+        pass
+    for raw in meta.get("push") or []:
+        try:
+            config = msgspec.convert(raw, wire.TaskPushNotificationConfig)
+        except msgspec.ValidationError:
+            continue
+        view.push[config.id] = config
+    ids = view.ids
+    view.state = mapping.a2a_state(rec.state)
+    if rec.result is not None:
+        artifact = mapping.result_artifact(
+            rec.result, name=view.task_type, artifact_id=mapping.output_artifact_id(view.id)
+        )
+        view.artifacts.append(artifact)
+    if rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
+        view.status_message = mapping.need_info_message(rec.need_info, **ids)
+    elif rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
+        view.status_message = mapping.need_human_message(rec.need_human, **ids)
+    elif rec.error is not None and view.is_terminal:
+        view.status_message = mapping.error_message(rec.error, **ids)
+    elif rec.reject is not None:
+        view.status_message = mapping.reject_message(rec.reject, **ids)
+    view.timestamp = wire.timestamp(datetime.fromtimestamp(rec.updated_at or time.time(), UTC))
+    return view
+
+
+def context_data(view: A2ATask) -> dict[str, Any]:
+    return {
+        "principal": view.principal,
+        "message": wire.to_builtins(view.history[0]) if view.history else None,
+        "push": [wire.to_builtins(c) for c in view.push.values()],
+    }
+
+
+def apply_callback(view: A2ATask, message: Message) -> None:
+    """What a callback of the engine (status, question, outcome) changes in the task's view."""
+    ids = view.ids
+    if isinstance(message, TaskStatusUpdate):
+        update = message.payload
+        text = update.message
+        data: dict[str, Any] = {}
+        if update.progress is not None:
+            data["progress"] = update.progress
+            text = text or f"{update.progress}%"
+        if update.intermediate_result is not None:
+            data["intermediate_result"] = update.intermediate_result
+            view.add_partial(mapping.partial_parts(update.intermediate_result))
+        status_message = (
+            mapping.agent_message(text, data if data else msgspec.UNSET, **ids)
+            if text or data
+            else None
+        )
+        state = mapping.a2a_state(update.status)
+        view.set_status(state if not wire.is_terminal(state) else wire.WORKING, status_message)
+    elif isinstance(message, TaskNeedInfo):
+        view.set_status(wire.INPUT_REQUIRED, mapping.need_info_message(message.payload, **ids))
+    elif isinstance(message, TaskNeedHuman):
+        view.set_status(wire.INPUT_REQUIRED, mapping.need_human_message(message.payload, **ids))
+    elif isinstance(message, TaskComplete):
+        done = message.payload
+        view.add_artifact(
+            mapping.result_artifact(
+                done.result,
+                name=view.task_type,
+                summary=done.summary,
+                artifact_id=view.output_artifact_id or mapping.output_artifact_id(view.id),
+            )
+        )
+        summary = mapping.agent_message(done.summary, **ids) if done.summary else None
+        view.set_status(wire.COMPLETED, summary)
+    elif isinstance(message, TaskFailed):
+        view.set_status(wire.FAILED, mapping.error_message(message.payload.error, **ids))
+
+
+__all__ = [
+    "CONTEXT_KEY",
+    "REQUESTER_PREFIX",
+    "A2ATask",
+    "Queued",
+    "Subscription",
+    "apply_callback",
+    "context_data",
+    "notification_of",
+    "view_of_record",
+]

@@ -379,7 +379,7 @@ def _unknown_command(parser: Parser, argv: list[str]) -> str | None:
     """What to say when the first word is no command (`synapse sned`): the nearest ones."""
     if not argv or argv[0].startswith("-"):
         return None
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    commands = parser.commands()
     word = argv[0]
     if word in commands:
         return None

@@ -46,6 +46,13 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise CliError(f"{message} (see '{self.prog} --help')", Exit.USAGE)
 
+    def commands(self) -> Mapping[str, argparse.ArgumentParser]:
+        """The subcommands and their parsers (empty for a parser without any)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
+
 
 def _typed(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
     def convert(text: str) -> Any:

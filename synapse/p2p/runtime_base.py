@@ -565,6 +565,19 @@ class RuntimeBase:
             ]
         return hooks
 
+    @property
+    def handler(self) -> TaskHandler | None:
+        """The handler that runs our executor tasks (None until one is set)."""
+        return self._handler
+
+    def running_handlers(self) -> list[asyncio.Task[None]]:
+        """The handlers running now, one per executor task."""
+        return [task for task in self._running.values() if not task.done()]
+
+    def delivery_workers(self) -> list[asyncio.Task[None]]:
+        """The delivery workers with messages still to deliver, one per task."""
+        return list(self._workers.values())
+
     def set_task_handler(self, handler: TaskHandler) -> None:
         self._handler = handler
         self.engine.validator = handler.validate_task

@@ -58,7 +58,7 @@ def _left_for_recovery(protocol: P2PProtocol, task_type: str, handler_started: b
         return False
     if not handler_started:
         return True  # waiting on a synchronous task_need_info: restored as it is
-    resumable = getattr(protocol._handler, "is_resumable", None)
+    resumable = getattr(protocol.handler, "is_resumable", None)
     return bool(resumable(task_type)) if callable(resumable) else False
 
 
@@ -79,7 +79,7 @@ async def graceful_shutdown(
         running = [r for r in engine.tasks.values() if r.role is Role.EXECUTOR and not r.is_final]
         if not running:
             break
-        handlers = [t for t in protocol._running.values() if not t.done()]
+        handlers = protocol.running_handlers()
         # Handlers end, or a partner's message moves a task (e.g. a cancel): poll that
         # second kind of progress at a modest pace.
         change: asyncio.Future[object] = asyncio.ensure_future(
@@ -115,12 +115,12 @@ async def graceful_shutdown(
     await protocol.commit()
     # Step 4.
     grace_end = time.monotonic() + outbox_grace
-    while protocol._workers and time.monotonic() < grace_end:
+    while protocol.delivery_workers() and time.monotonic() < grace_end:
         if now is not None and now.is_set():
             log.warning("stopping_now", reason="second signal")
             return False
         pending: asyncio.Future[object] = asyncio.ensure_future(
-            asyncio.wait(list(protocol._workers.values()), return_when=asyncio.FIRST_COMPLETED)
+            asyncio.wait(protocol.delivery_workers(), return_when=asyncio.FIRST_COMPLETED)
         )
         try:
             await _wait_until(pending, grace_end, now)

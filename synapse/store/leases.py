@@ -165,7 +165,7 @@ class Ownership:
     def _execute(self, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         # At start-up only (in a thread, before anything else writes): the store's
         # autocommit connection. Everything later goes through `_aexecute`.
-        return self.store._read(query, params)
+        return self.store.read_rows(query, params)
 
     async def _aexecute(
         self, query: str, params: tuple[object, ...] = ()

@@ -87,7 +87,7 @@ class SharedLiveness(RuntimeListener):
         partner's heartbeat lease if free; returns the latest time any replica heard from
         the partner and whether this replica sends the heartbeat."""
         try:
-            rows = self.store._read(
+            rows = self.store.read_rows(
                 _BEAT,
                 {
                     "partner": partner,
@@ -111,7 +111,7 @@ class SharedLiveness(RuntimeListener):
     def heard(self, partner: str, at: float) -> None:
         """`partner` proved alive here at `at`: the other replicas count it too."""
         try:
-            self.store._read(_HEARD, (partner, at))
+            self.store.read_rows(_HEARD, (partner, at))
         except Exception as exc:
             log.warning("partner_liveness_unavailable", partner=partner, error=repr(exc))
 
@@ -122,7 +122,7 @@ class SharedLiveness(RuntimeListener):
 
     def status(self) -> dict[str, PartnerView]:
         """Every partner the replicas know of, as they share it."""
-        rows: list[Any] = self.store._read(
+        rows: list[Any] = self.store.read_rows(
             "SELECT p.partner, p.last_heard, p.beat_holder, p.beat_until, "
             "(SELECT count(*) FROM outbox o WHERE o.partner = p.partner "
             "AND o.dead_reason IS NULL) FROM partners p"

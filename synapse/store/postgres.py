@@ -216,7 +216,7 @@ class PostgresStore(OutboxMaintenance):
             await self._pool.open(wait=False)
         return self._pool
 
-    def _read(
+    def read_rows(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()
     ) -> list[tuple[Any, ...]]:
         """One statement on the autocommit connection; its rows, if it returns any."""
@@ -241,18 +241,18 @@ class PostgresStore(OutboxMaintenance):
         snapshot = Snapshot()
         history: dict[TaskKey, list[Transition]] = {}
         live = f"k.state NOT IN {_FINAL}"
-        for row in self._read(
+        for row in self.read_rows(
             f"SELECT {', '.join('t.' + c for c in _TRANSITION_COLUMNS.split(', '))} "
             "FROM tasks k JOIN transitions t ON t.requester = k.requester "
             f"AND t.task_id = k.task_id WHERE {live} ORDER BY t.id"
         ):
             transition = _transition(row)
             history.setdefault(transition.key, []).append(transition)
-        for (blob,) in self._read(f"SELECT record FROM tasks k WHERE {live}"):
+        for (blob,) in self.read_rows(f"SELECT record FROM tasks k WHERE {live}"):
             record = _record_decoder.decode(bytes(blob))
             record.history = history.get(record.key, [])
             snapshot.tasks.append(record)
-        for row in self._read(
+        for row in self.read_rows(
             f"SELECT {_OUTBOX_COLUMNS}, dead_reason, dead_at FROM outbox ORDER BY seq"
         ):
             item = _item(row)
@@ -268,7 +268,7 @@ class PostgresStore(OutboxMaintenance):
         record = self.get_task(key)
         if record is not None:
             snapshot.tasks.append(record)
-        for row in self._read(
+        for row in self.read_rows(
             f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE requester = %s AND task_id = %s "
             "AND dead_reason IS NULL ORDER BY ord",
             (key.requester, key.task_id),
@@ -282,7 +282,7 @@ class PostgresStore(OutboxMaintenance):
         return item
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
-        rows = self._read(
+        rows = self.read_rows(
             "SELECT record FROM tasks WHERE requester = %s AND task_id = %s",
             (key.requester, key.task_id),
         )
@@ -291,7 +291,7 @@ class PostgresStore(OutboxMaintenance):
         record = _record_decoder.decode(bytes(rows[0][0]))
         record.history = [
             _transition(t)
-            for t in self._read(
+            for t in self.read_rows(
                 f"SELECT {_TRANSITION_COLUMNS} FROM transitions "
                 "WHERE requester = %s AND task_id = %s ORDER BY id",
                 (key.requester, key.task_id),
@@ -300,7 +300,7 @@ class PostgresStore(OutboxMaintenance):
         return record
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
-        rows = self._read(
+        rows = self.read_rows(
             "SELECT sender, message_id, fingerprint, expires_at, status, body, headers "
             "FROM dedup WHERE sender = %s AND message_id = %s",
             key,
@@ -310,20 +310,20 @@ class PostgresStore(OutboxMaintenance):
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None
     ) -> list[TaskRow]:
-        return task_rows(self._read(*listing_query(where, before, limit, "%s", _CONTEXT_ID)))
+        return task_rows(self.read_rows(*listing_query(where, before, limit, "%s", _CONTEXT_ID)))
 
     def count_tasks(self, where: TaskFilter | None = None) -> int:
-        return int(self._read(*count_query(where, "%s", _CONTEXT_ID))[0][0])
+        return int(self.read_rows(*count_query(where, "%s", _CONTEXT_ID))[0][0])
 
     def count_finished(self) -> dict[tuple[str, TaskState], int]:
-        rows = self._read(
+        rows = self.read_rows(
             f"SELECT role, state, count(*) FROM tasks WHERE state IN {_FINAL} GROUP BY role, state"
         )
         return {(str(role), TaskState(state)): int(n) for role, state, n in rows}
 
     def outbox_count(self) -> int:
         """Messages not yet delivered (dead letters excluded)."""
-        return int(self._read("SELECT count(*) FROM outbox WHERE dead_reason IS NULL")[0][0])
+        return int(self.read_rows("SELECT count(*) FROM outbox WHERE dead_reason IS NULL")[0][0])
 
     # --- retention --------------------------------------------------------------------------
 
@@ -364,7 +364,7 @@ class PostgresStore(OutboxMaintenance):
         """Unique across every process sharing the database: numbers come in blocks from a
         database sequence, so only one call in `SEQ_BLOCK` asks the server."""
         if self._seq_next >= self._seq_end:
-            block = int(self._read("SELECT nextval('outbox_seq_blocks')")[0][0])
+            block = int(self.read_rows("SELECT nextval('outbox_seq_blocks')")[0][0])
             self._seq_next, self._seq_end = block * SEQ_BLOCK, (block + 1) * SEQ_BLOCK
         self._seq_next += 1
         return self._seq_next

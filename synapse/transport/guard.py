@@ -322,7 +322,7 @@ _ACCEPT_MESSAGE = "socket.accept() out of system resource"
 def _rate_limit_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
     """Replace asyncio's one log record per failed `accept()` by one line now and then."""
     previous = loop.get_exception_handler()
-    if getattr(previous, "_synapse_accept_limiter", False):
+    if getattr(previous, "synapse_accept_limiter", False):
         return
     state = {"count": 0, "last": 0.0}
 
@@ -344,7 +344,7 @@ def _rate_limit_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
         else:
             loop.default_exception_handler(context)
 
-    handler._synapse_accept_limiter = True  # type: ignore[attr-defined]
+    handler.synapse_accept_limiter = True  # type: ignore[attr-defined]
     loop.set_exception_handler(handler)
 
 

@@ -174,7 +174,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.pool._lost(self)
+        self.pool.lost(self)
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
@@ -550,7 +550,7 @@ class Http1Pool:
                 waiter.set_result(None)
                 return
 
-    def _lost(self, connection: _Connection) -> None:
+    def lost(self, connection: _Connection) -> None:
         idle = self._idle.get(connection.key)
         if idle and connection in idle:
             idle.remove(connection)
