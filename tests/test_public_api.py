@@ -26,6 +26,7 @@ EXPECTED = {
     "Peer",
     "Partner",
     "P2PConfig",
+    "SynapseException",  # the root of every exception the package raises
     "ProtocolError",
     "RemoteProtocolError",
     "LocalProtocolError",
