@@ -4,8 +4,9 @@ decide, cancel) and the running handler's (report status, ask, complete, fail)."
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 from synapse.p2p.engine_base import EngineBase, _at
 from synapse.p2p.records import (
@@ -48,8 +49,186 @@ from synapse.types import (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """The requester asks `partner` to run a task (the key is the first transition's)."""
+
+    partner: str
+    task_type: str
+    payload: Mapping[str, Any] | None = None
+    task_id: str | None = None
+    priority: Priority = Priority.NORMAL
+    deadline: datetime | None = None
+    context: TaskContext | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProvideInfo:
+    """The requester answers a `task_need_info`."""
+
+    key: TaskKey
+    fields: Mapping[str, Any]
+    notes: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartDeciding:
+    """The requester's person takes up a `task_need_human`."""
+
+    key: TaskKey
+
+
+@dataclass(frozen=True, slots=True)
+class Decide:
+    """The requester's person decides a `task_need_human`."""
+
+    key: TaskKey
+    action: DecisionAction
+    decided_by: DecidedBy
+    decision_id: str
+    approved_fields: Mapping[str, Any] | None = None
+    rejection_reason: str = ""
+    notes: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """The requester cancels its task."""
+
+    key: TaskKey
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReportStatus:
+    """The running handler reports progress."""
+
+    key: TaskKey
+    progress: float | None = None
+    message: str = ""
+    intermediate_result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """The running handler asks the requester for missing information."""
+
+    key: TaskKey
+    missing_fields: tuple[MissingField, ...]
+    question: str = ""
+    required_by: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHuman:
+    """The running handler asks the requester's person to decide."""
+
+    key: TaskKey
+    reason: Reason
+    context: HumanContext | None = None
+    options: tuple[HumanOption, ...] = ()
+    escalation_level: int = 1
+    deadline: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """The running handler's task succeeded."""
+
+    key: TaskKey
+    result: TaskResult
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """The running handler's task failed (or the runtime fails it: shutdown, a crash)."""
+
+    key: TaskKey
+    error: TaskError
+
+
+#: What the requester and the running handler tell the engine (`Engine.handle`).
+Command: TypeAlias = (
+    Submit
+    | ProvideInfo
+    | StartDeciding
+    | Decide
+    | Cancel
+    | ReportStatus
+    | RequestInfo
+    | RequestHuman
+    | Complete
+    | Fail
+)
+
+
 class Commands(EngineBase):
     """The commands of the requester and of the running handler, each returning a `Step`."""
+
+    def handle(self, command: Command, now: float) -> Step:
+        """Carry out `command` at `now`: what to POST, which actions, which transitions. A
+        command the task's state does not allow raises `LocalProtocolError` and changes
+        nothing."""
+        match command:
+            case Submit():
+                return self.submit(
+                    command.partner,
+                    command.task_type,
+                    command.payload,
+                    now=now,
+                    task_id=command.task_id,
+                    priority=command.priority,
+                    deadline=command.deadline,
+                    context=command.context,
+                )[1]
+            case ProvideInfo():
+                return self.provide_info(command.key, command.fields, now=now, notes=command.notes)
+            case StartDeciding():
+                return self.start_deciding(command.key, now=now)
+            case Decide():
+                return self.decide(
+                    command.key,
+                    command.action,
+                    now=now,
+                    decided_by=command.decided_by,
+                    decision_id=command.decision_id,
+                    approved_fields=command.approved_fields,
+                    rejection_reason=command.rejection_reason,
+                    notes=command.notes,
+                )
+            case Cancel():
+                return self.cancel(command.key, now=now, reason=command.reason)
+            case ReportStatus():
+                return self.report_status(
+                    command.key,
+                    now=now,
+                    progress=command.progress,
+                    message=command.message,
+                    intermediate_result=command.intermediate_result,
+                )
+            case RequestInfo():
+                return self.request_info(
+                    command.key,
+                    command.missing_fields,
+                    now=now,
+                    question=command.question,
+                    required_by=command.required_by,
+                )
+            case RequestHuman():
+                return self.request_human(
+                    command.key,
+                    command.reason,
+                    now=now,
+                    context=command.context,
+                    options=command.options,
+                    escalation_level=command.escalation_level,
+                    deadline=command.deadline,
+                )
+            case Complete():
+                return self.complete(command.key, command.result, now=now, summary=command.summary)
+            case Fail():
+                return self.fail(command.key, command.error, now=now)
 
     def submit(
         self,

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from synapse.p2p.commands import ReportStatus, RequestHuman, RequestInfo
 from synapse.p2p.engine import TaskKey, TaskRecord, Validation, ValidationResult
 from synapse.types import (
     Capability,
@@ -68,29 +69,11 @@ class TaskRuntime(Protocol):
 
     async def settled(self, key: TaskKey) -> None: ...
 
-    def report_status(
-        self, key: TaskKey, *, progress: float | None, message: str, intermediate_result: Any
-    ) -> None: ...
+    def report_status(self, command: ReportStatus) -> None: ...
 
-    async def request_info(
-        self,
-        key: TaskKey,
-        missing_fields: list[MissingField],
-        *,
-        question: str,
-        required_by: datetime | None,
-    ) -> Mapping[str, Any]: ...
+    async def request_info(self, command: RequestInfo) -> Mapping[str, Any]: ...
 
-    async def request_human(
-        self,
-        key: TaskKey,
-        reason: Reason,
-        *,
-        context: HumanContext | None,
-        options: Iterable[HumanOption],
-        escalation_level: int,
-        deadline: datetime | None,
-    ) -> HumanDecisionPayload: ...
+    async def request_human(self, command: RequestHuman) -> HumanDecisionPayload: ...
 
 
 class ExecutionContext:
@@ -135,9 +118,7 @@ class ExecutionContext:
     ) -> None:
         """Send a `task_status_update`."""
         await self._runtime.settled(self.key)
-        self._runtime.report_status(
-            self.key, progress=progress, message=message, intermediate_result=intermediate_result
-        )
+        self._runtime.report_status(ReportStatus(self.key, progress, message, intermediate_result))
 
     async def need_info(
         self,
@@ -151,7 +132,7 @@ class ExecutionContext:
             f if isinstance(f, MissingField) else MissingField(field=f) for f in missing_fields
         ]
         value = await self._runtime.request_info(
-            self.key, fields, question=question, required_by=required_by
+            RequestInfo(self.key, tuple(fields), question, required_by)
         )
         return dict(value)
 
@@ -172,12 +153,7 @@ class ExecutionContext:
         if isinstance(reason, str):
             reason = Reason(code=reason, message=message)
         return await self._runtime.request_human(
-            self.key,
-            reason,
-            context=context,
-            options=options,
-            escalation_level=escalation_level,
-            deadline=deadline,
+            RequestHuman(self.key, reason, context, tuple(options), escalation_level, deadline)
         )
 
 

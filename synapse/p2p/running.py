@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
-from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 
+from synapse.p2p.commands import Complete, Fail, ReportStatus, RequestHuman, RequestInfo
 from synapse.p2p.engine import (
     StartExecution,
     TaskKey,
@@ -23,12 +23,8 @@ from synapse.p2p.runtime_base import RuntimeBase, log
 from synapse.p2p.sender import CallbackSender
 from synapse.types import (
     ErrorCode,
-    HumanContext,
     HumanDecisionPayload,
-    HumanOption,
     LocalProtocolError,
-    MissingField,
-    Reason,
     TaskError,
 )
 
@@ -45,63 +41,23 @@ class HandlerRunning(RuntimeBase):
     def task_record(self, key: TaskKey) -> TaskRecord | None:
         return self.engine.get(key)
 
-    def report_status(
-        self, key: TaskKey, *, progress: float | None, message: str, intermediate_result: Any
-    ) -> None:
-        """Send a `task_status_update` for the running task `key`."""
-        self.apply(
-            self.engine.report_status(
-                key,
-                now=self.clock(),
-                progress=progress,
-                message=message,
-                intermediate_result=intermediate_result,
-            )
-        )
+    def report_status(self, command: ReportStatus) -> None:
+        """Send a `task_status_update` for the running task."""
+        self.apply(self.engine.handle(command, self.clock()))
 
-    async def request_info(
-        self,
-        key: TaskKey,
-        missing_fields: list[MissingField],
-        *,
-        question: str,
-        required_by: datetime | None,
-    ) -> Mapping[str, Any]:
+    async def request_info(self, command: RequestInfo) -> Mapping[str, Any]:
         """Send `task_need_info` and wait for the fields of the `task_info_provided`."""
-        await self.settled(key)
-        waiter = self.expect_resume(key)
-        self.apply(
-            self.engine.request_info(
-                key, missing_fields, now=self.clock(), question=question, required_by=required_by
-            )
-        )
+        await self.settled(command.key)
+        waiter = self.expect_resume(command.key)
+        self.apply(self.engine.handle(command, self.clock()))
         fields: Mapping[str, Any] = await waiter
         return fields
 
-    async def request_human(
-        self,
-        key: TaskKey,
-        reason: Reason,
-        *,
-        context: HumanContext | None,
-        options: Iterable[HumanOption],
-        escalation_level: int,
-        deadline: datetime | None,
-    ) -> HumanDecisionPayload:
+    async def request_human(self, command: RequestHuman) -> HumanDecisionPayload:
         """Send `task_need_human` and wait for an approving `human_decision`."""
-        await self.settled(key)
-        waiter = self.expect_resume(key)
-        self.apply(
-            self.engine.request_human(
-                key,
-                reason,
-                now=self.clock(),
-                context=context,
-                options=options,
-                escalation_level=escalation_level,
-                deadline=deadline,
-            )
-        )
+        await self.settled(command.key)
+        waiter = self.expect_resume(command.key)
+        self.apply(self.engine.handle(command, self.clock()))
         decision: HumanDecisionPayload = await waiter
         return decision
 
@@ -151,7 +107,7 @@ class HandlerRunning(RuntimeBase):
                 error=failure.error.message,
             )
             if await self._settled_for_handler(key):
-                self.apply(self.engine.fail(key, failure.error, now=self.clock()))
+                self.apply(self.engine.handle(Fail(key, failure.error), self.clock()))
         except Exception as exc:
             outcome = "failed"
             # A bug in the handler: its traceback for whoever runs this peer (where the
@@ -171,9 +127,9 @@ class HandlerRunning(RuntimeBase):
                 recoverable=True,
             )
             if await self._settled_for_handler(key):
-                self.apply(self.engine.fail(key, error, now=self.clock()))
+                self.apply(self.engine.handle(Fail(key, error), self.clock()))
         else:
-            step = self.engine.complete(key, as_result(value), now=self.clock())
+            step = self.engine.handle(Complete(key, as_result(value)), self.clock())
             if step.discarded:
                 log.info("late_result_discarded", task_id=key.task_id, requester=key.requester)
             self.apply(step)

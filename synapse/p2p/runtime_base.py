@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from synapse.p2p.commands import Cancel, Decide, ProvideInfo, StartDeciding
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.delivery import TaskQueue
 from synapse.p2p.engine import (
@@ -204,7 +205,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         Returns once the answer is durable (it is sent then)."""
         rt = self._runtime
         await rt.settled(self.key)
-        step = rt.engine.provide_info(self.key, fields, now=rt.clock(), notes=notes)
+        step = rt.engine.handle(ProvideInfo(self.key, fields, notes), rt.clock())
         self._audit(
             step,
             provided_by or rt.engine.agent_id,
@@ -217,7 +218,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         """Note that a person is deciding (`need_human → human_deciding`)."""
         rt = self._runtime
         await rt.settled(self.key)
-        await rt.apply_durably(rt.engine.start_deciding(self.key, now=rt.clock()))
+        await rt.apply_durably(rt.engine.handle(StartDeciding(self.key), rt.clock()))
 
     async def decide(
         self,
@@ -232,16 +233,11 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         rt = self._runtime
         await rt.settled(self.key)
         by = decided_by or DecidedBy(user_id=rt.engine.agent_id)
-        step = rt.engine.decide(
-            self.key,
-            action,
-            now=rt.clock(),
-            decided_by=by,
-            decision_id=f"dec-{rt.engine.ids.message_id()[4:]}",
-            approved_fields=approved_fields,
-            rejection_reason=rejection_reason,
-            notes=notes,
+        decision_id = f"dec-{rt.engine.ids.message_id()[4:]}"
+        command = Decide(
+            self.key, action, by, decision_id, approved_fields, rejection_reason, notes
         )
+        step = rt.engine.handle(command, rt.clock())
         detail: dict[str, Any] = {"user_name": by.user_name, "role": by.role, "notes": notes}
         if action is DecisionAction.APPROVE:
             detail["approved_fields"] = dict(approved_fields or {})
@@ -267,7 +263,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         Returns once the cancel is durable."""
         rt = self._runtime
         await rt.settled(self.key)
-        await rt.apply_durably(rt.engine.cancel(self.key, now=rt.clock(), reason=reason))
+        await rt.apply_durably(rt.engine.handle(Cancel(self.key, reason), rt.clock()))
 
 
 class RuntimeBase:

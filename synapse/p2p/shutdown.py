@@ -20,6 +20,7 @@ import asyncio
 import time
 from typing import Any
 
+from synapse.p2p.commands import Fail
 from synapse.p2p.logs import get_logger
 from synapse.p2p.states import Role
 from synapse.types import ErrorCode, TaskError
@@ -108,7 +109,7 @@ async def graceful_shutdown(
         await protocol.settled(rec.key)  # a message about it being committed: its verdict first
         if engine.get(rec.key) is not rec or rec.is_final:
             continue
-        protocol.apply(engine.fail(rec.key, error, now=protocol.clock()))
+        protocol.apply(engine.handle(Fail(rec.key, error), protocol.clock()))
         failed += 1
     if failed or kept:
         log.warning("drain_timeout_passed", failed=failed, left_for_recovery=kept)
