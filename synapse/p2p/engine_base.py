@@ -32,11 +32,13 @@ from synapse.p2p.records import (
 )
 from synapse.p2p.states import (
     AWAITING_REPLY,
+    RESTARTED_BY_EVERY_MOVE,
     Event,
     Role,
     StateTimer,
     TransitionError,
     next_state,
+    state_timers,
     timer_changes,
 )
 from synapse.p2p.timers import TimerQueue
@@ -86,20 +88,21 @@ _TIMEOUT = "timeout"
 _DEADLINE = "deadline"
 _WAIT = "wait"
 _HEARTBEAT = "heartbeat"
-#: The timer-queue kind of each timer a state runs.
-_TIMER_KINDS = {StateTimer.TASK_TIMEOUT: _TIMEOUT, StateTimer.ANSWER_WAIT: _WAIT}
 #: R's own timers: the executor's silence about a task, and the task's deadline.
 _SILENCE = "silence"
 _R_DEADLINE = "r_deadline"
+#: The timer-queue kind of each timer a state runs.
+_TIMER_KINDS = {
+    StateTimer.TASK_TIMEOUT: _TIMEOUT,
+    StateTimer.ANSWER_WAIT: _WAIT,
+    StateTimer.SILENCE: _SILENCE,
+}
 
 
 def _timer_owner(key: _TimerKey) -> TaskKey | str:
     """A timer belongs to its task (or, for heartbeats, its partner)."""
     return key[1]
 
-
-#: States in which R owes the next message (E waits for it): E's silence is expected.
-_R_ANSWERING = frozenset({TaskState.INFO_NEEDED, TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING})
 
 #: `task_failed.error.code` of a task whose `task_request` never reached its executor (a
 #: local outcome: never on the wire).
@@ -350,14 +353,9 @@ class EngineBase:
         left, entered = timer_changes(rec.role, old, new)
         for timer in left:
             self._timers.cancel((_TIMER_KINDS[timer], rec.key))
-        for timer in entered:
+        # Some timers also start again on every move within their state (R's patience).
+        for timer in entered | (state_timers(rec.role, new) & RESTARTED_BY_EVERY_MOVE):
             self._start_state_timer(rec, timer, now, wait_until)
-        if rec.role is Role.REQUESTER and not new.is_final:
-            # Any word about the task (or our answer to it) restarts R's patience.
-            if new in _R_ANSWERING:
-                self._timers.cancel((_SILENCE, rec.key))
-            else:
-                self._timers.set((_SILENCE, rec.key), now + self.silence_limit())
         rec.state = new
         rec.updated_at = now
         transition = Transition(rec.key, rec.role, old, new, event, message_id, now)
@@ -397,6 +395,8 @@ class EngineBase:
         if timer is StateTimer.TASK_TIMEOUT:
             remaining = max(0.0, self.config.task_timeout - rec.executed_time)
             self._timers.set((_TIMEOUT, rec.key), now + remaining)
+        elif timer is StateTimer.SILENCE:
+            self._timers.set((_SILENCE, rec.key), now + self.silence_limit())
         else:
             # ANSWER_WAIT: until the question's `required_by` / `deadline`, else for
             # `input_timeout`: a question nobody answers must not hold capacity forever.
@@ -452,10 +452,8 @@ class EngineBase:
         step.actions.append(CancelExecution(rec.key, error.code))
 
     def _arm_requester(self, rec: TaskRecord, now: float) -> None:
-        """R's own timers: E's silence (re-armed by `_move`) and the task's deadline, plus a
-        heartbeat interval for E's `task_failed` about it to arrive first."""
-        if rec.state not in _R_ANSWERING:
-            self._timers.set((_SILENCE, rec.key), now + self.silence_limit())
+        """R's deadline for the task, plus a heartbeat interval for E's `task_failed` about it to
+        arrive first. (E's silence is a state timer: `_move` and `restore` arm it.)"""
         if rec.task.deadline is not None:
             grace = self.config.heartbeat_interval
             self._timers.set((_R_DEADLINE, rec.key), _epoch(rec.task.deadline) + grace)

@@ -250,6 +250,18 @@ class StateTimer(StrEnum):
     ANSWER_WAIT = "answer_wait"
     """The `required_by` of a `task_need_info` or the `deadline` of a `task_need_human`, if set;
     passing it unanswered fails the task (`execution_timeout`)."""
+    SILENCE = "silence"
+    """The requester's patience with a silent executor: `task_timeout` plus the time to notice
+    lost heartbeats. Every move of the task restarts it (`RESTARTED_BY_EVERY_MOVE`); passing
+    it, the requester gives up on the task."""
+
+
+#: States in which the requester owes the next message (the executor waits for its answer):
+#: the executor's silence is expected there, and the requester's patience does not run.
+REQUESTER_OWES_NEXT = frozenset({S.INFO_NEEDED, S.NEED_HUMAN, S.HUMAN_DECIDING})
+#: Timers that start again on every move of the task, not only on entering their state: any
+#: word about the task (or our answer to it) restarts the requester's patience.
+RESTARTED_BY_EVERY_MOVE = frozenset({StateTimer.SILENCE})
 
 
 #: Which timers run in which state, per role: declared once, used by the live path (each move
@@ -261,7 +273,11 @@ STATE_TIMERS: Mapping[Role, Mapping[TaskState, frozenset[StateTimer]]] = {
         S.INFO_NEEDED: frozenset({StateTimer.ANSWER_WAIT}),
         S.NEED_HUMAN: frozenset({StateTimer.ANSWER_WAIT}),
     },
-    Role.REQUESTER: {},
+    Role.REQUESTER: {
+        state: frozenset({StateTimer.SILENCE})
+        for state in TRANSITIONS[Role.REQUESTER]
+        if not state.is_final and state not in REQUESTER_OWES_NEXT
+    },
 }
 
 

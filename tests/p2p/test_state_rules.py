@@ -15,6 +15,7 @@ from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Engine, TaskKey
 from synapse.p2p.states import (
     AWAITING_REPLY,
+    RESTARTED_BY_EVERY_MOVE,
     RUNNING_STATES,
     STATE_TIMERS,
     TRANSITIONS,
@@ -82,14 +83,27 @@ def test_restore_arms_the_timers_a_live_move_into_the_state_arms() -> None:
 
 
 def test_timers_per_state_are_declared_once_and_cover_the_executor_waits() -> None:
-    assert STATE_TIMERS[Role.REQUESTER] == {}
+    # The requester's patience runs wherever it waits for the executor, and nowhere else.
+    assert {s for s, timers in STATE_TIMERS[Role.REQUESTER].items() if timers} == {
+        S.IDLE,
+        S.PENDING,
+        S.CONFIRMED,
+        S.EXECUTING,
+        S.INFO_PROVIDED,
+        S.HUMAN_APPROVED,
+        S.HUMAN_REJECTED,
+    }
+    assert timers_left(Role.REQUESTER, S.EXECUTING, S.INFO_NEEDED) == {StateTimer.SILENCE}
+    assert timers_entered(Role.REQUESTER, S.INFO_NEEDED, S.INFO_PROVIDED) == {StateTimer.SILENCE}
+    assert {StateTimer.SILENCE} == RESTARTED_BY_EVERY_MOVE
     assert state_timers(Role.EXECUTOR, S.EXECUTING) == {StateTimer.TASK_TIMEOUT}
     assert timers_entered(Role.EXECUTOR, S.CONFIRMED, S.EXECUTING) == {StateTimer.TASK_TIMEOUT}
     assert timers_left(Role.EXECUTOR, S.EXECUTING, S.NEED_HUMAN) == {StateTimer.TASK_TIMEOUT}
     assert timers_entered(Role.EXECUTOR, S.EXECUTING, S.NEED_HUMAN) == {StateTimer.ANSWER_WAIT}
     assert timers_entered(Role.EXECUTOR, S.EXECUTING, S.EXECUTING) == frozenset()
-    for state in STATE_TIMERS[Role.EXECUTOR]:
-        assert not state.is_final and state in TRANSITIONS[Role.EXECUTOR]
+    for role in Role:
+        for state in STATE_TIMERS[role]:
+            assert not state.is_final and state in TRANSITIONS[role]
 
 
 def test_an_answer_wait_stops_on_leaving_its_state() -> None:
