@@ -52,9 +52,5 @@ class RuntimeView:
         as a list taken now: the runtime may change its tasks while the caller reads."""
         return list(self._engine.tasks.values())
 
-    def partner_status(self) -> dict[str, bool]:
-        """Every partner heard of: True if reachable, False once it missed its heartbeats."""
-        return self._engine.partner_status()
-
 
 __all__ = ["RuntimeView"]
