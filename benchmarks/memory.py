@@ -149,7 +149,7 @@ class _Idle:
 
 async def _in_flight(count: int) -> dict[str, float]:
     from synapse.p2p.config import P2PConfig
-    from synapse.p2p.protocol import P2PProtocol
+    from synapse.runtime.protocol import P2PProtocol
     from synapse.types import (
         Sender,
         TaskRequest,

@@ -5,8 +5,9 @@ that `import synapse.types` stays light):
 
     from synapse import ExecutionContext, Partner, Peer, TaskHandle, TaskHandler, Validation
 
-Everything else lives in its own module: `synapse.p2p` (engine and runtime), `synapse.types`
-(wire types), `synapse.store`, `synapse.transport`, `synapse.a2a`, `synapse.conformance`.
+Everything else lives in its own module, one folder per layer: `synapse.types` (wire
+types), `synapse.p2p` (the sans-IO engine), `synapse.store`, `synapse.runtime` (asyncio),
+`synapse.transport`, `synapse.a2a`, `synapse.router`, `synapse.ops`, `synapse.conformance`.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ except PackageNotFoundError:  # pragma: no cover - running from a tree that was 
 
 _EXPORTS = {
     # the handler's side
-    "TaskHandler": "synapse.p2p.handler",
-    "ResumableHandler": "synapse.p2p.handler",
-    "ExecutionContext": "synapse.p2p.handler",
+    "TaskHandler": "synapse.runtime.handler",
+    "ResumableHandler": "synapse.runtime.handler",
+    "ExecutionContext": "synapse.runtime.handler",
     "Validation": "synapse.p2p.engine",
     # what a handler builds for need_info, need_human and its result
     "MissingField": "synapse.types",
@@ -35,18 +36,18 @@ _EXPORTS = {
     "HumanContext": "synapse.types",
     "HumanOption": "synapse.types",
     "TaskResult": "synapse.types",
-    "TaskFailure": "synapse.p2p.handler",
+    "TaskFailure": "synapse.runtime.handler",
     # running it
     "Peer": "synapse.transport.peer",
     "Partner": "synapse.transport.partners",
     "P2PConfig": "synapse.p2p.config",
     # what `Peer.submit` returns, and what its handle says
-    "TaskHandle": "synapse.p2p.protocol",
+    "TaskHandle": "synapse.runtime.protocol",
     "TaskEvent": "synapse.p2p.engine",
     "TaskEventKind": "synapse.p2p.engine",
-    "Outcome": "synapse.p2p.protocol",
-    "TaskAbandoned": "synapse.p2p.protocol",
-    "TaskUndeliverable": "synapse.p2p.protocol",
+    "Outcome": "synapse.runtime.protocol",
+    "TaskAbandoned": "synapse.runtime.protocol",
+    "TaskUndeliverable": "synapse.runtime.protocol",
     # errors
     "SynapseException": "synapse.types.errors",
     "ProtocolError": "synapse.types.errors",
@@ -58,8 +59,8 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from synapse.p2p.config import P2PConfig
     from synapse.p2p.engine import TaskEvent, TaskEventKind, Validation
-    from synapse.p2p.handler import ExecutionContext, ResumableHandler, TaskFailure, TaskHandler
-    from synapse.p2p.protocol import Outcome, TaskAbandoned, TaskHandle, TaskUndeliverable
+    from synapse.runtime.handler import ExecutionContext, ResumableHandler, TaskFailure, TaskHandler
+    from synapse.runtime.protocol import Outcome, TaskAbandoned, TaskHandle, TaskUndeliverable
     from synapse.transport.partners import Partner
     from synapse.transport.peer import Peer
     from synapse.types import HumanContext, HumanOption, MissingField, Reason, TaskResult

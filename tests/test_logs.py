@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import structlog
 
-from synapse.p2p import logs
-from synapse.p2p.logs import EventHandler, capture_events, get_logger
+from synapse import logs
+from synapse.logs import EventHandler, capture_events, get_logger
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ def test_the_public_api_is_exactly_the_handler_authors_names() -> None:
 def test_errors_are_one_hierarchy() -> None:
     assert issubclass(synapse.RemoteProtocolError, synapse.ProtocolError)
     assert issubclass(synapse.LocalProtocolError, synapse.ProtocolError)
-    from synapse.p2p.sender import DeliveryError as RuntimeDeliveryError
+    from synapse.runtime.sender import DeliveryError as RuntimeDeliveryError
     from synapse.types import SynapseError
     from synapse.types.errors import DeliveryError
 

@@ -8,7 +8,7 @@
         outcome = await handle                                    # A2AOutcome
         print(outcome.state, outcome.result)
 
-`A2ATaskHandle` mirrors `synapse.p2p.protocol.TaskHandle`: await it for the outcome, iterate
+`A2ATaskHandle` mirrors `synapse.runtime.protocol.TaskHandle`: await it for the outcome, iterate
 its events, answer INPUT_REQUIRED with `provide_info` / `approve` / `reject`, `cancel` it. A
 stream that breaks before the task ends is resumed with `SubscribeToTask` (which replays the
 task's current state first); an agent without streaming is polled with `GetTask`.
@@ -53,9 +53,9 @@ from synapse.a2a.transports import (
     describe_failure,
     grpc_available,
 )
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.logs import get_logger
-from synapse.p2p.stream import EventStream
+from synapse.runtime.stream import EventStream
 from synapse.transport.client import TRACE_CONFIGS
 from synapse.transport.retry import backoff_delay
 from synapse.transport.tls import TLSConfig

@@ -53,7 +53,7 @@ class A2AEvent:
 
 @dataclass(frozen=True, slots=True)
 class A2AOutcome:
-    """How an A2A task ended (like `synapse.p2p.protocol.Outcome`)."""
+    """How an A2A task ended (like `synapse.runtime.protocol.Outcome`)."""
 
     a2a_state: str
     task: wire.Task | None = None

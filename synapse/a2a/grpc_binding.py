@@ -29,7 +29,7 @@ from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.operations import METHODS
 from synapse.a2a.security import AuthError, Presented
 from synapse.a2a.view import Subscription
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
 
 if TYPE_CHECKING:
     from synapse.a2a.host import BindingHost

@@ -17,8 +17,8 @@ from synapse.a2a.errors import A2ACode, A2AError, invalid_params
 from synapse.a2a.httpbase import check_version, event_stream_response, read_json
 from synapse.a2a.operations import METHODS
 from synapse.a2a.view import Subscription
-from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import StoreUnavailable
+from synapse.logs import get_logger
+from synapse.store.base import StoreUnavailable
 
 if TYPE_CHECKING:
     from synapse.a2a.host import BindingHost

@@ -22,7 +22,7 @@ from synapse.a2a import mapping, wire
 from synapse.a2a.errors import invalid_params
 from synapse.a2a.view import view_of_record
 from synapse.p2p.engine import TaskRecord
-from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
+from synapse.store.base import ListCursor, TaskFilter, TaskRow
 from synapse.types import TaskState
 
 

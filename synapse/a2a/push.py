@@ -32,9 +32,9 @@ import yarl
 
 from synapse._distribution import NAME
 from synapse.a2a import wire
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.logs import get_logger
-from synapse.p2p.sender import DeliveryError
+from synapse.runtime.sender import DeliveryError
 from synapse.transport.client import RETRYABLE_STATUSES, TRACE_CONFIGS, parse_retry_after
 from synapse.transport.retry import RetriesExhausted, Transient, retrying
 from synapse.types import (

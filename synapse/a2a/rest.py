@@ -21,7 +21,7 @@ from synapse.a2a.httpbase import check_version, event_stream_response, read_json
 from synapse.a2a.operations import METHODS
 from synapse.a2a.routes import ROUTE_OF, ROUTES, Route, match
 from synapse.a2a.view import Subscription
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
 from synapse.types.errors import SynapseException
 
 if TYPE_CHECKING:

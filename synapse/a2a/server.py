@@ -32,7 +32,7 @@ from synapse.a2a.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
 from synapse.a2a.transports import grpc_available
 from synapse.a2a.view import A2ATask
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.protocol import P2PProtocol
+from synapse.runtime.protocol import P2PProtocol
 from synapse.transport.tls import TLSConfig
 from synapse.types import Capability
 from synapse.types.signing import Secret

@@ -58,13 +58,13 @@ from synapse.a2a.view import (
     notification_of,
     view_of_record,
 )
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
-from synapse.p2p.listener import RuntimeListener
-from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import TaskFilter
-from synapse.p2p.protocol import P2PProtocol
 from synapse.p2p.states import Role, allowed_events
+from synapse.runtime.listener import RuntimeListener
+from synapse.runtime.protocol import P2PProtocol
+from synapse.store.base import TaskFilter
 from synapse.types import (
     Ack,
     AckPayload,

@@ -21,7 +21,7 @@ from synapse.cli.parsers import parse_listen, parse_signing, parse_url
 from synapse.cli.security_settings import tls_config
 from synapse.cli.settings import PeerEntry, Settings, callback_url
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.sender import DeliveryError
+from synapse.runtime.sender import DeliveryError
 from synapse.transport.client import SenderMode
 from synapse.transport.partners import Partner, same_endpoint
 from synapse.transport.peer import Peer

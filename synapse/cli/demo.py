@@ -21,7 +21,7 @@ from synapse.demo.handler import DemoHandler
 from synapse.demo.timeline import Timeline
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey
-from synapse.p2p.protocol import Outcome, TaskHandle
+from synapse.runtime.protocol import Outcome, TaskHandle
 from synapse.transport.client import SenderMode
 from synapse.transport.peer import HttpSender, Peer
 from synapse.types import Message, TaskNeedHuman, TaskNeedInfo, TaskStatusUpdate

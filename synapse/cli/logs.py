@@ -2,7 +2,7 @@
 
 Logs always go to stderr: stdout carries what a command produces (a task's result, a JSON
 event stream, a schema), so that it can be piped. The library emits structlog events through
-the standard `logging` module (`synapse.p2p.logs`); here the root logger gets one handler that
+the standard `logging` module (`synapse.logs`); here the root logger gets one handler that
 renders every record, Synapse's and other libraries' (aiohttp, asyncio), as a console line
 or a JSON object a line (`--log-json`).
 
@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from synapse.p2p.logs import EventHandler
+from synapse.logs import EventHandler
 
 #: `--log-level` values.
 LEVELS: dict[str, int] = {

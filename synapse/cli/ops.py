@@ -16,7 +16,7 @@ from synapse._distribution import install
 from synapse.cli.errors import CliError
 from synapse.cli.parsers import parse_a2a_token
 from synapse.cli.settings import Settings
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
 
 if TYPE_CHECKING:
     from synapse.transport.peer import Peer

@@ -6,7 +6,7 @@ from typing import TextIO
 
 from synapse.cli.client import ClientSetup, exchange_error, start_peer, to_json
 from synapse.cli.errors import Exit
-from synapse.p2p.sender import DeliveryError
+from synapse.runtime.sender import DeliveryError
 from synapse.types import CapabilityResponsePayload, RemoteProtocolError
 
 

@@ -32,8 +32,8 @@ from synapse.cli.errors import CliError, Exit
 from synapse.cli.terminal import LineReader, TerminalConsole
 from synapse.p2p.durations import format_duration
 from synapse.p2p.engine import TaskEvent
-from synapse.p2p.protocol import Outcome, TaskAbandoned, TaskHandle, TaskUndeliverable
-from synapse.p2p.sender import DeliveryError
+from synapse.runtime.protocol import Outcome, TaskAbandoned, TaskHandle, TaskUndeliverable
+from synapse.runtime.sender import DeliveryError
 from synapse.transport.peer import HttpSender, Peer
 from synapse.types import (
     Message,

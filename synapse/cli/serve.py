@@ -18,9 +18,9 @@ from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.ops import OpsOptions, log_console, serve_ops
 from synapse.demo.handler import DemoHandler
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.handler import TaskHandler
-from synapse.p2p.logs import get_logger
+from synapse.runtime.handler import TaskHandler
 from synapse.store import TaskStore, open_store
 from synapse.transport.client import SenderMode
 from synapse.transport.guard import HttpLimits

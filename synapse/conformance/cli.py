@@ -23,7 +23,7 @@ from typing import Any, TextIO, cast
 
 from synapse.conformance.checks import CHECKS, Timing
 from synapse.conformance.kit import DEFAULT_KIT_ID, DEFAULT_LISTEN, parse_listen, run_conformance
-from synapse.p2p.logs import EventHandler
+from synapse.logs import EventHandler
 from synapse.types.errors import SynapseException
 
 DESCRIPTION = """\

@@ -9,7 +9,7 @@ from typing import Protocol
 from synapse.conformance.checks import Timing
 from synapse.conformance.report import Report
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.handler import TaskHandler
+from synapse.runtime.handler import TaskHandler
 from synapse.transport.client import SenderMode
 from synapse.transport.peer import Peer
 

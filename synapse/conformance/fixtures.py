@@ -26,7 +26,7 @@ from synapse.conformance.fixture_types import ConformanceRunner, ExecutorFactory
 from synapse.conformance.kit import DEFAULT_KIT_ID, run_conformance
 from synapse.conformance.report import Report
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.handler import TaskHandler
+from synapse.runtime.handler import TaskHandler
 from synapse.transport.client import SenderMode
 from synapse.transport.peer import Peer
 

@@ -27,7 +27,7 @@ from synapse.conformance.wire import (
     Skip,
     TargetUnreachable,
 )
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
 
 log = get_logger("synapse.conformance")
 

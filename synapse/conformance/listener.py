@@ -30,7 +30,7 @@ from synapse.conformance.wire import (
     short,
     verify_callback,
 )
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
 from synapse.types import (
     EXECUTOR_TO_REQUESTER,
     SIGNATURE_HEADER,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from synapse.p2p.engine import Validation
-from synapse.p2p.handler import ExecutionContext, TaskFailure
+from synapse.runtime.handler import ExecutionContext, TaskFailure
 from synapse.types import (
     Capability,
     ErrorCode,

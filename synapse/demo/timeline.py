@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from synapse.p2p.engine import TaskKey, Transition
-from synapse.p2p.protocol import Direction, MessageEvent, P2PProtocol
 from synapse.p2p.states import Event
+from synapse.runtime.protocol import Direction, MessageEvent, P2PProtocol
 from synapse.types import (
     Ack,
     CapabilityQuery,

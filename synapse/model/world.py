@@ -8,7 +8,7 @@ the violations the move revealed; `synapse.model.fingerprint` tells when two wor
 same state.
 
 The engines are `synapse.p2p.engine.Engine`s, the code a peer runs. What the runtime does
-with an engine's `Step` (`synapse.p2p.protocol.P2PProtocol.apply`) is `Side.carry_out`,
+with an engine's `Step` (`synapse.runtime.protocol.P2PProtocol.apply`) is `Side.carry_out`,
 rule for rule: the step's drops first, then its messages queued behind the task's others in
 a `synapse.p2p.delivery.TaskQueue` (one on the wire at a time), its handler started, resumed
 or cancelled. A POST is judged as `SynapseServer` judges it: the deduplication table first

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from synapse.p2p.listener import RuntimeListener
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
+from synapse.runtime.listener import RuntimeListener
 
 if TYPE_CHECKING:
-    from synapse.p2p.protocol import P2PProtocol
+    from synapse.runtime.protocol import P2PProtocol
     from synapse.transport.peer import Peer
 
 log = get_logger("synapse.ops")

@@ -24,14 +24,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from synapse.p2p.listener import RuntimeListener
+from synapse.runtime.listener import RuntimeListener
 from synapse.transport.http1_server import LEAN_CALLBACKS
 from synapse.types import Message, MessageType, Nack, RemoteProtocolError
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
-    from synapse.p2p.protocol import MessageEvent, P2PProtocol
-    from synapse.p2p.sender import DeliveryError
+    from synapse.runtime.protocol import MessageEvent, P2PProtocol
+    from synapse.runtime.sender import DeliveryError
     from synapse.transport.peer import Peer
     from synapse.transport.server import SynapseServer
 

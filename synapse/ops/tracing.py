@@ -27,14 +27,14 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from synapse.p2p.listener import RuntimeListener
+from synapse.runtime.listener import RuntimeListener
 from synapse.transport import client as http_client
 from synapse.types import EXECUTOR_TO_REQUESTER, Message, Nack, RemoteProtocolError
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
-    from synapse.p2p.protocol import MessageEvent
-    from synapse.p2p.sender import DeliveryError
+    from synapse.runtime.protocol import MessageEvent
+    from synapse.runtime.sender import DeliveryError
     from synapse.transport.peer import Peer
 
 #: The W3C Trace Context propagator, whatever the process-wide default propagator is:

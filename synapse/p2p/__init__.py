@@ -1,8 +1,8 @@
-"""The protocol engine: the state machine (`states`), the sans-IO core (`engine`), the asyncio
-runtime that drives it (`protocol`), handler interfaces, config, timers and deduplication.
+"""The sans-IO protocol engine: the state machine (`states`), the engine that applies it
+(`engine`, driven by messages, replies, timers and commands), timers, config, deduplication.
 
-Names are loaded on first use: `import synapse.p2p.engine` (or `states`, `timers`, `config`,
-`dedup`) loads neither asyncio, structlog nor aiohttp; only the runtime's names do.
+Nothing here does I/O: `import synapse.p2p` (or any module of it) loads neither asyncio,
+structlog nor aiohttp. The asyncio runtime that drives the engine is `synapse.runtime`.
 """
 
 from __future__ import annotations
@@ -20,21 +20,25 @@ _EXPORTS = {
     "TaskRecord": "synapse.p2p.engine",
     "Transition": "synapse.p2p.engine",
     "Validation": "synapse.p2p.engine",
-    "ExecutionContext": "synapse.p2p.handler",
-    "ResumableHandler": "synapse.p2p.handler",
-    "TaskHandler": "synapse.p2p.handler",
-    "MessageEvent": "synapse.p2p.protocol",
-    "Outcome": "synapse.p2p.protocol",
-    "P2PProtocol": "synapse.p2p.protocol",
-    "TaskHandle": "synapse.p2p.protocol",
-    "TaskAbandoned": "synapse.p2p.protocol",
-    "CallbackSender": "synapse.p2p.sender",
-    "DeliveryError": "synapse.p2p.sender",
     "TRANSITIONS": "synapse.p2p.states",
     "Event": "synapse.p2p.states",
     "Role": "synapse.p2p.states",
     "TransitionError": "synapse.p2p.states",
     "next_state": "synapse.p2p.states",
+}
+
+#: Names this package offered before the runtime had a folder of its own (0.x): where they are.
+_MOVED = {
+    "ExecutionContext": "synapse.runtime",
+    "ResumableHandler": "synapse.runtime",
+    "TaskHandler": "synapse.runtime",
+    "MessageEvent": "synapse.runtime",
+    "Outcome": "synapse.runtime",
+    "P2PProtocol": "synapse.runtime",
+    "TaskHandle": "synapse.runtime",
+    "TaskAbandoned": "synapse.runtime",
+    "CallbackSender": "synapse.runtime",
+    "DeliveryError": "synapse.runtime",
 }
 
 if TYPE_CHECKING:
@@ -49,15 +53,19 @@ if TYPE_CHECKING:
         Transition,
         Validation,
     )
-    from synapse.p2p.handler import ExecutionContext, ResumableHandler, TaskHandler
-    from synapse.p2p.protocol import MessageEvent, Outcome, P2PProtocol, TaskAbandoned, TaskHandle
-    from synapse.p2p.sender import CallbackSender, DeliveryError
     from synapse.p2p.states import TRANSITIONS, Event, Role, TransitionError, next_state
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
+        moved = _MOVED.get(name)
+        if moved is not None:
+            # Not imported from here: the engine's package loads no asyncio.
+            raise AttributeError(
+                f"{name} is in {moved} now: `from {moved} import {name}` "
+                f"(or `from synapse import {name}` where the top package offers it)"
+            )
         raise AttributeError(f"module 'synapse.p2p' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
@@ -66,23 +74,13 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "TRANSITIONS",
-    "CallbackSender",
-    "DeliveryError",
     "Engine",
     "Event",
-    "ExecutionContext",
-    "MessageEvent",
-    "Outcome",
     "P2PConfig",
-    "P2PProtocol",
-    "ResumableHandler",
     "Role",
     "Step",
-    "TaskAbandoned",
     "TaskEvent",
     "TaskEventKind",
-    "TaskHandle",
-    "TaskHandler",
     "TaskKey",
     "TaskRecord",
     "Transition",

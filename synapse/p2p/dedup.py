@@ -12,7 +12,7 @@ the replay window, so a message can never be stale-accepted again after its entr
 429 and 5xx replies are not stored: the sender will retry, and the retry is processed anew.
 
 The table is sans-IO: "now" is always passed in, and the waiters it hands out come from the
-factory it is given (the runtime's asyncio futures: `synapse.p2p.aio.MemoryDedupStore`).
+factory it is given (the runtime's asyncio futures: `synapse.runtime.aio.MemoryDedupStore`).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class DedupTable:
     ones are single strings (`dict[int, str]`, untracked too). Only the messages in progress
     are objects (`_Entry`, with their waiters).
 
-    The runtime's `synapse.p2p.aio.MemoryDedupStore` is this table with asyncio futures as
+    The runtime's `synapse.runtime.aio.MemoryDedupStore` is this table with asyncio futures as
     waiters.
     """
 

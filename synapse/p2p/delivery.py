@@ -1,6 +1,6 @@
 """A task's outgoing messages, delivered one at a time and in order (sans-IO).
 
-The runtime (`synapse.p2p.protocol`) keeps one `TaskQueue` per task with messages to POST,
+The runtime (`synapse.runtime.protocol`) keeps one `TaskQueue` per task with messages to POST,
 and so does the model checker (`synapse.model`), which explores the same rules: what the
 queue holds, which message is on the wire, and what a drop takes away.
 

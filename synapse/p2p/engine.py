@@ -3,7 +3,7 @@
 `Engine` holds every task of one peer, in either role, and applies the transition table of
 `synapse.p2p.states`. It never touches a socket, a timer or a disk: each call returns a `Step`
 saying what to answer, what to POST, what the handler runner should do and which transitions
-happened. The asyncio runtime (`synapse.p2p.protocol`) and the transport drive it; tests drive
+happened. The asyncio runtime (`synapse.runtime.protocol`) and the transport drive it; tests drive
 it with a fake clock.
 
 Time is wall-clock seconds since the epoch (`now: float`), the clock message timestamps and

@@ -181,7 +181,7 @@ class EngineBase:
         self.finished_lookup: Callable[[TaskKey], TaskRecord | None] = lambda _key: None
         self._backlog: set[str] = set()  # partners holding messages we could not deliver
         #: Replicas sharing a store: partner liveness judged on what every replica heard,
-        #: and heartbeats sent by one replica at a time (`synapse.store.liveness`).
+        #: and heartbeats sent by one replica at a time (`synapse.runtime.liveness`).
         self.partner_watch: PartnerWatch | None = None
 
     def clone(self) -> Self:

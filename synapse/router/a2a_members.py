@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from synapse.p2p.protocol import TaskHandle
 from synapse.router.outcomes import Declined
 from synapse.router.relay import Relay
+from synapse.runtime.protocol import TaskHandle
 
 if TYPE_CHECKING:
     from synapse.a2a.client import A2AClient

@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from synapse.p2p.handler import TaskFailure, as_result
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
 from synapse.router.outcomes import Routed
 from synapse.router.pool import Pool
+from synapse.runtime.handler import TaskFailure, as_result
 from synapse.types import ErrorCode, TaskError, TaskResult, TaskState
 
 log = get_logger("synapse.router")

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from synapse.p2p.engine import Validation
-from synapse.p2p.handler import ExecutionContext, TaskFailure
 from synapse.router.fanout import FanOutPlan, run_plan
 from synapse.router.pool import PoolConfig
+from synapse.runtime.handler import ExecutionContext, TaskFailure
 from synapse.transport.peer import Peer
 from synapse.types import (
     Capability,
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 from datetime import datetime
 from typing import Protocol
 
-from synapse.p2p.view import RuntimeView
 from synapse.router.fanout import PartRouter
+from synapse.runtime.view import RuntimeView
 from synapse.types import (
     HumanContext,
     HumanDecisionPayload,

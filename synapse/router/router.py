@@ -26,11 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
+from synapse.logs import get_logger
 from synapse.p2p.engine import TaskKey
-from synapse.p2p.handler import TaskFailure
-from synapse.p2p.logs import get_logger
-from synapse.p2p.protocol import MessageEvent, TaskHandle
-from synapse.p2p.sender import DeliveryError
 from synapse.p2p.states import Role
 from synapse.router.a2a_members import A2AMember, a2a_declined, a2a_message, percent, unless_settled
 from synapse.router.fanout import FanOutPlan
@@ -39,6 +36,9 @@ from synapse.router.pool import Member, Pool, PoolConfig
 from synapse.router.relay import Relay, RoutingHandler, task_error
 from synapse.router.sender import UNREACHABLE, RoutingSender
 from synapse.router.trust import CardVerifier, ResultCheck, judge_card, load_callable, same_origin
+from synapse.runtime.handler import TaskFailure
+from synapse.runtime.protocol import MessageEvent, TaskHandle
+from synapse.runtime.sender import DeliveryError
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.types import (

@@ -30,8 +30,8 @@ from typing import Any
 
 import aiohttp
 
-from synapse.p2p.logs import get_logger
-from synapse.p2p.sender import DeliveryError
+from synapse.logs import get_logger
+from synapse.runtime.sender import DeliveryError
 from synapse.transport.client import HttpClient, SenderMode
 from synapse.transport.http1 import ConnectFailed
 from synapse.transport.partners import PartnerRegistry

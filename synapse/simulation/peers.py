@@ -29,9 +29,9 @@ from multidict import CIMultiDict
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Validation
-from synapse.p2p.handler import ExecutionContext, TaskFailure
-from synapse.p2p.listener import RuntimeListener
-from synapse.p2p.protocol import P2PProtocol
+from synapse.runtime.handler import ExecutionContext, TaskFailure
+from synapse.runtime.listener import RuntimeListener
+from synapse.runtime.protocol import P2PProtocol
 from synapse.simulation.network import CURRENT, Network
 from synapse.simulation.stores import (
     SimulatedMemoryStore,

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from synapse.p2p.persistence import MemoryStore
 from synapse.store.base import StoreUnavailable
+from synapse.store.memory import MemoryStore
 from synapse.store.sqlite import SqliteStore, _Batch
 
 

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from synapse.logs import get_logger
 from synapse.p2p.engine import TaskKey
-from synapse.p2p.logs import get_logger
 from synapse.store.base import OutboxItem, Snapshot
 from synapse.store.postgres import PostgresStore
 from synapse.store.sql import FINAL as _FINAL

@@ -32,11 +32,20 @@ import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from synapse.logs import get_logger
 from synapse.p2p.dedup import DedupKey
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
-from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import FencedOut, ListCursor, TaskFilter, TaskRow
-from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, Snapshot, StoreUnavailable
+from synapse.store.base import (
+    DeadLetter,
+    DedupEntry,
+    FencedOut,
+    ListCursor,
+    OutboxItem,
+    Snapshot,
+    StoreUnavailable,
+    TaskFilter,
+    TaskRow,
+)
 from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
 from synapse.store.sql import FINAL as _FINAL
 from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS

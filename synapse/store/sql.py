@@ -13,14 +13,14 @@ from typing import Any
 
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import TaskKey, Transition
-from synapse.p2p.persistence import (
+from synapse.p2p.states import Event, Role
+from synapse.store.base import (
     DedupEntry,
     ListCursor,
     OutboxItem,
     TaskFilter,
     TaskRow,
 )
-from synapse.p2p.states import Event, Role
 from synapse.types import TaskState
 
 FINAL = "('completed', 'failed', 'cancelled', 'rejected')"

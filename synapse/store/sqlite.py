@@ -26,11 +26,18 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from synapse.logs import get_logger
 from synapse.p2p.dedup import DedupKey
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
-from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import ListCursor, TaskFilter, TaskRow
-from synapse.store.base import DedupEntry, OutboxItem, Snapshot, StoreUnavailable
+from synapse.store.base import (
+    DedupEntry,
+    ListCursor,
+    OutboxItem,
+    Snapshot,
+    StoreUnavailable,
+    TaskFilter,
+    TaskRow,
+)
 from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS
 from synapse.store.sql import (
     OutboxMaintenance,

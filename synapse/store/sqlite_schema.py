@@ -10,9 +10,9 @@ from pathlib import Path
 
 import msgspec
 
+from synapse.logs import get_logger
 from synapse.p2p.dedup import DedupKey
 from synapse.p2p.engine import TaskKey, TaskRecord
-from synapse.p2p.logs import get_logger
 from synapse.store.base import DeadLetter, DedupEntry, Snapshot
 from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS
 from synapse.store.sql import dedup_entry as _dedup_entry

@@ -31,8 +31,8 @@ import aiohttp
 import msgspec
 
 from synapse._distribution import NAME
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.logs import get_logger
 from synapse.transport.http1 import BodyTooLarge, Http1Pool, MalformedResponse
 from synapse.transport.partners import Partner
 from synapse.transport.retry import RetriesExhausted, Transient, retrying

@@ -48,7 +48,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
 from synapse.transport.admission import PARSER_LIMITS, NotAdmitted
 from synapse.transport.http1_server import (
     CallbackConnection,

@@ -52,8 +52,8 @@ from typing import Any, Final, Protocol, cast
 
 from multidict import CIMultiDict
 
+from synapse.logs import get_logger
 from synapse.p2p.dedup import StoredReply
-from synapse.p2p.logs import get_logger
 from synapse.transport.admission import (
     MAX_HEADERS,
     PLAIN_FIELD,

@@ -20,12 +20,13 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupStore, StoredReply
-from synapse.p2p.handler import TaskHandler
-from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import MemoryStore, TaskStore
-from synapse.p2p.protocol import P2PProtocol, TaskHandle
+from synapse.runtime.handler import TaskHandler
+from synapse.runtime.protocol import P2PProtocol, TaskHandle
+from synapse.store.base import TaskStore
+from synapse.store.memory import MemoryStore
 from synapse.transport.admission import admission_middleware, expect_handler
 from synapse.transport.client import HttpClient, SenderMode
 from synapse.transport.guard import GuardedSite, HttpLimits
@@ -378,7 +379,7 @@ class Peer:
         *,
         now: asyncio.Event | None = None,
     ) -> bool:
-        """Stop gracefully (see `synapse.p2p.shutdown`), then close; False if `now` (a second
+        """Stop gracefully (see `synapse.runtime.shutdown`), then close; False if `now` (a second
         signal) cut the drain short."""
         graceful = True
         if self._protocol is not None:

@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping
 
 import aiohttp
 
+from synapse.logs import get_logger
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import TaskKey
-from synapse.p2p.logs import get_logger
-from synapse.p2p.protocol import P2PProtocol
+from synapse.runtime.liveness import SharedLiveness
+from synapse.runtime.protocol import P2PProtocol
 from synapse.store.leases import DEFAULT_LEASE_TTL, Ownership
-from synapse.store.liveness import SharedLiveness
 from synapse.store.postgres import PostgresStore
 from synapse.transport.inbound import Inbound
 from synapse.transport.peer import Peer

@@ -25,11 +25,11 @@ from typing import Any
 
 from aiohttp import web
 
-from synapse.p2p.aio import MemoryDedupStore
+from synapse.logs import get_logger
 from synapse.p2p.dedup import DedupOutcome, DedupStore, StoredReply, is_storable
-from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import StoreUnavailable
-from synapse.p2p.protocol import P2PProtocol, Receipt
+from synapse.runtime.aio import MemoryDedupStore
+from synapse.runtime.protocol import P2PProtocol, Receipt
+from synapse.store.base import StoreUnavailable
 from synapse.transport.inbound import Inbound, Refused, authenticate, encode_reply, nack_for
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.tls import check_partner_certificate

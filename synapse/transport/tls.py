@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from synapse._distribution import install
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
 
 log = get_logger("synapse.transport.tls")
 

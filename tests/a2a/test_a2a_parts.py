@@ -17,7 +17,7 @@ from a2akit import GRPC_PRESENT, SDK_BINDINGS, fast_config
 
 from synapse.a2a import A2AClient, enable_a2a, wire
 from synapse.p2p.engine import Validation
-from synapse.p2p.handler import ExecutionContext
+from synapse.runtime.handler import ExecutionContext
 from synapse.transport.peer import Peer
 from synapse.types import Capability, TaskResult
 

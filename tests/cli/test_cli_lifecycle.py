@@ -41,7 +41,7 @@ from clikit import (
 from rawpost import RawAgent, check_nack
 
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.protocol import TaskHandle
+from synapse.runtime.protocol import TaskHandle
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.types import ErrorCode, TaskState

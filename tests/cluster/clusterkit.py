@@ -21,7 +21,7 @@ from lbserver import Nginx
 from pgserver import free_port
 
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.protocol import MessageEvent
+from synapse.runtime.protocol import MessageEvent
 from synapse.transport.peer import Peer
 
 R, E = "agent-r", "agent-e"

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from clusterkit import Cluster, ClusterFactory, E, finals
 
-from synapse.p2p.protocol import Outcome, TaskHandle
+from synapse.runtime.protocol import Outcome, TaskHandle
 from synapse.types import TaskState
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ import pytest
 from clusterkit import Cluster, ClusterFactory, E, Replica, finals
 from rawpost import eventually
 
-from synapse.p2p.protocol import TaskHandle
+from synapse.runtime.protocol import TaskHandle
 from synapse.types import TaskState
 
 pytestmark = pytest.mark.slow

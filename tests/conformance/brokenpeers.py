@@ -24,10 +24,10 @@ from aiohttp import web
 
 from synapse.conformance import Report
 from synapse.demo.handler import DemoHandler
-from synapse.p2p.aio import MemoryDedupStore
 from synapse.p2p.dedup import Begin, DedupKey, StoredReply
 from synapse.p2p.engine import TaskKey
-from synapse.p2p.persistence import MemoryStore
+from synapse.runtime.aio import MemoryDedupStore
+from synapse.store.memory import MemoryStore
 from synapse.transport.client import HttpClient
 from synapse.transport.inbound import Inbound
 from synapse.transport.partners import Partner, PartnerRegistry

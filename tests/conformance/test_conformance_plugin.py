@@ -13,7 +13,7 @@ import pytest
 from synapse.conformance.fixtures import ConformanceRunner, ExecutorFactory
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.engine import Validation
-from synapse.p2p.handler import ExecutionContext
+from synapse.runtime.handler import ExecutionContext
 from synapse.transport.peer import Peer
 from synapse.types import TaskState
 

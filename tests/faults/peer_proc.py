@@ -28,12 +28,13 @@ from typing import Any
 from aiohttp import web
 
 from synapse.demo.handler import DemoHandler
+from synapse.logs import EventHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey, TaskRecord, Validation
-from synapse.p2p.handler import ExecutionContext
-from synapse.p2p.logs import EventHandler
-from synapse.p2p.persistence import MemoryStore, TaskStore
+from synapse.runtime.handler import ExecutionContext
 from synapse.store import SqliteStore
+from synapse.store.base import TaskStore
+from synapse.store.memory import MemoryStore
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.types import Capability

@@ -20,8 +20,8 @@ from flowkit import FAST, OLD_SECRET, SECRET, Authenticated, E, Pair, PairFactor
 import synapse.transport.server as server_module
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.handler import TaskHandler
-from synapse.p2p.protocol import MessageEvent
+from synapse.runtime.handler import TaskHandler
+from synapse.runtime.protocol import MessageEvent
 from synapse.transport.client import SenderMode
 from synapse.transport.inbound import Inbound
 from synapse.transport.peer import Peer

@@ -9,7 +9,7 @@ from typing import Any
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskEvent
-from synapse.p2p.protocol import MessageEvent, TaskHandle
+from synapse.runtime.protocol import MessageEvent, TaskHandle
 from synapse.transport.client import SenderMode
 from synapse.transport.peer import Peer
 from synapse.types import Message, TaskState

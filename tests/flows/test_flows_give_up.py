@@ -15,8 +15,8 @@ from flowkit import eventually
 
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.handler import ExecutionContext
-from synapse.p2p.protocol import TaskAbandoned
+from synapse.runtime.handler import ExecutionContext
+from synapse.runtime.protocol import TaskAbandoned
 from synapse.transport.peer import Peer
 from synapse.types import Capability, ErrorCode, TaskState
 

@@ -12,7 +12,7 @@ from typing import Any
 from flowkit import WAIT, E, Pair
 
 from synapse.p2p.engine import Transition
-from synapse.p2p.listener import MessageEvent, RuntimeListener
+from synapse.runtime.listener import MessageEvent, RuntimeListener
 from synapse.types import TaskState
 
 

@@ -8,7 +8,7 @@ import asyncio
 import msgspec
 from flowkit import WAIT, E, Pair, R, eventually
 
-from synapse.p2p.logs import capture_events
+from synapse.logs import capture_events
 from synapse.types import TaskState
 
 

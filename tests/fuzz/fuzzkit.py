@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey
-from synapse.p2p.handler import ExecutionContext
+from synapse.runtime.handler import ExecutionContext
 from synapse.store import SqliteStore
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer

@@ -12,8 +12,8 @@ from aiohttp import web
 from opskit import WAIT, E, base_url, peer_pair
 
 from synapse.ops.health import enable_health
-from synapse.p2p.persistence import MemoryStore
 from synapse.store import SqliteStore
+from synapse.store.memory import MemoryStore
 from synapse.transport.peer import Peer
 
 

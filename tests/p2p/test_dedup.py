@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from synapse.p2p.aio import MemoryDedupStore
 from synapse.p2p.dedup import (
     Begin,
     DedupOutcome,
@@ -15,6 +14,7 @@ from synapse.p2p.dedup import (
     StoredReply,
     is_storable,
 )
+from synapse.runtime.aio import MemoryDedupStore
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 WINDOW = 600.0

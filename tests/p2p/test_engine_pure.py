@@ -38,7 +38,7 @@ def test_importing_the_core_loads_no_io(module: str) -> None:
 
 def test_the_runtime_does_load_asyncio() -> None:
     """The check above can fail: the runtime's own modules do load it."""
-    code = "import sys, synapse.p2p.protocol; print('asyncio' in sys.modules)"
+    code = "import sys, synapse.runtime.protocol; print('asyncio' in sys.modules)"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )

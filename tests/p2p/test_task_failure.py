@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from synapse.p2p.engine import Validation
-from synapse.p2p.handler import ExecutionContext, TaskFailure
+from synapse.runtime.handler import ExecutionContext, TaskFailure
 from synapse.transport.peer import Peer
 from synapse.types import TaskError, TaskState
 

@@ -23,10 +23,10 @@ from typing import Any
 from synapse.demo.handler import CAPABILITIES, DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey, TaskRecord, Validation
-from synapse.p2p.handler import ExecutionContext
-from synapse.p2p.protocol import TaskHandle
 from synapse.router import PoolConfig, Router
 from synapse.router.pool import A2APartnerConfig, SynapsePartnerConfig
+from synapse.runtime.handler import ExecutionContext
+from synapse.runtime.protocol import TaskHandle
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.types import Capability, TaskResult

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from synapse.p2p.engine import Step, TaskKey
-from synapse.p2p.protocol import P2PProtocol
+from synapse.runtime.protocol import P2PProtocol
 from synapse.simulation import Scenario, simulate
 from synapse.simulation.loop import Stalled, VirtualTimeLoop
 

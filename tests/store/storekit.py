@@ -12,7 +12,7 @@ from typing import Any
 
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import Engine, Step, TaskKey, TaskRecord
-from synapse.p2p.persistence import DedupEntry, OutboxItem, TaskStore
+from synapse.store.base import DedupEntry, OutboxItem, TaskStore
 from synapse.types import Message, TaskResult, encode_message
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

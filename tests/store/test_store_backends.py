@@ -16,9 +16,10 @@ import pytest
 from storekit import R_ID, T0, Duo, dedup_entry, outbox_item
 
 from synapse.p2p.engine import TaskKey, TaskRecord
-from synapse.p2p.persistence import DeadLetter, MemoryStore, TaskFilter, TaskStore
 from synapse.p2p.states import Role
 from synapse.store import SqliteStore
+from synapse.store.base import DeadLetter, TaskFilter, TaskStore
+from synapse.store.memory import MemoryStore
 from synapse.types import TaskContext, TaskSpec, TaskState
 
 

@@ -21,8 +21,8 @@ from rawpost import eventually
 from storekit import E_ID, E_URL, R_ID, R_URL, T0
 
 from synapse.p2p.engine import Engine, TaskKey
-from synapse.p2p.handler import ExecutionContext, Validation
-from synapse.p2p.protocol import P2PProtocol
+from synapse.runtime.handler import ExecutionContext, Validation
+from synapse.runtime.protocol import P2PProtocol
 from synapse.store import SqliteStore
 from synapse.types import (
     ErrorCode,

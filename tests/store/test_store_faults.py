@@ -15,7 +15,7 @@ import pytest
 from diskfaults import fill, set_immutable, small_tmpfs, write_lock
 from storekit import outbox_item
 
-from synapse.p2p.logs import capture_events
+from synapse.logs import capture_events
 from synapse.store import SqliteStore, StoreUnavailable
 
 

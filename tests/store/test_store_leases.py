@@ -8,7 +8,8 @@ import pytest
 from storekit import Duo
 
 from synapse.p2p.engine import TaskKey
-from synapse.p2p.persistence import FencedOut, MemoryStore
+from synapse.store.base import FencedOut
+from synapse.store.memory import MemoryStore
 
 
 async def test_one_replica_claims_a_new_task_and_the_other_sees_it(pair) -> None:  # type: ignore[no-untyped-def]

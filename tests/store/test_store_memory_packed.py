@@ -16,7 +16,7 @@ from storekit import Duo
 
 from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.packed import RECORD_DEFLATE_ABOVE, record_packer
-from synapse.p2p.persistence import MemoryStore
+from synapse.store.memory import MemoryStore
 from synapse.types import TaskContext, TaskError, TaskResult, TaskState
 
 #: JSON values as a decoded body holds them (I-JSON: integers within ±2^53).

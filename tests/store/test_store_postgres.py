@@ -12,8 +12,8 @@ import pytest
 from storekit import T0, Duo, dedup_entry, outbox_item
 
 from synapse.cli.main import main
-from synapse.p2p.persistence import MemoryStore
 from synapse.store import open_store
+from synapse.store.memory import MemoryStore
 from synapse.store.migrations import latest_version, migrations
 from synapse.store.postgres import PostgresStore, apply_migrations, schema_version
 

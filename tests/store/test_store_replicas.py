@@ -10,8 +10,8 @@ from storekit import T0, Clock, outbox_item
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Engine, Outgoing, PartnerReachability, Step, TaskKey
+from synapse.runtime.liveness import SharedLiveness
 from synapse.store.leases import Ownership
-from synapse.store.liveness import SharedLiveness
 from synapse.store.postgres import PostgresStore
 from synapse.types import Heartbeat
 

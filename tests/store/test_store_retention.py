@@ -14,15 +14,15 @@ from rawpost import eventually
 from storekit import R_ID, T0, dedup_entry, outbox_item
 
 from synapse.demo.handler import DemoHandler
-from synapse.p2p.aio import MemoryDedupStore
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupOutcome, StoredReply
 from synapse.p2p.durations import format_duration, parse_duration
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
-from synapse.p2p.persistence import MemoryStore
-from synapse.p2p.retention import purge_interval
 from synapse.p2p.states import Event, Role
+from synapse.runtime.aio import MemoryDedupStore
+from synapse.runtime.retention import purge_interval
 from synapse.store import DurableDedupStore, SqliteStore
+from synapse.store.memory import MemoryStore
 from synapse.store.sqlite import IS_FINAL
 from synapse.transport.peer import Peer
 from synapse.types import LocalProtocolError, TaskSpec, TaskState

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from storekit import R_ID, T0, Duo, dedup_entry, outbox_item
 
-from synapse.p2p.persistence import DeadLetter, MemoryStore, Snapshot
 from synapse.store import SqliteStore, open_store
+from synapse.store.base import DeadLetter, Snapshot
+from synapse.store.memory import MemoryStore
 from synapse.store.sqlite import IS_FINAL, IS_LIVE, SCHEMA_VERSION, read_snapshot
 from synapse.types import TaskState
 

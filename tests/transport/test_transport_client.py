@@ -14,8 +14,8 @@ import msgspec
 import pytest
 from aiohttp import web
 
+from synapse.logs import capture_events
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.logs import capture_events
 from synapse.transport.client import (
     DeliveryError,
     HttpClient,

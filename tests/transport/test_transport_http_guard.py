@@ -23,8 +23,8 @@ from aiohttp import web
 from rawhttp import exchange, parse, request, unsigned_nack
 from rawpost import RawAgent
 
+from synapse.logs import capture_events
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.logs import capture_events
 from synapse.transport.guard import HttpLimits, _rate_limit_accept_errors
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer

@@ -17,8 +17,8 @@ from rawpost import CallbackSink, RawAgent, check_nack, eventually
 
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.persistence import Snapshot
 from synapse.store import SqliteStore
+from synapse.store.base import Snapshot
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 

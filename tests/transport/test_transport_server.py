@@ -28,7 +28,7 @@ from rawpost import Answer, CallbackSink, RawAgent, RawReply, check_nack, eventu
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey, Validation
-from synapse.p2p.handler import ExecutionContext
+from synapse.runtime.handler import ExecutionContext
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.types import (

@@ -13,12 +13,12 @@ from urllib.parse import urlsplit
 import msgspec
 from aiohttp import web
 
+from synapse.logs import get_logger
 from synapse.ops.console.auth import ConsoleAuth, Reviewer, Session, Sessions, csrf_ok
 from synapse.p2p.engine import TaskKey, TaskRecord
-from synapse.p2p.listener import RuntimeListener
-from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import TaskFilter
 from synapse.p2p.states import Role
+from synapse.runtime.listener import RuntimeListener
+from synapse.store.base import TaskFilter
 from synapse.transport.http1_server import LEAN_CALLBACKS
 from synapse.types import (
     DecidedBy,
@@ -32,7 +32,7 @@ from synapse.types.enums import FINAL_STATES
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import Transition
-    from synapse.p2p.protocol import P2PProtocol, TaskHandle
+    from synapse.runtime.protocol import P2PProtocol, TaskHandle
     from synapse.transport.peer import Peer
 
 log = get_logger("synapse.console")

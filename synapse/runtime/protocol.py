@@ -14,23 +14,18 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from synapse.p2p.delivering import Delivering
 from synapse.p2p.engine import (
     Outgoing,
     TaskKey,
     Validation,
 )
-from synapse.p2p.handler import (
+from synapse.runtime.delivering import Delivering
+from synapse.runtime.handler import (
     ResumableHandler,
 )
-from synapse.p2p.listener import Direction, MessageEvent
-from synapse.p2p.persistence import (
-    FencedOut,
-    Snapshot,
-    StoreUnavailable,
-)
-from synapse.p2p.running import HandlerRunning
-from synapse.p2p.runtime_base import (
+from synapse.runtime.listener import Direction, MessageEvent
+from synapse.runtime.running import HandlerRunning
+from synapse.runtime.runtime_base import (
     Outcome,
     Receipt,
     TaskAbandoned,
@@ -39,7 +34,12 @@ from synapse.p2p.runtime_base import (
     _Queued,
     log,
 )
-from synapse.p2p.sender import CallbackSender
+from synapse.runtime.sender import CallbackSender
+from synapse.store.base import (
+    FencedOut,
+    Snapshot,
+    StoreUnavailable,
+)
 from synapse.types import (
     CapabilityResponse,
     CapabilityResponsePayload,
@@ -333,7 +333,7 @@ class P2PProtocol(HandlerRunning, Delivering):
         if self._timer_task is None:
             self._timer_task = asyncio.create_task(self._timer_loop(), name="synapse-timers")
         if self._purge_task is None:
-            from synapse.p2p.retention import purge_loop
+            from synapse.runtime.retention import purge_loop
 
             self._purge_task = asyncio.create_task(purge_loop(self), name="synapse-purge")
 
@@ -354,11 +354,11 @@ class P2PProtocol(HandlerRunning, Delivering):
         *,
         now: asyncio.Event | None = None,
     ) -> bool:
-        """Stop gracefully (SIGTERM): see `synapse.p2p.shutdown.graceful_shutdown`.
+        """Stop gracefully (SIGTERM): see `synapse.runtime.shutdown.graceful_shutdown`.
 
         Returns False if `now` was set (a second signal) and the drain was cut short.
         """
-        from synapse.p2p.shutdown import graceful_shutdown
+        from synapse.runtime.shutdown import graceful_shutdown
 
         return await graceful_shutdown(
             self,

@@ -14,12 +14,18 @@ from synapse.p2p.engine import (
     TaskEventKind,
     TaskKey,
 )
-from synapse.p2p.persistence import (
+from synapse.runtime.runtime_base import (
+    _STORE_RETRY_FIRST,
+    _STORE_RETRY_MAX,
+    RuntimeBase,
+    _Queued,
+    log,
+)
+from synapse.runtime.sender import DeliveryError
+from synapse.store.base import (
     OutboxItem,
     StoreUnavailable,
 )
-from synapse.p2p.runtime_base import _STORE_RETRY_FIRST, _STORE_RETRY_MAX, RuntimeBase, _Queued, log
-from synapse.p2p.sender import DeliveryError
 from synapse.types import (
     Heartbeat,
     encode_message,

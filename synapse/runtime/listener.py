@@ -17,7 +17,7 @@ from synapse.types import Message
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
-    from synapse.p2p.sender import DeliveryError
+    from synapse.runtime.sender import DeliveryError
     from synapse.types import RemoteProtocolError
 
 

@@ -14,13 +14,13 @@ from synapse.p2p.engine import (
     TaskKey,
     TaskRecord,
 )
-from synapse.p2p.handler import (
+from synapse.runtime.handler import (
     ExecutionContext,
     TaskFailure,
     as_result,
 )
-from synapse.p2p.runtime_base import RuntimeBase, log
-from synapse.p2p.sender import CallbackSender
+from synapse.runtime.runtime_base import RuntimeBase, log
+from synapse.runtime.sender import CallbackSender
 from synapse.types import (
     ErrorCode,
     HumanDecisionPayload,

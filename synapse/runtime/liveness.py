@@ -27,12 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from synapse.p2p.listener import MessageEvent, RuntimeListener
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
+from synapse.runtime.listener import MessageEvent, RuntimeListener
 from synapse.store.postgres import PostgresStore
 from synapse.types import Heartbeat
 
-log = get_logger("synapse.store.liveness")
+log = get_logger("synapse.runtime.liveness")
 
 _BEAT = (
     "INSERT INTO partners AS p (partner, last_heard, beat_holder, beat_until) "

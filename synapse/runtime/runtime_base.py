@@ -1,7 +1,7 @@
 """The asyncio runtime's state and the moves its parts share: the engine and the store it
 commits to, applying a `Step` (record, commit, carry out), one change of a task at a time
 (`settled`), observers. Also the values it hands out: `TaskHandle`, `Outcome`, `Receipt`.
-`synapse.p2p.protocol.P2PProtocol` is this with the handler it runs (`running`) and the
+`synapse.runtime.protocol.P2PProtocol` is this with the handler it runs (`running`) and the
 messages it delivers (`delivering`)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from synapse.logs import get_logger
 from synapse.p2p.commands import Cancel, Decide, ProvideInfo, StartDeciding
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.delivery import TaskQueue
@@ -31,20 +32,16 @@ from synapse.p2p.engine import (
     TaskKey,
     TaskRecord,
 )
-from synapse.p2p.handler import (
+from synapse.p2p.states import Event
+from synapse.runtime.handler import (
     TaskHandler,
 )
-from synapse.p2p.listener import AuditEntry, Direction, MessageEvent, RuntimeListener
-from synapse.p2p.logs import get_logger
-from synapse.p2p.persistence import (
-    MemoryStore,
-    OutboxItem,
-    TaskStore,
-)
-from synapse.p2p.sender import CallbackSender, DeliveryError
-from synapse.p2p.states import Event
-from synapse.p2p.stream import EventStream
-from synapse.p2p.view import RuntimeView
+from synapse.runtime.listener import AuditEntry, Direction, MessageEvent, RuntimeListener
+from synapse.runtime.sender import CallbackSender, DeliveryError
+from synapse.runtime.stream import EventStream
+from synapse.runtime.view import RuntimeView
+from synapse.store.base import OutboxItem, TaskStore
+from synapse.store.memory import MemoryStore
 from synapse.types import (
     DecidedBy,
     DecisionAction,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from synapse.p2p.logs import get_logger
+from synapse.logs import get_logger
 
-#: The runtime (`synapse.p2p.protocol.P2PProtocol`), which imports this module: not imported
+#: The runtime (`synapse.runtime.protocol.P2PProtocol`), which imports this module: not imported
 #: back, so that the import graph has no cycle.
 P2PProtocol = Any
 

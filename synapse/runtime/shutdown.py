@@ -20,12 +20,12 @@ import asyncio
 import time
 from typing import Any
 
+from synapse.logs import get_logger
 from synapse.p2p.commands import Fail
-from synapse.p2p.logs import get_logger
 from synapse.p2p.states import Role
 from synapse.types import ErrorCode, TaskError
 
-#: The runtime (`synapse.p2p.protocol.P2PProtocol`), which imports this module: not imported
+#: The runtime (`synapse.runtime.protocol.P2PProtocol`), which imports this module: not imported
 #: back, so that the import graph has no cycle.
 P2PProtocol = Any
 
