@@ -114,6 +114,7 @@ def submitter(peer: Any, partner: str, task_type: str) -> Op:
 async def synapse_peer(args: argparse.Namespace) -> None:
     from synapse.demo.handler import DemoHandler
     from synapse.p2p.config import P2PConfig
+    from synapse.runtime.listener import OnMessage
     from synapse.store import SqliteStore
     from synapse.transport.partners import Partner
     from synapse.transport.peer import Peer
@@ -144,7 +145,7 @@ async def synapse_peer(args: argparse.Namespace) -> None:
         enable_a2a(peer, default_task_type="echo")
     clock = ExchangeClock()
     await peer.start()
-    peer.protocol.observers.append(clock)
+    peer.protocol.listeners.append(OnMessage(clock))
     answer({"endpoint": peer.endpoint, "port": peer.port})
     held: list[Any] = []
     async for command in commands():

@@ -45,6 +45,7 @@ _EXPORTS = {
     "TaskHandle": "synapse.runtime.protocol",
     "TaskEvent": "synapse.p2p.engine",
     "TaskEventKind": "synapse.p2p.engine",
+    "TaskNote": "synapse.p2p.engine",
     "Outcome": "synapse.runtime.protocol",
     "TaskAbandoned": "synapse.runtime.protocol",
     "TaskUndeliverable": "synapse.runtime.protocol",
@@ -58,7 +59,7 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from synapse.p2p.config import P2PConfig
-    from synapse.p2p.engine import TaskEvent, TaskEventKind, Validation
+    from synapse.p2p.engine import TaskEvent, TaskEventKind, TaskNote, Validation
     from synapse.runtime.handler import ExecutionContext, ResumableHandler, TaskFailure, TaskHandler
     from synapse.runtime.protocol import Outcome, TaskAbandoned, TaskHandle, TaskUndeliverable
     from synapse.transport.partners import Partner
@@ -104,6 +105,7 @@ __all__ = [
     "TaskFailure",
     "TaskHandle",
     "TaskHandler",
+    "TaskNote",
     "TaskResult",
     "TaskUndeliverable",
     "Validation",

@@ -6,10 +6,11 @@ import ast
 import enum
 import importlib.metadata
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, get_args
 
 import synapse
-from synapse.p2p.engine import TaskEvent, TaskEventKind
+from synapse.p2p.engine import TaskEvent, TaskEventKind, TaskNote
+from synapse.types import MessageType
 
 PACKAGE = Path(synapse.__file__).resolve().parent
 
@@ -36,6 +37,7 @@ EXPECTED = {
     "TaskHandle",
     "TaskEvent",
     "TaskEventKind",
+    "TaskNote",
     "Outcome",
     "TaskAbandoned",
     "TaskUndeliverable",
@@ -72,13 +74,16 @@ def test_no_two_public_classes_share_a_name() -> None:
     assert shared == {}
 
 
-def test_task_event_kind_is_an_enum_that_still_compares_as_text() -> None:
-    assert issubclass(TaskEventKind, enum.StrEnum)
+def test_task_event_kind_is_the_message_types_and_the_notes_comparing_as_text() -> None:
+    """An event's kind is a message type (declared once, in `MessageType`) or a note: both
+    enums of text, so `kind == "p2p:task_need_info"` holds as it always did."""
     assert TaskEvent.__dataclass_fields__["kind"].type in ("TaskEventKind", TaskEventKind)
-    assert TaskEventKind.TASK_NEED_INFO == "p2p:task_need_info"
-    assert {"partner_unreachable", "partner_reachable", "undeliverable", "refused"} <= set(
-        TaskEventKind
-    )
+    assert get_args(TaskEventKind) == (MessageType, TaskNote)
+    assert issubclass(TaskNote, enum.StrEnum) and issubclass(MessageType, enum.StrEnum)
+    assert MessageType.TASK_NEED_INFO == "p2p:task_need_info"
+    assert isinstance(MessageType.TASK_NEED_INFO, TaskEventKind)
+    assert {"partner_unreachable", "partner_reachable", "undeliverable", "refused"} <= set(TaskNote)
+    assert not set(TaskNote) & set(MessageType)  # a note never reads as a message type
 
 
 def test_a_resumable_handler_is_a_declared_protocol() -> None:

@@ -1,10 +1,10 @@
 """A timeline of the messages between a requester (R) and an executor (E), for a newcomer.
 
-`Timeline` watches both peers' `P2PProtocol.observers` and renders one line per message: who
-sent it (`R → E`, `E → R`), whether it was a POST or the synchronous reply to one, its type, its
-task, and how each side's task state changed because of it (`before → after`, through every
-intermediate state). Message ids and timestamps are never shown, so the same flow always
-prints the same lines.
+`Timeline` listens to both peers' messages (`P2PProtocol.listeners`) and renders one line per
+message: who sent it (`R → E`, `E → R`), whether it was a POST or the synchronous reply to one,
+its type, its task, and how each side's task state changed because of it (`before → after`,
+through every intermediate state). Message ids and timestamps are never shown, so the same
+flow always prints the same lines.
 
 How a state change is tied to a message, from the task records' histories:
 - the receiver's changes are the ones it made between receiving a POST and replying to it
@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from synapse.p2p.engine import TaskKey, Transition
 from synapse.p2p.states import Event
+from synapse.runtime.listener import OnMessage
 from synapse.runtime.protocol import Direction, MessageEvent, P2PProtocol
 from synapse.types import (
     Ack,
@@ -175,8 +176,8 @@ class Timeline:
         self.protocols: dict[Side, P2PProtocol] = {"R": requester, "E": executor}
         self._crossings: list[_Crossing] = []
         self._task_of: dict[str, str] = {}  # message id → task id
-        requester.observers.append(self._observer("R"))
-        executor.observers.append(self._observer("E"))
+        requester.listeners.append(OnMessage(self._observer("R")))
+        executor.listeners.append(OnMessage(self._observer("E")))
 
     @property
     def requester_id(self) -> str:

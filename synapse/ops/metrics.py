@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from synapse.runtime.protocol import MessageEvent, P2PProtocol
     from synapse.runtime.sender import DeliveryError
     from synapse.transport.peer import Peer
-    from synapse.transport.server import SynapseServer
 
 METRICS_PATH = "/metrics"
 
@@ -346,12 +345,12 @@ class PeerMetrics(RuntimeListener):
                 route = resource.canonical if resource is not None else "unmatched"
                 children(request.method, route, status).observe(time.perf_counter() - started)
 
-        def observe(method: str, route: str, status: int, seconds: float) -> None:
-            children(method, route, status).observe(seconds)
-
-        # Callbacks the lean server answers without aiohttp are observed through this.
-        setattr(timed, LEAN_CALLBACKS, observe)
+        # Callbacks the lean server answers without aiohttp reach `on_http_request` instead.
+        setattr(timed, LEAN_CALLBACKS, True)
         return timed
+
+    def on_http_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self._http(method, route, status).observe(seconds)
 
     # --- exposition -------------------------------------------------------------------------
 
@@ -374,9 +373,6 @@ def enable_metrics(
         metrics.protocol = protocol
         protocol.listeners.append(metrics)
 
-    def on_server(server: SynapseServer) -> None:
-        server.nack_listeners.append(metrics.on_nack_sent)
-
     async def scrape(request: web.Request) -> web.Response:
         if token is not None:
             given = request.headers.get("Authorization", "")
@@ -390,9 +386,7 @@ def enable_metrics(
         app.router.add_get(METRICS_PATH, scrape)
 
     peer.protocol_hooks.append(on_protocol)
-    peer.server_hooks.append(on_server)
     peer.app_hooks.append(on_app)
-    peer.client.retry_listeners.append(metrics.on_retry)
     return metrics
 
 

@@ -52,6 +52,7 @@ from synapse.p2p.records import (
     TaskEvent,
     TaskEventKind,
     TaskKey,
+    TaskNote,
     TaskRecord,
     Transition,
     Validation,
@@ -184,7 +185,7 @@ class Engine(Receiving, Commands):
         if liveness.reachable and silent_for >= limit:
             liveness.reachable = False
             step.actions.append(PartnerReachability(partner, reachable=False))
-            self._partner_events(partner, TaskEventKind.PARTNER_UNREACHABLE, step)
+            self._partner_events(partner, TaskNote.PARTNER_UNREACHABLE, step)
         if send:
             step.outgoing.append(Outgoing(partner, self.heartbeat(partner, now)))
         self._timers.set((_HEARTBEAT, partner), now + self.config.heartbeat_interval)
@@ -321,6 +322,7 @@ __all__ = [
     "TaskEvent",
     "TaskEventKind",
     "TaskKey",
+    "TaskNote",
     "TaskRecord",
     "Transition",
     "Validation",

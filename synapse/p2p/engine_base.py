@@ -23,8 +23,8 @@ from synapse.p2p.records import (
     StartExecution,
     Step,
     TaskEvent,
-    TaskEventKind,
     TaskKey,
+    TaskNote,
     TaskRecord,
     Transition,
     Validation,
@@ -474,7 +474,7 @@ class EngineBase:
             rec.cancel_sent = True
         else:
             step.actions.append(DropQueued(rec.key))
-        step.actions.append(TaskEvent(rec.key, TaskEventKind.GAVE_UP, rec.state, None, text))
+        step.actions.append(TaskEvent(rec.key, TaskNote.GAVE_UP, rec.state, None, text))
 
     def _send_requested_cancel(self, rec: TaskRecord, now: float, step: Step) -> None:
         if not rec.cancel_requested or rec.cancel_sent or rec.is_final:
@@ -497,10 +497,10 @@ class EngineBase:
         if not liveness.reachable:
             liveness.reachable = True
             step.actions.append(PartnerReachability(partner, reachable=True))
-            self._partner_events(partner, TaskEventKind.PARTNER_REACHABLE, step)
+            self._partner_events(partner, TaskNote.PARTNER_REACHABLE, step)
         return step
 
-    def _partner_events(self, partner: str, kind: TaskEventKind, step: Step) -> None:
+    def _partner_events(self, partner: str, kind: TaskNote, step: Step) -> None:
         for rec in self.tasks.values():
             if rec.partner == partner and rec.role is Role.REQUESTER and not rec.is_final:
                 step.actions.append(TaskEvent(rec.key, kind, rec.state))

@@ -23,8 +23,8 @@ from synapse.p2p.records import (
     ResumeExecution,
     Step,
     TaskEvent,
-    TaskEventKind,
     TaskKey,
+    TaskNote,
     TaskRecord,
     Validation,
     as_capability,
@@ -375,9 +375,7 @@ class Receiving(EngineBase):
             self._move(rec, Event.RECV_TASK_FAILED, now, message.id, step)
             rec.error = message.payload.error
             step.reply = self.task_ack(message, rec, now)
-        step.actions.append(
-            TaskEvent(rec.key, TaskEventKind.of(message.message_type), rec.state, message)
-        )
+        step.actions.append(TaskEvent(rec.key, message.message_type, rec.state, message))
 
     def on_reply(self, sent: Message, reply: Message, now: float) -> Step:
         """Apply the synchronous reply to a message we POSTed (delivered or refused)."""
@@ -397,18 +395,14 @@ class Receiving(EngineBase):
                     rec.reject = reply.payload
                 elif isinstance(reply, TaskNeedInfo):
                     rec.need_info = reply.payload
-                step.actions.append(
-                    TaskEvent(rec.key, TaskEventKind.of(reply.message_type), rec.state, reply)
-                )
+                step.actions.append(TaskEvent(rec.key, reply.message_type, rec.state, reply))
             # Otherwise a callback overtook this reply and implicitly confirmed the task.
             self._send_requested_cancel(rec, now, step)
         elif isinstance(sent, TaskCancel) and isinstance(reply, TaskAck):
             rec = self.get(TaskKey(self.agent_id, sent.payload.task_id))
             if rec is not None and not rec.is_final and reply.payload.state is TaskState.CANCELLED:
                 self._move(rec, Event.RECV_CANCEL_ACK, now, reply.id, step)
-                step.actions.append(
-                    TaskEvent(rec.key, TaskEventKind.of(reply.message_type), rec.state, reply)
-                )
+                step.actions.append(TaskEvent(rec.key, reply.message_type, rec.state, reply))
         return step
 
     def _on_nack(self, sent: Message, nack: NackPayload, now: float, step: Step) -> None:
@@ -420,18 +414,14 @@ class Receiving(EngineBase):
         if isinstance(sent, TaskRequest) and rec.state in AWAITING_REPLY:
             rec.refusal = nack
             self._move(rec, Event.REQUEST_REFUSED, now, None, step)
-            step.actions.append(
-                TaskEvent(rec.key, TaskEventKind.REFUSED, rec.state, None, nack.message)
-            )
+            step.actions.append(TaskEvent(rec.key, TaskNote.REFUSED, rec.state, None, nack.message))
         elif not rec.is_final and nack.code == ErrorCode.TASK_NOT_FOUND.value:
             # E has no such task (it lost it, or never had it): waiting would be forever.
             text = f"{rec.partner} has no such task: {nack.message}"
             self._give_up(rec, ErrorCode.TASK_NOT_FOUND, text, now, step)
         elif not rec.is_final:
             # 409 on a cancel: E finished first; its final callback is on its way.
-            step.actions.append(
-                TaskEvent(rec.key, TaskEventKind.REFUSED, rec.state, None, nack.message)
-            )
+            step.actions.append(TaskEvent(rec.key, TaskNote.REFUSED, rec.state, None, nack.message))
 
     def incoming_key(self, message: Message) -> TaskKey | None:
         """The key of the task a POSTed `message` is about (None if about no task)."""
@@ -478,7 +468,7 @@ class Receiving(EngineBase):
             # (A final task's outcome was told: that its task_cancel waits is no news.)
             step.actions.append(
                 TaskEvent(
-                    rec.key, TaskEventKind.UNDELIVERABLE, rec.state, sent, "partner did not answer"
+                    rec.key, TaskNote.UNDELIVERABLE, rec.state, sent, "partner did not answer"
                 )
             )
         return step

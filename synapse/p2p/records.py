@@ -140,30 +140,9 @@ class PartnerReachability:
     reachable: bool
 
 
-class TaskEventKind(StrEnum):
-    """What a `TaskEvent` is: a message about the task (its type), or a note.
+class TaskNote(StrEnum):
+    """What a `TaskEvent` that is no message says: something the requester's runtime saw."""
 
-    A `StrEnum`: `kind == "p2p:task_need_info"` and `kind is TaskEventKind.TASK_NEED_INFO`
-    both hold for the same event.
-    """
-
-    TASK_REQUEST = "p2p:task_request"
-    TASK_CONFIRM = "p2p:task_confirm"
-    TASK_REJECT = "p2p:task_reject"
-    TASK_NEED_INFO = "p2p:task_need_info"
-    TASK_INFO_PROVIDED = "p2p:task_info_provided"
-    TASK_STATUS_UPDATE = "p2p:task_status_update"
-    TASK_COMPLETE = "p2p:task_complete"
-    TASK_FAILED = "p2p:task_failed"
-    TASK_CANCEL = "p2p:task_cancel"
-    TASK_ACK = "p2p:task_ack"
-    ACK = "p2p:ack"
-    NACK = "p2p:nack"
-    HEARTBEAT = "p2p:heartbeat"
-    CAPABILITY_QUERY = "p2p:capability_query"
-    CAPABILITY_RESPONSE = "p2p:capability_response"
-    TASK_NEED_HUMAN = "p2p:task_need_human"
-    HUMAN_DECISION = "p2p:human_decision"
     PARTNER_UNREACHABLE = "partner_unreachable"
     """The executor missed its heartbeats; no state changed."""
     GAVE_UP = "gave_up"
@@ -178,9 +157,11 @@ class TaskEventKind(StrEnum):
     DEAD_LETTER = "dead_letter"
     """A message stayed undeliverable past `dead_letter_after`."""
 
-    @classmethod
-    def of(cls, message_type: MessageType) -> TaskEventKind:
-        return cls(message_type.value)
+
+#: What a `TaskEvent` is: a message about the task (its `MessageType`), or a `TaskNote`. Both
+#: are `StrEnum`s: `kind == "p2p:task_need_info"` and `kind is MessageType.TASK_NEED_INFO` both
+#: hold for the same event; `kind == "gave_up"` and `kind is TaskNote.GAVE_UP` likewise.
+TaskEventKind: TypeAlias = MessageType | TaskNote
 
 
 @dataclass(frozen=True, slots=True)

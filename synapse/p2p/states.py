@@ -8,6 +8,7 @@ allowed; `next_state` raises at one place. `specs/state-machine.md` is printed f
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Mapping
 from enum import StrEnum
@@ -66,19 +67,19 @@ class Event(StrEnum):
         return _EVENT_MESSAGE.get(self)
 
 
+#: `recv task_confirm` and `recv human_decision(approve)`: an event that is a message received.
+_RECEIPT = re.compile(r"recv ([a-z_]+)(?:\([a-z]+\))?")
+
+
+def _received_type(event: Event) -> MessageType | None:
+    """The message type an event's own text names (`recv task_ack(cancelled)` → `p2p:task_ack`),
+    so that a message type is spelled once, in `MessageType`."""
+    receipt = _RECEIPT.fullmatch(event.value)
+    return None if receipt is None else MessageType(f"p2p:{receipt.group(1)}")
+
+
 _EVENT_MESSAGE: dict[Event, MessageType] = {
-    Event.RECV_TASK_CONFIRM: MessageType.TASK_CONFIRM,
-    Event.RECV_TASK_REJECT: MessageType.TASK_REJECT,
-    Event.RECV_TASK_NEED_INFO: MessageType.TASK_NEED_INFO,
-    Event.RECV_TASK_STATUS_UPDATE: MessageType.TASK_STATUS_UPDATE,
-    Event.RECV_TASK_NEED_HUMAN: MessageType.TASK_NEED_HUMAN,
-    Event.RECV_TASK_COMPLETE: MessageType.TASK_COMPLETE,
-    Event.RECV_TASK_FAILED: MessageType.TASK_FAILED,
-    Event.RECV_CANCEL_ACK: MessageType.TASK_ACK,
-    Event.RECV_TASK_INFO_PROVIDED: MessageType.TASK_INFO_PROVIDED,
-    Event.RECV_HUMAN_APPROVE: MessageType.HUMAN_DECISION,
-    Event.RECV_HUMAN_REJECT: MessageType.HUMAN_DECISION,
-    Event.RECV_TASK_CANCEL: MessageType.TASK_CANCEL,
+    event: message_type for event in Event if (message_type := _received_type(event)) is not None
 }
 
 # What a callback from E does at R once R has the task confirmed (or implicitly confirmed).

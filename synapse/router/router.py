@@ -37,6 +37,7 @@ from synapse.router.relay import Relay, RoutingHandler, task_error
 from synapse.router.sender import UNREACHABLE, RoutingSender
 from synapse.router.trust import CardVerifier, ResultCheck, judge_card, load_callable, same_origin
 from synapse.runtime.handler import TaskFailure
+from synapse.runtime.listener import OnMessage
 from synapse.runtime.protocol import MessageEvent, TaskHandle
 from synapse.runtime.sender import DeliveryError
 from synapse.transport.partners import Partner
@@ -145,7 +146,7 @@ class Router:
         protocol.ready = False
         protocol.set_task_handler(self.handler)
         protocol.set_callback_sender(self.sender)
-        protocol.observers.append(self._observe)
+        protocol.listeners.append(OnMessage(self._observe))
         self.sender.own = protocol.agent_endpoint()
 
     def _observe(self, event: MessageEvent) -> None:

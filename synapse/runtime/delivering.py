@@ -11,8 +11,8 @@ from synapse.p2p.delivery import TaskQueue
 from synapse.p2p.engine import (
     Outgoing,
     TaskEvent,
-    TaskEventKind,
     TaskKey,
+    TaskNote,
 )
 from synapse.runtime.runtime_base import (
     _STORE_RETRY_FIRST,
@@ -139,7 +139,7 @@ class Delivering(RuntimeBase):
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
                     queue.retry()
-                    self._notify("on_delivery_failed", out.message, out.partner, exc)
+                    self.listeners.notify("on_delivery_failed", out.message, out.partner, exc)
                     if not exc.retryable:
                         self._dead_letter(queue, f"unusable reply: {exc}")
                         continue
@@ -218,7 +218,7 @@ class Delivering(RuntimeBase):
             reason=reason,
         )
         self.store.dead_letter(message.id, reason, self.clock())
-        self._notify("on_dead_letter", message, queued.out.partner, reason)
+        self.listeners.notify("on_dead_letter", message, queued.out.partner, reason)
         key = queued.out.key
         rec = self.engine.get(key) if key is not None else None
         if key is not None and rec is not None:
@@ -226,7 +226,7 @@ class Delivering(RuntimeBase):
             self.store.put_task(rec, [])
             handle = self._handles.get(key)
             if handle is not None:
-                handle.push(TaskEvent(key, TaskEventKind.DEAD_LETTER, rec.state, message, reason))
+                handle.push(TaskEvent(key, TaskNote.DEAD_LETTER, rec.state, message, reason))
 
     async def _send_once(self, out: Outgoing) -> None:
         sender = self._require_sender(out.partner)
@@ -234,7 +234,7 @@ class Delivering(RuntimeBase):
         try:
             reply = await sender.send_callback(out.partner, out.message, retry=False)
         except DeliveryError as exc:
-            self._notify("on_delivery_failed", out.message, out.partner, exc)
+            self.listeners.notify("on_delivery_failed", out.message, out.partner, exc)
             return  # a missed heartbeat: the engine notices the silence
         self._observe("reply_in", reply, out.partner)
         if isinstance(reply, Heartbeat):

@@ -36,7 +36,7 @@ from synapse.p2p.states import Event
 from synapse.runtime.handler import (
     TaskHandler,
 )
-from synapse.runtime.listener import AuditEntry, Direction, MessageEvent, RuntimeListener
+from synapse.runtime.listener import AuditEntry, Direction, Listeners, MessageEvent
 from synapse.runtime.sender import CallbackSender, DeliveryError
 from synapse.runtime.stream import EventStream
 from synapse.runtime.view import RuntimeView
@@ -277,6 +277,7 @@ class RuntimeBase:
         store: TaskStore | None = None,
         clock: Callable[[], float] = time.time,
         ids: IdFactory | None = None,
+        listeners: Listeners | None = None,
     ) -> None:
         self.config = config or P2PConfig()
         self.store: TaskStore = store or MemoryStore()
@@ -319,13 +320,10 @@ class RuntimeBase:
         #: outbox message whether this process may send it now: "send", "gone" (another
         #: replica delivered or dropped it) or "lost" (the task is not ours any more).
         self.delivery_gate: Callable[[OutboxItem], Awaitable[str]] | None = None
-        #: Called synchronously for every message in or out; must not raise or block.
-        self.observers: list[Callable[[MessageEvent], None]] = []
-        #: Told of messages, transitions, handler runs, deliveries and commits (metrics,
-        #: tracing, health, the console: `synapse.ops`).
-        self.listeners: list[RuntimeListener] = []
-        self._hooks_for: tuple[RuntimeListener, ...] = ()
-        self._hooks_cache: dict[str, list[tuple[Any, Callable[..., Any]]]] = {}
+        #: Told of messages, transitions, handler runs, deliveries, commits, nacks, retries
+        #: (metrics, tracing, health, the console, timelines: `RuntimeListener`). A `Peer`
+        #: shares this list with its server, client and lean route.
+        self.listeners: Listeners = listeners if listeners is not None else Listeners()
         if handler is not None:
             self.set_task_handler(handler)
 
@@ -347,9 +345,9 @@ class RuntimeBase:
             try:
                 await self._store_commit(discard_after)
             except Exception as exc:
-                self._notify("on_commit", time.perf_counter() - started, exc)
+                self.listeners.notify("on_commit", time.perf_counter() - started, exc)
                 raise
-            self._notify("on_commit", time.perf_counter() - started, None)
+            self.listeners.notify("on_commit", time.perf_counter() - started, None)
         self._commits_done = max(self._commits_done, number)
         awaiting = self._finals_awaiting_commit
         if awaiting:
@@ -366,7 +364,7 @@ class RuntimeBase:
             return
         del self._finals[key]
         self.engine.forget(key)
-        self._notify("on_evicted", key)
+        self.listeners.notify("on_evicted", key)
         handle = self._handles.pop(key, None)
         if handle is not None and not handle.settled:
             handle.settle()
@@ -398,7 +396,7 @@ class RuntimeBase:
     def _record(self, step: Step) -> list[_Queued | Outgoing]:
         """The step's writes: its tasks and its outbox entries (buffered in the store)."""
         for transition in step.transitions:
-            self._notify("on_transition", transition)
+            self.listeners.notify("on_transition", transition)
             # A task's outcome is what an operator follows (one info line a task); the steps
             # before it are detail (debug), as is every message in and out.
             lifecycle = transition.to_state.is_final
@@ -525,38 +523,8 @@ class RuntimeBase:
         task.add_done_callback(self._background.discard)
 
     def _observe(self, direction: Direction, message: Message, partner: str) -> None:
-        if not self.observers and not self.listeners:
-            return
-        event = MessageEvent(direction, message, partner)
-        for observer in self.observers:
-            observer(event)
-        self._notify("on_message", event)
-
-    def _notify(self, method: str, *args: Any) -> None:
-        for listener, hook in self._hooks(method):
-            try:
-                hook(*args)
-            except Exception as exc:  # watching a peer must never break it
-                log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
-
-    def _hooks(self, method: str) -> list[tuple[Any, Callable[..., Any]]]:
-        """The listeners that implement `method` (the no-ops of `RuntimeListener` left out:
-        a dozen notifications a task, most of them to listeners that ignore them), with
-        their bound method; found again whenever `listeners` changes."""
-        listeners = tuple(self.listeners)
-        if listeners != self._hooks_for:
-            self._hooks_for, self._hooks_cache = listeners, {}
-        hooks = self._hooks_cache.get(method)
-        if hooks is None:
-            noop = getattr(RuntimeListener, method, None)
-            found = [(listener, getattr(listener, method, None)) for listener in listeners]
-            hooks = self._hooks_cache[method] = [
-                (listener, hook)
-                for listener, hook in found
-                if hook is not None
-                and (noop is None or getattr(hook, "__func__", None) is not noop)
-            ]
-        return hooks
+        if self.listeners:
+            self.listeners.notify("on_message", MessageEvent(direction, message, partner))
 
     @property
     def handler(self) -> TaskHandler | None:

@@ -33,6 +33,7 @@ import msgspec
 from synapse._distribution import NAME
 from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
+from synapse.runtime.listener import Listeners
 from synapse.transport.http1 import BodyTooLarge, Http1Pool, MalformedResponse
 from synapse.transport.partners import Partner
 from synapse.transport.retry import RetriesExhausted, Transient, retrying
@@ -252,8 +253,9 @@ class HttpClient:
         self._session: aiohttp.ClientSession | None = None
         #: Plain-http partners are POSTed to by the lean client (see `synapse.transport.http1`).
         self._lean: Http1Pool | None = None
-        #: Called with (message, attempt that failed) before each retry (metrics).
-        self.retry_listeners: list[Callable[[Envelope[Any], int], None]] = []
+        #: Told of each retry (`RuntimeListener.on_retry`: metrics). A `Peer` shares its
+        #: runtime's listeners with its client.
+        self.listeners = Listeners()
         #: Extra HTTP headers for one message's POSTs (tracing's `traceparent`).
         self.header_hooks: list[Callable[[Envelope[Any]], Mapping[str, str]]] = []
 
@@ -351,8 +353,7 @@ class HttpClient:
             ) from last.__cause__
 
     def _notify_retry(self, message: Envelope[Any], attempt: int) -> None:
-        for listener in self.retry_listeners:
-            listener(message, attempt)
+        self.listeners.notify("on_retry", message, attempt)
 
     def _lean_pool(self, url: str) -> Http1Pool | None:
         """The lean client if it POSTs to `url`: plain http, and no aiohttp tracing hooks."""

@@ -33,9 +33,10 @@ and gives anything else to aiohttp, for the rest of the connection's life:
 
 It is used by `Peer` for plain-`http` serving when every middleware of the app says the
 callback route may skip it (`LEAN_CALLBACKS`: the metrics middleware does, and takes its
-observation from here instead), and while the `SynapseServer` is not overridden
-(`SynapseServer.serves_callbacks_itself`). TLS, tracing middlewares and applications that
-mount `SynapseServer.add_routes` into their own server keep aiohttp for every request.
+observation from here instead, as a listener's `on_http_request`), and while the
+`SynapseServer` is not overridden (`SynapseServer.serves_callbacks_itself`). TLS, tracing
+middlewares and applications that mount `SynapseServer.add_routes` into their own server keep
+aiohttp for every request.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from multidict import CIMultiDict
 
 from synapse.logs import get_logger
 from synapse.p2p.dedup import StoredReply
+from synapse.runtime.listener import Listeners
 from synapse.transport.admission import (
     MAX_HEADERS,
     PLAIN_FIELD,
@@ -130,7 +132,7 @@ class Timeouts(Protocol):
 
 class CallbackRoute:
     """What `CallbackConnection` serves: `path` answered by `answer`, with the limits of
-    `limits` and `max_body` bytes per body; `observers` see every reply (metrics)."""
+    `limits` and `max_body` bytes per body; `listeners` are told of every reply (metrics)."""
 
     def __init__(
         self,
@@ -154,7 +156,9 @@ class CallbackRoute:
         self.timeout_reply = timeout_reply
         #: Checked on every head: False sends the connection to aiohttp.
         self.enabled = enabled
-        self.observers: list[Callable[[str, str, int, float], None]] = []
+        #: Told of each request answered here (`RuntimeListener.on_http_request`: the
+        #: metrics a middleware would have taken); the peer's runtime listeners.
+        self.listeners = Listeners()
         #: Requests served here, connections handed over and heads refused (tests and
         #: benchmarks read them).
         self.served = 0
@@ -547,9 +551,9 @@ class CallbackConnection(asyncio.Protocol):
         # A client that half-closed after its requests gets all their replies, then EOF.
         close = request.close or (self._eof and self.idle)
         self._write(reply, close)
-        elapsed = time.perf_counter() - started
-        for observer in route.observers:
-            observer("POST", route.path, reply.status, elapsed)
+        if route.listeners:
+            elapsed = time.perf_counter() - started
+            route.listeners.notify("on_http_request", "POST", route.path, reply.status, elapsed)
         if close:
             self._close()
             return

@@ -186,6 +186,7 @@ class Peer:
             sender=HttpSender(self.client, self.partners, self.signing_mode),
             store=self.store,
             ids=self.ids,
+            listeners=self.client.listeners,
         )
         for protocol_hook in self.protocol_hooks:
             protocol_hook(self._protocol)
@@ -311,13 +312,8 @@ class Peer:
     def _callback_route(self, app: web.Application) -> CallbackRoute | None:
         """The callback route for the lean server (`synapse.transport.http1_server`), or None
         if a middleware of `app` must see every request (it does not carry `LEAN_CALLBACKS`)."""
-        observers: list[Callable[[str, str, int, float], None]] = []
-        for middleware in app.middlewares:
-            if not hasattr(middleware, LEAN_CALLBACKS):
-                return None
-            observer = getattr(middleware, LEAN_CALLBACKS)
-            if observer is not None:
-                observers.append(observer)
+        if not all(hasattr(middleware, LEAN_CALLBACKS) for middleware in app.middlewares):
+            return None
 
         def answer(
             body: bytes, headers: CIMultiDict[str], transport: asyncio.BaseTransport
@@ -335,7 +331,7 @@ class Peer:
             timeout_reply=lambda: self.server.body_timeout_reply(),
             enabled=enabled,
         )
-        route.observers += observers
+        route.listeners = self.client.listeners  # the runtime's, once built (see `_build`)
         return route
 
     def _framing_refusal(

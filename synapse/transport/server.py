@@ -109,8 +109,6 @@ class SynapseServer:
         self.rate_clock = rate_clock
         self._buckets: dict[str, _TokenBucket] = {}
         self._last_expiry = 0.0
-        #: Called with every refusal we answer with a nack (metrics count them by code).
-        self.nack_listeners: list[Callable[[RemoteProtocolError], None]] = []
         #: Replicas sharing a store (`synapse.transport.replicas`): given an authenticated
         #: message, a reply from the replica that owns its task, an error to answer, or None
         #: to handle it here.
@@ -168,8 +166,8 @@ class SynapseServer:
         sign_with: Partner | None,
         headers: dict[str, str] | None = None,
     ) -> StoredReply:
-        for listener in self.nack_listeners:
-            listener(error)
+        # Every refusal we answer with a nack (metrics count them by code).
+        self.protocol.listeners.notify("on_nack_sent", error)
         nack = nack_for(
             error,
             agent_id=self.agent_id,

@@ -7,7 +7,8 @@ decoder picks the payload type from `type` while it decodes the bytes.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Generic, TypeAlias, TypeVar
+import re
+from typing import Annotated, Any, ClassVar, Generic, TypeAlias, TypeVar, get_args
 
 import msgspec
 from msgspec import Meta
@@ -62,6 +63,13 @@ class Recipient(msgspec.Struct, frozen=True, kw_only=True):
 
 P = TypeVar("P", bound=msgspec.Struct)
 
+_WORD_START = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def wire_type_of(class_name: str) -> str:
+    """The wire `type` of the message class `class_name`: `TaskNeedInfo` → `p2p:task_need_info`."""
+    return "p2p:" + _WORD_START.sub("_", class_name).lower()
+
 
 class Envelope(
     msgspec.Struct,
@@ -71,13 +79,23 @@ class Envelope(
     gc=False,
     omit_defaults=True,
     tag_field="type",
+    tag=wire_type_of,
 ):
     """Fields shared by every message. Not decoded directly: use a subclass or the codec.
+
+    A message type is declared once, in `MessageType`; its class is named after it
+    (`p2p:task_need_info` → `TaskNeedInfo`), which gives the class its msgspec tag (the `type`
+    on the wire) and its `message_type`. A subclass whose name is no message type fails at
+    import.
 
     Not tracked by the garbage collector (`gc=False`), like the payloads: see `Payload`.
     """
 
     message_type: ClassVar[MessageType]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.message_type = MessageType(wire_type_of(cls.__name__))
 
     version: Version
     id: MessageId
@@ -97,86 +115,72 @@ class Envelope(
         return self.from_.agent_id
 
 
-class TaskRequest(Envelope[TaskRequestPayload], tag=MessageType.TASK_REQUEST.value, frozen=True):
-    message_type = MessageType.TASK_REQUEST
+class TaskRequest(Envelope[TaskRequestPayload], frozen=True):
+    """The requester asks the executor to do a task."""
 
 
-class TaskConfirm(Envelope[TaskConfirmPayload], tag=MessageType.TASK_CONFIRM.value, frozen=True):
-    message_type = MessageType.TASK_CONFIRM
+class TaskConfirm(Envelope[TaskConfirmPayload], frozen=True):
+    """The executor accepts the task and starts it."""
 
 
-class TaskReject(Envelope[TaskRejectPayload], tag=MessageType.TASK_REJECT.value, frozen=True):
-    message_type = MessageType.TASK_REJECT
+class TaskReject(Envelope[TaskRejectPayload], frozen=True):
+    """The executor declines the task."""
 
 
-class TaskNeedInfo(
-    Envelope[TaskNeedInfoPayload], tag=MessageType.TASK_NEED_INFO.value, frozen=True
-):
-    message_type = MessageType.TASK_NEED_INFO
+class TaskNeedInfo(Envelope[TaskNeedInfoPayload], frozen=True):
+    """The executor asks the requester for missing information."""
 
 
-class TaskInfoProvided(
-    Envelope[TaskInfoProvidedPayload], tag=MessageType.TASK_INFO_PROVIDED.value, frozen=True
-):
-    message_type = MessageType.TASK_INFO_PROVIDED
+class TaskInfoProvided(Envelope[TaskInfoProvidedPayload], frozen=True):
+    """The requester answers a `need_info`."""
 
 
-class TaskStatusUpdate(
-    Envelope[TaskStatusUpdatePayload], tag=MessageType.TASK_STATUS_UPDATE.value, frozen=True
-):
-    message_type = MessageType.TASK_STATUS_UPDATE
+class TaskStatusUpdate(Envelope[TaskStatusUpdatePayload], frozen=True):
+    """The executor reports progress."""
 
 
-class TaskComplete(Envelope[TaskCompletePayload], tag=MessageType.TASK_COMPLETE.value, frozen=True):
-    message_type = MessageType.TASK_COMPLETE
+class TaskComplete(Envelope[TaskCompletePayload], frozen=True):
+    """The executor finished the task: its result."""
 
 
-class TaskFailed(Envelope[TaskFailedPayload], tag=MessageType.TASK_FAILED.value, frozen=True):
-    message_type = MessageType.TASK_FAILED
+class TaskFailed(Envelope[TaskFailedPayload], frozen=True):
+    """The executor could not finish the task."""
 
 
-class TaskCancel(Envelope[TaskCancelPayload], tag=MessageType.TASK_CANCEL.value, frozen=True):
-    message_type = MessageType.TASK_CANCEL
+class TaskCancel(Envelope[TaskCancelPayload], frozen=True):
+    """Either side cancels the task."""
 
 
-class TaskAck(Envelope[TaskAckPayload], tag=MessageType.TASK_ACK.value, frozen=True):
-    message_type = MessageType.TASK_ACK
+class TaskAck(Envelope[TaskAckPayload], frozen=True):
+    """The requester acknowledges a final message."""
 
 
-class Ack(Envelope[AckPayload], tag=MessageType.ACK.value, frozen=True):
-    message_type = MessageType.ACK
+class Ack(Envelope[AckPayload], frozen=True):
+    """A message was received and accepted (the synchronous reply)."""
 
 
-class Nack(Envelope[NackPayload], tag=MessageType.NACK.value, frozen=True):
-    message_type = MessageType.NACK
+class Nack(Envelope[NackPayload], frozen=True):
+    """A message was refused (the synchronous reply): its code says why."""
 
 
-class Heartbeat(Envelope[HeartbeatPayload], tag=MessageType.HEARTBEAT.value, frozen=True):
-    message_type = MessageType.HEARTBEAT
+class Heartbeat(Envelope[HeartbeatPayload], frozen=True):
+    """A peer asks whether its partner is alive."""
 
 
-class CapabilityQuery(
-    Envelope[CapabilityQueryPayload], tag=MessageType.CAPABILITY_QUERY.value, frozen=True
-):
-    message_type = MessageType.CAPABILITY_QUERY
+class CapabilityQuery(Envelope[CapabilityQueryPayload], frozen=True):
+    """A peer asks what task types its partner offers."""
 
 
-class CapabilityResponse(
-    Envelope[CapabilityResponsePayload], tag=MessageType.CAPABILITY_RESPONSE.value, frozen=True
-):
-    message_type = MessageType.CAPABILITY_RESPONSE
+class CapabilityResponse(Envelope[CapabilityResponsePayload], frozen=True):
+    """The task types a peer offers."""
 
 
-class TaskNeedHuman(
-    Envelope[TaskNeedHumanPayload], tag=MessageType.TASK_NEED_HUMAN.value, frozen=True
-):
-    message_type = MessageType.TASK_NEED_HUMAN
+class TaskNeedHuman(Envelope[TaskNeedHumanPayload], frozen=True):
+    """The executor asks for a person's decision."""
 
 
-class HumanDecision(
-    Envelope[HumanDecisionPayload], tag=MessageType.HUMAN_DECISION.value, frozen=True
-):
-    message_type = MessageType.HUMAN_DECISION
+class HumanDecision(Envelope[HumanDecisionPayload], frozen=True):
+    """The requester's person decided."""
 
 
 Message: TypeAlias = (
@@ -199,27 +203,9 @@ Message: TypeAlias = (
     | HumanDecision
 )
 
+#: The class of each message type, from the `Message` union.
 MESSAGE_CLASSES: dict[MessageType, type[Envelope[Any]]] = {
-    cls.message_type: cls
-    for cls in (
-        TaskRequest,
-        TaskConfirm,
-        TaskReject,
-        TaskNeedInfo,
-        TaskInfoProvided,
-        TaskStatusUpdate,
-        TaskComplete,
-        TaskFailed,
-        TaskCancel,
-        TaskAck,
-        Ack,
-        Nack,
-        Heartbeat,
-        CapabilityQuery,
-        CapabilityResponse,
-        TaskNeedHuman,
-        HumanDecision,
-    )
+    cls.message_type: cls for cls in get_args(Message)
 }
 
 

@@ -21,6 +21,7 @@ from lbserver import Nginx
 from pgserver import free_port
 
 from synapse.p2p.config import P2PConfig
+from synapse.runtime.listener import OnMessage
 from synapse.runtime.protocol import MessageEvent
 from synapse.transport.peer import Peer
 
@@ -164,7 +165,7 @@ class Requester:
     async def start(self) -> None:
         await self.peer.start()
         self.peer.add_partner(E, self.executor_url, (SECRET,))
-        self.peer.protocol.observers.append(self._observe)
+        self.peer.protocol.listeners.append(OnMessage(self._observe))
 
     def _observe(self, event: MessageEvent) -> None:
         if event.direction != "in":

@@ -3,7 +3,7 @@
 `pair` is parametrized over the requests' signing mode (header, body); replies are always
 header-signed (specs/protocol.md, 'Signatures'). Every message either peer sees is recorded on one
 timeline through
-`protocol.observers`, and every POST either server authenticates is recorded with how its
+`protocol.listeners`, and every POST either server authenticates is recorded with how its
 signature was checked, so that a test can assert which mode was really on the wire.
 """
 
@@ -21,6 +21,7 @@ import synapse.transport.server as server_module
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.handler import TaskHandler
+from synapse.runtime.listener import OnMessage
 from synapse.runtime.protocol import MessageEvent
 from synapse.transport.client import SenderMode
 from synapse.transport.inbound import Inbound
@@ -67,7 +68,7 @@ def make_pair(spy_authenticate: list[Authenticated]) -> PairFactory:
                 def observe(event: MessageEvent, name: str = name) -> None:
                     timeline.append(Seen(next(counter), name, event))
 
-                peer.protocol.observers.append(observe)
+                peer.protocol.listeners.append(OnMessage(observe))
             yield Pair(r, e, mode, timeline, spy_authenticate)
 
     return factory

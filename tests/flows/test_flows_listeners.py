@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiohttp
 from flowkit import WAIT, E, Pair
 
 from synapse.p2p.engine import Transition
 from synapse.runtime.listener import MessageEvent, RuntimeListener
-from synapse.types import TaskState
+from synapse.types import Message, RemoteProtocolError, TaskState
 
 
 class Transitions(RuntimeListener):
@@ -63,3 +64,51 @@ async def test_listeners_are_told_what_they_implement(pair: Pair) -> None:
     assert (await asyncio.wait_for(handle, WAIT)).state is TaskState.COMPLETED
     assert commits
     assert len(transitions.seen) == 6
+
+
+class Everything(RuntimeListener):
+    """One listener for all a peer observes: runtime, server, client and lean route."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[Any]] = {}
+
+    def _saw(self, what: str, value: Any) -> None:
+        self.seen.setdefault(what, []).append(value)
+
+    def on_message(self, event: MessageEvent) -> None:
+        self._saw("message", f"{event.direction} {event.message.type.value}")
+
+    def on_transition(self, transition: Transition) -> None:
+        self._saw("transition", transition.to_state.value)
+
+    def on_nack_sent(self, error: RemoteProtocolError) -> None:
+        self._saw("nack", error.code.value)
+
+    def on_retry(self, message: Message, attempt: int) -> None:
+        self._saw("retry", (message.type.value, attempt))
+
+    def on_http_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self._saw("http", (method, route, status))
+
+
+async def test_one_listener_sees_the_server_the_client_and_the_lean_route(pair: Pair) -> None:
+    """Nacks the server answers, retries of the client and requests the lean server answers
+    reach the runtime's listeners: one observer protocol for all a peer observes."""
+    everything = Everything()
+    pair.e.protocol.listeners.append(everything)
+    handle = await pair.r.submit(E, "echo", {"text": "hi"})
+    assert (await asyncio.wait_for(handle, WAIT)).state is TaskState.COMPLETED
+    assert "in p2p:task_request" in everything.seen["message"]
+    assert everything.seen["transition"][-1] == "completed"
+    site = pair.e._site
+    if site is not None and site.callbacks is not None:  # the lean server answers callbacks
+        assert ("POST", "/synapse/callback", 200) in everything.seen["http"]
+    # A POST no partner signed: the server's nack reaches the same listener.
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(pair.e.endpoint, data=b"{}") as response,
+    ):
+        assert response.status >= 400
+    assert everything.seen["nack"]
+    # The client's retries go to the same list (the metrics tests count them through it).
+    assert pair.e.client.listeners is pair.e.protocol.listeners

@@ -15,7 +15,7 @@ from synapse.model import Bounds, Result, explore
 from synapse.model.bounds import CI, LARGER, from_environment
 from synapse.model.checker import follow
 from synapse.p2p import engine_base
-from synapse.p2p.engine import Engine, Step, TaskEvent, TaskEventKind
+from synapse.p2p.engine import Engine, Step, TaskEvent, TaskNote
 from synapse.p2p.states import Role
 from synapse.types import TaskState
 
@@ -180,7 +180,7 @@ def telling_final_tasks_undeliverable(monkeypatch: pytest.MonkeyPatch) -> Iterat
         key = self._key_of(sent)  # type: ignore[arg-type]
         rec = self.tasks.get(key) if key is not None else None
         if rec is not None and rec.role is Role.REQUESTER and rec.is_final and not step.actions:
-            event = TaskEvent(rec.key, TaskEventKind.UNDELIVERABLE, rec.state, sent, "")  # type: ignore[arg-type]
+            event = TaskEvent(rec.key, TaskNote.UNDELIVERABLE, rec.state, sent, "")  # type: ignore[arg-type]
             step.actions.append(event)
         return step
 

@@ -9,6 +9,7 @@ import pytest
 from opskit import WAIT, E, R, base_url, eventually, peer_pair
 
 from synapse.ops.console import Reviewer, TokenAuth, enable_console
+from synapse.runtime.listener import OnMessage
 from synapse.transport.peer import Peer
 from synapse.types import TaskState
 
@@ -96,7 +97,7 @@ async def test_decision_is_sent_with_decided_by_and_audited() -> None:
     seen: list[Any] = []
 
     def setup_e(peer: Peer) -> None:
-        peer.protocol_hooks.append(lambda p: p.observers.append(seen.append))
+        peer.protocol_hooks.append(lambda p: p.listeners.append(OnMessage(seen.append)))
 
     async with peer_pair(setup_r=setup_console, setup_e=setup_e) as pair, jar_session() as http:
         url = base_url(pair.r)

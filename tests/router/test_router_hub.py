@@ -18,6 +18,7 @@ from routerkit import WAIT, kinds_of, next_event, records, until
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Validation
+from synapse.runtime.listener import OnMessage
 from synapse.transport.partners import Partner
 from synapse.types import (
     Alternatives,
@@ -554,8 +555,10 @@ async def test_a_draining_spoke_fails_over_without_retries(make_hub: HubFactory)
         flaky = hub.spokes["flaky"]
         flaky.protocol.engine.draining = True  # it answers 503 agent_not_ready
         seen: list[str] = []
-        flaky.protocol.observers.append(
-            lambda e: seen.append(e.message.message_type.value) if e.direction == "in" else None
+        flaky.protocol.listeners.append(
+            OnMessage(
+                lambda e: seen.append(e.message.message_type.value) if e.direction == "in" else None
+            )
         )
         handle = await hub.submit("echo", {"text": "hi"})
         assert (await handle.result(WAIT)).ok

@@ -29,6 +29,7 @@ from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey, Validation
 from synapse.runtime.handler import ExecutionContext
+from synapse.runtime.listener import OnMessage
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.types import (
@@ -958,9 +959,11 @@ async def requester_world() -> AsyncIterator[RequesterWorld]:
             e = RawAgent(session, E, sink_e.endpoint, SECRET_R, peer.endpoint, R)
             x = RawAgent(session, X, sink_x.endpoint, SECRET_X, peer.endpoint, R)
             rw = RequesterWorld(peer, e, x, sink_e, release, answers)
-            peer.protocol.observers.append(
-                lambda seen: (
-                    rw.replies_in.append(seen.message) if seen.direction == "reply_in" else None
+            peer.protocol.listeners.append(
+                OnMessage(
+                    lambda seen: (
+                        rw.replies_in.append(seen.message) if seen.direction == "reply_in" else None
+                    )
                 )
             )
             yield rw
