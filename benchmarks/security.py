@@ -130,7 +130,7 @@ def jwt_issuer() -> tuple[Any, str]:
     from joserfc import jwt
     from joserfc.jwk import ECKey
 
-    from synapse.a2a.security import JwksSource, JwtValidator
+    from synapse.a2a.server.security import JwksSource, JwtValidator
 
     key = ECKey.generate_key("P-256", {"kid": "k"})
     jwks = JwksSource(keys={"keys": [dict(key.as_dict(private=False))]})
@@ -146,7 +146,7 @@ def jwt_issuer() -> tuple[Any, str]:
 async def a2a_table(seconds: float) -> Table:
 
     from synapse.a2a import enable_a2a
-    from synapse.a2a.security import (
+    from synapse.a2a.server.security import (
         ApiKeyScheme,
         OAuth2Scheme,
         SecurityPolicy,
@@ -240,7 +240,7 @@ async def grpc_table(seconds: float) -> Table:
     from cryptography.hazmat.primitives import hashes, serialization
 
     from synapse.a2a import enable_a2a
-    from synapse.a2a.security import (
+    from synapse.a2a.server.security import (
         ApiKeyScheme,
         MutualTlsScheme,
         OAuth2Scheme,

@@ -201,8 +201,8 @@ def test_no_module_imports_one_that_imports_it() -> None:
     """No circle of imports anywhere in the package: not through an import deferred into a
     function, nor one made for type checking only (each hides a circle, it does not break
     it). Two modules that need each other share a third, or one sees the other through a
-    protocol of its own (`synapse.a2a.host.BindingHost`, `synapse.a2a.push.PushTargets`,
-    `synapse.router.fanout.PartRouter`)."""
+    protocol of its own (`synapse.a2a.server.host.BindingHost`,
+    `synapse.a2a.server.push.PushTargets`, `synapse.router.fanout.PartRouter`)."""
     assert cycles_of(import_graph()) == set()
 
 
@@ -211,9 +211,9 @@ def test_the_circle_scan_sees_deferred_and_submodule_imports(tmp_path: Path) -> 
     wire` is an edge to the module `synapse.a2a.wire`, not to the package."""
     deferred = tmp_path / "deferred.py"
     deferred.write_text(
-        "def f():\n    from synapse.a2a.server import A2AServer\nfrom synapse.a2a import wire\n"
+        "def f():\n    from synapse.a2a.server.app import A2AServer\nfrom synapse.a2a import wire\n"
     )
-    assert {name for _, name in imports(deferred)} == {"synapse.a2a.server", "synapse.a2a.wire"}
+    assert {name for _, name in imports(deferred)} == {"synapse.a2a.server.app", "synapse.a2a.wire"}
     assert cycles_of({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == {("a", "b", "c")}
     assert cycles_of({"a": {"b"}, "b": set()}) == set()
 
@@ -302,3 +302,27 @@ def test_the_private_scan_finds_a_read(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f(server):\n    return server._rebuild(1), self._ok\n")
     assert private_reads(bad) == ["2: server._rebuild"]
+
+
+def a2a_side(name: str) -> str | None:
+    """`synapse.a2a.server.push` → "server"; `synapse.a2a.client.core` → "client"; the
+    modules both share (`synapse.a2a.wire`, `mapping`, `card_signing`, …) → "shared"."""
+    parts = name.split(".")
+    if parts[:2] != ["synapse", "a2a"] or len(parts) == 2:
+        return None  # not A2A, or the package's facade (`from synapse.a2a import …`)
+    return parts[2] if parts[2] in {"client", "server"} else "shared"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in MODULES if a2a_side(module_name(p)) is not None],
+    ids=lambda p: module_name(p),
+)
+def test_the_a2a_client_and_server_stand_apart(path: Path) -> None:
+    """The A2A client imports nothing of the server, nor the server of the client; what both
+    need (wire types, the mapping to Synapse tasks, card signing, route table) is shared and
+    imports neither."""
+    own = a2a_side(module_name(path))
+    forbidden = {"shared": {"client", "server"}, "client": {"server"}, "server": {"client"}}[own]
+    wrong = [f"{line}: {name}" for line, name in imports(path) if a2a_side(name) in forbidden]
+    assert not wrong, wrong

@@ -18,13 +18,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from synapse.a2a.card_signing import CardSignatureError, CardSigner, CardVerifier
-from synapse.a2a.client import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
-from synapse.a2a.client_auth import ClientCredentials, OAuthClient
+from synapse.a2a.client.auth import ClientCredentials, OAuthClient
+from synapse.a2a.client.core import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
-from synapse.a2a.push import PushAllowlist
-from synapse.a2a.security import MutualTlsScheme, SecurityPolicy
-from synapse.a2a.server import DEFAULT_PATH, A2AServer
-from synapse.a2a.service import A2AService
+from synapse.a2a.server.app import DEFAULT_PATH, A2AServer
+from synapse.a2a.server.push import PushAllowlist
+from synapse.a2a.server.security import MutualTlsScheme, SecurityPolicy
+from synapse.a2a.server.service import A2AService
 from synapse.a2a.wire import AGENT_CARD_PATH, PROTOCOL_VERSION, AgentProvider
 from synapse.types import LocalProtocolError
 from synapse.types.signing import Secret
@@ -65,7 +65,7 @@ def enable_a2a(
     - `public_url`: the base URL clients reach (default: the origin of the peer's endpoint).
     - `security`: the A2A security schemes required (API key, Bearer, Basic, OAuth 2.0,
       OpenID Connect, mTLS; per skill and per method), declared in the card and enforced
-      (`synapse.a2a.security`; `tokens` alone is a Bearer policy).
+      (`synapse.a2a.server.security`; `tokens` alone is a Bearer policy).
     - `card_signer`: signs the served card (`synapse.a2a.card_signing.CardSigner`).
     - `bindings`: the protocol bindings served, in the order of preference the card lists
       them in (default `JSONRPC`, `HTTP+JSON`, then `GRPC` when `grpc_port` is given).

@@ -237,7 +237,7 @@ class CardVerifier:
                 ):
                     from joserfc.jwk import KeySet
 
-                    from synapse.a2a.security import fetch_json
+                    from synapse.a2a.fetching import fetch_json
 
                     self._fetched_at = time.monotonic()
                     try:

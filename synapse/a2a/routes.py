@@ -1,6 +1,6 @@
 """The routes of A2A v1.0's HTTP+JSON/REST binding: which operation each verb and path
-template stands for. Shared by the server's binding (`synapse.a2a.rest`) and the client
-(`synapse.a2a.transports`); neither imports the other.
+template stands for. Shared by the server's binding (`synapse.a2a.server.rest`) and the client
+(`synapse.a2a.client.transports`); neither imports the other.
 """
 
 from __future__ import annotations

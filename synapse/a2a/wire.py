@@ -476,6 +476,17 @@ def data_part(data: Any) -> Part:
     return Part(data=data, media_type="application/json")
 
 
+def grpc_available() -> bool:
+    """Whether this installation can speak the GRPC binding (the `grpc` extra), as a client
+    or a server."""
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in ("grpc", "a2a.types"))
+    except (ImportError, ValueError):
+        return False
+
+
 __all__ = [
     "AGENT_CARD_PATH",
     "AUTH_REQUIRED",
@@ -524,5 +535,6 @@ __all__ = [
     "TaskStatus",
     "TaskStatusUpdateEvent",
     "ends_stream",
+    "grpc_available",
     "is_terminal",
 ]

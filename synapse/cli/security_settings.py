@@ -352,7 +352,7 @@ def a2a_policy(s: _SettingsView, tokens: Mapping[str, str]) -> Any:
     [a2a_security.methods]
     CancelTask = ["tasks:cancel"]
     """
-    from synapse.a2a.security import HttpBearerScheme, SecurityPolicy
+    from synapse.a2a.server.security import HttpBearerScheme, SecurityPolicy
 
     raw = s.config.values.get("a2a_security")
     if raw is None:
@@ -406,7 +406,7 @@ def _pairs(path: Path, separator: str, what: str) -> dict[str, str]:
 
 
 def _scheme(spec: Mapping[str, Any], base: Path, ssl: Any = True) -> Any:
-    from synapse.a2a import security
+    from synapse.a2a.server import security
 
     kind = spec["type"]
     if kind == "apiKey":
@@ -498,7 +498,7 @@ A2A_CLIENT_FLAGS = {
 def a2a_client_options(s: _SettingsView) -> dict[str, Any]:
     """`A2AClient` keyword arguments: credentials, card verification, TLS."""
     from synapse.a2a.card_signing import CardVerifier, load_key
-    from synapse.a2a.client_auth import ClientCredentials, OAuthClient
+    from synapse.a2a.client.auth import ClientCredentials, OAuthClient
 
     options: dict[str, Any] = {}
     tls = tls_config(s, serving=False)

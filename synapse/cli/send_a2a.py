@@ -27,7 +27,7 @@ from synapse.a2a import (
     mapping,
     wire,
 )
-from synapse.a2a.client import describe_failure
+from synapse.a2a.client.core import describe_failure
 from synapse.cli.conversation import Conversation, SendOptions, interruptible, reported
 from synapse.cli.errors import CliError
 from synapse.cli.terminal import LineReader, TerminalConsole, parse_value

@@ -46,7 +46,7 @@ class A2AOptions:
     #: Bearer token → principal name; empty: no authentication.
     tokens: Mapping[str, str] = field(default_factory=dict)
     public_url: str | None = None
-    #: The schemes enforced (`synapse.a2a.security.SecurityPolicy`), if more than `tokens`.
+    #: The schemes enforced (`synapse.a2a.server.security.SecurityPolicy`), if more than `tokens`.
     security: Any = None
     #: Signs the card (`synapse.a2a.card_signing.CardSigner`).
     card_signer: Any = None

@@ -14,7 +14,7 @@ from synapse.router.relay import Relay
 from synapse.runtime.protocol import TaskHandle
 
 if TYPE_CHECKING:
-    from synapse.a2a.client import A2AClient
+    from synapse.a2a.client.core import A2AClient
 
 T = TypeVar("T")
 

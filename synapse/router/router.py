@@ -57,7 +57,7 @@ from synapse.types import (
 )
 
 if TYPE_CHECKING:
-    from synapse.a2a.client import A2ATaskHandle
+    from synapse.a2a.client.core import A2ATaskHandle
 
 log = get_logger("synapse.router")
 T = TypeVar("T")
@@ -320,7 +320,7 @@ class Router:
 
     async def _refresh_a2a(self, member: Member) -> None:
         from synapse.a2a import wire
-        from synapse.a2a.client import A2AClient, parse_card
+        from synapse.a2a.client.core import A2AClient, parse_card
 
         spec = self._a2a[member.name]
         url = (

@@ -3,8 +3,9 @@
 A POST that fails with a connection error, a timeout, 408, 429, 502, 503 or 504 is tried again with
 exponential backoff and jitter from `retry_base_delay` (2, 4, 8, 16, 32 s by default), or after
 the partner's `Retry-After`, both capped at `retry_max_delay`, up to `max_retries` times.
-Partner callbacks (`synapse.transport.client`) and A2A push notifications (`synapse.a2a.push`)
-both go through `retrying`: an attempt raises `Transient` when it is worth trying again.
+Partner callbacks (`synapse.transport.client`) and A2A push notifications
+(`synapse.a2a.server.push`) both go through `retrying`: an attempt raises `Transient` when it
+is worth trying again.
 
 The first attempt runs with no retry machinery at all (it is by far the most common path, and a
 tenacity controller per message costs tens of microseconds); tenacity drives only the retries.

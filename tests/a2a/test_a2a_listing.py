@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from synapse.a2a import enable_a2a, wire
-from synapse.a2a.client import A2AClient
-from synapse.a2a.server import A2AServer
+from synapse.a2a.client.core import A2AClient
+from synapse.a2a.server.app import A2AServer
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.store import SqliteStore, open_store

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_a2a_binding import code, rpc, send_params
 
-from synapse.a2a.push import MAX_PUSH_URL, PushAllowlist, normalize_url
+from synapse.a2a.server.push import MAX_PUSH_URL, PushAllowlist, normalize_url
 
 
 class PathRecorder:

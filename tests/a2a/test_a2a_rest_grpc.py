@@ -299,9 +299,9 @@ async def test_only_the_bindings_asked_for_are_served() -> None:
 
 
 def test_grpc_without_the_extra_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import synapse.a2a.server
+    import synapse.a2a.server.app
 
-    monkeypatch.setattr(synapse.a2a.server, "grpc_available", lambda: False)
+    monkeypatch.setattr(synapse.a2a.server.app, "grpc_available", lambda: False)
     with pytest.raises(ValueError, match=r"pip install 'synapse-agent-p2p\[grpc\]'"):
         enable_a2a(Peer("agent-z", handler=DemoHandler()), grpc_port=0)
 
@@ -403,7 +403,7 @@ def test_error_statuses_cover_every_code() -> None:
 
 @grpc_only
 async def test_an_unreachable_grpc_agent_says_so() -> None:
-    from synapse.a2a.transports import GrpcTransport
+    from synapse.a2a.client.transports import GrpcTransport
 
     transport = GrpcTransport("127.0.0.1:1", {}, 2.0)  # nothing listens on port 1
     try:

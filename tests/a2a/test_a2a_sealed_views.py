@@ -15,7 +15,7 @@ import pytest
 from rawpost import eventually
 
 from synapse.a2a import enable_a2a, wire
-from synapse.a2a.view import A2ATask
+from synapse.a2a.server.view import A2ATask
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.engine import TaskKey
 from synapse.transport.peer import Peer

@@ -13,7 +13,7 @@ import pytest
 from synapse.a2a import mapping, wire
 from synapse.a2a.card import build_card, example_value
 from synapse.a2a.errors import A2ACode, A2AError
-from synapse.a2a.push import PushAllowlist
+from synapse.a2a.server.push import PushAllowlist
 from synapse.demo.handler import CAPABILITIES
 from synapse.types import (
     MissingField,
@@ -191,7 +191,7 @@ def test_interfaces_prefer_1_0_and_refuse_0_3() -> None:
 
 
 def test_follow_up_dispatch_is_derived_from_the_executor_transition_table() -> None:
-    from synapse.a2a.service import A2AService, _follow_up_builder
+    from synapse.a2a.server.service import A2AService, _follow_up_builder
     from synapse.p2p.states import TRANSITIONS, Role
 
     assert _follow_up_builder(TaskState.INFO_NEEDED) is A2AService._info_provided

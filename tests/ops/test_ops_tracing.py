@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from opskit import WAIT, E, R, eventually, peer_pair
 
-from synapse.a2a.client import A2AClient
+from synapse.a2a.client.core import A2AClient
 from synapse.ops.tracing import enable_tracing
 from synapse.transport.peer import Peer
 from synapse.types import TaskState

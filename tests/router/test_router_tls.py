@@ -11,7 +11,7 @@ import trustme
 from routerkit import FAST, SECRET
 
 from synapse.a2a import enable_a2a
-from synapse.a2a.security import MutualTlsScheme, SecurityPolicy
+from synapse.a2a.server.security import MutualTlsScheme, SecurityPolicy
 from synapse.demo.handler import DemoHandler
 from synapse.router import Router
 from synapse.router.pool import A2APartnerConfig, PoolConfig

@@ -20,7 +20,7 @@ from seckit import AUDIENCE, Pki
 
 from synapse.a2a import A2AClient, ClientCredentials, OAuthClient, enable_a2a
 from synapse.a2a.errors import A2ACode, A2AError
-from synapse.a2a.security import (
+from synapse.a2a.server.security import (
     ApiKeyScheme,
     HttpBasicScheme,
     HttpBearerScheme,
@@ -31,7 +31,7 @@ from synapse.a2a.security import (
     OpenIdConnectScheme,
     SecurityPolicy,
 )
-from synapse.a2a.transports import grpc_available
+from synapse.a2a.wire import grpc_available
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.transport.peer import Peer

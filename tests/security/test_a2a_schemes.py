@@ -24,9 +24,9 @@ from joserfc.jwk import ECKey
 from seckit import AUDIENCE
 
 from synapse.a2a import A2AClient, ClientCredentials, OAuthClient, enable_a2a
-from synapse.a2a.client_auth import CredentialsMissing
+from synapse.a2a.client.auth import CredentialsMissing
 from synapse.a2a.errors import A2AError
-from synapse.a2a.security import (
+from synapse.a2a.server.security import (
     ApiKeyScheme,
     HttpBasicScheme,
     HttpBearerScheme,
@@ -458,8 +458,8 @@ async def test_an_authenticated_caller_without_the_skill_credential_is_403_not_4
 async def test_every_jsonrpc_method_and_rest_route_needs_a_credential(agent: Agent) -> None:
     """No operation of either HTTP binding is served without a credential (the public card
     aside): each is refused 401 with the same ErrorInfo, and served with a valid key."""
-    from synapse.a2a.operations import METHODS
     from synapse.a2a.routes import ROUTES
+    from synapse.a2a.server.operations import METHODS
 
     for method in METHODS:
         body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {}}
@@ -544,7 +544,7 @@ async def test_a_discovery_document_naming_another_issuer_is_not_trusted(issuer:
     """OpenID Connect Discovery: the issuer must be the URL the document is under."""
     from aiohttp import web
 
-    from synapse.a2a.security import IssuerUnavailable, Presented
+    from synapse.a2a.server.security import IssuerUnavailable, Presented
 
     async def lying(_request: web.Request) -> web.Response:
         return web.json_response({"issuer": "https://evil.example", "jwks_uri": issuer.jwks_url})
@@ -566,7 +566,7 @@ async def test_a_discovery_document_naming_another_issuer_is_not_trusted(issuer:
 
 async def test_an_agent_reached_under_two_names_accepts_either_audience(issuer: Issuer) -> None:
     """Its HTTP URL and its gRPC address, say: a token for either passes, another is refused."""
-    from synapse.a2a.security import AuthError, Presented
+    from synapse.a2a.server.security import AuthError, Presented
 
     grpc_audience = "agent.test:50051"
     validator = JwtValidator(
@@ -586,7 +586,7 @@ async def test_an_agent_reached_under_two_names_accepts_either_audience(issuer: 
 
 
 def test_what_a_call_presents_never_shows_its_credentials() -> None:
-    from synapse.a2a.security import Presented
+    from synapse.a2a.server.security import Presented
 
     presented = Presented(
         {"authorization": "Bearer s3cret-token"}, {"api_key": "qk-secret"}, {"k": "ck-secret"}

@@ -24,7 +24,7 @@ from issuer import Issuer
 from seckit import AUDIENCE, Pki
 
 from synapse.a2a import enable_a2a
-from synapse.a2a.security import (
+from synapse.a2a.server.security import (
     ApiKeyScheme,
     HttpBasicScheme,
     HttpBearerScheme,

@@ -247,7 +247,7 @@ async def test_the_extended_card_is_verified_on_every_binding(
 ) -> None:
     """The authenticated extended card is checked like the public one: signed by the agent,
     it verifies after any binding's round trip; one that does not verify is refused."""
-    from synapse.a2a.transports import grpc_available
+    from synapse.a2a.wire import grpc_available
 
     if binding == "GRPC" and not grpc_available():
         pytest.skip("grpcio missing: pip install '.[grpc]'")

@@ -189,7 +189,7 @@ async def test_serve_checks_client_certificates_against_the_configured_crl(
     import trustme
     from seckit import Pki
 
-    from synapse.a2a.transports import grpc_available
+    from synapse.a2a.wire import grpc_available
 
     (tmp_path / "pki").mkdir()
     (tmp_path / "rogue").mkdir()
@@ -275,7 +275,7 @@ async def test_a_private_issuer_is_reached_through_the_configured_ca(tmp_path: P
     from issuer import Issuer
     from seckit import Pki
 
-    from synapse.a2a.security import IssuerUnavailable, Presented
+    from synapse.a2a.server.security import IssuerUnavailable, Presented
     from synapse.cli.main import build_parser
     from synapse.cli.security_settings import a2a_policy
     from synapse.cli.settings import Settings
@@ -325,7 +325,7 @@ async def test_send_over_grpc_with_mutual_tls(tmp_path: Path) -> None:
     import trustme
     from seckit import Pki
 
-    from synapse.a2a.transports import grpc_available
+    from synapse.a2a.wire import grpc_available
 
     if not grpc_available():
         pytest.skip("grpcio missing: pip install '.[grpc]'")

@@ -15,8 +15,8 @@ import pytest
 from seckit import Pki
 
 from synapse.a2a import A2AClient, A2AError, ClientCredentials, enable_a2a
-from synapse.a2a.security import MutualTlsScheme, SecurityPolicy
-from synapse.a2a.transports import grpc_available
+from synapse.a2a.server.security import MutualTlsScheme, SecurityPolicy
+from synapse.a2a.wire import grpc_available
 from synapse.demo.handler import DemoHandler
 from synapse.p2p.config import P2PConfig
 from synapse.transport.client import DeliveryError, HttpClient

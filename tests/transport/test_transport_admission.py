@@ -573,7 +573,7 @@ async def test_refusals_at_the_lean_door_are_fast(doors: Doors) -> None:
 def test_the_specification_states_the_limits_the_code_applies() -> None:
     from pathlib import Path
 
-    from synapse.a2a.push import MAX_PUSH_URL
+    from synapse.a2a.server.push import MAX_PUSH_URL
     from synapse.transport.http1_server import MAX_PIPELINED
     from synapse.types.ijson import MAX_DEPTH
     from synapse.types.signing import MAX_HEADER_SIGNATURES

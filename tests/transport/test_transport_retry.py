@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import synapse.a2a.push
+import synapse.a2a.server.push
 import synapse.transport.client
 from synapse.p2p.config import P2PConfig
 from synapse.transport.retry import RetriesExhausted, Transient, backoff_delay, retrying
@@ -82,5 +82,5 @@ async def test_anything_else_is_final_at_once() -> None:
 
 def test_callbacks_and_push_share_the_helper() -> None:
     assert synapse.transport.client.retrying is retrying
-    assert synapse.a2a.push.retrying is retrying
+    assert synapse.a2a.server.push.retrying is retrying
     assert backoff_delay(3, CONFIG) == 8.0

@@ -20,7 +20,7 @@ from typing import Any
 
 from synapse.a2a import mapping, wire
 from synapse.a2a.errors import invalid_params
-from synapse.a2a.view import view_of_record
+from synapse.a2a.server.view import view_of_record
 from synapse.p2p.engine import TaskRecord
 from synapse.store.base import ListCursor, TaskFilter, TaskRow
 from synapse.types import TaskState

@@ -13,7 +13,7 @@ message on the same task answers whatever the executor's transition table lets t
 state receive (`task_info_provided` for `task_need_info`, `human_decision` for
 `task_need_human`); `cancel_task` is a `task_cancel`.
 
-The bindings (`synapse.a2a.jsonrpc`, …) only parse their framing into the typed requests of
+The bindings (`synapse.a2a.server.jsonrpc`, …) only parse their framing into the typed requests of
 `synapse.a2a.wire`, call these operations and render the results and `A2AError`s in their own
 framing. See `docs/a2a.md` for every mapping.
 """
@@ -38,7 +38,7 @@ from synapse.a2a.errors import (
     task_not_found,
     unsupported,
 )
-from synapse.a2a.push import (
+from synapse.a2a.server.push import (
     MAX_PUSH_URL,
     PUSH_PREFIX,
     PushAllowlist,
@@ -46,8 +46,8 @@ from synapse.a2a.push import (
     normalize_url,
     push_partner,
 )
-from synapse.a2a.requests import check_history_length
-from synapse.a2a.view import (
+from synapse.a2a.server.requests import check_history_length
+from synapse.a2a.server.view import (
     CONTEXT_KEY,
     REQUESTER_PREFIX,
     A2ATask,
@@ -252,8 +252,8 @@ class A2AService:
                 raise invalid_params(
                     "statusTimestampAfter is not an RFC 3339 time", path="statusTimestampAfter"
                 ) from None
-        # Through the store's indexes, one page at a time (synapse/a2a/listing.py).
-        from synapse.a2a.listing import store_page
+        # Through the store's indexes, one page at a time (synapse/a2a/server/listing.py).
+        from synapse.a2a.server.listing import store_page
 
         return store_page(self, req, principal, page_size, after)
 

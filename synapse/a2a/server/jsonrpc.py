@@ -14,14 +14,14 @@ from aiohttp import web
 
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError, invalid_params
-from synapse.a2a.httpbase import check_version, event_stream_response, read_json
-from synapse.a2a.operations import METHODS
-from synapse.a2a.view import Subscription
+from synapse.a2a.server.httpbase import check_version, event_stream_response, read_json
+from synapse.a2a.server.operations import METHODS
+from synapse.a2a.server.view import Subscription
 from synapse.logs import get_logger
 from synapse.store.base import StoreUnavailable
 
 if TYPE_CHECKING:
-    from synapse.a2a.host import BindingHost
+    from synapse.a2a.server.host import BindingHost
 
 log = get_logger("synapse.a2a")
 

@@ -33,7 +33,7 @@ import structlog
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
 
-log = structlog.get_logger("synapse.a2a.client_auth")
+log = structlog.get_logger("synapse.a2a.client.auth")
 
 #: A token is renewed this many seconds before it expires.
 RENEW_MARGIN = 30.0

@@ -46,16 +46,15 @@ from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
 from typing import Any, Protocol
 
-import aiohttp
-import msgspec
 import structlog
 from aiohttp import web
 
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
+from synapse.a2a.fetching import IssuerUnavailable, fetch_json
 from synapse.transport.tls import map_principal, peer_certificate, pem_certificate_dict
 
-log = structlog.get_logger("synapse.a2a.security")
+log = structlog.get_logger("synapse.a2a.server.security")
 
 #: Where the HTTP bindings keep a request's `Presented` (a typed
 #: `web.RequestKey` where aiohttp has them).
@@ -87,16 +86,6 @@ class AuthError(A2AError):
         )
         #: The `WWW-Authenticate` header value of the answer.
         self.www_authenticate = challenge
-
-
-class IssuerUnavailable(A2AError):
-    """The issuer's keys or discovery document cannot be had: the credential may well be
-    good, so the caller is told to retry (-32101, HTTP 503), not that it is refused."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(
-            A2ACode.AGENT_NOT_READY, message, {"reason": "issuer_unavailable"}, http_status=503
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,20 +354,6 @@ class JwksSource:
 
 def _has_kid(keys: Any, kid: str) -> bool:
     return any(key.kid == kid for key in keys.keys)
-
-
-async def fetch_json(url: str, *, ssl: Any = True, timeout: float = 10.0) -> Any:
-    """GET a JSON document (a JWKS, an OpenID discovery document)."""
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
-            session.get(url, ssl=ssl, allow_redirects=False) as response,
-        ):
-            if response.status != 200:
-                raise IssuerUnavailable(f"{url} answered HTTP {response.status}")
-            return msgspec.json.decode(await response.read())
-    except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError) as exc:
-        raise IssuerUnavailable(f"cannot fetch {url}: {exc!r}") from exc
 
 
 @dataclass(slots=True)

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from synapse.a2a import wire
-from synapse.a2a.requests import convert
-from synapse.a2a.service import A2AService
+from synapse.a2a.server.requests import convert
+from synapse.a2a.server.service import A2AService
 
 #: An operation: (service, principal, params as decoded JSON) → the result (a wire type),
 #: or a `Subscription` for the streaming ones.

@@ -1,8 +1,9 @@
 """The A2A v1.0 server of a Synapse peer: its `TaskHandler` served to A2A clients.
 
 `A2AServer` is the HTTP front: the agent card, authentication, and the routes of each
-binding (`synapse.a2a.jsonrpc`), all on one `A2AService` (`synapse.a2a.service`), which holds
-the operations, the task views and the bridge to the engine.
+binding (`synapse.a2a.server.jsonrpc`), all on one `A2AService`
+(`synapse.a2a.server.service`), which holds the operations, the task views and the bridge to
+the runtime.
 
 Served on the peer's aiohttp app: `GET /.well-known/agent-card.json`, JSON-RPC 2.0 at
 `path` (default `/a2a`) and the HTTP+JSON/REST routes under it (`/a2a/message:send` …);
@@ -24,13 +25,13 @@ from synapse._distribution import install
 from synapse.a2a import wire
 from synapse.a2a.card import build_card
 from synapse.a2a.errors import A2ACode, A2AError
-from synapse.a2a.jsonrpc import JsonRpcBinding
 from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY, meta_value
-from synapse.a2a.rest import RestBinding
-from synapse.a2a.security import REQUEST_KEY, Presented, SecurityPolicy
-from synapse.a2a.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
-from synapse.a2a.transports import grpc_available
-from synapse.a2a.view import A2ATask
+from synapse.a2a.server.jsonrpc import JsonRpcBinding
+from synapse.a2a.server.rest import RestBinding
+from synapse.a2a.server.security import REQUEST_KEY, Presented, SecurityPolicy
+from synapse.a2a.server.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
+from synapse.a2a.server.view import A2ATask
+from synapse.a2a.wire import grpc_available
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.protocol import P2PProtocol
 from synapse.transport.tls import TLSConfig
@@ -99,7 +100,7 @@ class A2AServer:
         if security is not None and tokens:
             raise ValueError("give either tokens or security (tokens: an HttpBearerScheme in it)")
         self.tokens = dict(tokens or {})
-        #: Who may call, and how (synapse.a2a.security); `tokens` alone is a bearer policy.
+        #: Who may call, and how (synapse.a2a.server.security); `tokens` alone is a bearer policy.
         self.security = security or (SecurityPolicy.bearer_tokens(self.tokens) if tokens else None)
         #: Signs each card served (synapse.a2a.card_signing.CardSigner.sign).
         self.card_signer = card_signer
@@ -129,7 +130,7 @@ class A2AServer:
         self.grpc_host = grpc_host
         self.grpc_port = grpc_port
         self.grpc_public_address = grpc_public_address
-        self.grpc: Any = None  # synapse.a2a.grpc_binding.GrpcBinding, once started
+        self.grpc: Any = None  # synapse.a2a.server.grpc_binding.GrpcBinding, once started
         #: The peer's certificates: the gRPC port serves TLS (and mTLS) with them too.
         self.tls = tls
 
@@ -160,7 +161,7 @@ class A2AServer:
 
     async def _start_grpc(self, _app: web.Application) -> None:
         # Imported here: protobuf and grpcio are needed only when the binding is served.
-        from synapse.a2a.grpc_binding import GrpcBinding
+        from synapse.a2a.server.grpc_binding import GrpcBinding
 
         assert self.grpc_port is not None
         self.grpc = GrpcBinding(self)

@@ -5,7 +5,7 @@ query parameters named as the JSON members (`historyLength`, `pageSize` …), th
 operations as server-sent events whose `data` is one `StreamResponse`, and errors as a
 `google.rpc.Status` body with the HTTP status of the error.
 
-Its routes are in `synapse.a2a.routes`, which the client (`synapse.a2a.transports`) shares.
+Its routes are in `synapse.a2a.routes`, which the client (`synapse.a2a.client.transports`) shares.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from aiohttp import web
 
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
-from synapse.a2a.httpbase import check_version, event_stream_response, read_json
-from synapse.a2a.operations import METHODS
 from synapse.a2a.routes import ROUTE_OF, ROUTES, Route, match
-from synapse.a2a.view import Subscription
+from synapse.a2a.server.httpbase import check_version, event_stream_response, read_json
+from synapse.a2a.server.operations import METHODS
+from synapse.a2a.server.view import Subscription
 from synapse.logs import get_logger
 from synapse.types.errors import SynapseException
 
 if TYPE_CHECKING:
-    from synapse.a2a.host import BindingHost
+    from synapse.a2a.server.host import BindingHost
 
 log = get_logger("synapse.a2a")
 

@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from synapse.a2a.security import Presented
-from synapse.a2a.service import A2AService
+from synapse.a2a.server.security import Presented
+from synapse.a2a.server.service import A2AService
 from synapse.p2p.config import P2PConfig
 from synapse.transport.tls import TLSConfig
 

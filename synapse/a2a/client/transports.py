@@ -70,7 +70,7 @@ class _HttpTransport:
         self._session = session
         self.timeout = timeout
 
-    #: Adds the credentials a call needs (`A2AClient` sets it: synapse.a2a.client_auth).
+    #: Adds the credentials a call needs (`A2AClient` sets it: synapse.a2a.client.auth).
     auth: Any = None
 
     async def _extra(
@@ -276,7 +276,7 @@ class GrpcTransport:
             metadata.append((grpc_proto.EXTENSIONS_KEY, ",".join(extensions)))
         self.metadata = tuple(metadata)
 
-    #: Adds the credentials a call needs (`A2AClient` sets it: synapse.a2a.client_auth).
+    #: Adds the credentials a call needs (`A2AClient` sets it: synapse.a2a.client.auth).
     auth: Any = None
 
     async def _metadata(self, method: str, params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -424,16 +424,6 @@ async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str
         yield name, "\n".join(lines)
 
 
-def grpc_available() -> bool:
-    """Whether this installation can speak gRPC (the `grpc` extra)."""
-    import importlib.util
-
-    try:
-        return all(importlib.util.find_spec(name) is not None for name in ("grpc", "a2a.types"))
-    except (ImportError, ValueError):
-        return False
-
-
 __all__ = [
     "GrpcTransport",
     "JsonRpcTransport",
@@ -441,5 +431,4 @@ __all__ = [
     "StreamBroken",
     "Transport",
     "describe_failure",
-    "grpc_available",
 ]

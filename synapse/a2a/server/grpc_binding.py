@@ -6,7 +6,7 @@ gRPC statuses (A2A v1.0's mapping) with a `google.rpc.Status` carrying an `Error
 checked as the `A2A-Version` header is.
 
 Every call is judged by the server's `SecurityPolicy`, the same code as the HTTP bindings'
-(`synapse.a2a.security.Presented.from_grpc`: metadata for headers, the verified client
+(`synapse.a2a.server.security.Presented.from_grpc`: metadata for headers, the verified client
 certificate of the TLS channel for mTLS): a refused credential is UNAUTHENTICATED, a valid
 one lacking a scope or skill PERMISSION_DENIED, each with the `ErrorInfo` (reason
 `UNAUTHENTICATED` / `PERMISSION_DENIED`) the other bindings give, and the challenge in a
@@ -26,13 +26,13 @@ import grpc
 
 from synapse.a2a import grpc_proto, grpc_tls, wire
 from synapse.a2a.errors import A2ACode, A2AError
-from synapse.a2a.operations import METHODS
-from synapse.a2a.security import AuthError, Presented
-from synapse.a2a.view import Subscription
+from synapse.a2a.server.operations import METHODS
+from synapse.a2a.server.security import AuthError, Presented
+from synapse.a2a.server.view import Subscription
 from synapse.logs import get_logger
 
 if TYPE_CHECKING:
-    from synapse.a2a.host import BindingHost
+    from synapse.a2a.server.host import BindingHost
 
 log = get_logger("synapse.a2a")
 

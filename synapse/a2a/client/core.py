@@ -31,8 +31,16 @@ import msgspec
 from synapse._distribution import NAME
 from synapse.a2a import mapping, wire
 from synapse.a2a.card_signing import CardSignatureError, CardVerifier
-from synapse.a2a.client_auth import ClientCredentials, RequestAuth
-from synapse.a2a.client_values import (
+from synapse.a2a.client.auth import ClientCredentials, RequestAuth
+from synapse.a2a.client.transports import (
+    GrpcTransport,
+    JsonRpcTransport,
+    RestTransport,
+    StreamBroken,
+    Transport,
+    describe_failure,
+)
+from synapse.a2a.client.values import (
     A2AEvent,
     A2AOutcome,
     card_major,
@@ -44,15 +52,6 @@ from synapse.a2a.client_values import (
     user_message,
 )
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
-from synapse.a2a.transports import (
-    GrpcTransport,
-    JsonRpcTransport,
-    RestTransport,
-    StreamBroken,
-    Transport,
-    describe_failure,
-    grpc_available,
-)
 from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.stream import EventStream
@@ -61,7 +60,7 @@ from synapse.transport.retry import backoff_delay
 from synapse.transport.tls import TLSConfig
 from synapse.types import DecisionAction
 
-log = get_logger("synapse.a2a.client")
+log = get_logger("synapse.a2a.client.core")
 
 T = TypeVar("T")
 USER_AGENT = f"{NAME}-a2a/0.1"
@@ -110,7 +109,7 @@ class A2AClient:
         self._own_session = session is None
         self.card: wire.AgentCard | None = None
         self.transport: Transport | None = None
-        speaks = [b for b in wire.BINDINGS if b != wire.GRPC_BINDING or grpc_available()]
+        speaks = [b for b in wire.BINDINGS if b != wire.GRPC_BINDING or wire.grpc_available()]
         #: The bindings this client may use; which one is the card's choice (its order).
         self.bindings = tuple(b for b in (bindings or speaks) if b in wire.BINDINGS)
         if not self.bindings:
@@ -121,7 +120,7 @@ class A2AClient:
             self.headers["A2A-Extensions"] = ",".join(self.extensions)
         #: task id → the id of the push configuration this client last created for it.
         self._push_ids: dict[str, str] = {}
-        #: What we present where the card asks (synapse.a2a.client_auth).
+        #: What we present where the card asks (synapse.a2a.client.auth).
         self.credentials = credentials
         if credentials is not None and tls is not None and tls.client_cert is not None:
             credentials.client_certificate = True  # the TLS settings present one

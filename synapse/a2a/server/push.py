@@ -49,7 +49,7 @@ from synapse.types import (
 )
 from synapse.types.signing import SIGNATURE_HEADER, Secret, header_signature
 
-log = get_logger("synapse.a2a.push")
+log = get_logger("synapse.a2a.server.push")
 
 #: Agent-id prefix of the virtual partners that stand for push configurations.
 PUSH_PREFIX = "a2a-push:"
