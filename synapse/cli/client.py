@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from synapse.cli.errors import CliError
-from synapse.cli.parsers import parse_listen, parse_signing, parse_url
+from synapse.cli.options import AGENT_ID, AS, ENDPOINT, LISTEN, SIGNING, TARGET
 from synapse.cli.security_settings import tls_config
 from synapse.cli.settings import PeerEntry, Settings, callback_url
 from synapse.p2p.config import P2PConfig
@@ -70,9 +70,9 @@ class ClientSetup:
 
 def client_setup(settings: Settings, *, listen_required: bool) -> ClientSetup:
     """Resolve the shared flags of `send`, `caps` and `ping` (flags > environment > file)."""
-    me = settings.require("as_", "SYNAPSE_AS", "as", str, flag="--as")
-    url = settings.get("target", "SYNAPSE_TARGET", "target", parse_url)
-    target_id = settings.get("agent_id", "SYNAPSE_AGENT_ID", "agent_id", str)
+    me = settings.require(AS)
+    url = settings.get(TARGET)
+    target_id = settings.get(AGENT_ID)
     entries = settings.peer_entries()
     # Either one can come from a configured partner: its endpoint, or the id at that URL.
     if target_id is None and url is not None:
@@ -94,8 +94,8 @@ def client_setup(settings: Settings, *, listen_required: bool) -> ClientSetup:
     )
     target = settings.partner(entry, settings.own_secret_files(), settings.default_secret())
 
-    listen = settings.get("listen", "SYNAPSE_LISTEN", "listen", parse_listen)
-    endpoint = settings.get("endpoint", "SYNAPSE_ENDPOINT", "endpoint", parse_url)
+    listen = settings.get(LISTEN)
+    endpoint = settings.get(ENDPOINT)
     if listen is None and (listen_required or endpoint is None):
         raise CliError(
             "missing --listen HOST:PORT (where the executor reaches us: its --peer "
@@ -107,7 +107,7 @@ def client_setup(settings: Settings, *, listen_required: bool) -> ClientSetup:
         endpoint = callback_url(*listen)
         if tls is not None and tls.serves_tls:
             endpoint = "https://" + endpoint.removeprefix("http://")
-    signing = settings.get("signing", "SYNAPSE_SIGNING", "signing", parse_signing) or "header"
+    signing = settings.get(SIGNING) or "header"
     return ClientSetup(
         me=me,
         target=target,

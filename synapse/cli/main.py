@@ -21,25 +21,44 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from synapse.cli.errors import CliError, Exit
-from synapse.cli.logs import configure_logging, parse_log_level
+from synapse.cli.logs import configure_logging
 from synapse.cli.ops import ops_serve_options
+from synapse.cli.options import (
+    A2A,
+    A2A_BINDING,
+    A2A_BINDINGS,
+    A2A_DEFAULT_TASK_TYPE,
+    A2A_GRPC_PORT,
+    A2A_GRPC_PUBLIC_ADDRESS,
+    A2A_PUBLIC_URL,
+    A2A_PUSH_ALLOW,
+    A2A_TOKEN,
+    A2A_TOKENS,
+    AGENT_ID,
+    DRAIN_TIMEOUT,
+    ENDPOINT,
+    HANDLER,
+    HOST,
+    LEASE_TTL,
+    LOG_JSON,
+    LOG_LEVEL,
+    MAX_TASKS_PER_PARTNER,
+    PORT,
+    RATE_LIMIT,
+    RETAIN,
+    ROUTE,
+    SIGNING,
+    STORE,
+    VERBOSE,
+)
 from synapse.cli.parsers import (
-    parse_a2a_binding,
-    parse_a2a_bindings,
     parse_a2a_token,
-    parse_bool,
-    parse_count,
-    parse_http_url,
-    parse_port,
-    parse_signing,
-    parse_url,
 )
 from synapse.cli.security_settings import (
     A2A_CLIENT_FLAGS,
 )
-from synapse.cli.settings import Settings, parse_positive
+from synapse.cli.settings import Settings
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.durations import parse_duration
 from synapse.types import MessageType, Priority
 
 if TYPE_CHECKING:
@@ -67,9 +86,9 @@ class Context:
 
     def logging(self, *, quiet: bool) -> None:
         """Logs on stderr; client commands stay quiet unless --verbose."""
-        verbose = self.settings.get("verbose", "SYNAPSE_VERBOSE", "verbose", parse_bool, False)
-        as_json = self.settings.get("log_json", "SYNAPSE_LOG_JSON", "log_json", parse_bool, False)
-        level = self.settings.get("log_level", "SYNAPSE_LOG_LEVEL", "log_level", parse_log_level)
+        verbose = self.settings.get(VERBOSE, False)
+        as_json = self.settings.get(LOG_JSON, False)
+        level = self.settings.get(LOG_LEVEL)
         configure_logging(
             level=level,
             json=bool(as_json),
@@ -84,13 +103,11 @@ def serve_p2p_config(s: Settings) -> P2PConfig:
     variables) of running for months."""
     return s.p2p_config(
         overrides={
-            "retain": s.get("retain", "SYNAPSE_RETAIN", None, parse_duration),
-            "drain_timeout": s.get("drain_timeout", "SYNAPSE_DRAIN_TIMEOUT", None, parse_duration),
-            "lease_ttl": s.get("lease_ttl", "SYNAPSE_LEASE_TTL", None, parse_duration),
-            "rate_limit": s.get("rate_limit", "SYNAPSE_RATE_LIMIT", None, parse_positive),
-            "max_tasks_per_partner": s.get(
-                "max_tasks_per_partner", "SYNAPSE_MAX_TASKS_PER_PARTNER", None, parse_count
-            ),
+            "retain": s.get(RETAIN),
+            "drain_timeout": s.get(DRAIN_TIMEOUT),
+            "lease_ttl": s.get(LEASE_TTL),
+            "rate_limit": s.get(RATE_LIMIT),
+            "max_tasks_per_partner": s.get(MAX_TASKS_PER_PARTNER),
         }
     )
 
@@ -107,20 +124,16 @@ def _run_serve(ctx: Context) -> int:
     s = ctx.settings
     a2a = _a2a_serve_options(s)
     if a2a is not None and a2a.grpc_port is not None:  # gRPC listens on --host too
-        a2a = dataclasses.replace(
-            a2a, grpc_host=s.get("host", "SYNAPSE_HOST", "host", str) or "127.0.0.1"
-        )
+        a2a = dataclasses.replace(a2a, grpc_host=s.get(HOST) or "127.0.0.1")
     options = ServeOptions(
-        agent_id=s.require("agent_id", "SYNAPSE_AGENT_ID", "agent_id", str, flag="--agent-id"),
-        host=s.get("host", "SYNAPSE_HOST", "host", str) or "127.0.0.1",
-        port=s.require("port", "SYNAPSE_PORT", "port", parse_port, flag="--port"),
-        endpoint=s.get("endpoint", "SYNAPSE_ENDPOINT", "endpoint", parse_url),
+        agent_id=s.require(AGENT_ID),
+        host=s.get(HOST) or "127.0.0.1",
+        port=s.require(PORT),
+        endpoint=s.get(ENDPOINT),
         partners=s.partners(),
-        handler=s.get("handler", "SYNAPSE_HANDLER", "handler", str),
-        store=s.get("store", "SYNAPSE_STORE", "store", str) or "memory",
-        signing="body"
-        if s.get("signing", "SYNAPSE_SIGNING", "signing", parse_signing) == "body"
-        else "header",
+        handler=s.get(HANDLER),
+        store=s.get(STORE) or "memory",
+        signing="body" if s.get(SIGNING) == "body" else "header",
         config=serve_p2p_config(s),
         a2a=a2a,
         tls=tls_config(s, serving=True),
@@ -128,7 +141,7 @@ def _run_serve(ctx: Context) -> int:
         secret_flags=tuple(secrets_on_command_line(ctx.args)),
         http=s.http_limits(),
         ops=ops_serve_options(s),
-        route=s.get("route", "SYNAPSE_ROUTE", "route", str),
+        route=s.get(ROUTE),
     )
     if options.route is not None and options.handler is not None:
         raise CliError("--route and --handler exclude each other: a router runs no handler")
@@ -160,29 +173,17 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
     """`serve`'s A2A settings, or None without `--a2a` (or `SYNAPSE_A2A`, or `a2a = true`)."""
     from synapse.cli.serve import A2AOptions
 
-    if not s.switch("a2a", "SYNAPSE_A2A", "a2a"):
+    if not s.switch(A2A):
         for dest, flag in A2A_SERVE_FLAGS.items():
             if getattr(s.args, dest, None) is not None:
                 raise CliError(f"{flag} needs --a2a")
         return None
-    push_allow = s.get_list(
-        "a2a_push_allow",
-        "SYNAPSE_A2A_PUSH_ALLOW",
-        "a2a_push_allow",
-        parse_http_url,
-        flag="--a2a-push-allow",
-    )
+    push_allow = s.get_list(A2A_PUSH_ALLOW)
     from synapse.cli.security_settings import a2a_policy, a2a_token_file, card_signer
 
-    tokens = dict(
-        s.get_list(
-            "a2a_token", "SYNAPSE_A2A_TOKENS", "a2a_tokens", parse_a2a_token, flag="--a2a-token"
-        )
-    )
+    tokens = dict(s.get_list(A2A_TOKENS))
     tokens.update(a2a_token_file(s, parse_a2a_token))
-    default = s.get(
-        "a2a_default_task_type", "SYNAPSE_A2A_DEFAULT_TASK_TYPE", "a2a_default_task_type", str
-    )
+    default = s.get(A2A_DEFAULT_TASK_TYPE)
     secret = s.default_secret()
     if push_allow and not secret:
         raise CliError(
@@ -193,15 +194,10 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
         push_allow=tuple(push_allow),
         push_secret=secret if push_allow else None,
         tokens=tokens,
-        public_url=s.get("a2a_public_url", "SYNAPSE_A2A_PUBLIC_URL", "a2a_public_url", parse_url),
-        bindings=s.get("a2a_bindings", "SYNAPSE_A2A_BINDINGS", "a2a_bindings", parse_a2a_bindings),
-        grpc_port=s.get("a2a_grpc_port", "SYNAPSE_A2A_GRPC_PORT", "a2a_grpc_port", parse_port),
-        grpc_public_address=s.get(
-            "a2a_grpc_public_address",
-            "SYNAPSE_A2A_GRPC_PUBLIC_ADDRESS",
-            "a2a_grpc_public_address",
-            str,
-        ),
+        public_url=s.get(A2A_PUBLIC_URL),
+        bindings=s.get(A2A_BINDINGS),
+        grpc_port=s.get(A2A_GRPC_PORT),
+        grpc_public_address=s.get(A2A_GRPC_PUBLIC_ADDRESS),
         security=a2a_policy(s, tokens),
         card_signer=card_signer(s),
     )
@@ -270,8 +266,8 @@ def _run_send_a2a(ctx: Context, options: SendOptions) -> int:
                 "--a2a-token if it asks for one)"
             )
     s = ctx.settings
-    token = s.get("a2a_token", "SYNAPSE_A2A_TOKEN", "a2a_token", str)
-    binding = s.get("a2a_binding", "SYNAPSE_A2A_BINDING", "a2a_binding", parse_a2a_binding)
+    token = s.get(A2A_TOKEN)
+    binding = s.get(A2A_BINDING)
     config = s.p2p_config(**CLIENT_P2P)
     client_options = a2a_client_options(s)
     ctx.logging(quiet=True)
@@ -317,7 +313,7 @@ def _run_outbox(ctx: Context) -> int:
         raise CliError(f"`list` takes no MESSAGE_ID (did you mean `retry {args.message_id}`?)")
     if args.action != "list" and args.message_id is None:
         raise CliError(f"`{args.action}` needs the MESSAGE_ID of a message `list` shows")
-    store = ctx.settings.require("store", "SYNAPSE_STORE", "store", str, flag="--store")
+    store = ctx.settings.require(STORE)
     ctx.logging(quiet=True)
     return asyncio.run(
         run_outbox(store, args.action, args.message_id, out=ctx.out, as_json=bool(args.json))
@@ -353,7 +349,7 @@ def _run_demo(ctx: Context) -> int:
     from synapse.cli.demo import run_demo
 
     ctx.logging(quiet=True)
-    signing = ctx.args.signing or "header"
+    signing = ctx.settings.get(SIGNING) or "header"
     return asyncio.run(run_demo(ctx.out, signing="body" if signing == "body" else "header"))
 
 

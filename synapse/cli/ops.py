@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from synapse._distribution import install
 from synapse.cli.errors import CliError
-from synapse.cli.parsers import parse_a2a_token
+from synapse.cli.options import CONSOLE, CONSOLE_TOKENS, OTEL
 from synapse.cli.settings import Settings
 from synapse.logs import get_logger
 
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 log = get_logger("synapse.cli")
 
 CONSOLE_PATH = "/console"
-#: Keys of the config file these settings read.
-OPS_CONFIG_KEYS = frozenset({"console", "console_tokens", "otel"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +40,16 @@ def add_ops_arguments(parser: argparse.ArgumentParser) -> None:
         "/metrics are always served"
     )
     group.add_argument(
-        "--console",
+        CONSOLE.flag,
+        dest=CONSOLE.dest,
         action="store_true",
         default=None,
         help=f"serve the web console at {CONSOLE_PATH}, where people answer need_info and "
         "need_human ($SYNAPSE_CONSOLE)",
     )
     group.add_argument(
-        "--console-token",
+        CONSOLE_TOKENS.flag,
+        dest=CONSOLE_TOKENS.dest,
         action="append",
         metavar="TOKEN[=REVIEWER]",
         help="a sign-in token of the console and the reviewer it names (decided_by); "
@@ -57,7 +57,8 @@ def add_ops_arguments(parser: argparse.ArgumentParser) -> None:
         "comma-separated)",
     )
     group.add_argument(
-        "--otel",
+        OTEL.flag,
+        dest=OTEL.dest,
         action="store_true",
         default=None,
         help="OpenTelemetry spans to the process's tracer provider (needs the otel extra; "
@@ -67,24 +68,14 @@ def add_ops_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def ops_serve_options(s: Settings) -> OpsOptions:
-    console = s.switch("console", "SYNAPSE_CONSOLE", "console")
-    tokens = dict(
-        s.get_list(
-            "console_token",
-            "SYNAPSE_CONSOLE_TOKENS",
-            "console_tokens",
-            parse_a2a_token,
-            flag="--console-token",
-        )
-    )
+    console = s.switch(CONSOLE)
+    tokens = dict(s.get_list(CONSOLE_TOKENS))
     if tokens and not console:
         raise CliError("--console-token needs --console")
     short = [name for token, name in tokens.items() if len(token) < 16]
     if short:
         raise CliError(f"the console token of {short[0]!r} is shorter than 16 characters")
-    return OpsOptions(
-        console=console, console_tokens=tokens, otel=s.switch("otel", "SYNAPSE_OTEL", "otel")
-    )
+    return OpsOptions(console=console, console_tokens=tokens, otel=s.switch(OTEL))
 
 
 def serve_ops(peer: Peer, options: OpsOptions) -> str | None:

@@ -11,16 +11,45 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from synapse import __version__
 from synapse.cli.errors import CliError, Exit
-from synapse.cli.logs import LEVELS, parse_log_level
+from synapse.cli.logs import LEVELS
 from synapse.cli.ops import add_ops_arguments
+from synapse.cli.options import (
+    A2A,
+    A2A_BINDING,
+    A2A_BINDINGS,
+    A2A_DEFAULT_TASK_TYPE,
+    A2A_GRPC_PORT,
+    A2A_GRPC_PUBLIC_ADDRESS,
+    A2A_PUBLIC_URL,
+    A2A_PUSH_ALLOW,
+    A2A_TOKEN,
+    A2A_TOKENS,
+    AGENT_ID,
+    AS,
+    CONFIG,
+    DRAIN_TIMEOUT,
+    ENDPOINT,
+    HANDLER,
+    HOST,
+    LEASE_TTL,
+    LISTEN,
+    LOG_JSON,
+    LOG_LEVEL,
+    MAX_TASKS_PER_PARTNER,
+    PEER,
+    PEER_SECRET_FILE,
+    PORT,
+    RATE_LIMIT,
+    RETAIN,
+    RETRIES,
+    ROUTE,
+    SECRET,
+    SIGNING,
+    STORE,
+    TARGET,
+    VERBOSE,
+)
 from synapse.cli.parsers import (
-    parse_a2a_binding,
-    parse_a2a_bindings,
-    parse_count,
-    parse_http_url,
-    parse_listen,
-    parse_port,
-    parse_signing,
     parse_url,
 )
 from synapse.cli.security_settings import (
@@ -29,7 +58,6 @@ from synapse.cli.security_settings import (
     add_secret_flags,
     add_tls_flags,
 )
-from synapse.cli.settings import parse_positive
 from synapse.p2p.durations import parse_duration
 from synapse.types import Priority
 
@@ -65,16 +93,8 @@ def _typed(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
     return convert
 
 
-PORT = _typed(parse_port, "port")
-A2A_BINDING = _typed(parse_a2a_binding, "A2A binding")
-A2A_BINDINGS = _typed(parse_a2a_bindings, "A2A bindings")
 URL = _typed(parse_url, "URL")
-HTTP_URL = _typed(parse_http_url, "URL")
-LISTEN = _typed(parse_listen, "HOST:PORT")
-COUNT = _typed(parse_count, "count")
-SIGNING = _typed(parse_signing, "signing")
 DURATION = _typed(parse_duration, "duration")
-POSITIVE = _typed(parse_positive, "number")
 
 EPILOG = "Exit status: 0 success, 1 task failed/rejected/cancelled, 2 usage or connection error."
 
@@ -82,19 +102,22 @@ EPILOG = "Exit status: 0 success, 1 task failed/rejected/cancelled, 2 usage or c
 def _common(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("output and settings")
     group.add_argument(
-        "--config",
+        CONFIG.flag,
+        dest=CONFIG.dest,
         metavar="PATH",
         help="TOML file with settings and [[peer]] tables ($SYNAPSE_CONFIG)",
     )
     group.add_argument(
-        "--log-json",
+        LOG_JSON.flag,
+        dest=LOG_JSON.dest,
         action="store_true",
         default=None,
         help="log JSON lines on stderr instead of console lines ($SYNAPSE_LOG_JSON)",
     )
     group.add_argument(
         "-v",
-        "--verbose",
+        VERBOSE.flag,
+        dest=VERBOSE.dest,
         action="store_true",
         default=None,
         help="log every transition and HTTP attempt ($SYNAPSE_VERBOSE)",
@@ -104,12 +127,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _secrets(group: argparse._ArgumentGroup, *, serve: bool = False) -> None:
     add_secret_flags(group, serve=serve)
     group.add_argument(
-        "--secret",
+        SECRET.flag,
+        dest=SECRET.dest,
         metavar="SECRET",
         help="secret shared with every partner without a --peer-secret-file ($SYNAPSE_SECRET)",
     )
     group.add_argument(
-        "--peer-secret-file",
+        PEER_SECRET_FILE.flag,
+        dest=PEER_SECRET_FILE.dest,
         action="append",
         metavar="PARTNER_ID=PATH",
         help="that partner's secrets, one a line, newest first; repeatable "
@@ -119,15 +144,17 @@ def _secrets(group: argparse._ArgumentGroup, *, serve: bool = False) -> None:
 
 def _signing(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
-        "--signing",
-        type=SIGNING,
+        SIGNING.flag,
+        dest=SIGNING.dest,
+        type=SIGNING.argument_type(),
         metavar="{header,body}",
         help="where our signatures go: X-Synapse-Signature header or body `signature` "
         "(default header; $SYNAPSE_SIGNING)",
     )
     group.add_argument(
-        "--retries",
-        type=COUNT,
+        RETRIES.flag,
+        dest=RETRIES.dest,
+        type=RETRIES.argument_type(),
         metavar="N",
         help="retries of a POST after a connection error, timeout, 429 or 5xx "
         "(default: 5 for serve, 2 for send/caps/ping; $SYNAPSE_RETRIES)",
@@ -137,28 +164,37 @@ def _signing(group: argparse._ArgumentGroup) -> None:
 def _client(parser: argparse.ArgumentParser, *, listen_help: str) -> None:
     group = parser.add_argument_group("who talks to whom")
     group.add_argument(
-        "--target",
-        type=URL,
+        TARGET.flag,
+        dest=TARGET.dest,
+        type=TARGET.argument_type(),
         metavar="URL",
         help="the executor's callback URL, e.g. http://127.0.0.1:8080/synapse/callback "
         "($SYNAPSE_TARGET; or a [[peer]] of --config)",
     )
     group.add_argument(
-        "--agent-id",
+        AGENT_ID.flag,
+        dest=AGENT_ID.dest,
         metavar="ID",
         help="the executor's agent id ($SYNAPSE_AGENT_ID; or the [[peer]] at --target)",
     )
     group.add_argument(
-        "--as",
-        dest="as_",
+        AS.flag,
+        dest=AS.dest,
         metavar="AGENT_ID",
         help="our own agent id, as the executor knows us ($SYNAPSE_AS)",
     )
     _secrets(group)
-    group.add_argument("--listen", type=LISTEN, metavar="HOST:PORT", help=listen_help)
     group.add_argument(
-        "--endpoint",
-        type=URL,
+        LISTEN.flag,
+        dest=LISTEN.dest,
+        type=LISTEN.argument_type(),
+        metavar="HOST:PORT",
+        help=listen_help,
+    )
+    group.add_argument(
+        ENDPOINT.flag,
+        dest=ENDPOINT.dest,
+        type=ENDPOINT.argument_type(),
         metavar="URL",
         help="our callback URL as the executor has it, if not http://HOST:PORT/synapse/callback "
         "of --listen ($SYNAPSE_ENDPOINT)",
@@ -190,19 +226,30 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         "bound.",
     )
     group = serve.add_argument_group("identity and partners")
-    group.add_argument("--agent-id", metavar="ID", help="our agent id ($SYNAPSE_AGENT_ID)")
-    group.add_argument("--port", type=PORT, help="port to listen on, 0 for any ($SYNAPSE_PORT)")
-    group.add_argument("--host", help="address to listen on (default 127.0.0.1; $SYNAPSE_HOST)")
     group.add_argument(
-        "--endpoint",
-        type=URL,
+        AGENT_ID.flag, dest=AGENT_ID.dest, metavar="ID", help="our agent id ($SYNAPSE_AGENT_ID)"
+    )
+    group.add_argument(
+        PORT.flag,
+        dest=PORT.dest,
+        type=PORT.argument_type(),
+        help="port to listen on, 0 for any ($SYNAPSE_PORT)",
+    )
+    group.add_argument(
+        HOST.flag, dest=HOST.dest, help="address to listen on (default 127.0.0.1; $SYNAPSE_HOST)"
+    )
+    group.add_argument(
+        ENDPOINT.flag,
+        dest=ENDPOINT.dest,
+        type=ENDPOINT.argument_type(),
         metavar="URL",
         help="our callback URL as partners see it (default http://HOST:PORT/synapse/callback; "
         "$SYNAPSE_ENDPOINT)",
     )
     _secrets(group, serve=True)
     group.add_argument(
-        "--peer",
+        PEER.flag,
+        dest=PEER.dest,
         action="append",
         metavar="PARTNER_ID=CALLBACK_URL",
         help="a partner and the URL it receives POSTs on; repeatable "
@@ -210,14 +257,16 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     )
     group = serve.add_argument_group("behaviour")
     group.add_argument(
-        "--store",
+        STORE.flag,
+        dest=STORE.dest,
         metavar="PATH|URL|memory",
         help="where tasks, the outbox and dedup records live: an SQLite file, a "
         "postgresql://USER@HOST:PORT/DB database (replicas may share one), or memory "
         "(default; $SYNAPSE_STORE)",
     )
     group.add_argument(
-        "--handler",
+        HANDLER.flag,
+        dest=HANDLER.dest,
         metavar="MODULE:ATTR",
         help="the TaskHandler to run, a class or an instance (default: the demo handler; "
         "$SYNAPSE_HANDLER)",
@@ -227,36 +276,41 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         "running for months (docs/durability.md in the Synapse repository)"
     )
     group.add_argument(
-        "--retain",
-        type=DURATION,
+        RETAIN.flag,
+        dest=RETAIN.dest,
+        type=RETAIN.argument_type(),
         metavar="DURATION",
         help="how long finished tasks, their history and dead letters are kept: 30s, 15m, 12h, "
         "7d or seconds (default 7d; $SYNAPSE_RETAIN; [p2p] retain)",
     )
     group.add_argument(
-        "--drain-timeout",
-        type=DURATION,
+        DRAIN_TIMEOUT.flag,
+        dest=DRAIN_TIMEOUT.dest,
+        type=DRAIN_TIMEOUT.argument_type(),
         metavar="DURATION",
         help="on SIGTERM/SIGINT, how long running tasks may take to finish before they fail "
         "with 'agent shutting down' (default 30s; $SYNAPSE_DRAIN_TIMEOUT; [p2p] drain_timeout)",
     )
     group.add_argument(
-        "--lease-ttl",
-        type=DURATION,
+        LEASE_TTL.flag,
+        dest=LEASE_TTL.dest,
+        type=LEASE_TTL.argument_type(),
         metavar="DURATION",
         help="replicas on one PostgreSQL --store: how soon a dead replica's tasks are taken "
         "over (default 10s; $SYNAPSE_LEASE_TTL; [p2p] lease_ttl)",
     )
     group.add_argument(
-        "--rate-limit",
-        type=POSITIVE,
+        RATE_LIMIT.flag,
+        dest=RATE_LIMIT.dest,
+        type=RATE_LIMIT.argument_type(),
         metavar="PER_SECOND",
         help="requests per second accepted from one partner, beyond which it gets 429 with "
         "Retry-After (default: no limit; $SYNAPSE_RATE_LIMIT; [p2p] rate_limit)",
     )
     group.add_argument(
-        "--max-tasks-per-partner",
-        type=COUNT,
+        MAX_TASKS_PER_PARTNER.flag,
+        dest=MAX_TASKS_PER_PARTNER.dest,
+        type=MAX_TASKS_PER_PARTNER.argument_type(),
         metavar="N",
         help="executor tasks in flight one partner may hold, so that one partner cannot take "
         "all of the capacity (default: no share; $SYNAPSE_MAX_TASKS_PER_PARTNER; "
@@ -264,57 +318,65 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     )
     group = serve.add_argument_group("A2A (docs/a2a.md in the Synapse repository)")
     group.add_argument(
-        "--a2a",
+        A2A.flag,
+        dest=A2A.dest,
         action="store_true",
         default=None,
         help="also speak Linux Foundation A2A v1.0: GET /.well-known/agent-card.json and "
         "JSON-RPC at POST /a2a ($SYNAPSE_A2A)",
     )
     group.add_argument(
-        "--a2a-push-allow",
+        A2A_PUSH_ALLOW.flag,
+        dest=A2A_PUSH_ALLOW.dest,
         action="append",
-        type=HTTP_URL,
+        type=A2A_PUSH_ALLOW.argument_type(),
         metavar="URL_PREFIX",
         help="a URL prefix push notifications may go to, signed with --secret; repeatable; "
         "none: push notifications off ($SYNAPSE_A2A_PUSH_ALLOW, comma-separated)",
     )
     group.add_argument(
-        "--a2a-token",
+        A2A_TOKENS.flag,
+        dest=A2A_TOKENS.dest,
         action="append",
         metavar="TOKEN[=NAME]",
         help="a bearer token A2A clients must present, and the name of whom it identifies; "
         "repeatable; none: no authentication ($SYNAPSE_A2A_TOKENS, comma-separated)",
     )
     group.add_argument(
-        "--a2a-default-task-type",
+        A2A_DEFAULT_TASK_TYPE.flag,
+        dest=A2A_DEFAULT_TASK_TYPE.dest,
         metavar="TYPE",
         help="the task type of a message without metadata.taskType (default echo; '' refuses "
         "such messages; $SYNAPSE_A2A_DEFAULT_TASK_TYPE)",
     )
     group.add_argument(
-        "--a2a-public-url",
-        type=URL,
+        A2A_PUBLIC_URL.flag,
+        dest=A2A_PUBLIC_URL.dest,
+        type=A2A_PUBLIC_URL.argument_type(),
         metavar="URL",
         help="the base URL A2A clients reach us at, for the card (default: the origin of "
         "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
     )
     group.add_argument(
-        "--a2a-bindings",
-        type=A2A_BINDINGS,
+        A2A_BINDINGS.flag,
+        dest=A2A_BINDINGS.dest,
+        type=A2A_BINDINGS.argument_type(),
         metavar="LIST",
         help="the A2A bindings to serve, comma-separated, in the order the card lists them "
         "(the order clients should prefer): JSONRPC, HTTP+JSON (or REST), GRPC (default "
         "JSONRPC,HTTP+JSON, and GRPC with --a2a-grpc-port; $SYNAPSE_A2A_BINDINGS)",
     )
     group.add_argument(
-        "--a2a-grpc-port",
-        type=PORT,
+        A2A_GRPC_PORT.flag,
+        dest=A2A_GRPC_PORT.dest,
+        type=A2A_GRPC_PORT.argument_type(),
         metavar="PORT",
         help="also serve the A2A gRPC binding on this port of --host (0: any free port; "
         "needs the grpc extra; $SYNAPSE_A2A_GRPC_PORT)",
     )
     group.add_argument(
-        "--a2a-grpc-public-address",
+        A2A_GRPC_PUBLIC_ADDRESS.flag,
+        dest=A2A_GRPC_PUBLIC_ADDRESS.dest,
         metavar="HOST:PORT",
         help="the gRPC address the card gives (default: the host of --a2a-public-url or of "
         "--endpoint, and the gRPC port; $SYNAPSE_A2A_GRPC_PUBLIC_ADDRESS)",
@@ -324,15 +386,17 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     add_ops_arguments(serve)
     group = serve.add_argument_group("routing (docs/routing.md in the Synapse repository)")
     group.add_argument(
-        "--route",
+        ROUTE.flag,
+        dest=ROUTE.dest,
         metavar="POOL.toml",
         help="be a router: execute every task by requesting it of a capable partner of the "
         "pool this TOML file describes, instead of running a handler ($SYNAPSE_ROUTE)",
     )
     _common(serve)
     serve.add_argument(
-        "--log-level",
-        type=_typed(parse_log_level, "log level"),
+        LOG_LEVEL.flag,
+        dest=LOG_LEVEL.dest,
+        type=LOG_LEVEL.argument_type(),
         metavar="{" + ",".join(LEVELS) + "}",
         help="info (default): startup, one line a task with its outcome, refusals, retries, "
         "warnings; debug adds every message and transition ($SYNAPSE_LOG_LEVEL)",
@@ -413,13 +477,15 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         help="send to the A2A agent at URL (its base URL or its agent card's URL)",
     )
     group.add_argument(
-        "--a2a-token",
+        A2A_TOKEN.flag,
+        dest=A2A_TOKEN.dest,
         metavar="TOKEN",
         help="the bearer token the A2A agent expects ($SYNAPSE_A2A_TOKEN)",
     )
     group.add_argument(
-        "--a2a-binding",
-        type=A2A_BINDING,
+        A2A_BINDING.flag,
+        dest=A2A_BINDING.dest,
+        type=A2A_BINDING.argument_type(),
         metavar="NAME",
         help="use only this A2A binding (JSONRPC, HTTP+JSON or REST, GRPC); default: the "
         "first of the agent card's interfaces this client speaks ($SYNAPSE_A2A_BINDING)",
@@ -467,7 +533,8 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     )
     outbox.add_argument("message_id", nargs="?", metavar="MESSAGE_ID", help="for retry and drop")
     outbox.add_argument(
-        "--store",
+        STORE.flag,
+        dest=STORE.dest,
         metavar="PATH",
         help="the SQLite file of `synapse serve --store PATH` ($SYNAPSE_STORE)",
     )
@@ -499,7 +566,11 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         epilog="Exit status: 0 every flow ran, 2 usage error (or no loopback port to listen on).",
     )
     demo.add_argument(
-        "--signing", type=SIGNING, metavar="{header,body}", help="signature mode (default header)"
+        SIGNING.flag,
+        dest=SIGNING.dest,
+        type=SIGNING.argument_type(),
+        metavar="{header,body}",
+        help=SIGNING.described("signature mode (default header)"),
     )
     _common(demo)
     demo.set_defaults(run=runs["demo"])

@@ -61,6 +61,17 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, parse_port(port)
 
 
+def parse_positive(text: str) -> float:
+    """A positive number (a rate, say)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"must be a positive number: {text!r}")
+    return value
+
+
 def parse_pair(text: str, what: str) -> tuple[str, str]:
     """`NAME=VALUE` → (name, value); the name must not be empty."""
     name, sep, value = text.partition("=")

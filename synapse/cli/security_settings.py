@@ -15,6 +15,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from synapse.cli.errors import CliError
+from synapse.cli.options import (
+    A2A_API_KEY_FILE,
+    A2A_BASIC_FILE,
+    A2A_CARD_JWKS,
+    A2A_CARD_SIGNING_KEY,
+    A2A_CARD_SIGNING_KID,
+    A2A_OAUTH_CLIENT,
+    A2A_OAUTH_SECRET_FILE,
+    A2A_REQUIRE_SIGNED_CARD,
+    A2A_TOKEN_FILE,
+    ALLOW_SHARED_SECRET,
+    SECRET_FILE,
+    TLS_CA,
+    TLS_CERT,
+    TLS_CLIENT_CA,
+    TLS_CLIENT_CERT,
+    TLS_CLIENT_KEY,
+    TLS_CRL,
+    TLS_KEY,
+    TLS_KEY_PASSWORD_FILE,
+    Setting,
+)
 
 if TYPE_CHECKING:
     from synapse.transport.tls import TLSConfig
@@ -31,92 +53,33 @@ class _SettingsView(Protocol):
     @property
     def config(self) -> Any: ...
 
-    def get(
-        self,
-        dest: str,
-        env: str | None,
-        key: str | None,
-        parse: Callable[[str], T],
-        default: T | None = None,
-    ) -> T | None: ...
+    def get(self, setting: Setting[T], default: T | None = None) -> T | None: ...
 
-    def switch(self, dest: str, env: str, key: str) -> bool: ...
+    def switch(self, setting: Setting[bool]) -> bool: ...
 
 
-#: Config-file keys of this module (merged into `settings.CONFIG_KEYS`).
-SECURITY_KEYS = frozenset(
-    {
-        "secret_file",
-        "allow_shared_secret",
-        "tls_cert",
-        "tls_key",
-        "tls_client_ca",
-        "tls_ca",
-        "tls_client_cert",
-        "tls_client_key",
-        "tls_key_password_file",
-        "tls_crl",
-        "a2a_token_file",
-        "a2a_security",
-        "a2a_card_signing_key",
-        "a2a_card_signing_kid",
-        "a2a_oauth_client",
-        "a2a_oauth_secret_file",
-        "a2a_api_key_file",
-        "a2a_basic_file",
-        "a2a_card_jwks",
-        "a2a_require_signed_card",
-    }
-)
 #: Extra keys of a `[[peer]]` table.
 PEER_SECURITY_KEYS = frozenset({"secret_env"})
 
-#: (flag, dest, environment variable, config key, help) of the TLS files.
-TLS_FLAGS: tuple[tuple[str, str, str, str, str], ...] = (
-    ("--tls-cert", "tls_cert", "SYNAPSE_TLS_CERT", "tls_cert", "our certificate (PEM chain)"),
-    ("--tls-key", "tls_key", "SYNAPSE_TLS_KEY", "tls_key", "its private key (PEM)"),
+#: The TLS files, with their help: each a row of `synapse.cli.options`.
+TLS_FLAGS: tuple[tuple[Setting[str], str], ...] = (
+    (TLS_CERT, "our certificate (PEM chain)"),
+    (TLS_KEY, "its private key (PEM)"),
     (
-        "--tls-client-ca",
-        "tls_client_ca",
-        "SYNAPSE_TLS_CLIENT_CA",
-        "tls_client_ca",
+        TLS_CLIENT_CA,
         "require client certificates issued by this CA (mTLS); a partner's certificate must "
         "name its agent id",
     ),
+    (TLS_CA, "verify the servers we call against this CA instead of the system's"),
     (
-        "--tls-ca",
-        "tls_ca",
-        "SYNAPSE_TLS_CA",
-        "tls_ca",
-        "verify the servers we call against this CA instead of the system's",
-    ),
-    (
-        "--tls-client-cert",
-        "tls_client_cert",
-        "SYNAPSE_TLS_CLIENT_CERT",
-        "tls_client_cert",
+        TLS_CLIENT_CERT,
         "the certificate we present to servers that ask (default: --tls-cert when "
         "--tls-client-ca is set)",
     ),
+    (TLS_CLIENT_KEY, "its private key"),
+    (TLS_KEY_PASSWORD_FILE, "file holding the password of encrypted keys"),
     (
-        "--tls-client-key",
-        "tls_client_key",
-        "SYNAPSE_TLS_CLIENT_KEY",
-        "tls_client_key",
-        "its private key",
-    ),
-    (
-        "--tls-key-password-file",
-        "tls_key_password_file",
-        "SYNAPSE_TLS_KEY_PASSWORD_FILE",
-        "tls_key_password_file",
-        "file holding the password of encrypted keys",
-    ),
-    (
-        "--tls-crl",
-        "tls_crl",
-        "SYNAPSE_TLS_CRL",
-        "tls_crl",
+        TLS_CRL,
         "certificate revocation lists (PEM) checked for client certificates we are shown and "
         "server certificates we call; a CRL of every CA issuing them is needed",
     ),
@@ -125,14 +88,17 @@ TLS_FLAGS: tuple[tuple[str, str, str, str, str], ...] = (
 
 def add_tls_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("TLS (docs/security.md in the Synapse repository)")
-    for flag, dest, env, _key, text in TLS_FLAGS:
-        group.add_argument(flag, dest=dest, metavar="PATH", help=f"{text} (${env})")
+    for setting, text in TLS_FLAGS:
+        group.add_argument(
+            setting.flag, dest=setting.dest, metavar="PATH", help=setting.described(text)
+        )
 
 
 def add_secret_flags(group: argparse._ArgumentGroup, *, serve: bool) -> None:
     """`--secret-file`, `--peer-secret-env` (and, for serve, `--allow-shared-secret`)."""
     group.add_argument(
-        "--secret-file",
+        SECRET_FILE.flag,
+        dest=SECRET_FILE.dest,
         metavar="PATH",
         help="file holding the default secret (first line); keeps it out of `ps` "
         "($SYNAPSE_SECRET_FILE)",
@@ -146,7 +112,8 @@ def add_secret_flags(group: argparse._ArgumentGroup, *, serve: bool) -> None:
     )
     if serve:
         group.add_argument(
-            "--allow-shared-secret",
+            ALLOW_SHARED_SECRET.flag,
+            dest=ALLOW_SHARED_SECRET.dest,
             action="store_true",
             default=None,
             help="accept one secret shared by several partners (any of them can then sign "
@@ -201,7 +168,7 @@ def peer_secret_envs(s: _SettingsView) -> dict[str, str]:
 
 
 def allow_shared_secret(s: _SettingsView) -> bool:
-    return s.switch("allow_shared_secret", "SYNAPSE_ALLOW_SHARED_SECRET", "allow_shared_secret")
+    return s.switch(ALLOW_SHARED_SECRET)
 
 
 def secrets_on_command_line(args: argparse.Namespace) -> list[str]:
@@ -219,10 +186,10 @@ def tls_config(s: _SettingsView, *, serving: bool) -> TLSConfig | None:
     from synapse.transport.tls import TLSConfig
 
     values: dict[str, str] = {}
-    for _flag, dest, env, config_key, _text in TLS_FLAGS:
-        value = s.get(dest, env, config_key, str)
+    for setting, _text in TLS_FLAGS:
+        value = s.get(setting)
         if value:
-            values[dest] = value
+            values[setting.dest] = value
     if not values:
         return None
     password: str | None = None
@@ -258,7 +225,6 @@ def tls_config(s: _SettingsView, *, serving: bool) -> TLSConfig | None:
 
 __all__ = [
     "PEER_SECURITY_KEYS",
-    "SECURITY_KEYS",
     "add_secret_flags",
     "add_tls_flags",
     "allow_shared_secret",
@@ -275,19 +241,22 @@ __all__ = [
 
 def add_a2a_serve_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
-        "--a2a-token-file",
+        A2A_TOKEN_FILE.flag,
+        dest=A2A_TOKEN_FILE.dest,
         metavar="PATH",
         help="bearer tokens A2A clients may present, one TOKEN[=NAME] a line "
         "($SYNAPSE_A2A_TOKEN_FILE); more schemes: [a2a_security] in --config",
     )
     group.add_argument(
-        "--a2a-card-signing-key",
+        A2A_CARD_SIGNING_KEY.flag,
+        dest=A2A_CARD_SIGNING_KEY.dest,
         metavar="PATH",
         help="sign the agent card with this private key (PEM or JWK) "
         "($SYNAPSE_A2A_CARD_SIGNING_KEY)",
     )
     group.add_argument(
-        "--a2a-card-signing-kid",
+        A2A_CARD_SIGNING_KID.flag,
+        dest=A2A_CARD_SIGNING_KID.dest,
         metavar="KID",
         help="the key id of the card signatures (default: the key's thumbprint; "
         "$SYNAPSE_A2A_CARD_SIGNING_KID)",
@@ -296,7 +265,7 @@ def add_a2a_serve_flags(group: argparse._ArgumentGroup) -> None:
 
 def a2a_token_file(s: _SettingsView, parse: Callable[[str], tuple[str, str]]) -> dict[str, str]:
     """Tokens of `--a2a-token-file` (TOKEN[=NAME] a line, each `parse`d)."""
-    path = s.get("a2a_token_file", "SYNAPSE_A2A_TOKEN_FILE", "a2a_token_file", str)
+    path = s.get(A2A_TOKEN_FILE)
     if path is None:
         return {}
     lines = _lines(Path(path), "A2A token file")
@@ -316,12 +285,10 @@ def _lines(path: Path, what: str) -> list[str]:
 
 def card_signer(s: _SettingsView) -> Any:
     """The `CardSigner` of `--a2a-card-signing-key`, or None."""
-    path = s.get(
-        "a2a_card_signing_key", "SYNAPSE_A2A_CARD_SIGNING_KEY", "a2a_card_signing_key", str
-    )
+    path = s.get(A2A_CARD_SIGNING_KEY)
     if path is None:
         return None
-    kid = s.get("a2a_card_signing_kid", "SYNAPSE_A2A_CARD_SIGNING_KID", "a2a_card_signing_kid", str)
+    kid = s.get(A2A_CARD_SIGNING_KID)
     from synapse.a2a.card_signing import CardSigner, load_key
 
     try:
@@ -443,23 +410,27 @@ def _scheme(spec: Mapping[str, Any], base: Path, ssl: Any = True) -> Any:
 
 def add_a2a_client_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
-        "--a2a-oauth-client",
+        A2A_OAUTH_CLIENT.flag,
+        dest=A2A_OAUTH_CLIENT.dest,
         metavar="CLIENT_ID",
         help="get OAuth 2.0 / OpenID Connect tokens with this client id (client-credentials "
         "grant; $SYNAPSE_A2A_OAUTH_CLIENT)",
     )
     group.add_argument(
-        "--a2a-oauth-secret-file",
+        A2A_OAUTH_SECRET_FILE.flag,
+        dest=A2A_OAUTH_SECRET_FILE.dest,
         metavar="PATH",
         help="file holding the client secret ($SYNAPSE_A2A_OAUTH_SECRET_FILE)",
     )
     group.add_argument(
-        "--a2a-api-key-file",
+        A2A_API_KEY_FILE.flag,
+        dest=A2A_API_KEY_FILE.dest,
         metavar="PATH",
         help="file holding the API key, sent where the card says ($SYNAPSE_A2A_API_KEY_FILE)",
     )
     group.add_argument(
-        "--a2a-basic-file",
+        A2A_BASIC_FILE.flag,
+        dest=A2A_BASIC_FILE.dest,
         metavar="PATH",
         help="file holding USER:PASSWORD for HTTP Basic ($SYNAPSE_A2A_BASIC_FILE)",
     )
@@ -470,12 +441,14 @@ def add_a2a_client_flags(group: argparse._ArgumentGroup) -> None:
         help="a public key (PEM or JWK) the agent card must be signed with; repeatable",
     )
     group.add_argument(
-        "--a2a-card-jwks",
+        A2A_CARD_JWKS.flag,
+        dest=A2A_CARD_JWKS.dest,
         metavar="URL",
         help="a JWKS URL whose keys may sign the agent card ($SYNAPSE_A2A_CARD_JWKS)",
     )
     group.add_argument(
-        "--a2a-require-signed-card",
+        A2A_REQUIRE_SIGNED_CARD.flag,
+        dest=A2A_REQUIRE_SIGNED_CARD.dest,
         action="store_true",
         default=None,
         help="refuse an agent whose card is unsigned or badly signed "
@@ -507,16 +480,14 @@ def a2a_client_options(s: _SettingsView) -> dict[str, Any]:
         options["ssl"] = ssl_context
         options["tls"] = tls  # the gRPC binding reads the files
     oauth: OAuthClient | None = None
-    client_id = s.get("a2a_oauth_client", "SYNAPSE_A2A_OAUTH_CLIENT", "a2a_oauth_client", str)
+    client_id = s.get(A2A_OAUTH_CLIENT)
     if client_id:
-        path = s.get(
-            "a2a_oauth_secret_file", "SYNAPSE_A2A_OAUTH_SECRET_FILE", "a2a_oauth_secret_file", str
-        )
+        path = s.get(A2A_OAUTH_SECRET_FILE)
         if path is None:
             raise CliError("--a2a-oauth-client needs --a2a-oauth-secret-file")
         oauth = OAuthClient(client_id, read_first_line(Path(path), "OAuth client secret file"))
-    api_key_file = s.get("a2a_api_key_file", "SYNAPSE_A2A_API_KEY_FILE", "a2a_api_key_file", str)
-    basic_file = s.get("a2a_basic_file", "SYNAPSE_A2A_BASIC_FILE", "a2a_basic_file", str)
+    api_key_file = s.get(A2A_API_KEY_FILE)
+    basic_file = s.get(A2A_BASIC_FILE)
     basic: tuple[str, str] | None = None
     if basic_file:
         user, sep, password = read_first_line(Path(basic_file), "Basic credentials file").partition(
@@ -536,10 +507,8 @@ def a2a_client_options(s: _SettingsView) -> dict[str, Any]:
             ssl=ssl_context if ssl_context is not None else True,
         )
     keys = [load_key(p) for p in getattr(s.args, "a2a_card_key", None) or ()]
-    jwks = s.get("a2a_card_jwks", "SYNAPSE_A2A_CARD_JWKS", "a2a_card_jwks", str)
-    required = s.switch(
-        "a2a_require_signed_card", "SYNAPSE_A2A_REQUIRE_SIGNED_CARD", "a2a_require_signed_card"
-    )
+    jwks = s.get(A2A_CARD_JWKS)
+    required = s.switch(A2A_REQUIRE_SIGNED_CARD)
     if keys or jwks:
         options["card_verifier"] = CardVerifier(
             keys=keys, jwks_url=jwks, ssl=options.get("ssl", True)

@@ -1,7 +1,8 @@
 """Settings of the command line from three sources: flags, then environment, then a TOML file.
 
 Every setting has one flag, one `SYNAPSE_…` environment variable and one key of the config file
-(`--config PATH` or `SYNAPSE_CONFIG`), and the first source that has it wins. Partners merge
+(`--config PATH` or `SYNAPSE_CONFIG`), declared together in one row of `synapse.cli.options`,
+and the first source that has it wins. Partners merge
 instead: the config file's `[[peer]]` entries, then `SYNAPSE_PEERS`, then `--peer` flags, a later
 source replacing an earlier one's entry for the same agent id. A partner's own secrets (a
 `--peer-secret-file`, `SYNAPSE_PEER_SECRET_FILES`, or the file's `secrets` / `secret_file`) beat
@@ -35,21 +36,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from synapse.cli.errors import CliError
+from synapse.cli.options import CONFIG_KEYS, RETRIES, SECRET, Setting
 from synapse.cli.parsers import (
-    parse_bool,
-    parse_count,
     parse_pair,
     parse_url,
 )
 from synapse.cli.security_settings import (
     PEER_SECURITY_KEYS,
-    SECURITY_KEYS,
     allow_shared_secret,
     peer_secret_envs,
     secret_from_file,
@@ -79,44 +78,6 @@ def callback_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:
 
 # --- the config file ---------------------------------------------------------------------------
 
-#: Top-level keys the config file may hold (a typo is an error, not a silently ignored key).
-CONFIG_KEYS = frozenset(
-    {
-        "agent_id",
-        "host",
-        "port",
-        "endpoint",
-        "secret",
-        "store",
-        "handler",
-        "signing",
-        "target",
-        "as",
-        "listen",
-        "retries",
-        "log_json",
-        "log_level",
-        "verbose",
-        "a2a",
-        "a2a_push_allow",
-        "a2a_tokens",
-        "a2a_token",
-        "a2a_default_task_type",
-        "a2a_public_url",
-        "a2a_bindings",
-        "a2a_grpc_port",
-        "a2a_grpc_public_address",
-        "a2a_binding",
-        "console",
-        "console_tokens",
-        "otel",
-        "route",
-        "peer",
-        "p2p",
-        "http",
-    }
-)
-CONFIG_KEYS |= SECURITY_KEYS  # TLS, secret files, A2A security (synapse.cli.security_settings)
 #: Tables whose keys apply to one command only, over the top-level ones (`[send]`, …).
 COMMAND_TABLES = frozenset({"serve", "send", "caps", "ping", "outbox"})
 PEER_KEYS = (
@@ -254,15 +215,10 @@ class Settings:
         path = getattr(args, "config", None) or env.get("SYNAPSE_CONFIG") or None
         return cls(args, env, load_config(path, getattr(args, "command", None)))
 
-    def get(
-        self,
-        dest: str,
-        env: str | None,
-        key: str | None,
-        parse: Callable[[str], T],
-        default: T | None = None,
-    ) -> T | None:
-        """The setting `dest`: its flag, else `$env`, else the file's `key`, else `default`."""
+    def get(self, setting: Setting[T], default: T | None = None) -> T | None:
+        """`setting` from its flag, else its environment variable, else its key in the file,
+        else `default` (each source's text read by the setting's parser)."""
+        dest, env, key, parse = setting.dest, setting.env, setting.key, setting.parse
         value = getattr(self.args, dest, None)
         if value is not None:
             result: T = value
@@ -294,26 +250,20 @@ class Settings:
             raise CliError(f"config file {self.config.path}: `{key}` has the wrong type")
         return default
 
-    def require(
-        self,
-        dest: str,
-        env: str | None,
-        key: str | None,
-        parse: Callable[[str], T],
-        *,
-        flag: str,
-    ) -> T:
-        value = self.get(dest, env, key, parse)
+    def require(self, setting: Setting[T]) -> T:
+        """`setting`, which must be given somewhere (else a usage error naming where)."""
+        value = self.get(setting)
         if value is None:
+            flag, env, key = setting.flag, setting.env, setting.key
             sources = [flag] + ([env] if env else []) + ([f"`{key}` in --config"] if key else [])
             raise CliError(f"missing {flag} (set it with {', '.join(sources)})")
         return value
 
-    def get_list(
-        self, dest: str, env: str, key: str, parse: Callable[[str], T], *, flag: str
-    ) -> list[T]:
-        """A repeatable setting: its flags, else `$env` (comma-separated), else the file's
-        `key` (a list of strings, or one comma-separated string); each item `parse`d."""
+    def get_list(self, setting: Setting[T]) -> list[T]:
+        """A repeatable setting: its flags, else its variable (comma-separated), else its key
+        in the file (a list of strings, or one comma-separated string); each item parsed."""
+        dest, flag, parse = setting.dest, setting.flag, setting.parse
+        env, key = setting.env or "", setting.key or ""
         items: list[tuple[str, str]]
         flags = getattr(self.args, dest, None)
         if flags:
@@ -338,9 +288,10 @@ class Settings:
                 raise CliError(f"bad {where} {item!r}: {exc}") from exc
         return values
 
-    def switch(self, dest: str, env: str, key: str) -> bool:
+    def switch(self, setting: Setting[bool]) -> bool:
         """A yes/no setting (its flag, declared with `default=None`, can only switch it on)."""
-        return bool(self.get(dest, env, key, parse_bool, False))
+        value: bool | None = self.get(setting, False)
+        return bool(value)
 
     # --- partners --------------------------------------------------------------------------
 
@@ -389,8 +340,8 @@ class Settings:
     def default_secret(self) -> str | None:
         """`--secret` / `$SYNAPSE_SECRET`, else the secret file, else the file's `secret`."""
         if getattr(self.args, "secret", None) or self.env.get("SYNAPSE_SECRET"):
-            return self.get("secret", "SYNAPSE_SECRET", "secret", str)
-        return secret_from_file(self) or self.get("secret", "SYNAPSE_SECRET", "secret", str)
+            return self.get(SECRET)
+        return secret_from_file(self) or self.get(SECRET)
 
     def partner(self, entry: PeerEntry, files: Mapping[str, Path], default: str | None) -> Partner:
         """`entry` as a `Partner`, with its own secrets if it has any, else `default`."""
@@ -456,7 +407,7 @@ class Settings:
         values = dict(base)
         values.update({name: getattr(checked, name) for name in file_p2p})
         values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-        retries = self.get("retries", "SYNAPSE_RETRIES", "retries", parse_count)
+        retries = self.get(RETRIES)
         if retries is not None:
             values["max_retries"] = retries
         try:
@@ -493,17 +444,6 @@ DURATION_SETTINGS = frozenset(
         "request_timeout",
     }
 )
-
-
-def parse_positive(text: str) -> float:
-    """A positive number (a rate, say)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise ValueError(f"must be a positive number: {text!r}")
-    return value
 
 
 def _split_list(text: str) -> list[str]:

@@ -6,7 +6,7 @@ the file, never converted behind the user's back.
 
 How to add a setting: give it a field in `FileValues` (top-level and per-command keys) with
 the type its TOML value must have, or add a field to `P2PConfig` (the `[p2p]` table follows
-it by itself) or to `HttpLimits` (the `[http]` table). A key known to `settings.CONFIG_KEYS`
+it by itself) or to `HttpLimits` (the `[http]` table). A key known to `options.CONFIG_KEYS`
 but not declared here is still typed, by the parser its command reads it with (see
 `toml_type_of`).
 """

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from docskit import Shell, block, document, lines, run_block, shell, starting
 
+from synapse.cli.options import PORT
+
 CLI = document("cli.md")
 A2A = document("a2a.md")
 
@@ -351,7 +353,7 @@ def test_the_config_files_of_cli_md_are_taken(tmp_path: Path) -> None:
     (tmp_path / "agent-q.secrets").write_text("q-newest\nq-previous\n", encoding="utf-8")
     args = build_parser().parse_args(["serve", "--config", str(tmp_path / "exec.toml")])
     settings = Settings.load(args, {})
-    assert settings.get("port", None, "port", int) == 8080
+    assert settings.get(PORT) == 8080
     assert settings.p2p_config().max_concurrent_tasks == 20
     assert settings.http_limits().max_connections == 1024
 

@@ -22,6 +22,8 @@ from clikit import (
     url,
 )
 
+from synapse.cli.options import PORT
+
 
 def one_error(result: subprocess.CompletedProcess[str], status: int = 2) -> str:
     no_traceback(result)
@@ -276,7 +278,7 @@ def test_typed_values_of_the_right_type_still_work(tmp_path: Path) -> None:
         "[http]\nheader_timeout = 2\nmax_connections = 50\n"
     )
     s = Settings.load(build_parser().parse_args(["serve", "--config", str(config)]), {})
-    assert s.get("port", None, "port", int) == 8080
+    assert s.get(PORT) == 8080
     assert s.p2p_config().max_concurrent_tasks == 7
     assert s.p2p_config().task_timeout == 60.0
     limits = s.http_limits()

@@ -9,6 +9,7 @@ import pytest
 
 from synapse.cli.errors import CliError
 from synapse.cli.main import build_parser
+from synapse.cli.options import AGENT_ID, AS, HOST, PORT, STORE
 from synapse.cli.parsers import parse_listen
 from synapse.cli.settings import Settings
 from synapse.cli.terminal import parse_field, parse_value
@@ -27,10 +28,10 @@ def test_flag_beats_environment_beats_config_file(tmp_path: Path) -> None:
     config = write(tmp_path / "c.toml", 'agent_id = "from-file"\nhost = "10.0.0.1"\nport = 3\n')
     env = {"SYNAPSE_AGENT_ID": "from-env", "SYNAPSE_PORT": "2"}
     s = settings(["serve", "--config", config, "--port", "1"], env)
-    assert s.get("port", "SYNAPSE_PORT", "port", int) == 1
-    assert s.get("agent_id", "SYNAPSE_AGENT_ID", "agent_id", str) == "from-env"
-    assert s.get("host", "SYNAPSE_HOST", "host", str) == "10.0.0.1"
-    assert s.get("store", "SYNAPSE_STORE", "store", str, "memory") == "memory"
+    assert s.get(PORT) == 1
+    assert s.get(AGENT_ID) == "from-env"
+    assert s.get(HOST) == "10.0.0.1"
+    assert s.get(STORE, "memory") == "memory"
 
 
 def test_config_file_from_the_environment_and_command_tables(tmp_path: Path) -> None:
@@ -44,10 +45,10 @@ def test_config_file_from_the_environment_and_command_tables(tmp_path: Path) -> 
         """,
     )
     s = settings(["send", "echo"], {"SYNAPSE_CONFIG": config})
-    assert s.get("as_", "SYNAPSE_AS", "as", str) == "agent-r"
-    assert s.get("agent_id", "SYNAPSE_AGENT_ID", "agent_id", str) == "agent-x"
+    assert s.get(AS) == "agent-r"
+    assert s.get(AGENT_ID) == "agent-x"
     s = settings(["serve"], {"SYNAPSE_CONFIG": config})
-    assert s.get("agent_id", "SYNAPSE_AGENT_ID", "agent_id", str) == "agent-e"
+    assert s.get(AGENT_ID) == "agent-e"
 
 
 def test_partners_merge_by_id_and_own_secrets_beat_the_default(tmp_path: Path) -> None:
