@@ -88,6 +88,19 @@ async def test_the_version_header_is_checked(
         assert info["metadata"]["supportedVersions"] == "1.0"
 
 
+async def test_the_json_rpc_url_with_a_slash_added_is_the_same_endpoint(a2a_peer: A2APeer) -> None:
+    """Clients that join "/" onto the card's URL (httpx's `base_url`, the A2A TCK's client)
+    POST `/a2a/`: answered as at `/a2a`."""
+    async with httpx.AsyncClient(base_url=f"{a2a_peer.base_url}/a2a", timeout=10) as http:
+        response = await http.post(
+            "/",
+            json={"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "x"}},
+            headers=V1,
+        )
+    assert str(response.url).endswith("/a2a/")
+    assert response.status_code == 200 and response.json()["error"]["code"] == -32001
+
+
 # --- JSON-RPC errors ------------------------------------------------------------------------
 
 

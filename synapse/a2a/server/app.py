@@ -152,6 +152,9 @@ class A2AServer:
         app.router.add_get(wire.AGENT_CARD_PATH, self.handle_card)
         if wire.JSONRPC_BINDING in self.bindings:
             app.router.add_post(self.path, self.jsonrpc.handle)
+            # The card's URL with a slash added, as HTTP clients that join "/" onto a base URL
+            # (httpx's `base_url`, the A2A TCK's client) POST it: the same endpoint.
+            app.router.add_post(self.path.rstrip("/") + "/", self.jsonrpc.handle)
         if wire.REST_BINDING in self.bindings:
             self.rest.add_routes(app, self.path)
         if wire.GRPC_BINDING in self.bindings:
