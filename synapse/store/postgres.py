@@ -1,12 +1,14 @@
 """The PostgreSQL store: one database that several replicas of one agent can share.
 
-Writes are buffered on the event loop by the `put_*` calls and sent, a batch per `commit()`,
-in one transaction over a connection of an asynchronous pool (psycopg 3, pipeline mode: one
-round trip per batch, not per row). Batches are written one after the other, in the order of
-their `commit()` calls, so a task's later state never lands before an earlier one, and when
-`commit()` returns every earlier batch is durable too. A commit that fails (the database is
-down, a constraint, a lost connection) raises: nothing of the batch is applied, and the
-runtime must not acknowledge what it carried.
+Writes are buffered on the event loop by the `put_*` calls and made durable by `commit()`.
+Commits that arrive while a transaction is being written join the next one (a group commit):
+one transaction carries the writes of every message that came in meanwhile, over a connection
+of an asynchronous pool, and BEGIN, the fence of replicas' leases, the writes and COMMIT travel
+in one pipelined round trip (psycopg 3 pipeline mode). Transactions are written one after the
+other, in the order of their commits, so a task's later state never lands before an earlier
+one, and when `commit()` returns every earlier commit is durable too. A commit that fails (the
+database is down, a constraint, a lost connection) raises: nothing of its transaction is
+applied, and the runtime must not acknowledge what it carried.
 
 What is synchronous, and why: the store interface looks finished tasks and dedup entries up
 by key while a message is being checked, on the event loop (`get_task`, `get_dedup`,
@@ -166,6 +168,47 @@ def encode_record(record: TaskRecord) -> bytes:
 _CONTEXT_ID = "synapse_context_id(record)"
 
 
+#: The message `synapse_fence_all` raises when a lease of the batch is not held as expected.
+_FENCE_REFUSED = "synapse: lease not held"
+
+
+@dataclasses.dataclass(slots=True)
+class _Commit:
+    """One `commit()` call: its writes, how many of them outlive a failure (the rest the
+    caller rolls back), and the future it awaits (the tasks lost if it was fenced out)."""
+
+    ops: list[_Op]
+    keep: int
+    done: asyncio.Future[frozenset[TaskKey] | None] | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class _Group:
+    """The commits one transaction writes."""
+
+    commits: list[_Commit] = dataclasses.field(default_factory=list)
+
+    def join(self, commit: _Commit) -> asyncio.Future[frozenset[TaskKey] | None]:
+        commit.done = asyncio.get_running_loop().create_future()
+        self.commits.append(commit)
+        return commit.done
+
+    def settle(
+        self,
+        error: BaseException | None,
+        lost: Sequence[frozenset[TaskKey] | None] = (),
+    ) -> None:
+        """Each commit's outcome: `error` for all, or its lost tasks (None: written)."""
+        for n, commit in enumerate(self.commits):
+            done = commit.done
+            if done is None or done.done():
+                continue
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(lost[n] if n < len(lost) else None)
+
+
 class PostgresStore(OutboxMaintenance):
     """`TaskStore` in a PostgreSQL database (see the module's docstring)."""
 
@@ -203,8 +246,11 @@ class PostgresStore(OutboxMaintenance):
         #: The writes of batches that failed for want of the database (connection lost,
         #: server down): written first by the next batch, in order.
         self._retry: list[_Op] = []
-        self._write_lock: asyncio.Lock | None = None
-        self._last: asyncio.Future[frozenset[TaskKey] | None] | None = None
+        #: Commits waiting for the next transaction, the one being written, and the task
+        #: writing them one after the other (see `commit`).
+        self._forming: _Group | None = None
+        self._writing: _Group | None = None
+        self._writer: asyncio.Future[None] | None = None
         self._seq_next = 0
         self._seq_end = 0
         self.commits = 0
@@ -234,13 +280,18 @@ class PostgresStore(OutboxMaintenance):
             return cur.fetchall() if cur.description is not None else []
 
     async def execute(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """One statement in its own transaction on a pooled connection, without blocking
-        the loop (statements that may wait for a row lock must not run on `_read`'s
-        connection: the loop would wait for a transaction that needs the loop to end)."""
+        """One statement, in autocommit (its own transaction, one round trip: no BEGIN and
+        COMMIT of their own), on a pooled connection, without blocking the loop (statements
+        that may wait for a row lock must not run on `_read`'s connection: the loop would
+        wait for a transaction that needs the loop to end)."""
         pool = await self._open_pool()
-        async with pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(query.encode(), params)
-            return await cur.fetchall() if cur.description is not None else []
+        async with pool.connection() as conn:
+            await conn.set_autocommit(True)
+            try:
+                cur = await conn.execute(query.encode(), params)
+                return await cur.fetchall() if cur.description is not None else []
+            finally:
+                await conn.set_autocommit(False)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -489,103 +540,169 @@ class PostgresStore(OutboxMaintenance):
 
     # --- committing -------------------------------------------------------------------------
 
-    async def _write(self, ops: list[_Op], keep: int) -> frozenset[TaskKey] | None:
-        """Write the batch; if the caller's own writes were dropped (fenced out), returns the
-        tasks lost thereby (the rest of the batch is written all the same: others wait on
-        it), else None."""
-        if self._write_lock is None:
-            self._write_lock = asyncio.Lock()
-        async with self._write_lock:  # batches land in the order they were committed
-            batch = self._retry + ops
-            if not batch:
-                return None
-            own = len(self._retry) + keep  # the caller's own writes start here
-            lost: frozenset[TaskKey] = frozenset()
-            dropped: set[Tag] = set()
-            refused = False
-            try:
-                pool = await self._open_pool()
-                async with pool.connection() as conn, conn.transaction():
-                    cur = conn.cursor()
-                    dropped = await self._fenced_out(cur, batch)
-                    if dropped:
-                        refused = any(op[3] in dropped for op in batch[own:])
-                        batch = [
-                            op
-                            for n, op in enumerate(batch)
-                            if op[3] not in dropped and not (refused and n >= own)
-                        ]
-                    async with conn.pipeline():
-                        for query, params, many, _tag in batch:
-                            if many:
-                                await cur.executemany(query.encode(), params)
-                            else:
-                                await cur.execute(query.encode(), params)
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                # The database cannot be reached or written now: nothing of the batch was
-                # written. Keep it for the next commit, except what the caller rolls back.
-                self._retry = self._retry + ops[:keep]
-                raise StoreUnavailable(f"postgresql: {exc}") from exc
-            except BaseException:
-                self._retry = []  # a statement's own failure (fenced out, a bug): not retried
-                raise
-            self._retry = []
-            self.commits += 1
-            if dropped:
-                assert self.fence is not None
-                lost = self.fence.fenced_out(frozenset(dropped))
-                log.warning("writes_fenced_out", tasks=len(dropped), lost=len(lost), own=refused)
-            return lost if refused else None
+    async def _write_groups(self) -> None:
+        """Write the forming group, then the one that formed meanwhile, until none is left:
+        commits made while a transaction is in flight share the next one (a group commit)."""
+        try:
+            while self._forming is not None:
+                group, self._forming = self._forming, None
+                self._writing = group
+                await self._write(group)
+        finally:
+            self._writing = None
+            self._writer = None
 
-    async def _fenced_out(self, cur: psycopg.AsyncCursor[Any], batch: list[_Op]) -> set[Tag]:
-        """The leases of the batch's writes that this replica no longer holds, checked (and
-        share-locked until the commit) in one statement; nothing when there are no replicas.
+    async def _write(self, group: _Group) -> None:
+        """Write `group`'s commits (after the writes of a batch that failed for want of the
+        database) in one transaction, and settle each commit: written; fenced out (its own
+        writes dropped, because one of its tasks was taken over: the other commits' writes
+        are written all the same); or failed with the transaction."""
+        commits = group.commits
+        batch = list(self._retry)
+        spans: list[tuple[int, int]] = []
+        for commit in commits:
+            # A commit's own writes are those after `keep` (the message it commits, which
+            # its caller undoes if refused); those before were buffered by others.
+            spans.append((len(batch) + commit.keep, len(batch) + len(commit.ops)))
+            batch.extend(commit.ops)
+        refused: list[bool] = [False] * len(commits)
+        dropped: set[Tag] = set()
+        try:
+            if batch:
+                pool = await self._open_pool()
+                async with pool.connection() as conn:
+                    dropped = await self._transaction(conn, batch, spans, refused)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            # The database cannot be reached or written now: nothing of the batch was
+            # written. Keep it for the next commit, except what each caller rolls back.
+            self._retry = self._retry + [op for c in commits for op in c.ops[: c.keep]]
+            group.settle(StoreUnavailable(f"postgresql: {exc}"))
+            return
+        except BaseException as exc:
+            self._retry = []  # a statement's own failure (a bug): not retried
+            group.settle(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._retry = []
+        if batch:
+            self.commits += 1
+        lost: frozenset[TaskKey] = frozenset()
+        if dropped:
+            assert self.fence is not None
+            lost = self.fence.fenced_out(frozenset(dropped))
+            log.warning("writes_fenced_out", tasks=len(dropped), lost=len(lost), own=any(refused))
+        group.settle(None, [lost if r else None for r in refused])
+
+    async def _transaction(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        batch: list[_Op],
+        spans: list[tuple[int, int]],
+        refused: list[bool],
+    ) -> set[Tag]:
+        """Write `batch` in one transaction; return the leases found lost. Their writes are
+        dropped, and so are the own writes (`spans`) of every commit that had one among them:
+        `refused` says which commits."""
+        fence = self.fence
+        tags = {op[3] for op in batch if op[3] is not None}
+        if fence is None or not tags:
+            async with conn.transaction():
+                await self._send(conn.cursor(), batch)
+            return set()
+        try:
+            # The usual case, in one round trip: BEGIN, the fence (which aborts the
+            # transaction if a lease is not held as the writes expect), the writes, COMMIT.
+            async with conn.pipeline(), conn.transaction():
+                cur = conn.cursor()
+                await cur.execute(
+                    b"SELECT synapse_fence_all(%s, %s, %s, %s, %s)", self._fence_params(tags)
+                )
+                await self._send(cur, batch)
+            return set()
+        except psycopg.errors.RaiseException as exc:
+            if _FENCE_REFUSED not in str(exc):
+                raise
+        # A task was taken over: find which leases are lost, and write the rest.
+        async with conn.transaction():
+            cur = conn.cursor()
+            dropped = await self._fenced_out(cur, tags)
+            withdrawn: set[int] = set()  # the own writes of each commit that lost a task
+            for n, (start, end) in enumerate(spans):
+                refused[n] = any(op[3] in dropped for op in batch[start:end])
+                if refused[n]:
+                    withdrawn.update(range(start, end))
+            kept = [op for i, op in enumerate(batch) if op[3] not in dropped and i not in withdrawn]
+            async with conn.pipeline():
+                await self._send(cur, kept)
+        return dropped
+
+    @staticmethod
+    async def _send(cur: psycopg.AsyncCursor[Any], batch: list[_Op]) -> None:
+        for query, params, many, _tag in batch:
+            if many:
+                await cur.executemany(query.encode(), params)
+            else:
+                await cur.execute(query.encode(), params)
+
+    def _fence_params(self, tags: set[Tag]) -> tuple[Any, ...]:
+        fence = self.fence
+        assert fence is not None
+        wanted = sorted(tags, key=lambda tag: (tag[0].requester, tag[0].task_id, tag[1]))
+        return (
+            [key.requester for key, _ in wanted],
+            [key.task_id for key, _ in wanted],
+            [epoch for _, epoch in wanted],
+            fence.replica_id,
+            fence.claim_until(),
+        )
+
+    async def _fenced_out(self, cur: psycopg.AsyncCursor[Any], tags: set[Tag]) -> set[Tag]:
+        """The leases among `tags` that this replica no longer holds, checked (and
+        share-locked until the commit) in one statement.
 
         Fencing task by task, not the batch whole: a batch carries the writes of many tasks,
         and one task taken over must not take the others' writes down with it (they would be
         lost while the runtime goes on to deliver what it believes committed)."""
-        fence = self.fence
-        tags = {op[3] for op in batch if op[3] is not None}
-        if fence is None or not tags:
-            return set()
-        wanted = sorted(tags, key=lambda tag: (tag[0].requester, tag[0].task_id, tag[1]))
         await cur.execute(
             b"SELECT ok_requester, ok_task_id, ok_epoch "
             b"FROM synapse_fence_many(%s, %s, %s, %s, %s)",
-            (
-                [key.requester for key, _ in wanted],
-                [key.task_id for key, _ in wanted],
-                [epoch for _, epoch in wanted],
-                fence.replica_id,
-                fence.claim_until(),
-            ),
+            self._fence_params(tags),
         )
         held = {(TaskKey(r, t), int(e)) for r, t, e in await cur.fetchall()}
         return tags - held
 
     async def commit(self, *, discard_after: int | None = None) -> None:
-        """Write every buffered change in one transaction. With nothing buffered, wait only
-        for the latest batch still being written, or write a failed one again.
+        """Make every buffered change durable. Commits made while a transaction is being
+        written join the next one (a group commit): each returns once the transaction
+        holding its writes is committed, and transactions are written in the order of their
+        commits. With nothing buffered, wait for the transaction holding what others took
+        (the latest one), or write a failed one again.
 
-        Raises `StoreUnavailable` when the database cannot be reached; the batch's writes
+        Raises `StoreUnavailable` when the database cannot be reached; the commit's writes
         (but those after `discard_after`, which the caller undoes) are tried again by the
-        next commit.
+        next commit. Raises `FencedOut` when one of its tasks was taken over by another
+        replica: none of its writes were made.
         """
         ops, self._pending = self._pending, []
         base, self._taken = self._taken, self._taken + len(ops)
         if not ops and not self._retry:
-            # The latest batch may hold this caller's writes (buffered before someone else
-            # committed them): if it failed, so does this commit, so nothing is sent or
+            # The latest transaction may hold this caller's writes (buffered before someone
+            # else committed them): if it fails, so does this commit, so nothing is sent or
             # acknowledged on the strength of writes that were rolled back.
-            last = self._last
-            if last is not None:
-                await asyncio.shield(last)
+            latest = self._forming or self._writing
+            if latest is None:
+                return
+            await asyncio.shield(latest.join(_Commit([], 0)))
             return
         keep = len(ops) if discard_after is None else max(0, min(discard_after - base, len(ops)))
-        batch = asyncio.ensure_future(self._write(ops, keep))
-        self._last = batch
+        if self._forming is None:
+            self._forming = _Group()
+        done = self._forming.join(_Commit(ops, keep))
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write_groups())
         # Shielded: a cancelled caller must not abandon a transaction half sent.
-        lost = await asyncio.shield(batch)
+        lost = await asyncio.shield(done)
         if lost is not None:
             raise FencedOut("another replica owns the task now; retry", lost)
 
@@ -605,6 +722,8 @@ class PostgresStore(OutboxMaintenance):
         try:
             if self._pending or self._retry:  # a failed batch was reported to its callers
                 await self.commit()
+            if self._writer is not None:
+                await asyncio.shield(self._writer)
         finally:
             if self._pool_opened:
                 await self._pool.close()

@@ -1,0 +1,128 @@
+"""Group commit on a real PostgreSQL server: commits that arrive together share one
+transaction, each returns once that transaction is durable, a failed transaction refuses every
+commit in it and loses none of their writes, and a commit whose task was taken over is refused
+alone while the others in its transaction are written."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+from storekit import Duo
+
+from synapse.p2p.engine import TaskKey
+from synapse.store.base import FencedOut, StoreUnavailable
+from synapse.store.memory import MemoryStore
+from synapse.store.postgres import PostgresStore
+
+MESSAGES = 20
+
+
+def keys(n: int) -> list[TaskKey]:
+    return [TaskKey("agent-r", f"t-{i}") for i in range(n)]
+
+
+async def messages(duo: Duo, store: PostgresStore, n: int) -> list[Any]:
+    """`n` messages handled at once, as the runtime does: each buffers its writes (a new
+    task, here) and commits them before it answers."""
+
+    async def one(i: int) -> None:
+        duo.submit(task_id=f"t-{i}")
+        await store.commit()
+
+    return await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+
+
+async def test_concurrent_commits_share_one_transaction(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    duo = Duo(MemoryStore(), store)
+    before = store.commits
+    assert await messages(duo, store, MESSAGES) == [None] * MESSAGES
+    assert store.commits - before == 1  # one transaction for the twenty
+    reader = PostgresStore(pg_url)
+    assert all(reader.get_task(key) is not None for key in keys(MESSAGES))
+    await reader.close()
+    await store.close()
+
+
+async def test_commits_made_during_a_transaction_join_the_next_one(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(pg_url)
+    duo = Duo(MemoryStore(), store)
+    started, release = asyncio.Event(), asyncio.Event()
+    write = store._transaction
+
+    async def held(*args: Any) -> Any:  # the first transaction waits until the others came
+        started.set()
+        await release.wait()
+        return await write(*args)
+
+    monkeypatch.setattr(store, "_transaction", held)
+    duo.submit(task_id="first")
+    first = asyncio.ensure_future(store.commit())
+    await started.wait()
+
+    async def one(i: int) -> None:
+        duo.submit(task_id=f"t-{i}")
+        await store.commit()
+
+    rest = [asyncio.ensure_future(one(i)) for i in range(MESSAGES)]
+    # Scheduled after the first step of each (asyncio runs callbacks in order): by then all
+    # twenty have buffered their writes and joined the next transaction.
+    asyncio.get_running_loop().call_soon(release.set)
+    await first
+    assert await asyncio.gather(*rest) == [None] * MESSAGES
+    assert store.commits == 2  # the first alone, then the twenty that came meanwhile
+    await store.close()
+
+
+async def test_a_failed_group_refuses_every_commit_in_it_and_loses_none(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresStore(pg_url)
+    duo = Duo(MemoryStore(), store)
+
+    async def unreachable() -> Any:
+        raise psycopg.OperationalError("connection refused")
+
+    reach = store._open_pool
+    monkeypatch.setattr(store, "_open_pool", unreachable)
+    outcomes = await messages(duo, store, MESSAGES)
+    assert all(isinstance(outcome, StoreUnavailable) for outcome in outcomes)
+    reader = PostgresStore(pg_url)
+    assert all(reader.get_task(key) is None for key in keys(MESSAGES))  # nothing half written
+    monkeypatch.setattr(store, "_open_pool", reach)
+    await store.commit()  # the database is back: the next commit writes all of them
+    assert all(reader.get_task(key) is not None for key in keys(MESSAGES))
+    await reader.close()
+    await store.close()
+
+
+async def test_a_fenced_commit_is_refused_alone_in_its_group(pair) -> None:  # type: ignore[no-untyped-def]
+    (a, b), clock = pair
+    duo = Duo(MemoryStore(), a.store)
+    kept, taken = duo.submit(task_id="kept"), duo.submit(task_id="taken")
+    await a.store.commit()
+    clock.now += 11
+    assert await b.take_over(taken) is not None
+
+    async def message(key: TaskKey) -> None:
+        mark = a.store.mark()
+        duo.complete(key)
+        try:
+            await a.store.commit(discard_after=mark)
+        except FencedOut:
+            a.store.discard(mark)
+            raise
+
+    outcomes = await asyncio.gather(message(kept), message(taken), return_exceptions=True)
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], FencedOut) and outcomes[1].keys == frozenset({taken})
+    assert a.store.commits == 2  # the first, then the group (written again without `taken`)
+    done = a.store.get_task(kept)
+    assert done is not None and done.state.value == "completed"
+    stolen = b.store.get_task(taken)
+    assert stolen is not None and stolen.state.value == "executing"
