@@ -76,7 +76,9 @@ def _as_postgres(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
-def start_server() -> PgServer:
+def start_server(*, durable: bool = False, statements: bool = False) -> PgServer:
+    """A throw-away server on 127.0.0.1. `durable`: PostgreSQL's own defaults (fsync and
+    synchronous_commit on), for benchmarks; `statements`: pg_stat_statements loaded."""
     initdb, pg_ctl = find_binary("initdb"), find_binary("pg_ctl")
     if initdb is None or pg_ctl is None:
         missing(INSTALL_HINT)
@@ -95,10 +97,11 @@ def start_server() -> PgServer:
     port = free_port()
     # Durability of the server itself is not under test (no test stops PostgreSQL uncleanly):
     # fsync off keeps the tests fast on a loaded machine.
-    options = (
-        f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=300 "
-        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-    )
+    options = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=300"
+    if not durable:
+        options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    if statements:
+        options += " -c shared_preload_libraries=pg_stat_statements"
     start = [pg_ctl, "start", "-D", str(data), "-w", "-t", "60", "-l", str(root / "log")]
     subprocess.run(
         _as_postgres([*start, "-o", options]),

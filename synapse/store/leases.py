@@ -94,6 +94,11 @@ class Ownership:
         #: The epoch of each lease this replica holds, and when it was taken.
         self.held: dict[TaskKey, int] = {}
         self.claimed_at: dict[TaskKey, float] = {}
+        #: When the leases held at the last renewal run out (as this replica's clock says).
+        self.renewed_until = 0.0
+        #: Outbox rows this replica wrote already claimed, with the lease (task, epoch) they
+        #: were written under: their first POST needs no claim (`claim_delivery`).
+        self.preclaimed: dict[str, tuple[TaskKey, int]] = {}
         #: Told of each task whose lease turned out lost (a fenced-out write, a renewal):
         #: the runtime lets it go (`synapse.transport.replicas`).
         self.on_lost: Callable[[TaskKey], None] | None = None
@@ -117,6 +122,21 @@ class Ownership:
     def claim_until(self) -> float:
         return self.clock() + self.ttl
 
+    def preclaim(self, message_id: str, key: TaskKey) -> float | None:
+        """An outbox row this replica writes under `key`'s lease is written claimed by it,
+        until the lease runs out (renewed with the lease): returns that time, or None when
+        the lease is not ours (the write is fenced out anyway)."""
+        epoch = self.held.get(key)
+        if epoch is None:
+            return None
+        self.preclaimed[message_id] = (key, epoch)
+        return self.lease_until(key)
+
+    def lease_until(self, key: TaskKey) -> float:
+        """When `key`'s lease runs out, as far as this replica knows: a TTL after it was
+        taken or last renewed."""
+        return max(self.claimed_at.get(key, 0.0) + self.ttl, self.renewed_until)
+
     def fenced_out(self, tags: frozenset[tuple[TaskKey, int]]) -> frozenset[TaskKey]:
         lost = set()
         for key, epoch in tags:
@@ -136,6 +156,17 @@ class Ownership:
         """May this replica POST `item` now? Claims its outbox row (see the module's
         docstring), waiting while another replica's claim on the task's messages runs."""
         key = item.key
+        written = self.preclaimed.pop(item.message_id, None)
+        if (
+            written is not None
+            and key is not None
+            and written == (key, self.held.get(key))
+            and self.clock() < self.lease_until(key) - self.ttl / 3
+        ):
+            # Written by this replica under the lease it still holds at that epoch, claimed
+            # by it in the same fenced transaction: no other replica may claim the row while
+            # the lease holds, and the task's older rows went first (one queue per task).
+            return "send"
         while True:
             epoch = self.held.get(key) if key is not None else None
             if epoch is None:
@@ -375,6 +406,14 @@ class Ownership:
             "UPDATE replicas SET seen_at = %s WHERE replica_id = %s", (now, self.replica_id)
         )
         still = {(TaskKey(str(r), str(t)), int(str(e))) for r, t, e in rows}
+        self.renewed_until = now + self.ttl
+        # Rows written claimed whose task is not ours any more (or whose write was undone)
+        # will never be delivered from here: forget them.
+        self.preclaimed = {
+            message_id: (key, epoch)
+            for message_id, (key, epoch) in self.preclaimed.items()
+            if self.held.get(key) == epoch
+        }
         lost = {
             key
             for key, epoch in before.items()

@@ -101,6 +101,11 @@ class Fence(Protocol):
         Returns the tasks thereby lost (a tag older than the lease held now loses none)."""
         ...
 
+    def preclaim(self, message_id: str, key: TaskKey) -> float | None:
+        """Until when the outbox row `message_id`, written under `key`'s lease, is claimed
+        by this replica (None: not claimed)."""
+        ...
+
 
 def is_postgres_url(spec: str) -> bool:
     return spec.startswith(("postgresql://", "postgres://"))
@@ -473,12 +478,18 @@ class PostgresStore(OutboxMaintenance):
 
     def add_outbox(self, item: OutboxItem) -> None:
         key = item.key
+        claimed_by: str | None = None
+        claimed_until: float | None = None
         if key is not None and self.fence is not None:
             self._outbox_keys[item.message_id] = key
+            # Written claimed by this replica, in the transaction fenced by the task's lease:
+            # its first POST needs no claim of its own.
+            claimed_until = self.fence.preclaim(item.message_id, key)
+            claimed_by = self.fence.replica_id if claimed_until is not None else None
         self._pending.append(
             (
-                f"INSERT INTO outbox ({_OUTBOX_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING",
+                f"INSERT INTO outbox ({_OUTBOX_COLUMNS}, claimed_by, claimed_until) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                 (
                     item.seq,
                     item.message_id,
@@ -487,6 +498,8 @@ class PostgresStore(OutboxMaintenance):
                     key.task_id if key else None,
                     item.body,
                     item.created_at,
+                    claimed_by,
+                    claimed_until,
                 ),
                 False,
                 self._tag(key),

@@ -95,13 +95,13 @@ class Replicas:
         if key is None or key in self.ownership.held:
             return None
         own = self.ownership
+        # A task_request is usually a new task: claim its lease first (one statement), and
+        # look the lease up only when another replica has it.
+        if inbound.head.type is MessageType.TASK_REQUEST and await own.claim(key):
+            return None  # a new task, ours now: here
         lease = await own.lookup(key)
         if lease is None:
-            if inbound.head.type is not MessageType.TASK_REQUEST or await own.claim(key):
-                return None  # a new task (now ours), or one no replica owns: here
-            lease = await own.lookup(key)
-            if lease is None:
-                return None
+            return None  # no replica owns it (or the task is over): here
         if lease.holder == own.replica_id and lease.expires_at >= own.clock():
             return None  # ours (being claimed right now, or let go and not run out yet)
         if lease.expires_at < own.clock():

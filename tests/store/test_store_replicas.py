@@ -5,6 +5,7 @@ partner liveness and heartbeats, and retention purges that delete each row once.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from storekit import T0, Clock, outbox_item
 
@@ -49,20 +50,31 @@ async def test_one_message_of_a_task_in_flight_at_a_time_in_order_as_the_lease_m
     await a.store.commit()
     first, second, third = "m7000", "m12", "m5000"
 
+    # The owner writes its rows claimed by itself, until its lease runs out: no other
+    # replica may send them meanwhile, and its own first POST of each needs no claim.
+    assert await claimed_now(a) == [first, second, third]
     assert await b.claim_delivery(outbox_item(7000, first)) == "lost"  # not b's task
+    assert await verdict(b, first) == "lost"
     assert await verdict(a, second) == "behind"  # the oldest goes first
     clock.now += 5
-    assert await a.claim_delivery(outbox_item(7000, first)) == "send"
-    assert await claimed_now(a) == [first]
+    sent = a.store.execute
+    statements: list[str] = []
 
-    clock.now += 6  # a stops renewing: its lease runs out, b takes the task over
+    async def counted(query: str, params: Any = ()) -> Any:
+        statements.append(query)
+        return await sent(query, params)
+
+    a.store.execute = counted  # type: ignore[method-assign]
+    assert await a.claim_delivery(outbox_item(7000, first)) == "send"
+    assert statements == []  # written claimed under the lease still held: no claim to make
+    a.store.execute = sent  # type: ignore[method-assign]
+
+    clock.now += 6  # a stops renewing: its lease runs out, and its claims with it
     assert await verdict(a, first) == "busy"  # ours, but run out: no new POST
     assert await b.take_over(TASK) is not None
-    assert await verdict(b, first) == "busy"  # a's POST may still be on the wire
     assert await verdict(a, second) == "lost"
-    clock.now += 5  # a's claim expired with it
-    assert await b.claim_delivery(outbox_item(7000, first)) == "send"
-    assert await verdict(b, second) == "behind"
+    assert await b.claim_delivery(outbox_item(7000, first)) == "send"  # b sends it again
+    assert await verdict(b, second) == "behind"  # and the rest after it, in order
     assert await claimed_now(b) == [first]
 
     b.store.remove_outbox(first)  # delivered
