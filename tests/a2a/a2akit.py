@@ -36,6 +36,17 @@ def free_port() -> int:
         return port
 
 
+def reserved_port() -> socket.socket:
+    """A port held for a server a test starts later: bound with SO_REUSEADDR and never
+    listening, so that no other bind takes it meanwhile (an ephemeral port of another server
+    or connection), while a server binding it with `reuse_address=True` still can. Close it
+    when the test is done."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 def fast_config(**overrides: Any) -> P2PConfig:
     """Retries and heartbeats in tens of milliseconds, so that faults heal within a test."""
     values: dict[str, Any] = {

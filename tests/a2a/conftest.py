@@ -40,6 +40,7 @@ else:
         UvicornThread,
         fast_config,
         free_port,
+        reserved_port,
     )
 
     from synapse.a2a import enable_a2a
@@ -48,8 +49,10 @@ else:
 
     @pytest.fixture
     async def a2a_peer() -> AsyncIterator[A2APeer]:
-        """The demo handler served over A2A; push allowed to /hooks on a reserved port."""
-        hook_port = free_port()
+        """The demo handler served over A2A; push allowed to /hooks on a reserved port (held
+        until the test ends: a webhook receiver may bind it at any time)."""
+        placeholder = reserved_port()
+        hook_port = placeholder.getsockname()[1]
         peer = Peer("agent-a", handler=DemoHandler(), config=fast_config())
         server = enable_a2a(
             peer,
@@ -63,6 +66,7 @@ else:
             yield A2APeer(peer, server, f"http://127.0.0.1:{peer.port}", hook_port)
         finally:
             await peer.close(drain_timeout=0.5)
+            placeholder.close()
 
     @pytest.fixture(params=SDK_BINDINGS)
     async def sdk_client(
