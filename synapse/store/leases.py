@@ -122,6 +122,17 @@ class Ownership:
     def claim_until(self) -> float:
         return self.clock() + self.ttl
 
+    def let_go(self, key: TaskKey) -> None:
+        """A finished task left this replica's memory (its record durable, its last callback
+        answered): its lease is given back by the next commit, with no round trip of its own,
+        so that the leases table holds the tasks in flight, not every task of the last TTL.
+        A late message about the task is answered from the store by whichever replica gets
+        it; the task is never claimed again (a stored task is only taken over)."""
+        epoch = self.held.pop(key, None)
+        self.claimed_at.pop(key, None)
+        if epoch is not None:
+            self.store.give_back_lease(key, self.replica_id, epoch)
+
     def preclaim(self, message_id: str, key: TaskKey) -> float | None:
         """An outbox row this replica writes under `key`'s lease is written claimed by it,
         until the lease runs out (renewed with the lease): returns that time, or None when
@@ -305,12 +316,18 @@ class Ownership:
 
     def _unleased_query(self, limit: int) -> tuple[str, tuple[object, ...]]:
         """Orphaned tasks with no lease row at all (a store a single process used before,
-        or a lease given back while a callback was still to be delivered)."""
+        or a lease given back while a callback was still to be delivered). Read from the
+        live tasks (a partial index) and the live outbox rows, never from the finished
+        tasks: the scan costs what is in flight, not what is stored."""
         return (
             "INSERT INTO leases (requester, task_id, holder, epoch, expires_at) "
-            "SELECT t.requester, t.task_id, %s, 1, %s FROM tasks t WHERE " + _ORPHANED + " "
-            "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.requester = t.requester "
-            "AND l.task_id = t.task_id) LIMIT %s "
+            "SELECT c.requester, c.task_id, %s, 1, %s FROM ("
+            f"SELECT requester, task_id FROM tasks WHERE state NOT IN {_FINAL} "
+            "UNION SELECT o.requester, o.task_id FROM outbox o JOIN tasks t "
+            "ON t.requester = o.requester AND t.task_id = o.task_id "
+            "WHERE o.dead_reason IS NULL) c "
+            "WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.requester = c.requester "
+            "AND l.task_id = c.task_id) LIMIT %s "
             "ON CONFLICT DO NOTHING RETURNING requester, task_id, epoch",
             (self.replica_id, self.clock() + self.ttl, limit),
         )

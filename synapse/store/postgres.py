@@ -512,6 +512,19 @@ class PostgresStore(OutboxMaintenance):
             ("DELETE FROM outbox WHERE message_id = %s", (message_id,), False, tag)
         )
 
+    def give_back_lease(self, key: TaskKey, holder: str, epoch: int) -> None:
+        """Delete `holder`'s lease of `key` at `epoch` with the next commit (nothing if it
+        moved meanwhile: another replica's lease stays)."""
+        self._pending.append(
+            (
+                "DELETE FROM leases WHERE requester = %s AND task_id = %s AND holder = %s "
+                "AND epoch = %s",
+                (key.requester, key.task_id, holder, epoch),
+                False,
+                None,
+            )
+        )
+
     def dead_letter(self, message_id: str, reason: str, at: float) -> None:
         self._pending.append(
             (

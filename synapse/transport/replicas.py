@@ -27,6 +27,7 @@ import aiohttp
 from synapse.logs import get_logger
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import TaskKey
+from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.liveness import SharedLiveness
 from synapse.runtime.protocol import P2PProtocol
 from synapse.store.leases import DEFAULT_LEASE_TTL, Ownership
@@ -48,6 +49,16 @@ _OWNER_UNREACHABLE = RemoteProtocolError(
     "the replica that owns this task is unreachable; retry",
     {"reason": "owner_unreachable"},
 )
+
+
+class _GiveBackFinished(RuntimeListener):
+    """A finished task that leaves the runtime's memory gives its lease back at once."""
+
+    def __init__(self, ownership: Ownership) -> None:
+        self.ownership = ownership
+
+    def on_evicted(self, key: TaskKey) -> None:
+        self.ownership.let_go(key)
 
 
 class Replicas:
@@ -83,6 +94,7 @@ class Replicas:
         )
         protocol.share_partner_liveness(self.liveness)
         protocol.listeners.append(self.liveness)
+        protocol.listeners.append(_GiveBackFinished(ownership))
 
     # --- routing ----------------------------------------------------------------------------
 

@@ -158,3 +158,41 @@ async def test_a_stored_task_whose_lease_was_given_back_is_never_claimed_again(p
     stored = b.store.get_task(key)
     assert stored is not None and stored.state.value == "completed"
     assert await a.lookup(key) is None and key not in a.held
+
+
+async def test_a_finished_task_gives_its_lease_back_with_the_next_commit(pair) -> None:  # type: ignore[no-untyped-def]
+    """The leases table holds the tasks in flight: a finished task's lease goes as the task
+    leaves memory, in the next commit (no statement of its own); a late message about it is
+    then handled by whichever replica gets it, from the store, and nobody claims it again."""
+    (a, b), _ = pair
+    duo = Duo(MemoryStore(), a.store)
+    key = duo.submit()
+    duo.complete(key)
+    await a.store.commit()
+    assert a.held == {key: 1}
+    commits = a.store.commits
+    a.let_go(key)  # what the runtime's eviction of the finished task does
+    assert key not in a.held
+    assert await a.store.execute("SELECT 1 FROM leases") != []  # not yet: with the next commit
+    await a.store.commit()
+    assert a.store.commits == commits + 1
+    assert await a.store.execute("SELECT 1 FROM leases") == []
+    assert await b.lookup(key) is None  # no owner: a late message is handled where it lands
+    stored = b.store.get_task(key)
+    assert stored is not None and stored.state.value == "completed"  # answered from here
+    assert await b.claim(key) is False  # a stored task is never claimed again
+    assert (await b.take_over_expired()).tasks == []  # nor taken over: it is finished
+
+
+async def test_the_takeover_scan_reads_tasks_in_flight_through_an_index(pair) -> None:  # type: ignore[no-untyped-def]
+    """The scan for orphaned tasks without a lease has a plan that reads no finished task
+    (the partial index of live tasks): its cost follows the tasks in flight, not the store."""
+    (a, _), _ = pair
+    query, params = a._unleased_query(100)
+    pool = await a.store._open_pool()
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        cur = await conn.execute(("EXPLAIN " + query).encode(), params)
+        plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+    assert "tasks_live" in plan, plan
+    assert "Seq Scan on tasks" not in plan, plan
