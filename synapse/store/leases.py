@@ -99,6 +99,9 @@ class Ownership:
         #: Outbox rows this replica wrote already claimed, with the lease (task, epoch) they
         #: were written under: their first POST needs no claim (`claim_delivery`).
         self.preclaimed: dict[str, tuple[TaskKey, int]] = {}
+        #: Tasks whose lease this replica claimed as not stored, and which it has not written
+        #: since: a lookup of one needs no statement (`unstored`).
+        self.unwritten: set[TaskKey] = set()
         #: Told of each task whose lease turned out lost (a fenced-out write, a renewal):
         #: the runtime lets it go (`synapse.transport.replicas`).
         self.on_lost: Callable[[TaskKey], None] | None = None
@@ -108,6 +111,8 @@ class Ownership:
     # --- fencing (the store tags every write of a task with its epoch) ----------------------
 
     def epoch_for(self, key: TaskKey, *, create: bool) -> int:
+        if create:
+            self.unwritten.discard(key)  # the task's record is being written
         epoch = self.held.get(key)
         if epoch is not None:
             return epoch
@@ -142,6 +147,9 @@ class Ownership:
             return None
         self.preclaimed[message_id] = (key, epoch)
         return self.lease_until(key)
+
+    def unstored(self, key: TaskKey) -> bool:
+        return key in self.unwritten and key in self.held
 
     def lease_until(self, key: TaskKey) -> float:
         """When `key`'s lease runs out, as far as this replica knows: a TTL after it was
@@ -258,6 +266,9 @@ class Ownership:
         if rows:
             self.held[key] = 1
             self.claimed_at[key] = self.clock()
+            # Claimed only if not stored, and only the holder writes it: until this replica
+            # writes it, looking the task up needs no statement.
+            self.unwritten.add(key)
             return True
         return False
 
@@ -399,28 +410,32 @@ class Ownership:
         # gives us but memory does not hold (a task let go) is left to expire and be taken
         # over, by any replica (this one too), from what is stored.
         held = list(self.held.items())
+        # One statement per period, whatever this replica holds: the leases, the claims of
+        # the outbox rows being delivered (they live as long as their tasks' leases: a claim
+        # of a task taken over while this replica was away is left to expire), and the
+        # replica's own row.
         rows = await self._aexecute(
-            "UPDATE leases l SET expires_at = %s "
+            "WITH renewed AS (UPDATE leases l SET expires_at = %s "
             "FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS h(r, t, e) "
             "WHERE l.holder = %s AND l.requester = h.r AND l.task_id = h.t AND l.epoch = h.e "
-            "RETURNING l.requester, l.task_id, l.epoch",
+            "RETURNING l.requester, l.task_id, l.epoch), "
+            "claims AS (UPDATE outbox o SET claimed_until = %s FROM leases l "
+            "WHERE o.claimed_by = %s AND l.requester = o.requester AND l.task_id = o.task_id "
+            "AND l.holder = %s RETURNING 1), "
+            "seen AS (UPDATE replicas SET seen_at = %s WHERE replica_id = %s RETURNING 1) "
+            "SELECT requester, task_id, epoch FROM renewed",
             (
                 now + self.ttl,
                 [k.requester for k, _ in held],
                 [k.task_id for k, _ in held],
                 [e for _, e in held],
                 self.replica_id,
+                now + self.ttl,
+                self.replica_id,
+                self.replica_id,
+                now,
+                self.replica_id,
             ),
-        )
-        await self._aexecute(
-            # The outbox rows being delivered live as long as their tasks' leases: a claim
-            # of a task taken over while this replica was away is left to expire.
-            "UPDATE outbox o SET claimed_until = %s FROM leases l WHERE o.claimed_by = %s "
-            "AND l.requester = o.requester AND l.task_id = o.task_id AND l.holder = %s",
-            (now + self.ttl, self.replica_id, self.replica_id),
-        )
-        await self._aexecute(
-            "UPDATE replicas SET seen_at = %s WHERE replica_id = %s", (now, self.replica_id)
         )
         still = {(TaskKey(str(r), str(t)), int(str(e))) for r, t, e in rows}
         self.renewed_until = now + self.ttl
@@ -431,6 +446,7 @@ class Ownership:
             for message_id, (key, epoch) in self.preclaimed.items()
             if self.held.get(key) == epoch
         }
+        self.unwritten &= self.held.keys()
         lost = {
             key
             for key, epoch in before.items()

@@ -106,6 +106,11 @@ class Fence(Protocol):
         by this replica (None: not claimed)."""
         ...
 
+    def unstored(self, key: TaskKey) -> bool:
+        """Whether `key` is known not to be stored: this replica claimed its lease for a task
+        not stored then, and nobody may write it but the lease holder."""
+        ...
+
 
 def is_postgres_url(spec: str) -> bool:
     return spec.startswith(("postgresql://", "postgres://"))
@@ -347,6 +352,8 @@ class PostgresStore(OutboxMaintenance):
         return item
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
+        if self.fence is not None and self.fence.unstored(key):
+            return None  # a new task this replica just claimed: no round trip to learn that
         rows = self.read_rows(
             "SELECT record FROM tasks WHERE requester = %s AND task_id = %s",
             (key.requester, key.task_id),

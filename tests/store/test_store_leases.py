@@ -196,3 +196,28 @@ async def test_the_takeover_scan_reads_tasks_in_flight_through_an_index(pair) ->
         plan = "\n".join(str(row[0]) for row in await cur.fetchall())
     assert "tasks_live" in plan, plan
     assert "Seq Scan on tasks" not in plan, plan
+
+
+async def test_a_task_just_claimed_is_looked_up_without_a_statement(pair) -> None:  # type: ignore[no-untyped-def]
+    """Claimed as not stored, and written only by its lease holder: until this replica writes
+    it, the task is not in the database, and looking it up (the engine does, for every new
+    task_request) costs no round trip. Once written, the lookup reads the database again."""
+    (a, _), _ = pair
+    key = TaskKey("agent-r", "t-1")
+    assert await a.claim(key)
+    read = a.store.read_rows
+    statements: list[str] = []
+
+    def counted(query: str, params: object = ()) -> list[tuple[object, ...]]:
+        statements.append(query)
+        return read(query, params)  # type: ignore[arg-type]
+
+    a.store.read_rows = counted  # type: ignore[method-assign]
+    assert a.store.get_task(key) is None
+    assert statements == []
+    duo = Duo(MemoryStore(), a.store)
+    duo.submit()  # the replica writes the task (its record, its history)
+    await a.store.commit()
+    stored = a.store.get_task(key)
+    assert stored is not None and stored.state.value == "executing"
+    assert statements  # read from the database now
