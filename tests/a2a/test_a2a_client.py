@@ -91,6 +91,21 @@ async def test_echo_agent_cancel(sdk_agent: str) -> None:
 
 
 @pytest.mark.parametrize("binding", SDK_BINDINGS)
+async def test_a_method_a2a_does_not_have_is_an_a2a_error_on_every_binding(
+    a2a_peer: A2APeer, binding: str
+) -> None:
+    """JSON-RPC asks the server, which answers -32601; REST and gRPC have no route for it:
+    the client says the same, an `A2AError` (not a lookup error of its own)."""
+    async with A2AClient(a2a_peer.base_url, bindings=[binding]) as client:
+        with pytest.raises(A2AError) as caught:
+            await client.call("tasks/get", {"id": "x"})  # an A2A 0.3 method name
+        assert caught.value.code == -32601
+        # The client is still usable: a task sent next completes.
+        echo = await (await client.send({"text": "hi"}, task_type="echo")).result(WAIT)
+        assert echo.ok
+
+
+@pytest.mark.parametrize("binding", SDK_BINDINGS)
 async def test_synapse_peer_every_flow_with_the_handle_api(a2a_peer: A2APeer, binding: str) -> None:
     async with A2AClient(a2a_peer.base_url, bindings=[binding]) as client:
         assert client.binding == binding

@@ -192,6 +192,35 @@ async def test_our_client_over_mutual_tls_with_a_custom_ca(pki: Pki) -> None:
         await client.close()
 
 
+def test_a_card_says_client_certificates_are_required_whenever_they_are(pki: Pki) -> None:
+    """The TLS handshake of a peer with `client_ca` (`--tls-client-ca`) refuses any caller
+    without a certificate: its card says so (`mtlsSecurityScheme`, in every requirement),
+    with or without a security policy of its own, and declares it once."""
+    cert, key = pki.issue("agent-q", "agent-q")
+    required = TLSConfig(cert=cert, key=key, client_ca=pki.ca_file)
+    for tls, policy in (
+        (required, None),
+        (required, SecurityPolicy({"mtls": MutualTlsScheme()})),
+        (required, SecurityPolicy({"key": ApiKeyScheme({"k": "app"})})),
+        (TLSConfig(cert=cert, key=key), None),
+    ):
+        server = enable_a2a(
+            Peer("agent-q", handler=DemoHandler(), tls=tls),
+            security=policy,
+            public_url="https://agent-q.example",  # the card, without starting the peer
+        )
+        card = server.card()
+        mtls = [n for n, s in (card.security_schemes or {}).items() if "mtlsSecurityScheme" in s]
+        if tls.requires_client_cert:
+            assert len(mtls) == 1, card.security_schemes
+            assert card.security_requirements
+            assert all(mtls[0] in r.schemes for r in card.security_requirements)
+        else:
+            assert mtls == [] and not card.security_requirements
+        if policy is not None and "key" in policy.schemes:
+            assert all("key" in r.schemes for r in card.security_requirements or [])
+
+
 def test_the_mtls_scheme_without_client_certificates_is_refused_at_start(pki: Pki) -> None:
     """A card must not declare a scheme no caller could ever meet."""
     policy = SecurityPolicy({"mtls": MutualTlsScheme()})

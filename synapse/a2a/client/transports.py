@@ -31,6 +31,15 @@ class StreamBroken(A2AError):
         super().__init__(A2ACode.INTERNAL_ERROR, message)
 
 
+def unknown_method(method: str, binding: str) -> A2AError:
+    """What calling a method A2A does not have gives, on every binding: the JSON-RPC server's
+    answer (-32601), not a lookup error of ours."""
+    return A2AError(
+        A2ACode.METHOD_NOT_FOUND,
+        f"{method!r} is not a method of A2A v{wire.PROTOCOL_VERSION} ({binding} binding)",
+    )
+
+
 def describe_failure(exc: BaseException, timeout: float | None) -> str:
     """Why a request failed, never empty (`str(TimeoutError())` is "")."""
     if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
@@ -163,7 +172,9 @@ class RestTransport(_HttpTransport):
         super().__init__(url.rstrip("/"), session, timeout)
 
     def _request(self, method: str, params: dict[str, Any]) -> tuple[str, str, bytes | None]:
-        route = ROUTE_OF[method]
+        route = ROUTE_OF.get(method)
+        if route is None:
+            raise unknown_method(method, self.binding)
         values = dict(params)
         tenant = values.pop("tenant", "")
         path = route.path(values)
@@ -314,7 +325,9 @@ class GrpcTransport:
     def _stub(self, method: str, params: dict[str, Any], kind: str) -> tuple[Any, Any]:
         """The channel's `kind` ("unary_unary", "unary_stream") callable for `method`, and
         its request message made of `params`."""
-        spec = self._proto.METHODS[method]
+        spec = self._proto.METHODS.get(method)
+        if spec is None:
+            raise unknown_method(method, wire.GRPC_BINDING)
         stub = getattr(self._channel, kind)(
             spec.path,
             request_serializer=spec.request.SerializeToString,
@@ -431,4 +444,5 @@ __all__ = [
     "StreamBroken",
     "Transport",
     "describe_failure",
+    "unknown_method",
 ]

@@ -19,6 +19,7 @@ from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 from aiohttp import web
 
 from synapse._distribution import install
@@ -28,7 +29,7 @@ from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY, meta_value
 from synapse.a2a.server.jsonrpc import JsonRpcBinding
 from synapse.a2a.server.rest import RestBinding
-from synapse.a2a.server.security import REQUEST_KEY, Presented, SecurityPolicy
+from synapse.a2a.server.security import REQUEST_KEY, MutualTlsScheme, Presented, SecurityPolicy
 from synapse.a2a.server.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
 from synapse.a2a.server.view import A2ATask
 from synapse.a2a.wire import grpc_available
@@ -39,6 +40,45 @@ from synapse.types import Capability
 from synapse.types.signing import Secret
 
 DEFAULT_PATH = "/a2a"
+
+
+def declare_client_certificates(card: wire.AgentCard) -> wire.AgentCard:
+    """`card` saying what the TLS handshake already demands of every caller: a client
+    certificate from the CA the operator trusts (`--tls-client-ca`). The mutual-TLS scheme is
+    added (unless a scheme declares it already) and joins every security requirement, card and
+    skills alike, as each call must meet it whatever else it presents."""
+    schemes = dict(card.security_schemes or {})
+    declared = [name for name, entry in schemes.items() if "mtlsSecurityScheme" in entry]
+    name = declared[0] if declared else "mtls"
+    if not declared:
+        while name in schemes:
+            name += "_"
+        schemes[name] = MutualTlsScheme().card_entry()
+
+    def with_mtls(
+        requirements: list[wire.SecurityRequirement] | None,
+    ) -> list[wire.SecurityRequirement]:
+        if not requirements:
+            return [wire.SecurityRequirement(schemes={name: wire.StringList()})]
+        return [
+            r
+            if name in r.schemes
+            else wire.SecurityRequirement(schemes={**r.schemes, name: wire.StringList()})
+            for r in requirements
+        ]
+
+    skills = [
+        msgspec.structs.replace(skill, security_requirements=with_mtls(skill.security_requirements))
+        if skill.security_requirements
+        else skill
+        for skill in card.skills or []
+    ]
+    return msgspec.structs.replace(
+        card,
+        security_schemes=schemes,
+        security_requirements=with_mtls(card.security_requirements),
+        skills=skills,
+    )
 
 
 class A2AServer:
@@ -233,6 +273,8 @@ class A2AServer:
         )
         if self.security is not None:
             card = self.security.declare(card)
+        if self.tls is not None and self.tls.requires_client_cert:
+            card = declare_client_certificates(card)
         return self.card_signer(card) if self.card_signer is not None else card
 
     # --- HTTP ---------------------------------------------------------------------------------
