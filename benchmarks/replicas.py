@@ -152,6 +152,8 @@ async def main(
     counts: list[int],
     sqlite: bool,
 ) -> None:
+    import psycopg
+
     from synapse.cli.logs import configure_logging
 
     configure_logging(quiet=True, stream=sys.stderr)  # the requester's logs cost CPU too
@@ -176,8 +178,6 @@ async def main(
                     results.append({"code": name, **row})
                 for count in counts:
                     url = server.create_database(f"bench_{round_}_{n}_{count}")
-                    import psycopg
-
                     with psycopg.connect(url, autocommit=True) as conn:
                         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                     label = f"postgres-{count}"

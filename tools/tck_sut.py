@@ -18,9 +18,10 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
-from synapse import ExecutionContext, Peer, TaskResult, Validation
+from synapse import ExecutionContext, Peer, TaskFailure, TaskResult, Validation
 from synapse.a2a import enable_a2a
 from synapse.p2p.config import P2PConfig
+from synapse.types import ErrorCode, TaskError
 
 TEXT_FILE = {
     "raw": base64.b64encode(b"tck").decode(),
@@ -92,9 +93,6 @@ class TckHandler:
         if message_id.startswith("tck-artifact-text"):
             return TaskResult(output_type="text", output="Generated text content")
         if message_id.startswith("tck-reject-task"):
-            from synapse import TaskFailure
-            from synapse.types import ErrorCode, TaskError
-
             raise TaskFailure(TaskError(code=ErrorCode.EXECUTION_FAILED, message="rejected"))
         # "tck-message-response" asks for a Message instead of a task: a handler answers
         # with a task only (for now); and "tck-complete-task" and anything else complete.

@@ -133,9 +133,9 @@ class Ownership:
         so that the leases table holds the tasks in flight, not every task of the last TTL.
         A late message about the task is answered from the store by whichever replica gets
         it; the task is never claimed again (a stored task is only taken over)."""
-        epoch = self.held.pop(key, None)
-        self.claimed_at.pop(key, None)
+        epoch = self.held.get(key)
         if epoch is not None:
+            self._forget(key)
             self.store.give_back_lease(key, self.replica_id, epoch)
 
     def preclaim(self, message_id: str, key: TaskKey) -> float | None:
@@ -147,6 +147,13 @@ class Ownership:
             return None
         self.preclaimed[message_id] = (key, epoch)
         return self.lease_until(key)
+
+    def _forget(self, key: TaskKey) -> None:
+        """This replica holds `key`'s lease no more: nothing it knew under it still holds
+        (its outbox rows written claimed are forgotten at the next renewal)."""
+        del self.held[key]
+        self.claimed_at.pop(key, None)
+        self.unwritten.discard(key)
 
     def unstored(self, key: TaskKey) -> bool:
         return key in self.unwritten and key in self.held
@@ -163,8 +170,7 @@ class Ownership:
             # replica lost the task and took it back) must not drop the lease held now.
             if self.held.get(key) == (1 if epoch == 0 else epoch):
                 lost.add(key)
-                del self.held[key]
-                self.claimed_at.pop(key, None)
+                self._forget(key)
                 if self.on_lost is not None:
                     self.on_lost(key)
         return frozenset(lost)
@@ -404,8 +410,7 @@ class Ownership:
             )
             for key in release:
                 if self.held.get(key) == before[key]:
-                    del self.held[key]
-                    self.claimed_at.pop(key, None)
+                    self._forget(key)
         # Only the leases this replica knows it holds, at their epochs: a lease the database
         # gives us but memory does not hold (a task let go) is left to expire and be taken
         # over, by any replica (this one too), from what is stored.
@@ -453,8 +458,7 @@ class Ownership:
             if key not in release and (key, epoch) not in still and self.held.get(key) == epoch
         }
         for key in lost:
-            del self.held[key]
-            self.claimed_at.pop(key, None)
+            self._forget(key)
             if self.on_lost is not None:
                 self.on_lost(key)
         if lost:
@@ -476,6 +480,8 @@ class Ownership:
         )
         self.held.clear()
         self.claimed_at.clear()
+        self.unwritten.clear()
+        self.preclaimed.clear()
 
 
 __all__ = ["DEFAULT_LEASE_TTL", "Lease", "Ownership", "new_replica_id"]

@@ -189,7 +189,7 @@ class _Commit:
 
     ops: list[_Op]
     keep: int
-    done: asyncio.Future[frozenset[TaskKey] | None] | None = None
+    done: asyncio.Future[frozenset[TaskKey] | None]
 
 
 @dataclasses.dataclass(slots=True)
@@ -198,25 +198,26 @@ class _Group:
 
     commits: list[_Commit] = dataclasses.field(default_factory=list)
 
-    def join(self, commit: _Commit) -> asyncio.Future[frozenset[TaskKey] | None]:
-        commit.done = asyncio.get_running_loop().create_future()
-        self.commits.append(commit)
-        return commit.done
+    def join(self, ops: list[_Op], keep: int) -> asyncio.Future[frozenset[TaskKey] | None]:
+        done: asyncio.Future[frozenset[TaskKey] | None] = asyncio.get_running_loop().create_future()
+        self.commits.append(_Commit(ops, keep, done))
+        return done
 
     def settle(
         self,
         error: BaseException | None,
         lost: Sequence[frozenset[TaskKey] | None] = (),
     ) -> None:
-        """Each commit's outcome: `error` for all, or its lost tasks (None: written)."""
+        """Each commit's outcome: `error` for all, or its lost tasks (None: written; so for
+        a commit that joined while the transaction was being written, with nothing of its
+        own in it)."""
         for n, commit in enumerate(self.commits):
-            done = commit.done
-            if done is None or done.done():
+            if commit.done.done():
                 continue
             if error is not None:
-                done.set_exception(error)
+                commit.done.set_exception(error)
             else:
-                done.set_result(lost[n] if n < len(lost) else None)
+                commit.done.set_result(lost[n] if n < len(lost) else None)
 
 
 class PostgresStore(OutboxMaintenance):
@@ -726,12 +727,12 @@ class PostgresStore(OutboxMaintenance):
             latest = self._forming or self._writing
             if latest is None:
                 return
-            await asyncio.shield(latest.join(_Commit([], 0)))
+            await asyncio.shield(latest.join([], 0))
             return
         keep = len(ops) if discard_after is None else max(0, min(discard_after - base, len(ops)))
         if self._forming is None:
             self._forming = _Group()
-        done = self._forming.join(_Commit(ops, keep))
+        done = self._forming.join(ops, keep)
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write_groups())
         # Shielded: a cancelled caller must not abandon a transaction half sent.
