@@ -172,16 +172,7 @@ class Commands(EngineBase):
         nothing."""
         match command:
             case Submit():
-                return self.submit(
-                    command.partner,
-                    command.task_type,
-                    command.payload,
-                    now=now,
-                    task_id=command.task_id,
-                    priority=command.priority,
-                    deadline=command.deadline,
-                    context=command.context,
-                )[1]
+                return self.request(command, now)[1]
             case ProvideInfo():
                 return self.provide_info(command.key, command.fields, now=now, notes=command.notes)
             case StartDeciding():
@@ -243,12 +234,26 @@ class Commands(EngineBase):
         context: TaskContext | None = None,
     ) -> tuple[TaskKey, Step]:
         """Create a task as requester and queue its `task_request` to `partner`."""
-        spec = TaskSpec(
-            id=task_id or self.ids.task_id(),
-            type=task_type,
+        command = Submit(
+            partner,
+            task_type,
+            payload,
+            task_id=task_id,
             priority=priority,
             deadline=deadline,
-            payload=dict(payload or {}),
+            context=context,
+        )
+        return self.request(command, now)
+
+    def request(self, command: Submit, now: float) -> tuple[TaskKey, Step]:
+        """`submit`, given as a value: the new task's key, and the step that requests it."""
+        partner, context = command.partner, command.context
+        spec = TaskSpec(
+            id=command.task_id or self.ids.task_id(),
+            type=command.task_type,
+            priority=command.priority,
+            deadline=command.deadline,
+            payload=dict(command.payload or {}),
         )
         key = TaskKey(self.agent_id, spec.id)
         if self.get(key) is not None:  # in flight, or finished and kept by the store

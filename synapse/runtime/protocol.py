@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from synapse.p2p.commands import Submit
 from synapse.p2p.engine import (
     Outgoing,
     TaskKey,
@@ -248,17 +249,22 @@ class P2PProtocol(HandlerRunning, Delivering):
         context: TaskContext | None = None,
     ) -> TaskHandle:
         """Request a task of `partner`; the handle follows it to its end."""
-        key, step = self.engine.submit(
-            partner,
-            task_type,
-            payload,
-            now=self.clock(),
-            task_id=task_id,
-            priority=priority,
-            deadline=deadline,
-            context=context,
+        return await self.request(
+            Submit(
+                partner,
+                task_type,
+                payload,
+                task_id=task_id,
+                priority=priority,
+                deadline=deadline,
+                context=context,
+            )
         )
-        handle = TaskHandle(self, key, partner)
+
+    async def request(self, command: Submit) -> TaskHandle:
+        """`submit`, given as a value (`synapse.p2p.commands.Submit`)."""
+        key, step = self.engine.request(command, self.clock())
+        handle = TaskHandle(self, key, command.partner)
         self._handles[key] = handle
         await self.apply_durably(step)
         return handle

@@ -21,6 +21,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from synapse.logs import get_logger
+from synapse.p2p.commands import Submit
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupStore, StoredReply
 from synapse.runtime.handler import TaskHandler
@@ -406,14 +407,16 @@ class Peer:
         """Request a task of `partner`; the handle follows it to its end."""
         if partner not in self.partners:
             raise LocalProtocolError(f"{partner!r} is not a registered partner")
-        return await self.protocol.submit(
-            partner,
-            task_type,
-            payload,
-            task_id=task_id,
-            priority=priority,
-            deadline=deadline,
-            context=context,
+        return await self.protocol.request(
+            Submit(
+                partner,
+                task_type,
+                payload,
+                task_id=task_id,
+                priority=priority,
+                deadline=deadline,
+                context=context,
+            )
         )
 
     async def capabilities(
