@@ -81,6 +81,12 @@ class Begin(msgspec.Struct, frozen=True):
 class DedupStore(Protocol):
     """A deduplication table; the in-memory one below, a durable one later."""
 
+    async def prefetch(self, key: DedupKey, now: datetime) -> None:
+        """Read what `begin` will need to know of `key` from wherever it is kept, without
+        blocking the caller's loop (a table kept in a database server looks the key up
+        there); `begin`, called next, then answers from memory."""
+        ...
+
     def begin(
         self, key: DedupKey, fingerprint: bytes, *, now: datetime, timestamp: datetime
     ) -> Begin:
@@ -205,6 +211,9 @@ class DedupTable:
             self._closed[second] = "\n".join([closed, *slots] if closed else slots)
 
     # --- the table ----------------------------------------------------------------------------
+
+    async def prefetch(self, key: DedupKey, now: datetime) -> None:
+        """Nothing to read: the whole table is in memory."""
 
     def begin(
         self, key: DedupKey, fingerprint: bytes, *, now: datetime, timestamp: datetime

@@ -4,7 +4,9 @@ Answered messages live in the store (`TaskStore.put_dedup`, committed with the m
 effects, and `get_dedup`, a point lookup). A store that can tell from memory that a key is
 surely absent (`dedup_known_absent(key, now)`: the SQLite store, which indexes a hash of each
 key it wrote) spares a new message the lookup; a key it is unsure of is looked up, so a
-duplicate is recognised the same way before and after a restart. Besides that index, memory
+duplicate is recognised the same way before and after a restart. A store kept in a database
+server (`fetch_dedup`, PostgreSQL) is asked before `begin`, off the event loop (`prefetch`),
+and `begin` uses its answer unless the key was answered here meanwhile. Besides that index, memory
 holds the messages being processed right now, so that a retry arriving meanwhile waits for
 the original's reply. Expired entries are removed by the store's retention purge
 (`TaskStore.purge`).
@@ -13,7 +15,7 @@ the original's reply. Expired entries are removed by the store's retention purge
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -41,7 +43,15 @@ class DurableDedupStore:
         self._known_absent: Callable[[DedupKey, float], bool] | None = getattr(
             store, "dedup_known_absent", None
         )
+        self._fetch: Callable[[DedupKey], Awaitable[DedupEntry | None]] | None = getattr(
+            store, "fetch_dedup", None
+        )
         self._in_progress: dict[DedupKey, _InProgress] = {}
+        #: Keys being looked up by `prefetch` (each with a token of its lookup), and what the
+        #: lookups found, for the next `begin` of each key. Answering a key here (`_finish`)
+        #: voids a lookup: what it read may be older than what was just answered.
+        self._fetching: dict[DedupKey, object] = {}
+        self._fetched: dict[DedupKey, DedupEntry | None] = {}
 
     def __len__(self) -> int:
         return len(self._in_progress)
@@ -50,6 +60,21 @@ class DurableDedupStore:
         # An empty table (`__len__` 0) is still this table: `dedup or MemoryDedupStore(...)`
         # must never swap a durable store for a memory one.
         return True
+
+    async def prefetch(self, key: DedupKey, now: datetime) -> None:
+        fetch = self._fetch
+        if fetch is None or key in self._in_progress or key in self._fetching:
+            return
+        absent = self._known_absent
+        if absent is not None and absent(key, now.timestamp()):
+            return
+        token = self._fetching[key] = object()
+        try:
+            entry = await fetch(key)
+        finally:
+            current = self._fetching.pop(key, None)
+        if current is token:  # nothing answered the key meanwhile
+            self._fetched[key] = entry
 
     def begin(
         self, key: DedupKey, fingerprint: bytes, *, now: datetime, timestamp: datetime
@@ -62,11 +87,12 @@ class DurableDedupStore:
             pending.waiters.append(waiter)
             return Begin(DedupOutcome.IN_PROGRESS, waiter=waiter)
         absent = self._known_absent
-        stored = (
-            None
-            if absent is not None and absent(key, now.timestamp())
-            else self._store.get_dedup(key)
-        )
+        if key in self._fetched:
+            stored = self._fetched.pop(key)
+        elif absent is not None and absent(key, now.timestamp()):
+            stored = None
+        else:
+            stored = self._store.get_dedup(key)
         if stored is not None and datetime.fromtimestamp(stored.expires_at, UTC) > now:
             if stored.fingerprint != fingerprint:
                 return Begin(DedupOutcome.REUSED)
@@ -83,6 +109,8 @@ class DurableDedupStore:
             pending.staged = True
 
     def _finish(self, key: DedupKey, reply: StoredReply | None) -> _InProgress:
+        self._fetching.pop(key, None)
+        self._fetched.pop(key, None)
         pending = self._in_progress.pop(key, None)
         if pending is None:
             raise KeyError(f"{key!r} is not in progress")

@@ -358,6 +358,7 @@ class SynapseServer:
             if routed is not None:
                 return routed
         self._expire(now)
+        await self.dedup.prefetch(inbound.key, now)
         while True:
             begun = self.dedup.begin(
                 inbound.key, inbound.fingerprint, now=now, timestamp=head.timestamp
