@@ -13,6 +13,7 @@ Roles:
   `SendMessage` JSON-RPC calls (`--jsonrpc`), at a given concurrency.
 - `sdk-server`: an echo agent built with the official A2A SDK (Starlette + uvicorn).
 - `floor-executor`, `floor-requester`: the floor of `benchmarks.floor`.
+- `pg-floor-executor`: the PostgreSQL floor of `benchmarks.pg_floor` (`--store URL`).
 
 Each prints one JSON line once it accepts connections, then answers each JSON command read
 from stdin (`load`, `stats`, `cpu`, `quit`, ...) with one JSON line.
@@ -32,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from benchmarks import floor
+from benchmarks import floor, pg_floor
 from benchmarks._common import (
     HOST,
     answer,
@@ -385,6 +386,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "sdk-server",
             "floor-executor",
             "floor-requester",
+            "pg-floor-executor",
         ],
     )
     parser.add_argument("--agent-id", default="agent-e")
@@ -411,6 +413,7 @@ ROLES: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {
     "http-client": http_client,
     "floor-executor": floor.floor_executor,
     "floor-requester": floor.floor_requester,
+    "pg-floor-executor": pg_floor.pg_floor_executor,
 }
 
 

@@ -1,35 +1,51 @@
-"""Echo tasks/s through replicas on PostgreSQL (1, 2, 3 behind nginx) beside one SQLite process.
+"""Replicas on PostgreSQL beside the PostgreSQL floor and one SQLite process: echo tasks/s, the
+CPU of the replicas and of the database server per task, and what each task costs the database.
 
-    python -m benchmarks.replicas [--tasks 400] [--concurrency 50] [--durable] [--rounds 1]
+    python -m benchmarks.replicas [--seconds 5] [--rounds 3] [--durable] [--replicas 1,2]
+                                  [--round-trips] [--code ROOT ...]
 
 Starts a throw-away PostgreSQL server and nginx (the test kits' `tests/pgserver.py` and
-`tests/lbserver.py`), then for each setup N `synapse serve` replicas of one agent and an
-in-process requester that keeps `--concurrency` echo tasks in flight. Reports wall-clock
-tasks/s, the CPU the replicas used per task and the database server's (from /proc: load on
-the machine disturbs it less than the wall clock), and per task the explicit transactions
-the server committed and the statements it ran, BEGIN and COMMIT aside
-(`pg_stat_statements`). `--durable`
-runs the server with PostgreSQL's own defaults (fsync and synchronous_commit on) instead of
-the tests' fast settings; `--rounds N` alternates the setups N times. Everything runs on
-127.0.0.1 and is stopped by PID.
+`tests/lbserver.py`), and one independent requester (`benchmarks.floor`'s: aiohttp, stdlib
+json, HMAC) that keeps `--concurrency` echo tasks in flight against each setup in turn:
+
+- `sqlite-1`: one `synapse serve` process on SQLite;
+- `pg-floor`: the PostgreSQL floor (`benchmarks.pg_floor`), behind nginx;
+- `postgres-N`: N `synapse serve` replicas of one agent sharing one database, behind nginx.
+
+Per setup: wall-clock tasks/s; the CPU of the executor processes and of the database server
+per task (from /proc: load on the machine disturbs it less than the wall clock); and per task,
+from `pg_stat_statements`, the transactions the server committed (explicit ones, and
+statements run in autocommit: each is a transaction too) and the statements it ran, BEGIN and
+COMMIT aside. `--round-trips` adds, per PostgreSQL setup, a round of its own through a relay
+that counts round trips on the wire (`benchmarks.pgwire`). `--durable` runs the server with
+PostgreSQL's own defaults (fsync and synchronous_commit on) instead of the tests' fast
+settings; the setups alternate in every round. Everything runs on 127.0.0.1 and is stopped
+by PID.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
+
+from benchmarks._common import Child, free_port, quiet_logging
+from benchmarks.pgwire import RoundTripRelay
 
 ROOT = Path(__file__).resolve().parent.parent
 # The benchmark reuses the tests' kits that start the real server and load balancer.
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "cluster")]
 
-from clusterkit import E, Replica, Requester, replica_config  # noqa: E402
+from clusterkit import SECRET, E, R, Replica, replica_config  # noqa: E402
 from lbserver import Nginx  # noqa: E402
 from pgserver import PgServer, start_server, stop_server  # noqa: E402
 
@@ -58,183 +74,357 @@ def server_cpu_seconds(postmaster: int) -> float:
     return total
 
 
-def server_counts(url: str) -> tuple[int, int]:
-    """(explicit transactions committed, statements run) in the database so far, from
-    `pg_stat_statements`, which counts as each statement ends (`pg_stat_database` lags: a
-    backend flushes its counts at most once a second). Statements run in autocommit are a
-    transaction each on top of the explicit ones."""
+def statement_counts(url: str) -> dict[str, int]:
+    """Calls of each statement run in this database since the last reset, from
+    `pg_stat_statements` (which counts as each statement ends)."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT coalesce(sum(calls) FILTER (WHERE query = 'COMMIT'), 0), "
-            "coalesce(sum(calls) FILTER (WHERE query NOT IN ('BEGIN', 'COMMIT')), 0) "
-            "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
-            "WHERE d.datname = current_database()"
-        ).fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
+        rows = conn.execute(
+            "SELECT query, sum(calls) FROM pg_stat_statements s "
+            "JOIN pg_database d ON d.oid = s.dbid "
+            "WHERE d.datname = current_database() GROUP BY query"
+        ).fetchall()
+    return {str(query): int(calls) for query, calls in rows}
 
 
-async def run_setup(
-    label: str,
-    stores: list[str],
-    tmp: Path,
-    tasks: int,
-    concurrency: int,
-    nginx: bool,
-    server: PgServer | None = None,
-) -> dict[str, float | str]:
-    config = replica_config(tmp / f"{label}.toml", 10.0)
-    replicas = [
-        Replica(f"{label}-{n}", store, "", "", config, tmp) for n, store in enumerate(stores)
-    ]
-    balancer = Nginx([r.hostport for r in replicas]) if nginx else None
-    executor_url = f"{balancer.url}/synapse/callback" if balancer else replicas[0].url
-    requester = Requester(executor_url)
-    try:
-        if balancer is not None:
-            balancer.start()
-        for replica in replicas:
-            replica.endpoint = executor_url
-            replica.requester_url = requester.url
-        await requester.start()
-        for replica in replicas:
-            await replica.start()
-        peer = requester.peer
-        gate = asyncio.Semaphore(concurrency)
-
-        async def one(n: int) -> None:
-            async with gate:
-                handle = await peer.submit(E, "echo", {"text": f"t{n}"})
-                outcome = await handle.result(timeout=60)
-                assert outcome.ok, outcome
-
-        await asyncio.gather(*(one(n) for n in range(min(50, tasks))))  # warm-up
-        pids = [r.proc.pid for r in replicas if r.proc is not None]
-        cpu0 = sum(cpu_seconds(pid) for pid in pids)
-        server0 = server_cpu_seconds(server.pid) if server is not None else 0.0
-        counts0 = server_counts(stores[0]) if server is not None else (0, 0)
-        started = time.perf_counter()
-        await asyncio.gather(*(one(n) for n in range(tasks)))
-        elapsed = time.perf_counter() - started
-        cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
-        row: dict[str, float | str] = {
-            "setup": label,
-            "tasks_per_s": round(tasks / elapsed, 1),
-            "replica_cpu_ms_per_task": round(1000 * cpu / tasks, 2),
-            "server_cpu_ms_per_task": "",
-            "commits_per_task": "",
-            "statements_per_task": "",
-        }
-        if server is not None:
-            server_cpu = server_cpu_seconds(server.pid) - server0
-            xacts, calls = (b - a for a, b in zip(counts0, server_counts(stores[0]), strict=True))
-            row["server_cpu_ms_per_task"] = round(1000 * server_cpu / tasks, 2)
-            row["commits_per_task"] = round(xacts / tasks, 2)
-            row["statements_per_task"] = round(calls / tasks, 1)
-        return row
-    finally:
-        for replica in replicas:
-            await replica.close()
-        await requester.close()
-        if balancer is not None:
-            balancer.stop()
-
-
-async def main(
-    tasks: int,
-    concurrency: int,
-    *,
-    durable: bool,
-    rounds: int,
-    codes: list[str],
-    counts: list[int],
-    sqlite: bool,
-) -> None:
+def committed_transactions(url: str) -> int:
+    """Transactions committed in this database since the last reset, explicit and autocommit
+    alike (`pg_stat_database`, which a backend updates when it ends, or at most once a
+    second: read once the executors' connections are closed)."""
     import psycopg
 
-    from synapse.cli.logs import configure_logging
+    with psycopg.connect(url, autocommit=True) as conn:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the executors' backends end after their exit
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+            if row == (0,):
+                break
+            time.sleep(0.05)
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
-    configure_logging(quiet=True, stream=sys.stderr)  # the requester's logs cost CPU too
-    server = start_server(durable=durable, statements=True)
+
+def reset_counts(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_statements_reset()")
+        conn.execute("SELECT pg_stat_reset()")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """`sqlite` (one process), `floor` (the PostgreSQL floor) or `replicas` (`count` of them)."""
+
+    kind: str
+    count: int = 1
+
+    @property
+    def label(self) -> str:
+        return {"sqlite": "sqlite-1", "floor": "pg-floor"}.get(self.kind, f"postgres-{self.count}")
+
+
+@dataclass
+class Run:
+    """One setup measured once: what the requester saw and what it cost."""
+
+    setup: Setup
+    code: str
+    tasks_per_s: float
+    tasks: int
+    executor_cpu_s: float
+    server_cpu_s: float = 0.0
+    commits: int = 0
+    transactions: int = 0
+    statements: int = 0
+    round_trips: int | None = None
+    by_statement: dict[str, int] | None = None
+    errors: int = 0
+
+
+class Bench:
+    def __init__(
+        self, server: PgServer, requester: Child, tmp: Path, seconds: float, warmup: float,
+        concurrency: int,
+    ) -> None:  # fmt: skip
+        self.server = server
+        self.requester = requester
+        self.tmp = tmp
+        self.seconds = seconds
+        self.warmup = warmup
+        self.concurrency = concurrency
+        self.databases = 0
+
+    def database(self, *, schema: bool) -> str:
+        import psycopg
+
+        from synapse.store.postgres import migrate
+
+        self.databases += 1
+        url = self.server.create_database(f"bench_{self.databases}")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        if schema:  # the floor writes into Synapse's schema; replicas make their own
+            migrate(url)
+        return url
+
+    @contextlib.asynccontextmanager
+    async def executors(
+        self, setup: Setup, store: str, name: str
+    ) -> AsyncIterator[tuple[str, list[int]]]:
+        """Start the setup's executor processes; yield the URL to POST to and their PIDs."""
+        endpoint = self.requester.ready["endpoint"]
+        balancer: Nginx | None = None
+        replicas: list[Replica] = []
+        floor: Child | None = None
+        try:
+            if setup.kind == "floor":
+                port = free_port()
+                balancer = Nginx([f"127.0.0.1:{port}"])
+                balancer.start()
+                floor = await asyncio.to_thread(
+                    Child, "pg-floor-executor", "--agent-id", E, "--port", str(port),
+                    "--secret", SECRET, "--store", store,
+                )  # fmt: skip
+                yield f"{balancer.url}/synapse/callback", [floor.proc.pid]
+                return
+            config = replica_config(self.tmp / f"{name}.toml", 10.0)
+            replicas = [
+                Replica(f"{name}-{n}", store, "", endpoint, config, self.tmp)
+                for n in range(setup.count)
+            ]
+            if setup.kind == "replicas":
+                balancer = Nginx([r.hostport for r in replicas])
+                balancer.start()
+            url = f"{balancer.url}/synapse/callback" if balancer else replicas[0].url
+            for replica in replicas:
+                replica.endpoint = url
+                await replica.start()
+            yield url, [r.proc.pid for r in replicas if r.proc is not None]
+        finally:
+            for replica in replicas:
+                await replica.close()
+            if floor is not None:
+                await asyncio.to_thread(floor.close)
+            if balancer is not None:
+                balancer.stop()
+
+    async def measure(self, setup: Setup, code: str, *, round_trips: bool = False) -> Run:
+        name = f"{setup.label}-{self.databases}"
+        postgres = setup.kind != "sqlite"
+        url = (
+            self.database(schema=setup.kind == "floor")
+            if postgres
+            else str(self.tmp / f"{name}.sqlite")
+        )
+        relay: RoundTripRelay | None = None
+        store = url
+        if round_trips:
+            relay = RoundTripRelay(url)
+            await relay.start()
+            store = relay.url(url)
+        try:
+            async with self.executors(setup, store, name) as (executor_url, pids):
+                if postgres:
+                    reset_counts(url)
+                turns0 = relay.turns if relay is not None else 0
+                cpu0 = sum(cpu_seconds(pid) for pid in pids)
+                server0 = server_cpu_seconds(self.server.pid)
+                result = await asyncio.to_thread(
+                    self.requester.call,
+                    "load",
+                    url=executor_url,
+                    agent_id=E,
+                    concurrency=self.concurrency,
+                    seconds=self.seconds,
+                    warmup=self.warmup,
+                    timeout=self.seconds + self.warmup + 120,
+                )
+                cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
+                server_cpu = server_cpu_seconds(self.server.pid) - server0
+                turns = relay.turns - turns0 if relay is not None else None
+            run = Run(
+                setup, code, result["rate"], int(result["total"]), cpu, server_cpu,
+                round_trips=turns, errors=int(result["errors"]),
+            )  # fmt: skip
+            if postgres:
+                counts = statement_counts(url)
+                run.commits = counts.get("COMMIT", 0)
+                run.statements = sum(
+                    n for q, n in counts.items() if q not in ("BEGIN", "COMMIT", "ROLLBACK")
+                )
+                run.transactions = committed_transactions(url)
+                run.by_statement = counts
+            return run
+        finally:
+            if relay is not None:
+                await relay.close()
+
+
+def per_task(value: float, run: Run, scale: float = 1.0) -> float:
+    return scale * value / max(1, run.tasks)
+
+
+def summary(runs: list[Run]) -> list[dict[str, str]]:
+    """Medians per (code, setup) over the rounds, and each setup's ratios to the floor."""
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for run in runs:
+        if run.round_trips is None:
+            groups.setdefault((run.code, run.setup.label), []).append(run)
+    trips: dict[tuple[str, str], list[float]] = {}
+    for run in runs:
+        if run.round_trips is not None:
+            trips.setdefault((run.code, run.setup.label), []).append(per_task(run.round_trips, run))
+    rows: list[dict[str, str]] = []
+    for (code, label), group in groups.items():
+        rate = median(r.tasks_per_s for r in group)
+        cpu = median(per_task(r.executor_cpu_s, r, 1000) for r in group)
+        server = median(per_task(r.server_cpu_s, r, 1000) for r in group)
+        floor = [r for r in runs if r.setup.kind == "floor" and r.round_trips is None]
+        rates = [r.tasks_per_s for r in group]
+        row = {
+            "code": code,
+            "setup": label,
+            "tasks/s": f"{rate:,.0f}",
+            "range": f"{min(rates):,.0f}–{max(rates):,.0f}",
+            "executor ms/task": f"{cpu:.2f}",
+            "server ms/task": f"{server:.2f}" if label != "sqlite-1" else "",
+            "transactions/task": "",
+            "explicit/task": "",
+            "statements/task": "",
+            "round trips/task": "",
+            "× floor tasks/s": "",
+            "× floor CPU": "",
+        }
+        if label != "sqlite-1":
+            row["transactions/task"] = f"{median(per_task(r.transactions, r) for r in group):.2f}"
+            row["explicit/task"] = f"{median(per_task(r.commits, r) for r in group):.2f}"
+            row["statements/task"] = f"{median(per_task(r.statements, r) for r in group):.1f}"
+        if (code, label) in trips:
+            row["round trips/task"] = f"{median(trips[(code, label)]):.2f}"
+        if floor and label != "sqlite-1":
+            floor_rate = median(r.tasks_per_s for r in floor)
+            floor_cpu = median(per_task(r.executor_cpu_s + r.server_cpu_s, r, 1000) for r in floor)
+            ours = median(per_task(r.executor_cpu_s + r.server_cpu_s, r, 1000) for r in group)
+            row["× floor tasks/s"] = f"{rate / floor_rate:.2f}"
+            row["× floor CPU"] = f"{ours / floor_cpu:.2f}"
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict[str, str]]) -> None:
+    if not rows:
+        return
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
+    print("  ".join(c.rjust(widths[c]) for c in columns))
+    for row in rows:
+        print("  ".join(row[c].rjust(widths[c]) for c in columns))
+
+
+def print_statements(runs: list[Run], top: int = 14) -> None:
+    """Per PostgreSQL setup of the last round: the statements run most per task."""
+    last: dict[tuple[str, str], Run] = {}
+    for run in runs:
+        if run.by_statement is not None and run.round_trips is None:
+            last[(run.code, run.setup.label)] = run
+    for (code, label), run in last.items():
+        assert run.by_statement is not None
+        print(f"\n{code} {label}: statements per task")
+        ranked = sorted(run.by_statement.items(), key=lambda item: -item[1])[:top]
+        for query, calls in ranked:
+            text = " ".join(query.split())
+            print(f"  {calls / max(1, run.tasks):6.2f}  {text[:110]}")
+
+
+async def main(args: argparse.Namespace) -> None:
+    quiet_logging()
+    server = start_server(durable=args.durable, statements=True)
     tmp = Path(tempfile.mkdtemp(prefix="synapse-bench-replicas-"))
     inherited = os.environ.get("PYTHONPATH")
     home = os.getcwd()
     # This process's own imports stay where they were found, whatever directory it runs in.
     sys.path[:] = [str(Path(home, entry)) for entry in sys.path]
-    results: list[dict[str, float | str]] = []
+    setups = [Setup("floor")] + [Setup("replicas", int(c)) for c in args.replicas.split(",") if c]
+    if not args.no_sqlite:
+        setups.insert(0, Setup("sqlite"))
+    requester = await asyncio.to_thread(
+        Child, "floor-requester", "--agent-id", R, "--port", str(free_port()), "--secret", SECRET
+    )
+    bench = Bench(server, requester, tmp, args.seconds, args.warmup, args.concurrency)
+    runs: list[Run] = []
+    load = os.getloadavg()[0]
     try:
-        for round_ in range(rounds):
-            for n, code in enumerate(codes):
+        for round_ in range(args.rounds):
+            for code in args.code or [str(ROOT)]:
                 # The replicas run this checkout's code (`synapse serve -m` in a subprocess,
                 # whose working directory comes first on its path).
                 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [code, inherited]))
                 os.chdir(code)
                 name = Path(code).name or code
-                if sqlite:
-                    store = str(tmp / f"e-{round_}-{n}.sqlite")
-                    row = await run_setup("sqlite-1", [store], tmp, tasks, concurrency, False)
-                    results.append({"code": name, **row})
-                for count in counts:
-                    url = server.create_database(f"bench_{round_}_{n}_{count}")
-                    with psycopg.connect(url, autocommit=True) as conn:
-                        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-                    label = f"postgres-{count}"
-                    row = await run_setup(
-                        label, [url] * count, tmp, tasks, concurrency, True, server
+                for setup in setups:
+                    if setup.kind == "floor" and code != (args.code or [str(ROOT)])[0]:
+                        continue  # the floor does not depend on the code under test
+                    run = await bench.measure(setup, "floor" if setup.kind == "floor" else name)
+                    runs.append(run)
+                    print(
+                        f"round {round_ + 1} {name} {setup.label}: {run.tasks_per_s:,.0f} tasks/s"
+                        f" ({run.errors} errors)",
+                        file=sys.stderr,
                     )
-                    results.append({"code": name, **row})
-        columns = [
-            ("code", 12),
-            ("setup", 12),
-            ("tasks_per_s", 11),
-            ("replica_cpu_ms_per_task", 23),
-            ("server_cpu_ms_per_task", 22),
-            ("commits_per_task", 16),
-            ("statements_per_task", 19),
-        ]
-        print("  ".join(f"{name:>{width}}" for name, width in columns))
-        for row in results:
-            print("  ".join(f"{row.get(name, '')!s:>{width}}" for name, width in columns))
+                    if args.round_trips and round_ == 0 and setup.kind != "sqlite":
+                        runs.append(await bench.measure(setup, run.code, round_trips=True))
+        rows = summary(runs)
+        print_table(rows)
         print(
-            f"({tasks} echo tasks per setup, {concurrency} in flight, {os.cpu_count()} CPUs, "
-            f"PostgreSQL {'durable (fsync, synchronous_commit on)' if durable else 'fsync off'}, "
-            f"load average {os.getloadavg()[0]:.2f})"
+            f"(median of {args.rounds} rounds of {args.seconds:g} s + {args.warmup:g} s warm-up; "
+            f"{args.concurrency} echo tasks in flight; {os.cpu_count()} CPUs; PostgreSQL "
+            f"{'durable (fsync, synchronous_commit on)' if args.durable else 'fsync off'}; "
+            f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end)"
         )
+        if args.statements:
+            print_statements(runs)
     finally:
         os.chdir(home)
         if inherited is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = inherited
+        await asyncio.to_thread(requester.close)
         stop_server(server)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=400)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured window per setup")
+    parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--durable", action="store_true", help="fsync and synchronous_commit on")
-    parser.add_argument("--rounds", type=int, default=1, help="alternate the setups N times")
+    parser.add_argument("--rounds", type=int, default=3, help="alternate the setups N times")
     parser.add_argument(
         "--code",
         action="append",
         metavar="ROOT",
         help="a checkout whose code the replicas run (repeatable, for an A/B; default: this one)",
     )
-    parser.add_argument("--replicas", default="1,2,3", help="replica counts (default 1,2,3)")
+    parser.add_argument("--replicas", default="1,2", help="replica counts (default 1,2)")
     parser.add_argument("--no-sqlite", action="store_true", help="skip the SQLite process")
-    args = parser.parse_args()
-    asyncio.run(
-        main(
-            args.tasks,
-            args.concurrency,
-            durable=args.durable,
-            rounds=args.rounds,
-            codes=args.code or [str(ROOT)],
-            counts=[int(c) for c in args.replicas.split(",") if c],
-            sqlite=not args.no_sqlite,
-        )
+    parser.add_argument(
+        "--round-trips", action="store_true", help="count round trips (rounds of their own)"
     )
+    parser.add_argument(
+        "--statements", action="store_true", help="list the statements run most per task"
+    )
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

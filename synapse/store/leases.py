@@ -34,12 +34,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from synapse.logs import get_logger
+from synapse.p2p.dedup import DedupKey
 from synapse.p2p.engine import TaskKey
 from synapse.store.base import OutboxItem, Snapshot
 from synapse.store.postgres import PostgresStore
+from synapse.store.sql import DEDUP_COLUMNS
 from synapse.store.sql import FINAL as _FINAL
 
 log = get_logger("synapse.store.leases")
+
+_DEDUP_COLUMNS = ", ".join(f"d.{column}" for column in DEDUP_COLUMNS.split(", "))
 
 #: Default lease TTL: a dead replica's tasks are taken over within about this long.
 DEFAULT_LEASE_TTL = 10.0
@@ -250,26 +254,40 @@ class Ownership:
             str(holder), None if url is None else str(url), int(str(epoch)), float(str(expires_at))
         )
 
-    async def claim(self, key: TaskKey) -> bool:
-        """Take the lease of a task nobody leases yet; False if another replica has it."""
+    async def claim(self, key: TaskKey, dedup: DedupKey | None = None) -> bool:
+        """Take the lease of a task nobody leases yet; False if another replica has it.
+        `dedup`: the key of the message that brings the task, whose dedup entry the same
+        statement reads, for the store to answer its next lookup without a round trip."""
         if key in self.held:
             return True
         # Never the lease of a task already stored (finished, its lease given back): that
         # one is only ever taken over, from what the database holds.
-        rows = await self._aexecute(
+        claim = (
             "INSERT INTO leases (requester, task_id, holder, epoch, expires_at) "
             "SELECT %s, %s, %s, 1, %s WHERE NOT EXISTS (SELECT 1 FROM tasks "
-            "WHERE requester = %s AND task_id = %s) ON CONFLICT DO NOTHING RETURNING epoch",
-            (
-                key.requester,
-                key.task_id,
-                self.replica_id,
-                self.clock() + self.ttl,
-                key.requester,
-                key.task_id,
-            ),
+            "WHERE requester = %s AND task_id = %s) ON CONFLICT DO NOTHING RETURNING epoch"
         )
-        if rows:
+        params: tuple[object, ...] = (
+            key.requester,
+            key.task_id,
+            self.replica_id,
+            self.clock() + self.ttl,
+            key.requester,
+            key.task_id,
+        )
+        if dedup is None:
+            claimed = bool(await self._aexecute(claim, params))
+        else:
+            rows = await self._aexecute(
+                f"WITH claimed AS ({claim}) SELECT (SELECT epoch FROM claimed), "
+                f"{_DEDUP_COLUMNS} FROM (VALUES (1)) v "
+                "LEFT JOIN dedup d ON d.sender = %s AND d.message_id = %s",
+                (*params, *dedup),
+            )
+            claimed = rows[0][0] is not None
+            if claimed:
+                self.store.remember_dedup(dedup, rows[0][1:])
+        if claimed:
             self.held[key] = 1
             self.claimed_at[key] = self.clock()
             # Claimed only if not stored, and only the holder writes it: until this replica

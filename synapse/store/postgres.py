@@ -51,16 +51,17 @@ from synapse.store.base import (
     TaskRow,
 )
 from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
-from synapse.store.sql import FINAL as _FINAL
-from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS
-from synapse.store.sql import TRANSITION_COLUMNS as _TRANSITION_COLUMNS
 from synapse.store.sql import (
+    DEDUP_COLUMNS,
     OutboxMaintenance,
     count_query,
     listing_query,
     task_rows,
     transition_row,
 )
+from synapse.store.sql import FINAL as _FINAL
+from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS
+from synapse.store.sql import TRANSITION_COLUMNS as _TRANSITION_COLUMNS
 from synapse.store.sql import dedup_entry as _dedup_entry
 from synapse.store.sql import outbox_item as _item
 from synapse.store.sql import transition as _transition
@@ -182,10 +183,10 @@ _CONTEXT_ID = "synapse_context_id(record)"
 
 #: The message `synapse_fence_all` raises when a lease of the batch is not held as expected.
 _FENCE_REFUSED = "synapse: lease not held"
-_DEDUP_LOOKUP = (
-    "SELECT sender, message_id, fingerprint, expires_at, status, body, headers "
-    "FROM dedup WHERE sender = %s AND message_id = %s"
-)
+_DEDUP_LOOKUP = f"SELECT {DEDUP_COLUMNS} FROM dedup WHERE sender = %s AND message_id = %s"
+#: Dedup entries read by the statement that claimed a new task's lease, kept for the lookup
+#: that follows it (a handful at a time: each is taken at once).
+_REMEMBERED_AT_MOST = 1024
 
 
 @dataclasses.dataclass(slots=True)
@@ -274,6 +275,7 @@ class PostgresStore(OutboxMaintenance):
         #: Set by `synapse.store.leases.Ownership`: every write of a task is tagged with the
         #: lease it is made under, and a batch writes only the tasks whose leases still hold.
         self.fence: Fence | None = None
+        self._remembered: dict[DedupKey, DedupEntry | None] = {}
         #: The task of each outbox row this process knows (its removal is fenced too).
         self._outbox_keys: dict[str, TaskKey] = {}
         #: Set by `Ownership` too: what `load()` returns at start-up when replicas share
@@ -382,8 +384,19 @@ class PostgresStore(OutboxMaintenance):
         rows = self.read_rows(_DEDUP_LOOKUP, key)
         return _dedup_entry(rows[0]) if rows else None
 
+    def remember_dedup(self, key: DedupKey, row: Sequence[Any]) -> None:
+        """What the statement that claimed a new task's lease read of the dedup entry of the
+        message bringing it (a `DEDUP_COLUMNS` row, all NULL if none): the lookup that comes
+        next for `key` is answered from it, without a round trip."""
+        if len(self._remembered) >= _REMEMBERED_AT_MOST:
+            self._remembered.clear()  # lookups that never came (the message was refused)
+        self._remembered[key] = None if row[0] is None else _dedup_entry(row)
+
     async def fetch_dedup(self, key: DedupKey) -> DedupEntry | None:
-        """`get_dedup` without blocking the event loop (a pooled connection)."""
+        """`get_dedup` without blocking the event loop (a pooled connection), or from what
+        the claim of the message's task read (`remember_dedup`)."""
+        if key in self._remembered:
+            return self._remembered.pop(key)
         rows = await self.execute(_DEDUP_LOOKUP, key)
         return _dedup_entry(rows[0]) if rows else None
 

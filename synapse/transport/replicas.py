@@ -107,9 +107,10 @@ class Replicas:
         if key is None or key in self.ownership.held:
             return None
         own = self.ownership
-        # A task_request is usually a new task: claim its lease first (one statement), and
-        # look the lease up only when another replica has it.
-        if inbound.head.type is MessageType.TASK_REQUEST and await own.claim(key):
+        # A task_request is usually a new task: claim its lease first (one statement, which
+        # also reads the message's dedup entry), and look the lease up only when another
+        # replica has it.
+        if inbound.head.type is MessageType.TASK_REQUEST and await own.claim(key, inbound.key):
             return None  # a new task, ours now: here
         lease = await own.lookup(key)
         if lease is None:

@@ -1,18 +1,23 @@
 """The PostgreSQL store's dedup lookups leave the event loop free: `prefetch` reads the entry
 on a pooled connection before `begin`, which then answers from memory; a key answered here
-while its lookup was in flight voids what the lookup read."""
+while its lookup was in flight voids what the lookup read; and the statement that claims a
+new task's lease reads its message's entry, so that its lookup costs no round trip."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-from storekit import R_ID
+from storekit import R_ID, Clock
 
 from synapse.p2p.dedup import DedupKey, DedupOutcome, StoredReply
+from synapse.p2p.engine import TaskKey
 from synapse.store import DurableDedupStore
 from synapse.store.base import DedupEntry
+from synapse.store.leases import Ownership
 from synapse.store.postgres import PostgresStore
 
 REPLY = StoredReply.of(200, b'{"ok":1}', {"Content-Type": "application/json"})
@@ -81,3 +86,42 @@ async def test_a_key_answered_during_its_lookup_is_not_taken_for_new(
     begun = table.begin(key, b"f", now=at, timestamp=at)
     assert begun.outcome is DedupOutcome.DUPLICATE and begun.reply == REPLY
     await store.close()
+
+
+async def test_the_claim_of_a_new_task_reads_its_messages_dedup_entry(
+    pair: tuple[list[Ownership], Clock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task_request's one statement claims the task's lease and reads the message's dedup
+    entry: the lookup before it is judged needs no round trip of its own."""
+    (a, b), clock = pair
+    at = datetime.fromtimestamp(clock(), UTC)
+    answered = (R_ID, "m-answered")
+    table_b = DurableDedupStore(600, b.store)
+    await table_b.prefetch(answered, at)
+    assert table_b.begin(answered, b"f", now=at, timestamp=at).outcome is DedupOutcome.NEW
+    table_b.complete(answered, REPLY)
+    await b.store.commit()  # another replica answered it once (its task is another one)
+
+    statements: list[str] = []
+    execute = a.store.execute
+
+    async def counted(query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        statements.append(query)
+        return await execute(query, params)
+
+    monkeypatch.setattr(a.store, "execute", counted)
+    table = DurableDedupStore(600, a.store)
+    assert await a.claim(TaskKey(R_ID, "t-1"), answered)
+    await table.prefetch(answered, at)
+    begun = table.begin(answered, b"f", now=at, timestamp=at)
+    assert begun.outcome is DedupOutcome.DUPLICATE and begun.reply == REPLY
+    fresh = (R_ID, "m-fresh")
+    assert await a.claim(TaskKey(R_ID, "t-2"), fresh)
+    await table.prefetch(fresh, at)
+    assert table.begin(fresh, b"f", now=at, timestamp=at).outcome is DedupOutcome.NEW
+    assert len(statements) == 2  # the two claims, and no lookup
+    # A task another replica leases is not claimed, and nothing is remembered for it.
+    assert await b.claim(TaskKey(R_ID, "t-3"))
+    assert not await a.claim(TaskKey(R_ID, "t-3"), (R_ID, "m-other"))
+    await table.prefetch((R_ID, "m-other"), at)
+    assert len(statements) == 4  # that claim, and then a lookup of its own
