@@ -1,6 +1,7 @@
 """Run every benchmark, print their tables and write `docs/benchmarks.md` with its chart.
 
-    python -m benchmarks [--quick] [--only codec,e2e,memory,timers,a2a_sdk,a2a_memory] [--keep]
+    python -m benchmarks [--quick] [--only codec,e2e,memory,timers,a2a_sdk,a2a_memory,
+                                               replicas,takeover_scan] [--keep]
                          [--no-write]
 
 `--only ... --keep` measures those benchmarks again and keeps the other sections of the
@@ -23,7 +24,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import a2a_memory, a2a_sdk, codec, e2e, http_client, memory, report, timers
+from benchmarks import (
+    a2a_memory,
+    a2a_sdk,
+    codec,
+    e2e,
+    http_client,
+    memory,
+    replicas,
+    report,
+    takeover_scan,
+    timers,
+)
 from benchmarks._common import ROOT, Section, machine, quiet_logging
 
 FULL: dict[str, Callable[[], Section]] = {
@@ -34,6 +46,8 @@ FULL: dict[str, Callable[[], Section]] = {
     "timers": lambda: timers.run(tasks=10_000, seconds=30.0),
     "a2a_sdk": lambda: a2a_sdk.run(seconds=4.0, warmup=1.0, rounds=1),
     "a2a_memory": lambda: a2a_memory.run(tasks=3000),
+    "replicas": lambda: replicas.run(seconds=5.0, warmup=1.0, rounds=3),
+    "takeover_scan": lambda: takeover_scan.run((10_000, 100_000), scans=200),
 }
 QUICK: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=0.3),
@@ -43,6 +57,8 @@ QUICK: dict[str, Callable[[], Section]] = {
     "timers": lambda: timers.run(tasks=500, seconds=1.0),
     "a2a_sdk": lambda: a2a_sdk.run(seconds=0.4, warmup=0.2),
     "a2a_memory": lambda: a2a_memory.run(tasks=50),
+    "replicas": lambda: replicas.run(seconds=0.5, warmup=0.2, rounds=1, round_trips=False),
+    "takeover_scan": lambda: takeover_scan.run((1_000, 10_000), scans=10),
 }
 
 #: What the figures mean beyond the tables: written once the targets were measured.

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
-from benchmarks._common import Child, free_port, quiet_logging
+from benchmarks._common import Child, Section, Table, free_port, quiet_logging
 from benchmarks.pgwire import RoundTripRelay
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +72,13 @@ def server_cpu_seconds(postmaster: int) -> float:
         elif int(fields[1]) == postmaster:
             total += (int(fields[11]) + int(fields[12])) / TICKS
     return total
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy so far (every core: /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / TICKS
 
 
 def statement_counts(url: str) -> dict[str, int]:
@@ -111,6 +118,18 @@ def committed_transactions(url: str) -> int:
     return int(row[0])
 
 
+def dead_rows(url: str) -> str:
+    """Dead rows left in the tables the replicas churn (autovacuum removes them)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT relname, n_dead_tup FROM pg_stat_user_tables "
+            "WHERE relname IN ('leases', 'outbox', 'tasks', 'dedup') ORDER BY relname"
+        ).fetchall()
+    return ", ".join(f"{name} {dead}" for name, dead in rows)
+
+
 def reset_counts(url: str) -> None:
     import psycopg
 
@@ -147,6 +166,9 @@ class Run:
     round_trips: int | None = None
     by_statement: dict[str, int] | None = None
     errors: int = 0
+    #: Cores of the machine kept busy during the load (every process: the requester, nginx,
+    #: the executors, PostgreSQL), out of `os.cpu_count()`.
+    busy_cores: float = 0.0
 
 
 class Bench:
@@ -161,6 +183,8 @@ class Bench:
         self.warmup = warmup
         self.concurrency = concurrency
         self.databases = 0
+        #: With `--keep-database`: each setup's database, reused by its later rounds.
+        self.kept: dict[tuple[Setup, str], str] | None = None
 
     def database(self, *, schema: bool) -> str:
         import psycopg
@@ -219,11 +243,14 @@ class Bench:
     async def measure(self, setup: Setup, code: str, *, round_trips: bool = False) -> Run:
         name = f"{setup.label}-{self.databases}"
         postgres = setup.kind != "sqlite"
-        url = (
-            self.database(schema=setup.kind == "floor")
-            if postgres
-            else str(self.tmp / f"{name}.sqlite")
-        )
+        if not postgres:
+            url = str(self.tmp / f"{name}.sqlite")
+        elif self.kept is not None and (setup, code) in self.kept:
+            url = self.kept[(setup, code)]
+        else:
+            url = self.database(schema=setup.kind == "floor")
+            if self.kept is not None:
+                self.kept[(setup, code)] = url
         relay: RoundTripRelay | None = None
         store = url
         if round_trips:
@@ -237,6 +264,7 @@ class Bench:
                 turns0 = relay.turns if relay is not None else 0
                 cpu0 = sum(cpu_seconds(pid) for pid in pids)
                 server0 = server_cpu_seconds(self.server.pid)
+                busy0, wall0 = machine_busy_seconds(), time.monotonic()
                 result = await asyncio.to_thread(
                     self.requester.call,
                     "load",
@@ -249,10 +277,11 @@ class Bench:
                 )
                 cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
                 server_cpu = server_cpu_seconds(self.server.pid) - server0
+                busy = (machine_busy_seconds() - busy0) / (time.monotonic() - wall0)
                 turns = relay.turns - turns0 if relay is not None else None
             run = Run(
                 setup, code, result["rate"], int(result["total"]), cpu, server_cpu,
-                round_trips=turns, errors=int(result["errors"]),
+                round_trips=turns, errors=int(result["errors"]), busy_cores=busy,
             )  # fmt: skip
             if postgres:
                 counts = statement_counts(url)
@@ -296,6 +325,7 @@ def summary(runs: list[Run]) -> list[dict[str, str]]:
             "range": f"{min(rates):,.0f}–{max(rates):,.0f}",
             "executor ms/task": f"{cpu:.2f}",
             "server ms/task": f"{server:.2f}" if label != "sqlite-1" else "",
+            "busy cores": f"{median(r.busy_cores for r in group):.2f}",
             "transactions/task": "",
             "explicit/task": "",
             "statements/task": "",
@@ -344,55 +374,54 @@ def print_statements(runs: list[Run], top: int = 14) -> None:
             print(f"  {calls / max(1, run.tasks):6.2f}  {text[:110]}")
 
 
-async def main(args: argparse.Namespace) -> None:
-    quiet_logging()
+async def measure_all(args: argparse.Namespace) -> list[Run]:
+    """Every setup, `args.rounds` times, alternating (and the round-trip rounds)."""
     server = start_server(durable=args.durable, statements=True)
     tmp = Path(tempfile.mkdtemp(prefix="synapse-bench-replicas-"))
     inherited = os.environ.get("PYTHONPATH")
     home = os.getcwd()
+    saved_path = list(sys.path)
     # This process's own imports stay where they were found, whatever directory it runs in.
     sys.path[:] = [str(Path(home, entry)) for entry in sys.path]
     setups = [Setup("floor")] + [Setup("replicas", int(c)) for c in args.replicas.split(",") if c]
     if not args.no_sqlite:
         setups.insert(0, Setup("sqlite"))
+    codes = args.code or [str(ROOT)]
     requester = await asyncio.to_thread(
         Child, "floor-requester", "--agent-id", R, "--port", str(free_port()), "--secret", SECRET
     )
     bench = Bench(server, requester, tmp, args.seconds, args.warmup, args.concurrency)
+    if args.keep_database:
+        bench.kept = {}
     runs: list[Run] = []
-    load = os.getloadavg()[0]
     try:
         for round_ in range(args.rounds):
-            for code in args.code or [str(ROOT)]:
+            for code in codes:
                 # The replicas run this checkout's code (`synapse serve -m` in a subprocess,
                 # whose working directory comes first on its path).
                 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [code, inherited]))
                 os.chdir(code)
                 name = Path(code).name or code
                 for setup in setups:
-                    if setup.kind == "floor" and code != (args.code or [str(ROOT)])[0]:
+                    if setup.kind == "floor" and code != codes[0]:
                         continue  # the floor does not depend on the code under test
                     run = await bench.measure(setup, "floor" if setup.kind == "floor" else name)
                     runs.append(run)
+                    dead = ""
+                    if bench.kept is not None and (setup, run.code) in bench.kept:
+                        dead = f"; dead rows: {dead_rows(bench.kept[(setup, run.code)])}"
                     print(
-                        f"round {round_ + 1} {name} {setup.label}: {run.tasks_per_s:,.0f} tasks/s"
-                        f" ({run.errors} errors)",
+                        f"round {round_ + 1} {name} {setup.label}: {run.tasks_per_s:,.0f} tasks/s,"
+                        f" {per_task(run.executor_cpu_s, run, 1000):.2f} ms/task"
+                        f" ({run.errors} errors){dead}",
                         file=sys.stderr,
                     )
                     if args.round_trips and round_ == 0 and setup.kind != "sqlite":
                         runs.append(await bench.measure(setup, run.code, round_trips=True))
-        rows = summary(runs)
-        print_table(rows)
-        print(
-            f"(median of {args.rounds} rounds of {args.seconds:g} s + {args.warmup:g} s warm-up; "
-            f"{args.concurrency} echo tasks in flight; {os.cpu_count()} CPUs; PostgreSQL "
-            f"{'durable (fsync, synchronous_commit on)' if args.durable else 'fsync off'}; "
-            f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end)"
-        )
-        if args.statements:
-            print_statements(runs)
+        return runs
     finally:
         os.chdir(home)
+        sys.path[:] = saved_path
         if inherited is None:
             os.environ.pop("PYTHONPATH", None)
         else:
@@ -400,6 +429,92 @@ async def main(args: argparse.Namespace) -> None:
         await asyncio.to_thread(requester.close)
         stop_server(server)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def figures(runs: list[Run]) -> dict[str, float]:
+    """The named figures the targets are judged on (medians over the rounds)."""
+    out: dict[str, float] = {}
+    measured = [r for r in runs if r.round_trips is None]
+
+    def pick(label: str) -> list[Run]:
+        return [r for r in measured if r.setup.label == label]
+
+    for label, key in (("pg-floor", "floor"), ("sqlite-1", "sqlite"), ("postgres-1", "one"),
+                       ("postgres-2", "two")):  # fmt: skip
+        group = pick(label)
+        if not group:
+            continue
+        out[f"replicas.{key}.tasks_per_s"] = median(r.tasks_per_s for r in group)
+        out[f"replicas.{key}.cpu_ms"] = median(per_task(r.executor_cpu_s, r, 1000) for r in group)
+        out[f"replicas.{key}.total_cpu_ms"] = median(
+            per_task(r.executor_cpu_s + r.server_cpu_s, r, 1000) for r in group
+        )
+        if label != "sqlite-1":
+            out[f"replicas.{key}.explicit_per_task"] = median(per_task(r.commits, r) for r in group)
+            trips = [per_task(r.round_trips, r) for r in runs if r.round_trips is not None
+                     and r.setup.label == label]  # fmt: skip
+            if trips:
+                out[f"replicas.{key}.round_trips_per_task"] = median(trips)
+    return out
+
+
+def run(
+    *,
+    seconds: float = 5.0,
+    warmup: float = 1.0,
+    rounds: int = 3,
+    durable: bool = True,
+    round_trips: bool = True,
+) -> Section:
+    """The section of `docs/benchmarks.md`: this checkout's replicas, durable PostgreSQL."""
+    started = time.monotonic()
+    args = parse_args(
+        ["--seconds", str(seconds), "--warmup", str(warmup), "--rounds", str(rounds)]
+        + (["--durable"] if durable else [])
+        + (["--round-trips"] if round_trips else [])
+    )
+    runs = asyncio.run(measure_all(args))
+    section = Section(
+        "replicas",
+        "Replicas on PostgreSQL beside the PostgreSQL floor and one SQLite process",
+        "python -m benchmarks.replicas --durable --round-trips",
+    )
+    rows = [{k: v for k, v in row.items() if k != "code"} for row in summary(runs)]
+    table = Table(list(rows[0]), title="Echo tasks, concurrency 50 (medians over the rounds)")
+    for row in rows:
+        table.add(*row.values())
+    section.tables.append(table)
+    section.figures = figures(runs)
+    section.notes += [
+        f"{rounds} alternating rounds of {seconds:g} s (+ {warmup:g} s warm-up) per setup; "
+        "one independent requester (aiohttp, stdlib json and HMAC) drives every setup; "
+        f"PostgreSQL {'durable (fsync, synchronous_commit on)' if durable else 'fsync off'}, "
+        "on the same machine as everything else.",
+        "executor ms/task: CPU of the executor processes (the replicas, the floor, or the "
+        "SQLite process) per task; server ms/task: the PostgreSQL server's; busy cores: the "
+        "whole machine's (requester, nginx, executors, server) during the load, of "
+        f"{os.cpu_count()}.",
+        "transactions/task: every commit (explicit ones, and statements run in autocommit); "
+        "explicit/task: BEGIN … COMMIT transactions (the group commits); round trips/task: "
+        "counted on the wire by a relay, in rounds of their own.",
+    ]
+    section.seconds = time.monotonic() - started
+    return section
+
+
+async def main(args: argparse.Namespace) -> None:
+    quiet_logging()
+    load = os.getloadavg()[0]
+    runs = await measure_all(args)
+    print_table(summary(runs))
+    print(
+        f"(median of {args.rounds} rounds of {args.seconds:g} s + {args.warmup:g} s warm-up; "
+        f"{args.concurrency} echo tasks in flight; {os.cpu_count()} CPUs; PostgreSQL "
+        f"{'durable (fsync, synchronous_commit on)' if args.durable else 'fsync off'}; "
+        f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end)"
+    )
+    if args.statements:
+        print_statements(runs)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -419,6 +534,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-sqlite", action="store_true", help="skip the SQLite process")
     parser.add_argument(
         "--round-trips", action="store_true", help="count round trips (rounds of their own)"
+    )
+    parser.add_argument(
+        "--keep-database",
+        action="store_true",
+        help="each setup keeps its database across rounds (rows and dead tuples accumulate)",
     )
     parser.add_argument(
         "--statements", action="store_true", help="list the statements run most per task"

@@ -115,6 +115,48 @@ def _a2a_memory(f: dict[str, float]) -> tuple[str, bool] | None:
     return f"{v[0]:,.0f} B against the SDK's {v[1]:,.0f} B ({v[0] / v[1]:.1f}×)", v[0] <= v[1]
 
 
+def _replica_vs(
+    other: str, key: str, goal: float, *, at_most: bool
+) -> Callable[[dict[str, float]], tuple[str, bool] | None]:
+    """One PostgreSQL replica's figure `key` against `other`'s (the floor, or SQLite)."""
+
+    def judge(f: dict[str, float]) -> tuple[str, bool] | None:
+        v = _get(f, f"replicas.one.{key}", f"replicas.{other}.{key}")
+        if v is None or v[1] <= 0:
+            return None
+        unit = "tasks/s" if key == "tasks_per_s" else "ms per task"
+        value = v[0] / v[1]
+        text = f"{value:.2f}× ({v[0]:,.2f} ÷ {v[1]:,.2f} {unit})"
+        if key == "tasks_per_s":
+            text = f"{value * 100:.0f} % ({v[0]:,.0f} ÷ {v[1]:,.0f} tasks/s)"
+        return text, value <= goal if at_most else value >= goal
+
+    return judge
+
+
+def _replica_costs(f: dict[str, float]) -> tuple[str, bool] | None:
+    v = _get(f, "replicas.one.explicit_per_task", "replicas.one.round_trips_per_task")
+    if v is None:
+        return None
+    text = f"{v[0]:.2f} transactions (BEGIN … COMMIT), {v[1]:.2f} round trips per task"
+    return text, v[0] <= 0.5 and v[1] <= 3
+
+
+def _two_replicas(f: dict[str, float]) -> tuple[str, bool] | None:
+    v = _get(f, "replicas.two.tasks_per_s", "replicas.one.tasks_per_s")
+    if v is None or v[1] <= 0:
+        return None
+    return f"{v[0] / v[1]:.2f}× ({v[0]:,.0f} ÷ {v[1]:,.0f} tasks/s)", v[0] / v[1] >= 1.3
+
+
+def _takeover_scan(f: dict[str, float]) -> tuple[str, bool] | None:
+    v = _get(f, "takeover_scan.buffers_ratio", "takeover_scan.size_ratio")
+    if v is None:
+        return None
+    text = f"{v[0]:.2f}× the buffers per scan with {v[1]:.0f}× the finished tasks"
+    return text, v[0] <= 1.25
+
+
 TARGETS = (
     Target("codec vs pydantic v2, decode + validate", "≥ 4× faster", _codec_vs_pydantic),
     Target("codec vs bare msgspec floor", "within 1.5×", _codec_vs_floor),
@@ -134,6 +176,37 @@ TARGETS = (
     Target("memory per stored finished task", "≤ 4 KiB", _memory),
     Target("A2A binding: memory per finished task vs the A2A SDK", "≤ the SDK's", _a2a_memory),
     Target("10,000 idle in-flight tasks", "< 2 % of one core", _timers),
+    Target(
+        "one PostgreSQL replica vs the PostgreSQL floor, tasks/s (durable)",
+        "≥ 80 %",
+        _replica_vs("floor", "tasks_per_s", 0.8, at_most=False),
+    ),
+    Target(
+        "one replica + server CPU per task vs the floor's",
+        "≤ 1.5×",
+        _replica_vs("floor", "total_cpu_ms", 1.5, at_most=True),
+    ),
+    Target(
+        "one PostgreSQL replica vs one SQLite process, tasks/s",
+        "≥ 50 %",
+        _replica_vs("sqlite", "tasks_per_s", 0.5, at_most=False),
+    ),
+    Target(
+        "one replica's CPU per task vs the SQLite process's",
+        "≤ 2×",
+        _replica_vs("sqlite", "cpu_ms", 2.0, at_most=True),
+    ),
+    Target(
+        "per echo task on one replica, concurrency 50",
+        "≤ 0.5 transactions, ≤ 3 round trips",
+        _replica_costs,
+    ),
+    Target("two replicas vs one, on this 2-core machine", "≥ 1.3×", _two_replicas),
+    Target(
+        "takeover scan, 100,000 vs 10,000 finished tasks stored",
+        "flat (≤ 1.25× the buffers)",
+        _takeover_scan,
+    ),
 )
 
 

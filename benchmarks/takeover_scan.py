@@ -25,6 +25,8 @@ sys.path[:0] = [str(ROOT / "tests")]  # the tests' kit that starts the real serv
 
 from pgserver import start_server, stop_server  # noqa: E402
 
+from benchmarks._common import Section, Table  # noqa: E402
+
 LIVE = 200
 UNDELIVERED = 50
 
@@ -84,7 +86,9 @@ async def scan(url: str, scans: int) -> list[tuple[str, float, float, float]]:
     return [(str(q), float(c), float(b), float(t)) for q, c, b, t in rows]
 
 
-async def main(sizes: list[int], scans: int) -> None:
+async def measure(sizes: list[int], scans: int) -> dict[int, list[tuple[str, float, float, float]]]:
+    import psycopg
+
     from synapse.store.postgres import migrate
 
     server = start_server(statements=True)
@@ -92,8 +96,6 @@ async def main(sizes: list[int], scans: int) -> None:
     try:
         for size in sizes:
             url = server.create_database(f"scan_{size}")
-            import psycopg
-
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION pg_stat_statements")
             migrate(url)
@@ -101,23 +103,47 @@ async def main(sizes: list[int], scans: int) -> None:
             results[size] = await scan(url, scans)
     finally:
         stop_server(server)
-    print(f"{'finished tasks':>14}  {'buffers/scan':>12}  {'ms/scan':>8}  statement")
+    return results
+
+
+def run(sizes: tuple[int, ...] = (10_000, 100_000), scans: int = 200) -> Section:
+    started = time.monotonic()
+    results = asyncio.run(measure(list(sizes), scans))
+    section = Section(
+        "takeover_scan",
+        "Takeover scan against the number of finished tasks stored",
+        "python -m benchmarks.takeover_scan",
+    )
+    table = Table(
+        ["finished tasks", "buffers/scan", "ms/scan", "orphans buffers", "unleased buffers"],
+        title=f"One scan (mean of {scans}), {LIVE} live tasks and {UNDELIVERED} undelivered rows",
+    )
     for size, rows in results.items():
-        for query, _calls, buffers, ms in rows:
-            text = " ".join(query.split())
-            kind = "orphans" if text.startswith("WITH orphans") else "unleased"
-            print(f"{size:>14,}  {buffers:>12.1f}  {ms:>8.3f}  {kind}: {text[:60]}…")
-        total_b = sum(b for _q, _c, b, _t in rows)
-        total_t = sum(t for _q, _c, _b, t in rows)
-        print(f"{size:>14,}  {total_b:>12.1f}  {total_t:>8.3f}  the whole scan")
+        kinds = {("orphans" if q.lstrip().startswith("WITH orphans") else "unleased"): b
+                 for q, _c, b, _t in rows}  # fmt: skip
+        buffers = sum(b for _q, _c, b, _t in rows)
+        ms = sum(t for _q, _c, _b, t in rows)
+        table.add(f"{size:,}", f"{buffers:.1f}", f"{ms:.3f}", f"{kinds.get('orphans', 0):.1f}",
+                  f"{kinds.get('unleased', 0):.1f}")  # fmt: skip
+        section.figures[f"takeover_scan.{size}.buffers"] = buffers
+        section.figures[f"takeover_scan.{size}.ms"] = ms
+    section.tables.append(table)
     if len(results) == 2:
-        (small, a), (large, b) = results.items()
-        ratio_b = sum(x[2] for x in b) / max(1e-9, sum(x[2] for x in a))
-        ratio_t = sum(x[3] for x in b) / max(1e-9, sum(x[3] for x in a))
-        print(
-            f"{large:,} vs {small:,} finished tasks: {ratio_b:.2f}× the buffers, "
-            f"{ratio_t:.2f}× the time per scan ({scans} scans each)"
+        small, large = sorted(results)
+        f = section.figures
+        f["takeover_scan.buffers_ratio"] = (
+            f[f"takeover_scan.{large}.buffers"] / f[f"takeover_scan.{small}.buffers"]
         )
+        f["takeover_scan.time_ratio"] = (
+            f[f"takeover_scan.{large}.ms"] / f[f"takeover_scan.{small}.ms"]
+        )
+        f["takeover_scan.size_ratio"] = large / small
+    section.notes.append(
+        "Buffers: shared buffers the scan's statements touched per call "
+        "(pg_stat_statements), deterministic; ms: their mean execution time, noisy."
+    )
+    section.seconds = time.monotonic() - started
+    return section
 
 
 if __name__ == "__main__":
@@ -125,4 +151,4 @@ if __name__ == "__main__":
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--scans", type=int, default=200)
     args = parser.parse_args()
-    asyncio.run(main([int(s) for s in args.sizes.split(",")], args.scans))
+    print(run(tuple(int(s) for s in args.sizes.split(",")), args.scans).text())

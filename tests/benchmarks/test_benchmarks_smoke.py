@@ -10,7 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import a2a_memory, a2a_sdk, codec, e2e, http_client, longrun, memory, report, timers
+from benchmarks import (
+    a2a_memory,
+    a2a_sdk,
+    codec,
+    e2e,
+    http_client,
+    longrun,
+    memory,
+    replicas,
+    report,
+    takeover_scan,
+    timers,
+)
 from benchmarks._common import Section, machine
 
 SDK = all(importlib.util.find_spec(m) is not None for m in ("a2a", "uvicorn", "starlette"))
@@ -89,6 +101,31 @@ def test_a2a_memory() -> None:
     assert {"a2a_memory.sdk.rss_bytes_per_task", "a2a_memory.a2a.rss_bytes_per_task"} <= set(
         section.figures
     )  # RSS moves in pages: 20 tasks may not move it at all
+
+
+def test_replicas() -> None:
+    """The floor, SQLite and one and two replicas, with round trips counted on the wire."""
+    section = replicas.run(seconds=0.5, warmup=0.2, rounds=1, durable=False, round_trips=True)
+    _check(
+        section,
+        "replicas.floor.tasks_per_s",
+        "replicas.sqlite.tasks_per_s",
+        "replicas.one.tasks_per_s",
+        "replicas.two.tasks_per_s",
+        "replicas.one.total_cpu_ms",
+        "replicas.one.explicit_per_task",
+        "replicas.one.round_trips_per_task",
+    )
+    setups = [row[1] for row in section.tables[0].rows]
+    assert setups == ["sqlite-1", "pg-floor", "postgres-1", "postgres-2"]
+    judged = report.targets_table(section.figures).rows
+    assert any(row[0].startswith("two replicas") and row[3] in ("yes", "no") for row in judged)
+
+
+def test_takeover_scan() -> None:
+    section = takeover_scan.run((500, 5_000), scans=5)
+    _check(section, "takeover_scan.buffers_ratio", "takeover_scan.500.buffers")
+    assert section.figures["takeover_scan.size_ratio"] == 10
 
 
 def test_report(tmp_path: Path) -> None:
