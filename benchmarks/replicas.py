@@ -446,6 +446,9 @@ def figures(runs: list[Run]) -> dict[str, float]:
             continue
         out[f"replicas.{key}.tasks_per_s"] = median(r.tasks_per_s for r in group)
         out[f"replicas.{key}.cpu_ms"] = median(per_task(r.executor_cpu_s, r, 1000) for r in group)
+        out[f"replicas.{key}.server_cpu_ms"] = median(
+            per_task(r.server_cpu_s, r, 1000) for r in group
+        )
         out[f"replicas.{key}.total_cpu_ms"] = median(
             per_task(r.executor_cpu_s + r.server_cpu_s, r, 1000) for r in group
         )
@@ -456,6 +459,36 @@ def figures(runs: list[Run]) -> dict[str, float]:
             if trips:
                 out[f"replicas.{key}.round_trips_per_task"] = median(trips)
     return out
+
+
+def projection(f: dict[str, float], counts: tuple[int, ...] = (1, 2, 4, 8, 16)) -> Table | None:
+    """N replicas, each on a core of its own, beside one database server given the cores it
+    needs: derived from what one and two replicas cost here, not measured.
+
+    A replica's rate is the lesser of what one replica reached here (its commits in flight
+    bound it: a group commit waits for the disk) and what a core of its own allows at the CPU
+    per task two replicas needed (each replica's groups are smaller when they share the
+    database, so each task costs more); the server's cores are what N such replicas need at
+    the server CPU per task measured with two."""
+    needed = ("replicas.one.tasks_per_s", "replicas.two.cpu_ms", "replicas.two.server_cpu_ms")
+    if any(key not in f for key in needed):
+        return None
+    per_replica = min(f["replicas.one.tasks_per_s"], 1000 / f["replicas.two.cpu_ms"])
+    table = Table(
+        [
+            "replicas (a core each)",
+            "projected tasks/s",
+            "database server cores needed",
+            "× one SQLite process",
+        ],
+        title="Projection: N replicas on N cores beside one database server (derived)",
+    )
+    for n in counts:
+        rate = n * per_replica
+        cores = rate * f["replicas.two.server_cpu_ms"] / 1000
+        sqlite = f.get("replicas.sqlite.tasks_per_s")
+        table.add(n, f"{rate:,.0f}", f"{cores:.1f}", f"{rate / sqlite:.1f}×" if sqlite else "")
+    return table
 
 
 def run(
@@ -485,6 +518,9 @@ def run(
         table.add(*row.values())
     section.tables.append(table)
     section.figures = figures(runs)
+    projected = projection(section.figures)
+    if projected is not None:
+        section.tables.append(projected)
     section.notes += [
         f"{rounds} alternating rounds of {seconds:g} s (+ {warmup:g} s warm-up) per setup; "
         "one independent requester (aiohttp, stdlib json and HMAC) drives every setup; "
@@ -513,6 +549,10 @@ async def main(args: argparse.Namespace) -> None:
         f"{'durable (fsync, synchronous_commit on)' if args.durable else 'fsync off'}; "
         f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end)"
     )
+    projected = projection(figures(runs))
+    if projected is not None and len(args.code or [ROOT]) == 1:
+        print()
+        print(projected.text())
     if args.statements:
         print_statements(runs)
 
