@@ -47,6 +47,7 @@ class Writer:
         self.waiting: list[tuple[tuple[str, str], int, list[Op], asyncio.Future[None]]] = []
         self.wake = asyncio.Event()
         self.commits = 0
+        self.closed = False
 
     def write(self, key: tuple[str, str], epoch: int, ops: list[Op]) -> asyncio.Future[None]:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -55,7 +56,7 @@ class Writer:
         return done
 
     async def run(self) -> None:
-        while True:
+        while not self.closed:
             await self.wake.wait()
             self.wake.clear()
             batch, self.waiting = self.waiting, []
@@ -243,7 +244,9 @@ async def pg_floor_executor(args: argparse.Namespace) -> None:
     answer({"url": endpoint})
     async for _command in commands(cpu=False):
         answer({**cpu_now(), **counts, "commits": writer.commits})
-    writing.cancel()
+    writer.closed = True
+    writer.wake.set()
+    await writing
     await session.close()
     await runner.cleanup()
     await conn.close()

@@ -51,6 +51,7 @@ from synapse.store.base import (
     TaskRow,
 )
 from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
+from synapse.store.pgbatch import DELETE_DELIVERED, INSERT_TRANSITIONS, Op, Tag, send_batch
 from synapse.store.sql import (
     DEDUP_COLUMNS,
     OutboxMaintenance,
@@ -75,12 +76,6 @@ SEQ_BLOCK = 1024
 _record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(TaskRecord)
 
-#: The lease a buffered write is made under: the task, and the epoch its writer holds it at
-#: (0: the first write of a new task, which takes the lease if nobody has it).
-Tag = tuple[TaskKey, int]
-#: A buffered write: a statement, its parameters (a list of them: executemany), and the
-#: lease that fences it (None: not a write of one task, or no replicas).
-Op = tuple[str, Sequence[Any] | list[Sequence[Any]], bool, Tag | None]
 _Op = Op
 
 
@@ -494,15 +489,7 @@ class PostgresStore(OutboxMaintenance):
         )
         if transitions:
             rows = [transition_row(t) for t in transitions]
-            self._pending.append(
-                (
-                    f"INSERT INTO transitions ({_TRANSITION_COLUMNS}) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    rows,
-                    True,
-                    tag,
-                )
-            )
+            self._pending.append((INSERT_TRANSITIONS, rows, True, tag))
 
     def add_outbox(self, item: OutboxItem) -> None:
         key = item.key
@@ -536,9 +523,7 @@ class PostgresStore(OutboxMaintenance):
 
     def remove_outbox(self, message_id: str) -> None:
         tag = self._tag(self._outbox_keys.pop(message_id, None))
-        self._pending.append(
-            ("DELETE FROM outbox WHERE message_id = %s", (message_id,), False, tag)
-        )
+        self._pending.append((DELETE_DELIVERED, (message_id,), False, tag))
 
     def give_back_lease(self, key: TaskKey, holder: str, epoch: int) -> None:
         """Delete `holder`'s lease of `key` at `epoch` with the next commit (nothing if it
@@ -662,7 +647,7 @@ class PostgresStore(OutboxMaintenance):
         tags = {op[3] for op in batch if op[3] is not None}
         if fence is None or not tags:
             async with conn.transaction():
-                await self._send(conn.cursor(), batch)
+                await send_batch(conn.cursor(), batch)
             return set()
         try:
             # The usual case, in one round trip: BEGIN, the fence (which aborts the
@@ -672,7 +657,7 @@ class PostgresStore(OutboxMaintenance):
                 await cur.execute(
                     b"SELECT synapse_fence_all(%s, %s, %s, %s, %s)", self._fence_params(tags)
                 )
-                await self._send(cur, batch)
+                await send_batch(cur, batch)
             return set()
         except psycopg.errors.RaiseException as exc:
             if _FENCE_REFUSED not in str(exc):
@@ -688,16 +673,8 @@ class PostgresStore(OutboxMaintenance):
                     withdrawn.update(range(start, end))
             kept = [op for i, op in enumerate(batch) if op[3] not in dropped and i not in withdrawn]
             async with conn.pipeline():
-                await self._send(cur, kept)
+                await send_batch(cur, kept)
         return dropped
-
-    @staticmethod
-    async def _send(cur: psycopg.AsyncCursor[Any], batch: list[_Op]) -> None:
-        for query, params, many, _tag in batch:
-            if many:
-                await cur.executemany(query.encode(), params)
-            else:
-                await cur.execute(query.encode(), params)
 
     def _fence_params(self, tags: set[Tag]) -> tuple[Any, ...]:
         fence = self.fence

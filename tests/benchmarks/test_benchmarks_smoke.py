@@ -116,7 +116,7 @@ def test_replicas() -> None:
         "replicas.one.explicit_per_task",
         "replicas.one.round_trips_per_task",
     )
-    setups = [row[1] for row in section.tables[0].rows]
+    setups = [row[0] for row in section.tables[0].rows]
     assert setups == ["sqlite-1", "pg-floor", "postgres-1", "postgres-2"]
     judged = report.targets_table(section.figures).rows
     assert any(row[0].startswith("two replicas") and row[3] in ("yes", "no") for row in judged)

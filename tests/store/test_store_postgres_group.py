@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from storekit import Duo
+from storekit import Duo, outbox_item
 
 from synapse.p2p.engine import TaskKey
 from synapse.store.base import FencedOut, StoreUnavailable
@@ -126,3 +126,62 @@ async def test_a_fenced_commit_is_refused_alone_in_its_group(pair) -> None:  # t
     assert done is not None and done.state.value == "completed"
     stolen = b.store.get_task(taken)
     assert stolen is not None and stolen.state.value == "executing"
+
+
+class CountingCursor:
+    """A cursor that remembers each statement sent through it."""
+
+    def __init__(self, cur: Any, sent: list[str]) -> None:
+        self.cur = cur
+        self.sent = sent
+
+    async def execute(self, query: bytes, params: Any = None) -> Any:
+        self.sent.append(query.decode())
+        return await self.cur.execute(query, params)
+
+    async def executemany(self, query: bytes, params: Any) -> Any:
+        self.sent.append(query.decode())
+        return await self.cur.executemany(query, params)
+
+
+async def test_a_groups_history_and_delivered_rows_take_one_statement_each(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transitions of every task in a group go in one statement, in order, and so do the
+    deletions of the delivered outbox rows: each task's history reads back as written."""
+    import synapse.store.postgres as postgres_module
+
+    sent: list[str] = []
+    real = postgres_module.send_batch
+
+    async def counted(cur: Any, batch: Any) -> None:
+        await real(CountingCursor(cur, sent), batch)
+
+    monkeypatch.setattr(postgres_module, "send_batch", counted)
+    store = PostgresStore(pg_url)
+    duo = Duo(MemoryStore(), store)
+    tasks = [duo.submit(task_id=f"t-{i}") for i in range(MESSAGES)]
+    for key in tasks:
+        duo.progress(key, 50)
+        duo.complete(key)
+    for n in range(MESSAGES):
+        store.add_outbox(outbox_item(n + 1, f"m-{n}", task=None))
+    await store.commit()
+    assert sum("INSERT INTO transitions" in q for q in sent) == 1
+    for n in range(MESSAGES):
+        store.remove_outbox(f"m-{n}")
+    sent.clear()
+    await store.commit()
+    assert sent == ["DELETE FROM outbox WHERE message_id = ANY(%s::text[])"]
+    assert store.outbox_count() == 0
+    reader = PostgresStore(pg_url)
+    for key in tasks:
+        stored = reader.get_task(key)
+        assert stored is not None
+        written = duo.record("e", key).history
+        assert [(t.from_state, t.to_state, t.event) for t in stored.history] == [
+            (t.from_state, t.to_state, t.event) for t in written
+        ]
+        assert len(written) >= 3
+    await reader.close()
+    await store.close()
