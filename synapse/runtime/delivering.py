@@ -61,7 +61,7 @@ class Delivering(RuntimeBase):
             created_at=self.clock(),
         )
         self.store.add_outbox(item)
-        return _Queued(out, item)
+        return _Queued(out, item, self._commits_started + 1)
 
     def _queue(self, queued: _Queued) -> None:
         key = queued.out.key
@@ -107,8 +107,11 @@ class Delivering(RuntimeBase):
                 assert queued is not None
                 out = queued.out
                 sender = self._require_sender(out.partner)
-                # What the partner is about to see must survive our crash.
-                await self._commit_patiently()
+                # What the partner is about to see must survive our crash. Once the commit
+                # holding its outbox entry is done it does, whatever other commits are in
+                # flight (waiting for them would add a transaction to every POST).
+                if queued.durable_with > self._commits_done:
+                    await self._commit_patiently()
                 if self._queues.get(key) is not queue:
                     return  # let go meanwhile: another replica owns the task now
                 if queue.head is not queued:

@@ -69,6 +69,9 @@ class _Queued:
 
     out: Outgoing
     item: OutboxItem
+    #: The number of the commit that makes its outbox entry durable (every commit started
+    #: after the entry was buffered does): 0 for an entry read from the store.
+    durable_with: int = 0
 
 
 @dataclass(frozen=True, slots=True)
