@@ -353,17 +353,11 @@ class Ownership:
         """Orphaned tasks with no lease row at all (a store a single process used before,
         or a lease given back while a callback was still to be delivered). Read from the
         live tasks (a partial index) and the live outbox rows, never from the finished
-        tasks: the scan costs what is in flight, not what is stored."""
+        tasks: the scan costs what is in flight, not what is stored (`synapse_lease_unleased`
+        looks tasks up only by key, whatever the statistics say)."""
         return (
-            "INSERT INTO leases (requester, task_id, holder, epoch, expires_at) "
-            "SELECT c.requester, c.task_id, %s, 1, %s FROM ("
-            f"SELECT requester, task_id FROM tasks WHERE state NOT IN {_FINAL} "
-            "UNION SELECT o.requester, o.task_id FROM outbox o JOIN tasks t "
-            "ON t.requester = o.requester AND t.task_id = o.task_id "
-            "WHERE o.dead_reason IS NULL) c "
-            "WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.requester = c.requester "
-            "AND l.task_id = c.task_id) LIMIT %s "
-            "ON CONFLICT DO NOTHING RETURNING requester, task_id, epoch",
+            "SELECT leased_requester, leased_task_id, leased_epoch "
+            "FROM synapse_lease_unleased(%s, %s, %s)",
             (self.replica_id, self.clock() + self.ttl, limit),
         )
 

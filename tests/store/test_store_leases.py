@@ -184,20 +184,6 @@ async def test_a_finished_task_gives_its_lease_back_with_the_next_commit(pair) -
     assert (await b.take_over_expired()).tasks == []  # nor taken over: it is finished
 
 
-async def test_the_takeover_scan_reads_tasks_in_flight_through_an_index(pair) -> None:  # type: ignore[no-untyped-def]
-    """The scan for orphaned tasks without a lease has a plan that reads no finished task
-    (the partial index of live tasks): its cost follows the tasks in flight, not the store."""
-    (a, _), _ = pair
-    query, params = a._unleased_query(100)
-    pool = await a.store._open_pool()
-    async with pool.connection() as conn, conn.transaction():
-        await conn.execute("SET LOCAL enable_seqscan = off")
-        cur = await conn.execute(("EXPLAIN " + query).encode(), params)
-        plan = "\n".join(str(row[0]) for row in await cur.fetchall())
-    assert "tasks_live" in plan, plan
-    assert "Seq Scan on tasks" not in plan, plan
-
-
 async def test_a_task_just_claimed_is_looked_up_without_a_statement(pair) -> None:  # type: ignore[no-untyped-def]
     """Claimed as not stored, and written only by its lease holder: until this replica writes
     it, the task is not in the database, and looking it up (the engine does, for every new
