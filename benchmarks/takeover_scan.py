@@ -95,7 +95,7 @@ async def measure(sizes: list[int], scans: int) -> dict[int, list[tuple[str, flo
     results: dict[int, list[tuple[str, float, float, float]]] = {}
     try:
         for size in sizes:
-            url = server.create_database(f"scan_{size}")
+            url = server.create_database(f"scan_{len(results)}_{size}")
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION pg_stat_statements")
             migrate(url)
