@@ -302,8 +302,24 @@ class A2AClient:
 
     async def call(self, method: str, params: Any) -> Any:
         """One call of an A2A operation (its request as proto JSON), over the binding the
-        card offered; the answer as proto JSON, or `A2AError`."""
+        card offered; the answer as proto JSON, or `A2AError`. A `SendMessage` whose answer
+        was lost (connection cut, timeout) is sent again with the same `messageId`, up to
+        `config.max_retries` times, when this client is authenticated: the agent answers a
+        retry with the task the first attempt started (an anonymous caller's would start
+        another)."""
         transport = await self._transport_now()
+        identified = "Authorization" in self.headers or self.credentials is not None
+        retries = self.config.max_retries if method == "SendMessage" and identified else 0
+        for attempt in range(retries + 1):
+            try:
+                return await self._call_once(transport, method, params)
+            except A2AError as exc:
+                lost = isinstance(exc.__cause__, aiohttp.ClientError | TimeoutError)
+                if attempt == retries or not lost:
+                    raise
+            await asyncio.sleep(backoff_delay(attempt + 1, self.config))
+
+    async def _call_once(self, transport: Transport, method: str, params: Any) -> Any:
         try:
             return await transport.call(method, params)
         except A2AError as exc:

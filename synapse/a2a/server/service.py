@@ -47,6 +47,7 @@ from synapse.a2a.server.push import (
     push_partner,
 )
 from synapse.a2a.server.requests import check_history_length
+from synapse.a2a.server.retries import SentMessages, fingerprint
 from synapse.a2a.server.view import (
     CONTEXT_KEY,
     REQUESTER_PREFIX,
@@ -162,6 +163,8 @@ class A2AService:
         self.max_kept_views = MAX_KEPT_VIEWS
         self._protocol: P2PProtocol | None = None
         self._rebuilt = False
+        #: New messages by (principal, messageId): a retry gets the task its first started.
+        self.sent = SentMessages(self.config.dedup_window)
 
     # --- wiring -------------------------------------------------------------------------------
 
@@ -331,6 +334,13 @@ class A2AService:
         if message.task_id:
             return await self._follow_up(req, principal)
         protocol = self.protocol
+        sent, print_ = None, fingerprint(message)
+        if principal != ANONYMOUS:  # see `synapse.a2a.server.retries`
+            sent = self.sent.key(_partner(principal), message)
+            started = await self.sent.begin(protocol.store, sent, print_)
+            if started is not None:
+                view = self._owned(started, principal)
+                return view, view.subscribe()
         task_type = mapping.task_type_of(message, self.default_task_type)
         payload = mapping.payload_of(message)
         configuration = req.configuration or wire.SendMessageConfiguration()
@@ -360,6 +370,8 @@ class A2AService:
         )
         self.tasks[task_id] = view
         queue = view.subscribe()
+        if sent is not None:  # committed with the task
+            self.sent.record(protocol.store, sent, print_, task_id)
         try:
             reply = await protocol.handle_message(envelope)
         except BaseException as exc:
@@ -367,9 +379,13 @@ class A2AService:
             # were rolled back by `handle_message`; leave no view behind either.
             view.unsubscribe(queue)
             del self.tasks[task_id]
+            if sent is not None:
+                self.sent.failed(sent, protocol.store)
             if isinstance(exc, RemoteProtocolError):
                 raise a2a_error_of(exc, task_id) from None
             raise
+        if sent is not None:
+            self.sent.started(sent, task_id)
         self._apply_decision(view, reply)
         log.info(
             "a2a_task",
