@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from synapse import ExecutionContext, Peer, TaskFailure, TaskResult, Validation
-from synapse.a2a import enable_a2a
+from synapse.a2a import DirectRequest, enable_a2a
 from synapse.p2p.config import P2PConfig
 from synapse.types import ErrorCode, TaskError
 
@@ -55,6 +55,17 @@ class TckHandler:
         # The scenario "tck-reject-task" would be refused here, but validation sees the
         # payload only, not the A2A message id: it fails at execution instead.
         return Validation()
+
+    def immediate_task_types(self) -> list[str]:
+        return ["echo"]
+
+    async def answer_message(
+        self, task_type: str, payload: dict[str, Any], request: DirectRequest
+    ) -> str | None:
+        """ "tck-message-response" asks for a Message instead of a task; the rest are tasks."""
+        if request.message_id.startswith("tck-message-response"):
+            return "Direct message response"
+        return None
 
     async def execute_task(
         self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
@@ -94,8 +105,7 @@ class TckHandler:
             return TaskResult(output_type="text", output="Generated text content")
         if message_id.startswith("tck-reject-task"):
             raise TaskFailure(TaskError(code=ErrorCode.EXECUTION_FAILED, message="rejected"))
-        # "tck-message-response" asks for a Message instead of a task: a handler answers
-        # with a task only (for now); and "tck-complete-task" and anything else complete.
+        # "tck-complete-task" and anything else complete.
         if message_id.startswith("tck-complete-task"):
             return TaskResult(output_type="text", output="Hello from TCK")
         return TaskResult(output_type="text", output=f"Unhandled messageId prefix: {message_id}")

@@ -22,6 +22,7 @@ from synapse.a2a.client.auth import ClientCredentials, OAuthClient
 from synapse.a2a.client.core import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.a2a.server.app import DEFAULT_PATH, A2AServer
+from synapse.a2a.server.direct import DirectAnswers, DirectRequest
 from synapse.a2a.server.push import PushAllowlist
 from synapse.a2a.server.security import MutualTlsScheme, SecurityPolicy
 from synapse.a2a.server.service import A2AService
@@ -140,6 +141,8 @@ __all__ = [
     "CardSigner",
     "CardVerifier",
     "ClientCredentials",
+    "DirectAnswers",
+    "DirectRequest",
     "OAuthClient",
     "PushAllowlist",
     "SecurityPolicy",

@@ -26,6 +26,7 @@ import grpc
 
 from synapse.a2a import grpc_proto, grpc_tls, wire
 from synapse.a2a.errors import A2ACode, A2AError
+from synapse.a2a.server.direct import DirectStream
 from synapse.a2a.server.operations import METHODS
 from synapse.a2a.server.security import AuthError, Presented
 from synapse.a2a.server.view import Subscription
@@ -128,12 +129,12 @@ class GrpcBinding:
         async def handle(
             request: Any, context: grpc.aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[Any]:
-            subscription: Subscription | None = None
+            subscription: Subscription | DirectStream | None = None
             try:
                 params = grpc_proto.to_json(request)
                 principal = await self._call(name, params, context)
                 result = await METHODS[name](self.server.service, principal, params, strict=False)
-                assert isinstance(result, Subscription)
+                assert isinstance(result, Subscription | DirectStream)
                 subscription = result
                 async for event in subscription.events(None):
                     if event is not None:

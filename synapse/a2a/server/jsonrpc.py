@@ -14,6 +14,7 @@ from aiohttp import web
 
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError, invalid_params
+from synapse.a2a.server.direct import DirectStream
 from synapse.a2a.server.httpbase import check_version, event_stream_response, read_json
 from synapse.a2a.server.operations import METHODS
 from synapse.a2a.server.view import Subscription
@@ -55,7 +56,7 @@ class JsonRpcBinding:
             await server.authorize(request, method, params)
             check_version(request)
             result = await handler(server.service, principal, params)
-            if isinstance(result, Subscription):
+            if isinstance(result, Subscription | DirectStream):
                 return await self._stream(request, rpc_id, result)
             return _result(rpc_id, result)
         except A2AError as exc:
@@ -77,7 +78,7 @@ class JsonRpcBinding:
             return _error_response(rpc_id, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
 
     async def _stream(
-        self, request: web.Request, rpc_id: Any, subscription: Subscription
+        self, request: web.Request, rpc_id: Any, subscription: Subscription | DirectStream
     ) -> web.StreamResponse:
         """Server-sent events, each a JSON-RPC response carrying one `StreamResponse`."""
         response = event_stream_response()
@@ -89,7 +90,7 @@ class JsonRpcBinding:
                 else:
                     await response.write(b"data: " + _jsonrpc(rpc_id, result=event) + b"\n\n")
         except (ConnectionResetError, ConnectionError):
-            log.info("a2a_stream_closed_by_client", task_id=subscription.view.id)
+            log.info("a2a_stream_closed_by_client", task_id=subscription.task_id)
         finally:
             subscription.close()
         return response

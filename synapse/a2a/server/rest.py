@@ -18,6 +18,7 @@ from aiohttp import web
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.routes import ROUTE_OF, ROUTES, Route, match
+from synapse.a2a.server.direct import DirectStream
 from synapse.a2a.server.httpbase import check_version, event_stream_response, read_json
 from synapse.a2a.server.operations import METHODS
 from synapse.a2a.server.view import Subscription
@@ -67,7 +68,7 @@ class RestBinding:
             await server.authorize(request, route.method, params)
             strict = route.body
             result = await METHODS[route.method](server.service, principal, params, strict=strict)
-            if isinstance(result, Subscription):
+            if isinstance(result, Subscription | DirectStream):
                 return await self._stream(request, result)
             return web.Response(
                 body=wire.encode({} if result is None else result),
@@ -106,7 +107,9 @@ class RestBinding:
             raise A2AError(A2ACode.INVALID_REQUEST, "the request body must be a JSON object")
         return body
 
-    async def _stream(self, request: web.Request, subscription: Subscription) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, subscription: Subscription | DirectStream
+    ) -> web.StreamResponse:
         response = event_stream_response()
         try:
             await response.prepare(request)
@@ -116,7 +119,7 @@ class RestBinding:
                 else:
                     await response.write(b"data: " + wire.encode(event) + b"\n\n")
         except (ConnectionResetError, ConnectionError):
-            log.info("a2a_stream_closed_by_client", task_id=subscription.view.id, binding="rest")
+            log.info("a2a_stream_closed_by_client", task_id=subscription.task_id, binding="rest")
         finally:
             subscription.close()
         return response

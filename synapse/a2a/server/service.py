@@ -38,6 +38,7 @@ from synapse.a2a.errors import (
     task_not_found,
     unsupported,
 )
+from synapse.a2a.server.direct import DirectStream, direct_answer
 from synapse.a2a.server.push import (
     MAX_PUSH_URL,
     PUSH_PREFIX,
@@ -205,6 +206,9 @@ class A2AService:
     ) -> wire.SendMessageResponse:
         configuration = req.configuration or wire.SendMessageConfiguration()
         check_history_length(configuration.history_length)
+        direct = await direct_answer(self, req.message, principal)
+        if direct is not None:  # answered by the handler itself, without a task
+            return wire.SendMessageResponse(message=direct)
         view, queue = await self.submit(req, principal)
         try:
             if not configuration.return_immediately:
@@ -218,9 +222,12 @@ class A2AService:
 
     async def send_streaming_message(
         self, req: wire.SendMessageRequest, principal: str
-    ) -> Subscription:
+    ) -> Subscription | DirectStream:
         configuration = req.configuration or wire.SendMessageConfiguration()
         check_history_length(configuration.history_length)
+        direct = await direct_answer(self, req.message, principal)
+        if direct is not None:
+            return DirectStream(direct)
         view, queue = await self.submit(req, principal)
         # The snapshot holds every event published so far: the stream goes on after them.
         first = view.snapshot(history_length=configuration.history_length)

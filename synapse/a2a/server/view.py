@@ -380,6 +380,10 @@ class Subscription:
         finally:
             self.view.unsubscribe(self.queue)
 
+    @property
+    def task_id(self) -> str:
+        return self.view.id
+
     def close(self) -> None:
         self.view.unsubscribe(self.queue)
 
