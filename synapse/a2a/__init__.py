@@ -53,6 +53,7 @@ def enable_a2a(
     grpc_port: int | None = None,
     grpc_host: str = "127.0.0.1",
     grpc_public_address: str | None = None,
+    tenants: Mapping[str, Iterable[str]] | None = None,
 ) -> A2AServer:
     """Make `peer` speak A2A v1.0 too, on its own aiohttp app. Call before `peer.start()`.
 
@@ -75,6 +76,8 @@ def enable_a2a(
       (default: the host of the HTTP interfaces' URL, and that port). It serves TLS (and
       requires client certificates) as the peer's `tls` says, and enforces the same
       `security` as the HTTP bindings.
+    - `tenants`: principal → the tenants it may name (`synapse.a2a.server.tenants`); tasks,
+      listings, push configurations and retries are per tenant either way.
     """
     try:
         peer.protocol  # noqa: B018 - raises until the peer is started
@@ -116,6 +119,7 @@ def enable_a2a(
         grpc_host=grpc_host,
         grpc_public_address=grpc_public_address,
         tls=peer.tls,
+        tenants=tenants,
     )
     if peer.tls is not None:
         server.pusher.ssl = peer.tls.client_context()

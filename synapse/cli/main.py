@@ -32,6 +32,7 @@ from synapse.cli.options import (
     A2A_GRPC_PUBLIC_ADDRESS,
     A2A_PUBLIC_URL,
     A2A_PUSH_ALLOW,
+    A2A_TENANTS,
     A2A_TOKEN,
     A2A_TOKENS,
     AGENT_ID,
@@ -158,6 +159,7 @@ def _run_serve(ctx: Context) -> int:
 A2A_SERVE_FLAGS = {
     "a2a_push_allow": "--a2a-push-allow",
     "a2a_token": "--a2a-token",
+    "a2a_tenant": "--a2a-tenant",
     "a2a_default_task_type": "--a2a-default-task-type",
     "a2a_public_url": "--a2a-public-url",
     "a2a_bindings": "--a2a-bindings",
@@ -200,7 +202,18 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
         grpc_public_address=s.get(A2A_GRPC_PUBLIC_ADDRESS),
         security=a2a_policy(s, tokens),
         card_signer=card_signer(s),
+        tenants=_tenants(s.get_list(A2A_TENANTS)),
     )
+
+
+def _tenants(pairs: list[tuple[str, str]]) -> dict[str, list[str]] | None:
+    """NAME=TENANT pairs → principal → its tenants (None: none given, any tenant goes)."""
+    if not pairs:
+        return None
+    allowed: dict[str, list[str]] = {}
+    for name, tenant in pairs:
+        allowed.setdefault(name, []).append(tenant)
+    return allowed
 
 
 def _run_send(ctx: Context) -> int:

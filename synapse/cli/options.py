@@ -21,6 +21,7 @@ from synapse.cli.logs import parse_log_level
 from synapse.cli.parsers import (
     parse_a2a_binding,
     parse_a2a_bindings,
+    parse_a2a_tenant,
     parse_a2a_token,
     parse_bool,
     parse_count,
@@ -129,6 +130,9 @@ A2A_PUSH_ALLOW = Setting(
 )
 A2A_TOKENS = Setting(
     "--a2a-token", "SYNAPSE_A2A_TOKENS", "a2a_tokens", parse_a2a_token, repeatable=True
+)
+A2A_TENANTS = Setting(
+    "--a2a-tenant", "SYNAPSE_A2A_TENANTS", "a2a_tenants", parse_a2a_tenant, repeatable=True
 )
 A2A_TOKEN_FILE = Setting("--a2a-token-file", "SYNAPSE_A2A_TOKEN_FILE", "a2a_token_file", str)
 A2A_DEFAULT_TASK_TYPE = Setting(

@@ -22,6 +22,7 @@ from synapse.cli.options import (
     A2A_GRPC_PUBLIC_ADDRESS,
     A2A_PUBLIC_URL,
     A2A_PUSH_ALLOW,
+    A2A_TENANTS,
     A2A_TOKEN,
     A2A_TOKENS,
     AGENT_ID,
@@ -341,6 +342,14 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         metavar="TOKEN[=NAME]",
         help="a bearer token A2A clients must present, and the name of whom it identifies; "
         "repeatable; none: no authentication ($SYNAPSE_A2A_TOKENS, comma-separated)",
+    )
+    group.add_argument(
+        A2A_TENANTS.flag,
+        dest=A2A_TENANTS.dest,
+        action="append",
+        metavar="NAME=TENANT",
+        help="a tenant the principal NAME may name (A2A requests' tenant); repeatable; none: "
+        "any tenant is a namespace of the caller's own ($SYNAPSE_A2A_TENANTS, comma-separated)",
     )
     group.add_argument(
         A2A_DEFAULT_TASK_TYPE.flag,

@@ -99,6 +99,15 @@ def parse_a2a_token(text: str) -> tuple[str, str]:
     return token, name
 
 
+def parse_a2a_tenant(text: str) -> tuple[str, str]:
+    """`--a2a-tenant NAME=TENANT` → (principal name, a tenant it may name)."""
+    name, sep, tenant = text.partition("=")
+    name, tenant = name.strip(), tenant.strip()
+    if not sep or not name or not tenant:
+        raise ValueError(f"expected NAME=TENANT, got {text!r}")
+    return name, tenant
+
+
 #: What `--a2a-bindings` / `--a2a-binding` accept for each A2A protocol binding.
 A2A_BINDING_NAMES = {
     "jsonrpc": "JSONRPC",

@@ -57,6 +57,8 @@ class A2AOptions:
     grpc_host: str = "127.0.0.1"
     #: The `host:port` the card gives for gRPC (default: the public URL's host, that port).
     grpc_public_address: str | None = None
+    #: Principal → the tenants it may name (None: any tenant is the caller's own namespace).
+    tenants: Mapping[str, list[str]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +178,7 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
             grpc_port=options.grpc_port,
             grpc_host=options.grpc_host,
             grpc_public_address=options.grpc_public_address,
+            tenants=options.tenants,
         )
     except ValueError as exc:
         raise CliError(f"bad A2A settings: {exc}") from exc

@@ -147,6 +147,7 @@ def test_serve_a2a_settings_from_a_config_file(tmp_path: Path) -> None:
             port = {port}
             a2a = true
             a2a_tokens = ["{TOKEN}=alice"]
+            a2a_tenants = ["alice=acme"]
             a2a_push_allow = ["http://127.0.0.1:9/hooks/"]
             a2a_default_task_type = "slow"
             """
@@ -174,6 +175,24 @@ def test_serve_a2a_settings_from_a_config_file(tmp_path: Path) -> None:
         )
         assert (result.returncode, result.stdout) == (0, "with a token\n"), result.stderr
         assert "principals=['alice']" in logged(server, "serving_a2a")
+        # alice may name tenant acme, and no other.
+        assert rest_status(server, "/acme/tasks") == 200
+        assert rest_status(server, "/globex/tasks") == 403
+
+
+def rest_status(server: Server, path: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{base(server)}/a2a{path}",
+        headers={"Authorization": f"Bearer {TOKEN}", "A2A-Version": "1.0"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
 
 
 def run_card(server: Server) -> str:
@@ -188,6 +207,7 @@ def run_card(server: Server) -> str:
     ("args", "message"),
     [
         (["--a2a-token", "t"], "--a2a-token needs --a2a"),
+        (["--a2a-tenant", "alice=acme"], "--a2a-tenant needs --a2a"),
         (["--a2a-push-allow", "http://h/"], "--a2a-push-allow needs --a2a"),
         (["--a2a", "--a2a-push-allow", "http://h/"], "--a2a-push-allow needs --secret"),
         (["--a2a", "--a2a-push-allow", "ftp://h/"], "argument --a2a-push-allow: not an http(s)"),

@@ -31,6 +31,7 @@ from synapse.a2a.server.jsonrpc import JsonRpcBinding
 from synapse.a2a.server.rest import RestBinding
 from synapse.a2a.server.security import REQUEST_KEY, MutualTlsScheme, Presented, SecurityPolicy
 from synapse.a2a.server.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
+from synapse.a2a.server.tenants import Tenants
 from synapse.a2a.server.view import A2ATask
 from synapse.a2a.wire import grpc_available
 from synapse.p2p.config import P2PConfig
@@ -114,6 +115,7 @@ class A2AServer:
         security: SecurityPolicy | None = None,
         card_signer: Callable[[wire.AgentCard], wire.AgentCard] | None = None,
         tls: TLSConfig | None = None,
+        tenants: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         if not path.startswith("/"):
             raise ValueError("the JSON-RPC path must start with '/'")
@@ -163,6 +165,7 @@ class A2AServer:
             push_secret=push_secret,
             card=self.card,
             extended_card=lambda: self.security is not None,
+            tenants=Tenants(tenants),
         )
         self.pusher = self.service.pusher
         self.jsonrpc = JsonRpcBinding(self)

@@ -27,7 +27,10 @@ def _operation(name: str, request: type[Any]) -> Operation:
     async def operation(
         service: A2AService, principal: str, params: Any, strict: bool = True
     ) -> Any:
-        result = getattr(service, name)(convert(params, request, strict=strict), principal)
+        typed = convert(params, request, strict=strict)
+        # Everything the caller owns is per tenant: its principal is scoped to the one named.
+        principal = service.tenants.scope(principal, getattr(typed, "tenant", "") or "")
+        result = getattr(service, name)(typed, principal)
         return await result if inspect.isawaitable(result) else result
 
     operation.__name__ = operation.__qualname__ = name

@@ -21,7 +21,6 @@ framing. See `docs/a2a.md` for every mapping.
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -49,6 +48,7 @@ from synapse.a2a.server.push import (
 )
 from synapse.a2a.server.requests import check_history_length
 from synapse.a2a.server.retries import SentMessages, fingerprint
+from synapse.a2a.server.tenants import Tenants, requester_of, unscoped
 from synapse.a2a.server.view import (
     CONTEXT_KEY,
     REQUESTER_PREFIX,
@@ -144,8 +144,11 @@ class A2AService:
         push_secret: Secret | None = None,
         card: Callable[[], wire.AgentCard],
         extended_card: Callable[[], bool] = lambda: False,
+        tenants: Tenants | None = None,
     ) -> None:
         self.config = config or P2PConfig()
+        #: Which tenants each principal may name (`synapse.a2a.server.tenants`).
+        self.tenants = tenants or Tenants()
         self.default_task_type = default_task_type
         self.allowlist = PushAllowlist(push_allowlist)
         self._card = card
@@ -322,7 +325,7 @@ class A2AService:
     # --- tasks ------------------------------------------------------------------------------------
 
     def _envelope(self, cls: type[S], payload: Any, principal: str) -> S:
-        sender = Sender(agent_id=_partner(principal), endpoint=IN_PROCESS)
+        sender = Sender(agent_id=requester_of(principal), endpoint=IN_PROCESS)
         message: Any = build_message(
             cls,  # type: ignore[type-var]
             payload,
@@ -342,8 +345,8 @@ class A2AService:
             return await self._follow_up(req, principal)
         protocol = self.protocol
         sent, print_ = None, fingerprint(message)
-        if principal != ANONYMOUS:  # see `synapse.a2a.server.retries`
-            sent = self.sent.key(_partner(principal), message)
+        if unscoped(principal) != ANONYMOUS:  # see `synapse.a2a.server.retries`
+            sent = self.sent.key(requester_of(principal), message)
             started = await self.sent.begin(protocol.store, sent, print_)
             if started is not None:
                 view = self._owned(started, principal)
@@ -357,7 +360,7 @@ class A2AService:
         if push is not None:
             push = self._check_push(push, task_id, taken=())
         first = msgspec.structs.replace(message, task_id=task_id, context_id=context_id)
-        partner = _partner(principal)
+        partner = requester_of(principal)
         view = A2ATask(
             key=TaskKey(partner, task_id),
             principal=principal,
@@ -636,7 +639,7 @@ class A2AService:
         return rec
 
     def _owned(self, task_id: str, principal: str) -> A2ATask:
-        view = self._view(TaskKey(REQUESTER_PREFIX + principal, task_id))
+        view = self._view(TaskKey(requester_of(principal), task_id))
         if view is None or view.principal != principal:
             raise task_not_found(task_id)
         return view
@@ -779,15 +782,6 @@ def _follow_up_builder(state: TaskState) -> _FollowUp | None:
         if build is not None and event.value.startswith("recv "):
             return build
     return None
-
-
-# --- helpers ----------------------------------------------------------------------------------
-
-
-def _partner(principal: str) -> str:
-    """The virtual requester of `principal`'s tasks, one string for all of them (every
-    task's key holds it)."""
-    return sys.intern(REQUESTER_PREFIX + principal)
 
 
 __all__ = [
