@@ -54,6 +54,7 @@ def enable_a2a(
     grpc_host: str = "127.0.0.1",
     grpc_public_address: str | None = None,
     tenants: Mapping[str, Iterable[str]] | None = None,
+    push_disable_after: int | None = None,
 ) -> A2AServer:
     """Make `peer` speak A2A v1.0 too, on its own aiohttp app. Call before `peer.start()`.
 
@@ -76,6 +77,9 @@ def enable_a2a(
       (default: the host of the HTTP interfaces' URL, and that port). It serves TLS (and
       requires client certificates) as the peer's `tls` says, and enforces the same
       `security` as the HTTP bindings.
+    - `push_disable_after`: disable a push configuration whose last N delivery attempts
+      failed (its later notifications are dropped until it is created again; None: never).
+      `A2AServer.push_status(task_id)` says how each configuration's deliveries go.
     - `tenants`: principal → the tenants it may name (`synapse.a2a.server.tenants`); tasks,
       listings, push configurations and retries are per tenant either way.
     """
@@ -120,6 +124,7 @@ def enable_a2a(
         grpc_public_address=grpc_public_address,
         tls=peer.tls,
         tenants=tenants,
+        push_disable_after=push_disable_after,
     )
     if peer.tls is not None:
         server.pusher.ssl = peer.tls.client_context()

@@ -32,6 +32,7 @@ from synapse.cli.options import (
     A2A_GRPC_PUBLIC_ADDRESS,
     A2A_PUBLIC_URL,
     A2A_PUSH_ALLOW,
+    A2A_PUSH_DISABLE_AFTER,
     A2A_TENANTS,
     A2A_TOKEN,
     A2A_TOKENS,
@@ -160,6 +161,7 @@ A2A_SERVE_FLAGS = {
     "a2a_push_allow": "--a2a-push-allow",
     "a2a_token": "--a2a-token",
     "a2a_tenant": "--a2a-tenant",
+    "a2a_push_disable_after": "--a2a-push-disable-after",
     "a2a_default_task_type": "--a2a-default-task-type",
     "a2a_public_url": "--a2a-public-url",
     "a2a_bindings": "--a2a-bindings",
@@ -203,6 +205,7 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
         security=a2a_policy(s, tokens),
         card_signer=card_signer(s),
         tenants=_tenants(s.get_list(A2A_TENANTS)),
+        push_disable_after=s.get(A2A_PUSH_DISABLE_AFTER),
     )
 
 

@@ -19,6 +19,7 @@ from synapse.cli.settings import Settings
 from synapse.logs import get_logger
 
 if TYPE_CHECKING:
+    from synapse.a2a.server.app import A2AServer
     from synapse.transport.peer import Peer
 
 log = get_logger("synapse.cli")
@@ -78,14 +79,17 @@ def ops_serve_options(s: Settings) -> OpsOptions:
     return OpsOptions(console=console, console_tokens=tokens, otel=s.switch(OTEL))
 
 
-def serve_ops(peer: Peer, options: OpsOptions) -> str | None:
-    """Switch on what `options` says, before the peer starts; the generated console token
-    (None if tokens were given or there is no console)."""
+def serve_ops(peer: Peer, options: OpsOptions, a2a: A2AServer | None = None) -> str | None:
+    """Switch on what `options` says, before the peer starts (`a2a`'s push deliveries are
+    counted in the metrics too); the generated console token (None if tokens were given or
+    there is no console)."""
     from synapse.ops import enable_health, enable_metrics
     from synapse.ops.console import Reviewer, TokenAuth, enable_console
 
     enable_health(peer)
-    enable_metrics(peer)
+    metrics = enable_metrics(peer)
+    if a2a is not None:
+        a2a.register_metrics(metrics.registry)
     generated: str | None = None
     if options.console:
         tokens = dict(options.console_tokens)

@@ -29,6 +29,7 @@ from synapse.cli.parsers import (
     parse_listen,
     parse_port,
     parse_positive,
+    parse_positive_count,
     parse_signing,
     parse_url,
 )
@@ -130,6 +131,12 @@ A2A_PUSH_ALLOW = Setting(
 )
 A2A_TOKENS = Setting(
     "--a2a-token", "SYNAPSE_A2A_TOKENS", "a2a_tokens", parse_a2a_token, repeatable=True
+)
+A2A_PUSH_DISABLE_AFTER = Setting(
+    "--a2a-push-disable-after",
+    "SYNAPSE_A2A_PUSH_DISABLE_AFTER",
+    "a2a_push_disable_after",
+    parse_positive_count,
 )
 A2A_TENANTS = Setting(
     "--a2a-tenant", "SYNAPSE_A2A_TENANTS", "a2a_tenants", parse_a2a_tenant, repeatable=True

@@ -22,6 +22,7 @@ from synapse.cli.options import (
     A2A_GRPC_PUBLIC_ADDRESS,
     A2A_PUBLIC_URL,
     A2A_PUSH_ALLOW,
+    A2A_PUSH_DISABLE_AFTER,
     A2A_TENANTS,
     A2A_TOKEN,
     A2A_TOKENS,
@@ -342,6 +343,15 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         metavar="TOKEN[=NAME]",
         help="a bearer token A2A clients must present, and the name of whom it identifies; "
         "repeatable; none: no authentication ($SYNAPSE_A2A_TOKENS, comma-separated)",
+    )
+    group.add_argument(
+        A2A_PUSH_DISABLE_AFTER.flag,
+        dest=A2A_PUSH_DISABLE_AFTER.dest,
+        type=A2A_PUSH_DISABLE_AFTER.argument_type(),
+        metavar="N",
+        help="disable a push configuration whose last N delivery attempts failed (its later "
+        "notifications are dropped until it is created again; default: never; "
+        "$SYNAPSE_A2A_PUSH_DISABLE_AFTER)",
     )
     group.add_argument(
         A2A_TENANTS.flag,

@@ -32,6 +32,13 @@ def parse_count(text: str) -> int:
     return int(text)
 
 
+def parse_positive_count(text: str) -> int:
+    value = parse_count(text)
+    if value < 1:
+        raise ValueError(f"not a positive integer: {text!r}")
+    return value
+
+
 def parse_signing(text: str) -> str:
     if text not in ("header", "body"):
         raise ValueError(f"signing must be 'header' or 'body', not {text!r}")

@@ -59,6 +59,8 @@ class A2AOptions:
     grpc_public_address: str | None = None
     #: Principal → the tenants it may name (None: any tenant is the caller's own namespace).
     tenants: Mapping[str, list[str]] | None = None
+    #: Disable a push configuration whose last N attempts failed (None: never).
+    push_disable_after: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,7 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
             grpc_host=options.grpc_host,
             grpc_public_address=options.grpc_public_address,
             tenants=options.tenants,
+            push_disable_after=options.push_disable_after,
         )
     except ValueError as exc:
         raise CliError(f"bad A2A settings: {exc}") from exc
@@ -219,7 +222,7 @@ async def run_serve(options: ServeOptions) -> int:
         # The router first: it becomes the peer's handler, which the A2A card describes.
         router = serve_route(peer, options.route) if options.route is not None else None
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
-        console_token = serve_ops(peer, options.ops)
+        console_token = serve_ops(peer, options.ops, a2a)
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
         if router is not None:
             await router.start()

@@ -148,6 +148,7 @@ def test_serve_a2a_settings_from_a_config_file(tmp_path: Path) -> None:
             a2a = true
             a2a_tokens = ["{TOKEN}=alice"]
             a2a_tenants = ["alice=acme"]
+            a2a_push_disable_after = 5
             a2a_push_allow = ["http://127.0.0.1:9/hooks/"]
             a2a_default_task_type = "slow"
             """
@@ -208,6 +209,7 @@ def run_card(server: Server) -> str:
     [
         (["--a2a-token", "t"], "--a2a-token needs --a2a"),
         (["--a2a-tenant", "alice=acme"], "--a2a-tenant needs --a2a"),
+        (["--a2a", "--a2a-push-disable-after", "0"], "argument --a2a-push-disable-after: not a"),
         (["--a2a-push-allow", "http://h/"], "--a2a-push-allow needs --a2a"),
         (["--a2a", "--a2a-push-allow", "http://h/"], "--a2a-push-allow needs --secret"),
         (["--a2a", "--a2a-push-allow", "ftp://h/"], "argument --a2a-push-allow: not an http(s)"),

@@ -28,6 +28,7 @@ from synapse.a2a.card import build_card
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY, meta_value
 from synapse.a2a.server.jsonrpc import JsonRpcBinding
+from synapse.a2a.server.push_health import register_push_metrics
 from synapse.a2a.server.rest import RestBinding
 from synapse.a2a.server.security import REQUEST_KEY, MutualTlsScheme, Presented, SecurityPolicy
 from synapse.a2a.server.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
@@ -116,6 +117,7 @@ class A2AServer:
         card_signer: Callable[[wire.AgentCard], wire.AgentCard] | None = None,
         tls: TLSConfig | None = None,
         tenants: Mapping[str, Iterable[str]] | None = None,
+        push_disable_after: int | None = None,
     ) -> None:
         if not path.startswith("/"):
             raise ValueError("the JSON-RPC path must start with '/'")
@@ -166,6 +168,7 @@ class A2AServer:
             card=self.card,
             extended_card=lambda: self.security is not None,
             tenants=Tenants(tenants),
+            push_disable_after=push_disable_after,
         )
         self.pusher = self.service.pusher
         self.jsonrpc = JsonRpcBinding(self)
@@ -255,6 +258,15 @@ class A2AServer:
         if base is None:
             raise A2AError(A2ACode.AGENT_NOT_READY, "the agent is starting", {"reason": "starting"})
         return base.rstrip("/") + self.path
+
+    def register_metrics(self, registry: Any) -> None:
+        """Count push deliveries in a Prometheus `registry` (`enable_metrics(peer).registry`)."""
+        register_push_metrics(self.pusher.health, registry)
+
+    def push_status(self, task_id: str) -> dict[str, dict[str, object]]:
+        """How the deliveries to each push configuration of task `task_id` went, by
+        configuration id (`synapse.a2a.server.push_health`)."""
+        return {c: r.as_dict() for c, r in self.pusher.health.status(task_id).items()}
 
     @property
     def push_enabled(self) -> bool:

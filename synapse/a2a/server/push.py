@@ -32,6 +32,7 @@ import yarl
 
 from synapse._distribution import NAME
 from synapse.a2a import wire
+from synapse.a2a.server.push_health import PushHealthBook
 from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.sender import DeliveryError
@@ -214,10 +215,13 @@ class PushSender:
         secret: Secret | None = None,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
+        disable_after: int | None = None,
     ) -> None:
         self.server = server
         self.config = config
         self.secret = secret
+        #: How each configuration's deliveries go (`synapse.a2a.server.push_health`).
+        self.health = PushHealthBook(disable_after=disable_after)
         self._sleep = sleep
         self._jitter = jitter
         self._session: aiohttp.ClientSession | None = None
@@ -250,6 +254,9 @@ class PushSender:
             log.info("push_dropped", partner=partner, message_id=message.id, reason="no config")
             return build_reply_now(Ack, AckPayload(), request=message, sender=me)
         target, event = found
+        if self.health.drop(target.task_id, target.id):
+            log.info("push_dropped", partner=partner, message_id=message.id, reason="disabled")
+            return build_reply_now(Ack, AckPayload(), request=message, sender=me)
 
         def current() -> wire.TaskPushNotificationConfig:
             # Read the configuration again on each attempt: a token (or URL) rotated while
@@ -324,17 +331,29 @@ class PushSender:
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                 error = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 log.info("push_attempt", **fields, attempt=number, error=error)
+                self.health.failed(target.task_id, target.id, error)
+                if self.health.is_disabled(target.task_id, target.id):
+                    raise DeliveryError(
+                        f"push to {target.url} disabled: {error}", retryable=False
+                    ) from exc
                 raise Transient[None](error) from exc
             except aiohttp.ClientError as exc:
+                self.health.failed(target.task_id, target.id, repr(exc))
                 raise DeliveryError(
                     f"cannot POST to {target.url}: {exc!r}", retryable=False
                 ) from exc
             if 200 <= status < 300:
                 log.info("push_delivered", **fields, attempt=number)
+                self.health.succeeded(target.task_id, target.id)
                 return
+            self.health.failed(target.task_id, target.id, f"HTTP {status}")
             if status not in RETRYABLE_STATUSES:
                 raise DeliveryError(
                     f"push to {target.url} refused: HTTP {status}", retryable=False, status=status
+                )
+            if self.health.is_disabled(target.task_id, target.id):
+                raise DeliveryError(
+                    f"push to {target.url} disabled: HTTP {status}", retryable=False
                 )
             log.info("push_attempt", **fields, attempt=number, error=f"HTTP {status}")
             raise Transient[None](f"HTTP {status}", status=status, retry_after=retry_after)

@@ -145,6 +145,7 @@ class A2AService:
         card: Callable[[], wire.AgentCard],
         extended_card: Callable[[], bool] = lambda: False,
         tenants: Tenants | None = None,
+        push_disable_after: int | None = None,
     ) -> None:
         self.config = config or P2PConfig()
         #: Which tenants each principal may name (`synapse.a2a.server.tenants`).
@@ -153,7 +154,9 @@ class A2AService:
         self.allowlist = PushAllowlist(push_allowlist)
         self._card = card
         self._extended_card = extended_card
-        self.pusher = PushSender(self, self.config, secret=push_secret)
+        self.pusher = PushSender(
+            self, self.config, secret=push_secret, disable_after=push_disable_after
+        )
         self.tasks: dict[str, A2ATask] = {}
         #: Views of finished tasks that left `tasks` while push notifications about them were
         #: still queued: kept until those are delivered (`_sweep_pushing`), so that they go
@@ -283,6 +286,7 @@ class A2AService:
         view = self._owned(req.task_id, principal)
         config = self._check_push(req, view.id, taken=view.push)
         view.push[config.id] = config
+        self.pusher.health.reset(view.id, config.id)  # (again): enabled, a clean record
         await self._persist(view)
         return config
 
