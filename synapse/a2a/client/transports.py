@@ -59,6 +59,12 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
+#: The members of a stream event that name its task, and how many tasks' last event ids a
+#: transport keeps.
+_EVENT_KINDS = ("task", "statusUpdate", "artifactUpdate", "message")
+_KEPT_EVENT_IDS = 1000
+
+
 class _Request(NamedTuple):
     verb: str
     url: str
@@ -78,6 +84,29 @@ class _HttpTransport:
         self.url = url
         self._session = session
         self.timeout = timeout
+        #: The id of the last server-sent event received about each task (the newest
+        #: tasks'): a stream of it that resumes sends it as `Last-Event-ID`, and the agent
+        #: sends the events missed since instead of the whole task.
+        self.last_event_ids: dict[str, str] = {}
+
+    def _resume_headers(self, method: str, params: dict[str, Any]) -> dict[str, str]:
+        last = self.last_event_ids.get(str(params.get("id", "")))
+        return {"Last-Event-ID": last} if method == "SubscribeToTask" and last else {}
+
+    def _seen(self, value: Any, event_id: str) -> None:
+        """Remember `event_id` as the last event received about the task `value` is about."""
+        if not event_id or not isinstance(value, dict):
+            return
+        inner: dict[str, Any] = next(
+            (value[k] for k in _EVENT_KINDS if isinstance(value.get(k), dict)), {}
+        )
+        task_id = inner.get("id") if "task" in value else inner.get("taskId")
+        if isinstance(task_id, str) and task_id:
+            ids = self.last_event_ids
+            ids.pop(task_id, None)
+            ids[task_id] = event_id
+            if len(ids) > _KEPT_EVENT_IDS:
+                del ids[next(iter(ids))]
 
     #: Adds the credentials a call needs (`A2AClient` sets it: synapse.a2a.client.auth).
     auth: Any = None
@@ -147,17 +176,20 @@ class JsonRpcTransport(_HttpTransport):
         rpc_id = str(uuid.uuid4())
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers.update(self._resume_headers(method, params))
         request = _Request("POST", self.url, body, headers)
         async with self._open(method, params, request, stream=True) as response:
             if "text/event-stream" not in response.headers.get("Content-Type", ""):
                 yield _judge(_json(await response.read(), response.status), rpc_id, 200)
                 return
-            async for name, data in _sse(response):
+            async for name, data, event_id in _sse(response):
                 body_ = _json(data.encode(), response.status)
                 if name == "error":
                     error = body_.get("error") if isinstance(body_, dict) else body_
                     raise A2AError.from_json(error)
-                yield _judge(body_, rpc_id, 200)
+                result = _judge(body_, rpc_id, 200)
+                self._seen(result, event_id)
+                yield result
 
 
 # --- HTTP+JSON/REST -------------------------------------------------------------------------------
@@ -197,7 +229,7 @@ class RestTransport(_HttpTransport):
 
     async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
         verb, url, body = self._request(method, params)
-        headers = {"Accept": "text/event-stream"}
+        headers = {"Accept": "text/event-stream", **self._resume_headers(method, params)}
         if body is not None:
             headers["Content-Type"] = "application/json"
         request = _Request(verb, url, body, headers)
@@ -208,10 +240,11 @@ class RestTransport(_HttpTransport):
                     raise A2AError.from_status_json(value, response.status)
                 yield value
                 return
-            async for name, data in _sse(response):
+            async for name, data, event_id in _sse(response):
                 value = _rest_json(data.encode(), response.status)
                 if name == "error" or (isinstance(value, dict) and "error" in value):
                     raise A2AError.from_status_json(value, 500)
+                self._seen(value, event_id)
                 yield value
 
 
@@ -412,9 +445,9 @@ def _judge(body: Any, rpc_id: str, status: int) -> Any:
     return body["result"]
 
 
-async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str]]:
-    """(event name, data) of each server-sent event."""
-    name, lines = "message", list[str]()
+async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str, str]]:
+    """(event name, data, last event id) of each server-sent event."""
+    name, lines, event_id = "message", list[str](), ""
     while True:
         raw = await response.content.readline()
         if not raw:
@@ -422,7 +455,7 @@ async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str
         line = raw.decode("utf-8").rstrip("\r\n")
         if not line:
             if lines:
-                yield name, "\n".join(lines)
+                yield name, "\n".join(lines), event_id
             name, lines = "message", list[str]()
             continue
         if line.startswith(":"):
@@ -433,8 +466,10 @@ async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str
             name = value
         elif key == "data":
             lines.append(value)
+        elif key == "id" and "\0" not in value:
+            event_id = value  # kept for the next events too, as the SSE spec says
     if lines:
-        yield name, "\n".join(lines)
+        yield name, "\n".join(lines), event_id
 
 
 __all__ = [

@@ -55,4 +55,10 @@ def event_stream_response() -> web.StreamResponse:
     )
 
 
-__all__ = ["check_version", "event_stream_response", "read_json"]
+def last_event_id(request: web.Request) -> int | None:
+    """The `Last-Event-ID` a client that resumes a stream sends (an event number), if any."""
+    value = request.headers.get("Last-Event-ID", "").strip()
+    return int(value) if value.isdigit() and len(value) < 19 else None
+
+
+__all__ = ["check_version", "event_stream_response", "last_event_id", "read_json"]

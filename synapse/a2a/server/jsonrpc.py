@@ -15,9 +15,15 @@ from aiohttp import web
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError, invalid_params
 from synapse.a2a.server.direct import DirectStream
-from synapse.a2a.server.httpbase import check_version, event_stream_response, read_json
+from synapse.a2a.server.httpbase import (
+    check_version,
+    event_stream_response,
+    last_event_id,
+    read_json,
+)
 from synapse.a2a.server.operations import METHODS
-from synapse.a2a.server.view import Subscription
+from synapse.a2a.server.view import LAST_EVENT_ID, Subscription
+from synapse.a2a.server.view import event_id as _event_id
 from synapse.logs import get_logger
 from synapse.store.base import StoreUnavailable
 
@@ -55,6 +61,7 @@ class JsonRpcBinding:
                 raise A2AError(A2ACode.METHOD_NOT_FOUND, f"Method {method!r} not found")
             await server.authorize(request, method, params)
             check_version(request)
+            LAST_EVENT_ID.set(last_event_id(request))
             result = await handler(server.service, principal, params)
             if isinstance(result, Subscription | DirectStream):
                 return await self._stream(request, rpc_id, result)
@@ -88,7 +95,12 @@ class JsonRpcBinding:
                 if event is None:
                     await response.write(b": keepalive\n\n")
                 else:
-                    await response.write(b"data: " + _jsonrpc(rpc_id, result=event) + b"\n\n")
+                    await response.write(
+                        _event_id(subscription)
+                        + b"data: "
+                        + _jsonrpc(rpc_id, result=event)
+                        + b"\n\n"
+                    )
         except (ConnectionResetError, ConnectionError):
             log.info("a2a_stream_closed_by_client", task_id=subscription.task_id)
         finally:

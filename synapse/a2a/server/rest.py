@@ -19,9 +19,15 @@ from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.routes import ROUTE_OF, ROUTES, Route, match
 from synapse.a2a.server.direct import DirectStream
-from synapse.a2a.server.httpbase import check_version, event_stream_response, read_json
+from synapse.a2a.server.httpbase import (
+    check_version,
+    event_stream_response,
+    last_event_id,
+    read_json,
+)
 from synapse.a2a.server.operations import METHODS
-from synapse.a2a.server.view import Subscription
+from synapse.a2a.server.view import LAST_EVENT_ID, Subscription
+from synapse.a2a.server.view import event_id as _event_id
 from synapse.logs import get_logger
 from synapse.types.errors import SynapseException
 
@@ -67,6 +73,7 @@ class RestBinding:
                 params["tenant"] = tenant
             await server.authorize(request, route.method, params)
             strict = route.body
+            LAST_EVENT_ID.set(last_event_id(request))
             result = await METHODS[route.method](server.service, principal, params, strict=strict)
             if isinstance(result, Subscription | DirectStream):
                 return await self._stream(request, result)
@@ -117,7 +124,9 @@ class RestBinding:
                 if event is None:
                     await response.write(b": keepalive\n\n")
                 else:
-                    await response.write(b"data: " + wire.encode(event) + b"\n\n")
+                    await response.write(
+                        _event_id(subscription) + b"data: " + wire.encode(event) + b"\n\n"
+                    )
         except (ConnectionResetError, ConnectionError):
             log.info("a2a_stream_closed_by_client", task_id=subscription.task_id, binding="rest")
         finally:

@@ -51,6 +51,7 @@ from synapse.a2a.server.retries import SentMessages, fingerprint
 from synapse.a2a.server.tenants import Tenants, requester_of, unscoped
 from synapse.a2a.server.view import (
     CONTEXT_KEY,
+    LAST_EVENT_ID,
     REQUESTER_PREFIX,
     A2ATask,
     Queued,
@@ -241,12 +242,13 @@ class A2AService:
 
     def subscribe_to_task(self, req: wire.SubscribeToTaskRequest, principal: str) -> Subscription:
         view = self._owned(req.id, principal)
-        if view.is_terminal:
+        # A stream that resumes gets what it missed (or the whole task), even once it ended.
+        last = LAST_EVENT_ID.get()
+        if view.is_terminal and last is None:
             raise unsupported(f"Task {view.id} is in terminal state: {view.state}", taskId=view.id)
         # Subscribe and take the snapshot in one step: nothing falls between them.
-        queue = view.subscribe()
-        first = view.snapshot()
-        return Subscription(view, queue, first, view.seq, end_on_first=False)
+        queue, first, ended = view.subscribe(), view.snapshot(), view.is_terminal
+        return Subscription(view, queue, first, view.seq, ended, replay=view.missed(last))
 
     def get_task(self, req: wire.GetTaskRequest, principal: str) -> wire.Task:
         check_history_length(req.history_length)

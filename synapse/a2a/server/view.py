@@ -11,6 +11,7 @@ import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -96,6 +97,7 @@ class A2ATask:
         "_artifacts",
         "_history",
         "_push",
+        "_recent",
         "_sealed",
         "_status_message",
         "_subscribers",
@@ -133,6 +135,8 @@ class A2ATask:
         #: Ids of the engine's callbacks applied to this view (each is applied once).
         self._applied: set[str] = set()
         self._subscribers: set[asyncio.Queue[Queued]] | None = None
+        #: The last events published, for a stream that resumes (`missed`); none once sealed.
+        self._recent: list[tuple[int, wire.StreamResponse]] | None = None
         self._sealed: bytes | None = None
 
     # --- contents (unsealed on access) -------------------------------------------------------
@@ -190,6 +194,7 @@ class A2ATask:
         # Sealed, the slots of the contents hold nothing at all (`_unseal` refills them).
         del self._history, self._artifacts, self._push, self._applied
         self._status_message = None
+        self._recent = None
 
     def seal_soon(self) -> None:
         """Seal once the caller that made the view final has read it (after this step)."""
@@ -314,9 +319,26 @@ class A2ATask:
 
     def publish(self, event: wire.StreamResponse) -> None:
         self.seq += 1
+        recent = self._recent
+        if recent is None:
+            recent = self._recent = []
+        recent.append((self.seq, event))
+        if len(recent) > RECENT_EVENTS:
+            del recent[0]
         if self._subscribers:
             for queue in self._subscribers:
                 queue.put_nowait((self.seq, event))
+
+    def missed(self, last: int | None) -> list[tuple[int, wire.StreamResponse]] | None:
+        """The events published after event `last` (the `Last-Event-ID` of a stream that
+        resumes), if every one of them is still kept; None: the stream starts with the whole
+        task instead (which holds all they said)."""
+        if last is None or not 0 <= last <= self.seq:
+            return None
+        recent = self._recent or []
+        if last < self.seq and (not recent or recent[0][0] > last + 1):
+            return None
+        return [(seq, event) for seq, event in recent if seq > last]
 
     def subscribe(self) -> asyncio.Queue[Queued]:
         queue: asyncio.Queue[Queued] = asyncio.Queue()
@@ -337,6 +359,13 @@ class A2ATask:
             queue.put_nowait(None)
 
 
+#: Events of an in-flight task kept for streams that resume (`A2ATask.missed`).
+RECENT_EVENTS = 32
+#: The `Last-Event-ID` of the request being answered (set by the HTTP bindings): the last
+#: event a client that resumes its stream received.
+LAST_EVENT_ID: ContextVar[int | None] = ContextVar("a2a_last_event_id", default=None)
+
+
 #: Agent-id prefix of the virtual requesters that stand for A2A callers.
 REQUESTER_PREFIX = "a2a:"
 #: Where the binding keeps its own data in `task_request.context.metadata` (made durable
@@ -354,14 +383,27 @@ class Subscription:
     first: wire.Task
     after: int
     end_on_first: bool
+    #: A stream that resumes: the events it missed, sent instead of `first`.
+    replay: list[tuple[int, wire.StreamResponse]] | None = None
+    #: The number of the event last yielded (SSE `id:`; `after` for `first`).
+    last_seq: int = 0
 
     async def events(self, keepalive: float | None) -> AsyncIterator[wire.StreamResponse | None]:
         """The events in order; None every `keepalive` seconds without one (a binding that
         keeps connections alive writes something then). Unsubscribes when it ends."""
         try:
-            yield wire.StreamResponse(task=self.first)
+            if self.replay is None:
+                self.last_seq = self.after
+                yield wire.StreamResponse(task=self.first)
+                if self.end_on_first and wire.ends_stream(self.first.status.state):
+                    return
+            for seq, event in self.replay or ():
+                self.last_seq = seq
+                yield event
+                if event.state is not None and wire.ends_stream(event.state):
+                    return
             if self.end_on_first and wire.ends_stream(self.first.status.state):
-                return
+                return  # resumed after the end, with nothing missed: nothing more will come
             while True:
                 try:
                     item = await asyncio.wait_for(self.queue.get(), keepalive)
@@ -372,7 +414,8 @@ class Subscription:
                     break
                 seq, event = item
                 if seq <= self.after:
-                    continue  # already in the snapshot
+                    continue  # already in the snapshot (or replayed)
+                self.last_seq = seq
                 yield event
                 state = event.state
                 if state is not None and wire.ends_stream(state):
@@ -386,6 +429,13 @@ class Subscription:
 
     def close(self) -> None:
         self.view.unsubscribe(self.queue)
+
+
+def event_id(subscription: Subscription | Any) -> bytes:
+    """The SSE `id:` line of the event a stream is about to write (its number in the task's
+    events: a client that resumes sends the last one back as `Last-Event-ID`)."""
+    seq = getattr(subscription, "last_seq", 0)
+    return b"id: %d\n" % seq if seq else b""
 
 
 def notification_of(view: A2ATask, message: Message) -> wire.StreamResponse:
