@@ -76,6 +76,20 @@ def envelope(
 # --- the floor executor ---------------------------------------------------------------------
 
 
+async def task_request_of(request: Any, secret: bytes, me: str) -> Any:
+    """The signed `task_request` to `me` a request carries (a dict), or the refusal to answer
+    (an aiohttp response: 403 for a bad signature, 400 for anything else)."""
+    from aiohttp import web
+
+    body = await request.read()
+    if not verified(secret, body, request.headers.get(HEADER)):
+        return web.Response(status=403)
+    message = json.loads(body)
+    if message["type"] != "p2p:task_request" or message["to"]["agent_id"] != me:
+        return web.Response(status=400)
+    return message
+
+
 async def floor_executor(args: argparse.Namespace) -> None:
     import aiohttp
     from aiohttp import web
@@ -135,12 +149,9 @@ async def floor_executor(args: argparse.Namespace) -> None:
             counts["errors"] += 1
 
     async def handle(request: web.Request) -> web.Response:
-        body = await request.read()
-        if not verified(secret, body, request.headers.get(HEADER)):
-            return web.Response(status=403)
-        message = json.loads(body)
-        if message["type"] != "p2p:task_request" or message["to"]["agent_id"] != me:
-            return web.Response(status=400)
+        message = await task_request_of(request, secret, me)
+        if isinstance(message, web.Response):
+            return message
         counts["served"] += 1
         task_id = message["payload"]["task"]["id"]
         reply = envelope(

@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from benchmarks._common import HOST, answer, commands, cpu_now
-from benchmarks.floor import HEADER, JSON, PATH, envelope, sign, verified
+from benchmarks.floor import HEADER, JSON, PATH, envelope, sign, task_request_of, verified
 
 #: How long a lease is taken for (the floor never renews: its tasks take milliseconds).
 LEASE_TTL = 60.0
@@ -189,12 +189,10 @@ async def pg_floor_executor(args: argparse.Namespace) -> None:
             counts["errors"] += 1
 
     async def handle(request: web.Request) -> web.Response:
-        body = await request.read()
-        if not verified(secret, body, request.headers.get(HEADER)):
-            return web.Response(status=403)
-        message = json.loads(body)
-        if message["type"] != "p2p:task_request" or message["to"]["agent_id"] != me:
-            return web.Response(status=400)
+        message = await task_request_of(request, secret, me)
+        if isinstance(message, web.Response):
+            return message
+        body = await request.read()  # read once already: aiohttp keeps it
         counts["served"] += 1
         task = message["payload"]["task"]
         requester = message["from"]["agent_id"]

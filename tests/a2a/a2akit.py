@@ -162,3 +162,30 @@ class UvicornThread:
 
 def stream_response(value: dict[str, Any]) -> StreamResponse:
     return ParseDict(value, StreamResponse())
+
+
+class LoopbackRelay:
+    """An aiohttp app on an ephemeral port of 127.0.0.1 that hands every request to `relay`
+    (a subclass's): the base of the proxies that cut connections in the tests."""
+
+    def __init__(self) -> None:
+        self.runner: Any = None
+        self.url = ""
+
+    async def relay(self, request: Any) -> Any:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.relay)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()

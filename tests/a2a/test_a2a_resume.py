@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from a2akit import fast_config
+from a2akit import LoopbackRelay, fast_config
 from aiohttp import web
 from rawpost import eventually
 
@@ -151,16 +151,15 @@ async def test_events_no_longer_kept_give_the_whole_task(agent: tuple[str, A2ASe
     await http.aclose()
 
 
-class CuttingProxy:
+class CuttingProxy(LoopbackRelay):
     """Relays to the agent; cuts the first SSE stream it relays after `after` events, and
     records the `Last-Event-ID` of each request."""
 
     def __init__(self, target: str, after: int) -> None:
+        super().__init__()
         self.target, self.after = target, after
         self.last_event_ids: list[str | None] = []
         self.cut = False
-        self.runner: web.AppRunner | None = None
-        self.url = ""
 
     async def relay(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -190,19 +189,6 @@ class CuttingProxy:
                     return response
             await response.write_eof()
             return response
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self.relay)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-
-    async def close(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
 
 
 async def test_our_client_resumes_a_cut_stream_from_where_it_stopped(

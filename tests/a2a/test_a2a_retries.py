@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from a2akit import fast_config
+from a2akit import LoopbackRelay, fast_config
 from aiohttp import web
 
 from synapse.a2a import enable_a2a
@@ -134,16 +134,15 @@ async def test_a_retry_after_a_restart_gets_the_stored_task(
         await peer.close(drain_timeout=0.2)
 
 
-class CuttingProxy:
+class CuttingProxy(LoopbackRelay):
     """Relays POSTs to the agent, but cuts the connection instead of answering the first
     `SendMessage` (after the agent processed it): the client never sees that answer."""
 
     def __init__(self, target: str) -> None:
+        super().__init__()
         self.target = target
         self.cut = 0
         self.sends = 0
-        self.runner: web.AppRunner | None = None
-        self.url = ""
 
     async def relay(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -164,20 +163,6 @@ class CuttingProxy:
             status=answer.status_code,
             content_type=answer.headers.get("content-type", "application/json").split(";")[0],
         )
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self.relay)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
-
-    async def close(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
 
 
 async def test_our_client_retries_a_cut_send_message_with_the_same_message_id(
