@@ -9,6 +9,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from synapse.a2a.server.push_health import PushHealthBook, register_push_metrics
 from synapse.ops.metrics import PeerMetrics
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -27,6 +28,8 @@ def exposed() -> dict[str, str]:
     for counter in (metrics.nacks_sent, metrics.nacks_received, metrics.retries):
         counter.labels("x").inc()
     metrics.dead_letters.labels("p2p:task_request").inc()
+    # A peer serving A2A counts its push deliveries in the same registry (`serve --a2a`).
+    register_push_metrics(PushHealthBook(), metrics.registry)
     text = metrics.render()[0].decode()
     # prometheus_client's `*_created` timestamps come with every counter and histogram.
     families = {

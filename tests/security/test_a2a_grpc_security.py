@@ -9,6 +9,7 @@ Refusals are UNAUTHENTICATED or PERMISSION_DENIED with the ErrorInfo the other b
 from __future__ import annotations
 
 import base64
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -96,7 +97,7 @@ def send_request(task_type: str = "echo", payload: Any = None, **configuration: 
 
     value = {
         "message": {
-            "messageId": "m-1",
+            "messageId": f"m-{uuid.uuid4().hex}",  # each message its own (retries share one)
             "role": "ROLE_USER",
             "parts": [{"data": payload or {"text": "hi"}}],
             "metadata": {"taskType": task_type},
