@@ -92,6 +92,23 @@ async def test_a_reused_message_id_with_another_body_is_refused(guarded: str) ->
     assert await task_count(guarded, ALICE) == 1
 
 
+async def test_a_refused_message_is_refused_again_when_retried(guarded: str) -> None:
+    """A message refused before any task (no parts, an unknown task type) leaves nothing
+    behind: its retry is judged again, and refused the same way, at once."""
+    for _ in range(2):
+        empty = send("m-empty", "x")
+        empty["message"]["parts"] = []
+        answer = await asyncio.wait_for(rpc(guarded, "SendMessage", empty, ALICE), 5)
+        assert answer["error"]["code"] == -32602
+        unknown = send("m-unknown", "x")
+        unknown["message"]["metadata"] = {"taskType": "no-such-type"}
+        answer = await asyncio.wait_for(rpc(guarded, "SendMessage", unknown, ALICE), 5)
+        assert "error" in answer or answer["result"]["task"]["status"]["state"] == (
+            "TASK_STATE_REJECTED"
+        )
+    assert await task_count(guarded, ALICE) <= 1
+
+
 async def test_concurrent_duplicates_start_one_task(guarded: str) -> None:
     slow = send("m-slow", "wait", returnImmediately=True)
     slow["message"]["metadata"] = {"task_type": "slow"}

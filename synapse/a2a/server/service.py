@@ -350,13 +350,6 @@ class A2AService:
         if message.task_id:
             return await self._follow_up(req, principal)
         protocol = self.protocol
-        sent, print_ = None, fingerprint(message)
-        if unscoped(principal) != ANONYMOUS:  # see `synapse.a2a.server.retries`
-            sent = self.sent.key(requester_of(principal), message)
-            started = await self.sent.begin(protocol.store, sent, print_)
-            if started is not None:
-                view = self._owned(started, principal)
-                return view, view.subscribe()
         task_type = mapping.task_type_of(message, self.default_task_type)
         payload = mapping.payload_of(message)
         configuration = req.configuration or wire.SendMessageConfiguration()
@@ -384,6 +377,14 @@ class A2AService:
         envelope = self._envelope(
             TaskRequest, TaskRequestPayload(task=spec, context=context), principal
         )
+        # The message is good: a retry of it gets the task its first attempt started.
+        sent, print_ = None, fingerprint(message)
+        if unscoped(principal) != ANONYMOUS:  # see `synapse.a2a.server.retries`
+            sent = self.sent.key(requester_of(principal), message)
+            started = await self.sent.begin(protocol.store, sent, print_)
+            if started is not None:
+                view = self._owned(started, principal)
+                return view, view.subscribe()
         self.tasks[task_id] = view
         queue = view.subscribe()
         if sent is not None:  # committed with the task
