@@ -76,6 +76,19 @@ def envelope(
 # --- the floor executor ---------------------------------------------------------------------
 
 
+async def serve_post(handle: Any, port: int) -> Any:
+    """An aiohttp server on `port` answering POSTs to the callback path with `handle`; its
+    runner (to clean up)."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_post(PATH, handle)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, HOST, port, reuse_address=True).start()
+    return runner
+
+
 async def task_request_of(request: Any, secret: bytes, me: str) -> Any:
     """The signed `task_request` to `me` a request carries (a dict), or the refusal to answer
     (an aiohttp response: 403 for a bad signature, 400 for anything else)."""
@@ -168,11 +181,7 @@ async def floor_executor(args: argparse.Namespace) -> None:
         job.add_done_callback(running.discard)
         return web.Response(body=out, headers={"Content-Type": JSON, HEADER: sign(secret, out)})
 
-    app = web.Application()
-    app.router.add_post(PATH, handle)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    await web.TCPSite(runner, HOST, args.port, reuse_address=True).start()
+    runner = await serve_post(handle, args.port)
     answer({"url": endpoint})
     async for _command in commands(cpu=False):
         answer({**cpu_now(), **counts})

@@ -29,7 +29,16 @@ import time
 from typing import Any
 
 from benchmarks._common import HOST, answer, commands, cpu_now
-from benchmarks.floor import HEADER, JSON, PATH, envelope, sign, task_request_of, verified
+from benchmarks.floor import (
+    HEADER,
+    JSON,
+    PATH,
+    envelope,
+    serve_post,
+    sign,
+    task_request_of,
+    verified,
+)
 
 #: How long a lease is taken for (the floor never renews: its tasks take milliseconds).
 LEASE_TTL = 60.0
@@ -234,11 +243,7 @@ async def pg_floor_executor(args: argparse.Namespace) -> None:
         job.add_done_callback(running.discard)
         return web.Response(body=out, headers={"Content-Type": JSON, HEADER: sign(secret, out)})
 
-    app = web.Application()
-    app.router.add_post(PATH, handle)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    await web.TCPSite(runner, HOST, args.port, reuse_address=True).start()
+    runner = await serve_post(handle, args.port)
     answer({"url": endpoint})
     async for _command in commands(cpu=False):
         answer({**cpu_now(), **counts, "commits": writer.commits})
