@@ -76,6 +76,21 @@ def envelope(
 # --- the floor executor ---------------------------------------------------------------------
 
 
+async def post_signed(
+    session: Any, secret: bytes, url: str, message: dict[str, Any], body: bytes, expect: str
+) -> None:
+    """POST `message` (encoded as `body`), signed; check that the signed reply is `expect`
+    and answers it."""
+    headers = {"Content-Type": JSON, HEADER: sign(secret, body)}
+    async with session.post(url, data=body, headers=headers) as resp:
+        reply_body = await resp.read()
+        if resp.status != 200 or not verified(secret, reply_body, resp.headers.get(HEADER)):
+            raise RuntimeError(f"callback refused: HTTP {resp.status}")
+    reply = json.loads(reply_body)
+    if reply["type"] != expect or reply["reply_to"] != message["id"]:
+        raise RuntimeError(f"unexpected reply {reply['type']}")
+
+
 async def serve_post(handle: Any, port: int) -> Any:
     """An aiohttp server on `port` answering POSTs to the callback path with `handle`; its
     runner (to clean up)."""
@@ -115,15 +130,7 @@ async def floor_executor(args: argparse.Namespace) -> None:
     counts = {"served": 0, "completed": 0, "errors": 0}
 
     async def post(url: str, message: dict[str, Any], expect: str) -> None:
-        body = json.dumps(message).encode()
-        headers = {"Content-Type": JSON, HEADER: sign(secret, body)}
-        async with session.post(url, data=body, headers=headers) as resp:
-            reply_body = await resp.read()
-            if resp.status != 200 or not verified(secret, reply_body, resp.headers.get(HEADER)):
-                raise RuntimeError(f"callback refused: HTTP {resp.status}")
-        reply = json.loads(reply_body)
-        if reply["type"] != expect or reply["reply_to"] != message["id"]:
-            raise RuntimeError(f"unexpected reply {reply['type']}")
+        await post_signed(session, secret, url, message, json.dumps(message).encode(), expect)
 
     async def execute(request: dict[str, Any]) -> None:
         requester = request["from"]

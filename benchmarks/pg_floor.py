@@ -34,10 +34,10 @@ from benchmarks.floor import (
     JSON,
     PATH,
     envelope,
+    post_signed,
     serve_post,
     sign,
     task_request_of,
-    verified,
 )
 
 #: How long a lease is taken for (the floor never renews: its tasks take milliseconds).
@@ -146,14 +146,7 @@ async def pg_floor_executor(args: argparse.Namespace) -> None:
         return json.dumps({"task": task, "state": state}).encode()
 
     async def post(url: str, message: dict[str, Any], body: bytes, expect: str) -> None:
-        headers = {"Content-Type": JSON, HEADER: sign(secret, body)}
-        async with session.post(url, data=body, headers=headers) as resp:
-            reply_body = await resp.read()
-            if resp.status != 200 or not verified(secret, reply_body, resp.headers.get(HEADER)):
-                raise RuntimeError(f"callback refused: HTTP {resp.status}")
-        reply = json.loads(reply_body)
-        if reply["type"] != expect or reply["reply_to"] != message["id"]:
-            raise RuntimeError(f"unexpected reply {reply['type']}")
+        await post_signed(session, secret, url, message, body, expect)
 
     async def execute(
         request: dict[str, Any], key: tuple[str, str], update: dict[str, Any], body: bytes
