@@ -133,4 +133,13 @@ class DurableDedupStore:
         return 0
 
 
-__all__ = ["DurableDedupStore"]
+async def read_dedup(store: TaskStore, key: DedupKey) -> DedupEntry | None:
+    """`store`'s entry of `key`, looked up off the event loop where the store can (one kept
+    in a database server: `fetch_dedup`)."""
+    fetch: Callable[[DedupKey], Awaitable[DedupEntry | None]] | None = getattr(
+        store, "fetch_dedup", None
+    )
+    return await fetch(key) if fetch is not None else store.get_dedup(key)
+
+
+__all__ = ["DurableDedupStore", "read_dedup"]

@@ -21,12 +21,12 @@ import asyncio
 import hashlib
 import time
 from collections import OrderedDict
-from typing import Any
 
 from synapse.a2a import wire
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.p2p.dedup import DedupKey, StoredReply
 from synapse.store.base import DedupEntry, TaskStore
+from synapse.store.dedup import read_dedup
 
 #: The dedup table's message ids of A2A messages (Synapse messages' ids never look so).
 MESSAGE_PREFIX = "a2a-message:"
@@ -74,7 +74,7 @@ class SentMessages:
         done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._starting[key] = (print_, done)
         try:
-            entry = await _lookup(store, key) if store.durable else self._kept.get(key)
+            entry = await read_dedup(store, key) if store.durable else self._kept.get(key)
         except BaseException:
             self.failed(key)
             raise
@@ -118,14 +118,6 @@ class SentMessages:
         pending = self._starting.pop(key, None)
         if pending is not None and not pending[1].done():
             pending[1].set_result(task_id)
-
-
-async def _lookup(store: TaskStore, key: DedupKey) -> DedupEntry | None:
-    fetch: Any = getattr(store, "fetch_dedup", None)  # off the event loop where it can be
-    if fetch is not None:
-        entry: DedupEntry | None = await fetch(key)
-        return entry
-    return store.get_dedup(key)
 
 
 __all__ = ["MESSAGE_PREFIX", "SentMessages", "fingerprint", "reused"]
