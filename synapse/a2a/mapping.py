@@ -487,6 +487,21 @@ def missing_fields_of(message: wire.Message | None) -> list[MissingField]:
         return []
 
 
+def need_human_of(message: wire.Message, task_id: str) -> TaskNeedHumanPayload | None:
+    """The `task_need_human` a Synapse agent's INPUT_REQUIRED message carries, if it parses."""
+    data = first_data(message)
+    if not isinstance(data, dict):
+        return None
+    known = {"reason", "context", "options", "deadline"}
+    try:
+        return msgspec.convert(
+            {"task_id": task_id, **{k: v for k, v in data.items() if k in known}},
+            TaskNeedHumanPayload,
+        )
+    except msgspec.ValidationError:
+        return None
+
+
 __all__ = [
     "FINAL_STATE_MAP",
     "STATE_MAP",

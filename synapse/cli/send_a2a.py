@@ -15,8 +15,6 @@ import os
 from collections.abc import Awaitable, Mapping
 from typing import Any, TextIO
 
-import msgspec
-
 from synapse.a2a import (
     A2AClient,
     A2ACode,
@@ -32,7 +30,7 @@ from synapse.cli.conversation import Conversation, SendOptions, interruptible, r
 from synapse.cli.errors import CliError
 from synapse.cli.terminal import LineReader, TerminalConsole, parse_value
 from synapse.p2p.config import P2PConfig
-from synapse.types import TaskNeedHumanPayload, TaskNeedInfoPayload
+from synapse.types import TaskNeedInfoPayload
 
 
 def a2a_error(exc: A2AError, where: str) -> CliError:
@@ -163,7 +161,7 @@ class A2AFollower(Conversation[A2ATaskHandle]):
             )
             return
         if needs == mapping.NEEDS_HUMAN:
-            need = need_human_of(message, task_id)
+            need = mapping.need_human_of(message, task_id)
             if need is not None:
                 await self.need_human(need)
                 return
@@ -202,21 +200,6 @@ class A2AFollower(Conversation[A2ATaskHandle]):
         if outcome.error is not None:
             fields["error"] = outcome.error
         return self.conclude(outcome.state, fields, result=outcome.result, error=outcome.error)
-
-
-def need_human_of(message: wire.Message, task_id: str) -> TaskNeedHumanPayload | None:
-    """The `task_need_human` a Synapse agent's INPUT_REQUIRED message carries, if it parses."""
-    data = mapping.first_data(message)
-    if not isinstance(data, dict):
-        return None
-    known = {"reason", "context", "options", "deadline"}
-    try:
-        return msgspec.convert(
-            {"task_id": task_id, **{k: v for k, v in data.items() if k in known}},
-            TaskNeedHumanPayload,
-        )
-    except msgspec.ValidationError:
-        return None
 
 
 async def run_send_a2a(
@@ -261,4 +244,4 @@ async def run_send_a2a(
                 line_reader.close()  # its thread ends before stdin could be reused
 
 
-__all__ = ["A2AFollower", "a2a_error", "need_human_of", "run_send_a2a"]
+__all__ = ["A2AFollower", "a2a_error", "run_send_a2a"]
