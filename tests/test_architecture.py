@@ -29,6 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "simulation": {"types", "p2p", "store", "runtime", "transport", "model", "logs"},
     "ops": {"types", "p2p", "store", "runtime", "transport", "logs", "top"},
     "router": {"types", "p2p", "store", "runtime", "transport", "a2a", "logs", "top"},
+    # MCP in front of Synapse peers and A2A agents, and MCP tools as a handler.
+    "mcp": {"types", "p2p", "store", "runtime", "transport", "a2a", "logs", "top"},
     "cli": {
         "types",
         "p2p",
@@ -40,6 +42,7 @@ ALLOWED: dict[str, set[str]] = {
         "conformance",
         "ops",
         "router",
+        "mcp",
         "logs",
         "top",
     },
