@@ -40,6 +40,7 @@ from synapse.cli.options import (
     DRAIN_TIMEOUT,
     ENDPOINT,
     HANDLER,
+    HANDLER_MCP,
     HOST,
     LEASE_TTL,
     LOG_JSON,
@@ -134,6 +135,7 @@ def _run_serve(ctx: Context) -> int:
         endpoint=s.get(ENDPOINT),
         partners=s.partners(),
         handler=s.get(HANDLER),
+        handler_mcp=s.get(HANDLER_MCP),
         store=s.get(STORE) or "memory",
         signing="body" if s.get(SIGNING) == "body" else "header",
         config=serve_p2p_config(s),
@@ -369,6 +371,14 @@ def _run_demo(ctx: Context) -> int:
     return asyncio.run(run_demo(ctx.out, signing="body" if signing == "body" else "header"))
 
 
+def _run_mcp(ctx: Context) -> int:
+    from synapse.cli.mcp_server import mcp_options, run_mcp
+
+    options = mcp_options(ctx.settings)
+    ctx.logging(quiet=False)  # on stderr: over stdio, stdout is the MCP channel
+    return asyncio.run(run_mcp(options, err=ctx.err))
+
+
 def build_parser() -> Parser:
     """The `synapse` command's parser, each command bound to the function that runs it."""
     return cli_parser.build_parser(
@@ -380,6 +390,7 @@ def build_parser() -> Parser:
             "outbox": _run_outbox,
             "schema": _run_schema,
             "demo": _run_demo,
+            "mcp": _run_mcp,
         }
     )
 

@@ -190,6 +190,29 @@ TLS_KEY_PASSWORD_FILE = Setting(
 TLS_CRL = Setting("--tls-crl", "SYNAPSE_TLS_CRL", "tls_crl", str)
 
 #: The table: every setting above.
+# --- mcp: the MCP server in front of partners (docs/mcp.md) ------------------------------------
+
+MCP_HTTP = Setting("--http", "SYNAPSE_MCP_HTTP", "mcp_http", parse_listen)
+MCP_TOKENS = Setting(
+    "--mcp-token", "SYNAPSE_MCP_TOKENS", "mcp_tokens", parse_a2a_token, repeatable=True
+)
+MCP_OAUTH_ISSUER = Setting(
+    "--mcp-oauth-issuer", "SYNAPSE_MCP_OAUTH_ISSUER", "mcp_oauth_issuer", parse_http_url
+)
+MCP_OAUTH_JWKS = Setting(
+    "--mcp-oauth-jwks", "SYNAPSE_MCP_OAUTH_JWKS", "mcp_oauth_jwks", parse_http_url
+)
+MCP_OAUTH_AUDIENCE = Setting(
+    "--mcp-oauth-audience", "SYNAPSE_MCP_OAUTH_AUDIENCE", "mcp_oauth_audience", str
+)
+MCP_PUBLIC_URL = Setting("--mcp-public-url", "SYNAPSE_MCP_PUBLIC_URL", "mcp_public_url", parse_url)
+MCP_A2A_AGENTS = Setting(
+    "--a2a-agent", "SYNAPSE_MCP_A2A_AGENTS", "mcp_a2a_agents", str, repeatable=True
+)
+MCP_WAIT = Setting("--wait", "SYNAPSE_MCP_WAIT", "mcp_wait", parse_duration)
+#: serve: offer an MCP server's tools as task types (`McpToolsHandler`).
+HANDLER_MCP = Setting("--handler-mcp", "SYNAPSE_HANDLER_MCP", "handler_mcp", str)
+
 SETTINGS: tuple[Setting[Any], ...] = tuple(
     value for value in list(globals().values()) if isinstance(value, Setting)
 )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from synapse._distribution import install
 from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.ops import OpsOptions, log_console, serve_ops
@@ -29,6 +30,7 @@ from synapse.transport.peer import Peer
 
 if TYPE_CHECKING:
     from synapse.a2a import A2AServer
+    from synapse.mcp.handler import McpToolsHandler
     from synapse.router import Router
     from synapse.transport.tls import TLSConfig
 
@@ -83,6 +85,8 @@ class ServeOptions:
     ops: OpsOptions = field(default_factory=OpsOptions)
     #: `--route POOL.toml`: be a router over that pool (docs/routing.md).
     route: str | None = None
+    #: `--handler-mcp COMMAND|URL`: the tools of that MCP server are the task types.
+    handler_mcp: str | None = None
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -150,6 +154,20 @@ def serve_route(peer: Peer, path: str) -> Router:
         raise CliError(f"bad pool {path!r}: {exc}") from exc
 
 
+async def start_mcp_tools(spec: str) -> McpToolsHandler:
+    """`--handler-mcp`: connect to the MCP server and list its tools, or say why not."""
+    try:
+        from synapse.mcp.handler import McpToolsHandler
+    except ImportError as exc:
+        raise CliError(f"--handler-mcp needs the MCP SDK: {install('mcp')} ({exc})") from exc
+    try:
+        handler = McpToolsHandler(spec)
+        await handler.start()
+    except (ValueError, ConnectionError, TimeoutError) as exc:
+        raise CliError(f"--handler-mcp {spec!r}: {exc}") from exc
+    return handler
+
+
 def open_task_store(spec: str) -> TaskStore:
     try:
         return open_store(spec)
@@ -201,7 +219,8 @@ async def run_serve(options: ServeOptions) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
-    handler = load_handler(options.handler)
+    mcp_tools = await start_mcp_tools(options.handler_mcp) if options.handler_mcp else None
+    handler = mcp_tools or load_handler(options.handler)
     store = open_task_store(options.store)
     peer = Peer(
         options.agent_id,
@@ -233,6 +252,7 @@ async def run_serve(options: ServeOptions) -> int:
             agent_id=options.agent_id,
             partners=[p.agent_id for p in options.partners],
             handler=options.handler
+            or (f"mcp:{options.handler_mcp}" if options.handler_mcp else None)
             or ("synapse.router" if options.route else "synapse.demo.handler:DemoHandler"),
             store=options.store,
             signing=options.signing,
@@ -270,6 +290,8 @@ async def run_serve(options: ServeOptions) -> int:
         graceful = await peer.shutdown(now=stop_now)
         if router is not None:
             await router.close()  # after the peer: routed tasks still cancel their partners
+        if mcp_tools is not None:
+            await mcp_tools.close()  # after the peer: its last tasks still call tools
         log.info("stopped", agent_id=options.agent_id, graceful=graceful)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
