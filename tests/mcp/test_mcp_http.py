@@ -1,0 +1,168 @@
+"""`synapse mcp --http`: streamable HTTP for the official MCP client, behind bearer tokens and
+OAuth 2.0 access tokens (JWTs of a local issuer), as on the A2A side."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import httpx2
+import pytest
+from clikit import EXECUTOR, REQUESTER, SECRET, Server, clean_env, command
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcpkit import ROOT, structured
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "security"))
+
+from issuer import Issuer
+
+TOKEN = "mcp-token-of-alice"
+AUDIENCE = "synapse-mcp-tests"
+
+
+@pytest.fixture
+async def issuer() -> AsyncIterator[Issuer]:
+    found = Issuer(audience=AUDIENCE)
+    await found.start()
+    try:
+        yield found
+    finally:
+        await found.stop()
+
+
+@contextlib.contextmanager
+def mcp_http(executor: Server, requester_port: int, *extra: str) -> Iterator[str]:
+    """`synapse mcp --http 127.0.0.1:0 …` as a process; yields its MCP URL (from its log)."""
+    process = subprocess.Popen(
+        command(
+            "mcp",
+            "--as",
+            REQUESTER,
+            "--peer",
+            f"{EXECUTOR}={executor.url}",
+            "--secret",
+            SECRET,
+            "--listen",
+            f"127.0.0.1:{requester_port}",
+            "--http",
+            "127.0.0.1:0",
+            *extra,
+        ),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        cwd=str(ROOT),
+    )
+    try:
+        yield _served_url(process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def _served_url(process: subprocess.Popen[str]) -> str:
+    assert process.stderr is not None
+    deadline = time.monotonic() + 30
+    seen: list[str] = []
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stderr], [], [], 0.1)
+        if ready:
+            line = process.stderr.readline()
+            seen.append(line)
+            if "serving MCP at " in line:
+                return line.split("serving MCP at ", 1)[1].strip()
+        if process.poll() is not None:
+            break
+    raise AssertionError(f"synapse mcp --http did not start: {''.join(seen)}")
+
+
+def authorized(url: str, token: str) -> Client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    return Client(streamable_http_client(url, http_client=http))
+
+
+async def echo(client: Client, text: str) -> str:
+    task = structured(
+        await client.call_tool(
+            "delegate_task", {"partner": "exec", "task_type": "echo", "payload": {"text": text}}
+        )
+    )
+    output: str = task["result"]["output"]
+    return output
+
+
+async def status_without(url: str, token: str | None) -> tuple[int, str]:
+    """What an `initialize` POST gets: the status and the `WWW-Authenticate` challenge."""
+    headers = {"Accept": "application/json, text/event-stream"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, json=body, headers=headers) as response,
+    ):
+        return response.status, response.headers.get("WWW-Authenticate", "")
+
+
+async def test_streamable_http_without_authentication(
+    executor: Server, requester_port: int
+) -> None:
+    with mcp_http(executor, requester_port) as url:
+        assert url.endswith("/mcp")
+        async with Client(url) as client:
+            assert await echo(client, "over streamable HTTP") == "over streamable HTTP"
+
+
+async def test_a_bearer_token_is_required_when_configured(
+    executor: Server, requester_port: int
+) -> None:
+    with mcp_http(executor, requester_port, "--mcp-token", f"{TOKEN}=alice") as url:
+        status, challenge = await status_without(url, None)
+        assert status == 401 and challenge.startswith("Bearer")
+        status, _ = await status_without(url, "a-token-nobody-gave-out")
+        assert status == 401
+        async with authorized(url, TOKEN) as client:
+            assert await echo(client, "with a token") == "with a token"
+
+
+async def test_oauth_access_tokens_of_the_issuer(
+    executor: Server, requester_port: int, issuer: Issuer
+) -> None:
+    flags = (
+        "--mcp-oauth-issuer",
+        issuer.base,
+        "--mcp-oauth-jwks",
+        issuer.jwks_url,
+        "--mcp-oauth-audience",
+        AUDIENCE,
+    )
+    with mcp_http(executor, requester_port, *flags) as url:
+        expired = issuer.mint(exp=int(time.time()) - 3600)
+        assert (await status_without(url, expired))[0] == 401
+        elsewhere = issuer.mint(aud="another-service")
+        assert (await status_without(url, elsewhere))[0] == 401
+        async with authorized(url, issuer.mint()) as client:
+            assert await echo(client, "with OAuth") == "with OAuth"
