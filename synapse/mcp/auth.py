@@ -8,6 +8,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 
 from synapse.a2a.errors import A2AError
@@ -66,4 +67,13 @@ class AnyOf(TokenVerifier):
         return None
 
 
-__all__ = ["AnyOf", "JwtTokens", "StaticTokens"]
+def current_principal() -> str | None:
+    """Who sent the request being served: the token's subject (`--mcp-token`'s name, a
+    JWT's `sub`); None without authentication (stdio, or HTTP without tokens)."""
+    access = get_access_token()
+    if access is None:
+        return None
+    return access.subject or access.client_id
+
+
+__all__ = ["AnyOf", "JwtTokens", "StaticTokens", "current_principal"]

@@ -110,15 +110,16 @@ class Gateway:
         *,
         deadline: datetime | None = None,
         priority: Priority = Priority.NORMAL,
+        owner: str | None = None,
     ) -> Delegation:
-        """Start a task at `partner`; the delegation follows it."""
+        """Start a task at `partner` for `owner`; the delegation follows it."""
         if partner in self.a2a:
             client = self.a2a[partner].client
             try:
                 a2a_handle = await client.send(dict(payload or {}), task_type=task_type)
             except A2AError as exc:
                 raise GatewayError(f"{partner} refused or could not be reached: {exc}") from exc
-            task = Delegation(a2a_handle, partner=partner, task_type=task_type)
+            task = Delegation(a2a_handle, partner=partner, task_type=task_type, owner=owner)
         elif self.peer is not None and partner in self.peer.partners:
             try:
                 handle = await self.peer.submit(
@@ -126,17 +127,20 @@ class Gateway:
                 )
             except (SynapseException, ValueError) as exc:
                 raise GatewayError(f"cannot request a task of {partner}: {exc}") from exc
-            task = Delegation(handle, partner=partner, task_type=task_type)
+            task = Delegation(handle, partner=partner, task_type=task_type, owner=owner)
         else:
             known = ", ".join(self.partner_names()) or "none"
             raise GatewayError(f"unknown partner {partner!r} (known: {known})")
         self._tasks[task.task_id] = task
         return task
 
-    def get(self, task_id: str) -> Delegation:
-        """The task by id: followed here, or a Synapse task from the store."""
+    def get(self, task_id: str, *, owner: str | None = None) -> Delegation:
+        """The task by id: followed here, or a Synapse task from the store. Another
+        principal's task is not found, as if it did not exist."""
         task = self._tasks.get(task_id)
         if task is not None:
+            if task.owner is not None and task.owner != owner:
+                raise GatewayError(f"no task {task_id!r} delegated through this server")
             return task
         if self.peer is not None and _started(self.peer):
             handle = self.peer.protocol.handle(TaskKey(self.peer.agent_id, task_id))
@@ -150,8 +154,9 @@ class Gateway:
                 return task
         raise GatewayError(f"no task {task_id!r} delegated through this server")
 
-    def tasks(self) -> list[Delegation]:
-        """Every task followed here, and every Synapse task this requester keeps."""
+    def tasks(self, *, owner: str | None = None) -> list[Delegation]:
+        """Every task followed here and every Synapse task this requester keeps, but
+        those of other principals."""
         if self.peer is not None and _started(self.peer):
             prefix = f"{self.peer.agent_id}/"
             for key in self.peer.protocol.list_tasks():
@@ -159,7 +164,7 @@ class Gateway:
                 if key.startswith(prefix) and task_id not in self._tasks:
                     with contextlib.suppress(GatewayError):
                         self.get(task_id)
-        return list(self._tasks.values())
+        return [t for t in self._tasks.values() if t.owner is None or t.owner == owner]
 
     async def close(self) -> None:
         for task in list(self._tasks.values()):

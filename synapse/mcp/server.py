@@ -35,6 +35,7 @@ from pydantic import AnyHttpUrl, BaseModel, Field
 from starlette.applications import Starlette
 
 from synapse.a2a import A2AError
+from synapse.mcp.auth import current_principal
 from synapse.mcp.gateway import Gateway, GatewayError
 from synapse.mcp.questions import (
     BadAnswer,
@@ -43,6 +44,7 @@ from synapse.mcp.questions import (
     answer_from_arguments,
     answer_from_form,
 )
+from synapse.mcp.tasks_ext import AS_TASK, TASK_WAIT, TasksExtension
 from synapse.mcp.tracking import Delegation, McpStatus
 from synapse.runtime.protocol import TaskHandle
 from synapse.types import DecisionAction, Priority, SynapseException
@@ -139,6 +141,7 @@ class SynapseMcp:
             name,
             token_verifier=token_verifier,
             auth=auth,
+            extensions=[TasksExtension(self)],
             instructions=(
                 "Delegate tasks to other agents (Synapse peers and A2A agents). Call "
                 "list_partners to see who can do what, delegate_task to start a task; a "
@@ -214,7 +217,7 @@ class SynapseMcp:
         to the user when the client can (elicitation), else returned for answer_task."""
         if ctx.request_state is not None:  # the client answered our form: go on with its task
             task = self._task(ctx.request_state)
-            await self._answer_form(task, ctx.input_responses)
+            await self.answer_form(task, ctx.input_responses)
         else:
             try:
                 task = await self.gateway.delegate(
@@ -223,10 +226,14 @@ class SynapseMcp:
                     payload,
                     deadline=deadline,
                     priority=Priority(priority),
+                    owner=current_principal(),
                 )
             except GatewayError as exc:
                 raise ToolError(str(exc)) from exc
-        outcome = await self._follow(task, ctx, self._wait(wait_seconds))
+        wait, ask = self._wait(wait_seconds), True
+        if AS_TASK.get():  # a task handle answers: wait a moment only, ask nothing
+            wait, ask = min(wait, TASK_WAIT), False
+        outcome = await self._follow(task, ctx, wait, ask=ask)
         if isinstance(outcome, TaskView):
             _raise_if_refused(task)
         return outcome
@@ -242,7 +249,7 @@ class SynapseMcp:
         """A delegated task: its status, progress, question, result or error."""
         if ctx.request_state is not None:
             task = self._task(ctx.request_state)
-            await self._answer_form(task, ctx.input_responses)
+            await self.answer_form(task, ctx.input_responses)
         else:
             task = self._task(task_id)
         return await self._follow(task, ctx, wait_seconds, ask=wait_seconds > 0)
@@ -255,7 +262,7 @@ class SynapseMcp:
         limit: Annotated[int, Field(ge=1, le=1000)] = 100,
     ) -> TaskList:
         """The tasks delegated through this server, newest last."""
-        tasks = [task_view(t) for t in self.gateway.tasks()]
+        tasks = [task_view(t) for t in self.gateway.tasks(owner=current_principal())]
         if status is not None:
             tasks = [t for t in tasks if t.status == status]
         return TaskList(tasks=tasks[-limit:])
@@ -319,7 +326,7 @@ class SynapseMcp:
     async def task_history(self, task_id: str) -> str:
         """The task and its history (Synapse: every transition and who answered what)."""
         try:
-            task = self.gateway.get(task_id)
+            task = self.gateway.get(task_id, owner=current_principal())
         except GatewayError as exc:
             raise ResourceError(str(exc)) from exc
         return _json({**task.view(), "history": await history_of(task)})
@@ -328,9 +335,25 @@ class SynapseMcp:
 
     def _task(self, task_id: str) -> Delegation:
         try:
-            return self.gateway.get(task_id)
+            return self.gateway.get(task_id, owner=current_principal())
         except GatewayError as exc:
             raise ToolError(str(exc)) from exc
+
+    def final_result(self, task: Delegation) -> types.CallToolResult:
+        """What `delegate_task` answers for an ended task (the Tasks extension's result)."""
+        view = task_view(task)
+        refused = task.refused and task.error is not None
+        text = json.dumps(view.model_dump(mode="json"), ensure_ascii=False, indent=2)
+        if refused and task.error is not None:
+            text = (
+                f"{task.partner} did not take {task.task_type} task {task.task_id}: "
+                f"{task.error.code}: {task.error.message}"
+            )
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)],
+            structured_content=None if refused else view.model_dump(mode="json"),
+            is_error=refused,
+        )
 
     def _wait(self, seconds: float | None) -> float:
         return self.wait if seconds is None else seconds
@@ -367,7 +390,7 @@ class SynapseMcp:
                 return task_view(task)
             await task.changed(since, left)
 
-    async def _answer_form(self, task: Delegation, responses: Mapping[str, Any] | None) -> None:
+    async def answer_form(self, task: Delegation, responses: Mapping[str, Any] | None) -> None:
         """The client's answer to our form (a retried call): send it on."""
         if task.question is None:
             return  # answered meanwhile (answer_task, or a retry of the same answer)

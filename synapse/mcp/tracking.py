@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -67,10 +68,15 @@ class Delegation:
         partner: str,
         task_type: str,
         follow: bool = True,
+        owner: str | None = None,
     ) -> None:
         self.handle = handle
         self.partner = partner
         self.task_type = task_type
+        #: The authenticated principal that delegated it (None: anyone of this server's
+        #: clients may see it: stdio, no tokens, or a task read back from the store).
+        self.owner = owner
+        self.created_at = self.updated_at = time.time()
         self.protocol: Literal["synapse", "a2a"] = (
             "a2a" if isinstance(handle, A2ATaskHandle) else "synapse"
         )
@@ -89,6 +95,7 @@ class Delegation:
         if isinstance(handle, TaskHandle):
             rec = handle.record
             self.progress, self.message = rec.progress, rec.status_message
+            self.created_at = rec.created_at
         if follow:
             self._follower = asyncio.create_task(self._follow(), name=f"mcp-{self.task_id}")
         else:
@@ -150,6 +157,7 @@ class Delegation:
 
     def _bump(self) -> None:
         self.version += 1
+        self.updated_at = time.time()
         self._changed.set()
 
     # --- answers ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 from clikit import EXECUTOR, REQUESTER, SECRET, Server, clean_env, command
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcpkit import ROOT, structured
+from mcpkit import ROOT, structured, text
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "security"))
 
@@ -166,3 +166,31 @@ async def test_oauth_access_tokens_of_the_issuer(
         assert (await status_without(url, elsewhere))[0] == 401
         async with authorized(url, issuer.mint()) as client:
             assert await echo(client, "with OAuth") == "with OAuth"
+
+
+async def test_a_principal_sees_only_its_own_tasks(executor: Server, requester_port: int) -> None:
+    tokens = ("--mcp-token", f"{TOKEN}=alice", "--mcp-token", "token-of-bob=bob")
+    with mcp_http(executor, requester_port, *tokens) as url:
+        async with authorized(url, TOKEN) as alice, authorized(url, "token-of-bob") as bob:
+            started = structured(
+                await alice.call_tool(
+                    "delegate_task",
+                    {
+                        "partner": "exec",
+                        "task_type": "slow",
+                        "payload": {"steps": 100, "delay": 0.1},
+                        "wait_seconds": 0.2,
+                    },
+                )
+            )
+            task_id = started["task_id"]
+            peeked = await bob.call_tool("get_task", {"task_id": task_id})
+            cancelled_by_bob = await bob.call_tool("cancel_task", {"task_id": task_id})
+            bobs = structured(await bob.call_tool("list_tasks", {}))["tasks"]
+            alices = structured(await alice.call_tool("list_tasks", {}))["tasks"]
+            mine = structured(await alice.call_tool("cancel_task", {"task_id": task_id}))
+    assert peeked.is_error and f"no task {task_id!r}" in text(peeked)
+    assert cancelled_by_bob.is_error
+    assert bobs == []
+    assert [t["task_id"] for t in alices] == [task_id]
+    assert mine["status"] == "cancelled"
