@@ -14,9 +14,11 @@ from pathlib import Path
 
 import aiohttp
 import httpx2
+import mcp_types as types
 import pytest
 from clikit import EXECUTOR, REQUESTER, SECRET, Server, clean_env, command
 from mcp import Client
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcpkit import ROOT, structured, text
 
@@ -194,3 +196,61 @@ async def test_a_principal_sees_only_its_own_tasks(executor: Server, requester_p
     assert bobs == []
     assert [t["task_id"] for t in alices] == [task_id]
     assert mine["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_elicitation_progress_and_answers_over_http(
+    executor: Server, requester_port: int, mode: str
+) -> None:
+    """The stdio flows over streamable HTTP: a need_info asked through elicitation (in the
+    result on 2026-07-28, over the SSE back-channel before), progress notifications, and a
+    decision answered with answer_task."""
+    asked: list[str] = []
+    progress: list[float] = []
+
+    async def elicit(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"style": "古典"})
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(done)
+
+    with mcp_http(executor, requester_port) as url:
+        async with Client(url, elicitation_callback=elicit, mode=mode) as client:
+            written = structured(
+                await client.call_tool(
+                    "delegate_task",
+                    {
+                        "partner": "exec",
+                        "task_type": "text_generation",
+                        "payload": {"prompt": "山"},
+                    },
+                )
+            )
+            slow = structured(
+                await client.call_tool(
+                    "delegate_task",
+                    {"partner": "exec", "task_type": "slow", "payload": {"steps": 4, "delay": 0.1}},
+                    progress_callback=on_progress,
+                )
+            )
+        async with Client(url, mode=mode) as plain:
+            waiting = structured(
+                await plain.call_tool(
+                    "delegate_task",
+                    {"partner": "exec", "task_type": "portrait", "payload": {"subject": "Kim"}},
+                )
+            )
+            approved = structured(
+                await plain.call_tool(
+                    "answer_task", {"task_id": waiting["task_id"], "decision": "approve"}
+                )
+            )
+    assert written["result"]["metadata"]["style"] == "古典"
+    assert len(asked) == 1
+    assert slow["status"] == "completed"
+    assert 100.0 in progress and progress == sorted(progress)
+    assert waiting["status"] == "input_required"
+    assert approved["status"] == "completed"

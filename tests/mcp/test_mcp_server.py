@@ -330,3 +330,26 @@ async def test_the_history_resource_lists_every_transition(
     assert states[0] == ("idle", "pending")
     assert states[-1][1] == "completed"
     assert missing is not None and "task-unknown" in missing
+
+
+async def test_tasks_outlive_the_server_with_a_store(
+    executor: Server, requester_port: int, tmp_path: Any
+) -> None:
+    """With `--store`, a task delegated before a restart is still there after it."""
+    store = ("--store", str(tmp_path / "mcp.db"))
+    async with Client(mcp_stdio(executor, requester_port, *store)) as client:
+        done = structured(
+            await client.call_tool(
+                "delegate_task",
+                {"partner": "exec", "task_type": "echo", "payload": {"text": "kept"}},
+            )
+        )
+    async with Client(mcp_stdio(executor, requester_port, *store)) as client:
+        again = structured(await client.call_tool("get_task", {"task_id": done["task_id"]}))
+        listed = structured(await client.call_tool("list_tasks", {}))["tasks"]
+        history = resource_json(await client.read_resource(f"synapse://tasks/{done['task_id']}"))
+    assert again["status"] == "completed"
+    assert again["result"]["output"] == "kept"
+    assert again["task_type"] == "echo" and again["partner"] == "exec"
+    assert done["task_id"] in {t["task_id"] for t in listed}
+    assert history["history"][-1]["to"] == "completed"
