@@ -86,7 +86,9 @@ class EchoExecutor(AgentExecutor):
         await updater.cancel(updater.new_agent_message([new_text_part("cancelled")]))
 
 
-def agent_card(port: int, grpc_port: int | None = None, first: str = "JSONRPC") -> AgentCard:
+def agent_card(
+    port: int, grpc_port: int | None = None, first: str = "JSONRPC", *, version: str = "1.0"
+) -> AgentCard:
     urls = {"JSONRPC": f"http://127.0.0.1:{port}/", "HTTP+JSON": f"http://127.0.0.1:{port}/rest"}
     if grpc_port is not None:
         urls["GRPC"] = f"127.0.0.1:{grpc_port}"
@@ -96,7 +98,7 @@ def agent_card(port: int, grpc_port: int | None = None, first: str = "JSONRPC") 
         description="An echo agent built with the official A2A SDK",
         version="1.0.0",
         supported_interfaces=[
-            AgentInterface(url=urls[b], protocol_binding=b, protocol_version="1.0") for b in order
+            AgentInterface(url=urls[b], protocol_binding=b, protocol_version=version) for b in order
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=["text/plain"],
@@ -105,14 +107,22 @@ def agent_card(port: int, grpc_port: int | None = None, first: str = "JSONRPC") 
     )
 
 
-def build_app(port: int, grpc_port: int | None = None, first: str = "JSONRPC") -> Any:
-    card = agent_card(port, grpc_port, first)
+def build_app(
+    port: int, grpc_port: int | None = None, first: str = "JSONRPC", *, legacy: bool = False
+) -> Any:
+    """The agent; `legacy`: an A2A 0.3 agent (the SDK's 0.3 compatibility, JSON-RPC only)."""
+    if legacy:
+        card = agent_card(port, None, "JSONRPC", version="0.3")
+        del card.supported_interfaces[1:]
+        grpc_port = None
+    else:
+        card = agent_card(port, grpc_port, first)
     handler = DefaultRequestHandler(
         agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card
     )
     routes = [
         *create_agent_card_routes(card),
-        *create_jsonrpc_routes(handler, "/"),
+        *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=legacy),
         *create_rest_routes(handler, path_prefix="/rest"),
     ]
 

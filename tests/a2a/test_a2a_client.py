@@ -11,6 +11,7 @@ from a2akit import SDK_BINDINGS, A2APeer
 from aiohttp import web
 
 from synapse.a2a import A2AClient, A2AError, A2AEvent, A2AVersionError, wire
+from synapse.a2a.client.legacy import JsonRpc03Transport
 from synapse.types import TaskState
 
 WAIT = 10.0
@@ -192,7 +193,8 @@ async def test_attach_and_push_config_helpers(a2a_peer: A2APeer, binding: str) -
         assert (await handle.result(WAIT)).ok
 
 
-async def test_no_silent_downgrade_to_a_0_3_agent() -> None:
+async def test_which_cards_the_client_speaks_to() -> None:
+    """1.x on any binding, 0.3 on JSON-RPC (a 0.3 card, or 0.3 interfaces); nothing else."""
     legacy_card = {
         "name": "old",
         "url": "http://127.0.0.1:1/",
@@ -206,8 +208,26 @@ async def test_no_silent_downgrade_to_a_0_3_agent() -> None:
             {"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}
         ],
     }
-    cards = {"/legacy/.well-known/agent-card.json": legacy_card}
-    cards["/modern/.well-known/agent-card.json"] = modern_0_3
+    rest_0_3 = {
+        "name": "old3",
+        "supportedInterfaces": [
+            {"url": "http://127.0.0.1:1/", "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3"}
+        ],
+    }
+    future = {
+        "name": "new",
+        "supportedInterfaces": [
+            {"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC", "protocolVersion": "2.0"}
+        ],
+    }
+    old_02 = {**legacy_card, "protocolVersion": "0.2.5"}
+    cards = {
+        "/legacy/.well-known/agent-card.json": legacy_card,
+        "/modern/.well-known/agent-card.json": modern_0_3,
+        "/rest/.well-known/agent-card.json": rest_0_3,
+        "/future/.well-known/agent-card.json": future,
+        "/older/.well-known/agent-card.json": old_02,
+    }
 
     async def card(request: web.Request) -> web.Response:
         return web.Response(text=json.dumps(cards[request.path]), content_type="application/json")
@@ -222,10 +242,18 @@ async def test_no_silent_downgrade_to_a_0_3_agent() -> None:
     port = runner.addresses[0][1]
     try:
         for prefix in ("legacy", "modern"):
+            async with A2AClient(f"http://127.0.0.1:{port}/{prefix}") as client:
+                await client.discover()
+                assert isinstance(client.transport, JsonRpc03Transport), prefix
+        for prefix, says in (
+            ("rest", "nor 0.3 over JSON-RPC"),
+            ("future", "offers: JSONRPC 2.0"),
+            ("older", "A2A 0.2.5"),
+        ):
             client = A2AClient(f"http://127.0.0.1:{port}/{prefix}")
             with pytest.raises(A2AVersionError) as caught:
                 await client.discover()
-            assert "does not downgrade" in caught.value.message
+            assert says in caught.value.message, prefix
             await client.close()
     finally:
         await runner.cleanup()

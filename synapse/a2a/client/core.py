@@ -13,8 +13,9 @@ its events, answer INPUT_REQUIRED with `provide_info` / `approve` / `reject`, `c
 stream that breaks before the task ends is resumed with `SubscribeToTask` (which replays the
 task's current state first); an agent without streaming is polled with `GetTask`.
 
-The client speaks A2A 1.0 only: it sends `A2A-Version: 1.0` and refuses an agent whose card
-offers no 1.x JSON-RPC interface (`A2AVersionError`), never downgrading silently.
+The client speaks A2A 1.0 (`A2A-Version: 1.0`), and 0.3 to an agent whose card offers no 1.x
+interface but a 0.3 JSON-RPC one (`synapse.a2a.client.legacy`); any other card is refused
+(`A2AVersionError`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from synapse._distribution import NAME
 from synapse.a2a import mapping, wire
 from synapse.a2a.card_signing import CardSignatureError, CardVerifier
 from synapse.a2a.client.auth import ClientCredentials, RequestAuth
+from synapse.a2a.client.legacy import JsonRpc03Transport, is_v03_interface
 from synapse.a2a.client.transports import (
     GrpcTransport,
     JsonRpcTransport,
@@ -64,9 +66,6 @@ log = get_logger("synapse.a2a.client.core")
 
 T = TypeVar("T")
 USER_AGENT = f"{NAME}-a2a/0.1"
-
-
-# --- what a handle reports ------------------------------------------------------------------
 
 
 # --- the client ---------------------------------------------------------------------------------
@@ -233,19 +232,19 @@ class A2AClient:
         self.transport = self._make_transport(chosen)
 
     def pick(self, card: wire.AgentCard) -> wire.AgentInterface:
-        """The first interface of the card (its order is the agent's preference) that
-        speaks A2A 1.x over a binding this client speaks."""
-        for interface in card.supported_interfaces:
-            if interface.protocol_binding in self.bindings and card_major(interface) == 1:
-                return interface
-        offered = [
+        """The card's first interface in A2A 1.x on one of our bindings, else in 0.3 on JSON-RPC."""
+        ours = [i for i in card.supported_interfaces if i.protocol_binding in self.bindings]
+        legacy = (i for i in ours if i.protocol_binding == "JSONRPC" and is_v03_interface(i))
+        if found := next((i for i in ours if card_major(i) == 1), None) or next(legacy, None):
+            return found
+        offered = ", ".join(
             f"{i.protocol_binding} {i.protocol_version or '?'}" for i in card.supported_interfaces
-        ]
+        )
         raise A2AVersionError(
-            f"agent {card.name!r} offers no A2A 1.x interface over "
-            f"{', '.join(self.bindings)} (offers: {', '.join(offered) or 'none'}); this client "
-            f"speaks A2A {wire.PROTOCOL_VERSION} and does not downgrade",
-            {"offered": ", ".join(offered)},
+            f"agent {card.name!r} offers no A2A 1.x interface over {', '.join(self.bindings)}, "
+            f"nor 0.3 over JSON-RPC (offers: {offered or 'none'}); this client speaks A2A "
+            f"{wire.PROTOCOL_VERSION} and 0.3",
+            {"offered": offered},
         )
 
     def _make_transport(self, interface: wire.AgentInterface) -> Transport:
@@ -268,7 +267,8 @@ class A2AClient:
             rest = RestTransport(interface.url, self._http, self.timeout)
             rest.auth = self._auth
             return rest
-        jsonrpc = JsonRpcTransport(interface.url, self._http, self.timeout)
+        speaks = JsonRpc03Transport if is_v03_interface(interface) else JsonRpcTransport
+        jsonrpc = speaks(interface.url, self._http, self.timeout)
         jsonrpc.auth = self._auth
         return jsonrpc
 

@@ -163,11 +163,20 @@ class _HttpTransport:
 class JsonRpcTransport(_HttpTransport):
     binding = wire.JSONRPC_BINDING
 
+    #: Headers every request of this transport adds (a 0.3 agent's: its `A2A-Version`).
+    version: str = ""
+
+    def _headers(self, **more: str) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", **more}
+        if self.version:
+            headers[wire.VERSION_HEADER] = self.version
+        return headers
+
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         """One JSON-RPC call; the `result`, or `A2AError` for an `error`."""
         rpc_id = str(uuid.uuid4())
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
-        headers = {"Content-Type": "application/json"}
+        headers = self._headers()
         raw, status = await self._fetch(method, params, _Request("POST", self.url, body, headers))
         return _judge(_json(raw, status), rpc_id, status)
 
@@ -175,7 +184,7 @@ class JsonRpcTransport(_HttpTransport):
         """A streaming call: each server-sent event's `result`."""
         rpc_id = str(uuid.uuid4())
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers = self._headers(Accept="text/event-stream")
         headers.update(self._resume_headers(method, params))
         request = _Request("POST", self.url, body, headers)
         async with self._open(method, params, request, stream=True) as response:

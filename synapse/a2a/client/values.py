@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from synapse.a2a import mapping, wire
+from synapse.a2a import mapping, v03, wire
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.types import TaskError, TaskResult, TaskState
 
@@ -134,12 +134,14 @@ def parse_card(raw: bytes) -> wire.AgentCard:
     if not isinstance(data, dict):
         raise A2AError(A2ACode.INVALID_AGENT_RESPONSE, "agent card is not a JSON object")
     if "supportedInterfaces" not in data:
-        version = data.get("protocolVersion", "0.3")
-        raise A2AVersionError(
-            f"agent card is A2A {version} (no supportedInterfaces); this client speaks A2A "
-            f"{wire.PROTOCOL_VERSION} and does not downgrade",
-            {"offered": str(version)},
-        )
+        version = str(data.get("protocolVersion") or "0.3")
+        if not v03.is_v03(version) or not data.get("url"):
+            raise A2AVersionError(
+                f"agent card is A2A {version} (no supportedInterfaces); this client speaks A2A "
+                f"{wire.PROTOCOL_VERSION} and 0.3",
+                {"offered": version},
+            )
+        data = v03.card_to_v1(data)  # an A2A 0.3 agent: its interfaces say 0.3
     return convert_wire(data, wire.AgentCard)
 
 

@@ -23,7 +23,7 @@ import msgspec
 from aiohttp import web
 
 from synapse._distribution import install
-from synapse.a2a import wire
+from synapse.a2a import v03, wire
 from synapse.a2a.card import build_card
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY, meta_value
@@ -196,6 +196,8 @@ class A2AServer:
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get(wire.AGENT_CARD_PATH, self.handle_card)
+        if wire.JSONRPC_BINDING in self.bindings:  # A2A 0.3 clients look here, for 0.3
+            app.router.add_get(v03.AGENT_CARD_PATH_03, self.handle_card_v03)
         if wire.JSONRPC_BINDING in self.bindings:
             app.router.add_post(self.path, self.jsonrpc.handle)
             # The card's URL with a slash added, as HTTP clients that join "/" onto a base URL
@@ -302,7 +304,13 @@ class A2AServer:
             card = self.card()
         except A2AError:
             return web.Response(status=503, text="starting", headers={"Retry-After": "1"})
-        body = wire.encode(card)
+        if card.signatures or wire.JSONRPC_BINDING not in self.bindings:
+            body = wire.encode(card)
+        else:
+            # An unsigned card also carries the members an A2A 0.3 client reads (`url`,
+            # `protocolVersion` …): 0.3 clients fetch this path first. A signed card stays
+            # as signed; 0.3 clients find theirs at /.well-known/agent.json.
+            body = wire.encode(v03.with_v03_members(wire.to_builtins(card)))
         etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
         if etag != self._card_etag:
             # Whole seconds: HTTP dates have no finer resolution.
@@ -314,6 +322,16 @@ class A2AServer:
         }
         if _not_modified(request, etag, self._card_modified):
             return web.Response(status=304, headers=headers)
+        return web.Response(body=body, content_type="application/json", headers=headers)
+
+    async def handle_card_v03(self, request: web.Request) -> web.Response:
+        """The card as an A2A 0.3 client reads it (`/.well-known/agent.json`)."""
+        try:
+            card = self.card()
+        except A2AError:
+            return web.Response(status=503, text="starting", headers={"Retry-After": "1"})
+        body = wire.encode(v03.card_to_v03(wire.to_builtins(card)))
+        headers = {"Cache-Control": f"public, max-age={self.card_max_age}"}
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     def presented(self, request: web.Request) -> Presented:

@@ -61,4 +61,10 @@ def last_event_id(request: web.Request) -> int | None:
     return int(value) if value.isdigit() and len(value) < 19 else None
 
 
-__all__ = ["check_version", "event_stream_response", "last_event_id", "read_json"]
+__all__ = [
+    "check_version",
+    "event_stream_response",
+    "last_event_id",
+    "read_json",
+    "requested_version",
+]

@@ -1,5 +1,6 @@
 """The JSON-RPC 2.0 binding of A2A v1.0: `POST <path>` with one request per body; the
-streaming methods answer `text/event-stream`, each event a JSON-RPC response.
+streaming methods answer `text/event-stream`, each event a JSON-RPC response. A2A 0.3
+methods are served too, translated to the 1.0 operations and back (`synapse.a2a.v03`).
 
 It only frames: parses the envelope, converts `params` to the typed request, calls the
 `A2AService` operation, and writes the result or the `A2AError` as JSON-RPC.
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from synapse.a2a import wire
+from synapse.a2a import v03, wire
 from synapse.a2a.errors import A2ACode, A2AError, invalid_params
 from synapse.a2a.server.direct import DirectStream
 from synapse.a2a.server.httpbase import (
@@ -20,6 +21,7 @@ from synapse.a2a.server.httpbase import (
     event_stream_response,
     last_event_id,
     read_json,
+    requested_version,
 )
 from synapse.a2a.server.operations import METHODS
 from synapse.a2a.server.view import LAST_EVENT_ID, Subscription
@@ -56,15 +58,24 @@ class JsonRpcBinding:
             if unreadable is not None:
                 raise unreadable
             method, params = _parse_rpc(body)
-            handler = METHODS.get(method)
+            # An A2A 0.3 method (no A2A-Version header, or 0.3): the 1.0 operation it names,
+            # its params and its answer translated (synapse.a2a.v03).
+            legacy = method in v03.METHOD_TO_V1 and v03.is_v03(requested_version(request))
+            operation = v03.METHOD_TO_V1[method] if legacy else method
+            handler = METHODS.get(operation)
             if handler is None:
                 raise A2AError(A2ACode.METHOD_NOT_FOUND, f"Method {method!r} not found")
-            await server.authorize(request, method, params)
-            check_version(request)
+            if legacy:
+                params = v03.params_to_v1(method, params)
+            await server.authorize(request, operation, params)
+            if not legacy:
+                check_version(request)
             LAST_EVENT_ID.set(last_event_id(request))
             result = await handler(server.service, principal, params)
             if isinstance(result, Subscription | DirectStream):
-                return await self._stream(request, rpc_id, result)
+                return await self._stream(request, rpc_id, result, legacy=legacy)
+            if legacy:
+                result = v03.result_to_v03(method, wire.to_builtins(result))
             return _result(rpc_id, result)
         except A2AError as exc:
             if exc.code in (A2ACode.INTERNAL_ERROR, A2ACode.AGENT_NOT_READY):
@@ -85,9 +96,15 @@ class JsonRpcBinding:
             return _error_response(rpc_id, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
 
     async def _stream(
-        self, request: web.Request, rpc_id: Any, subscription: Subscription | DirectStream
+        self,
+        request: web.Request,
+        rpc_id: Any,
+        subscription: Subscription | DirectStream,
+        *,
+        legacy: bool = False,
     ) -> web.StreamResponse:
-        """Server-sent events, each a JSON-RPC response carrying one `StreamResponse`."""
+        """Server-sent events, each a JSON-RPC response carrying one `StreamResponse` (for
+        an A2A 0.3 client: the 0.3 event it stands for)."""
         response = event_stream_response()
         try:
             await response.prepare(request)
@@ -95,10 +112,11 @@ class JsonRpcBinding:
                 if event is None:
                     await response.write(b": keepalive\n\n")
                 else:
+                    shown: Any = v03.event_to_v03(wire.to_builtins(event)) if legacy else event
                     await response.write(
                         _event_id(subscription)
                         + b"data: "
-                        + _jsonrpc(rpc_id, result=event)
+                        + _jsonrpc(rpc_id, result=shown)
                         + b"\n\n"
                     )
         except (ConnectionResetError, ConnectionError):

@@ -1,0 +1,263 @@
+"""A2A 0.3 beside 1.0, both directions: the official SDK's 0.3 client (its compatibility
+layer, `CompatJsonRpcTransport`) against a Synapse agent, 0.3 requests on the wire, the card
+both versions read, and our client against an A2A 0.3 agent built with the official SDK."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import ClientConfig, ClientFactory
+from a2a.types.a2a_pb2 import (
+    AuthenticationInfo,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from a2akit import A2APeer, UvicornThread, collect, sdk_message, state_of, task_id_of, texts
+
+from synapse.a2a import A2AClient, v03, wire
+from synapse.a2a.client.legacy import JsonRpc03Transport
+
+COMPLETED = "TASK_STATE_COMPLETED"
+INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
+
+
+@pytest.fixture
+async def sdk_03_client(a2a_peer: A2APeer) -> AsyncIterator[Any]:
+    """The official SDK's client, reading our 0.3 card: it speaks 0.3 to us."""
+    http = httpx.AsyncClient(timeout=10.0)
+    made: list[Any] = []
+
+    async def make(streaming: bool = True) -> Any:
+        config = ClientConfig(streaming=streaming, httpx_client=http)
+        client = await ClientFactory(config).create_from_url(
+            a2a_peer.base_url, relative_card_path=v03.AGENT_CARD_PATH_03
+        )
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        await client.close()
+    await http.aclose()
+
+
+async def rpc(url: str, method: str, params: Any, **headers: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+        answer: dict[str, Any] = (await http.post(url, json=body, headers=headers)).json()
+        return answer
+
+
+# --- the official SDK's 0.3 client against us ------------------------------------------------
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["stream", "blocking"])
+async def test_the_sdk_03_client_runs_tasks(sdk_03_client: Any, streaming: bool) -> None:
+    client = await sdk_03_client(streaming)
+    assert type(client._transport).__name__ == "CompatJsonRpcTransport"  # it speaks 0.3
+    events = await collect(client, sdk_message(parts=[{"text": "hello 0.3"}]))
+    assert state_of(events[-1]) == COMPLETED
+    assert "hello 0.3" in texts(events)
+    asked = await collect(
+        client,
+        sdk_message(parts=[{"data": {"prompt": "春"}}], metadata={"taskType": "text_generation"}),
+    )
+    assert state_of(asked[-1]) == INPUT_REQUIRED
+    task_id = task_id_of(asked)
+    done = await collect(client, sdk_message(taskId=task_id, parts=[{"data": {"style": "现代"}}]))
+    assert state_of(done[-1]) == COMPLETED
+    assert any("现代" in t for t in texts(done))
+    task = await client.get_task(GetTaskRequest(id=task_id))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.history[0].message_id == asked[0]["task"]["history"][0]["messageId"]
+
+
+async def test_the_sdk_03_client_cancels(sdk_03_client: Any) -> None:
+    client = await sdk_03_client(False)
+    started = await collect(
+        client,
+        sdk_message(parts=[{"data": {"steps": 100, "delay": 0.1}}], metadata={"taskType": "slow"}),
+        returnImmediately=True,
+    )
+    task = await client.cancel_task(CancelTaskRequest(id=task_id_of(started)))
+    assert task.status.state == TaskState.TASK_STATE_CANCELED
+
+
+async def test_the_sdk_03_client_manages_push_configs(
+    sdk_03_client: Any, a2a_peer: A2APeer
+) -> None:
+    client = await sdk_03_client(False)
+    started = await collect(
+        client,
+        sdk_message(parts=[{"data": {"steps": 100, "delay": 0.1}}], metadata={"taskType": "slow"}),
+        returnImmediately=True,
+    )
+    task_id = task_id_of(started)
+    hook = f"http://127.0.0.1:{a2a_peer.hook_port}/hooks/v03"
+    created = await client.create_task_push_notification_config(
+        TaskPushNotificationConfig(
+            task_id=task_id,
+            id="c-03",
+            url=hook,
+            token="tok",
+            authentication=AuthenticationInfo(scheme="Bearer", credentials="cred"),
+        )
+    )
+    assert (created.id, created.url, created.task_id) == ("c-03", hook, task_id)
+    got = await client.get_task_push_notification_config(
+        GetTaskPushNotificationConfigRequest(task_id=task_id, id="c-03")
+    )
+    assert got.token == "tok" and got.authentication.scheme == "Bearer"
+    listed = await client.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+    )
+    assert [c.id for c in listed.configs] == ["c-03"]
+    await client.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="c-03")
+    )
+    listed = await client.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+    )
+    assert list(listed.configs) == []
+    await client.cancel_task(CancelTaskRequest(id=task_id))
+
+
+# --- the wire ------------------------------------------------------------------------------------
+
+
+async def test_0_3_shapes_on_the_wire(a2a_peer: A2APeer) -> None:
+    url = f"{a2a_peer.base_url}/a2a"
+    message = {
+        "kind": "message",
+        "messageId": "m-03-shapes",
+        "role": "user",
+        "parts": [{"kind": "data", "data": {"prompt": "x"}}],
+        "metadata": {"taskType": "text_generation"},
+    }
+    sent = (await rpc(url, "message/send", {"message": message}))["result"]
+    assert sent["kind"] == "task"
+    assert sent["status"]["state"] == "input-required"
+    question = sent["status"]["message"]
+    assert question["kind"] == "message" and question["role"] == "agent"
+    assert {p["kind"] for p in question["parts"]} == {"text", "data"}
+    got = (await rpc(url, "tasks/get", {"id": sent["id"], "historyLength": 1}))["result"]
+    assert got["id"] == sent["id"] and len(got["history"]) == 1
+    missing = await rpc(url, "tasks/get", {"id": "no-such-task"})
+    assert missing["error"]["code"] == -32001
+    # A 0.3 method asked as 1.0 is no method of 1.0; a 1.0 method without a version header
+    # is still refused as a version the agent does not speak for it.
+    as_v1 = await rpc(url, "message/send", {"message": message}, **{"A2A-Version": "1.0"})
+    assert as_v1["error"]["code"] == -32601
+    v1_without_header = await rpc(url, "GetTask", {"id": sent["id"]})
+    assert v1_without_header["error"]["code"] == -32009
+    explicit = await rpc(url, "tasks/get", {"id": sent["id"]}, **{"A2A-Version": "0.3"})
+    assert explicit["result"]["id"] == sent["id"]
+
+
+async def test_a_0_3_stream_ends_with_a_final_status_update(a2a_peer: A2APeer) -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/stream",
+        "params": {
+            "message": {
+                "kind": "message",
+                "messageId": "m-03-stream",
+                "role": "user",
+                "parts": [{"kind": "text", "text": "streamed"}],
+            }
+        },
+    }
+    async with (
+        httpx.AsyncClient(timeout=10.0) as http,
+        http.stream("POST", f"{a2a_peer.base_url}/a2a", json=body) as response,
+    ):
+        events = [
+            json.loads(line[6:])["result"]
+            async for line in response.aiter_lines()
+            if line.startswith("data: ")
+        ]
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "task"
+    assert "artifact-update" in kinds
+    last = events[-1]
+    assert (last["kind"], last["status"]["state"], last["final"]) == (
+        "status-update",
+        "completed",
+        True,
+    )
+    assert all(e["final"] is False for e in events[:-1] if e["kind"] == "status-update")
+
+
+async def test_one_card_for_both_versions(a2a_peer: A2APeer) -> None:
+    async with httpx.AsyncClient() as http:
+        card = (await http.get(f"{a2a_peer.base_url}{wire.AGENT_CARD_PATH}")).json()
+        legacy = (await http.get(f"{a2a_peer.base_url}{v03.AGENT_CARD_PATH_03}")).json()
+    # 1.0 members, and the 0.3 ones a 0.3 client reads at this path first.
+    assert card["supportedInterfaces"][0]["protocolVersion"] == "1.0"
+    assert card["protocolVersion"] == "0.3.0"
+    assert card["url"] == f"{a2a_peer.base_url}/a2a"
+    assert card["preferredTransport"] == "JSONRPC"
+    assert all("tags" in s for s in card["skills"])
+    # The 0.3 card alone: only what this agent speaks 0.3 on.
+    assert "supportedInterfaces" not in legacy
+    assert legacy["additionalInterfaces"] == [
+        {"url": f"{a2a_peer.base_url}/a2a", "transport": "JSONRPC"}
+    ]
+    assert legacy["capabilities"]["streaming"] is True
+    # A 1.0 client still speaks 1.0 here.
+    async with A2AClient(a2a_peer.base_url) as ours:
+        assert ours.transport is not None
+        assert not isinstance(ours.transport, JsonRpc03Transport)
+
+
+# --- our client against an A2A 0.3 agent ----------------------------------------------------------
+
+
+@pytest.fixture
+def sdk_03_agent() -> Iterator[str]:
+    from a2a_sdk_agent import build_app
+
+    with UvicornThread(lambda port: build_app(port, legacy=True)) as runner:
+        yield runner.url
+
+
+async def test_our_client_speaks_0_3_to_a_0_3_agent(sdk_03_agent: str) -> None:
+    async with A2AClient(sdk_03_agent) as client:
+        card = await client.discover()
+        assert isinstance(client.transport, JsonRpc03Transport)
+        assert card.supported_interfaces[0].protocol_version == "0.3"
+        done = await (await client.send("echo me")).result(10)
+        assert done.ok and done.text == "echo me"
+        handle = await client.send("ask me")
+        states = []
+        async for event in handle.events():
+            states.append(event.state)
+            if event.state == wire.INPUT_REQUIRED:
+                break
+        assert states == [wire.SUBMITTED, wire.WORKING, wire.INPUT_REQUIRED]
+        await handle.reply("Ada")
+        answered = await handle.result(10)
+        assert answered.ok and answered.text == "hello Ada"
+        task = await client.get_task(handle.task_id)
+        assert task.status.state == wire.COMPLETED
+        slow = await client.send("slow", stream=False)
+        await slow.cancel()
+        assert (await slow.result(10)).a2a_state == wire.CANCELED
+
+
+async def test_our_client_reads_a_0_3_card_at_the_old_path(a2a_peer: A2APeer) -> None:
+    """A card with no `supportedInterfaces` (0.3 only): the client speaks 0.3 to it."""
+    async with A2AClient(a2a_peer.base_url + v03.AGENT_CARD_PATH_03) as client:
+        assert isinstance(client.transport, JsonRpc03Transport)
+        outcome = await (await client.send({"text": "via 0.3"}, task_type="echo")).result(10)
+    assert outcome.ok and "via 0.3" in outcome.text
