@@ -55,6 +55,7 @@ def enable_a2a(
     grpc_public_address: str | None = None,
     tenants: Mapping[str, Iterable[str]] | None = None,
     push_disable_after: int | None = None,
+    card_v03_members: bool = False,
 ) -> A2AServer:
     """Make `peer` speak A2A v1.0 too, on its own aiohttp app. Call before `peer.start()`.
 
@@ -82,6 +83,10 @@ def enable_a2a(
       `A2AServer.push_status(task_id)` says how each configuration's deliveries go.
     - `tenants`: principal → the tenants it may name (`synapse.a2a.server.tenants`); tasks,
       listings, push configurations and retries are per tenant either way.
+    - A2A 0.3 clients are served too, over JSON-RPC (`synapse.a2a.v03`); their card is at
+      `/.well-known/agent.json`. `card_v03_members`: also put the 0.3 members on the card at
+      `/.well-known/agent-card.json`, for 0.3 clients that look only there (as the official
+      SDK does; a strict A2A 1.0 validator, the 1.0 TCK's, refuses such a card).
     """
     try:
         peer.protocol  # noqa: B018 - raises until the peer is started
@@ -125,6 +130,7 @@ def enable_a2a(
         tls=peer.tls,
         tenants=tenants,
         push_disable_after=push_disable_after,
+        card_v03_members=card_v03_members,
     )
     if peer.tls is not None:
         server.pusher.ssl = peer.tls.client_context()

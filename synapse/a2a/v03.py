@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from synapse.a2a import wire
-from synapse.a2a.errors import invalid_params
+from synapse.a2a.errors import A2ACode, A2AError, invalid_params
 
 #: The version a 0.3 card declares.
 PROTOCOL_VERSION_03: Final = "0.3.0"
@@ -53,6 +53,16 @@ METHOD_TO_V1: Final[dict[str, str]] = {
     "agent/getAuthenticatedExtendedCard": "GetExtendedAgentCard",
 }
 METHOD_TO_V03: Final[dict[str, str]] = {v: k for k, v in METHOD_TO_V1.items()}
+#: The 0.3 methods that answer with a stream of events.
+STREAMING_03: Final = frozenset({"message/stream", "tasks/resubscribe"})
+
+
+def operation_of(method: str, params: Mapping[str, Any]) -> str:
+    """The 1.0 operation a 0.3 call is: `METHOD_TO_V1`, but a push configuration asked for
+    without its id (0.3 allows it: the task's configuration) is looked up in the list."""
+    if method == "tasks/pushNotificationConfig/get" and not params.get("pushNotificationConfigId"):
+        return "ListTaskPushNotificationConfigs"
+    return METHOD_TO_V1[method]
 
 
 def is_v03(version: str) -> bool:
@@ -78,12 +88,12 @@ def part_to_v1(part: Any) -> dict[str, Any]:
     part = _object(part, "part")
     kind = part.get("kind")
     out: dict[str, Any] = _some(metadata=part.get("metadata"))
-    if kind == "text" or (kind is None and "text" in part):
+    if kind == "text":
         out["text"] = part.get("text")
-    elif kind == "data" or (kind is None and "data" in part):
+    elif kind == "data":
         out["data"] = part.get("data")
         out["mediaType"] = "application/json"
-    elif kind == "file" or (kind is None and "file" in part):
+    elif kind == "file":
         file = _object(part.get("file"), "part.file")
         if "uri" in file:
             out["url"] = file["uri"]
@@ -91,7 +101,10 @@ def part_to_v1(part: Any) -> dict[str, Any]:
             out["raw"] = file.get("bytes")
         out.update(_some(mediaType=file.get("mimeType"), filename=file.get("name")))
     else:
-        raise invalid_params(f"unknown part kind {kind!r}", path="part.kind")
+        # 0.3 tags every part: one without `kind`, or of another kind, is not one.
+        raise invalid_params(
+            f"a part's kind must be text, data or file, not {kind!r}", path="part.kind"
+        )
     return out
 
 
@@ -111,13 +124,15 @@ def part_to_v03(part: Mapping[str, Any]) -> dict[str, Any]:
 
 def message_to_v1(message: Any) -> dict[str, Any]:
     message = _object(message, "message")
-    role = str(message.get("role") or "")
+    role = message.get("role")
+    if role not in ("user", "agent"):
+        raise invalid_params("message.role must be 'user' or 'agent'", path="message.role")
     out = {
         k: v
         for k, v in message.items()
         if k in ("messageId", "contextId", "taskId", "metadata", "extensions", "referenceTaskIds")
     }
-    out["role"] = {"user": wire.ROLE_USER, "agent": wire.ROLE_AGENT}.get(role, role)
+    out["role"] = wire.ROLE_USER if role == "user" else wire.ROLE_AGENT
     out["parts"] = [part_to_v1(p) for p in message.get("parts") or []]
     return out
 
@@ -293,12 +308,15 @@ def params_to_v1(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     if method in ("message/send", "message/stream"):
         out: dict[str, Any] = {"message": message_to_v1(params.get("message"))}
         config = params.get("configuration")
+        if config is None:
+            config = {}
         if isinstance(config, dict):
             v1: dict[str, Any] = _some(
                 acceptedOutputModes=config.get("acceptedOutputModes"),
                 historyLength=config.get("historyLength"),
             )
-            if config.get("blocking") is False:  # 0.3's default is to wait, as 1.0's
+            # 0.3 waits for the outcome only when asked (`blocking: true`); 1.0 by default.
+            if config.get("blocking") is not True:
                 v1["returnImmediately"] = True
             push = config.get("pushNotificationConfig")
             if push is not None:
@@ -328,6 +346,11 @@ def result_to_v03(method: str, result: Any) -> Any:
         return event_to_v03(result)
     if method in ("tasks/get", "tasks/cancel"):
         return task_to_v03(result)
+    if method == "tasks/pushNotificationConfig/get" and "configs" in (result or {}):
+        configs = result["configs"]  # asked without an id: the task's (newest) configuration
+        if not configs:
+            raise A2AError(A2ACode.TASK_NOT_FOUND, "the task has no push notification config")
+        return push_to_v03(configs[-1])
     if method in ("tasks/pushNotificationConfig/set", "tasks/pushNotificationConfig/get"):
         return push_to_v03(result)
     if method == "tasks/pushNotificationConfig/list":
@@ -571,6 +594,7 @@ __all__ = [
     "PROTOCOL_VERSION_03",
     "STATE_TO_V03",
     "STATE_TO_V1",
+    "STREAMING_03",
     "card_to_v03",
     "card_to_v1",
     "event_to_v03",
@@ -578,6 +602,7 @@ __all__ = [
     "is_v03",
     "message_to_v03",
     "message_to_v1",
+    "operation_of",
     "params_to_v03",
     "params_to_v1",
     "part_to_v03",

@@ -198,23 +198,24 @@ async def test_a_0_3_stream_ends_with_a_final_status_update(a2a_peer: A2APeer) -
     assert all(e["final"] is False for e in events[:-1] if e["kind"] == "status-update")
 
 
-async def test_one_card_for_both_versions(a2a_peer: A2APeer) -> None:
+async def test_the_cards_of_both_versions(a2a_peer: A2APeer) -> None:
     async with httpx.AsyncClient() as http:
         card = (await http.get(f"{a2a_peer.base_url}{wire.AGENT_CARD_PATH}")).json()
         legacy = (await http.get(f"{a2a_peer.base_url}{v03.AGENT_CARD_PATH_03}")).json()
-    # 1.0 members, and the 0.3 ones a 0.3 client reads at this path first.
+    # The 1.0 card is a 1.0 card only (strict validators refuse other members) …
     assert card["supportedInterfaces"][0]["protocolVersion"] == "1.0"
-    assert card["protocolVersion"] == "0.3.0"
-    assert card["url"] == f"{a2a_peer.base_url}/a2a"
-    assert card["preferredTransport"] == "JSONRPC"
-    assert all("tags" in s for s in card["skills"])
+    assert not {"url", "protocolVersion", "preferredTransport"} & set(card)
+    assert legacy["protocolVersion"] == "0.3.0"
+    assert legacy["url"] == f"{a2a_peer.base_url}/a2a"
+    assert legacy["preferredTransport"] == "JSONRPC"
+    assert all("tags" in s for s in legacy["skills"])
     # The 0.3 card alone: only what this agent speaks 0.3 on.
     assert "supportedInterfaces" not in legacy
     assert legacy["additionalInterfaces"] == [
         {"url": f"{a2a_peer.base_url}/a2a", "transport": "JSONRPC"}
     ]
     assert legacy["capabilities"]["streaming"] is True
-    # A 1.0 client still speaks 1.0 here.
+    # A 1.0 client speaks 1.0 here.
     async with A2AClient(a2a_peer.base_url) as ours:
         assert ours.transport is not None
         assert not isinstance(ours.transport, JsonRpc03Transport)
@@ -261,3 +262,28 @@ async def test_our_client_reads_a_0_3_card_at_the_old_path(a2a_peer: A2APeer) ->
         assert isinstance(client.transport, JsonRpc03Transport)
         outcome = await (await client.send({"text": "via 0.3"}, task_type="echo")).result(10)
     assert outcome.ok and "via 0.3" in outcome.text
+
+
+async def test_the_0_3_members_on_the_1_0_card_when_asked() -> None:
+    """`card_v03_members`: one card both versions' clients read at the 1.0 path, as the
+    official SDK serves it."""
+    from synapse import Peer
+    from synapse.a2a import enable_a2a
+    from synapse.demo.handler import DemoHandler
+
+    peer = Peer("both", handler=DemoHandler())
+    enable_a2a(peer, tokens={"token-a": "alice"}, card_v03_members=True)
+    await peer.start()
+    try:
+        async with httpx.AsyncClient() as http:
+            url = f"http://127.0.0.1:{peer.port}{wire.AGENT_CARD_PATH}"
+            card = (await http.get(url)).json()
+    finally:
+        await peer.close(drain_timeout=0)
+    assert card["supportedInterfaces"][0]["protocolVersion"] == "1.0"
+    assert card["protocolVersion"] == "0.3.0"
+    assert card["url"] == f"http://127.0.0.1:{peer.port}/a2a"
+    bearer = card["securitySchemes"]["bearer"]
+    assert bearer["httpAuthSecurityScheme"]["scheme"] == "Bearer"  # 1.0
+    assert (bearer["type"], bearer["scheme"]) == ("http", "Bearer")  # and 0.3, beside
+    assert card["security"] == [{"bearer": []}]

@@ -118,6 +118,7 @@ class A2AServer:
         tls: TLSConfig | None = None,
         tenants: Mapping[str, Iterable[str]] | None = None,
         push_disable_after: int | None = None,
+        card_v03_members: bool = False,
     ) -> None:
         if not path.startswith("/"):
             raise ValueError("the JSON-RPC path must start with '/'")
@@ -158,6 +159,9 @@ class A2AServer:
         self.keepalive = keepalive
         #: How long clients may cache the agent card (seconds, `Cache-Control: max-age`).
         self.card_max_age = card_max_age
+        #: Also put the 0.3 members (`url`, `protocolVersion` …) on the card at its 1.0 path,
+        #: for 0.3 clients that look only there (a strict 1.0 validator refuses them).
+        self.card_v03_members = card_v03_members
         self._card_etag = ""
         self._card_modified = 0.0
         self.service = A2AService(
@@ -304,13 +308,12 @@ class A2AServer:
             card = self.card()
         except A2AError:
             return web.Response(status=503, text="starting", headers={"Retry-After": "1"})
-        if card.signatures or wire.JSONRPC_BINDING not in self.bindings:
-            body = wire.encode(card)
-        else:
-            # An unsigned card also carries the members an A2A 0.3 client reads (`url`,
-            # `protocolVersion` …): 0.3 clients fetch this path first. A signed card stays
-            # as signed; 0.3 clients find theirs at /.well-known/agent.json.
+        if self.card_v03_members and not card.signatures:
+            # The members an A2A 0.3 client reads too, as the official SDK serves them. A
+            # signed card stays as signed (0.3 clients find theirs at /.well-known/agent.json).
             body = wire.encode(v03.with_v03_members(wire.to_builtins(card)))
+        else:
+            body = wire.encode(card)
         etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
         if etag != self._card_etag:
             # Whole seconds: HTTP dates have no finer resolution.

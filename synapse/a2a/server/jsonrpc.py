@@ -44,6 +44,7 @@ class JsonRpcBinding:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         server = self.server
         rpc_id: str | int | None = None
+        streamed = False
         try:
             # The body is read before authenticating so that a refusal answers the request's
             # id; a body that does not parse is refused only once the caller is known.
@@ -61,7 +62,8 @@ class JsonRpcBinding:
             # An A2A 0.3 method (no A2A-Version header, or 0.3): the 1.0 operation it names,
             # its params and its answer translated (synapse.a2a.v03).
             legacy = method in v03.METHOD_TO_V1 and v03.is_v03(requested_version(request))
-            operation = v03.METHOD_TO_V1[method] if legacy else method
+            streamed = legacy and method in v03.STREAMING_03
+            operation = v03.operation_of(method, params) if legacy else method
             handler = METHODS.get(operation)
             if handler is None:
                 raise A2AError(A2ACode.METHOD_NOT_FOUND, f"Method {method!r} not found")
@@ -82,6 +84,8 @@ class JsonRpcBinding:
                 log.warning("a2a_error", code=exc.code, message=exc.message)
             else:
                 log.info("a2a_refused", code=exc.code, message=exc.message)
+            if streamed and exc.http_status != 401:
+                return await _error_event(request, rpc_id, exc)  # 0.3 streams say it inline
             return _error_response(rpc_id, exc)
         except asyncio.CancelledError:
             raise
@@ -171,6 +175,15 @@ def _jsonrpc(rpc_id: Any, *, result: Any = None, error: A2AError | None = None) 
 
 def _result(rpc_id: Any, result: Any) -> web.Response:
     return web.Response(body=_jsonrpc(rpc_id, result=result), content_type="application/json")
+
+
+async def _error_event(request: web.Request, rpc_id: Any, error: A2AError) -> web.StreamResponse:
+    """A refused A2A 0.3 streaming call: one server-sent event carrying the JSON-RPC error,
+    which 0.3 clients read from the stream they asked for."""
+    response = event_stream_response()
+    await response.prepare(request)
+    await response.write(b"data: " + _jsonrpc(rpc_id, error=error) + b"\n\n")
+    return response
 
 
 def _error_response(rpc_id: Any, error: A2AError) -> web.Response:

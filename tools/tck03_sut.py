@@ -1,0 +1,69 @@
+"""A system under test for the official A2A TCK's 0.3 suite (its `0.3.x` branch): a Synapse
+peer whose agent answers like the TCK's own 0.3 reference agent (a greeting, after about a
+second of work reported as status updates), served over JSON-RPC, which speaks 0.3 beside 1.0.
+
+Run by hand (the TCK is not a dependency of this repository):
+
+    python tools/tck03_sut.py --port 9999 &
+    cd a2a-tck && git checkout 0.3.x && ./run_tck.py --sut-url http://127.0.0.1:9999/a2a \\
+        --category all --transports jsonrpc
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from synapse import ExecutionContext, Peer, TaskResult, Validation
+from synapse.a2a import enable_a2a
+from synapse.p2p.config import P2PConfig
+
+
+class GreetingHandler:
+    """Greets, after working a little: long enough for the TCK to see and cancel a task."""
+
+    def get_capabilities(self) -> list[str]:
+        return ["greeting"]
+
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
+        return Validation()
+
+    async def execute_task(
+        self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
+    ) -> TaskResult:
+        text = str(payload.get("text") or "")
+        for step, percent in ((1, 40), (2, 80)):
+            await asyncio.sleep(0.5)
+            await ctx.progress(percent, f"working ({step}/2)")
+        reply = (
+            "Hello World! Nice to meet you!"
+            if "hello" in text.lower()
+            else (f"Hello World! You said: '{text}'. Thanks for your message!")
+        )
+        return TaskResult(output_type="text", output=reply)
+
+
+async def main(port: int) -> None:
+    peer = Peer("tck03-sut", handler=GreetingHandler(), port=port, config=P2PConfig())
+    enable_a2a(
+        peer,
+        default_task_type="greeting",
+        push_allowlist=["http://127.0.0.1", "http://localhost", "https://example.com/"],
+        bindings=["JSONRPC"],
+        name="Synapse TCK 0.3 SUT",
+        # The 0.3 TCK reads /.well-known/agent-card.json first: the 0.3 members there too.
+        card_v03_members=True,
+    )
+    await peer.start()
+    print(f"listening on http://127.0.0.1:{port}/a2a (A2A 1.0 and 0.3)", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await peer.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=9999)
+    asyncio.run(main(parser.parse_args().port))
