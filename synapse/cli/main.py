@@ -36,6 +36,7 @@ from synapse.cli.options import (
     A2A_TENANTS,
     A2A_TOKEN,
     A2A_TOKENS,
+    A2A_V03_CARD,
     AGENT_ID,
     DRAIN_TIMEOUT,
     ENDPOINT,
@@ -164,6 +165,7 @@ A2A_SERVE_FLAGS = {
     "a2a_token": "--a2a-token",
     "a2a_tenant": "--a2a-tenant",
     "a2a_push_disable_after": "--a2a-push-disable-after",
+    "a2a_v03_card": "--a2a-v03-card",
     "a2a_default_task_type": "--a2a-default-task-type",
     "a2a_public_url": "--a2a-public-url",
     "a2a_bindings": "--a2a-bindings",
@@ -208,6 +210,7 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
         card_signer=card_signer(s),
         tenants=_tenants(s.get_list(A2A_TENANTS)),
         push_disable_after=s.get(A2A_PUSH_DISABLE_AFTER),
+        card_v03_members=s.switch(A2A_V03_CARD),
     )
 
 

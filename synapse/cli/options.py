@@ -138,6 +138,7 @@ A2A_PUSH_DISABLE_AFTER = Setting(
     "a2a_push_disable_after",
     parse_positive_count,
 )
+A2A_V03_CARD = Setting("--a2a-v03-card", "SYNAPSE_A2A_V03_CARD", "a2a_v03_card", parse_bool)
 A2A_TENANTS = Setting(
     "--a2a-tenant", "SYNAPSE_A2A_TENANTS", "a2a_tenants", parse_a2a_tenant, repeatable=True
 )

@@ -26,6 +26,7 @@ from synapse.cli.options import (
     A2A_TENANTS,
     A2A_TOKEN,
     A2A_TOKENS,
+    A2A_V03_CARD,
     AGENT_ID,
     AS,
     CONFIG,
@@ -369,6 +370,15 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         help="disable a push configuration whose last N delivery attempts failed (its later "
         "notifications are dropped until it is created again; default: never; "
         "$SYNAPSE_A2A_PUSH_DISABLE_AFTER)",
+    )
+    group.add_argument(
+        A2A_V03_CARD.flag,
+        dest=A2A_V03_CARD.dest,
+        action="store_true",
+        default=None,
+        help="also put the A2A 0.3 members on the card at /.well-known/agent-card.json, for "
+        "0.3 clients that look only there (strict A2A 1.0 validators refuse it; the 0.3 card "
+        "is at /.well-known/agent.json either way; $SYNAPSE_A2A_V03_CARD)",
     )
     group.add_argument(
         A2A_TENANTS.flag,

@@ -63,6 +63,8 @@ class A2AOptions:
     tenants: Mapping[str, list[str]] | None = None
     #: Disable a push configuration whose last N attempts failed (None: never).
     push_disable_after: int | None = None
+    #: `--a2a-v03-card`: the 0.3 members on the 1.0 card too.
+    card_v03_members: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +202,7 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
             grpc_public_address=options.grpc_public_address,
             tenants=options.tenants,
             push_disable_after=options.push_disable_after,
+            card_v03_members=options.card_v03_members,
         )
     except ValueError as exc:
         raise CliError(f"bad A2A settings: {exc}") from exc

@@ -19,8 +19,9 @@ never has: a task that fails at its partner is a completed call whose result say
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -29,12 +30,20 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from synapse.mcp.auth import current_principal
-from synapse.mcp.gateway import GatewayError
+from synapse.mcp.gateway import Gateway, GatewayError
 from synapse.mcp.questions import Question
 from synapse.mcp.tracking import Delegation
 
-if TYPE_CHECKING:
-    from synapse.mcp.server import SynapseMcp
+
+class TaskHost(Protocol):
+    """What the extension asks of the MCP server it serves (`synapse.mcp.server.SynapseMcp`)."""
+
+    gateway: Gateway
+
+    def final_result(self, task: Delegation) -> types.CallToolResult: ...
+
+    async def answer_form(self, task: Delegation, responses: Mapping[str, Any] | None) -> None: ...
+
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 #: How long `delegate_task` waits before it answers with a task handle.
@@ -89,7 +98,7 @@ class TasksExtension(Extension):
 
     identifier = TASKS_EXTENSION
 
-    def __init__(self, mcp: SynapseMcp) -> None:
+    def __init__(self, mcp: TaskHost) -> None:
         self.mcp = mcp
 
     def methods(self) -> list[MethodBinding]:

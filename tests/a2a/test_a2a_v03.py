@@ -287,3 +287,19 @@ async def test_the_0_3_members_on_the_1_0_card_when_asked() -> None:
     assert bearer["httpAuthSecurityScheme"]["scheme"] == "Bearer"  # 1.0
     assert (bearer["type"], bearer["scheme"]) == ("http", "Bearer")  # and 0.3, beside
     assert card["security"] == [{"bearer": []}]
+
+
+def test_serve_a2a_v03_card_puts_the_0_3_members_on_the_card(tmp_path: Any) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
+    from clikit import free_port, serve
+
+    port = free_port()
+    with serve("--agent-id", "agent", "--a2a", "--a2a-v03-card", port=port):
+        card = httpx.get(f"http://127.0.0.1:{port}{wire.AGENT_CARD_PATH}").json()
+    with serve("--agent-id", "agent", "--a2a", port=port):
+        plain = httpx.get(f"http://127.0.0.1:{port}{wire.AGENT_CARD_PATH}").json()
+    assert card["protocolVersion"] == "0.3.0" and card["supportedInterfaces"]
+    assert "protocolVersion" not in plain
