@@ -1,12 +1,13 @@
 """A system under test for the official A2A TCK's 0.3 suite (its `0.3.x` branch): a Synapse
 peer whose agent answers like the TCK's own 0.3 reference agent (a greeting, after about a
-second of work reported as status updates), served over JSON-RPC, which speaks 0.3 beside 1.0.
+second of work reported as status updates), served over JSON-RPC and HTTP+JSON/REST, which
+speak 0.3 beside 1.0.
 
 Run by hand (the TCK is not a dependency of this repository):
 
     python tools/tck03_sut.py --port 9999 &
     cd a2a-tck && git checkout 0.3.x && ./run_tck.py --sut-url http://127.0.0.1:9999/a2a \\
-        --category all --transports jsonrpc
+        --category all --transports jsonrpc,rest
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ async def main(port: int) -> None:
         peer,
         default_task_type="greeting",
         push_allowlist=["http://127.0.0.1", "http://localhost", "https://example.com/"],
-        bindings=["JSONRPC"],
+        bindings=["JSONRPC", "HTTP+JSON"],
         name="Synapse TCK 0.3 SUT",
         # The 0.3 TCK reads /.well-known/agent-card.json first: the 0.3 members there too.
         card_v03_members=True,

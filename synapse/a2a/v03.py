@@ -7,8 +7,9 @@ with the task or message itself (1.0: `{"task": …}`), ends a stream with `fina
 last status update, nests a push configuration in `pushNotificationConfig`, and publishes its
 card at `/.well-known/agent.json` (`protocolVersion` 0.3.0, `url` and `preferredTransport`).
 
-Both the server (`synapse.a2a.server.jsonrpc`: a 0.3 request is translated to the 1.0
-operation, its answer back) and the client (a 0.3 agent's card selects a 0.3 transport) use
+Both the server (`synapse.a2a.server.jsonrpc`, and `synapse.a2a.server.rest` through
+`synapse.a2a.v03rest`: a 0.3 request is translated to the 1.0 operation, its answer back) and
+the client (a 0.3 agent's card selects a 0.3 transport) use
 these functions; they work on plain JSON values and never fail on a member they do not know.
 """
 
@@ -383,7 +384,7 @@ def _scheme_to_v03(scheme: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: The bindings this package speaks 0.3 on (its 0.3 card lists no other).
-BINDINGS_03: Final = (wire.JSONRPC_BINDING,)
+BINDINGS_03: Final = (wire.JSONRPC_BINDING, wire.REST_BINDING)
 
 
 def card_to_v03(card: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,14 +30,22 @@ COMPLETED = "TASK_STATE_COMPLETED"
 INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
 
 
-@pytest.fixture
-async def sdk_03_client(a2a_peer: A2APeer) -> AsyncIterator[Any]:
-    """The official SDK's client, reading our 0.3 card: it speaks 0.3 to us."""
+#: The 0.3 bindings served, and the official SDK's 0.3 transport for each.
+BINDINGS_03 = {"JSONRPC": "CompatJsonRpcTransport", "HTTP+JSON": "CompatRestTransport"}
+
+
+@pytest.fixture(params=list(BINDINGS_03))
+async def sdk_03_client(a2a_peer: A2APeer, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The official SDK's client, reading our 0.3 card: it speaks 0.3 to us, over each
+    binding that speaks 0.3."""
     http = httpx.AsyncClient(timeout=10.0)
     made: list[Any] = []
+    binding: str = request.param
 
     async def make(streaming: bool = True) -> Any:
-        config = ClientConfig(streaming=streaming, httpx_client=http)
+        config = ClientConfig(
+            streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding]
+        )
         client = await ClientFactory(config).create_from_url(
             a2a_peer.base_url, relative_card_path=v03.AGENT_CARD_PATH_03
         )
@@ -63,7 +71,7 @@ async def rpc(url: str, method: str, params: Any, **headers: str) -> dict[str, A
 @pytest.mark.parametrize("streaming", [True, False], ids=["stream", "blocking"])
 async def test_the_sdk_03_client_runs_tasks(sdk_03_client: Any, streaming: bool) -> None:
     client = await sdk_03_client(streaming)
-    assert type(client._transport).__name__ == "CompatJsonRpcTransport"  # it speaks 0.3
+    assert type(client._transport).__name__ in BINDINGS_03.values()  # it speaks 0.3
     events = await collect(client, sdk_message(parts=[{"text": "hello 0.3"}]))
     assert state_of(events[-1]) == COMPLETED
     assert "hello 0.3" in texts(events)
@@ -117,17 +125,18 @@ async def test_the_sdk_03_client_manages_push_configs(
         GetTaskPushNotificationConfigRequest(task_id=task_id, id="c-03")
     )
     assert got.token == "tok" and got.authentication.scheme == "Bearer"
-    listed = await client.list_task_push_notification_configs(
-        ListTaskPushNotificationConfigsRequest(task_id=task_id)
-    )
-    assert [c.id for c in listed.configs] == ["c-03"]
-    await client.delete_task_push_notification_config(
-        DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="c-03")
-    )
-    listed = await client.list_task_push_notification_configs(
-        ListTaskPushNotificationConfigsRequest(task_id=task_id)
-    )
-    assert list(listed.configs) == []
+    if type(client._transport).__name__ == "CompatJsonRpcTransport":  # REST: not in its client
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert [c.id for c in listed.configs] == ["c-03"]
+        await client.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="c-03")
+        )
+        listed = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert list(listed.configs) == []
     await client.cancel_task(CancelTaskRequest(id=task_id))
 
 
@@ -161,6 +170,47 @@ async def test_0_3_shapes_on_the_wire(a2a_peer: A2APeer) -> None:
     assert v1_without_header["error"]["code"] == -32009
     explicit = await rpc(url, "tasks/get", {"id": sent["id"]}, **{"A2A-Version": "0.3"})
     assert explicit["result"]["id"] == sent["id"]
+
+
+async def test_0_3_rest_shapes_on_the_wire(a2a_peer: A2APeer) -> None:
+    """0.3's REST bodies: `content` parts, `data.data`, enum names, `TASK_STATE_CANCELLED`,
+    push configurations by resource name; read in camelCase or snake_case."""
+    base = f"{a2a_peer.base_url}/a2a"
+    message = {
+        "message_id": "m-03-rest",
+        "role": "ROLE_USER",
+        "content": [{"data": {"data": {"steps": 100, "delay": 0.1}}}],
+        "metadata": {"taskType": "slow"},
+    }
+    hook = f"http://127.0.0.1:{a2a_peer.hook_port}/hooks/rest03"
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        sent = (await http.post(f"{base}/v1/message:send", json={"request": message})).json()
+        task = sent["task"]
+        assert task["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+        assert task["history"][0]["content"] == [{"data": {"data": {"steps": 100, "delay": 0.1}}}]
+        assert task["history"][0]["role"] == "ROLE_USER"
+        task_id = task["id"]
+        config = {"name": "", "pushNotificationConfig": {"id": "r1", "url": hook}}
+        made = await http.post(
+            f"{base}/v1/tasks/{task_id}/pushNotificationConfigs", json={"config": config}
+        )
+        assert made.json() == {
+            "name": f"tasks/{task_id}/pushNotificationConfigs/r1",
+            "pushNotificationConfig": {"id": "r1", "url": hook},
+        }
+        listed = (await http.get(f"{base}/v1/tasks/{task_id}/pushNotificationConfigs")).json()
+        assert [c["pushNotificationConfig"]["id"] for c in listed["configs"]] == ["r1"]
+        gone = await http.delete(f"{base}/v1/tasks/{task_id}/pushNotificationConfigs/r1")
+        assert gone.status_code == 200
+        cancelled = (await http.post(f"{base}/v1/tasks/{task_id}:cancel")).json()
+        assert cancelled["status"]["state"] == "TASK_STATE_CANCELLED"
+        got = (await http.get(f"{base}/v1/tasks/{task_id}", params={"historyLength": 1})).json()
+        assert got["status"]["state"] == "TASK_STATE_CANCELLED" and len(got["history"]) == 1
+        missing = await http.get(f"{base}/v1/tasks/no-such-task")
+        assert missing.status_code == 404
+        # With A2A-Version 1.0, /v1/… is a 1.0 path (tenant "v1"), not a 0.3 route.
+        as_v1 = await http.get(f"{base}/v1/tasks/{task_id}", headers={"A2A-Version": "1.0"})
+        assert as_v1.status_code == 404
 
 
 async def test_a_0_3_stream_ends_with_a_final_status_update(a2a_peer: A2APeer) -> None:
@@ -209,10 +259,11 @@ async def test_the_cards_of_both_versions(a2a_peer: A2APeer) -> None:
     assert legacy["url"] == f"{a2a_peer.base_url}/a2a"
     assert legacy["preferredTransport"] == "JSONRPC"
     assert all("tags" in s for s in legacy["skills"])
-    # The 0.3 card alone: only what this agent speaks 0.3 on.
+    # The 0.3 card alone: only what this agent speaks 0.3 on (not gRPC).
     assert "supportedInterfaces" not in legacy
     assert legacy["additionalInterfaces"] == [
-        {"url": f"{a2a_peer.base_url}/a2a", "transport": "JSONRPC"}
+        {"url": f"{a2a_peer.base_url}/a2a", "transport": "JSONRPC"},
+        {"url": f"{a2a_peer.base_url}/a2a", "transport": "HTTP+JSON"},
     ]
     assert legacy["capabilities"]["streaming"] is True
     # A 1.0 client speaks 1.0 here.

@@ -6,6 +6,8 @@ operations as server-sent events whose `data` is one `StreamResponse`, and error
 `google.rpc.Status` body with the HTTP status of the error.
 
 Its routes are in `synapse.a2a.routes`, which the client (`synapse.a2a.client.transports`) shares.
+A2A 0.3's REST routes (`/v1/message:send` …, no `A2A-Version` header or 0.3) are served too,
+translated (`synapse.a2a.v03rest`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from synapse.a2a import wire
+from synapse.a2a import v03, v03rest, wire
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.routes import ROUTE_OF, ROUTES, Route, match
 from synapse.a2a.server.direct import DirectStream
@@ -24,6 +26,7 @@ from synapse.a2a.server.httpbase import (
     event_stream_response,
     last_event_id,
     read_json,
+    requested_version,
 )
 from synapse.a2a.server.operations import METHODS
 from synapse.a2a.server.view import LAST_EVENT_ID, Subscription
@@ -56,6 +59,10 @@ class RestBinding:
         try:
             # The raw path: path variables are percent-decoded once, after matching.
             path = request.rel_url.raw_path[len(self.prefix) :]
+            if v03.is_v03(requested_version(request)):
+                legacy = v03rest.match03(request.method, path)
+                if legacy is not None:
+                    return await self._handle_v03(request, *legacy)
             found = match(request.method, path)
             if found is None:
                 raise A2AError(A2ACode.METHOD_NOT_FOUND, f"no A2A route {request.method} {path}")
@@ -99,6 +106,24 @@ class RestBinding:
             log.exception("a2a_internal_error", error=repr(exc), binding="rest")
             return _error_response(A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
 
+    async def _handle_v03(
+        self, request: web.Request, route: v03rest.Route03, variables: dict[str, str]
+    ) -> web.StreamResponse:
+        """An A2A 0.3 REST request: its 0.3 method, as the 1.0 operation, answered in 0.3."""
+        server = self.server
+        principal = await server.authenticate(request)
+        body = await self._body(request) if route.body else {}
+        method = route.method
+        legacy = v03rest.params_of(method, variables, _query(request), body)
+        operation = v03.operation_of(method, legacy)
+        params = v03.params_to_v1(method, legacy)
+        await server.authorize(request, operation, params)
+        result = await METHODS[operation](server.service, principal, params)
+        if isinstance(result, Subscription | DirectStream):
+            return await self._stream(request, result, legacy=True)
+        answer = v03rest.result_of(method, v03.result_to_v03(method, wire.to_builtins(result)))
+        return web.Response(body=wire.encode(answer), content_type="application/json")
+
     async def _body(self, request: web.Request) -> dict[str, Any]:
         media_type = request.content_type if request.headers.get("Content-Type") else ""
         if media_type and media_type not in JSON_TYPES:
@@ -115,7 +140,11 @@ class RestBinding:
         return body
 
     async def _stream(
-        self, request: web.Request, subscription: Subscription | DirectStream
+        self,
+        request: web.Request,
+        subscription: Subscription | DirectStream,
+        *,
+        legacy: bool = False,
     ) -> web.StreamResponse:
         response = event_stream_response()
         try:
@@ -124,8 +153,11 @@ class RestBinding:
                 if event is None:
                     await response.write(b": keepalive\n\n")
                 else:
+                    shown: Any = event
+                    if legacy:
+                        shown = v03rest.event_to_rest(v03.event_to_v03(wire.to_builtins(event)))
                     await response.write(
-                        _event_id(subscription) + b"data: " + wire.encode(event) + b"\n\n"
+                        _event_id(subscription) + b"data: " + wire.encode(shown) + b"\n\n"
                     )
         except (ConnectionResetError, ConnectionError):
             log.info("a2a_stream_closed_by_client", task_id=subscription.task_id, binding="rest")
