@@ -64,6 +64,8 @@ class Replica:
     starts: int = 0
     #: `MODULE:ATTR` of the handler (a module of tests/cluster), or the demo handler.
     handler: str | None = None
+    #: More `synapse serve` flags (`--a2a`, …).
+    args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -88,6 +90,7 @@ class Replica:
         ]  # fmt: skip
         if self.handler is not None:
             argv += ["--handler", self.handler]
+        argv += self.args
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYNAPSE_")}
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = os.pathsep.join(

@@ -21,11 +21,12 @@ async def make_cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[ClusterFact
         read_timeout: float = 3.0,
         config_lines: str = "",
         handler: str | None = None,
+        args: tuple[str, ...] = (),
     ) -> Cluster:
         # nginx needs the replicas' ports and the replicas need its URL: ports first.
         config = replica_config(tmp_path / "replica.toml", lease_ttl, config_lines)
         replicas = [
-            Replica(f"e{n}", pg_url, "", "", config, tmp_path, handler=handler)
+            Replica(f"e{n}", pg_url, "", "", config, tmp_path, handler=handler, args=args)
             for n in range(1, count + 1)
         ]
         nginx = Nginx([r.hostport for r in replicas], read_timeout=read_timeout)
