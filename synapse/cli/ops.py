@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from synapse._distribution import install
 from synapse.cli.errors import CliError
@@ -20,6 +21,7 @@ from synapse.logs import get_logger
 
 if TYPE_CHECKING:
     from synapse.a2a.server.app import A2AServer
+    from synapse.p2p.engine import TaskRecord
     from synapse.transport.peer import Peer
 
 log = get_logger("synapse.cli")
@@ -96,7 +98,11 @@ def serve_ops(peer: Peer, options: OpsOptions, a2a: A2AServer | None = None) -> 
         if not tokens:
             generated = secrets.token_urlsafe(24)
             tokens = {generated: "operator"}
-        enable_console(peer, TokenAuth({t: Reviewer(user_id=n) for t, n in tokens.items()}))
+        console = enable_console(
+            peer, TokenAuth({t: Reviewer(user_id=n) for t, n in tokens.items()})
+        )
+        if a2a is not None:
+            console.add_panel("push", "Push deliveries", push_panel(a2a))
     if options.otel:
         try:
             from synapse.ops.tracing import enable_tracing
@@ -104,6 +110,28 @@ def serve_ops(peer: Peer, options: OpsOptions, a2a: A2AServer | None = None) -> 
             raise CliError(f"--otel needs the otel extra ({install('otel')}): {exc}") from exc
         enable_tracing(peer)
     return generated
+
+
+def push_panel(a2a: A2AServer) -> Callable[[TaskRecord], list[dict[str, Any]]]:
+    """The console's panel of an A2A task's push configurations: how each one's deliveries go
+    (last success, last failure and why, consecutive failures, disabled)."""
+
+    def rows(rec: TaskRecord) -> list[dict[str, Any]]:
+        if not rec.key.requester.startswith("a2a:"):
+            return []
+        return [
+            {"config": config, **{k: _when(k, v) for k, v in status.items()}}
+            for config, status in a2a.push_status(rec.task_id).items()
+        ]
+
+    return rows
+
+
+def _when(name: str, value: Any) -> Any:
+    """A timestamp column as RFC 3339 (the page shows it as is)."""
+    if name.startswith("last_") and isinstance(value, int | float):
+        return datetime.fromtimestamp(value, UTC).isoformat(timespec="seconds")
+    return value
 
 
 def log_console(peer: Peer, options: OpsOptions, generated: str | None) -> None:

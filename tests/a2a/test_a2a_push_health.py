@@ -153,3 +153,60 @@ def test_the_book_counts_and_forgets_the_oldest() -> None:
     assert not book.is_disabled("t1", "c") and set(book.status("t1")) == set()
     with pytest.raises(ValueError):
         PushHealthBook(disable_after=0)
+
+
+async def test_the_console_shows_each_configurations_deliveries() -> None:
+    """`serve --a2a --console`: an A2A task's page has a panel of its push configurations."""
+    from synapse.cli.ops import push_panel
+    from synapse.ops.console import Reviewer, TokenAuth, enable_console
+
+    token = "console-token-of-the-operator"
+    placeholder = reserved_port()
+    port = placeholder.getsockname()[1]
+    peer = Peer("agent-c", handler=DemoHandler(), config=fast_config(max_retries=0))
+    server = enable_a2a(
+        peer,
+        push_allowlist=[f"http://127.0.0.1:{port}/hooks/"],
+        push_secret=PUSH_SECRET,
+        tokens={"a2a-token-of-alice": "alice"},
+    )
+    console = enable_console(peer, TokenAuth({token: Reviewer("operator")}))
+    console.add_panel("push", "Push deliveries", push_panel(server))
+    await peer.start()
+    placeholder.close()
+    hook = Webhook(port)
+    await hook.start()
+    base = f"http://127.0.0.1:{peer.port}"
+    headers = {**V1, "Authorization": "Bearer a2a-token-of-alice"}
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+
+            async def call(method: str, params: Any) -> Any:
+                body = {"jsonrpc": "2.0", "id": "c", "method": method, "params": params}
+                return (await http.post(f"{base}/a2a", json=body, headers=headers)).json()
+
+            task = (await call("SendMessage", slow_task(500)))["result"]["task"]
+            url = f"http://127.0.0.1:{port}/hooks/a2a"
+            await call(
+                "CreateTaskPushNotificationConfig", {"taskId": task["id"], "id": "c1", "url": url}
+            )
+            await eventually(
+                lambda: server.push_status(task["id"]).get("c1", {}).get("failed_attempts", 0) >= 1
+            )
+            signed = await http.post(f"{base}/console/login", data={"token": token})
+            assert signed.status_code in (200, 303)
+            tasks = (await http.get(f"{base}/console/api/tasks")).json()["tasks"]
+            [mine] = [t for t in tasks if t["task_id"] == task["id"]]
+            detail = (
+                await http.get(f"{base}/console/api/tasks/{mine['requester']}/{task['id']}")
+            ).json()
+            await call("CancelTask", {"id": task["id"]})
+    finally:
+        await hook.stop()
+        await peer.close(drain_timeout=0.2)
+    [panel] = detail["panels"]
+    assert (panel["name"], panel["title"]) == ("push", "Push deliveries")
+    [row] = panel["rows"]
+    assert row["config"] == "c1"
+    assert row["last_failure_reason"] == "HTTP 500" and row["failed_attempts"] >= 1
+    assert row["last_failure"].endswith("+00:00") and row["last_success"] is None

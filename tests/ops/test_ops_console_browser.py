@@ -280,3 +280,79 @@ async def test_the_console_at_1280_px_offers_what_the_partner_offers_and_nothing
             height = (await cell.bounding_box() or {"height": 0})["height"]
             assert height < 1.5 * line, (height, line)
             await context.close()
+
+
+async def test_an_a2a_tasks_page_shows_its_push_deliveries(browser: Any) -> None:
+    """`serve --a2a --console`: the page of an A2A task has a table of its push
+    configurations, the failing one with its reason."""
+    import httpx
+    from aiohttp import web
+    from playwright.async_api import expect
+
+    from synapse.a2a import enable_a2a
+    from synapse.cli.ops import push_panel
+    from synapse.demo.handler import DemoHandler
+    from synapse.p2p.config import P2PConfig
+
+    async def refuse(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=503)
+
+    hooks = web.Application()
+    hooks.router.add_post("/hooks/a2a", refuse)
+    runner = web.AppRunner(hooks, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    hook_port = runner.addresses[0][1]
+    peer = Peer("agent-push", handler=DemoHandler(), config=P2PConfig(max_retries=0))
+    server = enable_a2a(
+        peer, push_allowlist=[f"http://127.0.0.1:{hook_port}/hooks/"], push_secret="s" * 32
+    )
+    console = enable_console(peer, TokenAuth({TOKEN: Reviewer("alice", "Alice Example")}))
+    console.add_panel("push", "Push deliveries", push_panel(server))
+    await peer.start()
+    try:
+        base = f"http://127.0.0.1:{peer.port}"
+        message = {
+            "messageId": "m-console-push",
+            "role": "ROLE_USER",
+            "parts": [{"data": {"steps": 400, "delay": 0.05}}],
+            "metadata": {"taskType": "slow"},
+        }
+        async with httpx.AsyncClient(timeout=10) as http:
+
+            async def call(method: str, params: Any) -> Any:
+                body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+                answer = await http.post(f"{base}/a2a", json=body, headers={"A2A-Version": "1.0"})
+                return answer.json()
+
+            sent = await call(
+                "SendMessage", {"message": message, "configuration": {"returnImmediately": True}}
+            )
+            task_id = sent["result"]["task"]["id"]
+            hook = f"http://127.0.0.1:{hook_port}/hooks/a2a"
+            await call(
+                "CreateTaskPushNotificationConfig", {"taskId": task_id, "id": "ops", "url": hook}
+            )
+            await eventually(
+                lambda: bool(server.push_status(task_id).get("ops", {}).get("failed_attempts"))
+            )
+
+            context = await browser.new_context(viewport={"width": 1360, "height": 860})
+            page = await context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            await page.goto(base + "/console")
+            await page.fill("#token", TOKEN)
+            await page.click("button[type=submit]")
+            await page.locator(f'tr[data-task-id="{task_id}"]').click()
+            panel = page.get_by_test_id("panel-push")
+            await expect(panel).to_contain_text("Push deliveries")
+            await expect(panel.locator('td[data-column="config"]')).to_have_text("ops")
+            await expect(panel.locator('td[data-column="last_failure_reason"]')).to_have_text(
+                "HTTP 503"
+            )
+            await context.close()
+            await call("CancelTask", {"id": task_id})
+    finally:
+        await peer.close(drain_timeout=0.2)
+        await runner.cleanup()

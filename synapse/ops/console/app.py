@@ -163,9 +163,31 @@ class Console(RuntimeListener):
         #: Mark the cookie `Secure` (serve the console over HTTPS, or behind a TLS proxy).
         self.secure_cookie = secure_cookie
         self.sessions = Sessions(session_lifetime)
+        #: Extra panels of a task's page: name → (title, rows of that task, or none).
+        self.panels: dict[str, tuple[str, Callable[[TaskRecord], list[dict[str, Any]]]]] = {}
         self._version = 0
         self._wake = asyncio.Event()
         self._closing = False
+
+    def add_panel(
+        self, name: str, title: str, rows: Callable[[TaskRecord], list[dict[str, Any]]]
+    ) -> None:
+        """Show a table on each task's page: `rows(record)` (plain JSON values; an empty list
+        shows nothing). Other layers say what they know of a task this way, the A2A binding
+        its push deliveries, without the console importing them."""
+        self.panels[name] = (title, rows)
+
+    def _panels(self, rec: TaskRecord) -> list[dict[str, Any]]:
+        shown = []
+        for name, (title, rows) in self.panels.items():
+            try:
+                found = rows(rec)
+            except Exception as exc:  # a panel never breaks the page
+                log.warning("console_panel_failed", panel=name, error=repr(exc))
+                continue
+            if found:
+                shown.append({"name": name, "title": title, "rows": found})
+        return shown
 
     # --- RuntimeListener: anything that changes what the page shows ---------------------------
 
@@ -393,7 +415,9 @@ class Console(RuntimeListener):
         rec = self.protocol.view.get(key)
         if rec is None:
             raise _error(404, "no such task")
-        return web.json_response(task_view(rec, self.protocol.clock(), detail=True))
+        view = task_view(rec, self.protocol.clock(), detail=True)
+        view["panels"] = self._panels(rec)
+        return web.json_response(view)
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         if request.content_type != "application/json":

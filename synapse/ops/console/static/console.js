@@ -145,7 +145,7 @@
     const path = "/tasks/" + encodeURIComponent(sel.requester) + "/" + encodeURIComponent(sel.task_id);
     try {
       const detail = await call("GET", path);
-      const stamp = detail.state + "@" + detail.updated_at + "#" + detail.audit.length;
+      const stamp = detail.state + "@" + detail.updated_at + "#" + detail.audit.length + JSON.stringify(detail.panels || []);
       if (stamp === state.detailKey) return; // unchanged: keep what the person is typing
       state.detail = detail;
       state.detailKey = stamp;
@@ -274,6 +274,19 @@
     return panel;
   }
 
+  // A table another part of the agent adds to a task's page (the A2A push deliveries …).
+  function panelTable(panel) {
+    const columns = Object.keys(panel.rows[0]);
+    const cell = (value) => (value === null || value === undefined ? ""
+      : typeof value === "object" ? JSON.stringify(value) : String(value));
+    return el("section", { class: "panel", "data-testid": "panel-" + panel.name },
+      el("h3", { text: panel.title }),
+      el("table", { class: "panel-table" },
+        el("thead", {}, el("tr", {}, columns.map((c) => el("th", { text: c.replaceAll("_", " ") })))),
+        el("tbody", {}, panel.rows.map((row) => el("tr", {},
+          columns.map((c) => el("td", { "data-column": c, text: cell(row[c]) })))))));
+  }
+
   function renderDetail(task) {
     const node = document.getElementById("detail");
     const parts = [
@@ -300,6 +313,7 @@
         call("POST", "/tasks/" + encodeURIComponent(task.task_id) + "/deciding", {}).catch(() => {});
       }
     }
+    for (const panel of task.panels || []) parts.push(panelTable(panel));
     if (task.result) parts.push(el("h3", { text: "Result" }), el("pre", { "data-testid": "result", text: JSON.stringify(task.result, null, 2) }));
     if (task.error) parts.push(el("h3", { text: "Error" }), el("pre", { "data-testid": "error", text: JSON.stringify(task.error, null, 2) }));
     if (task.reject) parts.push(el("h3", { text: "Rejected" }), el("pre", { text: JSON.stringify(task.reject, null, 2) }));
