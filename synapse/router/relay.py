@@ -164,6 +164,11 @@ class RoutingHandler:
         # judges the payload, and its questions reach the requester.
         return Validation()
 
+    def is_resumable(self, task_type: str) -> bool:
+        """Every routed task goes on after a restart: its sub-tasks are noted with it
+        (`ExecutionContext.note`), and followed again rather than started anew."""
+        return True
+
     async def execute_task(
         self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
     ) -> TaskResult:

@@ -29,7 +29,8 @@ import aiohttp
 from synapse.logs import get_logger
 from synapse.p2p.engine import TaskKey
 from synapse.p2p.states import Role
-from synapse.router.a2a_members import A2AMember, a2a_declined, a2a_message, percent, unless_settled
+from synapse.router.a2a_members import A2AMember, unless_settled
+from synapse.router.a2a_routing import A2A_NOTE, A2ARouting
 from synapse.router.fanout import FanOutPlan
 from synapse.router.outcomes import FAILOVER_CODES, Commitments, Declined, Routed
 from synapse.router.pool import Member, Pool, PoolConfig
@@ -49,18 +50,19 @@ from synapse.types import (
     ErrorCode,
     Heartbeat,
     LocalProtocolError,
-    MissingField,
-    Reason,
     RemoteProtocolError,
     TaskState,
     new_task_id,
 )
 
 if TYPE_CHECKING:
-    from synapse.a2a.client.core import A2ATaskHandle
+    pass
 
 log = get_logger("synapse.router")
 T = TypeVar("T")
+
+#: The note an original task keeps of its Synapse sub-task (partner, task id, part).
+SYNAPSE_NOTE = "routed"
 
 #: Upper bound of one wait for a busy partner's `retry_after`, so a refresh is noticed.
 _MAX_ROOM_WAIT = 5.0
@@ -69,7 +71,7 @@ _MAX_ROOM_WAIT = 5.0
 # --- the router ---------------------------------------------------------------------------------
 
 
-class Router:
+class Router(A2ARouting):
     """A host agent over `peer` and the pool `config` (see the module docstring)."""
 
     def __init__(
@@ -135,6 +137,8 @@ class Router:
         self._due: set[str] = set()
         #: Set whenever the pool's picture changes (a refresh, a sub-task ending).
         self._changed = asyncio.Event()
+        #: Set once the pool was asked what it offers: resumed tasks wait for it.
+        self._discovered = asyncio.Event()
         self._started_peer = False
         self.refreshes = 0
 
@@ -252,6 +256,7 @@ class Router:
         members = [m for m in self.pool.members.values() if names is None or m.name in set(names)]
         await asyncio.gather(*(self._refresh_one(m) for m in members))
         self.refreshes += 1
+        self._discovered.set()
         self._changed.set()
 
     async def _refresh_loop(self) -> None:
@@ -372,6 +377,9 @@ class Router:
         spreads its parts so). Returns how the task ended at the partner that accepted it, or
         a failed `Routed` (no partner, `partner` empty) when none did in time.
         """
+        resumed = await self._resume(relay, task_type, part)
+        if resumed is not None:
+            return resumed
         deadline = relay.deadline
         give_up_at = (
             deadline.timestamp()
@@ -437,6 +445,32 @@ class Router:
                     error=task_error(outcome.code, outcome.message, recoverable=False),
                     declined=tuple(declined),
                 )
+
+    async def _resume(self, relay: Relay, task_type: str, part: int) -> Routed | None:
+        """After a restart: the sub-task this part of the task had started (noted with the
+        task), followed again to its end instead of routing the part anew."""
+        notes = [
+            n
+            for n in relay.ctx.notes
+            if n.action in (A2A_NOTE, SYNAPSE_NOTE) and n.detail.get("part") == part
+        ]
+        if not notes:
+            return None
+        with contextlib.suppress(TimeoutError):  # a restarted router asks its pool first
+            await asyncio.wait_for(self._discovered.wait(), self.config.failover_timeout)
+        note = notes[-1]
+        member = self.pool.get(str(note.detail.get("partner")))
+        task_id = str(note.detail.get("task_id"))
+        if member is None:
+            return None
+        if note.action == A2A_NOTE:
+            return await self._resume_a2a(member, relay, task_id, task_type, part)
+        handle = self.peer.protocol.handle(TaskKey(self.peer.agent_id, task_id))
+        if handle is None:
+            return None
+        log.info("route_resumed", task_id=relay.task_id, partner=member.name, remote=task_id)
+        followed = await self._follow_synapse(member, relay, handle, part)
+        return followed if isinstance(followed, Routed) else None
 
     def _pick(
         self,
@@ -556,7 +590,16 @@ class Router:
             deadline=relay.deadline,
             context=relay.sub_context(),
         )
-        accepted = False
+        # Kept with the original task: a restarted router follows this sub-task again.
+        await relay.ctx.note(SYNAPSE_NOTE, partner=member.name, task_id=handle.task_id, part=part)
+        return await self._follow_synapse(member, relay, handle, part)
+
+    async def _follow_synapse(
+        self, member: Member, relay: Relay, handle: TaskHandle, part: int
+    ) -> Routed | Declined:
+        accepted = handle.state not in (TaskState.IDLE, TaskState.PENDING)
+        if accepted:
+            self._commit(member, relay, part)
         try:
             async for event in handle:
                 kind, message = event.kind, event.message
@@ -661,120 +704,6 @@ class Router:
                 )
                 return
         await handle.cancel("the original task was cancelled")
-
-    # --- A2A partners ---------------------------------------------------------------------------
-
-    async def _attempt_a2a(
-        self, member: Member, relay: Relay, task_type: str, payload: Mapping[str, Any], part: int
-    ) -> Routed | Declined:
-        from synapse.a2a.errors import A2AError
-
-        client = self._a2a[member.name].client
-        if client is None:
-            return Declined(
-                member.name, ErrorCode.AGENT_NOT_READY.value, "no card", unreachable=True
-            )
-        try:
-            handle = await client.send(message=a2a_message(relay, task_type, payload))
-        except A2AError as exc:
-            unreachable = isinstance(exc.__cause__, aiohttp.ClientConnectionError | TimeoutError)
-            return Declined(
-                member.name,
-                ErrorCode.AGENT_NOT_READY.value if unreachable else f"a2a:{exc.code}",
-                exc.message,
-                unreachable=True,  # an agent that errs on a new message is not used again now
-            )
-        try:
-            return await self._follow_a2a(member, relay, handle, task_type, part)
-        except asyncio.CancelledError:
-            await self._stop_a2a(handle, relay)
-            raise
-        finally:
-            await handle.close()
-
-    async def _follow_a2a(
-        self, member: Member, relay: Relay, handle: A2ATaskHandle, task_type: str, part: int
-    ) -> Routed | Declined:
-        from synapse.a2a import wire
-
-        accepted = False
-        answered: set[str] = set()
-        async for event in handle:
-            if not accepted:
-                if event.state == wire.REJECTED:
-                    return a2a_declined(member.name, event.text, event.data)
-                accepted = True
-                self._commit(member, relay, part)
-            if event.state == wire.WORKING and event.kind == "status_update":
-                data = event.data if isinstance(event.data, dict) else {}
-                await relay.progress(
-                    percent(data.get("progress")), event.text, data.get("intermediate_result")
-                )
-            elif event.state == wire.INPUT_REQUIRED:
-                question = handle.status_message
-                marker = question.message_id if question is not None else ""
-                if marker in answered:
-                    continue
-                answered.add(marker)
-                await self._answer_a2a(relay, handle, event.text, event.data, question)
-        outcome = await handle
-        routed = Routed(
-            member.name, outcome.state, outcome.result, outcome.error, (), handle.task_id
-        )
-        return self._checked(member, task_type, routed)
-
-    async def _answer_a2a(
-        self, relay: Relay, handle: A2ATaskHandle, text: str, data: Any, question: Any
-    ) -> None:
-        from synapse.a2a import mapping
-
-        metadata = question.metadata if question is not None else None
-        needs = mapping.meta_value(metadata, mapping.NEEDS_KEY, mapping.LEGACY_NEEDS_KEY)
-        data = data if isinstance(data, dict) else {}
-        if needs == "human_decision":
-            reason = data.get("reason") if isinstance(data.get("reason"), dict) else {}
-            decision = await relay.need_human(
-                Reason(code=str(reason.get("code") or "a2a_input_required"), message=text)
-            )
-            await handle.approve(decision.decision.approved_fields, notes=decision.notes)
-            return
-        listed = data.get("missing_fields")
-        fields: list[MissingField] = []
-        if isinstance(listed, list):
-            fields = [
-                MissingField(
-                    field=str(f["field"]),
-                    reason=str(f.get("reason") or ""),
-                    suggested_value=f.get("suggested_value"),
-                    alternatives=list(alternatives)
-                    if isinstance(alternatives := f.get("alternatives"), list)
-                    else [],
-                )
-                for f in listed
-                if isinstance(f, dict) and f.get("field")
-            ]
-        if fields:
-            answer = await relay.need_info(fields, question=text)
-            await handle.provide_info(answer)
-            return
-        # Another agent's free-text question: one field, `answer`, sent back as text.
-        answer = await relay.need_info(
-            [MissingField(field="answer", reason=text or "the agent asks for input")],
-            question=text,
-        )
-        await handle.reply(str(answer.get("answer", "")))
-
-    async def _stop_a2a(self, handle: A2ATaskHandle, relay: Relay) -> None:
-        from synapse.a2a.errors import A2AError
-
-        if handle.settled:
-            return
-        rejected = relay.human_rejection()
-        with contextlib.suppress(A2AError, TimeoutError):
-            if rejected is not None:
-                await asyncio.wait_for(handle.reject(rejected), 10)
-            else:
-                await asyncio.wait_for(handle.cancel("the original task was cancelled"), 10)
 
 
 __all__ = ["FAILOVER_CODES", "Declined", "Relay", "Routed", "Router", "RoutingHandler"]

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from synapse.p2p.commands import ReportStatus, RequestHuman, RequestInfo
-from synapse.p2p.engine import TaskKey, TaskRecord, Validation, ValidationResult
+from synapse.p2p.engine import AuditEntry, TaskKey, TaskRecord, Validation, ValidationResult
 from synapse.types import (
     Capability,
     HumanContext,
@@ -75,6 +75,8 @@ class TaskRuntime(Protocol):
 
     async def request_human(self, command: RequestHuman) -> HumanDecisionPayload: ...
 
+    async def note_task(self, key: TaskKey, action: str, detail: Mapping[str, Any]) -> None: ...
+
 
 class ExecutionContext:
     """Handed to `execute_task`: report progress, ask for information or a person's decision.
@@ -109,6 +111,18 @@ class ExecutionContext:
     @property
     def cancelled(self) -> bool:
         return self.state is TaskState.CANCELLED
+
+    async def note(self, action: str, **detail: Any) -> None:
+        """Keep a note with the task (in its audit trail, actor: this agent), durable when
+        this returns: what a resumed handler needs to find its work again after a restart
+        (a sub-task it started elsewhere, say). Plain JSON values only."""
+        await self._runtime.note_task(self.key, action, detail)
+
+    @property
+    def notes(self) -> list[AuditEntry]:
+        """The task's audit trail, this handler's notes among it (see `note`)."""
+        rec = self._runtime.task_record(self.key)
+        return list(rec.audit) if rec is not None else []
 
     async def progress(
         self,

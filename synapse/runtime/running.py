@@ -10,6 +10,7 @@ from typing import Any
 
 from synapse.p2p.commands import Complete, Fail, ReportStatus, RequestHuman, RequestInfo
 from synapse.p2p.engine import (
+    AuditEntry,
     StartExecution,
     TaskKey,
     TaskRecord,
@@ -60,6 +61,17 @@ class HandlerRunning(RuntimeBase):
         self.apply(self.engine.handle(command, self.clock()))
         decision: HumanDecisionPayload = await waiter
         return decision
+
+    async def note_task(self, key: TaskKey, action: str, detail: Mapping[str, Any]) -> None:
+        """Add an entry of the handler's own to the task's audit trail, and return once it is
+        durable (it is written with the task's record: a resumed handler reads it back)."""
+        await self.settled(key)
+        rec = self.engine.get(key)
+        if rec is None:
+            return
+        rec.audit.append(AuditEntry(self.clock(), self.engine.agent_id, action, None, dict(detail)))
+        self.store.put_task(rec, [])
+        await self._commit_patiently()
 
     async def _settled_for_handler(self, key: TaskKey) -> bool:
         """`settled`, for a handler that ended: False if the task was cancelled meanwhile
