@@ -18,7 +18,7 @@ import pytest
 from routerkit import FAST, SECRET, WAIT, CountingHandler, secret_of, until
 
 from synapse.transport.peer import Peer
-from synapse.types import ErrorCode, TaskState
+from synapse.types import TaskState
 
 
 def free_port() -> int:
