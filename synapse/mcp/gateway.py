@@ -27,7 +27,7 @@ from synapse.types import Priority, SynapseException
 PROBE_TIMEOUT = 3.0
 
 
-class GatewayError(Exception):
+class GatewayError(SynapseException):
     """A tool call that cannot be carried out, said in one line for the MCP client."""
 
 

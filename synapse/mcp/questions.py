@@ -22,6 +22,7 @@ from typing import Any, Literal
 import msgspec
 
 from synapse.types import DecisionAction, MissingField, TaskNeedHumanPayload, TaskNeedInfoPayload
+from synapse.types.errors import SynapseException
 
 #: The form properties of a `task_need_human` that are not proposed fields.
 DECISION, REJECTION_REASON, NOTES = "decision", "rejection_reason", "notes"
@@ -104,7 +105,7 @@ class PersonAnswer:
     text: str | None = None
 
 
-class BadAnswer(ValueError):
+class BadAnswer(SynapseException, ValueError):
     """The answer does not fit the question (a missing field, a value that is not JSON)."""
 
 

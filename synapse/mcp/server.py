@@ -51,7 +51,7 @@ from synapse.types import DecisionAction, Priority, SynapseException
 
 #: The key of the one input request a waiting task makes (`InputRequiredResult`).
 ANSWER_KEY = "answer"
-#: Who answered, in the task's audit trail, when the client does not say.
+#: Who answered, in the task's audit trail, when the request has no authenticated principal.
 MCP_ACTOR = "mcp-client"
 
 
@@ -421,7 +421,7 @@ class SynapseMcp:
 
     async def _send(self, task: Delegation, answer: PersonAnswer) -> None:
         try:
-            await task.answer(answer, by=MCP_ACTOR)
+            await task.answer(answer, by=current_principal() or MCP_ACTOR)
         except (SynapseException, A2AError, ValueError) as exc:
             raise ToolError(f"task {task.task_id}: the answer was refused: {exc}") from exc
 
