@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from synapse._distribution import install
-from synapse.cli.client import start_peer
+from synapse.cli.client import CLIENT_P2P, start_peer
 from synapse.cli.errors import CliError
 from synapse.cli.options import (
     A2A_TOKEN,
@@ -41,12 +41,7 @@ from synapse.transport.peer import Peer
 
 #: The engine's retry budget here: short, as for `send` (an unreachable partner is told to
 #: the MCP client in seconds, not after a minute of retries).
-MCP_P2P: dict[str, Any] = {
-    "max_retries": 2,
-    "retry_base_delay": 0.2,
-    "retry_max_delay": 2.0,
-    "request_timeout": 10.0,
-}
+MCP_P2P: dict[str, Any] = CLIENT_P2P
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,13 +196,18 @@ def serve(
         threading.Thread(target=drain, daemon=True).start()
         yield server
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL if it is still there 10 s later (by its PID, as every test does)."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
 
 
 def executor_args(requester_port: int, *extra: str) -> list[str]:

@@ -13,12 +13,22 @@ from typing import Any
 
 import httpx
 import pytest
-from clusterkit import ClusterFactory, Replica
+from clusterkit import Cluster, ClusterFactory, Replica
 
 pytestmark = pytest.mark.slow
 
 TOKEN = "cluster-a2a-token"
 HEADERS = {"A2A-Version": "1.0", "Authorization": f"Bearer {TOKEN}"}
+
+
+async def a2a_cluster(make_cluster: ClusterFactory) -> Cluster:
+    """Two replicas speaking A2A (alice's token), whose `slow` tasks resume elsewhere."""
+    return await make_cluster(
+        2,
+        lease_ttl=2.0,
+        handler="resumable:ResumableDemo",
+        args=("--a2a", "--a2a-token", f"{TOKEN}=alice"),
+    )
 
 
 def a2a_url(replica: Replica) -> str:
@@ -49,12 +59,7 @@ def message(message_id: str, steps: int) -> dict[str, Any]:
 async def test_a_retry_on_another_replica_gets_the_same_task(
     make_cluster: ClusterFactory,
 ) -> None:
-    cluster = await make_cluster(
-        2,
-        lease_ttl=2.0,
-        handler="resumable:ResumableDemo",
-        args=("--a2a", "--a2a-token", f"{TOKEN}=alice"),
-    )
+    cluster = await a2a_cluster(make_cluster)
     first, second = cluster.replicas
     sent = await call(first, "SendMessage", message("m-retry-1", 12))
     task_id = sent["result"]["task"]["id"]
@@ -111,12 +116,7 @@ async def stream_events(
 async def test_a_stream_cut_with_its_replica_resumes_on_another(
     make_cluster: ClusterFactory,
 ) -> None:
-    cluster = await make_cluster(
-        2,
-        lease_ttl=2.0,
-        handler="resumable:ResumableDemo",
-        args=("--a2a", "--a2a-token", f"{TOKEN}=alice"),
-    )
+    cluster = await a2a_cluster(make_cluster)
     first, second = cluster.replicas
     started = await stream_events(
         first, "SendStreamingMessage", {"message": message("m-stream-1", 10)["message"]}, limit=3

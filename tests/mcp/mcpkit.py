@@ -14,24 +14,27 @@ from mcp import StdioServerParameters
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def mcp_args(executor: Server, requester_port: int, *extra: str) -> list[str]:
+    """`synapse mcp`'s flags: as `req`, with `exec` (the executor) as its partner."""
+    return [
+        "mcp",
+        "--as",
+        REQUESTER,
+        "--peer",
+        f"{EXECUTOR}={executor.url}",
+        "--secret",
+        SECRET,
+        "--listen",
+        f"127.0.0.1:{requester_port}",
+        *extra,
+    ]
+
+
 def mcp_stdio(executor: Server, requester_port: int, *extra: str) -> StdioServerParameters:
-    """`synapse mcp` over stdio as `req`, with `exec` (the executor) as its partner."""
+    """`synapse mcp` over stdio, started by the MCP client."""
     return StdioServerParameters(
         command=sys.executable,
-        args=[
-            "-m",
-            "synapse.cli.main",
-            "mcp",
-            "--as",
-            REQUESTER,
-            "--peer",
-            f"{EXECUTOR}={executor.url}",
-            "--secret",
-            SECRET,
-            "--listen",
-            f"127.0.0.1:{requester_port}",
-            *extra,
-        ],
+        args=["-m", "synapse.cli.main", *mcp_args(executor, requester_port, *extra)],
         env=clean_env(),
         cwd=str(ROOT),
     )

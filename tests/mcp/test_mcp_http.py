@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import select
-import signal
 import subprocess
 import sys
 import time
@@ -16,11 +15,11 @@ import aiohttp
 import httpx2
 import mcp_types as types
 import pytest
-from clikit import EXECUTOR, REQUESTER, SECRET, Server, clean_env, command
+from clikit import Server, clean_env, command, stop_process
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
-from mcpkit import ROOT, structured, text
+from mcpkit import ROOT, mcp_args, structured, text
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "security"))
 
@@ -44,20 +43,7 @@ async def issuer() -> AsyncIterator[Issuer]:
 def mcp_http(executor: Server, requester_port: int, *extra: str) -> Iterator[str]:
     """`synapse mcp --http 127.0.0.1:0 …` as a process; yields its MCP URL (from its log)."""
     process = subprocess.Popen(
-        command(
-            "mcp",
-            "--as",
-            REQUESTER,
-            "--peer",
-            f"{EXECUTOR}={executor.url}",
-            "--secret",
-            SECRET,
-            "--listen",
-            f"127.0.0.1:{requester_port}",
-            "--http",
-            "127.0.0.1:0",
-            *extra,
-        ),
+        command(*mcp_args(executor, requester_port, "--http", "127.0.0.1:0", *extra)),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -68,12 +54,7 @@ def mcp_http(executor: Server, requester_port: int, *extra: str) -> Iterator[str
     try:
         yield _served_url(process)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process)
 
 
 def _served_url(process: subprocess.Popen[str]) -> str:
