@@ -8,7 +8,7 @@ Over stdio (the default) stdout carries MCP only: every log line goes to stderr.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import os
 import signal
 import socket
 from dataclasses import dataclass
@@ -142,19 +142,31 @@ async def run_mcp(options: McpOptions, *, err: TextIO) -> int:
     mcp = SynapseMcp(
         gateway, wait=options.wait, token_verifier=verifier, public_url=public_url, issuer=issuer
     )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    stuck = False
     try:
         if sock is None:
             err.write("synapse mcp: serving MCP on stdio\n")
             err.flush()
-            await _until_signal(mcp.run_stdio())
+            stuck = await _until(mcp.run_stdio(), stop)
         else:
             err.write(f"synapse mcp: serving MCP at {public_url}\n")
             err.flush()
-            await mcp.run_http(sock, options.http[0] if options.http else "127.0.0.1")
+            await mcp.run_http(sock, options.http[0] if options.http else "127.0.0.1", stop=stop)
     finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
         await gateway.close()
         if peer is not None:
             await peer.close(drain_timeout=1.0)
+    if stuck:
+        # The SDK reads stdin in a thread no cancellation reaches: everything is closed and
+        # durable by now, so leave without waiting for a line that may never come.
+        err.flush()
+        os._exit(0)
     return 0
 
 
@@ -218,20 +230,19 @@ def _verifier(options: McpOptions, public_url: str | None) -> Any:
     return verifiers[0] if len(verifiers) == 1 else AnyOf(*verifiers)
 
 
-async def _until_signal(serving: Any) -> None:
-    """Run `serving` until it ends or SIGINT/SIGTERM arrives."""
-    loop = asyncio.get_running_loop()
+async def _until(serving: Any, stop: asyncio.Event) -> bool:
+    """Run `serving` until it ends (the client closed stdio) or `stop` is set; whether it is
+    still running then (stuck in a read of stdin that cancelling does not interrupt)."""
     task = asyncio.ensure_future(serving)
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, task.cancel)
-    try:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signum)
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if task.done():
+        task.result()
+        return False
+    task.cancel()
+    await asyncio.wait({task}, timeout=2.0)
+    return not task.done()
 
 
 __all__ = ["McpOptions", "mcp_options", "run_mcp"]

@@ -18,14 +18,16 @@ A refused or failed call is an MCP tool error with one clear line; the server ke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import mcp_types as types
 import msgspec
+import uvicorn
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
@@ -160,13 +162,23 @@ class SynapseMcp:
         """The streamable HTTP app (`/mcp`), for any ASGI server."""
         return self.server.streamable_http_app(host=host)
 
-    async def run_http(self, sock: socket.socket, host: str = "127.0.0.1") -> None:
+    async def run_http(
+        self, sock: socket.socket, host: str = "127.0.0.1", *, stop: asyncio.Event | None = None
+    ) -> None:
         """Serve streamable HTTP at /mcp on `sock` (bound and listening: the caller knows
-        the port before anyone connects) until SIGINT or SIGTERM."""
-        import uvicorn
-
+        the port before anyone connects), until `stop` is set (without one: until SIGINT or
+        SIGTERM, uvicorn's own handling)."""
         config = uvicorn.Config(self.http_app(host), log_level="warning")
-        await uvicorn.Server(config).serve(sockets=[sock])
+        if stop is None:
+            await uvicorn.Server(config).serve(sockets=[sock])
+            return
+        server = _QuietServer(config)
+        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True  # finish the requests under way, then stop
+        stopping.cancel()
+        await serving
 
     # --- the tools ------------------------------------------------------------------------
 
@@ -424,6 +436,14 @@ class SynapseMcp:
             await task.answer(answer, by=current_principal() or MCP_ACTOR)
         except (SynapseException, A2AError, ValueError) as exc:
             raise ToolError(f"task {task.task_id}: the answer was refused: {exc}") from exc
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn's server, leaving SIGINT and SIGTERM to the caller."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def _can_elicit(ctx: Context) -> bool:
