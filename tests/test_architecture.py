@@ -287,7 +287,9 @@ def private_reads(path: Path) -> list[str]:
         if isinstance(receiver, ast.Name) and (
             receiver.id in OWN_RECEIVERS
             or receiver.id in own_classes
-            or receiver.id in {"argparse", "logging"}
+            # Standard library names with a leading underscore that are documented API
+            # (`argparse._ArgumentGroup`, `os._exit` …).
+            or receiver.id in {"argparse", "logging", "os"}
         ):
             continue
         if ast.unparse(receiver) == "self._logger":  # structlog's bound logger's `_log`
