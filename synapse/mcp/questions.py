@@ -50,16 +50,16 @@ class Question:
         """The question as JSON for a tool result: what to answer, and how."""
         out: dict[str, Any] = {"kind": self.kind, "message": self.message()}
         if self.info is not None:
-            out["missing_fields"] = [_builtins(f) for f in self.info.missing_fields]
+            out["missing_fields"] = [msgspec.to_builtins(f) for f in self.info.missing_fields]
             if self.info.required_by is not None:
                 out["required_by"] = _iso(self.info.required_by)
         elif self.human is not None:
             human = self.human
-            out["reason"] = _builtins(human.reason)
-            out["options"] = [_builtins(o) for o in human.options]
+            out["reason"] = msgspec.to_builtins(human.reason)
+            out["options"] = [msgspec.to_builtins(o) for o in human.options]
             out["escalation_level"] = human.escalation_level
             if human.context is not None:
-                out["context"] = _builtins(human.context)
+                out["context"] = msgspec.to_builtins(human.context)
             if human.deadline is not None:
                 out["deadline"] = _iso(human.deadline)
         return out
@@ -263,10 +263,6 @@ def _from_form(name: str, value: Any, sample: Any) -> Any:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _builtins(value: Any) -> Any:
-    return msgspec.to_builtins(value)
 
 
 def _iso(value: datetime) -> str:

@@ -171,7 +171,11 @@ class Delegation:
                 approved_fields=answer.fields,
                 rejection_reason=answer.rejection_reason,
                 notes=answer.notes,
-                **({} if isinstance(handle, A2ATaskHandle) else {"decided_by": _decided_by(by)}),
+                **(
+                    {}
+                    if isinstance(handle, A2ATaskHandle)
+                    else {"decided_by": DecidedBy(user_id=by)}
+                ),
             )
         elif answer.text is not None and isinstance(handle, A2ATaskHandle):
             await handle.reply(answer.text)
@@ -292,10 +296,6 @@ def a2a_question(message: wire.Message, task_id: str) -> Question:
         if human is not None:
             return Question(human=human)
     return Question(text=mapping.message_text(message, " "))
-
-
-def _decided_by(who: str) -> DecidedBy:
-    return DecidedBy(user_id=who)
 
 
 __all__ = ["A2A_STATUS", "MCP_STATUS", "Delegation", "McpStatus", "a2a_question"]
