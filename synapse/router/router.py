@@ -581,17 +581,19 @@ class Router(A2ARouting):
     async def _attempt_synapse(
         self, member: Member, relay: Relay, task_type: str, payload: Mapping[str, Any], part: int
     ) -> Routed | Declined:
+        sub_task_id = new_task_id()
+        # Kept with the original task (a restarted router follows this sub-task again),
+        # durable in the commit that makes the sub-task's request durable: no commit more.
+        relay.ctx.note_soon(SYNAPSE_NOTE, partner=member.name, task_id=sub_task_id, part=part)
         handle = await self.peer.protocol.submit(
             member.name,
             task_type,
             payload,
-            task_id=new_task_id(),
+            task_id=sub_task_id,
             priority=relay.priority,
             deadline=relay.deadline,
             context=relay.sub_context(),
         )
-        # Kept with the original task: a restarted router follows this sub-task again.
-        await relay.ctx.note(SYNAPSE_NOTE, partner=member.name, task_id=handle.task_id, part=part)
         return await self._follow_synapse(member, relay, handle, part)
 
     async def _follow_synapse(

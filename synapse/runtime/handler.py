@@ -77,6 +77,8 @@ class TaskRuntime(Protocol):
 
     async def note_task(self, key: TaskKey, action: str, detail: Mapping[str, Any]) -> None: ...
 
+    def note_task_soon(self, key: TaskKey, action: str, detail: Mapping[str, Any]) -> bool: ...
+
 
 class ExecutionContext:
     """Handed to `execute_task`: report progress, ask for information or a person's decision.
@@ -117,6 +119,12 @@ class ExecutionContext:
         this returns: what a resumed handler needs to find its work again after a restart
         (a sub-task it started elsewhere, say). Plain JSON values only."""
         await self._runtime.note_task(self.key, action, detail)
+
+    def note_soon(self, action: str, **detail: Any) -> None:
+        """`note`, written with the next commit instead of one of its own: for a note the
+        change about to be made durable should carry (a sub-task about to be requested from
+        this peer, whose request commits both), at no extra commit."""
+        self._runtime.note_task_soon(self.key, action, detail)
 
     @property
     def notes(self) -> list[AuditEntry]:

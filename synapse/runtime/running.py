@@ -66,12 +66,18 @@ class HandlerRunning(RuntimeBase):
         """Add an entry of the handler's own to the task's audit trail, and return once it is
         durable (it is written with the task's record: a resumed handler reads it back)."""
         await self.settled(key)
+        if self.note_task_soon(key, action, detail):
+            await self._commit_patiently()
+
+    def note_task_soon(self, key: TaskKey, action: str, detail: Mapping[str, Any]) -> bool:
+        """`note_task`, written with the next commit, whoever makes it (not waited for);
+        whether the task was there to note."""
         rec = self.engine.get(key)
         if rec is None:
-            return
+            return False
         rec.audit.append(AuditEntry(self.clock(), self.engine.agent_id, action, None, dict(detail)))
         self.store.put_task(rec, [])
-        await self._commit_patiently()
+        return True
 
     async def _settled_for_handler(self, key: TaskKey) -> bool:
         """`settled`, for a handler that ended: False if the task was cancelled meanwhile
