@@ -115,8 +115,14 @@ class Delegation:
     @property
     def status(self) -> McpStatus:
         if isinstance(self.handle, A2ATaskHandle):
-            return A2A_STATUS.get(self.handle.state, "working")
-        return MCP_STATUS[self.handle.state]
+            status = A2A_STATUS.get(self.handle.state, "working")
+        else:
+            status = MCP_STATUS[self.handle.state]
+        if status in ("completed", "failed", "cancelled") and not self.final:
+            # The task's record has ended, but its outcome is not read yet: an ended status
+            # comes with its result or error, never before them.
+            return "working"
+        return status
 
     def view(self) -> dict[str, Any]:
         """The task as a tool result reports it."""
