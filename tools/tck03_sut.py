@@ -22,7 +22,11 @@ from synapse.p2p.config import P2PConfig
 
 
 class GreetingHandler:
-    """Greets, after working a little: long enough for the TCK to see and cancel a task."""
+    """Greets, after working a little: long enough for the TCK to see and cancel a task
+    (about a second, as the reference agent; `--work` sets it)."""
+
+    def __init__(self, work_seconds: float) -> None:
+        self.step_seconds = work_seconds / 2
 
     def get_capabilities(self) -> list[str]:
         return ["greeting"]
@@ -35,7 +39,7 @@ class GreetingHandler:
     ) -> TaskResult:
         text = str(payload.get("text") or "")
         for step, percent in ((1, 40), (2, 80)):
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(self.step_seconds)
             await ctx.progress(percent, f"working ({step}/2)")
         reply = (
             "Hello World! Nice to meet you!"
@@ -45,8 +49,9 @@ class GreetingHandler:
         return TaskResult(output_type="text", output=reply)
 
 
-async def main(port: int) -> None:
-    peer = Peer("tck03-sut", handler=GreetingHandler(), port=port, config=P2PConfig())
+async def main(port: int, work_seconds: float) -> None:
+    handler = GreetingHandler(work_seconds)
+    peer = Peer("tck03-sut", handler=handler, port=port, config=P2PConfig())
     enable_a2a(
         peer,
         default_task_type="greeting",
@@ -67,4 +72,12 @@ async def main(port: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=9999)
-    asyncio.run(main(parser.parse_args().port))
+    parser.add_argument(
+        "--work",
+        type=float,
+        default=1.0,
+        help="seconds each greeting works (the TCK sends follow-ups up to 3 s after a task "
+        "starts: a task that ended by then refuses them)",
+    )
+    args = parser.parse_args()
+    asyncio.run(main(args.port, args.work))

@@ -23,6 +23,7 @@ from synapse.a2a.client.core import A2AClient, A2AEvent, A2AOutcome, A2ATaskHand
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
 from synapse.a2a.server.app import DEFAULT_PATH, A2AServer
 from synapse.a2a.server.direct import DirectAnswers, DirectRequest
+from synapse.a2a.server.follow_ups import follow_up_messages
 from synapse.a2a.server.push import PushAllowlist
 from synapse.a2a.server.security import MutualTlsScheme, SecurityPolicy
 from synapse.a2a.server.service import A2AService
@@ -162,4 +163,5 @@ __all__ = [
     "PushAllowlist",
     "SecurityPolicy",
     "enable_a2a",
+    "follow_up_messages",
 ]

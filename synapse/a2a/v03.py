@@ -58,12 +58,34 @@ METHOD_TO_V03: Final[dict[str, str]] = {v: k for k, v in METHOD_TO_V1.items()}
 STREAMING_03: Final = frozenset({"message/stream", "tasks/resubscribe"})
 
 
+#: The configuration id 0.3 clients ask for when they set one without an id (the TCK's 0.3
+#: suite does): the task's own configuration (`task_config_v03`).
+DEFAULT_CONFIG_ID_03: Final = "default"
+
+
 def operation_of(method: str, params: Mapping[str, Any]) -> str:
     """The 1.0 operation a 0.3 call is: `METHOD_TO_V1`, but a push configuration asked for
-    without its id (0.3 allows it: the task's configuration) is looked up in the list."""
-    if method == "tasks/pushNotificationConfig/get" and not params.get("pushNotificationConfigId"):
+    without its id (0.3 allows it), or as `default`, is the task's own configuration: looked
+    up in the list (`task_config_v03`)."""
+    if method == "tasks/pushNotificationConfig/get" and params.get("pushNotificationConfigId") in (
+        None,
+        "",
+        DEFAULT_CONFIG_ID_03,
+    ):
         return "ListTaskPushNotificationConfigs"
     return METHOD_TO_V1[method]
+
+
+def task_config_v03(configs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The task's own push configuration, for a 0.3 client that names none (or `default`):
+    the one with the id `default`, else the one set without an id (it took the task's id),
+    else the newest."""
+    if not configs:
+        raise A2AError(A2ACode.TASK_NOT_FOUND, "the task has no push notification config")
+    named = [c for c in configs if c.get("id") == DEFAULT_CONFIG_ID_03]
+    unnamed = [c for c in configs if c.get("id") == c.get("taskId")]
+    found: dict[str, Any] = (named or unnamed or configs)[-1]
+    return found
 
 
 def is_v03(version: str) -> bool:
@@ -347,11 +369,9 @@ def result_to_v03(method: str, result: Any) -> Any:
         return event_to_v03(result)
     if method in ("tasks/get", "tasks/cancel"):
         return task_to_v03(result)
-    if method == "tasks/pushNotificationConfig/get" and "configs" in (result or {}):
-        configs = result["configs"]  # asked without an id: the task's (newest) configuration
-        if not configs:
-            raise A2AError(A2ACode.TASK_NOT_FOUND, "the task has no push notification config")
-        return push_to_v03(configs[-1])
+    if method == "tasks/pushNotificationConfig/get" and "url" not in (result or {}):
+        # asked without an id: the list of the task's configurations (`{}` when empty)
+        return push_to_v03(task_config_v03((result or {}).get("configs", [])))
     if method in ("tasks/pushNotificationConfig/set", "tasks/pushNotificationConfig/get"):
         return push_to_v03(result)
     if method == "tasks/pushNotificationConfig/list":

@@ -172,6 +172,67 @@ async def test_0_3_shapes_on_the_wire(a2a_peer: A2APeer) -> None:
     assert explicit["result"]["id"] == sent["id"]
 
 
+async def test_0_3_push_config_asked_without_its_id(a2a_peer: A2APeer) -> None:
+    """A 0.3 client may ask for the task's configuration without an id, or as `default`:
+    the one set without an id, unless one is named `default`; a named one by its name."""
+    url = f"{a2a_peer.base_url}/a2a"
+    hook = f"http://127.0.0.1:{a2a_peer.hook_port}/hooks/03"
+    message = {
+        "kind": "message",
+        "messageId": "m-03-push",
+        "role": "user",
+        "parts": [{"kind": "data", "data": {"prompt": "x"}}],
+        "metadata": {"taskType": "text_generation"},
+    }
+    task_id = (await rpc(url, "message/send", {"message": message}))["result"]["id"]
+
+    async def get(**config_id: str) -> dict[str, Any]:
+        params = {"id": task_id, **config_id}
+        return await rpc(url, "tasks/pushNotificationConfig/get", params)
+
+    assert (await get())["error"]["code"] == -32001  # none yet
+    for config in ({"url": hook}, {"id": "named", "url": hook + "/named"}):
+        params = {"taskId": task_id, "pushNotificationConfig": config}
+        assert "result" in await rpc(url, "tasks/pushNotificationConfig/set", params)
+    for asked in ({}, {"pushNotificationConfigId": "default"}):
+        found = (await get(**asked))["result"]
+        assert found["taskId"] == task_id
+        assert found["pushNotificationConfig"] == {"id": task_id, "url": hook}
+    named = (await get(pushNotificationConfigId="named"))["result"]
+    assert named["pushNotificationConfig"]["url"] == hook + "/named"
+    assert (await get(pushNotificationConfigId="other"))["error"]["code"] == -32001
+    params = {"taskId": task_id, "pushNotificationConfig": {"id": "default", "url": hook + "/d"}}
+    await rpc(url, "tasks/pushNotificationConfig/set", params)
+    found = (await get(pushNotificationConfigId="default"))["result"]
+    assert found["pushNotificationConfig"]["url"] == hook + "/d"
+
+
+async def test_a_0_3_follow_up_to_a_working_task_is_kept(a2a_peer: A2APeer) -> None:
+    url = f"{a2a_peer.base_url}/a2a"
+    slow = {
+        "kind": "message",
+        "messageId": "m-03-slow",
+        "role": "user",
+        "parts": [{"kind": "data", "data": {"steps": 200, "delay": 0.05}}],
+        "metadata": {"taskType": "slow"},
+    }
+    params = {"message": slow, "configuration": {"blocking": False}}
+    task = (await rpc(url, "message/send", params))["result"]
+    more = {
+        "kind": "message",
+        "messageId": "m-03-more",
+        "role": "user",
+        "taskId": task["id"],
+        "contextId": task["contextId"],
+        "parts": [{"kind": "text", "text": "and also this"}],
+    }
+    kept = await rpc(url, "message/send", {"message": more, "configuration": {"blocking": False}})
+    assert kept["result"]["status"]["state"] in ("submitted", "working")
+    assert kept["result"]["history"][-1]["parts"] == [{"kind": "text", "text": "and also this"}]
+    cancelled = (await rpc(url, "tasks/cancel", {"id": task["id"]}))["result"]
+    assert cancelled["status"]["state"] == "canceled"
+
+
 async def test_0_3_rest_shapes_on_the_wire(a2a_peer: A2APeer) -> None:
     """0.3's REST bodies: `content` parts, `data.data`, enum names, `TASK_STATE_CANCELLED`,
     push configurations by resource name; read in camelCase or snake_case."""

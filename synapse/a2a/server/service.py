@@ -11,7 +11,8 @@ updates the task's A2A view (`A2ATask`) — status, history, artifacts — which
 notifications, and is acknowledged with the `ack` / `task_ack` the engine expects. A follow-up
 message on the same task answers whatever the executor's transition table lets the task's
 state receive (`task_info_provided` for `task_need_info`, `human_decision` for
-`task_need_human`); `cancel_task` is a `task_cancel`.
+`task_need_human`), and a working task that asked nothing keeps it for its handler
+(`synapse.a2a.server.follow_ups`); `cancel_task` is a `task_cancel`.
 
 The bindings (`synapse.a2a.server.jsonrpc`, …) only parse their framing into the typed requests of
 `synapse.a2a.wire`, call these operations and render the results and `A2AError`s in their own
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -37,6 +38,7 @@ from synapse.a2a.errors import (
     task_not_found,
     unsupported,
 )
+from synapse.a2a.server import follow_ups
 from synapse.a2a.server.direct import DirectStream, direct_answer
 from synapse.a2a.server.push import (
     MAX_PUSH_URL,
@@ -64,23 +66,17 @@ from synapse.a2a.server.view import (
 from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Outgoing, Step, TaskKey, TaskRecord
-from synapse.p2p.states import Role, allowed_events
+from synapse.p2p.states import Role
 from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.protocol import P2PProtocol
 from synapse.store.base import TaskFilter
 from synapse.types import (
     Ack,
     AckPayload,
-    DecidedBy,
-    Decision,
-    DecisionAction,
     ErrorCode,
     Heartbeat,
     HeartbeatPayload,
-    HumanDecision,
-    HumanDecisionPayload,
     Message,
-    MessageType,
     Nack,
     NackPayload,
     RemoteProtocolError,
@@ -93,8 +89,6 @@ from synapse.types import (
     TaskConfirm,
     TaskContext,
     TaskFailed,
-    TaskInfoProvided,
-    TaskInfoProvidedPayload,
     TaskNeedInfo,
     TaskReject,
     TaskRequest,
@@ -103,7 +97,6 @@ from synapse.types import (
     TaskState,
     TaskStatusUpdate,
     TaskStatusUpdatePayload,
-    new_message_id,
 )
 from synapse.types import build_message_now as build_message  # the wall clock: an edge
 from synapse.types import build_reply_now as build_reply
@@ -441,15 +434,14 @@ class A2AService:
         if view.is_terminal:
             raise unsupported(f"Task {view.id} is in terminal state: {view.state}", taskId=view.id)
         rec = self._record(view)
-        build = _follow_up_builder(rec.state)
-        if build is None:
-            raise unsupported(
-                f"Task {view.id} is not waiting for input (state {view.state})", taskId=view.id
-            )
-        envelope = build(self, view, rec, message, principal)
-        view.history.append(
-            msgspec.structs.replace(message, task_id=view.id, context_id=view.context_id)
-        )
+        message = msgspec.structs.replace(message, task_id=view.id, context_id=view.context_id)
+        build = follow_ups.answer_builder(rec.state)
+        if build is None:  # working, and asked nothing: the task keeps the message
+            await self._keep_message(view, rec, message)
+            return view, view.subscribe()
+        cls, payload = build(view, rec, message, principal)
+        envelope = self._envelope(cls, payload, principal)
+        view.history.append(message)
         queue = view.subscribe()
         try:
             reply = await self.protocol.handle_message(envelope)
@@ -469,33 +461,15 @@ class A2AService:
                 view.set_status(mapping.a2a_state(state))
         return view, queue
 
-    def _info_provided(
-        self, view: A2ATask, rec: TaskRecord, message: wire.Message, principal: str
-    ) -> Message:
-        fields = mapping.info_fields(message, rec.need_info)
-        payload = TaskInfoProvidedPayload(task_id=view.id, fields=fields)
-        return self._envelope(TaskInfoProvided, payload, principal)
-
-    def _human_decision(
-        self, view: A2ATask, rec: TaskRecord, message: wire.Message, principal: str
-    ) -> Message:
-        approve, fields, reason, notes = mapping.decision_of(message)
-        if rec.need_human_id is None:
-            raise unsupported(f"Task {view.id} has no pending decision", taskId=view.id)
-        decision = HumanDecisionPayload(
-            task_id=view.id,
-            decision_id=f"dec-{new_message_id()[4:]}",
-            reply_to=rec.need_human_id,
-            decided_by=DecidedBy(user_id=principal),
-            decision=Decision(
-                action=DecisionAction.APPROVE if approve else DecisionAction.REJECT,
-                approved_fields=fields,
-                rejection_reason=reason,
-            ),
-            notes=notes,
-            timestamp=datetime.now(UTC),
-        )
-        return self._envelope(HumanDecision, decision, principal)
+    async def _keep_message(self, view: A2ATask, rec: TaskRecord, message: wire.Message) -> None:
+        """Keep a follow-up to a working task: durably, in its audit trail, before answering."""
+        if follow_ups.already_kept(rec, message):
+            return  # a retry of a message kept already
+        follow_ups.check_room(view, rec)
+        detail = follow_ups.note_detail(message)
+        await self.protocol.note_task(view.key, follow_ups.FOLLOW_UP_NOTE, detail)
+        if not view.is_terminal:
+            view.history.append(message)
 
     async def cancel(self, view: A2ATask, metadata: Mapping[str, Any] | None = None) -> wire.Task:
         if view.is_terminal:
@@ -768,27 +742,6 @@ class _RequesterSink:
 
     async def send_callback(self, partner: str, message: Message, *, retry: bool = True) -> Message:
         return self.server.on_callback(partner, message)
-
-
-#: Builds the envelope a follow-up message becomes: (service, view, record, message, principal).
-_FollowUp = Callable[[A2AService, A2ATask, TaskRecord, wire.Message, str], Message]
-
-#: What an A2A follow-up message becomes, for each requester-to-executor message type that
-#: answers an interruption. Which one applies is not decided here but by the executor's
-#: transition table: the type the task's state lets it receive.
-_FOLLOW_UPS: Mapping[MessageType, _FollowUp] = {
-    MessageType.TASK_INFO_PROVIDED: A2AService._info_provided,
-    MessageType.HUMAN_DECISION: A2AService._human_decision,
-}
-
-
-def _follow_up_builder(state: TaskState) -> _FollowUp | None:
-    """The builder for a follow-up to a task in `state` (executor side), if it takes one."""
-    for event in allowed_events(Role.EXECUTOR, state):
-        build = _FOLLOW_UPS.get(event.message_type) if event.message_type else None
-        if build is not None and event.value.startswith("recv "):
-            return build
-    return None
 
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from synapse.a2a import mapping, wire
-from synapse.p2p.engine import TaskKey, TaskRecord
+from synapse.p2p.engine import AuditEntry, TaskKey, TaskRecord
 from synapse.p2p.packed import Packer
 from synapse.types import (
     Message,
@@ -473,6 +473,24 @@ def notification_of(view: A2ATask, message: Message) -> wire.StreamResponse:
     )
 
 
+#: The audit action of a follow-up message kept by a working task
+#: (`synapse.a2a.server.follow_ups`); its detail is `{"message": <the A2A message, as JSON>}`.
+FOLLOW_UP_NOTE = "a2a_message"
+
+
+def kept_messages(audit: Iterable[AuditEntry]) -> list[wire.Message]:
+    """The follow-up messages a task kept, in the order they came, from its audit trail."""
+    kept: list[wire.Message] = []
+    for entry in audit:
+        if entry.action != FOLLOW_UP_NOTE:
+            continue
+        try:
+            kept.append(msgspec.convert(entry.detail.get("message"), wire.Message))
+        except msgspec.ValidationError:
+            continue  # not one of ours: a handler's own note of the same name
+    return kept
+
+
 def view_of_record(rec: TaskRecord) -> A2ATask:
     meta: dict[str, Any] = {}
     if rec.context is not None:
@@ -490,6 +508,7 @@ def view_of_record(rec: TaskRecord) -> A2ATask:
         view.history.append(first)
     except msgspec.ValidationError:
         pass
+    view.history.extend(kept_messages(rec.audit))
     for raw in meta.get("push") or []:
         try:
             config = msgspec.convert(raw, wire.TaskPushNotificationConfig)
@@ -565,12 +584,14 @@ def apply_callback(view: A2ATask, message: Message) -> None:
 
 __all__ = [
     "CONTEXT_KEY",
+    "FOLLOW_UP_NOTE",
     "REQUESTER_PREFIX",
     "A2ATask",
     "Queued",
     "Subscription",
     "apply_callback",
     "context_data",
+    "kept_messages",
     "notification_of",
     "view_of_record",
 ]

@@ -1,0 +1,214 @@
+"""A follow-up message to a task that is working and asked nothing: kept, durably, in the
+task's history and for its handler; a retry kept once; a reused messageId refused; a bound on
+how many one task keeps; and still there after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2akit import fast_config
+
+from synapse import ExecutionContext, TaskResult, Validation
+from synapse.a2a import enable_a2a, follow_up_messages
+from synapse.a2a.server.follow_ups import MAX_FOLLOW_UP_MESSAGES
+from synapse.store import SqliteStore
+from synapse.transport.peer import Peer
+
+V1 = {"A2A-Version": "1.0"}
+
+
+class ListeningHandler:
+    """`listen` works until the test lets it finish, then answers with the texts of the
+    messages sent to it meanwhile."""
+
+    def __init__(self) -> None:
+        self.finish = asyncio.Event()
+
+    def get_capabilities(self) -> list[str]:
+        return ["listen"]
+
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
+        return Validation()
+
+    async def execute_task(
+        self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
+    ) -> TaskResult:
+        await ctx.progress(10, "listening")
+        await self.finish.wait()
+        heard = [part.text for m in follow_up_messages(ctx) for part in m.parts if part.text]
+        return TaskResult(output_type="json", output={"heard": heard})
+
+
+async def rpc(base: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    request = {"jsonrpc": "2.0", "id": "1", "method": method, "params": params}
+    async with httpx.AsyncClient(timeout=10) as http:
+        answer: dict[str, Any] = (await http.post(f"{base}/a2a", json=request, headers=V1)).json()
+    return answer
+
+
+def message(text: str, message_id: str, **more: Any) -> dict[str, Any]:
+    return {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}], **more}
+
+
+def user_texts(task: dict[str, Any]) -> list[str]:
+    return [m["parts"][0]["text"] for m in task["history"] if m["role"] == "ROLE_USER"]
+
+
+async def start_working(base: str) -> str:
+    """A `listen` task, returned once the handler reported it works."""
+    sent = await rpc(
+        base,
+        "SendMessage",
+        {"message": message("start", "first"), "configuration": {"returnImmediately": True}},
+    )
+    task_id: str = sent["result"]["task"]["id"]
+    stream = {"jsonrpc": "2.0", "id": "2", "method": "SubscribeToTask", "params": {"id": task_id}}
+    async with (
+        httpx.AsyncClient(timeout=10) as http,
+        http.stream("POST", f"{base}/a2a", json=stream, headers=V1) as response,
+    ):
+        async for line in response.aiter_lines():
+            if "TASK_STATE_WORKING" in line:
+                break
+    return task_id
+
+
+@pytest.fixture
+async def listening(tmp_path: Path) -> AsyncIterator[tuple[ListeningHandler, Path]]:
+    yield ListeningHandler(), tmp_path / "store.db"
+
+
+async def started(handler: ListeningHandler, path: Path) -> tuple[Peer, str]:
+    peer = Peer("agent-l", handler=handler, config=fast_config(), store=SqliteStore(path))
+    enable_a2a(peer, default_task_type="listen")
+    await peer.start()
+    return peer, f"http://127.0.0.1:{peer.port}"
+
+
+async def test_a_working_task_keeps_follow_ups_for_its_handler(
+    listening: tuple[ListeningHandler, Path],
+) -> None:
+    handler, path = listening
+    peer, base = await started(handler, path)
+    try:
+        task_id = await start_working(base)
+        for n in (1, 2):
+            answer = await rpc(
+                base,
+                "SendMessage",
+                {
+                    "message": message(f"also {n}", f"more-{n}", taskId=task_id),
+                    "configuration": {"returnImmediately": True},
+                },
+            )
+            task = answer["result"]["task"]
+            assert task["status"]["state"] == "TASK_STATE_WORKING"  # no state change
+            assert task["history"][-1]["parts"] == [{"text": f"also {n}"}]
+        # A retry of the same message is kept once; the same id on another message is refused.
+        again = await rpc(
+            base,
+            "SendMessage",
+            {
+                "message": message("also 2", "more-2", taskId=task_id),
+                "configuration": {"returnImmediately": True},
+            },
+        )
+        assert again["result"]["task"]["id"] == task_id
+        reused = await rpc(
+            base,
+            "SendMessage",
+            {"message": message("other", "more-2", taskId=task_id)},
+        )
+        assert reused["error"]["code"] == -32602
+        assert "already used for another message" in reused["error"]["message"]
+        got = await rpc(base, "GetTask", {"id": task_id})
+        texts = [
+            m["parts"][0]["text"] for m in got["result"]["history"] if m["role"] == "ROLE_USER"
+        ]
+        assert texts == ["start", "also 1", "also 2"]
+        # A blocking follow-up waits for the task's end, like any blocking SendMessage.
+        blocking = asyncio.ensure_future(
+            rpc(base, "SendMessage", {"message": message("last", "more-3", taskId=task_id)})
+        )
+        # It is seen in the history once kept, and it waits from the same step on.
+        async with asyncio.timeout(10):
+            while True:
+                got = await rpc(base, "GetTask", {"id": task_id})
+                if got["result"]["history"][-1]["parts"] == [{"text": "last"}]:
+                    break
+        handler.finish.set()
+        done = (await blocking)["result"]["task"]
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+        output = done["artifacts"][0]["parts"][0]["data"]
+        assert output == {"heard": ["also 1", "also 2", "last"]}
+        ended = await rpc(
+            base, "SendMessage", {"message": message("late", "more-4", taskId=task_id)}
+        )
+        assert ended["error"]["code"] == -32004  # a terminal task takes nothing
+    finally:
+        await peer.close(drain_timeout=0.2)
+
+
+async def test_kept_follow_ups_survive_a_restart(
+    listening: tuple[ListeningHandler, Path],
+) -> None:
+    handler, path = listening
+    peer, base = await started(handler, path)
+    try:
+        task_id = await start_working(base)
+        answer = await rpc(
+            base,
+            "SendMessage",
+            {
+                "message": message("remember me", "kept-1", taskId=task_id),
+                "configuration": {"returnImmediately": True},
+            },
+        )
+        assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING"
+    finally:
+        await peer.close(drain_timeout=0.1)
+    handler = ListeningHandler()
+    handler.finish.set()  # the resumed handler finishes at once
+    peer, base = await started(handler, path)
+    try:
+        got = await rpc(base, "GetTask", {"id": task_id})
+        texts = [
+            m["parts"][0]["text"] for m in got["result"]["history"] if m["role"] == "ROLE_USER"
+        ]
+        assert texts[:2] == ["start", "remember me"]
+    finally:
+        await peer.close(drain_timeout=0.2)
+
+
+async def test_a_task_keeps_a_bounded_number_of_follow_ups(
+    listening: tuple[ListeningHandler, Path],
+) -> None:
+    handler, path = listening
+    peer, base = await started(handler, path)
+    try:
+        task_id = await start_working(base)
+        for n in range(MAX_FOLLOW_UP_MESSAGES):
+            answer = await rpc(
+                base,
+                "SendMessage",
+                {
+                    "message": message(f"m{n}", f"id-{n}", taskId=task_id),
+                    "configuration": {"returnImmediately": True},
+                },
+            )
+            assert "result" in answer, answer
+        refused = await rpc(
+            base,
+            "SendMessage",
+            {"message": message("one more", "id-over", taskId=task_id)},
+        )
+        assert refused["error"]["code"] == -32004
+        assert str(MAX_FOLLOW_UP_MESSAGES) in refused["error"]["message"]
+        handler.finish.set()
+    finally:
+        await peer.close(drain_timeout=0.2)
