@@ -58,6 +58,11 @@ class AuditEntry:
     #: The id of the message that carried it.
     message_id: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    #: The hash chain (`synapse.p2p.audit`): the previous entry's `digest` ("" for the
+    #: first), and this entry's SHA-256 over it and the fields above. "" in entries written
+    #: before the chain existed.
+    prev: str = ""
+    digest: str = ""
 
 
 class TaskKey(msgspec.Struct, frozen=True, gc=False):

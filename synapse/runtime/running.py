@@ -8,9 +8,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from synapse.p2p.audit import append_audit
 from synapse.p2p.commands import Complete, Fail, ReportStatus, RequestHuman, RequestInfo
 from synapse.p2p.engine import (
-    AuditEntry,
     StartExecution,
     TaskKey,
     TaskRecord,
@@ -75,7 +75,7 @@ class HandlerRunning(RuntimeBase):
         rec = self.engine.get(key)
         if rec is None:
             return False
-        rec.audit.append(AuditEntry(self.clock(), self.engine.agent_id, action, None, dict(detail)))
+        append_audit(rec.audit, self.clock(), self.engine.agent_id, action, None, detail)
         self.store.put_task(rec, [])
         return True
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from synapse.logs import get_logger
+from synapse.p2p.audit import append_audit
 from synapse.p2p.commands import Cancel, Decide, ProvideInfo, StartDeciding
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.delivery import TaskQueue
@@ -36,7 +37,7 @@ from synapse.p2p.states import Event
 from synapse.runtime.handler import (
     TaskHandler,
 )
-from synapse.runtime.listener import AuditEntry, Direction, Listeners, MessageEvent
+from synapse.runtime.listener import Direction, Listeners, MessageEvent
 from synapse.runtime.sender import CallbackSender, DeliveryError
 from synapse.runtime.stream import EventStream
 from synapse.runtime.view import RuntimeView
@@ -249,8 +250,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
     def _audit(self, step: Step, actor: str, action: str, detail: dict[str, Any]) -> None:
         # Before `apply`, which stores the record: the entry is durable with the answer.
         message_id = step.outgoing[0].message.id if step.outgoing else None
-        entry = AuditEntry(self._runtime.clock(), actor, action, message_id, detail)
-        self.record.audit.append(entry)
+        append_audit(self.record.audit, self._runtime.clock(), actor, action, message_id, detail)
 
     async def approve(self, approved_fields: Mapping[str, Any] | None = None, **kw: Any) -> None:
         await self.decide(DecisionAction.APPROVE, approved_fields=approved_fields, **kw)

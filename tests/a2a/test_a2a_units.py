@@ -191,13 +191,14 @@ def test_interfaces_prefer_1_0_and_refuse_0_3() -> None:
 
 
 def test_follow_up_dispatch_is_derived_from_the_executor_transition_table() -> None:
-    from synapse.a2a.server.service import A2AService, _follow_up_builder
+    from synapse.a2a.server.follow_ups import answer_builder
     from synapse.p2p.states import TRANSITIONS, Role
 
-    assert _follow_up_builder(TaskState.INFO_NEEDED) is A2AService._info_provided
-    assert _follow_up_builder(TaskState.NEED_HUMAN) is A2AService._human_decision
-    # Every other state of the executor's table takes no follow-up; `human_deciding` is a
-    # requester-only state and so takes none either.
+    info, human = answer_builder(TaskState.INFO_NEEDED), answer_builder(TaskState.NEED_HUMAN)
+    assert info is not None and info.__name__ == "_info_provided"
+    assert human is not None and human.__name__ == "_human_decision"
+    # Every other state of the executor's table takes no answer (a working one keeps the
+    # message for its handler); `human_deciding` is a requester-only state: none either.
     for state in [*TRANSITIONS[Role.EXECUTOR], TaskState.HUMAN_DECIDING]:
         if state not in (TaskState.INFO_NEEDED, TaskState.NEED_HUMAN):
-            assert _follow_up_builder(state) is None, state
+            assert answer_builder(state) is None, state
