@@ -31,6 +31,8 @@ ALLOWED: dict[str, set[str]] = {
     "router": {"types", "p2p", "store", "runtime", "transport", "a2a", "logs", "top"},
     # MCP in front of Synapse peers and A2A agents, and MCP tools as a handler.
     "mcp": {"types", "p2p", "store", "runtime", "transport", "a2a", "logs", "top"},
+    # People told of questions, deciding from links: on the peer, beside the console.
+    "humans": {"types", "p2p", "store", "runtime", "transport", "ops", "logs", "top"},
     "cli": {
         "types",
         "p2p",
@@ -43,6 +45,7 @@ ALLOWED: dict[str, set[str]] = {
         "ops",
         "router",
         "mcp",
+        "humans",
         "logs",
         "top",
     },

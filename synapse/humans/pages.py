@@ -1,0 +1,228 @@
+"""The pages a signed link opens, on the peer's own app: `GET {path}/links/{token}` shows the
+question and a confirmation form and changes nothing but the audit trail's `human.viewed` (so
+a mail scanner that fetches every link decides nothing); `POST` to the same URL decides.
+
+A forged link is answered 403, an expired one 410, one used already (or a question answered
+already) 409, and a refused answer 400, each with a page saying why and nothing changed.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from synapse.humans.decisions import DecisionRefused, HumansHost, answer, defaults, link_used
+from synapse.humans.links import Link, LinkRefused, LinkSigner
+from synapse.humans.question import VIEWED, Question
+from synapse.logs import get_logger
+from synapse.p2p.engine import TaskRecord
+
+log = get_logger("synapse.humans")
+
+#: Links carry their capability in the URL: never cached, never sent on as a Referer.
+HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+    ),
+}
+STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:42rem;margin:2rem auto;padding:0 1rem;"
+    "color:#1d232a}h1{font-size:1.4rem}dt{font-weight:600;margin-top:.5rem}"
+    "label{display:block;margin-top:.8rem;font-weight:600}input,textarea{width:100%;"
+    "padding:.4rem;font:inherit;box-sizing:border-box}.opt{color:#56606b;font-size:.9rem}"
+    "button{margin:1rem .5rem 0 0;padding:.5rem 1.2rem;font:inherit;border-radius:4px;"
+    "border:1px solid #8893a0;cursor:pointer}.approve{background:#1f7a3a;color:#fff}"
+    ".reject{background:#a32020;color:#fff}.notice{padding:1rem;border-radius:4px;"
+    "background:#eef3f8}.refused{background:#fbeaea}"
+)
+#: Form bodies larger than this are refused.
+MAX_FORM = 64 * 1024
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _page(title: str, body: str, status: int = 200) -> web.Response:
+    text = (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<meta name=viewport content='width=device-width,initial-scale=1'>"
+        f"<title>{_e(title)}</title><style>{STYLE}</style></head>"
+        f"<body><h1>{_e(title)}</h1>{body}</body></html>"
+    )
+    return web.Response(text=text, status=status, content_type="text/html", headers=HEADERS)
+
+
+def _refused(status: int, reason: str) -> web.Response:
+    return _page("Nothing was decided", f"<p class='notice refused'>{_e(reason)}</p>", status)
+
+
+def _facts(question: Question) -> str:
+    rec = question.rec
+    rows = [
+        ("Task", f"{rec.task_id} ({rec.task.type})"),
+        ("Partner", rec.partner),
+        ("Reason", f"{question.reason_code}: {question.reason}".rstrip(": ")),
+    ]
+    if question.summary:
+        rows.append(("Summary", question.summary))
+    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows) + "</dl>"
+
+
+def _option_notes(question: Question, name: str) -> str:
+    notes = [
+        (f"{o.confidence:g}% " if o.confidence is not None else "") + o.pros_cons
+        for o in question.options
+        if o.field == name and (o.pros_cons or o.confidence is not None)
+    ]
+    return "".join(f"<div class=opt>{_e(n)}</div>" for n in notes)
+
+
+def _form(question: Question, link: Link) -> str:
+    """The confirmation form of `link`'s action."""
+    parts = ["<form method=post>"]
+    if question.kind == "need_info":
+        for name, why in question.missing:
+            asked = question.rec.need_info.missing_fields if question.rec.need_info else []
+            suggested = next((f.suggested_value for f in asked if f.field == name), None)
+            value = "" if suggested is None else json.dumps(suggested)
+            parts.append(
+                f"<label for='f-{_e(name)}'>{_e(name)}</label>"
+                f"<div class=opt>{_e(why)}</div>"
+                f"<input id='f-{_e(name)}' name='field:{_e(name)}' value='{_e(value)}'>"
+            )
+        parts.append("<label for=notes>Notes</label><textarea id=notes name=notes></textarea>")
+        parts.append("<button class=approve name=decision value=provide>Send</button>")
+        return "".join(parts) + "</form>"
+    proposed = defaults(question)
+    editable = link.action == "form"
+    for name, value in proposed.items():
+        shown = json.dumps(value)
+        if editable:
+            parts.append(
+                f"<label for='f-{_e(name)}'>{_e(name)}</label>{_option_notes(question, name)}"
+                f"<input id='f-{_e(name)}' name='field:{_e(name)}' value='{_e(shown)}'>"
+            )
+        else:
+            parts.append(
+                f"<label>{_e(name)}</label>{_option_notes(question, name)}<div>{_e(shown)}</div>"
+            )
+    if link.action in ("reject", "form"):
+        parts.append(
+            "<label for=reason>Reason for a rejection</label>"
+            "<textarea id=reason name=reason></textarea>"
+        )
+    parts.append("<label for=notes>Notes</label><textarea id=notes name=notes></textarea>")
+    if link.action in ("approve", "form"):
+        parts.append("<button class=approve name=decision value=approve>Approve</button>")
+    if link.action in ("reject", "form"):
+        parts.append("<button class=reject name=decision value=reject>Reject</button>")
+    return "".join(parts) + "</form>"
+
+
+class PagesHost(HumansHost, Protocol):
+    """What the pages need of `Humans`."""
+
+    links: LinkSigner
+
+    def clock(self) -> float: ...
+
+    def record(self, task_id: str) -> TaskRecord | None: ...
+
+    def question_of(self, rec: TaskRecord) -> Question | None: ...
+
+
+class LinkPages:
+    def __init__(self, humans: PagesHost) -> None:
+        self.humans = humans
+
+    def _open(self, request: web.Request) -> tuple[Link, Question]:
+        humans = self.humans
+        link = humans.links.read(request.match_info["token"], humans.clock())
+        rec = humans.record(link.task_id)
+        if rec is None:
+            raise LinkRefused(404, "this task is not known here (any more)")
+        question = humans.question_of(rec)
+        if question is None:
+            raise LinkRefused(409, f"this question was answered already: the task is {rec.state}")
+        if link_used(question, link.nonce):
+            raise LinkRefused(409, "this link was used already")
+        return link, question
+
+    async def view(self, request: web.Request) -> web.Response:
+        try:
+            link, question = self._open(request)
+        except LinkRefused as exc:
+            return _refused(exc.status, exc.reason)
+        viewed = any(e.detail.get("nonce") == link.nonce for e in question.entries(VIEWED))
+        if not viewed:  # who opened what: once per link
+            detail = {
+                "question": question.id,
+                "nonce": link.nonce,
+                "reviewer": link.reviewer,
+                "link": link.action,
+            }
+            await self.humans.protocol.note_task(question.rec.key, VIEWED, detail)
+        title = {
+            "approve": "Approve this decision?",
+            "reject": "Reject this decision?",
+            "form": "A decision waits for you"
+            if question.kind == "need_human"
+            else "Information is asked for",
+        }[link.action]
+        return _page(title, _facts(question) + _form(question, link))
+
+    async def decide(self, request: web.Request) -> web.Response:
+        try:
+            link, question = self._open(request)
+        except LinkRefused as exc:
+            return _refused(exc.status, exc.reason)
+        if (request.content_length or 0) > MAX_FORM:
+            return _refused(413, "this form is too large")
+        form = await request.post()
+        decision = str(form.get("decision", ""))
+        if link.action != "form" and decision != link.action:
+            return _refused(400, f"this link can only {link.action}")
+        fields: dict[str, Any] = {}
+        if link.action == "form":
+            for name, raw in form.items():
+                if name.startswith("field:"):
+                    fields[name[len("field:") :]] = _value(str(raw))
+        try:
+            said = await answer(
+                self.humans,
+                question,
+                link,
+                decision=decision,
+                fields=fields,
+                reason=str(form.get("reason", "")),
+                notes=str(form.get("notes", "")),
+            )
+        except DecisionRefused as exc:
+            return _refused(exc.status, exc.reason)
+        return _page("Done", f"<p class=notice>{_e(said)}</p>")
+
+
+def _value(raw: str) -> Any:
+    """A form field's value: JSON if it reads as JSON (`1024`, `true`, `"x"`), else the text."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def add_routes(app: web.Application, humans: PagesHost) -> None:
+    pages = LinkPages(humans)
+    path = humans.config.path.rstrip("/")
+    app.router.add_get(f"{path}/links/{{token}}", pages.view)
+    app.router.add_post(f"{path}/links/{{token}}", pages.decide)
+
+
+__all__ = ["HEADERS", "LinkPages", "PagesHost", "add_routes"]

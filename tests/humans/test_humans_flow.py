@@ -1,0 +1,407 @@
+"""Human decisions where the people are, between two real peers over loopback HTTP: the
+requester's people get an e-mail (a real SMTP server: STARTTLS and login) and webhooks (the
+generic JSON, Slack's and Teams' formats); a signed link decides after its confirmation page;
+forged, replayed and expired links, and an edit its schema refuses, change nothing; a quorum
+sends one decision; an unanswered question escalates and times out by policy; need_info is
+answered from a form; every step is in the task's hash-chained audit trail."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from approval_handler import ApprovalHandler
+from humanskit import (
+    SMTP_PASSWORD,
+    SMTP_USER,
+    HookReceiver,
+    SmtpServer,
+    links_of,
+    start_hooks,
+    start_smtp,
+)
+
+from synapse.humans import (
+    Channel,
+    Humans,
+    HumansConfig,
+    Level,
+    Reviewer,
+    Route,
+    enable_humans,
+)
+from synapse.humans.links import LinkSigner
+from synapse.p2p.audit import verify_chain
+from synapse.p2p.config import P2PConfig
+from synapse.runtime.runtime_base import Outcome
+from synapse.transport.peer import Peer
+from synapse.types import MessageType, TaskState
+
+SECRET = "humans-shared-secret-0123456789"
+LINK_KEY = b"link-key-of-the-tests-0123456789"
+CONFIG = P2PConfig(heartbeat_interval=3600.0)
+SCHEMA = {
+    "type": "object",
+    "properties": {"width": {"type": "integer", "maximum": 2048}, "style": {"type": "string"}},
+}
+REVIEWERS = {
+    "alice": Reviewer("alice", "Alice", "alice@example.com", "art-director"),
+    "bob": Reviewer("bob", "Bob", "bob@example.com"),
+    "carol": Reviewer("carol", "Carol", "carol@example.com"),
+    "dave": Reviewer("dave", "Dave", "dave@example.com", "lead"),
+}
+
+
+@pytest.fixture
+async def smtp(tmp_path: Path) -> AsyncIterator[SmtpServer]:
+    server = start_smtp(tmp_path)
+    try:
+        yield server
+    finally:
+        server.controller.stop()
+
+
+@pytest.fixture
+async def hooks() -> AsyncIterator[HookReceiver]:
+    receiver = await start_hooks()
+    try:
+        yield receiver
+    finally:
+        await receiver.close()
+
+
+def channels(smtp: SmtpServer, hooks: HookReceiver) -> dict[str, Channel]:
+    return {
+        "mail": Channel(
+            "mail",
+            "email",
+            smtp_host=smtp.host,
+            smtp_port=smtp.port,
+            username=SMTP_USER,
+            password=SMTP_PASSWORD,
+            sender="synapse@example.com",
+            ca_file=str(smtp.ca_file),
+        ),
+        "hook": Channel("hook", "webhook", url=f"{hooks.url}/generic"),
+        "slack": Channel("slack", "slack", url=f"{hooks.url}/slack"),
+        "teams": Channel("teams", "teams", url=f"{hooks.url}/teams"),
+    }
+
+
+@dataclass
+class Setup:
+    requester: Peer
+    executor: Peer
+    humans: Humans
+
+    def audit(self, task_id: str) -> list[Any]:
+        rec = self.humans.record(task_id)
+        assert rec is not None
+        return list(rec.audit)
+
+    def state(self, task_id: str) -> TaskState:
+        rec = self.humans.record(task_id)
+        assert rec is not None
+        return rec.state
+
+
+@asynccontextmanager
+async def peers(route: Route, smtp: SmtpServer, hooks: HookReceiver) -> AsyncIterator[Setup]:
+    config = HumansConfig(
+        link_secret=LINK_KEY,
+        routes=(route,),
+        reviewers=REVIEWERS,
+        channels=channels(smtp, hooks),
+    )
+    requester = Peer("agent-r", config=CONFIG)
+    humans = enable_humans(requester, config)
+    executor = Peer("agent-e", handler=ApprovalHandler(), config=CONFIG)
+    async with requester, executor:
+        requester.add_partner("agent-e", executor.endpoint, (SECRET,))
+        executor.add_partner("agent-r", requester.endpoint, (SECRET,))
+        await humans.start()
+        try:
+            yield Setup(requester, executor, humans)
+        finally:
+            await humans.close()
+
+
+def one_level(**route: Any) -> Route:
+    level = Level(reviewers=("alice",), channels=("mail", "hook", "slack", "teams"))
+    return Route(
+        name="portraits",
+        levels=(level,),
+        task_types=frozenset({"portrait_review"}),
+        schema=SCHEMA,
+        **route,
+    )
+
+
+async def get(url: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=10) as http:
+        return await http.get(url)
+
+
+async def post(url: str, **form: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=10) as http:
+        return await http.post(url, data=form)
+
+
+def output(outcome: Outcome) -> Any:
+    assert outcome.result is not None, outcome
+    return outcome.result.output
+
+
+def answers(audit: list[Any]) -> list[Any]:
+    """The entries that are not the delivery's own bookkeeping (written as it goes on)."""
+    return [e for e in audit if e.action not in ("human.queued", "human.notified")]
+
+
+def actions(audit: list[Any]) -> list[str]:
+    return [e.action for e in audit]
+
+
+async def test_one_email_and_webhooks_then_the_approve_link_completes_the_task(
+    smtp: SmtpServer, hooks: HookReceiver
+) -> None:
+    async with peers(one_level(), smtp, hooks) as setup:
+        handle = await setup.requester.submit(
+            "agent-e", "portrait_review", {"subject": "Ada", "deadline_seconds": 600}
+        )
+        (mail,) = await smtp.box.wait(1)
+        assert smtp.box.tls == [True] and smtp.box.logins == [SMTP_USER]
+        assert mail["To"] == "alice@example.com"
+        assert handle.task_id in mail["Subject"] and "portrait_review" in mail["Subject"]
+        text = mail.get_body(preferencelist=("plain",)).get_content()
+        for said in (
+            "low_confidence",
+            "two widths fit",
+            "width = 1024",
+            "sharper, slower",
+            "confidence 80%",
+            "Decide before",
+        ):
+            assert said in text, said
+        generic = (await hooks.wait(1, "/generic"))[0]
+        slack = (await hooks.wait(1, "/slack"))[0]
+        teams = (await hooks.wait(1, "/teams"))[0]
+        # The generic body, and its idempotency key (the same as the e-mail's, per channel).
+        assert generic.body["event"] == "synapse.human.notify"
+        assert generic.body["task_id"] == handle.task_id
+        assert generic.body["reason"] == {
+            "code": "low_confidence",
+            "message": "two widths fit the brief",
+        }
+        assert {o["value"] for o in generic.body["options"]} == {1024, 512, "oil"}
+        assert generic.headers["Idempotency-Key"] == generic.body["idempotency_key"]
+        assert set(generic.body["links"]) == {"approve", "reject", "form"}
+        # Slack: an incoming-webhook message, `text` plus Block Kit blocks with URL buttons.
+        assert isinstance(slack.body["text"], str) and slack.body["text"]
+        kinds = [b["type"] for b in slack.body["blocks"]]
+        assert kinds[0] == "header" and "section" in kinds and kinds[-1] == "actions"
+        buttons = slack.body["blocks"][-1]["elements"]
+        assert {b["type"] for b in buttons} == {"button"}
+        assert all(
+            b["url"].startswith("http") and b["text"]["type"] == "plain_text" for b in buttons
+        )
+        # Teams: a message carrying one Adaptive Card with OpenUrl actions.
+        assert teams.body["type"] == "message"
+        (attachment,) = teams.body["attachments"]
+        assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
+        card = attachment["content"]
+        assert card["type"] == "AdaptiveCard" and card["version"] == "1.4"
+        assert {a["type"] for a in card["actions"]} == {"Action.OpenUrl"}
+
+        approve = links_of(mail)["approve"]
+        page = await get(approve)  # the confirmation page: no decision on GET
+        assert page.status_code == 200 and "Approve this decision?" in page.text
+        assert page.headers["Cache-Control"] == "no-store"
+        assert setup.state(handle.task_id) is TaskState.NEED_HUMAN
+        assert "human.viewed" in actions(setup.audit(handle.task_id))
+        done = await post(approve, decision="approve")
+        assert done.status_code == 200 and "approved" in done.text
+        outcome = await handle.result(timeout=10)
+        assert output(outcome) == {"approved": {"width": 1024, "style": "oil"}, "by": "alice"}
+        audit = setup.audit(handle.task_id)
+        trail = actions(audit)
+        assert trail.count("human.queued") == 4 and trail.count("human.notified") == 4
+        assert trail.index("human.link_used") < trail.index("approve")
+        assert verify_chain(audit).intact
+
+
+async def test_forged_replayed_and_expired_links_change_nothing(
+    smtp: SmtpServer, hooks: HookReceiver
+) -> None:
+    async with peers(one_level(quorum=2), smtp, hooks) as setup:
+        handle = await setup.requester.submit(
+            "agent-e", "portrait_review", {"subject": "Bo", "deadline_seconds": 600}
+        )
+        (mail,) = await smtp.box.wait(1)
+        approve = links_of(mail)["approve"]
+        token = approve.rsplit("/", 1)[1]
+        before = answers(setup.audit(handle.task_id))
+
+        forged = approve[:-3] + ("AAA" if not approve.endswith("AAA") else "BBB")
+        for response in (await get(forged), await post(forged, decision="approve")):
+            assert response.status_code == 403 and "signature" in response.text
+        other = LinkSigner(b"somebody-elses-key-0123456789").sign(
+            handle.task_id, "approve", "alice", time.time() + 600
+        )
+        assert (await post(approve.replace(token, other), decision="approve")).status_code == 403
+        expired = LinkSigner(LINK_KEY).sign(handle.task_id, "approve", "alice", time.time() - 1)
+        response = await post(approve.replace(token, expired), decision="approve")
+        assert response.status_code == 410 and "expired" in response.text
+        assert answers(setup.audit(handle.task_id)) == before  # nothing written
+
+        first = await post(approve, decision="approve")  # 1 of 2: recorded, not sent
+        assert first.status_code == 200 and "1 of 2" in first.text
+        replay = await post(approve, decision="approve")
+        assert replay.status_code == 409 and "used already" in replay.text
+        assert setup.state(handle.task_id) is TaskState.NEED_HUMAN
+        assert actions(setup.audit(handle.task_id)).count("human.approval") == 1
+        await handle.cancel("done with this test")
+
+
+async def test_an_edit_its_schema_refuses_changes_nothing_and_a_good_one_is_sent(
+    smtp: SmtpServer, hooks: HookReceiver
+) -> None:
+    async with peers(one_level(), smtp, hooks) as setup:
+        handle = await setup.requester.submit(
+            "agent-e", "portrait_review", {"subject": "Cy", "deadline_seconds": 600}
+        )
+        (mail,) = await smtp.box.wait(1)
+        form = links_of(mail)["form"]
+        page = await get(form)
+        assert "name='field:width'" in page.text and "1024" in page.text
+        before = answers(setup.audit(handle.task_id))
+        for value, why in (("4096", "maximum"), ('"wide"', "must be a int")):
+            refused = await post(form, decision="approve", **{"field:width": value})
+            assert refused.status_code == 400 and why in refused.text, refused.text
+        unknown = await post(form, decision="approve", **{"field:height": "3"})
+        assert unknown.status_code == 400
+        assert answers(setup.audit(handle.task_id)) == before
+        assert setup.state(handle.task_id) is TaskState.NEED_HUMAN
+        done = await post(
+            form, decision="approve", **{"field:width": "2000", "field:style": '"ink"'}
+        )
+        assert done.status_code == 200
+        outcome = await handle.result(timeout=10)
+        assert output(outcome)["approved"] == {"width": 2000, "style": "ink"}
+
+
+async def test_two_of_three_approvals_send_one_decision(
+    smtp: SmtpServer, hooks: HookReceiver
+) -> None:
+    level = Level(reviewers=("alice", "bob", "carol"), channels=("mail",))
+    route = Route(name="committee", levels=(level,), quorum=2)
+    async with peers(route, smtp, hooks) as setup:
+        sent: list[str] = []
+        setup.requester.protocol.listeners.append(_OnOut(sent))
+        handle = await setup.requester.submit(
+            "agent-e", "portrait_review", {"deadline_seconds": 600}
+        )
+        mails = await smtp.box.wait(3)
+        by_reviewer = {m["To"].split("@")[0]: links_of(m) for m in mails}
+        assert set(by_reviewer) == {"alice", "bob", "carol"}
+        assert "1 of 2" in (await post(by_reviewer["alice"]["approve"], decision="approve")).text
+        assert setup.state(handle.task_id) is TaskState.NEED_HUMAN
+        assert sent.count(MessageType.HUMAN_DECISION.value) == 0
+        done = await post(by_reviewer["bob"]["approve"], decision="approve")
+        assert done.status_code == 200 and "approved" in done.text
+        outcome = await handle.result(timeout=10)
+        assert output(outcome)["by"] == "bob"
+        assert sent.count(MessageType.HUMAN_DECISION.value) == 1
+        late = await post(by_reviewer["carol"]["approve"], decision="approve")
+        assert late.status_code == 409  # answered already
+        trail = actions(setup.audit(handle.task_id))
+        assert (
+            trail.count("human.approval") == 2 and verify_chain(setup.audit(handle.task_id)).intact
+        )
+
+
+async def test_a_named_role_decides_alone_and_others_are_recorded(
+    smtp: SmtpServer, hooks: HookReceiver
+) -> None:
+    level = Level(reviewers=("bob", "dave"), channels=("mail",))
+    route = Route(name="leads", levels=(level,), role="lead")
+    async with peers(route, smtp, hooks) as setup:
+        handle = await setup.requester.submit(
+            "agent-e", "portrait_review", {"deadline_seconds": 600}
+        )
+        mails = await smtp.box.wait(2)
+        by_reviewer = {m["To"].split("@")[0]: links_of(m) for m in mails}
+        recorded = await post(by_reviewer["bob"]["approve"], decision="approve")
+        assert "recorded" in recorded.text and setup.state(handle.task_id) is TaskState.NEED_HUMAN
+        await post(by_reviewer["dave"]["approve"], decision="approve")
+        assert output(await handle.result(timeout=10))["by"] == "dave"
+
+
+async def test_an_unanswered_question_escalates_then_times_out_by_policy(
+    smtp: SmtpServer, hooks: HookReceiver
+) -> None:
+    route = Route(
+        name="urgent",
+        levels=(
+            Level(reviewers=("alice",), channels=("mail",), within=1.0),
+            Level(reviewers=("bob",), channels=("mail", "hook")),
+        ),
+        reminders=(0.8,),
+        on_timeout="reject",
+    )
+    async with peers(route, smtp, hooks) as setup:
+        handle = await setup.requester.submit(
+            "agent-e", "portrait_review", {"deadline_seconds": 3.0}
+        )
+        mails = await smtp.box.wait(3)  # level 1, escalation to level 2, the reminder
+        assert [m["To"] for m in mails[:2]] == ["alice@example.com", "bob@example.com"]
+        assert "Escalated" in mails[1]["Subject"] and "Reminder" in mails[2]["Subject"]
+        assert (await hooks.wait(2, "/generic"))[0].body["event"] == "synapse.human.escalate"
+        outcome = await handle.result(timeout=15)
+        assert outcome.state is TaskState.FAILED and outcome.error is not None
+        assert outcome.error.code == "permission_denied"  # a rejection fails the task
+        audit = setup.audit(handle.task_id)
+        timeout = next(e for e in audit if e.action == "human.timeout")
+        assert timeout.detail["action"] == "reject"
+        decision = next(e for e in audit if e.action == "reject")
+        assert decision.actor == "policy:urgent"  # decided by the policy, not a person
+        assert verify_chain(audit).intact
+        # Links expire when the policy acts: a link of level 1 decides nothing now.
+        late = await post(links_of(mails[0])["approve"], decision="approve")
+        assert late.status_code == 410
+
+
+async def test_need_info_is_answered_from_the_form(smtp: SmtpServer, hooks: HookReceiver) -> None:
+    route = Route(name="info", levels=(Level(reviewers=("carol",), channels=("mail",)),))
+    async with peers(route, smtp, hooks) as setup:
+        handle = await setup.requester.submit("agent-e", "profile", {"deadline_seconds": 600})
+        (mail,) = await smtp.box.wait(1)
+        assert set(links_of(mail)) == {"form"}
+        form = links_of(mail)["form"]
+        assert (await post(form, decision="provide")).status_code == 400  # email missing
+        assert setup.state(handle.task_id) is TaskState.INFO_NEEDED
+        await post(form, decision="provide", **{"field:email": "carol@example.com"})
+        outcome = await handle.result(timeout=10)
+        assert output(outcome) == {"provided": {"email": "carol@example.com"}}
+
+
+class _OnOut:
+    """Counts the message types this peer POSTs."""
+
+    def __init__(self, sent: list[str]) -> None:
+        self.sent = sent
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        def ignore(*args: Any) -> None:
+            return None
+
+        return ignore
+
+    def on_message(self, event: Any) -> None:
+        if event.direction == "out":
+            self.sent.append(event.message.type)
