@@ -13,7 +13,7 @@ class Exit(IntEnum):
     OK = 0
     """Done; for `send`, the task completed."""
     TASK_UNSUCCESSFUL = 1
-    """`send`: the task failed, was rejected or was cancelled."""
+    """`send`: the task failed, was rejected or was cancelled; `audit`: the chain is broken."""
     USAGE = 2
     """Bad usage or settings, cannot connect or listen, or the partner refused the request."""
     INTERNAL = 70

@@ -147,6 +147,7 @@ def _run_serve(ctx: Context) -> int:
         http=s.http_limits(),
         ops=ops_serve_options(s),
         route=s.get(ROUTE),
+        humans=s.humans_config(),
     )
     if options.route is not None and options.handler is not None:
         raise CliError("--route and --handler exclude each other: a router runs no handler")
@@ -341,6 +342,22 @@ def _run_outbox(ctx: Context) -> int:
     )
 
 
+def _run_audit(ctx: Context) -> int:
+    from synapse.cli.audit import run_audit
+
+    args = ctx.args
+    store = ctx.settings.require(STORE)
+    ctx.logging(quiet=True)
+    return run_audit(
+        store,
+        args.task_id,
+        requester=args.requester,
+        export=args.export,
+        head=args.head,
+        out=ctx.out,
+    )
+
+
 def _run_schema(ctx: Context) -> int:
     from synapse.types.schema import UNION_FILE, message_schemas, render
 
@@ -391,6 +408,7 @@ def build_parser() -> Parser:
             "caps": _run_caps,
             "ping": _run_ping,
             "outbox": _run_outbox,
+            "audit": _run_audit,
             "schema": _run_schema,
             "demo": _run_demo,
             "mcp": _run_mcp,

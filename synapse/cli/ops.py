@@ -21,6 +21,7 @@ from synapse.logs import get_logger
 
 if TYPE_CHECKING:
     from synapse.a2a.server.app import A2AServer
+    from synapse.humans import Humans
     from synapse.p2p.engine import TaskRecord
     from synapse.transport.peer import Peer
 
@@ -81,7 +82,12 @@ def ops_serve_options(s: Settings) -> OpsOptions:
     return OpsOptions(console=console, console_tokens=tokens, otel=s.switch(OTEL))
 
 
-def serve_ops(peer: Peer, options: OpsOptions, a2a: A2AServer | None = None) -> str | None:
+def serve_ops(
+    peer: Peer,
+    options: OpsOptions,
+    a2a: A2AServer | None = None,
+    humans: Humans | None = None,
+) -> str | None:
     """Switch on what `options` says, before the peer starts (`a2a`'s push deliveries are
     counted in the metrics too); the generated console token (None if tokens were given or
     there is no console)."""
@@ -103,6 +109,8 @@ def serve_ops(peer: Peer, options: OpsOptions, a2a: A2AServer | None = None) -> 
         )
         if a2a is not None:
             console.add_panel("push", "Push deliveries", push_panel(a2a))
+        if humans is not None:
+            humans.attach_console(console)
     if options.otel:
         try:
             from synapse.ops.tracing import enable_tracing

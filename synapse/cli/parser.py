@@ -588,6 +588,36 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     _common(outbox)
     outbox.set_defaults(run=runs["outbox"])
 
+    audit = commands.add_parser(
+        "audit",
+        help="print a task's audit trail and verify its hash chain",
+        description="Print the audit trail of task TASK_ID from a store (who was told, who "
+        "opened which link, who decided what) and verify its hash chain: each entry carries "
+        "the digest of the one before, so a changed, removed or moved entry is found where it "
+        "is. `--head` checks that the chain still holds a digest printed before (so that "
+        "entries removed from its end are found too).",
+        epilog="Exit status: 0 the chain holds, 1 it is broken, 2 usage error or no such task.",
+    )
+    audit.add_argument("task_id", metavar="TASK_ID", help="the task's id")
+    audit.add_argument(
+        STORE.flag,
+        dest=STORE.dest,
+        metavar="SPEC",
+        help="the store of `synapse serve --store SPEC`: an SQLite file or a postgresql:// "
+        "URL ($SYNAPSE_STORE)",
+    )
+    audit.add_argument(
+        "--requester", metavar="AGENT_ID", help="whose task, if several agents used TASK_ID"
+    )
+    audit.add_argument(
+        "--export", metavar="FILE", help="also write the entries as JSON Lines to FILE"
+    )
+    audit.add_argument(
+        "--head", metavar="DIGEST", help="a digest the chain must still hold (kept elsewhere)"
+    )
+    _common(audit)
+    audit.set_defaults(run=runs["audit"])
+
     schema = commands.add_parser(
         "schema",
         help="print the JSON Schema of the messages",

@@ -19,6 +19,7 @@ from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.ops import OpsOptions, log_console, serve_ops
 from synapse.demo.handler import DemoHandler
+from synapse.humans import HumansConfig, enable_humans
 from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.handler import TaskHandler
@@ -89,6 +90,8 @@ class ServeOptions:
     route: str | None = None
     #: `--handler-mcp COMMAND|URL`: the tools of that MCP server are the task types.
     handler_mcp: str | None = None
+    #: `[humans]` and `[[notify]]` of the config file: people told of questions.
+    humans: HumansConfig | None = None
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -244,8 +247,17 @@ async def run_serve(options: ServeOptions) -> int:
         # The router first: it becomes the peer's handler, which the A2A card describes.
         router = serve_route(peer, options.route) if options.route is not None else None
         a2a = serve_a2a(peer, options.a2a) if options.a2a is not None else None
-        console_token = serve_ops(peer, options.ops, a2a)
+        humans = enable_humans(peer, options.humans) if options.humans is not None else None
+        console_token = serve_ops(peer, options.ops, a2a, humans)
         await start_peer(peer, (options.host, options.port))  # logs `listening` first
+        if humans is not None:
+            await humans.start()
+            log.info(
+                "serving_humans",
+                routes=[r.name for r in humans.config.routes],
+                channels=sorted(humans.config.channels),
+                links=humans.public_url() + humans.config.path + "/links/",
+            )
         if router is not None:
             await router.start()
             log.info("serving_routes", pool=options.route, partners=router.status())
@@ -290,6 +302,8 @@ async def run_serve(options: ServeOptions) -> int:
             drain_timeout=options.config.drain_timeout,
             outbox_grace=options.config.outbox_grace,
         )
+        if humans is not None:
+            await humans.close()  # before the peer: no notification half-recorded
         graceful = await peer.shutdown(now=stop_now)
         if router is not None:
             await router.close()  # after the peer: routed tasks still cancel their partners

@@ -39,7 +39,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from synapse.cli.errors import CliError
 from synapse.cli.options import CONFIG_KEYS, RETRIES, SECRET, Setting
@@ -67,6 +67,9 @@ from synapse.transport.guard import HttpLimits
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH
 
+if TYPE_CHECKING:
+    from synapse.humans import HumansConfig
+
 T = TypeVar("T")
 
 
@@ -78,6 +81,8 @@ def callback_url(host: str, port: int, path: str = DEFAULT_PATH) -> str:
 
 # --- the config file ---------------------------------------------------------------------------
 
+#: Tables of `synapse.humans` (read by `serve`): `[humans]` and the `[[notify]]` routes.
+HUMANS_TABLES = frozenset({"humans", "notify"})
 #: Tables whose keys apply to one command only, over the top-level ones (`[send]`, …).
 COMMAND_TABLES = frozenset({"serve", "send", "caps", "ping", "outbox"})
 PEER_KEYS = (
@@ -103,6 +108,9 @@ class ConfigFile:
     peers: tuple[PeerEntry, ...] = ()
     p2p: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     http: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: `[humans]` and the `[[notify]]` routes (`synapse.humans`), read by `serve`.
+    humans: Mapping[str, Any] | None = None
+    notify: tuple[Mapping[str, Any], ...] = ()
 
 
 def read_secret_file(path: Path, partner: str) -> tuple[str, ...]:
@@ -135,7 +143,7 @@ def load_config(path: str | None, command: str | None = None) -> ConfigFile:
         raise CliError(f"cannot read config file {file}: {exc.strerror}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CliError(f"config file {file} is not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - CONFIG_KEYS - COMMAND_TABLES)
+    unknown = sorted(set(data) - CONFIG_KEYS - COMMAND_TABLES - HUMANS_TABLES)
     if unknown:
         raise CliError(f"config file {file}: unknown key {unknown[0]!r}")
     for table in COMMAND_TABLES & set(data):
@@ -162,7 +170,22 @@ def load_config(path: str | None, command: str | None = None) -> ConfigFile:
     typed(values, FileValues, file=file, table=None)
     if command in data:
         values.update(data[command])
-    return ConfigFile(path=file, values=values, peers=peers, p2p=p2p, http=http)
+    humans, notify = data.get("humans"), data.get("notify", [])
+    if humans is not None and not isinstance(humans, dict):
+        raise CliError(f"config file {file}: `humans` must be a table ([humans])")
+    if not isinstance(notify, list) or not all(isinstance(n, dict) for n in notify):
+        raise CliError(f"config file {file}: `notify` must be an array of tables ([[notify]])")
+    if notify and humans is None:
+        raise CliError(f"config file {file}: [[notify]] routes need a [humans] table")
+    return ConfigFile(
+        path=file,
+        values=values,
+        peers=peers,
+        p2p=p2p,
+        http=http,
+        humans=humans,
+        notify=tuple(notify),
+    )
 
 
 def _config_peer(file: Path, index: int, entry: Mapping[str, Any]) -> PeerEntry:
@@ -414,6 +437,18 @@ class Settings:
             return P2PConfig(**values)
         except (TypeError, ValueError) as exc:
             raise CliError(f"bad [p2p] settings: {exc}") from exc
+
+    def humans_config(self) -> HumansConfig | None:
+        """The `HumansConfig` of the file's `[humans]` and `[[notify]]` (None without them)."""
+        if self.config.humans is None:
+            return None
+        from synapse.humans import HumansConfigError, humans_config_from_toml
+
+        base = self.config.path.parent if self.config.path else Path.cwd()
+        try:
+            return humans_config_from_toml(self.config.humans, self.config.notify, base=base)
+        except HumansConfigError as exc:
+            raise CliError(f"config file {self.config.path}: {exc}") from exc
 
     def http_limits(self) -> HttpLimits:
         """The server's timeouts and connection cap: `HttpLimits` from the `[http]` table."""

@@ -8,8 +8,8 @@ from synapse.humans.config import (
     HumansConfig,
     HumansConfigError,
     Level,
-    Reviewer,
-    Route,
+    NotifyRoute,
+    Person,
     humans_config_from_toml,
 )
 from synapse.humans.links import LinkRefused, LinkSigner
@@ -23,8 +23,8 @@ __all__ = [
     "Level",
     "LinkRefused",
     "LinkSigner",
-    "Reviewer",
-    "Route",
+    "NotifyRoute",
+    "Person",
     "enable_humans",
     "humans_config_from_toml",
 ]

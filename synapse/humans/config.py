@@ -60,7 +60,7 @@ from synapse.types.errors import SynapseException
 
 ChannelKind = Literal["email", "webhook", "slack", "teams"]
 CHANNEL_KINDS: Final = ("email", "webhook", "slack", "teams")
-Question = Literal["need_human", "need_info"]
+QuestionKind = Literal["need_human", "need_info"]
 QUESTIONS: Final = ("need_human", "need_info")
 TimeoutAction = Literal["reject", "approve_default", "fail", "protocol"]
 TIMEOUT_ACTIONS: Final = ("reject", "approve_default", "fail", "protocol")
@@ -73,7 +73,7 @@ class HumansConfigError(SynapseException, ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Reviewer:
+class Person:
     id: str
     name: str = ""
     email: str = ""
@@ -112,7 +112,7 @@ class Level:
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
+class NotifyRoute:
     """Which questions it takes, and the policy for them (see the module's example)."""
 
     name: str
@@ -150,8 +150,8 @@ class HumansConfig:
 
     #: The HMAC key of the links (keep it secret: it makes decisions).
     link_secret: bytes
-    routes: tuple[Route, ...]
-    reviewers: Mapping[str, Reviewer] = field(default_factory=dict)
+    routes: tuple[NotifyRoute, ...]
+    reviewers: Mapping[str, Person] = field(default_factory=dict)
     channels: Mapping[str, Channel] = field(default_factory=dict)
     #: The origin reviewers reach this peer at (None: the peer's own endpoint's origin).
     public_url: str | None = None
@@ -166,7 +166,7 @@ class HumansConfig:
 
     def route_for(
         self, *, task_type: str, partner: str, question: str, reason_code: str, level: int
-    ) -> Route | None:
+    ) -> NotifyRoute | None:
         for route in self.routes:
             if route.matches(
                 task_type=task_type,
@@ -179,7 +179,7 @@ class HumansConfig:
         return None
 
 
-def _check_route(config: HumansConfig, route: Route) -> None:
+def _check_route(config: HumansConfig, route: NotifyRoute) -> None:
     where = f"[[notify]] {route.name!r}"
     if not route.levels:
         raise HumansConfigError(f"{where}: needs at least one level ([[notify.level]])")
@@ -315,7 +315,7 @@ def _channel(raw: Mapping[str, Any], base: Path, index: int) -> Channel:
     )
 
 
-def _route(raw: Mapping[str, Any], base: Path, index: int) -> Route:
+def _route(raw: Mapping[str, Any], base: Path, index: int) -> NotifyRoute:
     name = raw.get("name") or f"route-{index + 1}"
     where = f"[[notify]] {name!r}"
     _known(raw, _ROUTE_KEYS, where)
@@ -353,7 +353,7 @@ def _route(raw: Mapping[str, Any], base: Path, index: int) -> Route:
     for key in ("quorum", "min_escalation_level"):
         if key in raw and (not isinstance(raw[key], int) or isinstance(raw[key], bool)):
             raise HumansConfigError(f"{where}: {key} must be an integer")
-    return Route(
+    return NotifyRoute(
         name=str(name),
         levels=tuple(levels),
         task_types=frozenset(_strings(raw.get("task_types"), f"{where}: task_types")),
@@ -387,13 +387,13 @@ def humans_config_from_toml(
     secret = _secret(humans, "link_secret", base, where)
     if not secret:
         raise HumansConfigError(f"{where}: needs link_secret or link_secret_file")
-    reviewers: dict[str, Reviewer] = {}
+    reviewers: dict[str, Person] = {}
     for index, raw in enumerate(humans.get("reviewer", [])):
         at = f"[[humans.reviewer]] #{index + 1}"
         _known(raw, ("id", "name", "email", "role"), at)
         if not isinstance(raw.get("id"), str) or not raw["id"]:
             raise HumansConfigError(f"{at}: needs an id")
-        reviewers[raw["id"]] = Reviewer(
+        reviewers[raw["id"]] = Person(
             raw["id"], str(raw.get("name", "")), str(raw.get("email", "")), str(raw.get("role", ""))
         )
     channels = {}
@@ -424,9 +424,9 @@ __all__ = [
     "HumansConfig",
     "HumansConfigError",
     "Level",
-    "Question",
-    "Reviewer",
-    "Route",
+    "NotifyRoute",
+    "Person",
+    "QuestionKind",
     "TimeoutAction",
     "humans_config_from_toml",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from synapse.humans.config import HumansConfig, Reviewer
+from synapse.humans.config import HumansConfig, Person
 from synapse.humans.links import Link
 from synapse.humans.question import (
     APPROVAL,
@@ -18,7 +18,7 @@ from synapse.humans.question import (
     QUEUED,
     REJECTION,
     TIMEOUT,
-    Question,
+    OpenQuestion,
 )
 from synapse.logs import get_logger
 from synapse.runtime.protocol import P2PProtocol
@@ -45,13 +45,13 @@ class HumansHost(Protocol):
     @property
     def protocol(self) -> P2PProtocol: ...
 
-    def reviewer(self, reviewer_id: str) -> Reviewer: ...
+    def reviewer(self, reviewer_id: str) -> Person: ...
 
 
 # --- values ----------------------------------------------------------------------------------
 
 
-def defaults(question: Question) -> dict[str, Any]:
+def defaults(question: OpenQuestion) -> dict[str, Any]:
     """The proposed value of each field: its most confident option (the first, if none says)."""
     best: dict[str, tuple[float, Any]] = {}
     for option in question.options:
@@ -71,7 +71,7 @@ def _same_type(value: Any, like: Any) -> bool:
     return isinstance(value, type(like))
 
 
-def _check_schema(question: Question, fields: Mapping[str, Any]) -> None:
+def _check_schema(question: OpenQuestion, fields: Mapping[str, Any]) -> None:
     schema = question.route.schema
     if schema is None:
         return
@@ -88,7 +88,7 @@ def _check_schema(question: Question, fields: Mapping[str, Any]) -> None:
         )
 
 
-def approved_fields(question: Question, edits: Mapping[str, Any]) -> dict[str, Any]:
+def approved_fields(question: OpenQuestion, edits: Mapping[str, Any]) -> dict[str, Any]:
     """The fields an approval sends: the proposed values, with the reviewer's edits, checked
     against the options' types and the route's schema."""
     proposed = defaults(question)
@@ -103,7 +103,7 @@ def approved_fields(question: Question, edits: Mapping[str, Any]) -> dict[str, A
     return fields
 
 
-def provided_fields(question: Question, given: Mapping[str, Any]) -> dict[str, Any]:
+def provided_fields(question: OpenQuestion, given: Mapping[str, Any]) -> dict[str, Any]:
     """The fields a `need_info` answer sends: every field asked for, checked."""
     asked = [name for name, _ in question.missing]
     missing = [name for name in asked if given.get(name) in (None, "")]
@@ -117,22 +117,22 @@ def provided_fields(question: Question, given: Mapping[str, Any]) -> dict[str, A
 # --- answers ---------------------------------------------------------------------------------
 
 
-def link_used(question: Question, nonce: str) -> bool:
+def link_used(question: OpenQuestion, nonce: str) -> bool:
     return any(e.action == LINK_USED and e.detail.get("nonce") == nonce for e in question.rec.audit)
 
 
-def _by(reviewer: Reviewer) -> DecidedBy:
+def _by(reviewer: Person) -> DecidedBy:
     return DecidedBy(user_id=reviewer.id, user_name=reviewer.name, role=reviewer.role)
 
 
-def _told(question: Question) -> set[str]:
+def _told(question: OpenQuestion) -> set[str]:
     """The reviewers told of this question so far (a webhook channel counts as one)."""
     return {str(e.detail.get("reviewer")) for e in question.entries(QUEUED)}
 
 
 async def answer(
     host: HumansHost,
-    question: Question,
+    question: OpenQuestion,
     link: Link,
     *,
     decision: str,
@@ -152,7 +152,7 @@ async def answer(
         if decision != "provide":
             raise DecisionRefused(400, "this question asks for information: provide it")
         values = provided_fields(question, fields)
-        protocol.note_task_soon(key, LINK_USED, {**used, "action": "provide"})
+        protocol.note_task_soon(key, LINK_USED, {**used, "action": "provide"}, reviewer.id)
         await handle.provide_info(values, notes or None, provided_by=reviewer.id)
         return "Thank you: the information was sent."
     if decision not in ("approve", "reject"):
@@ -167,12 +167,12 @@ async def answer(
         raise DecisionRefused(409, "you answered this question already")
     counted = not route.role or reviewer.role == route.role
     if route.quorum == 1 and counted:
-        protocol.note_task_soon(key, LINK_USED, {**used, "action": decision})
+        protocol.note_task_soon(key, LINK_USED, {**used, "action": decision}, reviewer.id)
         await _decide(host, question, decision, reviewer, values, reason, notes)
         return f"Thank you: the task was {'approved' if decision == 'approve' else 'rejected'}."
     # A quorum (or a role): record this answer; decide once it settles the question.
     entry = {"question": question.id, "reviewer": reviewer.id, "counted": counted}
-    protocol.note_task_soon(key, LINK_USED, {**used, "action": decision})
+    protocol.note_task_soon(key, LINK_USED, {**used, "action": decision}, reviewer.id)
     if decision == "approve":
         entry["fields"] = values
         count = len([e for e in approvals.values() if e.detail.get("counted")]) + counted
@@ -184,11 +184,14 @@ async def answer(
             bool(route.role) or len(_told(question) | {reviewer.id}) - against < route.quorum
         )
     if not settled:
-        await protocol.note_task(key, APPROVAL if decision == "approve" else REJECTION, entry)
+        kind = APPROVAL if decision == "approve" else REJECTION
+        await protocol.note_task(key, kind, entry, reviewer.id)
         if decision == "approve":
             return f"Thank you: your approval is recorded ({count} of {route.quorum})."
         return "Thank you: your rejection is recorded."
-    protocol.note_task_soon(key, APPROVAL if decision == "approve" else REJECTION, entry)
+    protocol.note_task_soon(
+        key, APPROVAL if decision == "approve" else REJECTION, entry, reviewer.id
+    )
     names = [*approvals, reviewer.id] if decision == "approve" else [reviewer.id]
     summary = f"{'approved' if decision == 'approve' else 'rejected'} by {', '.join(names)}"
     await _decide(host, question, decision, reviewer, values, reason, f"{summary}. {notes}".strip())
@@ -197,9 +200,9 @@ async def answer(
 
 async def _decide(
     host: HumansHost,
-    question: Question,
+    question: OpenQuestion,
     decision: str,
-    reviewer: Reviewer,
+    reviewer: Person,
     values: Mapping[str, Any],
     reason: str,
     notes: str,
@@ -216,41 +219,41 @@ async def _decide(
     log.info("human_decided", task_id=question.rec.task_id, decision=decision, user_id=reviewer.id)
 
 
-async def time_out(host: HumansHost, question: Question) -> None:
+async def time_out(host: HumansHost, question: OpenQuestion) -> None:
     """The deadline passed unanswered: apply the route's `on_timeout`, as decided by the
     policy (`decided_by.user_id` = `policy:<route>`, role `policy`)."""
     protocol, key, route = host.protocol, question.rec.key, question.route
     action = route.on_timeout
     entry = {"question": question.id, "step": "timeout", "action": action}
-    policy = Reviewer(f"policy:{route.name}", f"policy {route.name}", "policy")
+    policy = Person(f"policy:{route.name}", f"policy {route.name}", "policy")
     reason = f"no answer before the deadline (policy {route.name})"
     handle = protocol.handle(key)
     if handle is None or action == "protocol":
-        await protocol.note_task(key, TIMEOUT, entry)  # the protocol's own timeout decides
+        await protocol.note_task(key, TIMEOUT, entry, policy.id)  # the protocol's timeout
         return
     if question.kind == "need_info":
         suggested = {
             name: option for name, option in _suggestions(question).items() if option is not None
         }
         if action == "approve_default" and len(suggested) == len(question.missing):
-            protocol.note_task_soon(key, TIMEOUT, entry)
+            protocol.note_task_soon(key, TIMEOUT, entry, policy.id)
             await handle.provide_info(suggested, reason, provided_by=policy.id)
         elif action == "approve_default":
-            await protocol.note_task(key, TIMEOUT, {**entry, "action": "protocol"})
+            await protocol.note_task(key, TIMEOUT, {**entry, "action": "protocol"}, policy.id)
         else:
-            protocol.note_task_soon(key, TIMEOUT, entry)
+            protocol.note_task_soon(key, TIMEOUT, entry, policy.id)
             await handle.cancel(reason)
     elif action == "fail":
-        protocol.note_task_soon(key, TIMEOUT, entry)
+        protocol.note_task_soon(key, TIMEOUT, entry, policy.id)
         await handle.cancel(reason)
     else:
-        protocol.note_task_soon(key, TIMEOUT, entry)
+        protocol.note_task_soon(key, TIMEOUT, entry, policy.id)
         decision = "approve" if action == "approve_default" else "reject"
         await _decide(host, question, decision, policy, defaults(question), reason, reason)
     log.info("human_timeout", task_id=key.task_id, route=route.name, action=action)
 
 
-def _suggestions(question: Question) -> dict[str, Any]:
+def _suggestions(question: OpenQuestion) -> dict[str, Any]:
     rec = question.rec
     if rec.need_info is None:
         return {}

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from synapse.humans.decisions import DecisionRefused, HumansHost, answer, defaults, link_used
 from synapse.humans.links import Link, LinkRefused, LinkSigner
-from synapse.humans.question import VIEWED, Question
+from synapse.humans.question import VIEWED, OpenQuestion
 from synapse.logs import get_logger
 from synapse.p2p.engine import TaskRecord
 
@@ -64,7 +64,7 @@ def _refused(status: int, reason: str) -> web.Response:
     return _page("Nothing was decided", f"<p class='notice refused'>{_e(reason)}</p>", status)
 
 
-def _facts(question: Question) -> str:
+def _facts(question: OpenQuestion) -> str:
     rec = question.rec
     rows = [
         ("Task", f"{rec.task_id} ({rec.task.type})"),
@@ -76,7 +76,7 @@ def _facts(question: Question) -> str:
     return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows) + "</dl>"
 
 
-def _option_notes(question: Question, name: str) -> str:
+def _option_notes(question: OpenQuestion, name: str) -> str:
     notes = [
         (f"{o.confidence:g}% " if o.confidence is not None else "") + o.pros_cons
         for o in question.options
@@ -85,7 +85,7 @@ def _option_notes(question: Question, name: str) -> str:
     return "".join(f"<div class=opt>{_e(n)}</div>" for n in notes)
 
 
-def _form(question: Question, link: Link) -> str:
+def _form(question: OpenQuestion, link: Link) -> str:
     """The confirmation form of `link`'s action."""
     parts = ["<form method=post>"]
     if question.kind == "need_info":
@@ -136,14 +136,14 @@ class PagesHost(HumansHost, Protocol):
 
     def record(self, task_id: str) -> TaskRecord | None: ...
 
-    def question_of(self, rec: TaskRecord) -> Question | None: ...
+    def question_of(self, rec: TaskRecord) -> OpenQuestion | None: ...
 
 
 class LinkPages:
     def __init__(self, humans: PagesHost) -> None:
         self.humans = humans
 
-    def _open(self, request: web.Request) -> tuple[Link, Question]:
+    def _open(self, request: web.Request) -> tuple[Link, OpenQuestion]:
         humans = self.humans
         link = humans.links.read(request.match_info["token"], humans.clock())
         rec = humans.record(link.task_id)
@@ -169,7 +169,7 @@ class LinkPages:
                 "reviewer": link.reviewer,
                 "link": link.action,
             }
-            await self.humans.protocol.note_task(question.rec.key, VIEWED, detail)
+            await self.humans.protocol.note_task(question.rec.key, VIEWED, detail, link.reviewer)
         title = {
             "approve": "Approve this decision?",
             "reject": "Reject this decision?",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from synapse.humans.config import Route
+from synapse.humans.config import NotifyRoute
 
 ActionKind = Literal["notify", "remind", "escalate", "timeout"]
 
@@ -44,7 +44,7 @@ class Due:
 
 
 def window_of(
-    route: Route, *, start: float, deadline: float | None, escalation_level: int
+    route: NotifyRoute, *, start: float, deadline: float | None, escalation_level: int
 ) -> Window:
     first = min(max(escalation_level, 1), len(route.levels))
     end = deadline if deadline is not None else start + route.decide_within
@@ -53,7 +53,7 @@ def window_of(
     return Window(start, end, first, max(start, end - margin))
 
 
-def level_starts(route: Route, window: Window) -> dict[int, float]:
+def level_starts(route: NotifyRoute, window: Window) -> dict[int, float]:
     """When each level told takes charge (those that come before the deadline)."""
     starts = {window.first: window.start}
     at, level = window.start, window.first
@@ -70,7 +70,7 @@ def level_at(starts: dict[int, float], at: float) -> int:
     return max(level for level, start in starts.items() if start <= at)
 
 
-def schedule(route: Route, window: Window) -> list[Due]:
+def schedule(route: NotifyRoute, window: Window) -> list[Due]:
     """Every action of the window, in time order."""
     starts = level_starts(route, window)
     actions = [Due("notify", window.first, window.start, f"notify:{window.first}")]
@@ -88,7 +88,9 @@ def schedule(route: Route, window: Window) -> list[Due]:
     return sorted(actions, key=lambda d: (d.at, d.kind != "notify"))
 
 
-def due(route: Route, window: Window, done: set[str], now: float) -> tuple[list[Due], float | None]:
+def due(
+    route: NotifyRoute, window: Window, done: set[str], now: float
+) -> tuple[list[Due], float | None]:
     """The actions due by `now` not yet done, in order; and when the next one falls due."""
     ready: list[Due] = []
     later: list[float] = []

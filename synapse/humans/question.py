@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from synapse.humans.config import Route
+from synapse.humans.config import NotifyRoute
 from synapse.humans.notices import Option
 from synapse.humans.policy import Window
 from synapse.p2p.engine import AuditEntry, TaskRecord
@@ -19,18 +19,16 @@ LINK_USED = "human.link_used"
 APPROVAL = "human.approval"
 REJECTION = "human.rejection"
 TIMEOUT = "human.timeout"
-#: The actor of the entries written by the policy, not by a person.
-POLICY = "synapse-humans"
 
 WAITING = frozenset({TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING, TaskState.INFO_NEEDED})
 
 
 @dataclass(frozen=True, slots=True)
-class Question:
+class OpenQuestion:
     """The question a waiting task asks, and the route and window that handle it."""
 
     rec: TaskRecord
-    route: Route
+    route: NotifyRoute
     window: Window
     #: need_human or need_info.
     kind: str
@@ -53,11 +51,10 @@ __all__ = [
     "APPROVAL",
     "LINK_USED",
     "NOTIFIED",
-    "POLICY",
     "QUEUED",
     "REJECTION",
     "TIMEOUT",
     "VIEWED",
     "WAITING",
-    "Question",
+    "OpenQuestion",
 ]

@@ -25,18 +25,21 @@ import aiohttp
 
 from synapse.humans import decisions
 from synapse.humans.channels import NotificationFailed, send_email, send_webhook
-from synapse.humans.config import HumansConfig, Reviewer
+from synapse.humans.config import HumansConfig, Person
 from synapse.humans.links import LinkAction, LinkSigner
 from synapse.humans.notices import Notice, Option
 from synapse.humans.pages import add_routes
+from synapse.humans.panel import humans_panel
 from synapse.humans.policy import Due, due, window_of
 from synapse.humans.question import (
     NOTIFIED,
     QUEUED,
     WAITING,
-    Question,
+    OpenQuestion,
 )
 from synapse.logs import get_logger
+from synapse.ops.console import Console
+from synapse.ops.console import Reviewer as ConsoleReviewer
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition
 from synapse.p2p.states import Role
 from synapse.runtime.listener import RuntimeListener
@@ -115,7 +118,7 @@ class Humans(RuntimeListener):
 
     # --- questions -------------------------------------------------------------------------
 
-    def question_of(self, rec: TaskRecord) -> Question | None:
+    def question_of(self, rec: TaskRecord) -> OpenQuestion | None:
         """The question `rec` waits on, if it is ours to handle (a route matches)."""
         if rec.role is not Role.REQUESTER or rec.state not in WAITING:
             return None
@@ -151,12 +154,12 @@ class Humans(RuntimeListener):
         if route is None:
             return None
         window = window_of(route, start=start, deadline=deadline, escalation_level=level)
-        return Question(
+        return OpenQuestion(
             rec, route, window, kind, question_id, code, reason, summary, options, missing
         )
 
-    def reviewer(self, reviewer_id: str) -> Reviewer:
-        return self.config.reviewers.get(reviewer_id) or Reviewer(reviewer_id)
+    def reviewer(self, reviewer_id: str) -> Person:
+        return self.config.reviewers.get(reviewer_id) or Person(reviewer_id)
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -185,7 +188,7 @@ class Humans(RuntimeListener):
                 next_times.append(when)
         return min(next_times) if next_times else None
 
-    async def _advance(self, question: Question) -> float | None:
+    async def _advance(self, question: OpenQuestion) -> float | None:
         done = {
             str(e.detail["step"])
             for e in question.rec.audit
@@ -203,7 +206,7 @@ class Humans(RuntimeListener):
         times = [t for t in (next_at, retry_at) if t is not None]
         return min(times) if times else None
 
-    async def _queue(self, question: Question, action: Due) -> None:
+    async def _queue(self, question: OpenQuestion, action: Due) -> None:
         """Write what `action` sends (one entry per notification) and mark it done, in one
         commit, before anything is sent."""
         protocol, key = self.protocol, question.rec.key
@@ -245,7 +248,7 @@ class Humans(RuntimeListener):
             level=action.level,
         )
 
-    async def _deliver_pending(self, question: Question) -> float | None:
+    async def _deliver_pending(self, question: OpenQuestion) -> float | None:
         delivered = {e.detail.get("key") for e in question.entries(NOTIFIED)}
         now, retry_at = self.clock(), None
         for entry in question.entries(QUEUED):
@@ -280,7 +283,7 @@ class Humans(RuntimeListener):
             )
         return retry_at
 
-    async def _send(self, question: Question, detail: Mapping[str, Any]) -> None:
+    async def _send(self, question: OpenQuestion, detail: Mapping[str, Any]) -> None:
         channel = self.config.channels[str(detail["channel"])]
         notice = self.notice(question, detail)
         last: NotificationFailed | None = None
@@ -298,7 +301,7 @@ class Humans(RuntimeListener):
         assert last is not None
         raise last
 
-    def notice(self, question: Question, detail: Mapping[str, Any]) -> Notice:
+    def notice(self, question: OpenQuestion, detail: Mapping[str, Any]) -> Notice:
         reviewer = str(detail["reviewer"])
         actions: tuple[LinkAction, ...] = (
             ("approve", "reject", "form") if question.kind == "need_human" else ("form",)
@@ -320,9 +323,28 @@ class Humans(RuntimeListener):
             links={a: self.link(question, a, reviewer) for a in actions},
         )
 
-    def link(self, question: Question, action: LinkAction, reviewer: str) -> str:
+    def link(self, question: OpenQuestion, action: LinkAction, reviewer: str) -> str:
         token = self.links.sign(question.rec.task_id, action, reviewer, question.window.closes)
         return f"{self.public_url()}{self.config.path}/links/{token}"
+
+    def routed_to(self, reviewer: ConsoleReviewer, rec: TaskRecord) -> bool:
+        """Whether the console shows `rec` to `reviewer`: a question routed to reviewers is
+        shown to those of its levels told so far (and the first); everything else, and
+        everything to a console user who is no configured reviewer, is shown as before."""
+        if reviewer.user_id not in self.config.reviewers:
+            return True
+        question = self.question_of(rec)
+        if question is None:
+            return True
+        told = {str(e.detail.get("reviewer")) for e in question.entries(QUEUED)}
+        told |= set(question.route.levels[question.window.first - 1].reviewers)
+        return reviewer.user_id in told
+
+    def attach_console(self, console: Console) -> None:
+        """Show each task's people on its console page, and each reviewer only the
+        questions routed to them."""
+        console.add_panel("humans", "People told, links opened, decisions", humans_panel)
+        console.restrict(self.routed_to)
 
     def record(self, task_id: str) -> TaskRecord | None:
         return self.protocol.view.get(TaskKey(self.protocol.view.agent_id, task_id))

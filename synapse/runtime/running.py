@@ -62,20 +62,26 @@ class HandlerRunning(RuntimeBase):
         decision: HumanDecisionPayload = await waiter
         return decision
 
-    async def note_task(self, key: TaskKey, action: str, detail: Mapping[str, Any]) -> None:
-        """Add an entry of the handler's own to the task's audit trail, and return once it is
-        durable (it is written with the task's record: a resumed handler reads it back)."""
+    async def note_task(
+        self, key: TaskKey, action: str, detail: Mapping[str, Any], actor: str | None = None
+    ) -> None:
+        """Add an entry to the task's audit trail (by `actor`: this agent unless said), and
+        return once it is durable (it is written with the task's record: a resumed handler
+        reads it back)."""
         await self.settled(key)
-        if self.note_task_soon(key, action, detail):
+        if self.note_task_soon(key, action, detail, actor):
             await self._commit_patiently()
 
-    def note_task_soon(self, key: TaskKey, action: str, detail: Mapping[str, Any]) -> bool:
+    def note_task_soon(
+        self, key: TaskKey, action: str, detail: Mapping[str, Any], actor: str | None = None
+    ) -> bool:
         """`note_task`, written with the next commit, whoever makes it (not waited for);
         whether the task was there to note."""
         rec = self.engine.get(key)
         if rec is None:
             return False
-        append_audit(rec.audit, self.clock(), self.engine.agent_id, action, None, detail)
+        who = actor or self.engine.agent_id
+        append_audit(rec.audit, self.clock(), who, action, None, detail)
         self.store.put_task(rec, [])
         return True
 

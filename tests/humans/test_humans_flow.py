@@ -32,8 +32,8 @@ from synapse.humans import (
     Humans,
     HumansConfig,
     Level,
-    Reviewer,
-    Route,
+    NotifyRoute,
+    Person,
     enable_humans,
 )
 from synapse.humans.links import LinkSigner
@@ -51,10 +51,10 @@ SCHEMA = {
     "properties": {"width": {"type": "integer", "maximum": 2048}, "style": {"type": "string"}},
 }
 REVIEWERS = {
-    "alice": Reviewer("alice", "Alice", "alice@example.com", "art-director"),
-    "bob": Reviewer("bob", "Bob", "bob@example.com"),
-    "carol": Reviewer("carol", "Carol", "carol@example.com"),
-    "dave": Reviewer("dave", "Dave", "dave@example.com", "lead"),
+    "alice": Person("alice", "Alice", "alice@example.com", "art-director"),
+    "bob": Person("bob", "Bob", "bob@example.com"),
+    "carol": Person("carol", "Carol", "carol@example.com"),
+    "dave": Person("dave", "Dave", "dave@example.com", "lead"),
 }
 
 
@@ -112,7 +112,7 @@ class Setup:
 
 
 @asynccontextmanager
-async def peers(route: Route, smtp: SmtpServer, hooks: HookReceiver) -> AsyncIterator[Setup]:
+async def peers(route: NotifyRoute, smtp: SmtpServer, hooks: HookReceiver) -> AsyncIterator[Setup]:
     config = HumansConfig(
         link_secret=LINK_KEY,
         routes=(route,),
@@ -132,9 +132,9 @@ async def peers(route: Route, smtp: SmtpServer, hooks: HookReceiver) -> AsyncIte
             await humans.close()
 
 
-def one_level(**route: Any) -> Route:
+def one_level(**route: Any) -> NotifyRoute:
     level = Level(reviewers=("alice",), channels=("mail", "hook", "slack", "teams"))
-    return Route(
+    return NotifyRoute(
         name="portraits",
         levels=(level,),
         task_types=frozenset({"portrait_review"}),
@@ -299,7 +299,7 @@ async def test_two_of_three_approvals_send_one_decision(
     smtp: SmtpServer, hooks: HookReceiver
 ) -> None:
     level = Level(reviewers=("alice", "bob", "carol"), channels=("mail",))
-    route = Route(name="committee", levels=(level,), quorum=2)
+    route = NotifyRoute(name="committee", levels=(level,), quorum=2)
     async with peers(route, smtp, hooks) as setup:
         sent: list[str] = []
         setup.requester.protocol.listeners.append(_OnOut(sent))
@@ -329,7 +329,7 @@ async def test_a_named_role_decides_alone_and_others_are_recorded(
     smtp: SmtpServer, hooks: HookReceiver
 ) -> None:
     level = Level(reviewers=("bob", "dave"), channels=("mail",))
-    route = Route(name="leads", levels=(level,), role="lead")
+    route = NotifyRoute(name="leads", levels=(level,), role="lead")
     async with peers(route, smtp, hooks) as setup:
         handle = await setup.requester.submit(
             "agent-e", "portrait_review", {"deadline_seconds": 600}
@@ -345,7 +345,7 @@ async def test_a_named_role_decides_alone_and_others_are_recorded(
 async def test_an_unanswered_question_escalates_then_times_out_by_policy(
     smtp: SmtpServer, hooks: HookReceiver
 ) -> None:
-    route = Route(
+    route = NotifyRoute(
         name="urgent",
         levels=(
             Level(reviewers=("alice",), channels=("mail",), within=1.0),
@@ -377,7 +377,7 @@ async def test_an_unanswered_question_escalates_then_times_out_by_policy(
 
 
 async def test_need_info_is_answered_from_the_form(smtp: SmtpServer, hooks: HookReceiver) -> None:
-    route = Route(name="info", levels=(Level(reviewers=("carol",), channels=("mail",)),))
+    route = NotifyRoute(name="info", levels=(Level(reviewers=("carol",), channels=("mail",)),))
     async with peers(route, smtp, hooks) as setup:
         handle = await setup.requester.submit("agent-e", "profile", {"deadline_seconds": 600})
         (mail,) = await smtp.box.wait(1)

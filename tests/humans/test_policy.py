@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from synapse.humans.config import Level, Route
+from synapse.humans.config import Level, NotifyRoute
 from synapse.humans.policy import due, level_starts, schedule, window_of
 
-ROUTE = Route(
+ROUTE = NotifyRoute(
     name="portraits",
     levels=(
         Level(reviewers=("alice",), channels=("mail",), within=40.0),
@@ -74,7 +74,7 @@ def test_a_level_whose_time_ends_after_the_deadline_is_not_escalated_from() -> N
 
 
 def test_no_deadline_means_the_routes_decide_within() -> None:
-    route = Route(name="r", levels=(Level(channels=("mail",)),), decide_within=600.0)
+    route = NotifyRoute(name="r", levels=(Level(channels=("mail",)),), decide_within=600.0)
     window = window_of(route, start=50.0, deadline=None, escalation_level=1)
     assert window.deadline == 650.0
 
@@ -95,7 +95,7 @@ def test_what_is_due_at_any_time_is_what_the_schedule_puts_before_it(now: float)
 def test_the_time_out_falls_a_margin_before_the_deadline() -> None:
     """The executor fails the task at the deadline: the policy acts before, by default a
     tenth of the window (at most a minute); what would fall after it is not planned."""
-    route = Route(name="r", levels=ROUTE.levels, reminders=(0.5, 0.95))
+    route = NotifyRoute(name="r", levels=ROUTE.levels, reminders=(0.5, 0.95))
     window = window_of(route, start=0.0, deadline=100.0, escalation_level=1)
     assert window.closes == 90.0
     plan = {d.key: d.at for d in schedule(route, window)}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -85,3 +87,41 @@ async def eventually(predicate: Callable[[], bool], timeout: float = WAIT) -> No
             await asyncio.sleep(0.01)
 
     await asyncio.wait_for(until(), timeout)
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def chromium_missing() -> bool:
+    return not os.path.exists(CHROMIUM)
+
+
+@asynccontextmanager
+async def chromium() -> AsyncIterator[Any]:
+    """Debian's headless Chromium driven by Playwright; skipped without it (failed in CI)."""
+    if chromium_missing():
+        import pytest
+
+        message = f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield browser
+        finally:
+            await browser.close()

@@ -14,48 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opskit import WAIT, E, R, base_url, eventually, peer_pair
+from opskit import WAIT, E, R, base_url, chromium, eventually, peer_pair
 
 from synapse.ops.console import Reviewer, TokenAuth, enable_console
 from synapse.p2p.engine import TaskKey
 from synapse.transport.peer import Peer
 from synapse.types import TaskState
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 TOKEN = "alice-browser-token-0123456789"
 TIMEOUT_MS = WAIT * 1000
 
 
-def chromium_missing() -> bool:
-    return not Path(CHROMIUM).exists()
-
-
 @pytest.fixture
 async def browser() -> AsyncIterator[Any]:
-    if chromium_missing():
-        message = f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield browser
-        finally:
-            await browser.close()
+    async with chromium() as launched:
+        yield launched
 
 
 def setup_console(peer: Peer) -> None:

@@ -165,6 +165,8 @@ class Console(RuntimeListener):
         self.sessions = Sessions(session_lifetime)
         #: Extra panels of a task's page: name → (title, rows of that task, or none).
         self.panels: dict[str, tuple[str, Callable[[TaskRecord], list[dict[str, Any]]]]] = {}
+        #: Rules of who sees which task (`restrict`): a task is shown if every rule allows it.
+        self.rules: list[Callable[[Reviewer, TaskRecord], bool]] = []
         self._version = 0
         self._wake = asyncio.Event()
         self._closing = False
@@ -176,6 +178,14 @@ class Console(RuntimeListener):
         shows nothing). Other layers say what they know of a task this way, the A2A binding
         its push deliveries, without the console importing them."""
         self.panels[name] = (title, rows)
+
+    def restrict(self, rule: Callable[[Reviewer, TaskRecord], bool]) -> None:
+        """Show (and let answer) a task only to the reviewers `rule(reviewer, record)` allows:
+        `synapse.humans` shows a reviewer only the questions routed to them."""
+        self.rules.append(rule)
+
+    def _visible(self, reviewer: Reviewer, rec: TaskRecord) -> bool:
+        return all(rule(reviewer, rec) for rule in self.rules)
 
     def _panels(self, rec: TaskRecord) -> list[dict[str, Any]]:
         shown = []
@@ -379,7 +389,7 @@ class Console(RuntimeListener):
             }
         )
 
-    def _task_list(self, state: str | None = None) -> list[dict[str, Any]]:
+    def _task_list(self, reviewer: Reviewer, state: str | None = None) -> list[dict[str, Any]]:
         now = self.protocol.clock()
         records = [
             r for r in self.protocol.view.records() if state is None or r.state.value == state
@@ -395,6 +405,7 @@ class Console(RuntimeListener):
                 rec = self.protocol.view.get(row.key) if row.key not in held else None
                 if rec is not None:
                     records.append(rec)
+        records = [r for r in records if self._visible(reviewer, r)]
         # Waiting for a person first, then the newest: a person's questions are never cut off.
         records.sort(
             key=lambda r: (r.role is Role.REQUESTER and r.state in WAITING, r.created_at),
@@ -403,17 +414,17 @@ class Console(RuntimeListener):
         return [task_view(r, now) for r in records[:LIST_LIMIT]]
 
     async def api_tasks(self, request: web.Request) -> web.Response:
-        self._require(request)
+        reviewer = self._require(request)
         state = request.query.get("state") or None
         if state is not None and state not in {s.value for s in TaskState}:
             raise _error(400, f"unknown state {state!r}")
-        return web.json_response({"tasks": self._task_list(state)})
+        return web.json_response({"tasks": self._task_list(reviewer, state)})
 
     async def api_task(self, request: web.Request) -> web.Response:
-        self._require(request)
+        reviewer = self._require(request)
         key = TaskKey(request.match_info["requester"], request.match_info["task_id"])
         rec = self.protocol.view.get(key)
-        if rec is None:
+        if rec is None or not self._visible(reviewer, rec):
             raise _error(404, "no such task")
         view = task_view(rec, self.protocol.clock(), detail=True)
         view["panels"] = self._panels(rec)
@@ -435,12 +446,15 @@ class Console(RuntimeListener):
             raise _error(400, "send a JSON object")
         return body
 
-    def _waiting(self, request: web.Request, states: frozenset[TaskState]) -> TaskHandle:
-        """The handle of our requester task named in the URL, if it is in one of `states`."""
+    def _waiting(
+        self, request: web.Request, states: frozenset[TaskState], reviewer: Reviewer
+    ) -> TaskHandle:
+        """The handle of our requester task named in the URL, if it is in one of `states`
+        (and `reviewer` may see it)."""
         key = TaskKey(self.peer.agent_id, request.match_info["task_id"])
         rec = self.protocol.view.get(key)
         handle = self.protocol.handle(key) if rec is not None else None
-        if rec is None or handle is None:
+        if rec is None or handle is None or not self._visible(reviewer, rec):
             raise _error(404, "no such task requested by this peer")
         if rec.state not in states:
             raise _error(409, f"the task is {rec.state.value}, not waiting for this answer")
@@ -472,7 +486,7 @@ class Console(RuntimeListener):
 
     async def api_info(self, request: web.Request) -> web.Response:
         reviewer = self._require(request, change=True)
-        handle = self._waiting(request, frozenset({TaskState.INFO_NEEDED}))
+        handle = self._waiting(request, frozenset({TaskState.INFO_NEEDED}), reviewer)
         body = await self._body(request)
         fields, notes = body.get("fields"), body.get("notes")
         if not isinstance(fields, dict):
@@ -492,7 +506,9 @@ class Console(RuntimeListener):
 
     async def api_decision(self, request: web.Request) -> web.Response:
         reviewer = self._require(request, change=True)
-        handle = self._waiting(request, frozenset({TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING}))
+        handle = self._waiting(
+            request, frozenset({TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING}), reviewer
+        )
         body = await self._body(request)
         action = body.get("action")
         approved = body.get("approved_fields", {})
@@ -530,7 +546,7 @@ class Console(RuntimeListener):
     async def api_deciding(self, request: web.Request) -> web.Response:
         """A person opened a `task_need_human`: `need_human → human_deciding` (ours only)."""
         reviewer = self._require(request, change=True)
-        handle = self._waiting(request, frozenset({TaskState.NEED_HUMAN}))
+        handle = self._waiting(request, frozenset({TaskState.NEED_HUMAN}), reviewer)
         try:
             await handle.start_deciding()
         except LocalProtocolError as exc:
@@ -542,7 +558,7 @@ class Console(RuntimeListener):
         reviewer = self._require(request, change=True)
         key = TaskKey(self.peer.agent_id, request.match_info["task_id"])
         handle = self.protocol.handle(key)
-        if handle is None:
+        if handle is None or not self._visible(reviewer, handle.record):
             raise _error(404, "no such task requested by this peer")
         if handle.record.is_final:
             raise _error(409, f"the task is already {handle.state.value}")
@@ -552,7 +568,7 @@ class Console(RuntimeListener):
 
     async def api_events(self, request: web.Request) -> web.StreamResponse:
         """Server-Sent Events: the task list each time it changes (and keep-alives)."""
-        self._require(request)
+        reviewer = self._require(request)
         session_id = request.cookies.get(SESSION_COOKIE)
         by_session = self._identify(request)
         uses_session = by_session is not None and by_session[1] is not None
@@ -573,7 +589,7 @@ class Console(RuntimeListener):
                 wake = self._wake
                 if sent != self._version:
                     sent = self._version
-                    data = json.dumps({"tasks": self._task_list()}, separators=(",", ":"))
+                    data = json.dumps({"tasks": self._task_list(reviewer)}, separators=(",", ":"))
                     await response.write(f"event: tasks\ndata: {data}\n\n".encode())
                 else:
                     await response.write(b": keep-alive\n\n")
