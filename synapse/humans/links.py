@@ -67,6 +67,10 @@ class LinkSigner:
     def _mac(self, body: str) -> str:
         return _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest())
 
+    def nonce_of(self, name: str) -> str:
+        """A nonce derived from `name` under this key: the same name, the same nonce."""
+        return hmac.new(self._key, b"nonce:" + name.encode(), hashlib.sha256).hexdigest()[:16]
+
     def sign(
         self,
         task_id: str,

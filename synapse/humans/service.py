@@ -320,11 +320,19 @@ class Humans(RuntimeListener):
             key=str(detail["key"]),
             options=question.options,
             missing=question.missing,
-            links={a: self.link(question, a, reviewer) for a in actions},
+            links={a: self.link(question, a, reviewer, str(detail["key"])) for a in actions},
         )
 
-    def link(self, question: OpenQuestion, action: LinkAction, reviewer: str) -> str:
-        token = self.links.sign(question.rec.task_id, action, reviewer, question.window.closes)
+    def link(
+        self, question: OpenQuestion, action: LinkAction, reviewer: str, notification: str
+    ) -> str:
+        """The link of `action` for `reviewer` in `notification`: the same each time that
+        notification is sent (its nonce comes from its key), so a copy sent again after a
+        crash is the same single-use link, not a second one."""
+        nonce = self.links.nonce_of(f"{notification}/{action}")
+        token = self.links.sign(
+            question.rec.task_id, action, reviewer, question.window.closes, nonce
+        )
         return f"{self.public_url()}{self.config.path}/links/{token}"
 
     def routed_to(self, reviewer: ConsoleReviewer, rec: TaskRecord) -> bool:

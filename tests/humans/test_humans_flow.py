@@ -7,6 +7,7 @@ answered from a form; every step is in the task's hash-chained audit trail."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -39,6 +40,7 @@ from synapse.humans import (
 from synapse.humans.links import LinkSigner
 from synapse.p2p.audit import verify_chain
 from synapse.p2p.config import P2PConfig
+from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.runtime_base import Outcome
 from synapse.transport.peer import Peer
 from synapse.types import MessageType, TaskState
@@ -104,6 +106,19 @@ class Setup:
         rec = self.humans.record(task_id)
         assert rec is not None
         return list(rec.audit)
+
+    async def until(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Once `check()` holds: looked at after each of the requester's commits."""
+        committed = asyncio.Event()
+        listener = _OnCommit(committed)
+        self.requester.protocol.listeners.append(listener)
+        try:
+            async with asyncio.timeout(timeout):
+                while not check():
+                    committed.clear()
+                    await committed.wait()
+        finally:
+            self.requester.protocol.listeners.remove(listener)
 
     def state(self, task_id: str) -> TaskState:
         rec = self.humans.record(task_id)
@@ -405,3 +420,86 @@ class _OnOut:
     def on_message(self, event: Any) -> None:
         if event.direction == "out":
             self.sent.append(event.message.type)
+
+
+@pytest.mark.parametrize(
+    ("on_timeout", "state", "by"),
+    [
+        ("approve_default", TaskState.COMPLETED, "policy:quiet"),
+        ("fail", TaskState.CANCELLED, None),
+        ("protocol", TaskState.FAILED, None),
+    ],
+)
+async def test_each_time_out_action(
+    smtp: SmtpServer, hooks: HookReceiver, on_timeout: Any, state: TaskState, by: str | None
+) -> None:
+    route = NotifyRoute(
+        name="quiet",
+        levels=(Level(reviewers=("alice",), channels=("hook",)),),
+        on_timeout=on_timeout,
+    )
+    async with peers(route, smtp, hooks) as setup:
+        handle = await setup.requester.submit(
+            "agent-e", "portrait_review", {"deadline_seconds": 1.5}
+        )
+        outcome = await handle.result(timeout=15)
+        assert outcome.state is state, outcome
+        if by is not None:  # approved by the policy with the most confident values
+            assert output(outcome) == {"approved": {"width": 1024, "style": "oil"}, "by": by}
+        if on_timeout == "protocol":  # the executor's own deadline ended it
+            assert outcome.error is not None and outcome.error.code == "execution_timeout"
+        timeout = next(e for e in setup.audit(handle.task_id) if e.action == "human.timeout")
+        assert timeout.detail["action"] == on_timeout and timeout.actor == "policy:quiet"
+
+
+async def test_need_info_times_out_with_its_suggested_values_or_is_cancelled(
+    smtp: SmtpServer, hooks: HookReceiver
+) -> None:
+    # The `profile` question suggests no value: approve_default leaves it to the protocol.
+    route = NotifyRoute(
+        name="info",
+        levels=(Level(reviewers=("carol",), channels=("hook",)),),
+        on_timeout="approve_default",
+    )
+    async with peers(route, smtp, hooks) as setup:
+        handle = await setup.requester.submit("agent-e", "profile", {"deadline_seconds": 1.5})
+        outcome = await handle.result(timeout=15)
+        assert outcome.state is TaskState.FAILED  # the executor's required_by passed
+        timeout = next(e for e in setup.audit(handle.task_id) if e.action == "human.timeout")
+        assert timeout.detail["action"] == "protocol"
+    route = NotifyRoute(
+        name="info",
+        levels=(Level(reviewers=("carol",), channels=("hook",)),),
+        on_timeout="reject",
+    )
+    async with peers(route, smtp, hooks) as setup:
+        handle = await setup.requester.submit("agent-e", "profile", {"deadline_seconds": 1.5})
+        outcome = await handle.result(timeout=15)
+        assert outcome.state is TaskState.CANCELLED
+
+
+async def test_a_failing_webhook_is_tried_again_until_it_takes_it(
+    smtp: SmtpServer, hooks: HookReceiver
+) -> None:
+    route = NotifyRoute(name="r", levels=(Level(reviewers=("alice",), channels=("hook",)),))
+    hooks.status[0] = 503
+    async with peers(route, smtp, hooks) as setup:
+        handle = await setup.requester.submit(
+            "agent-e", "portrait_review", {"deadline_seconds": 600}
+        )
+        tried = await hooks.wait(3, "/generic")  # one pass: three attempts, all refused
+        hooks.status[0] = 200
+        later = await hooks.wait(4, "/generic")  # after a pause, again: taken
+        assert len({h.headers["Idempotency-Key"] for h in later}) == 1
+        assert all(h.body == tried[0].body for h in later)
+        await setup.until(lambda: "human.notified" in actions(setup.audit(handle.task_id)))
+        assert actions(setup.audit(handle.task_id)).count("human.notified") == 1
+        await handle.cancel("done")
+
+
+class _OnCommit(RuntimeListener):
+    def __init__(self, committed: asyncio.Event) -> None:
+        self.committed = committed
+
+    def on_commit(self, seconds: float, error: BaseException | None) -> None:
+        self.committed.set()
