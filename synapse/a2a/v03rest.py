@@ -11,8 +11,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import quote
 
-from synapse.a2a.errors import invalid_params
+from synapse.a2a.errors import A2ACode, A2AError, invalid_params
 
 #: 0.3 REST state name → 0.3 JSON-RPC state (kebab case), and back.
 _STATES: Final[dict[str, str]] = {
@@ -272,10 +273,197 @@ def push_to_rest(config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# --- the client side: a 0.3 JSON-RPC call over 0.3 REST, and the answer back ----------------
+
+
+def _quote_id(value: Any) -> str:
+    return quote(str(value or ""), safe="")
+
+
+def request_of(method: str, params: Mapping[str, Any]) -> tuple[str, str, Any, dict[str, Any]]:
+    """The REST request a 0.3 JSON-RPC call is: verb, path, JSON body (None: none) and query,
+    as the official SDK's 0.3 REST client sends it."""
+    if method in ("message/send", "message/stream"):
+        body: dict[str, Any] = {"message": message_to_rest(params.get("message") or {})}
+        config = params.get("configuration")
+        if isinstance(config, Mapping):
+            rest_config = {
+                k: v
+                for k in ("acceptedOutputModes", "historyLength", "blocking")
+                if (v := config.get(k)) is not None
+            }
+            push = config.get("pushNotificationConfig")
+            if isinstance(push, Mapping):
+                rest_config["pushNotification"] = dict(push)
+            body["configuration"] = rest_config
+        if params.get("metadata") is not None:
+            body["metadata"] = params["metadata"]
+        return (
+            "POST",
+            "/v1/" + ("message:send" if method == "message/send" else "message:stream"),
+            body,
+            {},
+        )
+    if method == "agent/getAuthenticatedExtendedCard":
+        return "GET", "/v1/card", None, {}
+    if method == "tasks/pushNotificationConfig/set":
+        task_id = str(params.get("taskId", ""))
+        inner = dict(params.get("pushNotificationConfig") or {})
+        config_id = str(inner.get("id") or "")
+        body = {
+            "parent": f"tasks/{task_id}",
+            "configId": config_id,
+            "config": {
+                "name": f"tasks/{task_id}/pushNotificationConfigs/{config_id}",
+                "pushNotificationConfig": inner,
+            },
+        }
+        return "POST", f"/v1/tasks/{_quote_id(task_id)}/pushNotificationConfigs", body, {}
+    task = f"/v1/tasks/{_quote_id(params.get('id'))}"
+    if method == "tasks/get":
+        query = {"historyLength": params["historyLength"]} if "historyLength" in params else {}
+        return "GET", task, None, query
+    if method == "tasks/cancel":
+        return "POST", task + ":cancel", {"name": f"tasks/{params.get('id', '')}"}, {}
+    if method == "tasks/resubscribe":
+        return "POST", task + ":subscribe", None, {}
+    if method == "tasks/pushNotificationConfig/list":
+        return "GET", task + "/pushNotificationConfigs", None, {}
+    config = f"{task}/pushNotificationConfigs/{_quote_id(params.get('pushNotificationConfigId'))}"
+    if method == "tasks/pushNotificationConfig/get":
+        return "GET", config, None, {}
+    if method == "tasks/pushNotificationConfig/delete":
+        return "DELETE", config, None, {}
+    raise invalid_params(f"{method} has no 0.3 REST route")
+
+
+def status_to_rpc(status: Mapping[str, Any]) -> dict[str, Any]:
+    state = status.get("state", "")
+    out: dict[str, Any] = {"state": _STATES.get(state, state) if isinstance(state, str) else state}
+    if isinstance(status.get("message"), dict):
+        out["message"] = message_to_rpc(status["message"])
+    if status.get("timestamp"):
+        out["timestamp"] = status["timestamp"]
+    return out
+
+
+def artifact_to_rpc(artifact: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in artifact.items() if k != "parts"}
+    if "artifact_id" in out:
+        out["artifactId"] = out.pop("artifact_id")
+    out["parts"] = [part_to_rpc(p) for p in artifact.get("parts") or []]
+    return out
+
+
+def task_to_rpc(task: Mapping[str, Any]) -> dict[str, Any]:
+    """A 0.3 REST task (proto JSON) as the 0.3 JSON-RPC task."""
+    out: dict[str, Any] = {"kind": "task", "id": task.get("id", "")}
+    out["contextId"] = _get(task, "contextId") or ""
+    out["status"] = status_to_rpc(task.get("status") or {})
+    if task.get("artifacts"):
+        out["artifacts"] = [artifact_to_rpc(a) for a in task["artifacts"]]
+    if "history" in task:
+        out["history"] = [message_to_rpc(m) for m in task["history"] or []]
+    if task.get("metadata") is not None:
+        out["metadata"] = task["metadata"]
+    return out
+
+
+def push_to_rpc_result(config: Mapping[str, Any], task_id: str = "") -> dict[str, Any]:
+    """A 0.3 REST push configuration (`name`, `pushNotificationConfig`) as the JSON-RPC one."""
+    name = str(config.get("name") or "")
+    parts = name.split("/")
+    found = parts[1] if len(parts) >= 2 and parts[0] == "tasks" else task_id
+    inner = _get(config, "pushNotificationConfig") or {}
+    return {"taskId": found, "pushNotificationConfig": push_to_rpc(inner)}
+
+
+def event_to_rpc(event: Mapping[str, Any]) -> dict[str, Any]:
+    """A 0.3 REST stream event (`task`, `message`, `statusUpdate`, `artifactUpdate`) as the
+    0.3 JSON-RPC event (tagged by `kind`)."""
+    if isinstance(event.get("task"), dict):
+        return task_to_rpc(event["task"])
+    message = event.get("message", event.get("msg"))
+    if isinstance(message, dict):
+        return message_to_rpc(message)
+    update = _get(event, "statusUpdate")
+    if isinstance(update, dict):
+        out = _ids(update)
+        out.update(kind="status-update", status=status_to_rpc(update.get("status") or {}))
+        out["final"] = bool(update.get("final"))
+        return out
+    artifact = _get(event, "artifactUpdate")
+    if isinstance(artifact, dict):
+        out = _ids(artifact)
+        out.update(kind="artifact-update", artifact=artifact_to_rpc(artifact.get("artifact") or {}))
+        for key in ("append", "lastChunk"):
+            if _get(artifact, key) is not None:
+                out[key] = _get(artifact, key)
+        return out
+    return task_to_rpc(event)  # a bare task (a `task` answer not wrapped)
+
+
+def _ids(update: Mapping[str, Any]) -> dict[str, Any]:
+    out = {"taskId": _get(update, "taskId") or "", "contextId": _get(update, "contextId") or ""}
+    if update.get("metadata") is not None:
+        out["metadata"] = update["metadata"]
+    return out
+
+
+def result_to_rpc(method: str, value: Any, params: Mapping[str, Any]) -> Any:
+    """The 0.3 JSON-RPC result of a 0.3 REST answer."""
+    if not isinstance(value, dict):
+        value = {}
+    if method == "message/send":
+        return event_to_rpc(value)
+    if method in ("tasks/get", "tasks/cancel"):
+        return task_to_rpc(value)
+    if method in ("tasks/pushNotificationConfig/set", "tasks/pushNotificationConfig/get"):
+        return push_to_rpc_result(value, str(params.get("taskId") or params.get("id") or ""))
+    if method == "tasks/pushNotificationConfig/list":
+        task_id = str(params.get("id") or "")
+        return [push_to_rpc_result(c, task_id) for c in value.get("configs") or []]
+    if method == "tasks/pushNotificationConfig/delete":
+        return None
+    return value
+
+
+#: The official SDK's 0.3 REST errors name their type: its JSON-RPC code.
+_ERROR_TYPES: Final[dict[str, int]] = {
+    "JSONParseError": -32700,
+    "InvalidRequestError": -32600,
+    "MethodNotFoundError": -32601,
+    "InvalidParamsError": -32602,
+    "InternalError": -32603,
+    "TaskNotFoundError": -32001,
+    "TaskNotCancelableError": -32002,
+    "PushNotificationNotSupportedError": -32003,
+    "UnsupportedOperationError": -32004,
+    "ContentTypeNotSupportedError": -32005,
+    "InvalidAgentResponseError": -32006,
+    "AuthenticatedExtendedCardNotConfiguredError": -32007,
+}
+
+
+def error_of(value: Any, status: int) -> A2AError:
+    """The error a 0.3 REST agent answered: a google.rpc status (ours, 1.0's shape), the SDK's
+    `{"type", "message"}`, or only an HTTP status."""
+    if isinstance(value, dict) and isinstance(value.get("error"), dict):
+        return A2AError.from_status_json(value, status)
+    if isinstance(value, dict) and value.get("type") in _ERROR_TYPES:
+        code = A2ACode(_ERROR_TYPES[value["type"]])
+        return A2AError(code, str(value.get("message") or value["type"]))
+    message = value.get("message") if isinstance(value, dict) else None
+    code = A2ACode.TASK_NOT_FOUND if status == 404 else A2ACode.INTERNAL_ERROR
+    return A2AError(code, str(message or f"HTTP {status}"))
+
+
 __all__ = [
     "ROUTES_03",
     "Route03",
+    "error_of",
     "event_to_rest",
+    "event_to_rpc",
     "match03",
     "message_to_rest",
     "message_to_rpc",
@@ -284,6 +472,9 @@ __all__ = [
     "part_to_rpc",
     "push_to_rest",
     "push_to_rpc",
+    "request_of",
     "result_of",
+    "result_to_rpc",
     "task_to_rest",
+    "task_to_rpc",
 ]

@@ -110,9 +110,10 @@ def agent_card(
 def build_app(
     port: int, grpc_port: int | None = None, first: str = "JSONRPC", *, legacy: bool = False
 ) -> Any:
-    """The agent; `legacy`: an A2A 0.3 agent (the SDK's 0.3 compatibility, JSON-RPC only)."""
+    """The agent; `legacy`: an A2A 0.3 agent (the SDK's 0.3 compatibility) whose card offers
+    only its `first` binding."""
     if legacy:
-        card = agent_card(port, None, "JSONRPC", version="0.3")
+        card = agent_card(port, None, first, version="0.3")
         del card.supported_interfaces[1:]
         grpc_port = None
     else:
@@ -123,7 +124,7 @@ def build_app(
     routes = [
         *create_agent_card_routes(card),
         *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=legacy),
-        *create_rest_routes(handler, path_prefix="/rest"),
+        *create_rest_routes(handler, path_prefix="/rest", enable_v0_3_compat=legacy),
     ]
 
     @contextlib.asynccontextmanager

@@ -11,7 +11,7 @@ from a2akit import SDK_BINDINGS, A2APeer
 from aiohttp import web
 
 from synapse.a2a import A2AClient, A2AError, A2AEvent, A2AVersionError, wire
-from synapse.a2a.client.legacy import JsonRpc03Transport
+from synapse.a2a.client.legacy import JsonRpc03Transport, Rest03Transport
 from synapse.types import TaskState
 
 WAIT = 10.0
@@ -194,7 +194,8 @@ async def test_attach_and_push_config_helpers(a2a_peer: A2APeer, binding: str) -
 
 
 async def test_which_cards_the_client_speaks_to() -> None:
-    """1.x on any binding, 0.3 on JSON-RPC (a 0.3 card, or 0.3 interfaces); nothing else."""
+    """1.x on any binding, 0.3 on JSON-RPC (a 0.3 card, or 0.3 interfaces), else 0.3 on
+    HTTP+JSON; nothing else."""
     legacy_card = {
         "name": "old",
         "url": "http://127.0.0.1:1/",
@@ -214,6 +215,23 @@ async def test_which_cards_the_client_speaks_to() -> None:
             {"url": "http://127.0.0.1:1/", "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3"}
         ],
     }
+    both_0_3 = {
+        "name": "old4",
+        "supportedInterfaces": [
+            {
+                "url": "http://127.0.0.1:1/r",
+                "protocolBinding": "HTTP+JSON",
+                "protocolVersion": "0.3",
+            },
+            {"url": "http://127.0.0.1:1/j", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        ],
+    }
+    grpc_0_3 = {
+        "name": "old5",
+        "supportedInterfaces": [
+            {"url": "127.0.0.1:1", "protocolBinding": "GRPC", "protocolVersion": "0.3"}
+        ],
+    }
     future = {
         "name": "new",
         "supportedInterfaces": [
@@ -225,6 +243,8 @@ async def test_which_cards_the_client_speaks_to() -> None:
         "/legacy/.well-known/agent-card.json": legacy_card,
         "/modern/.well-known/agent-card.json": modern_0_3,
         "/rest/.well-known/agent-card.json": rest_0_3,
+        "/both/.well-known/agent-card.json": both_0_3,
+        "/grpc/.well-known/agent-card.json": grpc_0_3,
         "/future/.well-known/agent-card.json": future,
         "/older/.well-known/agent-card.json": old_02,
     }
@@ -241,12 +261,17 @@ async def test_which_cards_the_client_speaks_to() -> None:
     await site.start()
     port = runner.addresses[0][1]
     try:
-        for prefix in ("legacy", "modern"):
+        for prefix, kind in (
+            ("legacy", JsonRpc03Transport),
+            ("modern", JsonRpc03Transport),
+            ("both", JsonRpc03Transport),  # JSON-RPC first, as 0.3 agents all offer it
+            ("rest", Rest03Transport),
+        ):
             async with A2AClient(f"http://127.0.0.1:{port}/{prefix}") as client:
                 await client.discover()
-                assert isinstance(client.transport, JsonRpc03Transport), prefix
+                assert type(client.transport) is kind, prefix
         for prefix, says in (
-            ("rest", "nor 0.3 over JSON-RPC"),
+            ("grpc", "nor 0.3 over JSON-RPC or HTTP+JSON"),
             ("future", "offers: JSONRPC 2.0"),
             ("older", "A2A 0.2.5"),
         ):

@@ -24,7 +24,8 @@ from a2a.types.a2a_pb2 import (
 from a2akit import A2APeer, UvicornThread, collect, sdk_message, state_of, task_id_of, texts
 
 from synapse.a2a import A2AClient, v03, wire
-from synapse.a2a.client.legacy import JsonRpc03Transport
+from synapse.a2a.client.legacy import JsonRpc03Transport, Rest03Transport
+from synapse.a2a.errors import A2ACode, A2AError
 
 COMPLETED = "TASK_STATE_COMPLETED"
 INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
@@ -366,6 +367,78 @@ async def test_our_client_speaks_0_3_to_a_0_3_agent(sdk_03_agent: str) -> None:
         slow = await client.send("slow", stream=False)
         await slow.cancel()
         assert (await slow.result(10)).a2a_state == wire.CANCELED
+
+
+@pytest.fixture
+def sdk_03_rest_agent() -> Iterator[str]:
+    """An A2A 0.3 agent of the official SDK whose card offers HTTP+JSON/REST only."""
+    from a2a_sdk_agent import build_app
+
+    with UvicornThread(lambda port: build_app(port, first="HTTP+JSON", legacy=True)) as runner:
+        yield runner.url
+
+
+async def test_our_client_speaks_0_3_rest_to_a_0_3_rest_agent(sdk_03_rest_agent: str) -> None:
+    async with A2AClient(sdk_03_rest_agent) as client:
+        card = await client.discover()
+        assert isinstance(client.transport, Rest03Transport)
+        assert card.supported_interfaces[0].protocol_binding == "HTTP+JSON"
+        done = await (await client.send("echo me")).result(10)
+        assert done.ok and done.text == "echo me"
+        handle = await client.send("ask me")
+        states = []
+        async for event in handle.events():
+            states.append(event.state)
+            if event.state == wire.INPUT_REQUIRED:
+                break
+        assert states[-1] == wire.INPUT_REQUIRED and wire.WORKING in states
+        await handle.reply("Ada")
+        answered = await handle.result(10)
+        assert answered.ok and answered.text == "hello Ada"
+        task = await client.get_task(handle.task_id, history_length=1)
+        assert task.status.state == wire.COMPLETED and len(task.history) == 1
+        slow = await client.send("slow", stream=False)
+        await slow.cancel()
+        assert (await slow.result(10)).a2a_state == wire.CANCELED
+        with pytest.raises(A2AError) as missing:
+            await client.get_task("no-such-task")
+        assert missing.value.code == A2ACode.TASK_NOT_FOUND
+
+
+async def test_our_0_3_rest_client_against_our_0_3_rest_server(a2a_peer: A2APeer) -> None:
+    """Every operation 0.3 has, over REST both ways: tasks, a question, cancel, push
+    configurations, and the errors."""
+    rest = wire.AgentInterface(
+        url=a2a_peer.base_url + "/a2a", protocol_binding="HTTP+JSON", protocol_version="0.3"
+    )
+    hook = f"http://127.0.0.1:{a2a_peer.hook_port}/hooks/rest-client-03"
+    async with A2AClient(a2a_peer.base_url) as client:
+        card = await client.discover()
+        await client.use_card(card, rest)
+        assert isinstance(client.transport, Rest03Transport)
+        done = await (await client.send({"text": "over 0.3 REST"}, task_type="echo")).result(10)
+        assert done.ok and "over 0.3 REST" in done.text
+        asked = await client.send({"prompt": "p"}, task_type="text_generation")
+        async for event in asked.events():
+            if event.state == wire.INPUT_REQUIRED:
+                break
+        await asked.provide_info({"style": "modern"})
+        assert (await asked.result(10)).ok
+        slow = await client.send({"steps": 200, "delay": 0.05}, task_type="slow", stream=False)
+        created = await client.create_push_config(slow.task_id, hook, config_id="r03")
+        assert created.id == "r03" and created.url == hook
+        assert (await client.get_push_config(slow.task_id, "r03")).url == hook
+        assert [c.id for c in await client.list_push_configs(slow.task_id)] == ["r03"]
+        await client.delete_push_config(slow.task_id, "r03")
+        assert await client.list_push_configs(slow.task_id) == []
+        await slow.cancel()
+        assert (await slow.result(10)).a2a_state == wire.CANCELED
+        with pytest.raises(A2AError) as missing:
+            await client.get_task("no-such-task")
+        assert missing.value.code == A2ACode.TASK_NOT_FOUND
+        with pytest.raises(A2AError) as unsupported:
+            await client.list_tasks()
+        assert unsupported.value.code == A2ACode.UNSUPPORTED_OPERATION
 
 
 async def test_our_client_reads_a_0_3_card_at_the_old_path(a2a_peer: A2APeer) -> None:

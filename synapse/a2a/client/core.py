@@ -14,8 +14,8 @@ stream that breaks before the task ends is resumed with `SubscribeToTask` (which
 task's current state first); an agent without streaming is polled with `GetTask`.
 
 The client speaks A2A 1.0 (`A2A-Version: 1.0`), and 0.3 to an agent whose card offers no 1.x
-interface but a 0.3 JSON-RPC one (`synapse.a2a.client.legacy`); any other card is refused
-(`A2AVersionError`).
+interface but a 0.3 JSON-RPC or HTTP+JSON one (`synapse.a2a.client.legacy`); any other card is
+refused (`A2AVersionError`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import msgspec
 from synapse._distribution import NAME
 from synapse.a2a import mapping, wire
 from synapse.a2a.card_signing import CardSignatureError, CardVerifier
+from synapse.a2a.client import legacy
 from synapse.a2a.client.auth import ClientCredentials, RequestAuth
-from synapse.a2a.client.legacy import JsonRpc03Transport, is_v03_interface
 from synapse.a2a.client.transports import (
     GrpcTransport,
     JsonRpcTransport,
@@ -232,18 +232,18 @@ class A2AClient:
         self.transport = self._make_transport(chosen)
 
     def pick(self, card: wire.AgentCard) -> wire.AgentInterface:
-        """The card's first interface in A2A 1.x on one of our bindings, else in 0.3 on JSON-RPC."""
+        """The card's first A2A 1.x interface on one of our bindings, else a 0.3 one."""
         ours = [i for i in card.supported_interfaces if i.protocol_binding in self.bindings]
-        legacy = (i for i in ours if i.protocol_binding == "JSONRPC" and is_v03_interface(i))
-        if found := next((i for i in ours if card_major(i) == 1), None) or next(legacy, None):
+        found = next((i for i in ours if card_major(i) == 1), None)
+        if found := found or legacy.legacy_interface(ours):
             return found
         offered = ", ".join(
             f"{i.protocol_binding} {i.protocol_version or '?'}" for i in card.supported_interfaces
         )
         raise A2AVersionError(
             f"agent {card.name!r} offers no A2A 1.x interface over {', '.join(self.bindings)}, "
-            f"nor 0.3 over JSON-RPC (offers: {offered or 'none'}); this client speaks A2A "
-            f"{wire.PROTOCOL_VERSION} and 0.3",
+            f"nor 0.3 over JSON-RPC or HTTP+JSON (offers: {offered or 'none'}); this "
+            f"client speaks A2A {wire.PROTOCOL_VERSION} and 0.3",
             {"offered": offered},
         )
 
@@ -263,14 +263,11 @@ class A2AClient:
             )
             grpc.auth = self._auth
             return grpc
-        if binding == wire.REST_BINDING:
-            rest = RestTransport(interface.url, self._http, self.timeout)
-            rest.auth = self._auth
-            return rest
-        speaks = JsonRpc03Transport if is_v03_interface(interface) else JsonRpcTransport
-        jsonrpc = speaks(interface.url, self._http, self.timeout)
-        jsonrpc.auth = self._auth
-        return jsonrpc
+        rest = binding == wire.REST_BINDING
+        kind = legacy.kind_of(interface) or (RestTransport if rest else JsonRpcTransport)
+        http = kind(interface.url, self._http, self.timeout)
+        http.auth = self._auth
+        return http
 
     @property
     def rpc_url(self) -> str | None:

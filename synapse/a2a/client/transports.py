@@ -65,7 +65,7 @@ _EVENT_KINDS = ("task", "statusUpdate", "artifactUpdate", "message")
 _KEPT_EVENT_IDS = 1000
 
 
-class _Request(NamedTuple):
+class Request(NamedTuple):
     verb: str
     url: str
     body: bytes | None
@@ -123,7 +123,7 @@ class _HttpTransport:
         pass
 
     async def _fetch(
-        self, method: str, params: dict[str, Any], request: _Request
+        self, method: str, params: dict[str, Any], request: Request
     ) -> tuple[bytes, int]:
         """One request of the call `method`: the answer's body and status."""
         async with self._open(method, params, request, stream=False) as response:
@@ -131,7 +131,7 @@ class _HttpTransport:
 
     @contextlib.asynccontextmanager
     async def _open(
-        self, method: str, params: dict[str, Any], request: _Request, *, stream: bool
+        self, method: str, params: dict[str, Any], request: Request, *, stream: bool
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         # A call has `timeout` in all; a stream only to connect. A network failure is an
         # `A2AError` saying why, or for a stream (even once under way) a `StreamBroken`.
@@ -177,7 +177,7 @@ class JsonRpcTransport(_HttpTransport):
         rpc_id = str(uuid.uuid4())
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
         headers = self._headers()
-        raw, status = await self._fetch(method, params, _Request("POST", self.url, body, headers))
+        raw, status = await self._fetch(method, params, Request("POST", self.url, body, headers))
         return _judge(_json(raw, status), rpc_id, status)
 
     async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
@@ -186,12 +186,12 @@ class JsonRpcTransport(_HttpTransport):
         body = wire.encode({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
         headers = self._headers(Accept="text/event-stream")
         headers.update(self._resume_headers(method, params))
-        request = _Request("POST", self.url, body, headers)
+        request = Request("POST", self.url, body, headers)
         async with self._open(method, params, request, stream=True) as response:
             if "text/event-stream" not in response.headers.get("Content-Type", ""):
                 yield _judge(_json(await response.read(), response.status), rpc_id, 200)
                 return
-            async for name, data, event_id in _sse(response):
+            async for name, data, event_id in sse_events(response):
                 body_ = _json(data.encode(), response.status)
                 if name == "error":
                     error = body_.get("error") if isinstance(body_, dict) else body_
@@ -230,8 +230,8 @@ class RestTransport(_HttpTransport):
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         verb, url, body = self._request(method, params)
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        raw, status = await self._fetch(method, params, _Request(verb, url, body, headers))
-        value = _rest_json(raw, status)
+        raw, status = await self._fetch(method, params, Request(verb, url, body, headers))
+        value = rest_json(raw, status)
         if status >= 300:
             raise A2AError.from_status_json(value, status)
         return value
@@ -241,16 +241,16 @@ class RestTransport(_HttpTransport):
         headers = {"Accept": "text/event-stream", **self._resume_headers(method, params)}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        request = _Request(verb, url, body, headers)
+        request = Request(verb, url, body, headers)
         async with self._open(method, params, request, stream=True) as response:
             if "text/event-stream" not in response.headers.get("Content-Type", ""):
-                value = _rest_json(await response.read(), response.status)
+                value = rest_json(await response.read(), response.status)
                 if response.status >= 300:
                     raise A2AError.from_status_json(value, response.status)
                 yield value
                 return
-            async for name, data, event_id in _sse(response):
-                value = _rest_json(data.encode(), response.status)
+            async for name, data, event_id in sse_events(response):
+                value = rest_json(data.encode(), response.status)
                 if name == "error" or (isinstance(value, dict) and "error" in value):
                     raise A2AError.from_status_json(value, 500)
                 self._seen(value, event_id)
@@ -276,7 +276,7 @@ def _query_string(values: Mapping[str, Any]) -> str:
     return urlencode(pairs)
 
 
-def _rest_json(raw: bytes, status: int) -> Any:
+def rest_json(raw: bytes, status: int) -> Any:
     return _json(raw, status, "a JSON answer") if raw else {}
 
 
@@ -454,7 +454,7 @@ def _judge(body: Any, rpc_id: str, status: int) -> Any:
     return body["result"]
 
 
-async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str, str]]:
+async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str, str]]:
     """(event name, data, last event id) of each server-sent event."""
     name, lines, event_id = "message", list[str](), ""
     while True:
@@ -484,9 +484,12 @@ async def _sse(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str
 __all__ = [
     "GrpcTransport",
     "JsonRpcTransport",
+    "Request",
     "RestTransport",
     "StreamBroken",
     "Transport",
     "describe_failure",
+    "rest_json",
+    "sse_events",
     "unknown_method",
 ]
