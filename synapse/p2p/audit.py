@@ -28,21 +28,6 @@ def entry_digest(
     return hashlib.sha256(body).hexdigest()
 
 
-def chained(
-    audit: Sequence[AuditEntry],
-    at: float,
-    actor: str,
-    action: str,
-    message_id: str | None = None,
-    detail: Mapping[str, Any] | None = None,
-) -> AuditEntry:
-    """The next entry of `audit` (not appended): linked to its last entry."""
-    prev = audit[-1].digest if audit else ""
-    values = dict(detail or {})
-    digest = entry_digest(prev, at, actor, action, message_id, values)
-    return AuditEntry(at, actor, action, message_id, values, prev, digest)
-
-
 def append_audit(
     audit: list[AuditEntry],
     at: float,
@@ -52,7 +37,10 @@ def append_audit(
     detail: Mapping[str, Any] | None = None,
 ) -> AuditEntry:
     """Append the next entry to `audit`, linked to its last one; return it."""
-    entry = chained(audit, at, actor, action, message_id, detail)
+    prev = audit[-1].digest if audit else ""
+    values = dict(detail or {})
+    digest = entry_digest(prev, at, actor, action, message_id, values)
+    entry = AuditEntry(at, actor, action, message_id, values, prev, digest)
     audit.append(entry)
     return entry
 
@@ -98,4 +86,4 @@ def verify_chain(audit: Sequence[AuditEntry], *, head: str | None = None) -> Cha
     return ChainVerdict(True, len(audit), head=prev)
 
 
-__all__ = ["ChainVerdict", "append_audit", "chained", "entry_digest", "verify_chain"]
+__all__ = ["ChainVerdict", "append_audit", "entry_digest", "verify_chain"]

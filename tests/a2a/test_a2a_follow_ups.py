@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,16 @@ def message(text: str, message_id: str, **more: Any) -> dict[str, Any]:
     return {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}], **more}
 
 
+async def follow_up(
+    base: str, task_id: str, text: str, message_id: str, *, wait: bool = False
+) -> dict[str, Any]:
+    """SendMessage of `text` to the task (returning at once unless `wait`): the answer."""
+    params: dict[str, Any] = {"message": message(text, message_id, taskId=task_id)}
+    if not wait:
+        params["configuration"] = {"returnImmediately": True}
+    return await rpc(base, "SendMessage", params)
+
+
 def user_texts(task: dict[str, Any]) -> list[str]:
     return [m["parts"][0]["text"] for m in task["history"] if m["role"] == "ROLE_USER"]
 
@@ -83,58 +94,40 @@ async def listening(tmp_path: Path) -> AsyncIterator[tuple[ListeningHandler, Pat
     yield ListeningHandler(), tmp_path / "store.db"
 
 
-async def started(handler: ListeningHandler, path: Path) -> tuple[Peer, str]:
+@asynccontextmanager
+async def running(handler: ListeningHandler, path: Path) -> AsyncIterator[str]:
+    """A peer serving `handler` over A2A, on the store at `path`: its base URL."""
     peer = Peer("agent-l", handler=handler, config=fast_config(), store=SqliteStore(path))
     enable_a2a(peer, default_task_type="listen")
     await peer.start()
-    return peer, f"http://127.0.0.1:{peer.port}"
+    try:
+        yield f"http://127.0.0.1:{peer.port}"
+    finally:
+        await peer.close(drain_timeout=0.1)
 
 
 async def test_a_working_task_keeps_follow_ups_for_its_handler(
     listening: tuple[ListeningHandler, Path],
 ) -> None:
     handler, path = listening
-    peer, base = await started(handler, path)
-    try:
+    async with running(handler, path) as base:
         task_id = await start_working(base)
         for n in (1, 2):
-            answer = await rpc(
-                base,
-                "SendMessage",
-                {
-                    "message": message(f"also {n}", f"more-{n}", taskId=task_id),
-                    "configuration": {"returnImmediately": True},
-                },
-            )
+            answer = await follow_up(base, task_id, f"also {n}", f"more-{n}")
             task = answer["result"]["task"]
             assert task["status"]["state"] == "TASK_STATE_WORKING"  # no state change
             assert task["history"][-1]["parts"] == [{"text": f"also {n}"}]
         # A retry of the same message is kept once; the same id on another message is refused.
-        again = await rpc(
-            base,
-            "SendMessage",
-            {
-                "message": message("also 2", "more-2", taskId=task_id),
-                "configuration": {"returnImmediately": True},
-            },
-        )
+        again = await follow_up(base, task_id, "also 2", "more-2")
         assert again["result"]["task"]["id"] == task_id
-        reused = await rpc(
-            base,
-            "SendMessage",
-            {"message": message("other", "more-2", taskId=task_id)},
-        )
+        reused = await follow_up(base, task_id, "other", "more-2", wait=True)
         assert reused["error"]["code"] == -32602
         assert "already used for another message" in reused["error"]["message"]
         got = await rpc(base, "GetTask", {"id": task_id})
-        texts = [
-            m["parts"][0]["text"] for m in got["result"]["history"] if m["role"] == "ROLE_USER"
-        ]
+        texts = user_texts(got["result"])
         assert texts == ["start", "also 1", "also 2"]
         # A blocking follow-up waits for the task's end, like any blocking SendMessage.
-        blocking = asyncio.ensure_future(
-            rpc(base, "SendMessage", {"message": message("last", "more-3", taskId=task_id)})
-        )
+        blocking = asyncio.ensure_future(follow_up(base, task_id, "last", "more-3", wait=True))
         # It is seen in the history once kept, and it waits from the same step on.
         async with asyncio.timeout(10):
             while True:
@@ -146,69 +139,36 @@ async def test_a_working_task_keeps_follow_ups_for_its_handler(
         assert done["status"]["state"] == "TASK_STATE_COMPLETED"
         output = done["artifacts"][0]["parts"][0]["data"]
         assert output == {"heard": ["also 1", "also 2", "last"]}
-        ended = await rpc(
-            base, "SendMessage", {"message": message("late", "more-4", taskId=task_id)}
-        )
+        ended = await follow_up(base, task_id, "late", "more-4", wait=True)
         assert ended["error"]["code"] == -32004  # a terminal task takes nothing
-    finally:
-        await peer.close(drain_timeout=0.2)
 
 
 async def test_kept_follow_ups_survive_a_restart(
     listening: tuple[ListeningHandler, Path],
 ) -> None:
     handler, path = listening
-    peer, base = await started(handler, path)
-    try:
+    async with running(handler, path) as base:
         task_id = await start_working(base)
-        answer = await rpc(
-            base,
-            "SendMessage",
-            {
-                "message": message("remember me", "kept-1", taskId=task_id),
-                "configuration": {"returnImmediately": True},
-            },
-        )
+        answer = await follow_up(base, task_id, "remember me", "kept-1")
         assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING"
-    finally:
-        await peer.close(drain_timeout=0.1)
     handler = ListeningHandler()
     handler.finish.set()  # the resumed handler finishes at once
-    peer, base = await started(handler, path)
-    try:
+    async with running(handler, path) as base:
         got = await rpc(base, "GetTask", {"id": task_id})
-        texts = [
-            m["parts"][0]["text"] for m in got["result"]["history"] if m["role"] == "ROLE_USER"
-        ]
+        texts = user_texts(got["result"])
         assert texts[:2] == ["start", "remember me"]
-    finally:
-        await peer.close(drain_timeout=0.2)
 
 
 async def test_a_task_keeps_a_bounded_number_of_follow_ups(
     listening: tuple[ListeningHandler, Path],
 ) -> None:
     handler, path = listening
-    peer, base = await started(handler, path)
-    try:
+    async with running(handler, path) as base:
         task_id = await start_working(base)
         for n in range(MAX_FOLLOW_UP_MESSAGES):
-            answer = await rpc(
-                base,
-                "SendMessage",
-                {
-                    "message": message(f"m{n}", f"id-{n}", taskId=task_id),
-                    "configuration": {"returnImmediately": True},
-                },
-            )
+            answer = await follow_up(base, task_id, f"m{n}", f"id-{n}")
             assert "result" in answer, answer
-        refused = await rpc(
-            base,
-            "SendMessage",
-            {"message": message("one more", "id-over", taskId=task_id)},
-        )
+        refused = await follow_up(base, task_id, "one more", "id-over", wait=True)
         assert refused["error"]["code"] == -32004
         assert str(MAX_FOLLOW_UP_MESSAGES) in refused["error"]["message"]
         handler.finish.set()
-    finally:
-        await peer.close(drain_timeout=0.2)

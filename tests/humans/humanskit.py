@@ -22,6 +22,8 @@ from aiohttp import web
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
+from synapse.humans import Channel
+
 SMTP_USER, SMTP_PASSWORD = "synapse", "mail-secret"
 LINK = re.compile(r"https?://\S+/humans/links/\S+")
 
@@ -121,6 +123,20 @@ def start_smtp(tmp: Path) -> SmtpServer:
     )
     controller.start()
     return SmtpServer("127.0.0.1", port, ca_file, box, controller)
+
+
+def mail_channel(smtp: SmtpServer) -> Channel:
+    """The `email` channel of `smtp`: STARTTLS with the test CA, then the tests' login."""
+    return Channel(
+        "mail",
+        "email",
+        smtp_host=smtp.host,
+        smtp_port=smtp.port,
+        username=SMTP_USER,
+        password=SMTP_PASSWORD,
+        sender="synapse@example.com",
+        ca_file=str(smtp.ca_file),
+    )
 
 
 def links_of(message: EmailMessage) -> dict[str, str]:

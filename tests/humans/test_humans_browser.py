@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import pytest
 from approval_handler import ApprovalHandler
-from humanskit import SMTP_PASSWORD, SMTP_USER, SmtpServer, links_of, start_smtp
+from humanskit import SmtpServer, links_of, mail_channel
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "ops"))
 
 from opskit import chromium
 
-from synapse.humans import Channel, HumansConfig, Level, NotifyRoute, Person, enable_humans
+from synapse.humans import HumansConfig, Level, NotifyRoute, Person, enable_humans
 from synapse.ops.console import Reviewer as ConsoleUser
 from synapse.ops.console import TokenAuth, enable_console
 from synapse.p2p.config import P2PConfig
@@ -38,15 +38,6 @@ async def browser() -> AsyncIterator[Any]:
         yield launched
 
 
-@pytest.fixture
-def smtp(tmp_path: Path) -> AsyncIterator[SmtpServer]:
-    server = start_smtp(tmp_path)
-    try:
-        yield server
-    finally:
-        server.controller.stop()
-
-
 def screenshots() -> Path | None:
     where = os.environ.get("SYNAPSE_HUMANS_SCREENSHOTS")
     if not where:
@@ -61,16 +52,7 @@ async def test_a_reviewer_decides_from_the_link_and_the_console_shows_it(
 ) -> None:
     from playwright.async_api import expect
 
-    mail = Channel(
-        "mail",
-        "email",
-        smtp_host=smtp.host,
-        smtp_port=smtp.port,
-        username=SMTP_USER,
-        password=SMTP_PASSWORD,
-        sender="synapse@example.com",
-        ca_file=str(smtp.ca_file),
-    )
+    mail = mail_channel(smtp)
     config = HumansConfig(
         link_secret=b"browser-link-key-0123456789abcdef",
         routes=(

@@ -12,20 +12,17 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from approval_handler import ApprovalHandler
 from humanskit import (
-    SMTP_PASSWORD,
     SMTP_USER,
     HookReceiver,
     SmtpServer,
     links_of,
-    start_hooks,
-    start_smtp,
+    mail_channel,
 )
 
 from synapse.humans import (
@@ -60,36 +57,9 @@ REVIEWERS = {
 }
 
 
-@pytest.fixture
-async def smtp(tmp_path: Path) -> AsyncIterator[SmtpServer]:
-    server = start_smtp(tmp_path)
-    try:
-        yield server
-    finally:
-        server.controller.stop()
-
-
-@pytest.fixture
-async def hooks() -> AsyncIterator[HookReceiver]:
-    receiver = await start_hooks()
-    try:
-        yield receiver
-    finally:
-        await receiver.close()
-
-
 def channels(smtp: SmtpServer, hooks: HookReceiver) -> dict[str, Channel]:
     return {
-        "mail": Channel(
-            "mail",
-            "email",
-            smtp_host=smtp.host,
-            smtp_port=smtp.port,
-            username=SMTP_USER,
-            password=SMTP_PASSWORD,
-            sender="synapse@example.com",
-            ca_file=str(smtp.ca_file),
-        ),
+        "mail": mail_channel(smtp),
         "hook": Channel("hook", "webhook", url=f"{hooks.url}/generic"),
         "slack": Channel("slack", "slack", url=f"{hooks.url}/slack"),
         "teams": Channel("teams", "teams", url=f"{hooks.url}/teams"),

@@ -14,7 +14,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,6 @@ from humanskit import (
     HookReceiver,
     SmtpServer,
     links_of,
-    start_hooks,
-    start_smtp,
 )
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
@@ -175,17 +173,9 @@ class Deployment:
 
 
 @pytest.fixture
-def smtp(tmp_path: Path) -> Iterator[SmtpServer]:
-    server = start_smtp(tmp_path)
-    try:
-        yield server
-    finally:
-        server.controller.stop()
-
-
-@pytest.fixture
-async def deployment(tmp_path: Path, smtp: SmtpServer) -> AsyncIterator[Deployment]:
-    hooks = await start_hooks()
+async def deployment(
+    tmp_path: Path, smtp: SmtpServer, hooks: HookReceiver
+) -> AsyncIterator[Deployment]:
     requester_port, executor_port = free_port(), free_port()
     config = tmp_path / "synapse.toml"
     config.write_text(config_toml(smtp, hooks, executor_port), encoding="utf-8")
@@ -199,11 +189,8 @@ async def deployment(tmp_path: Path, smtp: SmtpServer) -> AsyncIterator[Deployme
         "--handler",
         "approval_handler:ApprovalHandler",
     ]
-    try:
-        with serve(*executor_args, port=executor_port, cwd=HANDLER_DIR) as executor:
-            yield Deployment(requester_port, executor, config, tmp_path / "req.db", smtp, hooks)
-    finally:
-        await hooks.close()
+    with serve(*executor_args, port=executor_port, cwd=HANDLER_DIR) as executor:
+        yield Deployment(requester_port, executor, config, tmp_path / "req.db", smtp, hooks)
 
 
 async def post(link: str, **form: str) -> httpx.Response:
