@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from synapse.humans.question import WAITING
 from synapse.p2p.audit import verify_chain
 from synapse.p2p.engine import TaskRecord
 
@@ -44,8 +45,9 @@ def humans_panel(rec: TaskRecord) -> list[dict[str, Any]]:
     pending = [
         e for e in rec.audit if e.action == "human.queued" and e.detail.get("key") not in delivered
     ]
+    status = "pending" if rec.state in WAITING else "not sent (answered first)"
     for entry in pending:
-        text = "pending: " + _SAID["human.queued"].format_map(_Blank(entry.detail))
+        text = f"{status}: " + _SAID["human.queued"].format_map(_Blank(entry.detail))
         rows.append(_row(entry.at, entry.actor, text))
     rows.append({"at": "", "who": "audit trail", "what": str(verify_chain(rec.audit))})
     return rows

@@ -71,6 +71,9 @@ class Humans(RuntimeListener):
         self._session: aiohttp.ClientSession | None = None
         #: Notification key → (failures so far, not before this time).
         self._backoff: dict[str, tuple[int, float]] = {}
+        #: Notification key → the delivery under way.
+        self._sending: dict[str, asyncio.Task[None]] = {}
+        self._closing = False
 
     # --- wiring ----------------------------------------------------------------------------
 
@@ -91,15 +94,22 @@ class Humans(RuntimeListener):
         """Start watching (after `peer.start()`): questions waiting since before a restart,
         and notifications queued and not delivered, are taken up at once."""
         if self._task is None:
+            self._closing = False
             self._session = aiohttp.ClientSession()
             self._task = asyncio.create_task(self._run(), name="synapse-humans")
 
     async def close(self) -> None:
+        """Stop: deliveries under way are cancelled (what they did not record as delivered
+        is sent again at the next start, under the same key)."""
+        self._closing = True
+        self._wake.set()
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
+        running = [t for t in (task, *self._sending.values()) if t is not None]
+        for each in running:
+            each.cancel()
+        for each in running:
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await each
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -164,7 +174,7 @@ class Humans(RuntimeListener):
     # --- the loop ----------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        while True:
+        while not self._closing:
             self._wake.clear()
             try:
                 next_at = await self.run_once()
@@ -172,19 +182,29 @@ class Humans(RuntimeListener):
                 log.warning("humans_pass_failed", error=repr(exc))
                 next_at = self.clock() + 1.0
             timeout = None if next_at is None else max(0.0, next_at - self.clock())
+            # `asyncio.timeout`, not `wait_for`: on 3.11 a cancel that comes as the event is
+            # set is lost by `wait_for`, and `close` would wait for ever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
 
     async def run_once(self) -> float | None:
-        """One pass over the waiting questions: do what is due, deliver what is queued;
-        return when the next thing falls due (None: nothing planned)."""
+        """One pass over the waiting questions, each on its own (a slow mail server delays
+        no other task's time-out): do what is due, deliver what is queued; return when the
+        next thing falls due (None: nothing planned)."""
+        questions = [q for rec in self.protocol.view.records() if (q := self.question_of(rec))]
+        waiting = {q.rec.task_id for q in questions}
+        for notification in [k for k in self._backoff if k.split("/", 1)[0] not in waiting]:
+            del self._backoff[notification]  # its question was answered meanwhile
+        found = await asyncio.gather(*(self._advance(q) for q in questions), return_exceptions=True)
         next_times: list[float] = []
-        for rec in self.protocol.view.records():
-            question = self.question_of(rec)
-            if question is None:
-                continue
-            when = await self._advance(question)
-            if when is not None:
+        for question, when in zip(questions, found, strict=True):
+            if isinstance(when, BaseException):
+                if not isinstance(when, Exception):
+                    raise when
+                log.warning("humans_step_failed", task_id=question.rec.task_id, error=repr(when))
+                next_times.append(self.clock() + 1.0)
+            elif when is not None:
                 next_times.append(when)
         return min(next_times) if next_times else None
 
@@ -249,39 +269,48 @@ class Humans(RuntimeListener):
         )
 
     async def _deliver_pending(self, question: OpenQuestion) -> float | None:
+        """Start delivering what is queued and not delivered, each notification on its own
+        (a slow server holds up no other); when to look again for those failing."""
         delivered = {e.detail.get("key") for e in question.entries(NOTIFIED)}
         now, retry_at = self.clock(), None
         for entry in question.entries(QUEUED):
-            detail = entry.detail
-            notification = str(detail["key"])
-            if notification in delivered:
+            notification = str(entry.detail["key"])
+            if notification in delivered or notification in self._sending:
                 continue
-            failures, not_before = self._backoff.get(notification, (0, 0.0))
+            not_before = self._backoff.get(notification, (0, 0.0))[1]
             if not_before > now:
                 retry_at = not_before if retry_at is None else min(retry_at, not_before)
                 continue
-            try:
-                await self._send(question, detail)
-            except NotificationFailed as exc:
-                failures += 1
-                pause = min(MAX_PAUSE, 2.0**failures)
-                self._backoff[notification] = (failures, now + pause)
-                retry_at = now + pause if retry_at is None else min(retry_at, now + pause)
-                log.warning(
-                    "human_notification_failed",
-                    task_id=question.rec.task_id,
-                    key=notification,
-                    failures=failures,
-                    error=str(exc),
-                )
-                continue
+            self._sending[notification] = asyncio.create_task(
+                self._deliver(question, entry.detail), name=f"synapse-humans {notification}"
+            )
+        return retry_at
+
+    async def _deliver(self, question: OpenQuestion, detail: Mapping[str, Any]) -> None:
+        notification = str(detail["key"])
+        try:
+            await self._send(question, detail)
+        except NotificationFailed as exc:
+            failures = self._backoff.get(notification, (0, 0.0))[0] + 1
+            pause = min(MAX_PAUSE, 2.0**failures)
+            self._backoff[notification] = (failures, self.clock() + pause)
+            log.warning(
+                "human_notification_failed",
+                task_id=question.rec.task_id,
+                key=notification,
+                failures=failures,
+                error=str(exc),
+            )
+        else:
             self._backoff.pop(notification, None)
             await self.protocol.note_task(
                 question.rec.key,
                 NOTIFIED,
                 {"question": question.id, "key": notification, "channel": detail["channel"]},
             )
-        return retry_at
+        finally:
+            self._sending.pop(notification, None)
+            self._wake.set()  # a failure plans its retry; a success may end a wait
 
     async def _send(self, question: OpenQuestion, detail: Mapping[str, Any]) -> None:
         channel = self.config.channels[str(detail["channel"])]
@@ -297,7 +326,8 @@ class Humans(RuntimeListener):
                 return
             except NotificationFailed as exc:
                 last = exc
-                await asyncio.sleep(0.2 * 2**attempt)
+                if attempt + 1 < ATTEMPTS:
+                    await asyncio.sleep(0.2 * 2**attempt)
         assert last is not None
         raise last
 

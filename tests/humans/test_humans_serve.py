@@ -320,8 +320,15 @@ async def test_a_sigkill_during_notification_loses_and_doubles_nothing(
     d.hooks.hold.append(release)  # the first webhook is kept unanswered
     with d.requester() as first:
         task_id = await d.submit({"subject": "Kim", "deadline_seconds": 600})
-        (mail,) = await d.smtp.box.wait(1, task_id)  # delivered (and recorded) first
+        (mail,) = await d.smtp.box.wait(1, task_id)
         await d.hooks.wait(1, "/generic", task_id=task_id)  # sent, not answered
+        await d.until(  # the e-mail recorded as delivered, the webhook still in flight
+            task_id,
+            lambda t: any(
+                e["action"] == "human.notified" and e["detail"]["channel"] == "mail"
+                for e in t["audit"]
+            ),
+        )
         first.process.send_signal(signal.SIGKILL)
         first.process.wait(10)
     release.set()
