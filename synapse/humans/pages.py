@@ -8,6 +8,7 @@ already) 409, and a refused answer 400, each with a page saying why and nothing 
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 from typing import Any, Protocol
@@ -19,6 +20,7 @@ from synapse.humans.links import Link, LinkRefused, LinkSigner
 from synapse.humans.question import VIEWED, OpenQuestion
 from synapse.logs import get_logger
 from synapse.p2p.engine import TaskRecord
+from synapse.types import LocalProtocolError
 
 log = get_logger("synapse.humans")
 
@@ -142,6 +144,9 @@ class PagesHost(HumansHost, Protocol):
 class LinkPages:
     def __init__(self, humans: PagesHost) -> None:
         self.humans = humans
+        #: One answer at a time: the checks (used link, answered already, quorum counts)
+        #: and what they lead to are one step, so two clicks at once never both count.
+        self._answering = asyncio.Lock()
 
     def _open(self, request: web.Request) -> tuple[Link, OpenQuestion]:
         humans = self.humans
@@ -180,33 +185,36 @@ class LinkPages:
         return _page(title, _facts(question) + _form(question, link))
 
     async def decide(self, request: web.Request) -> web.Response:
-        try:
-            link, question = self._open(request)
-        except LinkRefused as exc:
-            return _refused(exc.status, exc.reason)
         if (request.content_length or 0) > MAX_FORM:
             return _refused(413, "this form is too large")
         form = await request.post()
-        decision = str(form.get("decision", ""))
-        if link.action != "form" and decision != link.action:
-            return _refused(400, f"this link can only {link.action}")
-        fields: dict[str, Any] = {}
-        if link.action == "form":
-            for name, raw in form.items():
-                if name.startswith("field:"):
-                    fields[name[len("field:") :]] = _value(str(raw))
-        try:
-            said = await answer(
-                self.humans,
-                question,
-                link,
-                decision=decision,
-                fields=fields,
-                reason=str(form.get("reason", "")),
-                notes=str(form.get("notes", "")),
-            )
-        except DecisionRefused as exc:
-            return _refused(exc.status, exc.reason)
+        async with self._answering:
+            try:
+                link, question = self._open(request)
+            except LinkRefused as exc:
+                return _refused(exc.status, exc.reason)
+            decision = str(form.get("decision", ""))
+            if link.action != "form" and decision != link.action:
+                return _refused(400, f"this link can only {link.action}")
+            fields: dict[str, Any] = {}
+            if link.action == "form":
+                for name, raw in form.items():
+                    if name.startswith("field:"):
+                        fields[name[len("field:") :]] = _value(str(raw))
+            try:
+                said = await answer(
+                    self.humans,
+                    question,
+                    link,
+                    decision=decision,
+                    fields=fields,
+                    reason=str(form.get("reason", "")),
+                    notes=str(form.get("notes", "")),
+                )
+            except DecisionRefused as exc:
+                return _refused(exc.status, exc.reason)
+            except LocalProtocolError as exc:  # answered meanwhile (the console, a time-out)
+                return _refused(409, f"this question was answered already: {exc}")
         return _page("Done", f"<p class=notice>{_e(said)}</p>")
 
 

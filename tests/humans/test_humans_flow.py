@@ -473,3 +473,19 @@ class _OnCommit(RuntimeListener):
 
     def on_commit(self, seconds: float, error: BaseException | None) -> None:
         self.committed.set()
+
+
+async def test_two_clicks_at_once_decide_once(smtp: SmtpServer, hooks: HookReceiver) -> None:
+    """The same link posted twice at once (a double click, a retrying proxy): one answer,
+    one `human_decision`; the other is told it was used."""
+    level = Level(reviewers=("alice",), channels=("mail",))
+    async with peers(NotifyRoute(name="r", levels=(level,)), smtp, hooks) as setup:
+        sent: list[str] = []
+        setup.requester.protocol.listeners.append(_OnOut(sent))
+        handle = await setup.requester.submit("agent-e", "portrait_review", {})
+        (mail,) = await smtp.box.wait(1)
+        approve = links_of(mail)["approve"]
+        answers_ = await asyncio.gather(*(post(approve, decision="approve") for _ in range(4)))
+        assert sorted(a.status_code for a in answers_) == [200, 409, 409, 409]
+        assert (await handle.result(timeout=10)).state is TaskState.COMPLETED
+        assert sent.count(MessageType.HUMAN_DECISION.value) == 1
