@@ -234,9 +234,8 @@ class Humans(RuntimeListener):
         for channel_name in level.channels:
             channel = self.config.channels[channel_name]
             if channel.kind == "email":
-                targets = [
-                    (r, self.reviewer(r).email) for r in level.reviewers if self.reviewer(r).email
-                ]
+                people = [self.reviewer(r) for r in level.reviewers]
+                targets = [(p.id, p.email) for p in people if p.email]
             else:
                 targets = [(f"channel:{channel_name}", channel.url)]
             for reviewer_id, to in targets:

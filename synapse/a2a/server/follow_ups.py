@@ -93,28 +93,22 @@ def answer_builder(state: TaskState) -> _AnswerBuilder | None:
     return None
 
 
-def already_kept(rec: TaskRecord, message: wire.Message) -> bool:
-    """Whether `message` is kept already (by its `messageId`): a retry is kept once. The same
-    `messageId` on another message is refused, as for a new task's."""
-    for kept in kept_messages(rec.audit):
-        if kept.message_id == message.message_id:
-            if fingerprint(kept) != fingerprint(message):
+def to_keep(view: A2ATask, rec: TaskRecord, message: wire.Message) -> bool:
+    """Whether `message` is still to keep (False: a retry of one kept already, kept once),
+    read in one pass over the kept ones. The same `messageId` on another message is
+    refused, as for a new task's, and so is one more than `MAX_FOLLOW_UP_MESSAGES`."""
+    kept = kept_messages(rec.audit)
+    for earlier in kept:
+        if earlier.message_id == message.message_id:
+            if fingerprint(earlier) != fingerprint(message):
                 raise reused(message.message_id)
-            return True
-    return False
-
-
-def check_room(view: A2ATask, rec: TaskRecord) -> None:
-    if len(kept_messages(rec.audit)) >= MAX_FOLLOW_UP_MESSAGES:
+            return False
+    if len(kept) >= MAX_FOLLOW_UP_MESSAGES:
         raise unsupported(
             f"Task {view.id} keeps at most {MAX_FOLLOW_UP_MESSAGES} follow-up messages",
             taskId=view.id,
         )
-
-
-def note_detail(message: wire.Message) -> dict[str, Any]:
-    detail: dict[str, Any] = {"message": wire.to_builtins(message)}
-    return detail
+    return True
 
 
 def follow_up_messages(ctx: ExecutionContext) -> list[wire.Message]:
@@ -127,10 +121,8 @@ __all__ = [
     "FOLLOW_UP_NOTE",
     "MAX_FOLLOW_UP_MESSAGES",
     "Answer",
-    "already_kept",
     "answer_builder",
-    "check_room",
     "follow_up_messages",
     "kept_messages",
-    "note_detail",
+    "to_keep",
 ]

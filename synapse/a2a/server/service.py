@@ -463,10 +463,9 @@ class A2AService:
 
     async def _keep_message(self, view: A2ATask, rec: TaskRecord, message: wire.Message) -> None:
         """Keep a follow-up to a working task: durably, in its audit trail, before answering."""
-        if follow_ups.already_kept(rec, message):
+        if not follow_ups.to_keep(view, rec, message):
             return  # a retry of a message kept already
-        follow_ups.check_room(view, rec)
-        detail = follow_ups.note_detail(message)
+        detail = {"message": wire.to_builtins(message)}
         await self.protocol.note_task(view.key, follow_ups.FOLLOW_UP_NOTE, detail)
         if not view.is_terminal:
             view.history.append(message)
