@@ -197,3 +197,43 @@ def test_slack_text_is_escaped_and_teams_gets_an_adaptive_card() -> None:
     ]
     facts = {f["title"]: f["value"] for f in card["body"][1]["facts"]}
     assert facts["Reason"] == "low_confidence: a <b>bold</b> & risky choice"  # Teams: plain
+
+
+def test_routes_match_by_task_type_partner_question_reason_and_level(tmp_path: Path) -> None:
+    config = humans_config_from_toml(
+        humans_table(),
+        [
+            route(
+                name="exact",
+                task_types=["portrait"],
+                partners=["agent-e"],
+                questions=["need_human"],
+                reason_codes=["low_confidence"],
+                min_escalation_level=2,
+            ),
+            route(name="any-info", questions=["need_info"]),
+            route(name="fallback"),
+        ],
+        base=tmp_path,
+    )
+    ask = {
+        "task_type": "portrait",
+        "partner": "agent-e",
+        "question": "need_human",
+        "reason_code": "low_confidence",
+        "level": 2,
+    }
+
+    def chosen(**change: Any) -> str | None:
+        found = config.route_for(**(ask | change))
+        return found.name if found is not None else None
+
+    assert chosen() == "exact"
+    for change in (
+        {"task_type": "echo"},
+        {"partner": "agent-x"},
+        {"reason_code": "other"},
+        {"level": 1},
+    ):
+        assert chosen(**change) == "fallback", change  # the first route that matches
+    assert chosen(question="need_info") == "any-info"
