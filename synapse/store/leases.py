@@ -364,12 +364,16 @@ class Ownership:
     async def take_over_expired(self, limit: int = 100) -> Snapshot:
         """Every orphaned task whose lease expired or is missing (up to `limit`); rows
         another replica is taking over at the same moment are skipped. A lease of ours that
-        ran out (a slow renewal) is not taken over but renewed: its epoch is unchanged."""
-        snapshot = self._snapshot_of(await self._aexecute(*self._orphans_query(limit)))
-        more = self._snapshot_of(await self._aexecute(*self._unleased_query(limit)))
-        snapshot.tasks.extend(more.tasks)
-        snapshot.outbox.extend(more.outbox)
-        return snapshot
+        ran out (a slow renewal) is not taken over but renewed: its epoch is unchanged.
+
+        Both statements run before any lease is counted as held: from the moment a lease is
+        held, messages about its task are applied here, and the runtime must have the task
+        restored by then (no await between `held` and the caller's `restore`). A message
+        applied in between would be built on the store's copy, and the snapshot read before
+        it would then overwrite its effects: its callbacks queued after the task's end."""
+        orphans = await self._aexecute(*self._orphans_query(limit))
+        unleased = await self._aexecute(*self._unleased_query(limit))
+        return self._snapshot_of([*orphans, *unleased])
 
     def _snapshot_of(self, rows: list[tuple[object, ...]]) -> Snapshot:
         snapshot = Snapshot()

@@ -184,6 +184,30 @@ async def test_a_finished_task_gives_its_lease_back_with_the_next_commit(pair) -
     assert (await b.take_over_expired()).tasks == []  # nor taken over: it is finished
 
 
+async def test_the_periodic_scan_counts_a_lease_as_held_only_with_its_task_read(pair) -> None:  # type: ignore[no-untyped-def]
+    """From the moment a lease counts as held, messages about its task are applied here. The
+    scan takes leases in two statements (expired ones, then missing ones): had the first
+    statement's leases counted as held while the second ran, a message applied meanwhile
+    (from the store's copy) would be overwritten by the snapshot read before it, and its
+    callbacks queued after the task's end."""
+    (a, b), clock = pair
+    duo = Duo(MemoryStore(), a.store)
+    key = duo.submit()
+    await a.store.commit()
+    clock.now += 11  # a stopped renewing: its lease ran out
+    held_at_each_statement: list[set[TaskKey]] = []
+    run = b._aexecute
+
+    async def watched(query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        held_at_each_statement.append(set(b.held))
+        return await run(query, params)
+
+    b._aexecute = watched  # type: ignore[method-assign]
+    taken = await b.take_over_expired()
+    assert [record.key for record in taken.tasks] == [key] and b.held == {key: 2}
+    assert held_at_each_statement == [set(), set()]
+
+
 async def test_a_task_just_claimed_is_looked_up_without_a_statement(pair) -> None:  # type: ignore[no-untyped-def]
     """Claimed as not stored, and written only by its lease holder: until this replica writes
     it, the task is not in the database, and looking it up (the engine does, for every new
