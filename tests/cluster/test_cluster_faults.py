@@ -150,13 +150,22 @@ async def run_mixed(
                 "l.expires_at FROM outbox o LEFT JOIN leases l ON l.requester = o.requester "
                 "AND l.task_id = o.task_id ORDER BY o.ord LIMIT 10"
             ).fetchall()
+            # Sessions inside a transaction or waiting on a lock: what a hung commit waits on.
+            sessions = conn.execute(
+                "SELECT pid, state, wait_event_type, wait_event, "
+                "round(extract(epoch FROM now() - xact_start)::numeric, 1), "
+                "pg_blocking_pids(pid), left(query, 120) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND (state <> 'idle' OR wait_event_type = 'Lock')"
+            ).fetchall()
         stuck = {
             f"task-{n:05d}": (requester.inbound[f"task-{n:05d}"], rows.get(f"task-{n:05d}"))
             for n in range(tasks)
             if f"task-{n:05d}" not in outcomes
         }
         raise AssertionError(
-            f"{len(stuck)} tasks never ended: {list(stuck.items())[:5]}; outbox: {waiting}"
+            f"{len(stuck)} tasks never ended: {list(stuck.items())[:5]}; outbox: {waiting}; "
+            f"sessions: {sessions}"
         )
     for run in runs:
         run.result()
