@@ -116,8 +116,9 @@ async def main(port: int, grpc_port: int) -> None:
     enable_a2a(
         peer,
         default_task_type="echo",
-        # The TCK's webhook receiver listens on this machine; its CRUD tests name example.com.
-        push_allowlist=["http://127.0.0.1", "http://localhost", "https://example.com/"],
+        # The TCK's webhook receiver listens on this machine, on a port of its choosing; its
+        # CRUD tests name example.com.
+        push_allowlist=["http://127.0.0.1:*", "http://localhost:*", "https://example.com/"],
         bindings=["JSONRPC", "HTTP+JSON", "GRPC"],
         grpc_port=grpc_port,
         name="Synapse TCK SUT",

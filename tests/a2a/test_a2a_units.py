@@ -148,6 +148,22 @@ def test_the_push_allowlist() -> None:
         PushAllowlist(["file:///etc"])
 
 
+def test_a_push_allowlist_entry_with_any_port() -> None:
+    """`host:*` allows every port of that host (a receiver on an ephemeral port), nothing
+    more: the scheme, the host and the path prefix still have to match."""
+    allow = PushAllowlist(["http://localhost:*/webhook", "http://127.0.0.1:*"])
+    assert allow.allows("http://localhost:41234/webhook")
+    assert allow.allows("http://localhost/webhook/more")
+    assert allow.allows("http://127.0.0.1:9/anything")
+    assert not allow.allows("http://localhost:41234/webhooks")
+    assert not allow.allows("https://localhost:41234/webhook")
+    assert not allow.allows("http://localhost.evil:41234/webhook")
+    assert not allow.allows("http://127.0.0.1.evil/")
+    for bad in ("http://h:*:1/", "ftp://h:*/", "http://u@h:*/", "http://[::1]:*/"):
+        with pytest.raises(ValueError, match="not an http"):
+            PushAllowlist([bad])
+
+
 def test_the_card() -> None:
     card = build_card(
         CAPABILITIES,

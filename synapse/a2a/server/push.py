@@ -150,6 +150,10 @@ def normalize_url(url: str) -> str | None:
     return f"{scheme}://{netloc}{path}" + (f"?{query}" if query else "")
 
 
+#: An allowlist entry whose port is `*` (any port): group 1 ends with its host.
+_ANY_PORT = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/:@]+):\*(?=/|$)")
+
+
 def _normalized(url: str) -> tuple[str, str, int, str] | None:
     """(scheme, host, port, path) of the normal form of `url` (see `normalize_url`)."""
     normal = normalize_url(url)
@@ -162,17 +166,23 @@ def _normalized(url: str) -> tuple[str, str, int, str] | None:
 
 class PushAllowlist:
     """The webhook URLs the operator allows: each entry is a URL prefix (scheme, host and
-    port must match exactly, the path must start with the entry's path). Empty: push
+    port must match exactly, the path must start with the entry's path; a port written `*`,
+    as in `http://127.0.0.1:*/hooks/`, matches any port of that host). Empty: push
     notifications are off."""
 
     def __init__(self, prefixes: Iterable[str] = ()) -> None:
         self.prefixes = tuple(prefixes)
-        self._entries: list[tuple[str, str, int, str]] = []
+        #: (scheme, host, port or None for any, path) of each entry.
+        self._entries: list[tuple[str, str, int | None, str]] = []
         for prefix in self.prefixes:
-            entry = _normalized(prefix)
+            any_port = _ANY_PORT.match(prefix)
+            # Checked (and kept) without its port when the port is any.
+            portless = prefix if any_port is None else _ANY_PORT.sub(r"\1", prefix, count=1)
+            entry = _normalized(portless)
             if entry is None:
                 raise ValueError(f"push allowlist entry {prefix!r} is not an http(s) URL")
-            self._entries.append(entry)
+            scheme, host, port, path = entry
+            self._entries.append((scheme, host, None if any_port else port, path))
 
     def __bool__(self) -> bool:
         return bool(self._entries)
@@ -184,7 +194,7 @@ class PushAllowlist:
             return False
         scheme, host, port, path = candidate
         for e_scheme, e_host, e_port, e_path in self._entries:
-            if (scheme, host, port) != (e_scheme, e_host, e_port):
+            if (scheme, host) != (e_scheme, e_host) or e_port not in (None, port):
                 continue
             if path == e_path or path.startswith(e_path.rstrip("/") + "/") or e_path == "/":
                 return True
