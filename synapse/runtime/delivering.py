@@ -179,9 +179,12 @@ class Delivering(RuntimeBase):
                         from_state=before,
                         to_state=rec.state.value if rec is not None else None,
                     )
-                if not queue:
+                if not queue or self.delivery_gate is not None:
                     # Delivered is delivered: the outbox entry's removal is not left to
                     # whichever commit comes next (a restart would send it again meanwhile).
+                    # Between replicas, the task's next message is not even claimable until
+                    # this one's row is gone from the database (an idle replica may make no
+                    # other commit for as long as it stays idle).
                     with contextlib.suppress(StoreUnavailable):
                         await self._commit()
         finally:

@@ -26,6 +26,7 @@ them. So one message of a task is in flight at a time, in order, even while its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import socket
 import time
@@ -36,7 +37,7 @@ from typing import Literal
 from synapse.logs import get_logger
 from synapse.p2p.dedup import DedupKey
 from synapse.p2p.engine import TaskKey
-from synapse.store.base import OutboxItem, Snapshot
+from synapse.store.base import OutboxItem, Snapshot, StoreUnavailable
 from synapse.store.postgres import PostgresStore
 from synapse.store.sql import DEDUP_COLUMNS
 from synapse.store.sql import FINAL as _FINAL
@@ -196,6 +197,7 @@ class Ownership:
             # by it in the same fenced transaction: no other replica may claim the row while
             # the lease holds, and the task's older rows went first (one queue per task).
             return "send"
+        flushed = False
         while True:
             epoch = self.held.get(key) if key is not None else None
             if epoch is None:
@@ -217,6 +219,16 @@ class Ownership:
             # died or froze: the claim expires with its leases); a claim being made, or an
             # older message still to go, is a matter of moments.
             log.info("delivery_waits", message_id=item.message_id, verdict=verdict)
+            if verdict == "behind":
+                # The older message may be one this replica delivered, its row's removal
+                # still buffered here (its commit failed): written by the next commit,
+                # which on an idle replica may never come. Commit now (nothing buffered:
+                # no statement), and the first time ask again at once.
+                with contextlib.suppress(StoreUnavailable):
+                    await self.store.commit()
+                    if not flushed:
+                        flushed = True
+                        continue
             wait = until - now if verdict == "busy" and until > now else self.ttl / 10
             await asyncio.sleep(min(max(wait, 0.01), self.ttl))
 

@@ -92,6 +92,24 @@ async def test_one_message_of_a_task_in_flight_at_a_time_in_order_as_the_lease_m
     assert await b.claim_delivery(outbox_item(5000, third)) == "gone"
 
 
+async def test_a_message_behind_one_this_replica_delivered_is_claimed_without_another_commit(
+    pair,  # type: ignore[no-untyped-def]
+) -> None:
+    """A task's next message waits ('behind') until the one before it leaves the database.
+    When this replica delivered that one and its row's removal is still only buffered here,
+    the claim commits it and goes on: an idle replica makes no other commit that would."""
+    (a, _), clock = pair
+    assert await a.claim(TASK)
+    for seq in (1, 2):
+        a.store.add_outbox(outbox_item(seq, f"m{seq}"))
+    await a.store.commit()
+    clock.now += 8  # past the fast path of rows written claimed: each POST claims its row
+    assert await a.claim_delivery(outbox_item(1, "m1")) == "send"
+    a.store.remove_outbox("m1")  # answered; its removal is buffered, nothing commits it
+    assert await asyncio.wait_for(a.claim_delivery(outbox_item(2, "m2")), 10) == "send"
+    assert await claimed_now(a) == ["m2"]
+
+
 def beats(step: Step, partner: str) -> int:
     return sum(
         1
