@@ -130,8 +130,10 @@ class P2PProtocol(HandlerRunning, Delivering):
                     self.store.discard(mark)
                 self.engine.rollback(checkpoint, after)
                 if isinstance(exc, FencedOut):
-                    for key in exc.keys:  # another replica owns the task now
-                        self.release(key)
+                    # Another replica owns these tasks now. (Not `key`: the hold on the
+                    # message's own task is released below, whichever tasks were lost.)
+                    for lost in exc.keys:
+                        self.release(lost)
                 if not isinstance(exc, StoreUnavailable):
                     raise
                 raise RemoteProtocolError(

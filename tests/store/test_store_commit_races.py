@@ -24,6 +24,7 @@ from synapse.p2p.engine import Engine, TaskKey
 from synapse.runtime.handler import ExecutionContext, Validation
 from synapse.runtime.protocol import P2PProtocol
 from synapse.store import SqliteStore
+from synapse.store.base import FencedOut
 from synapse.types import (
     ErrorCode,
     LocalProtocolError,
@@ -285,4 +286,47 @@ async def test_submit_returns_once_the_task_is_durable(tmp_path: Path) -> None:
         await submitting
         assert reader.get_task(TaskKey(R_ID, "t")) is not None
         await reader.close()
+    await store.close()
+
+
+class FencingStore(SqliteStore):
+    """A `SqliteStore` whose next commit (once `fence_next` is set) is fenced out: another
+    replica took over `lost`, a task other than the message's own."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.fence_next: frozenset[TaskKey] | None = None
+
+    async def commit(self, *, discard_after: int | None = None) -> None:
+        lost, self.fence_next = self.fence_next, None
+        if lost is not None:
+            if discard_after is not None:
+                self.discard(discard_after)
+            raise FencedOut("another replica owns the task now; retry", lost)
+        await super().commit(discard_after=discard_after)
+
+
+async def test_a_message_refused_for_another_tasks_lost_lease_lets_its_own_task_go_on(
+    tmp_path: Path,
+) -> None:
+    """A commit fenced out names the tasks lost, which may be other tasks of the same batch.
+    Letting those go must not leave the message's own task held as if its commit still ran:
+    every later message about it, and its deliveries, would wait for that hold forever."""
+    r = Engine(agent_id=R_ID, endpoint=R_URL)
+    partner = Partner(r)
+    handler = Handler()
+    store = FencingStore(tmp_path / "e.sqlite")
+    e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, handler=handler, sender=partner, store=store)
+    key = TaskKey(R_ID, "t")
+    async with e:
+        asked = request(r, "t")
+        r.on_reply(asked, await e.handle_message(asked), T0)
+        (cancel,) = r.cancel(key, now=T0, reason="changed my mind").outgoing
+        store.fence_next = frozenset({TaskKey(R_ID, "another")})
+        with pytest.raises(SynapseError):
+            await e.handle_message(cancel.message)
+        # The same cancel, sent again, is applied (not left waiting for a commit long over).
+        reply = await asyncio.wait_for(e.handle_message(cancel.message), 10)
+        assert reply.message_type is MessageType.TASK_ACK
+        assert e.get_task_status("t", R_ID) is TaskState.CANCELLED
     await store.close()
