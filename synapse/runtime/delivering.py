@@ -224,15 +224,20 @@ class Delivering(RuntimeBase):
             reason=reason,
         )
         self.store.dead_letter(message.id, reason, self.clock())
-        self.listeners.notify("on_dead_letter", message, queued.out.partner, reason)
         key = queued.out.key
         rec = self.engine.get(key) if key is not None else None
         if key is not None and rec is not None:
             rec.dead_letters.append(message.id)
             self.store.put_task(rec, [])
-            handle = self._handles.get(key)
-            if handle is not None:
+        partner = queued.out.partner
+
+        def announce() -> None:
+            self.listeners.notify("on_dead_letter", message, partner, reason)
+            handle = self._handles.get(key) if key is not None else None
+            if key is not None and rec is not None and handle is not None:
                 handle.push(TaskEvent(key, TaskNote.DEAD_LETTER, rec.state, message, reason))
+
+        self.announce_when_durable(announce)
 
     async def _send_once(self, out: Outgoing) -> None:
         sender = self._require_sender(out.partner)

@@ -378,6 +378,8 @@ class P2PProtocol(HandlerRunning, Delivering):
     async def close(self) -> None:
         self._closed = True
         tasks = [*self._running.values(), *self._workers.values(), *self._background]
+        if self._announcer is not None:
+            tasks.append(self._announcer)
         if self._timer_task is not None:
             tasks.append(self._timer_task)
         if self._purge_task is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -299,6 +300,18 @@ class RuntimeBase:
         self._finals_awaiting_commit: dict[TaskKey, int] = {}
         self._commits_started = 0
         self._commits_done = 0
+        #: Commits started and not yet ended (succeeded or failed).
+        self._commits_in_flight = 0
+        #: Set (and replaced) whenever a commit ends, however it ends.
+        self._commit_ended = asyncio.Event()
+        #: What steps applied without a commit of their own announce (to handles, listeners,
+        #: the log), held until the commit that makes their writes durable is done: (its
+        #: number, the announcement), in the order the steps were applied. Announced means
+        #: durable: a crash before that commit takes back the change and its announcement
+        #: together.
+        self._unannounced: deque[tuple[int, Callable[[], None]]] = deque()
+        #: Makes sure a commit comes for `_unannounced` (an idle peer makes none by itself).
+        self._announcer: asyncio.Task[None] | None = None
         self._purge_task: asyncio.Task[None] | None = None
         self.clock = clock
         self._handler: TaskHandler | None = None
@@ -341,17 +354,25 @@ class RuntimeBase:
     async def _commit(self, *, discard_after: int | None = None) -> None:
         self._commits_started += 1
         number = self._commits_started
-        if not self.listeners:
-            await self._store_commit(discard_after)
-        else:
-            started = time.perf_counter()
-            try:
+        self._commits_in_flight += 1
+        try:
+            if not self.listeners:
                 await self._store_commit(discard_after)
-            except Exception as exc:
-                self.listeners.notify("on_commit", time.perf_counter() - started, exc)
-                raise
-            self.listeners.notify("on_commit", time.perf_counter() - started, None)
-        self._commits_done = max(self._commits_done, number)
+            else:
+                started = time.perf_counter()
+                try:
+                    await self._store_commit(discard_after)
+                except Exception as exc:
+                    self.listeners.notify("on_commit", time.perf_counter() - started, exc)
+                    raise
+                self.listeners.notify("on_commit", time.perf_counter() - started, None)
+            self._commits_done = max(self._commits_done, number)
+        finally:
+            self._commits_in_flight -= 1
+            ended, self._commit_ended = self._commit_ended, asyncio.Event()
+            ended.set()
+        if self._unannounced:
+            self._announce_durable()
         awaiting = self._finals_awaiting_commit
         if awaiting:
             done = self._commits_done
@@ -366,11 +387,11 @@ class RuntimeBase:
         if number is None or number > self._commits_done or key in self._queues:
             return
         del self._finals[key]
-        self.engine.forget(key)
-        self.listeners.notify("on_evicted", key)
         handle = self._handles.pop(key, None)
         if handle is not None and not handle.settled:
-            handle.settle()
+            handle.settle()  # from the record, before it leaves memory
+        self.engine.forget(key)
+        self.listeners.notify("on_evicted", key)
 
     def release(self, key: TaskKey) -> None:
         """Let a task go without writing anything: another process owns it now (replicas
@@ -398,6 +419,59 @@ class RuntimeBase:
 
     def _record(self, step: Step) -> list[_Queued | Outgoing]:
         """The step's writes: its tasks and its outbox entries (buffered in the store)."""
+        if step.transitions:
+            self._persist(step)
+        return [self._outbox(out) for out in step.outgoing]
+
+    def _carry_out(
+        self, step: Step, queued: list[_Queued | Outgoing], *, committed: bool = False
+    ) -> None:
+        """Start the step's deliveries and actions once its writes are recorded, and announce
+        it once they are durable: now when `committed`, else with the next commit to start
+        (one is made sure of, see `_announce_when_durable`)."""
+        # A drop takes the task's messages queued before this step, never this step's own (a
+        # requester giving up drops what was queued and then sends its task_cancel).
+        for action in step.actions:
+            if isinstance(action, DropQueued):
+                self._drop_queued(action.key)
+        for item in queued:
+            if isinstance(item, Outgoing):
+                self._spawn(self._send_once(item))  # heartbeats: the next one comes anyway
+            else:
+                self._queue(item)
+        for action in step.actions:
+            if not isinstance(action, DropQueued | TaskEvent):
+                self._act(action)
+        # Durable already, or with the next commit to start (the step's writes are buffered).
+        durable_with = self._commits_done if committed else self._commits_started + 1
+        for transition in step.transitions:
+            if transition.to_state.is_final:
+                self._finals[transition.key] = durable_with
+                if durable_with > self._commits_done:
+                    self._finals_awaiting_commit[transition.key] = durable_with
+        if committed:
+            self._announce(step)
+            for transition in step.transitions:
+                if transition.to_state.is_final:
+                    self._evict(transition.key)
+        elif step.transitions or step.actions:
+            self.announce_when_durable(lambda: self._announce(step))
+        self._rearm_timer()
+
+    def announce_when_durable(self, announce: Callable[[], None]) -> None:
+        """Call `announce` once what is buffered in the store now is durable (at once when
+        nothing is), in order with the other announcements; a commit is made sure of."""
+        number = self._commits_started + 1
+        if not self._unannounced and self._commits_done >= number:
+            announce()
+            return
+        self._unannounced.append((number, announce))
+        if self._announcer is None:
+            self._announcer = asyncio.create_task(self._announce_when_durable())
+
+    def _announce(self, step: Step) -> None:
+        """Tell of a step whose writes are durable: listeners and the log of its transitions,
+        handles of its events and of the outcomes it settled."""
         for transition in step.transitions:
             self.listeners.notify("on_transition", transition)
             # A task's outcome is what an operator follows (one info line a task); the steps
@@ -414,44 +488,42 @@ class RuntimeBase:
                     trigger=transition.event.value,
                     message_id=transition.message_id,
                 )
-        if step.transitions:
-            self._persist(step)
-        return [self._outbox(out) for out in step.outgoing]
-
-    def _carry_out(
-        self, step: Step, queued: list[_Queued | Outgoing], *, committed: bool = False
-    ) -> None:
-        """Start the step's deliveries and actions once its writes are recorded (and, when
-        `committed`, already durable)."""
-        # A drop takes the task's messages queued before this step, never this step's own (a
-        # requester giving up drops what was queued and then sends its task_cancel).
         for action in step.actions:
-            if isinstance(action, DropQueued):
-                self._drop_queued(action.key)
-        for item in queued:
-            if isinstance(item, Outgoing):
-                self._spawn(self._send_once(item))  # heartbeats: the next one comes anyway
-            else:
-                self._queue(item)
-        for action in step.actions:
-            if not isinstance(action, DropQueued):
+            if isinstance(action, TaskEvent):
                 self._act(action)
         for transition in step.transitions:
             if transition.to_state.is_final:
-                # Durable already, or with the next commit to start (its put_task is
-                # buffered now).
-                durable_with = self._commits_done if committed else self._commits_started + 1
-                self._finals[transition.key] = durable_with
-                if durable_with > self._commits_done:
-                    self._finals_awaiting_commit[transition.key] = durable_with
                 handle = self._handles.get(transition.key)
-                if handle is not None:
+                if handle is not None and not handle.settled:
                     handle.settle()
-        if committed:
-            for transition in step.transitions:
-                if transition.to_state.is_final:
-                    self._evict(transition.key)
-        self._rearm_timer()
+
+    def _announce_durable(self) -> None:
+        """Announce the held steps whose commit is done, in the order they were applied."""
+        held, done = self._unannounced, self._commits_done
+        while held and held[0][0] <= done:
+            held.popleft()[1]()
+
+    async def _announce_when_durable(self) -> None:
+        """Make sure a commit comes for every held announcement: a commit under way (a
+        delivery worker's, say) is waited for; when none covers them, this one commits."""
+        try:
+            while self._unannounced and not self._closed:
+                needed = self._unannounced[-1][0]
+                if needed <= self._commits_done:
+                    self._announce_durable()
+                    continue
+                # Whoever applied the step may be about to commit (a handler's outcome is
+                # committed by its delivery worker): one round of the loop lets it start.
+                await asyncio.sleep(0)
+                if self._commits_started >= needed and self._commits_in_flight:
+                    await self._commit_ended.wait()
+                elif needed > self._commits_done:
+                    await self._commit_patiently()
+        except Exception as exc:  # closed while a store could not write
+            if not self._closed:
+                log.error("announce_failed", error=repr(exc))
+        finally:
+            self._announcer = None
 
     def _persist(self, step: Step) -> None:
         by_task: dict[TaskKey, list[Any]] = {}

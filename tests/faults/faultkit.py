@@ -224,6 +224,7 @@ class PeerProcess:
         *,
         count: int = 1,
         prefix: str | None = None,
+        deadline_in: float | None = None,
     ) -> list[str]:
         assert self.session is not None
         body = {
@@ -232,11 +233,19 @@ class PeerProcess:
             "payload": dict(payload or {}),
             "count": count,
             "prefix": prefix,
+            "deadline_in": deadline_in,
         }
         async with self.session.post(self.base + "/control/submit", json=body) as response:
             assert response.status == 200, await response.text()
             ids: list[str] = (await response.json())["task_ids"]
             return ids
+
+    async def cancel(self, task_id: str, reason: str | None = None) -> None:
+        """Cancel a task this peer requested (returns once the cancel is durable)."""
+        assert self.session is not None
+        body = {"task_id": task_id, "reason": reason}
+        async with self.session.post(self.base + "/control/cancel", json=body) as response:
+            assert response.status == 200, await response.text()
 
     async def tasks(self, *, history: bool = True) -> dict[str, dict[str, Any]]:
         """Every task of the peer by `task_id`, with its state, error and history."""

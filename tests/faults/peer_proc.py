@@ -11,6 +11,10 @@ SIGTERM or SIGINT; the tests also SIGKILL it.
 
 With `--executions-log PATH` every start of a handler appends `requester/task_id` to PATH and
 flushes, so that a test can count executions across a SIGKILL and a restart.
+
+With `--kill-on WHAT` (a task state such as `failed`, or `dead_letter`) the process SIGKILLs
+itself the instant a task's move to that state, or a dead letter, is announced to its
+listeners: what a user was told then must be what the store gives back after a restart.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +36,9 @@ from aiohttp import web
 from synapse.demo.handler import DemoHandler
 from synapse.logs import EventHandler
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.engine import TaskKey, TaskRecord, Validation
+from synapse.p2p.engine import TaskKey, TaskRecord, Transition, Validation
 from synapse.runtime.handler import ExecutionContext
+from synapse.runtime.listener import RuntimeListener
 from synapse.store import SqliteStore
 from synapse.store.base import TaskStore
 from synapse.store.memory import MemoryStore
@@ -69,6 +76,21 @@ class CountingHandler:
             self._log.write(key + "\n")
             self._log.flush()
         return await self.inner.execute_task(ctx, task_type, payload)
+
+
+class KillOnAnnouncement(RuntimeListener):
+    """SIGKILL this process as soon as one of `what` is announced (see the module's docstring)."""
+
+    def __init__(self, what: Sequence[str]) -> None:
+        self.what = set(what)
+
+    def on_transition(self, transition: Transition) -> None:
+        if transition.to_state.value in self.what:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_dead_letter(self, message: Any, partner: str, reason: str) -> None:
+        if "dead_letter" in self.what:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _record(rec: TaskRecord, *, history: bool) -> dict[str, Any]:
@@ -116,6 +138,10 @@ def _routes(peer: Peer, handler: CountingHandler) -> list[web.RouteDef]:
         body = await request.json()
         count = int(body.get("count", 1))
         prefix = body.get("prefix")
+        deadline_in = body.get("deadline_in")
+        deadline = (
+            datetime.now(UTC) + timedelta(seconds=float(deadline_in)) if deadline_in else None
+        )
         ids = []
         for i in range(count):
             handle = await peer.submit(
@@ -123,9 +149,18 @@ def _routes(peer: Peer, handler: CountingHandler) -> list[web.RouteDef]:
                 body["task_type"],
                 body.get("payload") or {},
                 task_id=f"{prefix}-{i}" if prefix else None,
+                deadline=deadline,
             )
             ids.append(handle.task_id)
         return web.json_response({"task_ids": ids})
+
+    async def cancel(request: web.Request) -> web.Response:
+        body = await request.json()
+        handle = peer.protocol.handle(TaskKey(peer.agent_id, body["task_id"]))
+        if handle is None:
+            return web.json_response({"error": "no such task"}, status=404)
+        await handle.cancel(body.get("reason"))
+        return web.json_response({"cancelled": body["task_id"]})
 
     async def tasks(request: web.Request) -> web.Response:
         # Every task kept: in flight (in memory) and finished (in the store only).
@@ -148,11 +183,13 @@ def _routes(peer: Peer, handler: CountingHandler) -> list[web.RouteDef]:
             {
                 "executions": dict(handler.executions),
                 "pending_deliveries": peer.protocol.pending_deliveries,
+                "dead_letters": len(peer.protocol.store.load().dead_letters),
             }
         )
 
     return [
         web.post("/control/submit", submit),
+        web.post("/control/cancel", cancel),
         web.get("/control/tasks", tasks),
         web.get("/control/stats", stats),
     ]
@@ -177,6 +214,8 @@ async def run(args: argparse.Namespace) -> None:
         store=_store(args.store, args.busy_timeout),
         serve=False,
     )
+    if args.kill_on:
+        peer.client.listeners.append(KillOnAnnouncement(args.kill_on))
     app = web.Application(client_max_size=config.max_body_size + 1024)
     endpoint = f"http://{args.host}:{args.port}{PATH}"
     peer.attach(app, endpoint)
@@ -216,6 +255,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--drain-timeout", type=float, default=0.5)
     parser.add_argument("--busy-timeout", type=float, default=5.0, help="SQLite busy timeout")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--kill-on", action="append", default=[], help="a task state, or dead_letter"
+    )
     return parser.parse_args(argv)
 
 

@@ -117,10 +117,11 @@ def test_the_virtual_loop_skips_waits_and_says_when_stuck() -> None:
 FOUND = {
     # A person's answer was built on a callback whose commit then failed: the requester's
     # history went executing → (answer from info_needed), and the acknowledged need_info
-    # was gone after the rollback.
-    "settled": [5, 11, 39],
+    # was gone after the rollback. (Since a person is told of a question only once its
+    # commit is done, the answer must race a later callback's commit: fewer seeds find it.)
+    "settled": [543, 893, 1044],
     # A reply (the cancel's task_ack) applied while a callback's commit was in flight.
-    "reply-settled": [544],
+    "reply-settled": [1497],
     # A task submitted just before a crash was gone after the restart.
     "durable": [209, 407],
     # A requester giving up queued its task_cancel behind a cancelled worker: never sent.
@@ -201,10 +202,10 @@ def test_without_a_worker_for_the_cancel_the_seeds_fail(seed: int) -> None:
 
 
 def test_a_submit_cut_short_by_a_crash_is_kept() -> None:
-    """Seed 4586: alpha is killed while `submit` of alpha-task-2 commits; the commit lands,
-    the call never returns. After the restart the task is in alpha's store (the same id is
+    """Seed 4504: beta is killed while `submit` of beta-task-5 commits; the commit lands,
+    the call never returns. After the restart the task is in beta's store (the same id is
     refused as used) and ends on both sides like every other."""
-    outcome = simulate(4586)
-    assert any("submit alpha-task-2 refused: task id" in line for line in outcome.trace)
+    outcome = simulate(4504)
+    assert any("submit beta-task-5 refused: task id" in line for line in outcome.trace)
     assert outcome.ok, "\n".join(outcome.violations)
-    assert outcome.ends["alpha-task-2"] == "failed"
+    assert outcome.ends["beta-task-5"] == "completed"
