@@ -23,6 +23,7 @@ from typing import Any, Generic, Literal, Protocol, TextIO, TypeVar
 from synapse.cli.client import to_json
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.terminal import LineReader, TerminalConsole, parse_value
+from synapse.runtime.answers import Front
 from synapse.types import (
     MissingField,
     Priority,
@@ -61,15 +62,17 @@ class Answerable(Protocol):
     @property
     def task_id(self) -> str: ...
 
-    async def provide_info(self, fields: Mapping[str, Any], notes: str | None = None) -> None: ...
+    async def provide_info(
+        self, fields: Mapping[str, Any], notes: str | None = None, *, front: Front = ...
+    ) -> object: ...
 
     async def start_deciding(self) -> None: ...
 
     async def approve(
         self, approved_fields: Mapping[str, Any] | None = None, **kw: Any
-    ) -> None: ...
+    ) -> object: ...
 
-    async def reject(self, reason: str = "", **kw: Any) -> None: ...
+    async def reject(self, reason: str = "", **kw: Any) -> object: ...
 
     async def cancel(self, reason: str | None = None) -> None: ...
 
@@ -275,7 +278,7 @@ class Conversation(Generic[H]):
             "→ provided "
             + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in fields.items())
         )
-        await self.handle.provide_info(fields)
+        await self.handle.provide_info(fields, front="cli")
 
     async def _ask_field(self, missing: MissingField) -> tuple[Any] | None:
         self.console.say(f"  {missing.field}" + (f" — {missing.reason}" if missing.reason else ""))
@@ -327,9 +330,9 @@ class Conversation(Generic[H]):
         self.console.note(f"→ {decision}" + (f" ({notes})" if notes else ""))
         if decision == "approve":
             approved = {option.field: option.value for option in need.options}
-            await self.handle.approve(approved, notes=notes)
+            await self.handle.approve(approved, notes=notes, front="cli")
         else:
-            await self.handle.reject(notes or "rejected by a person", notes=notes)
+            await self.handle.reject(notes or "rejected by a person", notes=notes, front="cli")
 
     async def _ask_decision(self) -> tuple[Literal["approve", "reject"], str] | None:
         while True:

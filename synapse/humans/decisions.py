@@ -1,17 +1,22 @@
-"""Turning a reviewer's answer (from a link) or the policy's time-out into the protocol's
-answer: `human_decision` or `task_info_provided`, or a cancel; after checking edited values
-and counting approvals when a route asks for a quorum or a role.
+"""The gate every answer to a question of ours passes when people are configured
+(`synapse.runtime.answers.AnswerGate`), whichever front it comes from: a signed link, the
+console, MCP, the command line, the Python API. Under a route it checks who answers (a
+configured reviewer the question was sent to), the edited values (the options' types, the
+route's schema) and counts approvals when the route asks for a quorum or a role; the
+`decided_by` it sends is what the configuration says of that person. Also the policy's
+time-out, which answers as `policy:<route>`.
 
 Every check comes before anything is written: a refused answer changes nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from synapse.humans.config import HumansConfig, Person
-from synapse.humans.links import Link
 from synapse.humans.question import (
     APPROVAL,
     LINK_USED,
@@ -21,20 +26,24 @@ from synapse.humans.question import (
     OpenQuestion,
 )
 from synapse.logs import get_logger
+from synapse.p2p.engine import TaskRecord
+from synapse.runtime.answers import (
+    Answer,
+    AnswerRefused,
+    Send,
+    check_answer,
+    proposed_values,
+    same_type,
+    type_name,
+)
 from synapse.runtime.protocol import P2PProtocol
+from synapse.runtime.runtime_base import TaskHandle
 from synapse.types import DecidedBy, DecisionAction
-from synapse.types.errors import SynapseException
 
 log = get_logger("synapse.humans")
 
-
-class DecisionRefused(SynapseException):
-    """An answer that decides nothing: `status` is the HTTP status to answer with."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
+#: The refusal of `synapse.runtime.answers`, under the name this module always gave it.
+DecisionRefused = AnswerRefused
 
 
 class HumansHost(Protocol):
@@ -47,28 +56,15 @@ class HumansHost(Protocol):
 
     def reviewer(self, reviewer_id: str) -> Person: ...
 
+    def question_of(self, rec: TaskRecord) -> OpenQuestion | None: ...
+
 
 # --- values ----------------------------------------------------------------------------------
 
 
 def defaults(question: OpenQuestion) -> dict[str, Any]:
     """The proposed value of each field: its most confident option (the first, if none says)."""
-    best: dict[str, tuple[float, Any]] = {}
-    for option in question.options:
-        confidence = option.confidence if option.confidence is not None else -1.0
-        if option.field not in best or confidence > best[option.field][0]:
-            best[option.field] = (confidence, option.value)
-    return {name: value for name, (_, value) in best.items()}
-
-
-def _same_type(value: Any, like: Any) -> bool:
-    if like is None:
-        return True
-    if isinstance(like, bool) or isinstance(value, bool):
-        return isinstance(value, bool) and isinstance(like, bool)
-    if isinstance(like, int | float):
-        return isinstance(value, int | float) if isinstance(like, float) else isinstance(value, int)
-    return isinstance(value, type(like))
+    return proposed_values(question.rec)
 
 
 def _check_schema(question: OpenQuestion, fields: Mapping[str, Any]) -> None:
@@ -95,9 +91,12 @@ def approved_fields(question: OpenQuestion, edits: Mapping[str, Any]) -> dict[st
     for name, value in edits.items():
         if name not in proposed:
             raise DecisionRefused(400, f"{name!r} is not a field of this decision")
-        if not _same_type(value, proposed[name]):
-            kind = type(proposed[name]).__name__
-            raise DecisionRefused(400, f"{name!r} must be a {kind} like its proposed value")
+        if not same_type(value, proposed[name]):
+            raise DecisionRefused(
+                400,
+                f"{name!r} must be a {type_name(proposed[name])}, like its proposed value "
+                f"{proposed[name]!r} (got {value!r})",
+            )
     fields = {**proposed, **edits}
     _check_schema(question, fields)
     return fields
@@ -114,7 +113,7 @@ def provided_fields(question: OpenQuestion, given: Mapping[str, Any]) -> dict[st
     return fields
 
 
-# --- answers ---------------------------------------------------------------------------------
+# --- who may answer --------------------------------------------------------------------------
 
 
 def link_used(question: OpenQuestion, nonce: str) -> bool:
@@ -125,77 +124,144 @@ def _by(reviewer: Person) -> DecidedBy:
     return DecidedBy(user_id=reviewer.id, user_name=reviewer.name, role=reviewer.role)
 
 
-def _told(question: OpenQuestion) -> set[str]:
+def told(question: OpenQuestion) -> set[str]:
     """The reviewers told of this question so far (a webhook channel counts as one)."""
     return {str(e.detail.get("reviewer")) for e in question.entries(QUEUED)}
 
 
-async def answer(
-    host: HumansHost,
-    question: OpenQuestion,
-    link: Link,
-    *,
-    decision: str,
-    fields: Mapping[str, Any],
-    reason: str,
-    notes: str,
-) -> str:
-    """Apply a reviewer's answer from `link`; what to tell them. `DecisionRefused` before
-    anything is written if it cannot be taken."""
-    protocol, key = host.protocol, question.rec.key
-    handle = protocol.handle(key)
-    if handle is None:
-        raise DecisionRefused(404, "no such task")
-    reviewer = host.reviewer(link.reviewer)
-    used = {"question": question.id, "nonce": link.nonce, "reviewer": reviewer.id}
-    if question.kind == "need_info":
-        if decision != "provide":
-            raise DecisionRefused(400, "this question asks for information: provide it")
-        values = provided_fields(question, fields)
-        protocol.note_task_soon(key, LINK_USED, {**used, "action": "provide"}, reviewer.id)
-        await handle.provide_info(values, notes or None, provided_by=reviewer.id)
-        return "Thank you: the information was sent."
-    if decision not in ("approve", "reject"):
-        raise DecisionRefused(400, "the decision is approve or reject")
-    if decision == "reject" and not reason.strip():
-        raise DecisionRefused(400, "a rejection needs a reason")
-    values = approved_fields(question, fields) if decision == "approve" else {}
-    route = question.route
-    approvals = {str(e.detail["reviewer"]): e for e in question.entries(APPROVAL)}
-    rejections = {str(e.detail["reviewer"]) for e in question.entries(REJECTION)}
-    if reviewer.id in approvals or reviewer.id in rejections:
-        raise DecisionRefused(409, "you answered this question already")
-    counted = not route.role or reviewer.role == route.role
-    if route.quorum == 1 and counted:
-        protocol.note_task_soon(key, LINK_USED, {**used, "action": decision}, reviewer.id)
-        await _decide(host, question, decision, reviewer, values, reason, notes)
-        return f"Thank you: the task was {'approved' if decision == 'approve' else 'rejected'}."
-    # A quorum (or a role): record this answer; decide once it settles the question.
-    entry = {"question": question.id, "reviewer": reviewer.id, "counted": counted}
-    protocol.note_task_soon(key, LINK_USED, {**used, "action": decision}, reviewer.id)
-    if decision == "approve":
-        entry["fields"] = values
-        count = len([e for e in approvals.values() if e.detail.get("counted")]) + counted
-        settled = count >= route.quorum or (bool(route.role) and counted)
-    else:
-        entry["reason"] = reason
-        against = len(rejections) + 1 if counted else len(rejections)
-        settled = counted and (
-            bool(route.role) or len(_told(question) | {reviewer.id}) - against < route.quorum
+def routed_to(question: OpenQuestion) -> set[str]:
+    """Who may answer `question`: those told of it so far, and the reviewers of its first
+    level (who are told first, and may answer in the console before the mail arrives)."""
+    first = question.route.levels[question.window.first - 1].reviewers
+    return told(question) | set(first)
+
+
+def is_reviewer(config: HumansConfig, reviewer_id: str) -> bool:
+    """Whether the configuration, as it is now, names `reviewer_id` as a person (or, as
+    `channel:NAME`, one of its channels)."""
+    if reviewer_id.startswith("channel:"):
+        return reviewer_id[len("channel:") :] in config.channels
+    return reviewer_id in config.reviewers
+
+
+# --- the gate --------------------------------------------------------------------------------
+
+
+class HumansGate:
+    """`AnswerGate` of a peer with configured people (see the module's docstring)."""
+
+    def __init__(self, host: HumansHost) -> None:
+        self.host = host
+        #: One answer at a time, from every front: the checks (used link, answered already,
+        #: quorum counts) and what they lead to are one step, so two never both count.
+        self.lock = asyncio.Lock()
+
+    async def admit(self, handle: TaskHandle, answer: Answer, send: Send) -> str:
+        async with self.lock:
+            rec = handle.record
+            question = self.host.question_of(rec)
+            if question is None:  # no route takes it: the question's own checks
+                check_answer(rec, answer)
+                await send(answer)
+                return "sent"
+            return await self._routed(question, answer, send)
+
+    def _person(self, question: OpenQuestion, answer: Answer) -> Person:
+        """Who answers, as the configuration says now; `DecisionRefused` if not one of the
+        people this question was sent to."""
+        who = answer.by.user_id
+        if answer.front == "policy":
+            if who != f"policy:{question.route.name}":
+                raise DecisionRefused(403, f"{who!r} is not the policy of this question")
+            return Person(who, f"policy {question.route.name}", "policy")
+        if not is_reviewer(self.host.config, who) or (
+            who.startswith("channel:") and answer.front != "link"
+        ):
+            raise DecisionRefused(
+                403, f"{who!r} is not (or no longer) a reviewer of this peer's questions"
+            )
+        if who not in routed_to(question):
+            raise DecisionRefused(403, f"this question was not sent to {who!r}")
+        return self.host.reviewer(who)
+
+    async def _routed(self, question: OpenQuestion, answer: Answer, send: Send) -> str:
+        reviewer = self._person(question, answer)
+        policy = answer.front == "policy"
+        check_answer(question.rec, answer, strict=not policy)
+        protocol, key = self.host.protocol, question.rec.key
+        used: dict[str, Any] = {"question": question.id, "reviewer": reviewer.id}
+        if answer.link:
+            if link_used(question, answer.link):
+                raise DecisionRefused(409, "this link was used already")
+            used["nonce"] = answer.link
+        by = _by(reviewer)
+
+        def note_link(action: str) -> None:
+            if answer.link:
+                protocol.note_task_soon(key, LINK_USED, {**used, "action": action}, reviewer.id)
+
+        if answer.kind == "provide":
+            values = provided_fields(question, answer.fields or {})
+            note_link("provide")
+            await send(replace(answer, by=by, fields=values))
+            return "Thank you: the information was sent."
+        approve = answer.action is DecisionAction.APPROVE
+        decision = "approve" if approve else "reject"
+        if policy:
+            await send(replace(answer, by=by))
+            return f"The task was {'approved' if approve else 'rejected'} by the policy."
+        values = approved_fields(question, answer.fields or {}) if approve else {}
+        route = question.route
+        approvals = {str(e.detail["reviewer"]): e for e in question.entries(APPROVAL)}
+        rejections = {str(e.detail["reviewer"]) for e in question.entries(REJECTION)}
+        if reviewer.id in approvals or reviewer.id in rejections:
+            raise DecisionRefused(409, "you answered this question already")
+        decided = replace(answer, by=by, fields=values if approve else None)
+        counted = not route.role or reviewer.role == route.role
+        if route.quorum == 1 and counted:
+            note_link(decision)
+            await send(decided)
+            self._log(question, decision, reviewer, answer)
+            return f"Thank you: the task was {'approved' if approve else 'rejected'}."
+        # A quorum (or a role): record this answer; decide once it settles the question.
+        entry: dict[str, Any] = {
+            "question": question.id,
+            "reviewer": reviewer.id,
+            "counted": counted,
+            "front": answer.front,
+        }
+        note_link(decision)
+        if approve:
+            entry["fields"] = values
+            count = len([e for e in approvals.values() if e.detail.get("counted")]) + counted
+            settled = count >= route.quorum or (bool(route.role) and counted)
+        else:
+            entry["reason"] = answer.rejection_reason
+            against = len(rejections) + 1 if counted else len(rejections)
+            settled = counted and (
+                bool(route.role) or len(told(question) | {reviewer.id}) - against < route.quorum
+            )
+        kind = APPROVAL if approve else REJECTION
+        if not settled:
+            await protocol.note_task(key, kind, entry, reviewer.id)
+            if approve:
+                return f"Thank you: your approval is recorded ({count} of {route.quorum})."
+            return "Thank you: your rejection is recorded."
+        protocol.note_task_soon(key, kind, entry, reviewer.id)
+        names = [*approvals, reviewer.id] if approve else [reviewer.id]
+        summary = f"{'approved' if approve else 'rejected'} by {', '.join(names)}"
+        await send(replace(decided, notes=f"{summary}. {answer.notes}".strip()))
+        self._log(question, decision, reviewer, answer)
+        return f"Thank you: the task was {'approved' if approve else 'rejected'}."
+
+    def _log(self, question: OpenQuestion, decision: str, reviewer: Person, answer: Answer) -> None:
+        log.info(
+            "human_decided",
+            task_id=question.rec.task_id,
+            decision=decision,
+            user_id=reviewer.id,
+            front=answer.front,
         )
-    if not settled:
-        kind = APPROVAL if decision == "approve" else REJECTION
-        await protocol.note_task(key, kind, entry, reviewer.id)
-        if decision == "approve":
-            return f"Thank you: your approval is recorded ({count} of {route.quorum})."
-        return "Thank you: your rejection is recorded."
-    protocol.note_task_soon(
-        key, APPROVAL if decision == "approve" else REJECTION, entry, reviewer.id
-    )
-    names = [*approvals, reviewer.id] if decision == "approve" else [reviewer.id]
-    summary = f"{'approved' if decision == 'approve' else 'rejected'} by {', '.join(names)}"
-    await _decide(host, question, decision, reviewer, values, reason, f"{summary}. {notes}".strip())
-    return f"Thank you: the task was {'approved' if decision == 'approve' else 'rejected'}."
 
 
 async def _decide(
@@ -207,6 +273,7 @@ async def _decide(
     reason: str,
     notes: str,
 ) -> None:
+    """The policy's decision, through the gate like any other."""
     handle = host.protocol.handle(question.rec.key)
     assert handle is not None
     await handle.decide(
@@ -215,8 +282,8 @@ async def _decide(
         rejection_reason=reason.strip() if decision == "reject" else "",
         notes=notes,
         decided_by=_by(reviewer),
+        front="policy",
     )
-    log.info("human_decided", task_id=question.rec.task_id, decision=decision, user_id=reviewer.id)
 
 
 async def time_out(host: HumansHost, question: OpenQuestion) -> None:
@@ -237,7 +304,7 @@ async def time_out(host: HumansHost, question: OpenQuestion) -> None:
         }
         if action == "approve_default" and len(suggested) == len(question.missing):
             protocol.note_task_soon(key, TIMEOUT, entry, policy.id)
-            await handle.provide_info(suggested, reason, provided_by=policy.id)
+            await handle.provide_info(suggested, reason, provided_by=policy.id, front="policy")
         elif action == "approve_default":
             await protocol.note_task(key, TIMEOUT, {**entry, "action": "protocol"}, policy.id)
         else:
@@ -262,11 +329,14 @@ def _suggestions(question: OpenQuestion) -> dict[str, Any]:
 
 __all__ = [
     "DecisionRefused",
+    "HumansGate",
     "HumansHost",
-    "answer",
     "approved_fields",
     "defaults",
+    "is_reviewer",
     "link_used",
     "provided_fields",
+    "routed_to",
     "time_out",
+    "told",
 ]

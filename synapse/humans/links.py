@@ -1,10 +1,13 @@
-"""Signed one-click links: a decision (approve, reject, or open the form) on one task, for one
-reviewer, until an expiry, signed with HMAC-SHA256.
+"""Signed one-click links: a decision (approve, reject, or open the form) on one question of
+one task, for one reviewer, until an expiry, signed with HMAC-SHA256.
 
 A link's token is `base64url(claims) "." base64url(HMAC(key, base64url(claims)))`, the claims
-being the JSON object `{"t": task id, "a": action, "r": reviewer, "e": expiry (epoch seconds),
-"n": nonce}`. Reading one checks the signature first (in constant time), then the expiry; the
-service checks that its nonce was not used yet (a used link is kept in the task's audit trail).
+being the JSON object `{"t": task id, "q": question id, "a": action, "r": reviewer, "e": expiry
+(epoch seconds), "n": nonce}`. Reading one checks the signature first (in constant time), then
+the expiry; the pages check that it was issued for the question the task asks now (a link of
+an earlier question of the same task decides nothing), that its reviewer is one the
+configuration names now and was sent that question, and the gate that its nonce was not used
+yet (a used link is kept in the task's audit trail).
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class _Claims(msgspec.Struct, frozen=True):
     r: str
     e: int
     n: str
+    #: The question's id (a link made before links named their question has none, and
+    #: decides nothing).
+    q: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,8 @@ class Link:
     reviewer: str
     expires: int
     nonce: str
+    #: The id of the question it was issued for (`OpenQuestion.id`).
+    question: str = ""
 
 
 def _b64(data: bytes) -> str:
@@ -78,8 +86,11 @@ class LinkSigner:
         reviewer: str,
         expires: float,
         nonce: str | None = None,
+        question: str = "",
     ) -> str:
-        claims = _Claims(task_id, action, reviewer, int(expires), nonce or secrets.token_hex(8))
+        claims = _Claims(
+            task_id, action, reviewer, int(expires), nonce or secrets.token_hex(8), question
+        )
         body = _b64(msgspec.json.encode(claims))
         return f"{body}.{self._mac(body)}"
 
@@ -99,7 +110,7 @@ class LinkSigner:
         if now >= claims.e:
             raise LinkRefused(410, "this link has expired: the time to decide is over")
         action: LinkAction = claims.a  # type: ignore[assignment]
-        return Link(claims.t, action, claims.r, claims.e, claims.n)
+        return Link(claims.t, action, claims.r, claims.e, claims.n, claims.q)
 
 
 __all__ = ["LINK_ACTIONS", "Link", "LinkAction", "LinkRefused", "LinkSigner"]

@@ -15,12 +15,13 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from synapse.humans.decisions import DecisionRefused, HumansHost, answer, defaults, link_used
+from synapse.humans.decisions import HumansHost, defaults, is_reviewer, link_used, told
 from synapse.humans.links import Link, LinkRefused, LinkSigner
 from synapse.humans.question import VIEWED, OpenQuestion
 from synapse.logs import get_logger
 from synapse.p2p.engine import TaskRecord
-from synapse.types import LocalProtocolError
+from synapse.runtime.answers import AnswerRefused
+from synapse.types import DecidedBy, DecisionAction, LocalProtocolError
 
 log = get_logger("synapse.humans")
 
@@ -157,6 +158,12 @@ class LinkPages:
         question = humans.question_of(rec)
         if question is None:
             raise LinkRefused(409, f"this question was answered already: the task is {rec.state}")
+        if link.question != question.id:
+            raise LinkRefused(409, "this link was for another question, answered already")
+        if not is_reviewer(humans.config, link.reviewer):
+            raise LinkRefused(403, "this link's reviewer is not (or no longer) a reviewer here")
+        if link.reviewer not in told(question):
+            raise LinkRefused(403, "this question was not sent to this link's reviewer")
         if link_used(question, link.nonce):
             raise LinkRefused(409, "this link was used already")
         return link, question
@@ -201,17 +208,35 @@ class LinkPages:
                 for name, raw in form.items():
                     if name.startswith("field:"):
                         fields[name[len("field:") :]] = _value(str(raw))
+            handle = self.humans.protocol.handle(question.rec.key)
+            if handle is None:
+                return _refused(404, "this task is not known here (any more)")
+            by = DecidedBy(user_id=link.reviewer)
+            notes, reason = str(form.get("notes", "")), str(form.get("reason", ""))
             try:
-                said = await answer(
-                    self.humans,
-                    question,
-                    link,
-                    decision=decision,
-                    fields=fields,
-                    reason=str(form.get("reason", "")),
-                    notes=str(form.get("notes", "")),
-                )
-            except DecisionRefused as exc:
+                if question.kind == "need_info":
+                    if decision != "provide":
+                        return _refused(400, "this question asks for information: provide it")
+                    said = await handle.provide_info(
+                        fields,
+                        notes or None,
+                        provided_by=link.reviewer,
+                        front="link",
+                        link=link.nonce,
+                    )
+                elif decision not in ("approve", "reject"):
+                    return _refused(400, "the decision is approve or reject")
+                else:
+                    said = await handle.decide(
+                        DecisionAction(decision),
+                        approved_fields=fields if decision == "approve" else None,
+                        rejection_reason=reason,
+                        notes=notes,
+                        decided_by=by,
+                        front="link",
+                        link=link.nonce,
+                    )
+            except AnswerRefused as exc:
                 return _refused(exc.status, exc.reason)
             except LocalProtocolError as exc:  # answered meanwhile (the console, a time-out)
                 return _refused(409, f"this question was answered already: {exc}")

@@ -80,6 +80,8 @@ class Humans(RuntimeListener):
     def bind(self, protocol: P2PProtocol) -> None:
         self._protocol = protocol
         protocol.listeners.append(self)
+        # Every answer to our questions, from any front, meets the configuration's rules.
+        protocol.answer_gate = decisions.HumansGate(self)
 
     @property
     def protocol(self) -> P2PProtocol:
@@ -360,7 +362,7 @@ class Humans(RuntimeListener):
         crash is the same single-use link, not a second one."""
         nonce = self.links.nonce_of(f"{notification}/{action}")
         token = self.links.sign(
-            question.rec.task_id, action, reviewer, question.window.closes, nonce
+            question.rec.task_id, action, reviewer, question.window.closes, nonce, question.id
         )
         return f"{self.public_url()}{self.config.path}/links/{token}"
 
@@ -373,9 +375,7 @@ class Humans(RuntimeListener):
         question = self.question_of(rec)
         if question is None:
             return True
-        told = {str(e.detail.get("reviewer")) for e in question.entries(QUEUED)}
-        told |= set(question.route.levels[question.window.first - 1].reviewers)
-        return reviewer.user_id in told
+        return reviewer.user_id in decisions.routed_to(question)
 
     def attach_console(self, console: Console) -> None:
         """Show each task's people on its console page, and each reviewer only the

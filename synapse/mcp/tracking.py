@@ -171,24 +171,30 @@ class Delegation:
     async def answer(self, answer: PersonAnswer, *, by: str) -> None:
         """Send `answer` to what the task asks (the caller checked there is a question)."""
         handle = self.handle
-        if answer.action is not None:
+        if answer.action is not None and isinstance(handle, A2ATaskHandle):
             await handle.decide(
                 answer.action,
                 approved_fields=answer.fields,
                 rejection_reason=answer.rejection_reason,
                 notes=answer.notes,
-                **(
-                    {}
-                    if isinstance(handle, A2ATaskHandle)
-                    else {"decided_by": DecidedBy(user_id=by)}
-                ),
+            )
+        elif answer.action is not None:
+            await handle.decide(
+                answer.action,
+                approved_fields=answer.fields,
+                rejection_reason=answer.rejection_reason,
+                notes=answer.notes,
+                decided_by=DecidedBy(user_id=by),
+                front="mcp",
             )
         elif answer.text is not None and isinstance(handle, A2ATaskHandle):
             await handle.reply(answer.text)
         elif isinstance(handle, A2ATaskHandle):
             await handle.provide_info(answer.fields, answer.notes or None)
         else:
-            await handle.provide_info(answer.fields, answer.notes or None, provided_by=by)
+            await handle.provide_info(
+                answer.fields, answer.notes or None, provided_by=by, front="mcp"
+            )
         self.question = None
         self._bump()
         if isinstance(handle, A2ATaskHandle) and (self._follower is None or self._follower.done()):

@@ -35,6 +35,7 @@ from synapse.p2p.engine import (
     TaskRecord,
 )
 from synapse.p2p.states import Event
+from synapse.runtime.answers import Answer, AnswerGate, BasicGate, Front
 from synapse.runtime.handler import (
     TaskHandler,
 )
@@ -201,20 +202,21 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
             ) from None
 
     async def provide_info(
-        self, fields: Mapping[str, Any], notes: str | None = None, *, provided_by: str = ""
-    ) -> None:
-        """Answer `task_need_info` (`provided_by`: who answered, for the task's audit trail).
-        Returns once the answer is durable (it is sent then)."""
+        self,
+        fields: Mapping[str, Any],
+        notes: str | None = None,
+        *,
+        provided_by: str = "",
+        front: Front = "python",
+        link: str = "",
+    ) -> str:
+        """Answer `task_need_info` (`provided_by`: who answered, for the task's audit trail),
+        through the runtime's `AnswerGate`: `AnswerRefused` if it cannot be taken. Returns
+        once the answer is durable (it is sent then), with what to tell whoever answered."""
         rt = self._runtime
-        await rt.settled(self.key)
-        step = rt.engine.handle(ProvideInfo(self.key, fields, notes), rt.clock())
-        self._audit(
-            step,
-            provided_by or rt.engine.agent_id,
-            "info_provided",
-            {"fields": dict(fields), "notes": notes},
-        )
-        await rt.apply_durably(step)
+        by = DecidedBy(user_id=provided_by or rt.engine.agent_id)
+        answer = Answer("provide", by, front, fields=dict(fields), notes=notes or "", link=link)
+        return await rt.answer_gate.admit(self, answer, self._send)
 
     async def start_deciding(self) -> None:
         """Note that a person is deciding (`need_human → human_deciding`)."""
@@ -230,21 +232,63 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         rejection_reason: str = "",
         notes: str = "",
         decided_by: DecidedBy | None = None,
-    ) -> None:
-        """Answer `task_need_human` with a `human_decision` (returns once it is durable)."""
+        front: Front = "python",
+        link: str = "",
+    ) -> str:
+        """Answer `task_need_human` with a `human_decision`, through the runtime's
+        `AnswerGate`: `AnswerRefused` if it cannot be taken. Returns once the decision is
+        durable (or, short of a quorum, the answer recorded), with what to tell whoever
+        answered. `front` says where it came from, `link` the nonce of the signed link it
+        was given through (both for the audit trail)."""
+        rt = self._runtime
+        by = decided_by or DecidedBy(user_id=rt.engine.agent_id)
+        answer = Answer(
+            "decide",
+            by,
+            front,
+            action=action,
+            fields=dict(approved_fields) if approved_fields is not None else None,
+            rejection_reason=rejection_reason,
+            notes=notes,
+            link=link,
+        )
+        return await rt.answer_gate.admit(self, answer, self._send)
+
+    async def _send(self, answer: Answer) -> None:
+        """Send an answer the gate admitted, with its audit entry; return once durable."""
         rt = self._runtime
         await rt.settled(self.key)
-        by = decided_by or DecidedBy(user_id=rt.engine.agent_id)
+        by = answer.by
+        if answer.kind == "provide":
+            fields = answer.fields or {}
+            step = rt.engine.handle(ProvideInfo(self.key, fields, answer.notes or None), rt.clock())
+            detail: dict[str, Any] = {"fields": dict(fields), "notes": answer.notes or None}
+            self._audit(step, by.user_id, "info_provided", {**detail, "front": answer.front})
+            await rt.apply_durably(step)
+            return
+        action = answer.action
+        assert action is not None
         decision_id = f"dec-{rt.engine.ids.message_id()[4:]}"
         command = Decide(
-            self.key, action, by, decision_id, approved_fields, rejection_reason, notes
+            self.key,
+            action,
+            by,
+            decision_id,
+            answer.fields,
+            answer.rejection_reason.strip() if action is DecisionAction.REJECT else "",
+            answer.notes,
         )
         step = rt.engine.handle(command, rt.clock())
-        detail: dict[str, Any] = {"user_name": by.user_name, "role": by.role, "notes": notes}
+        detail = {
+            "user_name": by.user_name,
+            "role": by.role,
+            "notes": answer.notes,
+            "front": answer.front,
+        }
         if action is DecisionAction.APPROVE:
-            detail["approved_fields"] = dict(approved_fields or {})
+            detail["approved_fields"] = dict(answer.fields or {})
         else:
-            detail["rejection_reason"] = rejection_reason
+            detail["rejection_reason"] = answer.rejection_reason
         self._audit(step, by.user_id, action.value, detail)
         await rt.apply_durably(step)
 
@@ -253,11 +297,11 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         message_id = step.outgoing[0].message.id if step.outgoing else None
         append_audit(self.record.audit, self._runtime.clock(), actor, action, message_id, detail)
 
-    async def approve(self, approved_fields: Mapping[str, Any] | None = None, **kw: Any) -> None:
-        await self.decide(DecisionAction.APPROVE, approved_fields=approved_fields, **kw)
+    async def approve(self, approved_fields: Mapping[str, Any] | None = None, **kw: Any) -> str:
+        return await self.decide(DecisionAction.APPROVE, approved_fields=approved_fields, **kw)
 
-    async def reject(self, reason: str = "", **kw: Any) -> None:
-        await self.decide(DecisionAction.REJECT, rejection_reason=reason, **kw)
+    async def reject(self, reason: str = "", **kw: Any) -> str:
+        return await self.decide(DecisionAction.REJECT, rejection_reason=reason, **kw)
 
     async def cancel(self, reason: str | None = None) -> None:
         """Send `task_cancel` (once the request has its reply); await `result()` for the end.
@@ -336,6 +380,9 @@ class RuntimeBase:
         #: outbox message whether this process may send it now: "send", "gone" (another
         #: replica delivered or dropped it) or "lost" (the task is not ours any more).
         self.delivery_gate: Callable[[OutboxItem], Awaitable[str]] | None = None
+        #: Every answer to a question of ours passes it (`synapse.runtime.answers`):
+        #: `synapse.humans` installs one with the configured people's rules.
+        self.answer_gate: AnswerGate = BasicGate()
         #: Told of messages, transitions, handler runs, deliveries, commits, nacks, retries
         #: (metrics, tracing, health, the console, timelines: `RuntimeListener`). A `Peer`
         #: shares this list with its server, client and lean route.

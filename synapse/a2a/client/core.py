@@ -586,8 +586,11 @@ class A2ATaskHandle(EventStream[A2AEvent, "A2AOutcome"]):
             self._answered = self._status_key()
         await self.begin(message, configuration, self._streaming)
 
-    async def provide_info(self, fields: Mapping[str, Any], notes: str | None = None) -> None:
-        """Answer INPUT_REQUIRED with the missing fields (a data part)."""
+    async def provide_info(
+        self, fields: Mapping[str, Any], notes: str | None = None, **_: Any
+    ) -> None:
+        """Answer INPUT_REQUIRED with the missing fields (a data part). (The keywords of
+        `TaskHandle.provide_info` that say who answered are not A2A's to carry.)"""
         await self.reply(dict(fields))
 
     async def start_deciding(self) -> None:

@@ -17,6 +17,7 @@ from synapse.logs import get_logger
 from synapse.ops.console.auth import ConsoleAuth, Reviewer, Session, Sessions, csrf_ok
 from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.states import Role
+from synapse.runtime.answers import AnswerRefused
 from synapse.runtime.listener import RuntimeListener
 from synapse.store.base import TaskFilter
 from synapse.transport.http1_server import LEAN_CALLBACKS
@@ -498,7 +499,11 @@ class Console(RuntimeListener):
         if missing:
             raise _error(400, f"missing fields: {', '.join(missing)}", missing=missing)
         try:
-            await handle.provide_info(fields, notes or None, provided_by=reviewer.user_id)
+            await handle.provide_info(
+                fields, notes or None, provided_by=reviewer.user_id, front="console"
+            )
+        except AnswerRefused as exc:
+            raise _error(exc.status, exc.reason) from exc
         except (LocalProtocolError, msgspec.ValidationError) as exc:
             raise _error(409, str(exc)) from exc
         log.info("console_info_provided", task_id=handle.task_id, user_id=reviewer.user_id)
@@ -526,13 +531,16 @@ class Console(RuntimeListener):
             user_id=reviewer.user_id, user_name=reviewer.user_name, role=reviewer.role
         )
         try:
-            await handle.decide(
+            said = await handle.decide(
                 DecisionAction(action),
                 approved_fields=approved if action == "approve" else None,
                 rejection_reason=reason.strip() if action == "reject" else "",
                 notes=notes,
                 decided_by=decided_by,
+                front="console",
             )
+        except AnswerRefused as exc:
+            raise _error(exc.status, exc.reason) from exc
         except (LocalProtocolError, msgspec.ValidationError) as exc:
             raise _error(409, str(exc)) from exc
         log.info(
@@ -541,7 +549,8 @@ class Console(RuntimeListener):
             action=action,
             user_id=reviewer.user_id,
         )
-        return web.json_response(task_view(handle.record, self.protocol.clock(), detail=True))
+        view = task_view(handle.record, self.protocol.clock(), detail=True)
+        return web.json_response({**view, "said": said})
 
     async def api_deciding(self, request: web.Request) -> web.Response:
         """A person opened a `task_need_human`: `need_human → human_deciding` (ours only)."""
