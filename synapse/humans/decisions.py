@@ -28,16 +28,16 @@ from synapse.humans.question import (
 from synapse.logs import get_logger
 from synapse.p2p.engine import TaskRecord
 from synapse.runtime.answers import (
-    Answer,
     AnswerRefused,
+    Asked,
     Send,
+    TaskAnswer,
     check_answer,
     proposed_values,
     same_type,
     type_name,
 )
 from synapse.runtime.protocol import P2PProtocol
-from synapse.runtime.runtime_base import TaskHandle
 from synapse.types import DecidedBy, DecisionAction
 
 log = get_logger("synapse.humans")
@@ -94,7 +94,7 @@ def approved_fields(question: OpenQuestion, edits: Mapping[str, Any]) -> dict[st
         if not same_type(value, proposed[name]):
             raise DecisionRefused(
                 400,
-                f"{name!r} must be a {type_name(proposed[name])}, like its proposed value "
+                f"{name!r} must be {type_name(proposed[name])}, like its proposed value "
                 f"{proposed[name]!r} (got {value!r})",
             )
     fields = {**proposed, **edits}
@@ -156,7 +156,7 @@ class HumansGate:
         #: quorum counts) and what they lead to are one step, so two never both count.
         self.lock = asyncio.Lock()
 
-    async def admit(self, handle: TaskHandle, answer: Answer, send: Send) -> str:
+    async def admit(self, handle: Asked, answer: TaskAnswer, send: Send) -> str:
         async with self.lock:
             rec = handle.record
             question = self.host.question_of(rec)
@@ -166,7 +166,7 @@ class HumansGate:
                 return "sent"
             return await self._routed(question, answer, send)
 
-    def _person(self, question: OpenQuestion, answer: Answer) -> Person:
+    def _person(self, question: OpenQuestion, answer: TaskAnswer) -> Person:
         """Who answers, as the configuration says now; `DecisionRefused` if not one of the
         people this question was sent to."""
         who = answer.by.user_id
@@ -184,7 +184,7 @@ class HumansGate:
             raise DecisionRefused(403, f"this question was not sent to {who!r}")
         return self.host.reviewer(who)
 
-    async def _routed(self, question: OpenQuestion, answer: Answer, send: Send) -> str:
+    async def _routed(self, question: OpenQuestion, answer: TaskAnswer, send: Send) -> str:
         reviewer = self._person(question, answer)
         policy = answer.front == "policy"
         check_answer(question.rec, answer, strict=not policy)
@@ -254,7 +254,9 @@ class HumansGate:
         self._log(question, decision, reviewer, answer)
         return f"Thank you: the task was {'approved' if approve else 'rejected'}."
 
-    def _log(self, question: OpenQuestion, decision: str, reviewer: Person, answer: Answer) -> None:
+    def _log(
+        self, question: OpenQuestion, decision: str, reviewer: Person, answer: TaskAnswer
+    ) -> None:
         log.info(
             "human_decided",
             task_id=question.rec.task_id,

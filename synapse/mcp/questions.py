@@ -127,8 +127,11 @@ def answer_from_form(question: Question, content: Mapping[str, Any]) -> PersonAn
         except ValueError:
             raise BadAnswer(f"decision must be approve or reject, not {decision!r}") from None
         proposals = _proposals(question.human)
+        unknown = sorted(set(content) - set(proposals) - {DECISION, REJECTION_REASON, NOTES})
+        if unknown:
+            raise BadAnswer(f"{', '.join(map(repr, unknown))}: not a field of this decision")
         fields = {
-            name: _from_form(name, content[name], values[0])
+            name: _from_form(name, content[name], values[0], strict=True)
             for name, values in proposals.items()
             if content.get(name) is not None
         }
@@ -249,8 +252,38 @@ def _value_schema(sample: Any, description: str) -> dict[str, Any]:
     return schema
 
 
-def _from_form(name: str, value: Any, sample: Any) -> Any:
-    """A form value back in the field's own shape (JSON text parsed where it was asked so)."""
+#: How a boolean may be written where a client sends text ("yes" for an approval's `true`).
+_TRUE, _FALSE = (
+    frozenset({"true", "yes", "y", "1", "on"}),
+    frozenset({"false", "no", "n", "0", "off"}),
+)
+
+
+def _scalar(name: str, value: str, sample: bool | int | float) -> Any:
+    """Text given for a boolean or a number, read as one (never sent as the text)."""
+    text = value.strip().lower()
+    if isinstance(sample, bool):
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise BadAnswer(f"{name} must be true or false, not {value!r}")
+    try:
+        return int(text) if isinstance(sample, int) else float(text)
+    except ValueError:
+        kind = "an integer" if isinstance(sample, int) else "a number"
+        raise BadAnswer(f"{name} must be {kind}, not {value!r}") from None
+
+
+def _from_form(name: str, value: Any, sample: Any, *, strict: bool = False) -> Any:
+    """A form value back in the field's own shape (JSON text parsed where it was asked so,
+    text read as the boolean or number the field holds: always for a decision's option,
+    `strict`; where it reads as one for a suggested value, which binds nothing)."""
+    if isinstance(value, str) and isinstance(sample, bool | int | float):
+        try:
+            return _scalar(name, value, sample)
+        except BadAnswer:
+            if strict:
+                raise
+            return value
     structured = sample is not None and not isinstance(sample, bool | int | float | str)
     flat_strings = isinstance(sample, list) and all(isinstance(v, str) for v in sample)
     if structured and not flat_strings and isinstance(value, str):

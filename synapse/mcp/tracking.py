@@ -24,6 +24,9 @@ from synapse.runtime.protocol import Outcome, TaskAbandoned, TaskHandle, TaskUnd
 from synapse.types import DecidedBy, TaskError, TaskNeedInfoPayload, TaskResult, TaskState
 from synapse.types.errors import SynapseException
 
+#: The states in which a Synapse task still waits for a person's answer.
+_WAITING = frozenset({TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING, TaskState.INFO_NEEDED})
+
 log = get_logger("synapse.mcp")
 
 #: MCP's task statuses (the Tasks extension's `TaskStatus`).
@@ -168,9 +171,11 @@ class Delegation:
 
     # --- answers ----------------------------------------------------------------------------
 
-    async def answer(self, answer: PersonAnswer, *, by: str) -> None:
-        """Send `answer` to what the task asks (the caller checked there is a question)."""
+    async def answer(self, answer: PersonAnswer, *, by: str) -> str:
+        """Send `answer` to what the task asks (the caller checked there is a question); what
+        to tell whoever answered (an answer a quorum only records leaves the question open)."""
         handle = self.handle
+        said = "sent"
         if answer.action is not None and isinstance(handle, A2ATaskHandle):
             await handle.decide(
                 answer.action,
@@ -179,7 +184,8 @@ class Delegation:
                 notes=answer.notes,
             )
         elif answer.action is not None:
-            await handle.decide(
+            assert isinstance(handle, TaskHandle)
+            said = await handle.decide(
                 answer.action,
                 approved_fields=answer.fields,
                 rejection_reason=answer.rejection_reason,
@@ -192,13 +198,16 @@ class Delegation:
         elif isinstance(handle, A2ATaskHandle):
             await handle.provide_info(answer.fields, answer.notes or None)
         else:
-            await handle.provide_info(
+            assert isinstance(handle, TaskHandle)
+            said = await handle.provide_info(
                 answer.fields, answer.notes or None, provided_by=by, front="mcp"
             )
-        self.question = None
+        if isinstance(handle, A2ATaskHandle) or handle.state not in _WAITING:
+            self.question = None
         self._bump()
         if isinstance(handle, A2ATaskHandle) and (self._follower is None or self._follower.done()):
             self._follower = asyncio.create_task(self._follow(), name=f"mcp-{self.task_id}")
+        return said
 
     async def cancel(self, reason: str | None) -> None:
         await self.handle.cancel(reason)

@@ -2,7 +2,7 @@
 `task_info_provided`, whichever front it comes from (a signed link, the console, MCP, the
 command line's prompts, an A2A follow-up, the Python API).
 
-`TaskHandle.decide` and `TaskHandle.provide_info` build an `Answer` and hand it to the
+`TaskHandle.decide` and `TaskHandle.provide_info` build a `TaskAnswer` and hand it to the
 runtime's `AnswerGate`, which checks it and sends it (or only records it, when a quorum is not
 reached yet), under one lock, so that two answers never both count. The default gate,
 `BasicGate`, checks what the question itself says: an edited value must have the type of the
@@ -24,7 +24,14 @@ from synapse.types import DecidedBy, DecisionAction, LocalProtocolError, TaskSta
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskRecord
-    from synapse.runtime.runtime_base import TaskHandle
+
+
+class Asked(Protocol):
+    """What a gate reads of the task asked (a `TaskHandle`)."""
+
+    @property
+    def record(self) -> TaskRecord: ...
+
 
 #: The fronts an answer comes from (recorded in the task's audit trail).
 Front = Literal["link", "console", "mcp", "cli", "a2a", "router", "python", "policy"]
@@ -43,7 +50,7 @@ class AnswerRefused(LocalProtocolError):
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class TaskAnswer:
     """One answer to the question a requester task waits on."""
 
     #: `decide` answers `task_need_human`, `provide` answers `task_need_info`.
@@ -63,13 +70,13 @@ class Answer:
 
 
 #: Sends an admitted answer (the handle's own send, committed when it returns).
-Send = Callable[[Answer], Awaitable[None]]
+Send = Callable[[TaskAnswer], Awaitable[None]]
 
 
 class AnswerGate(Protocol):
     """Checks an answer and sends it (or records it, for a quorum); what to tell the person."""
 
-    async def admit(self, handle: TaskHandle, answer: Answer, send: Send) -> str:
+    async def admit(self, handle: Asked, answer: TaskAnswer, send: Send) -> str:
         """Check `answer` to `handle`'s question (its record read under the gate's lock) and
         `send` it, or record it; `AnswerRefused` before anything is written if it cannot
         be taken."""
@@ -100,7 +107,8 @@ def same_type(value: Any, like: Any) -> bool:
 
 
 def type_name(value: Any) -> str:
-    return {
+    """The JSON name of `value`'s type, with its article: "an integer", "a string"."""
+    name = {
         bool: "boolean",
         int: "integer",
         float: "number",
@@ -108,9 +116,10 @@ def type_name(value: Any) -> str:
         list: "list",
         dict: "object",
     }.get(type(value), type(value).__name__)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
-def check_answer(rec: TaskRecord, answer: Answer, *, strict: bool = False) -> None:
+def check_answer(rec: TaskRecord, answer: TaskAnswer, *, strict: bool = False) -> None:
     """What every gate checks: the task waits for this kind of answer, edited values keep
     their proposed types, and every field asked for is given. `strict` (a person's answer
     under a configured route) adds: edits name fields of the decision, and a rejection has
@@ -131,7 +140,7 @@ def check_answer(rec: TaskRecord, answer: Answer, *, strict: bool = False) -> No
                 if not same_type(value, proposed[name]):
                     raise AnswerRefused(
                         400,
-                        f"{name!r} must be a {type_name(proposed[name])}, like its proposed "
+                        f"{name!r} must be {type_name(proposed[name])}, like its proposed "
                         f"value {proposed[name]!r} (got {value!r})",
                     )
         return
@@ -143,7 +152,7 @@ def check_answer(rec: TaskRecord, answer: Answer, *, strict: bool = False) -> No
         raise AnswerRefused(400, f"missing fields: {', '.join(missing)}")
 
 
-def filled(rec: TaskRecord, answer: Answer) -> Answer:
+def filled(rec: TaskRecord, answer: TaskAnswer) -> TaskAnswer:
     """An approval with the proposed value of each field it does not edit."""
     if answer.kind != "decide" or answer.action is not DecisionAction.APPROVE:
         return answer
@@ -157,7 +166,7 @@ class BasicGate:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
 
-    async def admit(self, handle: TaskHandle, answer: Answer, send: Send) -> str:
+    async def admit(self, handle: Asked, answer: TaskAnswer, send: Send) -> str:
         async with self.lock:
             check_answer(handle.record, answer)
             await send(answer)
@@ -165,12 +174,13 @@ class BasicGate:
 
 
 __all__ = [
-    "Answer",
     "AnswerGate",
     "AnswerRefused",
+    "Asked",
     "BasicGate",
     "Front",
     "Send",
+    "TaskAnswer",
     "check_answer",
     "filled",
     "proposed_values",

@@ -35,7 +35,7 @@ from synapse.p2p.engine import (
     TaskRecord,
 )
 from synapse.p2p.states import Event
-from synapse.runtime.answers import Answer, AnswerGate, BasicGate, Front
+from synapse.runtime.answers import AnswerGate, BasicGate, Front, TaskAnswer
 from synapse.runtime.handler import (
     TaskHandler,
 )
@@ -210,12 +210,12 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         front: Front = "python",
         link: str = "",
     ) -> str:
-        """Answer `task_need_info` (`provided_by`: who answered, for the task's audit trail),
+        """TaskAnswer `task_need_info` (`provided_by`: who answered, for the task's audit trail),
         through the runtime's `AnswerGate`: `AnswerRefused` if it cannot be taken. Returns
         once the answer is durable (it is sent then), with what to tell whoever answered."""
         rt = self._runtime
         by = DecidedBy(user_id=provided_by or rt.engine.agent_id)
-        answer = Answer("provide", by, front, fields=dict(fields), notes=notes or "", link=link)
+        answer = TaskAnswer("provide", by, front, fields=dict(fields), notes=notes or "", link=link)
         return await rt.answer_gate.admit(self, answer, self._send)
 
     async def start_deciding(self) -> None:
@@ -235,14 +235,14 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         front: Front = "python",
         link: str = "",
     ) -> str:
-        """Answer `task_need_human` with a `human_decision`, through the runtime's
+        """TaskAnswer `task_need_human` with a `human_decision`, through the runtime's
         `AnswerGate`: `AnswerRefused` if it cannot be taken. Returns once the decision is
         durable (or, short of a quorum, the answer recorded), with what to tell whoever
         answered. `front` says where it came from, `link` the nonce of the signed link it
         was given through (both for the audit trail)."""
         rt = self._runtime
         by = decided_by or DecidedBy(user_id=rt.engine.agent_id)
-        answer = Answer(
+        answer = TaskAnswer(
             "decide",
             by,
             front,
@@ -254,7 +254,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         )
         return await rt.answer_gate.admit(self, answer, self._send)
 
-    async def _send(self, answer: Answer) -> None:
+    async def _send(self, answer: TaskAnswer) -> None:
         """Send an answer the gate admitted, with its audit entry; return once durable."""
         rt = self._runtime
         await rt.settled(self.key)

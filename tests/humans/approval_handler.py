@@ -1,6 +1,7 @@
 """The executor's handler of the humans tests (also run by `synapse serve --handler`):
 `portrait_review` asks a person to choose a width and a style; `profile` asks for an e-mail
-address. Both end with what they were given."""
+address; `two_steps` asks two questions in turn (reason codes `first`, then `second`). Each
+ends with what it was given."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from synapse.types import HumanContext, HumanOption, MissingField, Reason
 
 class ApprovalHandler:
     def get_capabilities(self) -> list[str]:
-        return ["portrait_review", "profile"]
+        return ["portrait_review", "profile", "two_steps"]
 
     def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
         return Validation()
@@ -32,6 +33,15 @@ class ApprovalHandler:
                 required_by=deadline,
             )
             return TaskResult(output_type="json", output={"provided": dict(fields)})
+        if task_type == "two_steps":
+            deciders = {}
+            for step in ("first", "second"):
+                answer = await ctx.need_human(
+                    Reason(code=step, message=f"the {step} step needs a person"),
+                    options=[HumanOption(field="go", value=True, confidence=90)],
+                )
+                deciders[step] = answer.decided_by.user_id
+            return TaskResult(output_type="json", output=deciders)
         decision = await ctx.need_human(
             Reason(
                 code=str(payload.get("reason", "low_confidence")),

@@ -265,7 +265,7 @@ async def test_an_edit_its_schema_refuses_changes_nothing_and_a_good_one_is_sent
         page = await get(form)
         assert "name='field:width'" in page.text and "1024" in page.text
         before = answers(setup.audit(handle.task_id))
-        for value, why in (("4096", "maximum"), ('"wide"', "must be a int")):
+        for value, why in (("4096", "maximum"), ('"wide"', "must be an integer")):
             refused = await post(form, decision="approve", **{"field:width": value})
             assert refused.status_code == 400 and why in refused.text, refused.text
         unknown = await post(form, decision="approve", **{"field:height": "3"})
