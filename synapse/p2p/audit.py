@@ -45,6 +45,10 @@ def append_audit(
     return entry
 
 
+#: The fewest hex digits of a digest accepted as a kept head (64 bits: no accidental match).
+MIN_HEAD = 16
+
+
 @dataclass(frozen=True, slots=True)
 class ChainVerdict:
     """What `verify_chain` found."""
@@ -60,13 +64,14 @@ class ChainVerdict:
 
     def __str__(self) -> str:
         if self.intact:
-            return f"chain intact: {self.entries} entries, head {self.head[:16]}"
+            return f"chain intact: {self.entries} entries, head {self.head}"
         return f"chain BROKEN at entry {self.broken_at}: {self.reason}"
 
 
 def verify_chain(audit: Sequence[AuditEntry], *, head: str | None = None) -> ChainVerdict:
-    """Check each entry's link and digest, in order; with `head` (a digest kept elsewhere),
-    also that the chain still holds it (entries removed from the end are seen so)."""
+    """Check each entry's link and digest, in order; with `head` (a digest kept elsewhere:
+    the whole digest, or its first 16 hex digits or more), also that the chain still holds it
+    (entries removed from the end are seen so)."""
     prev = ""
     for index, entry in enumerate(audit):
         if not entry.digest:
@@ -80,9 +85,13 @@ def verify_chain(audit: Sequence[AuditEntry], *, head: str | None = None) -> Cha
         if entry.digest != expected:
             return ChainVerdict(False, len(audit), index, "its content was changed")
         prev = entry.digest
-    if head is not None and head and head not in {e.digest for e in audit}:
+    kept = (head or "").strip().lower()
+    if kept and (len(kept) < MIN_HEAD or not any(e.digest.startswith(kept) for e in audit)):
         # Entries may have been added since `head` was kept, never removed.
-        return ChainVerdict(False, len(audit), len(audit), "the kept head is gone", prev)
+        why = "the kept head is gone"
+        if len(kept) < MIN_HEAD:
+            why = f"the kept head is too short: give at least {MIN_HEAD} hex digits"
+        return ChainVerdict(False, len(audit), len(audit), why, prev)
     return ChainVerdict(True, len(audit), head=prev)
 
 

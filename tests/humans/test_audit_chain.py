@@ -56,8 +56,12 @@ def test_a_lost_tail_is_detected_against_a_kept_head() -> None:
     assert verify_chain(audit[:-1]).intact  # without the head kept, a shorter chain holds
     verdict = verify_chain(audit[:-1], head=head)
     assert not verdict.intact and "head is gone" in verdict.reason
+    assert not verify_chain(audit[:-1], head=head[:16]).intact
     append_audit(audit, 4.0, "bob", "viewed")
     assert verify_chain(audit, head=head).intact  # entries added since: still holds
+    assert verify_chain(audit, head=head[:16].upper()).intact  # a prefix as it was printed
+    too_short = verify_chain(audit, head=head[:8])
+    assert not too_short.intact and "too short" in too_short.reason
 
 
 def test_entries_written_before_the_chain_are_reported_unchained() -> None:

@@ -254,6 +254,12 @@ async def test_a_portrait_is_told_once_per_channel_and_approved_from_its_link(
     verified = run("audit", task_id, "--store", str(d.store), "--export", str(d.store) + ".jsonl")
     assert verified.returncode == 0, verified.stderr
     assert "chain intact" in verified.stdout and "human.link_used" in verified.stdout
+    # The head it prints is a head it accepts back.
+    printed = verified.stdout.rsplit("head ", 1)[1].strip()
+    assert len(printed) == 64
+    for kept in (printed, printed[:16]):
+        again = run("audit", task_id, "--store", str(d.store), "--head", kept)
+        assert again.returncode == 0 and "chain intact" in again.stdout, again.stdout
     lines = (d.store.parent / (d.store.name + ".jsonl")).read_bytes().splitlines()
     exported = [json.loads(line) for line in lines]
     assert [e["prev"] for e in exported[1:]] == [e["digest"] for e in exported[:-1]]
