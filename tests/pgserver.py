@@ -112,6 +112,21 @@ def start_server(*, durable: bool = False, statements: bool = False) -> PgServer
     return PgServer(root, port, pid, user)
 
 
+def restart_server(server: PgServer, mode: str = "fast") -> None:
+    """`pg_ctl restart -m MODE` (fast: sessions ended cleanly; immediate: as after a crash),
+    waiting until it accepts connections again; `server.pid` is the new postmaster's."""
+    pg_ctl = find_binary("pg_ctl")
+    assert pg_ctl is not None
+    data = server.root / "data"
+    restart = [pg_ctl, "restart", "-D", str(data), "-m", mode, "-w", "-t", "60"]
+    subprocess.run(
+        _as_postgres([*restart, "-l", str(server.root / "log")]),
+        check=True,
+        capture_output=True,
+    )
+    server.pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+
+
 def stop_server(server: PgServer) -> None:
     """Fast shutdown by the postmaster's PID; SIGKILL if it lingers."""
     try:

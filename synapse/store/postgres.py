@@ -236,7 +236,8 @@ class PostgresStore(OutboxMaintenance):
         connect_timeout: float = 10.0,
     ) -> None:
         self.url = url
-        self._reader = psycopg.connect(url, autocommit=True, connect_timeout=int(connect_timeout))
+        self._connect_timeout = int(connect_timeout)
+        self._reader = self._connect_reader()
         if apply_schema:
             apply_migrations(self._reader)
         else:
@@ -285,12 +286,33 @@ class PostgresStore(OutboxMaintenance):
             await self._pool.open(wait=False)
         return self._pool
 
+    def _connect_reader(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.url, autocommit=True, connect_timeout=self._connect_timeout)
+
+    def _usable_reader(self) -> psycopg.Connection[Any]:
+        """The autocommit connection, opened again if it was lost (the server restarted, a
+        network cut): every connection comes back by itself once the server answers again.
+        (Called with `_lock` held.)"""
+        if self._reader.closed or self._reader.broken:
+            old, self._reader = self._reader, self._connect_reader()
+            old.close()
+            log.warning("postgres_reconnected", connection="lookups")
+        return self._reader
+
     def read_rows(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()
     ) -> list[tuple[Any, ...]]:
-        """One statement on the autocommit connection; its rows, if it returns any."""
+        """One statement on the autocommit connection; its rows, if it returns any. A read
+        that meets a connection lost since the last one is tried once more on a new one
+        (reads only: a write whose connection broke may or may not have been done)."""
         with self._lock:
-            cur = self._reader.execute(query.encode(), params)
+            try:
+                cur = self._usable_reader().execute(query.encode(), params)
+                return cur.fetchall() if cur.description is not None else []
+            except psycopg.OperationalError:
+                if not self._reader.broken or not _is_read(query):
+                    raise
+            cur = self._usable_reader().execute(query.encode(), params)
             return cur.fetchall() if cur.description is not None else []
 
     async def execute(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -768,7 +790,12 @@ class PostgresStore(OutboxMaintenance):
 
     def _maintain(self, query: str, params: tuple[Any, ...]) -> int:
         with self._lock:
-            return int(self._reader.execute(query.encode(), params).rowcount)
+            return int(self._usable_reader().execute(query.encode(), params).rowcount)
+
+
+def _is_read(query: str) -> bool:
+    """Whether trying `query` again can do no harm (a SELECT: at worst a sequence skips)."""
+    return query.lstrip()[:6].upper() == "SELECT"
 
 
 __all__ = ["PostgresStore", "apply_migrations", "is_postgres_url", "migrate", "schema_version"]

@@ -9,10 +9,12 @@ import threading
 
 import psycopg
 import pytest
+from pgserver import restart_server, start_server, stop_server
 from storekit import T0, Duo, dedup_entry, outbox_item
 
 from synapse.cli.main import main
 from synapse.store import open_store
+from synapse.store.base import StoreUnavailable
 from synapse.store.memory import MemoryStore
 from synapse.store.migrations import latest_version, migrations
 from synapse.store.postgres import PostgresStore, apply_migrations, schema_version
@@ -183,3 +185,40 @@ async def test_after_a_failed_batch_a_commit_with_nothing_new_fails_too(pg_url: 
     await store.commit()  # a new batch that succeeds clears it
     await store.commit()
     await store.close()
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+async def test_every_connection_comes_back_after_the_server_restarts(mode: str) -> None:
+    """`pg_ctl restart` under a running store: lookups of stored tasks and dedup entries (the
+    autocommit connection), maintenance, and commits (the pool) all work again by themselves,
+    with no restart of the store. (A durable server: `immediate` is a crash, and what a
+    server without fsync acknowledged may be gone after one.)"""
+    server = start_server(durable=True)
+    try:
+        url = server.create_database("restarted")
+        store, other = PostgresStore(url), PostgresStore(url)
+        duo = Duo(store, MemoryStore())
+        key = duo.submit()
+        duo.complete(key)
+        store.put_dedup(dedup_entry("m-1", T0 + 600))
+        await store.commit()
+        # A lookup before the restart opened the connection the restart then breaks.
+        assert other.get_task(key) == duo.record("r", key)
+
+        restart_server(server, mode)
+
+        assert other.get_task(key) == duo.record("r", key)
+        assert other.get_dedup(("agent-r", "m-2")) is None
+        assert other.read_rows("SELECT count(*) FROM tasks") == [(1,)]
+        other.put_dedup(dedup_entry("m-3", T0 + 600))
+        for _ in range(3):  # the pool's connections were broken too: a commit gets through
+            try:
+                await other.commit()
+                break
+            except StoreUnavailable:
+                continue
+        assert store.get_dedup(("agent-r", "m-3")) == dedup_entry("m-3", T0 + 600)
+        await store.close()
+        await other.close()
+    finally:
+        stop_server(server)
