@@ -317,6 +317,8 @@ def summary(runs: list[Run]) -> list[dict[str, str]]:
         cpu = median(per_task(r.executor_cpu_s, r, 1000) for r in group)
         server = median(per_task(r.server_cpu_s, r, 1000) for r in group)
         floor = [r for r in runs if r.setup.kind == "floor" and r.round_trips is None]
+        measured = [r for r in floor if r.tasks]  # a round that finished nothing measures nothing
+        group_done = any(r.tasks for r in group)
         rates = [r.tasks_per_s for r in group]
         row = {
             "code": code,
@@ -340,11 +342,16 @@ def summary(runs: list[Run]) -> list[dict[str, str]]:
         if (code, label) in trips:
             row["round trips/task"] = f"{median(trips[(code, label)]):.2f}"
         if floor and label != "sqlite-1":
-            floor_rate = median(r.tasks_per_s for r in floor)
-            floor_cpu = median(per_task(r.executor_cpu_s + r.server_cpu_s, r, 1000) for r in floor)
+            floor_rate = median(r.tasks_per_s for r in measured) if measured else 0.0
+            floor_cpu = (
+                median(per_task(r.executor_cpu_s + r.server_cpu_s, r, 1000) for r in measured)
+                if measured
+                else 0.0
+            )
             ours = median(per_task(r.executor_cpu_s + r.server_cpu_s, r, 1000) for r in group)
-            row["× floor tasks/s"] = f"{rate / floor_rate:.2f}"
-            row["× floor CPU"] = f"{ours / floor_cpu:.2f}"
+            # A loaded machine can leave a round with no task finished: no ratio, not a crash.
+            row["× floor tasks/s"] = f"{rate / floor_rate:.2f}" if floor_rate else "n/a"
+            row["× floor CPU"] = f"{ours / floor_cpu:.2f}" if floor_cpu and group_done else "n/a"
         rows.append(row)
     return rows
 
@@ -471,8 +478,8 @@ def projection(f: dict[str, float], counts: tuple[int, ...] = (1, 2, 4, 8, 16)) 
     database, so each task costs more); the server's cores are what N such replicas need at
     the server CPU per task measured with two."""
     needed = ("replicas.one.tasks_per_s", "replicas.two.cpu_ms", "replicas.two.server_cpu_ms")
-    if any(key not in f for key in needed):
-        return None
+    if any(not f.get(key) for key in needed):
+        return None  # missing, or a round that finished no task
     per_replica = min(f["replicas.one.tasks_per_s"], 1000 / f["replicas.two.cpu_ms"])
     table = Table(
         [

@@ -212,3 +212,14 @@ def test_instructions() -> None:
     assert len(row) == len(table.columns)
     per_task, interpreter = (int(cell.rstrip("k").replace(",", "")) for cell in row[1:3])
     assert 0 < interpreter <= per_task
+
+
+def test_replicas_summary_survives_a_round_that_finished_no_task() -> None:
+    """On a loaded machine a setup may finish no task in its round: the summary says n/a for
+    its ratios instead of raising ZeroDivisionError."""
+    floor = replicas.Run(replicas.Setup("floor"), "main", 0.0, 0, 0.0)
+    one = replicas.Run(replicas.Setup("replicas", 1), "main", 100.0, 50, 1.0, 0.5)
+    rows = {row["setup"]: row for row in replicas.summary([floor, one])}
+    assert rows["postgres-1"]["× floor tasks/s"] == "n/a"
+    assert rows["postgres-1"]["× floor CPU"] == "n/a"
+    assert rows["postgres-1"]["tasks/s"] == "100"
