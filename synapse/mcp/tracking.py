@@ -99,6 +99,12 @@ class Delegation:
             rec = handle.record
             self.progress, self.message = rec.progress, rec.status_message
             self.created_at = rec.created_at
+            # A task found in the store after a restart: the question it waits on is in its
+            # record (no event will ask it again).
+            if rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
+                self.question = Question(info=rec.need_info)
+            elif rec.state in _WAITING and rec.need_human is not None:
+                self.question = Question(human=rec.need_human)
         if follow:
             self._follower = asyncio.create_task(self._follow(), name=f"mcp-{self.task_id}")
         else:

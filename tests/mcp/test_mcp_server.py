@@ -353,3 +353,30 @@ async def test_tasks_outlive_the_server_with_a_store(
     assert again["task_type"] == "echo" and again["partner"] == "exec"
     assert done["task_id"] in {t["task_id"] for t in listed}
     assert history["history"][-1]["to"] == "completed"
+
+
+async def test_a_waiting_question_survives_a_restart_with_a_store(
+    executor: Server, requester_port: int, tmp_path: Any
+) -> None:
+    """With `--store`, a task waiting on need_info when the server stops still asks it after
+    the restart: `get_task` shows the question, and `answer_task` answers it."""
+    store = ("--store", str(tmp_path / "mcp.db"))
+    async with Client(mcp_stdio(executor, requester_port, *store)) as client:
+        asked = structured(
+            await client.call_tool(
+                "delegate_task",
+                {"partner": "exec", "task_type": "text_generation", "payload": {"prompt": "x"}},
+            )
+        )
+        assert asked["question"]["kind"] == "need_info"
+    async with Client(mcp_stdio(executor, requester_port, *store)) as client:
+        again = structured(await client.call_tool("get_task", {"task_id": asked["task_id"]}))
+        assert again["question"] is not None, again
+        assert again["question"]["kind"] == "need_info"
+        assert again["question"]["missing_fields"][0]["field"] == "style"
+        done = structured(
+            await client.call_tool(
+                "answer_task", {"task_id": asked["task_id"], "fields": {"style": "浪漫"}}
+            )
+        )
+    assert done["result"]["metadata"]["style"] == "浪漫"
