@@ -61,6 +61,7 @@ from synapse.p2p.records import (
     as_capability,
 )
 from synapse.p2p.states import (
+    QUESTION_STATES,
     RUNNING_STATES,
     Event,
     Role,
@@ -99,9 +100,12 @@ class Engine(Receiving, Commands):
         """Decide the fate of an executor task whose handler a restart interrupted.
 
         A resumable handler is started again from the beginning (with the fields provided
-        so far) if the task was running; otherwise the task fails with a recoverable
-        `execution_failed` ("interrupted by restart"). A task whose handler never started
-        (waiting on a synchronous `task_need_info`) just goes on waiting.
+        so far) if the task was running; if the task waited on its handler's question, it
+        goes on waiting with that question, and the answer starts the handler again (it is
+        given the answer when it asks the question again: `StartExecution.answered`).
+        Otherwise the task fails with a recoverable `execution_failed` ("interrupted by
+        restart"). A task whose handler never started (waiting on a synchronous
+        `task_need_info`) just goes on waiting.
         """
         step = Step()
         rec = self.tasks.get(key)
@@ -114,6 +118,9 @@ class Engine(Receiving, Commands):
                 self._move(rec, Event.START_EXECUTION, now, None, step)
                 self._status_callback(rec, now, step, message="executing")
             step.actions.append(StartExecution(rec.key, rec.task.type, self._payload(rec)))
+            return step
+        if resumable and rec.state in QUESTION_STATES:
+            self.restart_on_answer.add(rec.key)
             return step
         error = TaskError(
             code=ErrorCode.EXECUTION_FAILED.value,

@@ -20,6 +20,7 @@ from synapse.p2p.records import (
     DropQueued,
     Outgoing,
     PartnerReachability,
+    ResumeExecution,
     StartExecution,
     Step,
     TaskEvent,
@@ -183,6 +184,9 @@ class EngineBase:
         #: Replicas sharing a store: partner liveness judged on what every replica heard,
         #: and heartbeats sent by one replica at a time (`synapse.runtime.liveness`).
         self.partner_watch: PartnerWatch | None = None
+        #: Executor tasks that wait on a question with no handler waiting for the answer (a
+        #: restart interrupted their resumable handler): the answer starts it again.
+        self.restart_on_answer: set[TaskKey] = set()
 
     def clone(self) -> Self:
         """An independent engine in the same state (its tasks, timers, partners' liveness,
@@ -197,6 +201,7 @@ class EngineBase:
             p: _PartnerLiveness(v.last_heard, v.reachable) for p, v in self._partners.items()
         }
         twin._in_flight = dict(self._in_flight)
+        twin.restart_on_answer = set(self.restart_on_answer)
         twin._executing_for = dict(self._executing_for)
         twin._backlog = set(self._backlog)
         return twin
@@ -376,7 +381,19 @@ class EngineBase:
             liveness.last_heard = max(liveness.last_heard, now)
             self._timers.set(heartbeat_key, now + self.config.heartbeat_interval)
 
+    def _resume(self, rec: TaskRecord, answer: Any, step: Step) -> None:
+        """Give the handler the answer to its question: to the one waiting for it, or to one
+        started again (its task waited through a restart)."""
+        if rec.key in self.restart_on_answer:
+            self.restart_on_answer.discard(rec.key)
+            step.actions.append(
+                StartExecution(rec.key, rec.task.type, self._payload(rec), answered=answer)
+            )
+        else:
+            step.actions.append(ResumeExecution(rec.key, answer))
+
     def _finished(self, rec: TaskRecord) -> None:
+        self.restart_on_answer.discard(rec.key)
         self._timers.replace_owned(rec.key, {})
         self._account(rec, -1)
 

@@ -20,7 +20,6 @@ from synapse.p2p.records import (
     CancelExecution,
     DropQueued,
     Refusal,
-    ResumeExecution,
     Step,
     TaskEvent,
     TaskKey,
@@ -286,7 +285,7 @@ class Receiving(EngineBase):
             step.reply = self.task_ack(message, rec, now)
             if approve:
                 self._start(rec, now, step)
-                step.actions.append(ResumeExecution(rec.key, message.payload))
+                self._resume(rec, message.payload, step)
             else:
                 reason = decision.rejection_reason or "a person rejected the task"
                 error = TaskError(
@@ -299,7 +298,7 @@ class Receiving(EngineBase):
     ) -> None:
         if rec.handler_started:
             self._start(rec, now, step)
-            step.actions.append(ResumeExecution(rec.key, dict(fields)))
+            self._resume(rec, dict(fields), step)
             return
         # The information answered the synchronous task_need_info: judge the task again.
         payload = self._payload(rec)

@@ -112,6 +112,10 @@ class StartExecution:
     key: TaskKey
     task_type: str
     payload: dict[str, Any]
+    #: The answer to the question the task waited on when a restart interrupted its
+    #: (resumable) handler: the fields of a `task_info_provided` or the `human_decision`. The
+    #: handler, started again, is given it when it asks that question again.
+    answered: Any = None
 
 
 @dataclass(frozen=True, slots=True)

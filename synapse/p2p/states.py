@@ -317,6 +317,15 @@ RUNNING_STATES: frozenset[TaskState] = frozenset(
     }
 )
 
+#: Executor states in which a running handler waits for the requester's answer (a
+#: `task_info_provided` or a `human_decision` moves it on). A restart that interrupts a
+#: resumable handler in one of them keeps the task waiting; the answer starts it again.
+QUESTION_STATES: frozenset[TaskState] = frozenset(
+    state
+    for state, moves in TRANSITIONS[Role.EXECUTOR].items()
+    if Event.RECV_TASK_INFO_PROVIDED in moves or Event.RECV_HUMAN_APPROVE in moves
+)
+
 #: Requester states that still await the synchronous reply to the `task_request` (the states
 #: that accept a `task_confirm`): the reply applies only there, a refusal of the request moves
 #: only from there, and a `task_cancel` waits until the task has left them.

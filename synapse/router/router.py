@@ -50,6 +50,7 @@ from synapse.types import (
     ErrorCode,
     Heartbeat,
     LocalProtocolError,
+    MessageType,
     RemoteProtocolError,
     TaskState,
     new_task_id,
@@ -63,6 +64,8 @@ T = TypeVar("T")
 
 #: The note an original task keeps of its Synapse sub-task (partner, task id, part).
 SYNAPSE_NOTE = "routed"
+#: The kinds of a sub-task's events that ask the original task's requester a question.
+NEED_INFO, NEED_HUMAN = MessageType.TASK_NEED_INFO.value, MessageType.TASK_NEED_HUMAN.value
 
 #: Upper bound of one wait for a busy partner's `retry_after`, so a refresh is noticed.
 _MAX_ROOM_WAIT = 5.0
@@ -603,6 +606,13 @@ class Router(A2ARouting):
         if accepted:
             self._commit(member, relay, part)
         try:
+            # Followed again after a restart: a question the partner asked before it is
+            # relayed now (no event will bring it again).
+            rec = handle.record
+            if rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
+                await self._relay_synapse(member, relay, handle, NEED_INFO, rec.need_info)
+            elif rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
+                await self._relay_synapse(member, relay, handle, NEED_HUMAN, rec.need_human)
             async for event in handle:
                 kind, message = event.kind, event.message
                 if not accepted:
@@ -629,7 +639,8 @@ class Router(A2ARouting):
                     if kind.startswith("p2p:"):
                         accepted = True
                         self._commit(member, relay, part)
-                await self._relay_synapse(member, relay, handle, kind, message)
+                payload = message.payload if message is not None else None
+                await self._relay_synapse(member, relay, handle, kind, payload)
             outcome = await handle
         except asyncio.CancelledError:
             await self._stop_synapse(handle, relay)
@@ -643,12 +654,11 @@ class Router(A2ARouting):
         return self._checked(member, handle.record.task.type, routed)
 
     async def _relay_synapse(
-        self, member: Member, relay: Relay, handle: TaskHandle, kind: str, message: Any
+        self, member: Member, relay: Relay, handle: TaskHandle, kind: str, payload: Any
     ) -> None:
-        payload: Any = message.payload if message is not None else None
         if kind == "p2p:task_status_update":
             await relay.progress(payload.progress, payload.message, payload.intermediate_result)
-        elif kind == "p2p:task_need_info":
+        elif kind == NEED_INFO:
             fields = await unless_settled(
                 handle,
                 relay.need_info(
@@ -658,8 +668,8 @@ class Router(A2ARouting):
                 ),
             )
             if fields is not None:
-                await handle.provide_info(fields)
-        elif kind == "p2p:task_need_human":
+                await handle.provide_info(fields, front="router")
+        elif kind == NEED_HUMAN:
             decision = await unless_settled(
                 handle,
                 relay.need_human(
@@ -677,6 +687,7 @@ class Router(A2ARouting):
                 approved_fields=decision.decision.approved_fields,
                 notes=decision.notes,
                 decided_by=decision.decided_by,
+                front="router",
             )
         elif kind == "partner_unreachable" and handle.state is not TaskState.PENDING:
             # It accepted the task and went silent: it may still be running it, so the

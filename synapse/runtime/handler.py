@@ -91,10 +91,16 @@ class ExecutionContext:
     times out meanwhile, the handler's coroutine is cancelled (`asyncio.CancelledError`).
     """
 
-    def __init__(self, runtime: TaskRuntime, key: TaskKey, task: TaskSpec) -> None:
+    def __init__(
+        self, runtime: TaskRuntime, key: TaskKey, task: TaskSpec, answered: Any = None
+    ) -> None:
         self._runtime = runtime
         self.key = key
         self.task = task
+        #: The answer to the question the task waited on through a restart, for a handler
+        #: started again: it is given to the first `need_info` / `need_human` of its kind
+        #: instead of asking again (see `synapse.p2p.engine.Engine.recover`).
+        self._answered = answered
 
     @property
     def task_id(self) -> str:
@@ -157,6 +163,10 @@ class ExecutionContext:
         fields = [
             f if isinstance(f, MissingField) else MissingField(field=f) for f in missing_fields
         ]
+        answered = self._answered
+        if isinstance(answered, Mapping):  # asked before the restart, answered since
+            self._answered = None
+            return dict(answered)
         value = await self._runtime.request_info(
             RequestInfo(self.key, tuple(fields), question, required_by)
         )
@@ -178,6 +188,10 @@ class ExecutionContext:
         """
         if isinstance(reason, str):
             reason = Reason(code=reason, message=message)
+        answered = self._answered
+        if isinstance(answered, HumanDecisionPayload):  # asked before the restart
+            self._answered = None
+            return answered
         return await self._runtime.request_human(
             RequestHuman(self.key, reason, context, tuple(options), escalation_level, deadline)
         )

@@ -98,7 +98,9 @@ class HandlerRunning(RuntimeBase):
         rec = self.engine.get(action.key)
         assert rec is not None
         task = asyncio.create_task(
-            self._run_handler(action, ExecutionContext(self, action.key, rec.task)),
+            self._run_handler(
+                action, ExecutionContext(self, action.key, rec.task, action.answered)
+            ),
             name=f"synapse-task-{action.key}",
         )
         self._running[action.key] = task

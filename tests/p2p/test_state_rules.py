@@ -12,9 +12,10 @@ from pairing import T0, Pair, at
 
 from synapse.conformance.rules import EXECUTOR_MOVES, REQUESTER_MOVES
 from synapse.p2p.config import P2PConfig
-from synapse.p2p.engine import Engine, TaskKey
+from synapse.p2p.engine import Engine, StartExecution, TaskKey
 from synapse.p2p.states import (
     AWAITING_REPLY,
+    QUESTION_STATES,
     RESTARTED_BY_EVERY_MOVE,
     RUNNING_STATES,
     STATE_TIMERS,
@@ -26,7 +27,7 @@ from synapse.p2p.states import (
     timers_entered,
     timers_left,
 )
-from synapse.types import TaskState
+from synapse.types import DecisionAction, HumanDecisionPayload, TaskState
 
 S = TaskState
 QUIET = P2PConfig(heartbeat_interval=100_000.0, task_timeout=300.0)
@@ -166,3 +167,40 @@ def test_the_restart_path_resumes_a_running_task_from_the_derived_set() -> None:
     again = restored(pair)
     step = again.recover(key, resumable=True, now=pair.now + timedelta(seconds=1).total_seconds())
     assert [type(a).__name__ for a in step.actions] == ["StartExecution"]
+
+
+def test_a_question_waits_through_a_restart_and_its_answer_starts_the_handler_again() -> None:
+    """A resumable handler interrupted while its task waits on its question: the task goes on
+    waiting (no failure, no new question), and the answer starts the handler again with it;
+    a handler that cannot resume fails the task as before."""
+    for kind in ("info", "human"):
+        pair = Pair(e_config=QUIET, r_config=QUIET)
+        key = pair.submit("slow")
+        pair.deliver_all()
+        if kind == "info":
+            pair.request_info(key)
+        else:
+            pair.request_human(key)
+        pair.deliver_all()
+        waiting = pair.rec("e", key).state
+        assert waiting in QUESTION_STATES
+        failing = restored(pair).recover(key, resumable=False, now=pair.now)
+        assert [t.to_state for t in failing.transitions] == [S.FAILED]
+        pair.e = restored(pair)
+        step = pair.e.recover(key, resumable=True, now=pair.now)
+        assert not step.actions and not step.transitions and not step.outgoing
+        assert pair.rec("e", key).state is waiting
+        starts = pair.starts(key)
+        if kind == "info":
+            pair.provide_info(key, {"style": "现代"})
+        else:
+            pair.decide(key, DecisionAction.APPROVE, approved_fields={"authorized": True})
+        pair.deliver_all()
+        assert pair.starts(key) == starts + 1
+        start = [a for a in pair.actions["agent-e"] if isinstance(a, StartExecution)][-1]
+        assert pair.rec("e", key).state is S.EXECUTING
+        if kind == "info":
+            assert start.answered == {"style": "现代"} and start.payload["style"] == "现代"
+        else:
+            assert isinstance(start.answered, HumanDecisionPayload)
+            assert start.answered.decision.approved_fields == {"authorized": True}

@@ -165,3 +165,40 @@ async def test_a_restarted_router_follows_its_a2a_sub_task_again(tmp_path: Path)
             assert len(kept) == 1  # one A2A task at the agent, ever: followed again
         finally:
             await hub.stop()
+
+
+async def test_a_question_waiting_through_a_router_restart_is_answered_once(
+    tmp_path: Path, spoke: tuple[Peer, CountingHandler]
+) -> None:
+    """SIGKILL the router while the task it routed waits on the partner's `need_human`: after
+    the restart the task still waits on that question (it does not fail "interrupted by
+    restart", its sub-task is not cancelled), and the requester's answer reaches the partner,
+    which finishes the task it started once."""
+    spoke_peer, handler = spoke
+    hub_port = free_port()
+    hub_url = f"http://127.0.0.1:{hub_port}/synapse/callback"
+    async with Peer("client", config=FAST) as client:
+        client.add_partner("hub", hub_url, (SECRET,))
+        spoke_peer.add_partner("hub", hub_url, (secret_of("spoke"),))
+        pool = tmp_path / "pool.toml"
+        pool.write_text(
+            f'[[partner]]\nagent_id = "spoke"\nendpoint = "{spoke_peer.endpoint}"\n'
+            f'secret = "{secret_of("spoke")}"\n'
+        )
+        hub = hub_process(tmp_path, hub_port, client, pool)
+        await hub.start()
+        try:
+            handle = await client.submit("hub", "portrait", {"subject": "Ada"})
+            await until(lambda: handle.state is TaskState.NEED_HUMAN, "the question relayed")
+            await hub.kill()
+            await hub.start()
+            assert handle.state is TaskState.NEED_HUMAN
+            said = await handle.approve({"authorized": True}, notes="the estate agreed")
+            assert said == "sent"
+            outcome = await handle.result(WAIT)
+            assert outcome.state is TaskState.COMPLETED, outcome
+            assert outcome.result is not None and outcome.result.output == "portrait of Ada"
+            assert handler.starts[handle.task_id] == 1
+            assert handle.task_id not in handler.cancelled
+        finally:
+            await hub.stop()
