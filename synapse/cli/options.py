@@ -30,6 +30,7 @@ from synapse.cli.parsers import (
     parse_port,
     parse_positive,
     parse_positive_count,
+    parse_push_prefix,
     parse_signing,
     parse_url,
 )
@@ -127,7 +128,11 @@ OTEL = Setting("--otel", "SYNAPSE_OTEL", "otel", parse_bool)
 # --- serve: A2A ----------------------------------------------------------------------------------
 A2A = Setting("--a2a", "SYNAPSE_A2A", "a2a", parse_bool)
 A2A_PUSH_ALLOW = Setting(
-    "--a2a-push-allow", "SYNAPSE_A2A_PUSH_ALLOW", "a2a_push_allow", parse_http_url, repeatable=True
+    "--a2a-push-allow",
+    "SYNAPSE_A2A_PUSH_ALLOW",
+    "a2a_push_allow",
+    parse_push_prefix,
+    repeatable=True,
 )
 A2A_TOKENS = Setting(
     "--a2a-token", "SYNAPSE_A2A_TOKENS", "a2a_tokens", parse_a2a_token, repeatable=True

@@ -58,6 +58,15 @@ def parse_http_url(text: str) -> str:
     return text
 
 
+def parse_push_prefix(text: str) -> str:
+    """A push allowlist entry: an http(s) URL prefix, whose port may be `*` (any port of the
+    host), checked as the A2A server checks it."""
+    from synapse.a2a.server.push import PushAllowlist
+
+    PushAllowlist([text.strip()])  # ValueError: says what is wrong with it
+    return text.strip()
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     """`HOST:PORT` (`[::1]:PORT` for IPv6) → (host, port)."""
     host, sep, port = text.rpartition(":")

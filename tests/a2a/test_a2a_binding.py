@@ -283,7 +283,8 @@ async def test_push_config_methods(a2a_peer: A2APeer) -> None:
     _, deleted = await rpc(
         base, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "cfg-1"}
     )
-    assert deleted == {"jsonrpc": "2.0", "id": "req-1", "result": None}
+    # google.protobuf.Empty, as 1.0 answers every method with a message: {}, never null.
+    assert deleted == {"jsonrpc": "2.0", "id": "req-1", "result": {}}
     _, listed = await rpc(base, "ListTaskPushNotificationConfigs", {"taskId": task_id})
     assert listed["result"] == {}
     _, answer = await rpc(base, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": "cfg-1"})

@@ -212,7 +212,10 @@ def run_card(server: Server) -> str:
         (["--a2a", "--a2a-push-disable-after", "0"], "argument --a2a-push-disable-after: not a"),
         (["--a2a-push-allow", "http://h/"], "--a2a-push-allow needs --a2a"),
         (["--a2a", "--a2a-push-allow", "http://h/"], "--a2a-push-allow needs --secret"),
-        (["--a2a", "--a2a-push-allow", "ftp://h/"], "argument --a2a-push-allow: not an http(s)"),
+        (
+            ["--a2a", "--a2a-push-allow", "ftp://h/"],
+            "argument --a2a-push-allow: push allowlist entry 'ftp://h/' is not an http(s)",
+        ),
         ([], "no partner: give at least one --peer"),
     ],
 )
@@ -503,3 +506,26 @@ async def test_a_closed_line_reader_never_reads_its_descriptor_again() -> None:
             assert stream.read() == b"meant for someone else\n"  # nothing was stolen
     finally:
         reader.close()  # idempotent
+
+
+def test_a_push_allowlist_port_written_star_is_taken_from_flags_and_environment() -> None:
+    """`*` as the port of an allowlist entry (any port of that host), as docs/cli.md shows
+    it: read the same from `--a2a-push-allow` and from `SYNAPSE_A2A_PUSH_ALLOW`, and the
+    server's allowlist then takes any port of that host."""
+    import argparse
+
+    from synapse.a2a.server.push import PushAllowlist
+    from synapse.cli.options import A2A_PUSH_ALLOW
+    from synapse.cli.settings import Settings
+
+    entry = "http://127.0.0.1:*/hooks/"
+    from_flag = Settings.load(argparse.Namespace(a2a_push_allow=[entry], config=None), {})
+    from_env = Settings.load(
+        argparse.Namespace(a2a_push_allow=None, config=None),
+        {"SYNAPSE_A2A_PUSH_ALLOW": f"{entry},https://hooks.example/x/"},
+    )
+    assert from_flag.get_list(A2A_PUSH_ALLOW) == [entry]
+    assert from_env.get_list(A2A_PUSH_ALLOW) == [entry, "https://hooks.example/x/"]
+    allowlist = PushAllowlist(from_flag.get_list(A2A_PUSH_ALLOW))
+    assert allowlist.allows("http://127.0.0.1:45123/hooks/a2a")
+    assert not allowlist.allows("http://127.0.0.2:45123/hooks/a2a")

@@ -78,6 +78,8 @@ class JsonRpcBinding:
                 return await self._stream(request, rpc_id, result, legacy=legacy)
             if legacy:
                 result = v03.result_to_v03(method, wire.to_builtins(result))
+            elif result is None:
+                result = {}  # 1.0's answers are messages: google.protobuf.Empty is {}
             return _result(rpc_id, result)
         except A2AError as exc:
             if exc.code in (A2ACode.INTERNAL_ERROR, A2ACode.AGENT_NOT_READY):
