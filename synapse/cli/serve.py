@@ -4,6 +4,7 @@ until SIGINT or SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib
 import signal
@@ -22,12 +23,14 @@ from synapse.demo.handler import DemoHandler
 from synapse.humans import HumansConfig, enable_humans
 from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
+from synapse.runtime.dump import dump
 from synapse.runtime.handler import TaskHandler
 from synapse.store import TaskStore, open_store
 from synapse.transport.client import SenderMode
 from synapse.transport.guard import HttpLimits
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
+from synapse.types import LocalProtocolError
 
 if TYPE_CHECKING:
     from synapse.a2a import A2AServer
@@ -225,6 +228,17 @@ async def run_serve(options: ServeOptions) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
+    dumped: list[Peer] = []
+
+    def on_dump() -> None:
+        # What a hang is waiting on, for whoever looks (kill -USR1 PID): nothing changes.
+        runtime = None
+        with contextlib.suppress(LocalProtocolError):  # not started yet
+            runtime = dumped[0].protocol if dumped else None
+        sys.stderr.write(dump(runtime))
+        sys.stderr.flush()
+
+    loop.add_signal_handler(signal.SIGUSR1, on_dump)
     mcp_tools = await start_mcp_tools(options.handler_mcp) if options.handler_mcp else None
     handler = mcp_tools or load_handler(options.handler)
     store = open_task_store(options.store)
@@ -242,6 +256,7 @@ async def run_serve(options: ServeOptions) -> int:
         allow_shared_secrets=options.allow_shared_secrets,
         http_limits=options.http,
     )
+    dumped.append(peer)
     _enable_replicas(peer, store, options.config.lease_ttl)  # no-op unless PostgreSQL
     try:
         # The router first: it becomes the peer's handler, which the A2A card describes.
@@ -311,6 +326,6 @@ async def run_serve(options: ServeOptions) -> int:
             await mcp_tools.close()  # after the peer: its last tasks still call tools
         log.info("stopped", agent_id=options.agent_id, graceful=graceful)
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
             loop.remove_signal_handler(signum)
     return Exit.OK

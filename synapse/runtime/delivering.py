@@ -43,6 +43,30 @@ class Delivering(RuntimeBase):
         """Whether messages about `key` are still queued for delivery."""
         return bool(self._queues.get(key))
 
+    def describe(self) -> list[str]:
+        """What this runtime holds now, a line each (for `synapse.runtime.dump`): commits,
+        announcements waiting for one, tasks held by a message's commit, handlers, queues."""
+        queues = {key: len(queue) for key, queue in self._queues.items() if queue}
+        lines = [
+            f"commits: started {self._commits_started}, done {self._commits_done}, "
+            f"in flight {self._commits_in_flight}",
+            f"announcements waiting for a commit: {len(self._unannounced)}",
+            f"tasks held by a message's commit: {len(self._committing)}",
+        ]
+        lines += [f"  {key} ({len(held)} in flight)" for key, held in self._committing.items()]
+        lines.append(f"handlers running: {len(self._running)}")
+        lines += [f"  {key}" for key in self._running]
+        lines.append(f"handlers waiting for an answer: {len(self._waiters)}")
+        lines += [f"  {key}" for key in self._waiters]
+        lines.append(f"delivery queues: {len(queues)} ({sum(queues.values())} messages)")
+        now = self.clock()
+        for key, count in sorted(queues.items(), key=lambda kv: str(kv[0])):
+            head = self._queues[key].head
+            age = now - head.item.created_at if head is not None else 0.0
+            worker = "worker running" if key in self._workers else "no worker"
+            lines.append(f"  {key}: {count} queued, head {age:.1f} s old, {worker}")
+        return lines
+
     def oldest_pending_since(self) -> float | None:
         """When the oldest message still waiting for delivery was queued (clock time)."""
         heads = [queue.head.item.created_at for queue in self._queues.values() if queue.head]

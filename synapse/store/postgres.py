@@ -793,8 +793,7 @@ class PostgresStore(OutboxMaintenance):
             return int(self._usable_reader().execute(query.encode(), params).rowcount)
 
 
-def _is_read(query: str) -> bool:
-    """Whether trying `query` again can do no harm (a SELECT: at worst a sequence skips)."""
+def _is_read(query: str) -> bool:  # tried again, a SELECT does no harm (a sequence may skip)
     return query.lstrip()[:6].upper() == "SELECT"
 
 

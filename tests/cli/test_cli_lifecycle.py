@@ -223,3 +223,24 @@ def test_ctrl_c_answered_by_404_exits_at_once() -> None:
     [line] = error_lines(err)
     assert "task_not_found" in line, err
     assert elapsed < 10  # not the 15 s wait for a cancel's acknowledgement
+
+
+async def test_sigusr1_dumps_what_the_peer_is_waiting_on_and_changes_nothing() -> None:
+    """`kill -USR1`: every asyncio task with what it awaits, the running handlers, the
+    delivery queues and the commits, on stderr; the peer goes on serving."""
+    requester_port = free_port()
+    with serve(*executor_args(requester_port)) as server:
+        async with requester(server, requester_port) as peer:
+            handle = await peer.submit(EXECUTOR, "slow", {"steps": 40, "delay": 0.1})
+            await executing(handle)
+            server.process.send_signal(signal.SIGUSR1)
+            await until(lambda: logged(server, "=== end of dump ==="), what="the dump")
+            text = "".join(server.lines)
+            dump = text[text.index("=== synapse state dump") :]
+            assert "handlers running: 1" in dump
+            assert f"synapse-task-{REQUESTER}/{handle.task_id}" in dump
+            assert "synapse-timers" in dump and "commits: started" in dump
+            assert "execute_task (" in dump  # the handler's await chain, with file and line
+            outcome = await handle.result(timeout=20)
+            assert outcome.ok
+        assert server.stop() == 0

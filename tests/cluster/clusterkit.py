@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -131,6 +132,23 @@ class Replica:
     def signal(self, signum: signal.Signals) -> None:
         assert self.proc is not None and self.proc.returncode is None
         os.kill(self.proc.pid, signum)
+
+    async def state_dump(self, timeout: float = 5.0) -> str:
+        """What the replica is waiting on (`synapse serve` on SIGUSR1), read from its log:
+        for a failure report. Empty if it is not running or does not answer in time."""
+        if self.proc is None or self.proc.returncode is not None:
+            return ""
+        before = self.log.stat().st_size
+        os.kill(self.proc.pid, signal.SIGCONT)  # a paused replica answers too
+        os.kill(self.proc.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_bytes()[before:].decode(errors="replace")
+            start, end = text.find("=== synapse state dump"), text.find("=== end of dump ===")
+            if start >= 0 and end > start:
+                return text[start : end + len("=== end of dump ===")]
+            await asyncio.sleep(0.05)  # the log is another process's file: polled
+        return ""
 
     async def kill(self) -> None:
         """SIGKILL, and wait for the exit."""

@@ -23,6 +23,12 @@ async def test_echo_tasks_through_two_replicas_complete_once(make_cluster: Clust
         seen = cluster.requester.inbound[handle.task_id]
         assert finals(seen) == ["p2p:task_complete"]
         assert seen[-1] == "p2p:task_complete"  # nothing after the final callback
+    # What a failure report shows of each replica (SIGUSR1): it answers, and goes on.
+    for replica in cluster.replicas:
+        dump = await replica.state_dump()
+        assert "commits: started" in dump and "asyncio tasks:" in dump, replica.tail()
+    more = await peer.submit(E, "echo", {"text": "after the dumps"})
+    assert (await asyncio.wait_for(more.result(), 30)).ok
 
 
 async def test_a_duplicate_posted_to_two_replicas_at_once_is_processed_once(

@@ -163,9 +163,10 @@ async def run_mixed(
             for n in range(tasks)
             if f"task-{n:05d}" not in outcomes
         }
+        dumps = [f"{r.name}:\n{await r.state_dump()}" for r in cluster.replicas]
         raise AssertionError(
             f"{len(stuck)} tasks never ended: {list(stuck.items())[:5]}; outbox: {waiting}; "
-            f"sessions: {sessions}"
+            f"sessions: {sessions}; what each replica waits on:\n" + "\n".join(dumps)
         )
     for run in runs:
         run.result()
