@@ -24,6 +24,7 @@ from synapse.cli.options import (
     ENDPOINT,
     LISTEN,
     MCP_A2A_AGENTS,
+    MCP_ALLOW_ANONYMOUS,
     MCP_HTTP,
     MCP_OAUTH_AUDIENCE,
     MCP_OAUTH_ISSUER,
@@ -34,7 +35,9 @@ from synapse.cli.options import (
     SIGNING,
     STORE,
 )
+from synapse.cli.parsers import is_loopback
 from synapse.cli.settings import Settings, callback_url
+from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
@@ -42,6 +45,9 @@ from synapse.transport.peer import Peer
 #: The engine's retry budget here: short, as for `send` (an unreachable partner is told to
 #: the MCP client in seconds, not after a minute of retries).
 MCP_P2P: dict[str, Any] = CLIENT_P2P
+
+
+log = get_logger("synapse.mcp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +93,14 @@ def mcp_options(s: Settings) -> McpOptions:
     oauth = (issuer, jwks, s.get(MCP_OAUTH_AUDIENCE)) if issuer and jwks else None
     if (tokens or oauth) and http is None:
         raise CliError("--mcp-token and --mcp-oauth-* protect --http; stdio needs none")
+    reachable = http is not None and not is_loopback(http[0])
+    if reachable and not tokens and not oauth and not s.get(MCP_ALLOW_ANONYMOUS):
+        assert http is not None
+        raise CliError(
+            f"--http {http[0]} is reachable from other machines and nobody would be checked: "
+            "give --mcp-token TOKEN=NAME or --mcp-oauth-issuer with --mcp-oauth-jwks "
+            "(or --mcp-allow-anonymous to serve every task to every caller)"
+        )
     signing = s.get(SIGNING) or "header"
     return McpOptions(
         me=me,
@@ -154,6 +168,13 @@ async def run_mcp(options: McpOptions, *, err: TextIO) -> int:
             stuck = await _until(mcp.run_stdio(), stop)
         else:
             err.write(f"synapse mcp: serving MCP at {public_url}\n")
+            if verifier is None:
+                # Said where the operator looks, every start: nobody is checked.
+                err.write(
+                    "synapse mcp: warning: no --mcp-token or --mcp-oauth-issuer: every caller "
+                    "sees, answers and cancels every task\n"
+                )
+                log.warning("mcp_anonymous", url=public_url)
             err.flush()
             await mcp.run_http(sock, options.http[0] if options.http else "127.0.0.1", stop=stop)
     finally:

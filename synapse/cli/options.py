@@ -211,6 +211,9 @@ MCP_OAUTH_JWKS = Setting(
 MCP_OAUTH_AUDIENCE = Setting(
     "--mcp-oauth-audience", "SYNAPSE_MCP_OAUTH_AUDIENCE", "mcp_oauth_audience", str
 )
+MCP_ALLOW_ANONYMOUS = Setting(
+    "--mcp-allow-anonymous", "SYNAPSE_MCP_ALLOW_ANONYMOUS", "mcp_allow_anonymous", parse_bool
+)
 MCP_PUBLIC_URL = Setting("--mcp-public-url", "SYNAPSE_MCP_PUBLIC_URL", "mcp_public_url", parse_url)
 MCP_A2A_AGENTS = Setting(
     "--a2a-agent", "SYNAPSE_MCP_A2A_AGENTS", "mcp_a2a_agents", str, repeatable=True

@@ -41,6 +41,7 @@ from synapse.cli.options import (
     LOG_LEVEL,
     MAX_TASKS_PER_PARTNER,
     MCP_A2A_AGENTS,
+    MCP_ALLOW_ANONYMOUS,
     MCP_HTTP,
     MCP_OAUTH_AUDIENCE,
     MCP_OAUTH_ISSUER,
@@ -763,6 +764,14 @@ def _mcp(commands: Any, run: Callable[[Any], int]) -> None:
         metavar="AUDIENCE",
         help="the audience the tokens must name (default: the public URL; "
         "$SYNAPSE_MCP_OAUTH_AUDIENCE)",
+    )
+    group.add_argument(
+        MCP_ALLOW_ANONYMOUS.flag,
+        dest=MCP_ALLOW_ANONYMOUS.dest,
+        action="store_true",
+        default=None,
+        help="serve --http beyond loopback with no --mcp-token or issuer: every caller sees "
+        "and answers every task ($SYNAPSE_MCP_ALLOW_ANONYMOUS)",
     )
     group.add_argument(
         MCP_PUBLIC_URL.flag,

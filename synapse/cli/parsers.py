@@ -6,6 +6,7 @@ with a readable message. `synapse.cli.settings` reads with them, and
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from urllib.parse import urlsplit
 
 from synapse.transport.partners import normalize_url
@@ -56,6 +57,17 @@ def parse_http_url(text: str) -> str:
     if urlsplit(text.strip()).scheme.lower() not in ("http", "https"):
         raise ValueError(f"not an http(s) URL: {text!r}")
     return text
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listening address is reachable from this machine only (127.0.0.0/8, ::1,
+    localhost); `0.0.0.0`, `::` and every other address are reachable from others."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_push_prefix(text: str) -> str:

@@ -134,9 +134,12 @@ class SynapseMcp:
         if token_verifier is not None:
             if public_url is None:
                 raise ValueError("a token verifier needs the server's public URL")
+            # The protected-resource metadata (RFC 9728) names an authorization server: an
+            # OAuth issuer's. Static tokens have none, so there is no metadata to serve (it
+            # would name this server, which issues nothing).
             auth = AuthSettings(
                 issuer_url=AnyHttpUrl(issuer or public_url),
-                resource_server_url=AnyHttpUrl(public_url),
+                resource_server_url=AnyHttpUrl(public_url) if issuer else None,
                 validate_token_resource=False,  # the verifier checks the audience itself
             )
         self.server: MCPServer[Any] = MCPServer(

@@ -15,7 +15,7 @@ import aiohttp
 import httpx2
 import mcp_types as types
 import pytest
-from clikit import Server, clean_env, command, stop_process
+from clikit import Server, clean_env, command, run, stop_process
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
@@ -117,6 +117,68 @@ async def test_streamable_http_without_authentication(
         assert url.endswith("/mcp")
         async with Client(url) as client:
             assert await echo(client, "over streamable HTTP") == "over streamable HTTP"
+
+
+def test_listening_beyond_loopback_with_nobody_checked_is_refused(
+    executor: Server, requester_port: int
+) -> None:
+    """`--http 0.0.0.0:PORT` with no token and no issuer would serve every task to anyone on
+    the network: refused (exit 2, one line) unless `--mcp-allow-anonymous` says so. (Refused
+    before anything is bound.)"""
+    refused = run(*mcp_args(executor, requester_port, "--http", "0.0.0.0:0"))
+    assert refused.returncode == 2, refused.stderr
+    [line] = refused.stderr.splitlines()
+    assert "nobody would be checked" in line and "--mcp-allow-anonymous" in line
+
+
+def test_a_loopback_server_with_nobody_checked_says_so(
+    executor: Server, requester_port: int
+) -> None:
+    process = subprocess.Popen(
+        command(*mcp_args(executor, requester_port, "--http", "127.0.0.1:0")),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        cwd=str(ROOT),
+    )
+    try:
+        _served_url(process)
+        assert process.stderr is not None
+        warning = process.stderr.readline()
+        assert "warning: no --mcp-token or --mcp-oauth-issuer" in warning, warning
+    finally:
+        stop_process(process)
+
+
+async def test_static_tokens_publish_no_authorization_server(
+    executor: Server, requester_port: int, issuer: Issuer
+) -> None:
+    """The protected-resource metadata names an authorization server: with static tokens
+    there is none, so none is published (it named this server, which issues nothing); with
+    an OAuth issuer it names the issuer."""
+    with mcp_http(executor, requester_port, "--mcp-token", f"{TOKEN}=alice") as url:
+        base = url.rsplit("/mcp", 1)[0]
+        status, challenge = await status_without(url, None)
+        assert status == 401 and "resource_metadata" not in challenge
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(base + "/.well-known/oauth-protected-resource/mcp") as response,
+        ):
+            assert response.status == 404
+    flags = ("--mcp-oauth-issuer", issuer.base, "--mcp-oauth-jwks", issuer.jwks_url)
+    with mcp_http(executor, requester_port, *flags) as url:
+        base = url.rsplit("/mcp", 1)[0]
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(base + "/.well-known/oauth-protected-resource/mcp") as response,
+        ):
+            assert response.status == 200
+            metadata = await response.json()
+        assert [s.rstrip("/") for s in metadata["authorization_servers"]] == [
+            issuer.base.rstrip("/")
+        ]
 
 
 async def test_a_bearer_token_is_required_when_configured(
