@@ -87,6 +87,12 @@ def mcp_options(s: Settings) -> McpOptions:
         )
     http = s.get(MCP_HTTP)
     tokens = {token: name for token, name in s.get_list(MCP_TOKENS)}
+    for name in tokens.values():
+        if name and "#" in name:
+            raise CliError(
+                f"--mcp-token name {name!r} may not contain '#' (ISSUER#SUBJECT names an "
+                "OAuth principal)"
+            )
     issuer, jwks = s.get(MCP_OAUTH_ISSUER), s.get(MCP_OAUTH_JWKS)
     if (issuer is None) != (jwks is None):
         raise CliError("--mcp-oauth-issuer and --mcp-oauth-jwks go together")

@@ -21,6 +21,9 @@ class StaticTokens(TokenVerifier):
     def __init__(self, tokens: Mapping[str, str]) -> None:
         if not tokens:
             raise ValueError("no tokens given")
+        for name in tokens.values():
+            if "#" in name:  # `ISSUER#SUBJECT` names an OAuth principal (see `JwtTokens`)
+                raise ValueError(f"a token's name may not contain '#': {name!r}")
         self._tokens = dict(tokens)
 
     async def verify_token(self, token: str) -> AccessToken | None:
@@ -42,7 +45,8 @@ class JwtTokens(TokenVerifier):
             claims = await self.validator.validate(token)
         except A2AError:
             return None
-        principal = str(claims[self.validator.principal_claim])
+        # Qualified by the issuer: a JWT's `alice` is never a static token's `alice`.
+        principal = self.validator.principal(claims)
         return AccessToken(
             token=token,
             client_id=str(claims.get("client_id") or claims.get("azp") or principal),
@@ -68,8 +72,8 @@ class AnyOf(TokenVerifier):
 
 
 def current_principal() -> str | None:
-    """Who sent the request being served: the token's subject (`--mcp-token`'s name, a
-    JWT's `sub`); None without authentication (stdio, or HTTP without tokens)."""
+    """Who sent the request being served: `--mcp-token`'s name, or a JWT's `ISSUER#SUB`;
+    None without authentication (stdio, or HTTP without tokens)."""
     access = get_access_token()
     if access is None:
         return None

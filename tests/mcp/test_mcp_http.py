@@ -297,3 +297,54 @@ async def test_elicitation_progress_and_answers_over_http(
     assert 100.0 in progress and progress == sorted(progress)
     assert waiting["status"] == "input_required"
     assert approved["status"] == "completed"
+
+
+async def test_a_jwt_subject_is_not_the_static_token_of_the_same_name(
+    executor: Server, requester_port: int, issuer: Issuer
+) -> None:
+    """Both ways of signing in at once: a token named alice and an issuer whose JWT says
+    `sub: alice`. They are two principals (`alice` and `ISSUER#alice`): neither sees,
+    lists nor cancels the other's task."""
+    flags = (
+        "--mcp-token",
+        f"{TOKEN}=alice",
+        "--mcp-oauth-issuer",
+        issuer.base,
+        "--mcp-oauth-jwks",
+        issuer.jwks_url,
+        "--mcp-oauth-audience",
+        AUDIENCE,
+    )
+    with mcp_http(executor, requester_port, *flags) as url:
+        async with (
+            authorized(url, TOKEN) as by_token,
+            authorized(url, issuer.mint(sub="alice")) as by_jwt,
+        ):
+            started = structured(
+                await by_token.call_tool(
+                    "delegate_task",
+                    {
+                        "partner": "exec",
+                        "task_type": "slow",
+                        "payload": {"steps": 100, "delay": 0.1},
+                        "wait_seconds": 0.2,
+                    },
+                )
+            )
+            task_id = started["task_id"]
+            peeked = await by_jwt.call_tool("get_task", {"task_id": task_id})
+            cancelled = await by_jwt.call_tool("cancel_task", {"task_id": task_id})
+            listed = structured(await by_jwt.call_tool("list_tasks", {}))["tasks"]
+            mine = structured(await by_token.call_tool("cancel_task", {"task_id": task_id}))
+    assert peeked.is_error and f"no task {task_id!r}" in text(peeked)
+    assert cancelled.is_error and listed == []
+    assert mine["status"] == "cancelled"
+
+
+def test_a_token_name_cannot_pose_as_an_oauth_principal(
+    executor: Server, requester_port: int
+) -> None:
+    refused = run(
+        *mcp_args(executor, requester_port, "--http", "127.0.0.1:0", "--mcp-token", "t=https://x#a")
+    )
+    assert refused.returncode == 2 and "may not contain '#'" in refused.stderr

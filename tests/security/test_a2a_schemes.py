@@ -592,3 +592,27 @@ def test_what_a_call_presents_never_shows_its_credentials() -> None:
         {"authorization": "Bearer s3cret-token"}, {"api_key": "qk-secret"}, {"k": "ck-secret"}
     )
     assert not any(secret in repr(presented) for secret in ("s3cret", "qk-secret", "ck-secret"))
+
+
+async def test_a_jwt_subject_named_like_an_api_key_principal_is_another_principal(
+    agent: Agent,
+) -> None:
+    """The API key hk-1 names `alice`; a JWT of the issuer with `sub: alice` is
+    `ISSUER#alice`: it does not see alice's task, and alice does not see its."""
+    status, body, _ = await rpc(agent.rpc, send_body(), headers={"X-API-Key": "hk-1"})
+    assert status == 200, body
+    task_id = body["result"]["task"]["id"]
+    get = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}}
+    jwt_alice = bearer(agent.issuer.mint(sub="alice"))
+    status, body, _ = await rpc(agent.rpc, get, headers=jwt_alice)
+    assert body["error"]["code"] == -32001, body
+    status, body, _ = await rpc(agent.rpc, send_body(), headers=jwt_alice)
+    assert status == 200, body
+    theirs = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "GetTask",
+        "params": {"id": body["result"]["task"]["id"]},
+    }
+    status, body, _ = await rpc(agent.rpc, theirs, headers={"X-API-Key": "hk-1"})
+    assert body["error"]["code"] == -32001, body

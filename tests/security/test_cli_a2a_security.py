@@ -310,7 +310,8 @@ async def test_a_private_issuer_is_reached_through_the_configured_ca(tmp_path: P
                 presented = Presented({"authorization": f"Bearer {token}"})
                 if works:
                     identity = await policy.schemes[name].authenticate(presented)
-                    assert identity is not None and identity.principal == "svc"
+                    assert identity is not None
+                    assert identity.principal == f"{issuer.base}#svc"  # ISSUER#SUBJECT
                 else:
                     with pytest.raises(IssuerUnavailable):
                         await policy.schemes[name].authenticate(presented)

@@ -378,6 +378,12 @@ class JwtValidator:
     def __post_init__(self) -> None:
         _audiences(self.audience)  # a bad audience is refused when configured
 
+    def principal(self, claims: Mapping[str, Any]) -> str:
+        """Who the token names, qualified by its issuer (`ISSUER#SUBJECT`): a subject is
+        unique only within its issuer, so a JWT's `alice` never meets another issuer's, nor
+        a static token or API key the operator named `alice`."""
+        return f"{self.issuer}#{claims[self.principal_claim]}"
+
     async def validate(self, token: str) -> dict[str, Any]:
         hit = self._verified.get(token)
         if hit is not None:
@@ -466,7 +472,7 @@ class OAuth2Scheme:
         if token is None:
             return None
         claims = await self.validator.validate(token)
-        principal = claims[self.validator.principal_claim]
+        principal = self.validator.principal(claims)
         return CallerIdentity(principal, "oauth2", token_scopes(claims), claims)
 
 
@@ -540,7 +546,7 @@ class OpenIdConnectScheme:
         validator = await self.validator()
         claims = await validator.validate(token)
         return CallerIdentity(
-            claims[self.principal_claim], "openIdConnect", token_scopes(claims), claims
+            validator.principal(claims), "openIdConnect", token_scopes(claims), claims
         )
 
 
