@@ -230,9 +230,10 @@ class SynapseMcp:
         """Start a task at a partner. A short task returns its result; a longer one returns
         its id while it runs (follow it with get_task). A question the task asks is put
         to the user when the client can (elicitation), else returned for answer_task."""
+        answered = True
         if ctx.request_state is not None:  # the client answered our form: go on with its task
             task = self._task(ctx.request_state)
-            await self.answer_form(task, ctx.input_responses)
+            answered = await self.answer_form(task, ctx.input_responses)
         else:
             try:
                 task = await self.gateway.delegate(
@@ -245,7 +246,9 @@ class SynapseMcp:
                 )
             except GatewayError as exc:
                 raise ToolError(str(exc)) from exc
-        wait, ask = self._wait(wait_seconds), True
+        # A dismissed form is not asked again: the call returns the task (its id, its
+        # question), which waits for answer_task or cancel_task.
+        wait, ask = self._wait(wait_seconds), answered
         if AS_TASK.get():  # a task handle answers: wait a moment only, ask nothing
             wait, ask = min(wait, TASK_WAIT), False
         outcome = await self._follow(task, ctx, wait, ask=ask)
@@ -262,12 +265,13 @@ class SynapseMcp:
         ] = 0.0,
     ) -> TaskView | types.InputRequiredResult:
         """A delegated task: its status, progress, question, result or error."""
+        answered = True
         if ctx.request_state is not None:
             task = self._task(ctx.request_state)
-            await self.answer_form(task, ctx.input_responses)
+            answered = await self.answer_form(task, ctx.input_responses)
         else:
             task = self._task(task_id)
-        return await self._follow(task, ctx, wait_seconds, ask=wait_seconds > 0)
+        return await self._follow(task, ctx, wait_seconds, ask=answered and wait_seconds > 0)
 
     async def list_tasks(
         self,
@@ -405,17 +409,18 @@ class SynapseMcp:
                 return task_view(task)
             await task.changed(since, left)
 
-    async def answer_form(self, task: Delegation, responses: Mapping[str, Any] | None) -> None:
-        """The client's answer to our form (a retried call): send it on."""
+    async def answer_form(self, task: Delegation, responses: Mapping[str, Any] | None) -> bool:
+        """The client's answer to our form (a retried call): send it on. False when the
+        person dismissed the form (or declined a need_info): nothing was answered."""
         if task.question is None:
-            return  # answered meanwhile (answer_task, or a retry of the same answer)
+            return True  # answered meanwhile (answer_task, or a retry of the same answer)
         response = (responses or {}).get(ANSWER_KEY)
         if response is None:
-            return
+            return False
         result = types.ElicitResult.model_validate(
             response if isinstance(response, Mapping) else response.model_dump(by_alias=True)
         )
-        await self._take_elicitation(task, result)
+        return await self._take_elicitation(task, result)
 
     async def _take_elicitation(self, task: Delegation, result: types.ElicitResult) -> bool:
         """PersonAnswer the task from the form's result; False when the user gave no answer."""

@@ -380,3 +380,45 @@ async def test_a_waiting_question_survives_a_restart_with_a_store(
             )
         )
     assert done["result"]["metadata"]["style"] == "浪漫"
+
+
+class Dismissing:
+    """An elicitation callback whose person closes the form (`cancel`) or declines it."""
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+        self.asked = 0
+
+    async def __call__(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        self.asked += 1
+        return types.ElicitResult(action=self.action)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("action", ["cancel", "decline"])
+async def test_a_dismissed_form_leaves_the_task_waiting_and_says_its_id(
+    executor: Server, requester_port: int, mode: str, action: str
+) -> None:
+    """Closing a need_info form (or declining it) is asked once: the call returns the task,
+    with its id and its question, still waiting; `answer_task` then answers it."""
+    dismiss = Dismissing(action)
+    async with Client(
+        mcp_stdio(executor, requester_port), elicitation_callback=dismiss, mode=mode
+    ) as client:
+        result = await client.call_tool(
+            "delegate_task",
+            {"partner": "exec", "task_type": "text_generation", "payload": {"prompt": "x"}},
+        )
+        assert not result.is_error, text(result)
+        waiting = structured(result)
+        assert dismiss.asked == 1
+        assert waiting["status"] == "input_required", waiting
+        assert waiting["question"]["kind"] == "need_info"
+        done = structured(
+            await client.call_tool(
+                "answer_task", {"task_id": waiting["task_id"], "fields": {"style": "现代"}}
+            )
+        )
+    assert done["status"] == "completed", done
