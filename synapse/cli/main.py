@@ -38,6 +38,7 @@ from synapse.cli.options import (
     A2A_TOKENS,
     A2A_V03_CARD,
     AGENT_ID,
+    AUDIT_KEY_FILE,
     DRAIN_TIMEOUT,
     ENDPOINT,
     HANDLER,
@@ -117,6 +118,7 @@ def serve_p2p_config(s: Settings) -> P2PConfig:
 
 
 def _run_serve(ctx: Context) -> int:
+    from synapse.cli.audit import audit_keys
     from synapse.cli.security_settings import (
         allow_shared_secret,
         secrets_on_command_line,
@@ -148,6 +150,7 @@ def _run_serve(ctx: Context) -> int:
         ops=ops_serve_options(s),
         route=s.get(ROUTE),
         humans=s.humans_config(),
+        audit_keys=audit_keys(s.get_list(AUDIT_KEY_FILE)),
     )
     if options.route is not None and options.handler is not None:
         raise CliError("--route and --handler exclude each other: a router runs no handler")
@@ -343,10 +346,11 @@ def _run_outbox(ctx: Context) -> int:
 
 
 def _run_audit(ctx: Context) -> int:
-    from synapse.cli.audit import run_audit
+    from synapse.cli.audit import audit_keys, run_audit
 
     args = ctx.args
     store = ctx.settings.require(STORE)
+    keys = audit_keys(ctx.settings.get_list(AUDIT_KEY_FILE))
     ctx.logging(quiet=True)
     return run_audit(
         store,
@@ -355,6 +359,7 @@ def _run_audit(ctx: Context) -> int:
         export=args.export,
         head=args.head,
         out=ctx.out,
+        keys=keys,
     )
 
 

@@ -101,6 +101,9 @@ RETRIES = Setting("--retries", "SYNAPSE_RETRIES", "retries", parse_count)
 SECRET = Setting("--secret", "SYNAPSE_SECRET", "secret", str)
 SECRET_FILE = Setting("--secret-file", "SYNAPSE_SECRET_FILE", "secret_file", str)
 PEER = Setting("--peer", "SYNAPSE_PEERS", None, str, repeatable=True)  # [[peer]] in the file
+AUDIT_KEY_FILE = Setting(
+    "--audit-key-file", "SYNAPSE_AUDIT_KEY_FILES", "audit_key_files", str, repeatable=True
+)
 PEER_SECRET_FILE = Setting(
     "--peer-secret-file", "SYNAPSE_PEER_SECRET_FILES", None, str, repeatable=True
 )

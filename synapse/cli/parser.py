@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from synapse import __version__
+from synapse.cli.audit import add_audit_key_argument
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import LEVELS
 from synapse.cli.ops import add_ops_arguments
@@ -431,6 +432,7 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     add_a2a_serve_flags(group)
     add_tls_flags(serve)
     add_ops_arguments(serve)
+    add_audit_key_argument(serve, verify=False)
     group = serve.add_argument_group("routing (docs/routing.md in the Synapse repository)")
     group.add_argument(
         ROUTE.flag,
@@ -616,6 +618,7 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     audit.add_argument(
         "--head", metavar="DIGEST", help="a digest the chain must still hold (kept elsewhere)"
     )
+    add_audit_key_argument(audit, verify=True)
     _common(audit)
     audit.set_defaults(run=runs["audit"])
 

@@ -22,6 +22,7 @@ from synapse.cli.ops import OpsOptions, log_console, serve_ops
 from synapse.demo.handler import DemoHandler
 from synapse.humans import HumansConfig, enable_humans
 from synapse.logs import get_logger
+from synapse.p2p.audit import AuditKeys
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.dump import dump
 from synapse.runtime.handler import TaskHandler
@@ -95,6 +96,8 @@ class ServeOptions:
     handler_mcp: str | None = None
     #: `[humans]` and `[[notify]]` of the config file: people told of questions.
     humans: HumansConfig | None = None
+    #: `--audit-key-file`: the secrets audit trails are keyed with (None: unkeyed).
+    audit_keys: AuditKeys | None = None
 
 
 def load_handler(spec: str | None) -> TaskHandler:
@@ -257,6 +260,9 @@ async def run_serve(options: ServeOptions) -> int:
         http_limits=options.http,
     )
     dumped.append(peer)
+    if options.audit_keys is not None:
+        keys = options.audit_keys
+        peer.protocol_hooks.append(lambda protocol: setattr(protocol, "audit_keys", keys))
     _enable_replicas(peer, store, options.config.lease_ttl)  # no-op unless PostgreSQL
     try:
         # The router first: it becomes the peer's handler, which the A2A card describes.

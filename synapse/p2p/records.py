@@ -330,6 +330,8 @@ class TaskRecord:
     dead_letters: list[str] = field(default_factory=list)
     #: Who answered this task's questions from this side, and how (a person's decision).
     audit: list[AuditEntry] = field(default_factory=list)
+    #: The keyed seal of `audit` (`synapse.p2p.audit.audit_seal`): "" while unkeyed.
+    audit_seal: str = ""
 
     @property
     def task_id(self) -> str:

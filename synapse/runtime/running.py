@@ -8,7 +8,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from synapse.p2p.audit import append_audit
 from synapse.p2p.commands import Complete, Fail, ReportStatus, RequestHuman, RequestInfo
 from synapse.p2p.engine import (
     StartExecution,
@@ -80,8 +79,7 @@ class HandlerRunning(RuntimeBase):
         rec = self.engine.get(key)
         if rec is None:
             return False
-        who = actor or self.engine.agent_id
-        append_audit(rec.audit, self.clock(), who, action, None, detail)
+        self.append_audit(rec, actor or self.engine.agent_id, action, None, detail)
         self.store.put_task(rec, [])
         return True
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from synapse.logs import get_logger
-from synapse.p2p.audit import append_audit
+from synapse.p2p.audit import AuditKeys, append_audit, audit_seal
 from synapse.p2p.commands import Cancel, Decide, ProvideInfo, StartDeciding
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.delivery import TaskQueue
@@ -295,7 +295,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
     def _audit(self, step: Step, actor: str, action: str, detail: dict[str, Any]) -> None:
         # Before `apply`, which stores the record: the entry is durable with the answer.
         message_id = step.outgoing[0].message.id if step.outgoing else None
-        append_audit(self.record.audit, self._runtime.clock(), actor, action, message_id, detail)
+        self._runtime.append_audit(self.record, actor, action, message_id, detail)
 
     async def approve(self, approved_fields: Mapping[str, Any] | None = None, **kw: Any) -> str:
         return await self.decide(DecisionAction.APPROVE, approved_fields=approved_fields, **kw)
@@ -383,12 +383,30 @@ class RuntimeBase:
         #: Every answer to a question of ours passes it (`synapse.runtime.answers`):
         #: `synapse.humans` installs one with the configured people's rules.
         self.answer_gate: AnswerGate = BasicGate()
+        #: The secrets audit trails are keyed with (`synapse.p2p.audit`), kept outside the
+        #: store; None: unkeyed SHA-256 chains.
+        self.audit_keys: AuditKeys | None = None
         #: Told of messages, transitions, handler runs, deliveries, commits, nacks, retries
         #: (metrics, tracing, health, the console, timelines: `RuntimeListener`). A `Peer`
         #: shares this list with its server, client and lean route.
         self.listeners: Listeners = listeners if listeners is not None else Listeners()
         if handler is not None:
             self.set_task_handler(handler)
+
+    def append_audit(
+        self,
+        rec: TaskRecord,
+        actor: str,
+        action: str,
+        message_id: str | None,
+        detail: Mapping[str, Any],
+    ) -> None:
+        """Add an entry to `rec`'s audit trail (keyed and sealed with `audit_keys`, when this
+        peer has them); it is stored with the record's next write."""
+        keys = self.audit_keys
+        append_audit(rec.audit, self.clock(), actor, action, message_id, detail, keys)
+        if keys is not None:
+            rec.audit_seal = audit_seal(rec.key, rec.audit, keys)
 
     def _state_of(self, key: TaskKey | None) -> TaskState | None:
         rec = self.engine.get(key) if key is not None else None

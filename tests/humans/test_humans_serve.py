@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
 from clikit import Server, free_port, run, serve, url
 
 from synapse.humans.links import LinkSigner
+from synapse.p2p.audit import append_audit
 from synapse.p2p.engine import TaskKey
 from synapse.store import SqliteStore
 
@@ -125,7 +126,7 @@ class Deployment:
     smtp: SmtpServer
     hooks: HookReceiver
 
-    def requester(self) -> Any:
+    def requester(self, *more: str) -> Any:
         return serve(
             "--config",
             str(self.config),
@@ -134,6 +135,7 @@ class Deployment:
             "--console",
             "--console-token",
             f"{TOKEN}=operator",
+            *more,
             port=self.requester_port,
         )
 
@@ -351,3 +353,48 @@ async def test_a_sigkill_during_notification_loses_and_doubles_nothing(
         assert (await post(links_of(mail)["approve"], decision="approve")).status_code == 200
         assert (await d.until(task_id, ended))["state"] == "completed"
     assert len(d.smtp.box.of(task_id)) == 1 and len(d.hooks.hooks) == 2
+
+
+async def test_a_keyed_trail_finds_a_rewrite_and_a_cut_without_a_kept_head(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """`serve --audit-key-file` keys the trail; `synapse audit --audit-key-file` verifies it
+    and says what that shows. Someone with write access to the store who rewrites the chain
+    (recomputing every digest) or cuts its last entries is found; without the key, the
+    verdict says the trail cannot be checked."""
+    d = deployment
+    key_file = tmp_path / "audit.key"
+    key_file.write_text("audit-key-kept-outside-the-store-0123")
+    with d.requester("--audit-key-file", f"2026={key_file}"):
+        task_id = await d.submit({"deadline_seconds": 600})
+        [mail] = await d.smtp.box.wait(1)
+        assert (await post(links_of(mail)["approve"], decision="approve")).status_code == 200
+        await d.until(task_id, ended)
+    keyed = ("--store", str(d.store), "--audit-key-file", f"2026={key_file}")
+    verified = run("audit", task_id, *keyed)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "chain intact" in verified.stdout and "head k:2026:" in verified.stdout
+    assert "checked with the audit key" in verified.stdout
+    unkeyed = run("audit", task_id, "--store", str(d.store))
+    assert unkeyed.returncode == 1 and "give that key" in unkeyed.stdout
+
+    store = SqliteStore(str(d.store))
+    rec = store.get_task(TaskKey("req", task_id))
+    assert rec is not None and rec.audit_seal.startswith("k:2026:")
+    original = list(rec.audit)
+    # A rewrite: the approver changed, every digest recomputed (without the key).
+    rec.audit = []
+    for e in original:
+        actor = "mallory" if e.action == "approve" else e.actor
+        append_audit(rec.audit, e.at, actor, e.action, e.message_id, e.detail)
+    store.put_task(rec, [])
+    await store.commit()
+    rewritten = run("audit", task_id, *keyed)
+    assert rewritten.returncode == 1 and "not keyed" in rewritten.stdout, rewritten.stdout
+    # A cut: the last entries removed, the chain before them untouched.
+    rec.audit = original[:-2]
+    store.put_task(rec, [])
+    await store.commit()
+    await store.close()
+    cut = run("audit", task_id, *keyed)
+    assert cut.returncode == 1 and "seal does not match" in cut.stdout, cut.stdout
