@@ -5,18 +5,32 @@ incoming-webhook message (an Adaptive Card)."""
 from __future__ import annotations
 
 import html
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Any
 
-#: Subjects and titles, by kind of notification.
+#: Subjects and titles, by kind of notification, for a decision (need_human).
 HEADLINES = {
     "notify": "A decision waits for you",
     "remind": "Reminder: a decision still waits for you",
     "escalate": "Escalated to you: a decision nobody took",
 }
+#: The same for information asked for (need_info): nothing is decided there.
+INFO_HEADLINES = {
+    "notify": "Information is asked of you",
+    "remind": "Reminder: information is still asked of you",
+    "escalate": "Escalated to you: information nobody gave",
+}
+
+
+def shown(value: Any) -> str:
+    """A value as a person reads it: text as it is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +62,45 @@ class Notice:
     missing: tuple[tuple[str, str], ...] = ()
     #: action → URL (approve, reject, form).
     links: dict[str, str] = field(default_factory=dict)
+    #: need_info: the value suggested for each field that has one.
+    suggested: dict[str, Any] = field(default_factory=dict)
 
     @property
     def headline(self) -> str:
-        return HEADLINES.get(self.kind, HEADLINES["notify"])
+        titles = INFO_HEADLINES if self.question == "need_info" else HEADLINES
+        return titles.get(self.kind, titles["notify"])
+
+    @property
+    def due_label(self) -> str:
+        """ "Decide before" a decision, "Answer before" a question for information."""
+        return "Answer before" if self.question == "need_info" else "Decide before"
+
+    @property
+    def reason_line(self) -> str:
+        """The question (need_info), or the reason with its code (need_human)."""
+        if self.question == "need_info":
+            return f"Question: {self.reason}" if self.reason else "Information is asked for."
+        return (
+            f"Reason: {self.reason_code}: {self.reason}"
+            if self.reason
+            else (f"Reason: {self.reason_code}")
+        )
+
+    def missing_lines(self) -> list[str]:
+        """Each field asked for: why, and the suggested value if there is one."""
+        out = []
+        for name, why in self.missing:
+            line = f"{name}: {why}" if why else name
+            if name in self.suggested:
+                line += f" (suggested: {shown(self.suggested[name])})"
+            out.append(line)
+        return out
+
+    def option_line(self, option: Option) -> str:
+        confidence = (
+            f" (confidence {option.confidence:g}%)" if option.confidence is not None else ""
+        )
+        return f"{option.field} = {shown(option.value)}{confidence}"
 
     @property
     def deadline_text(self) -> str:
@@ -63,25 +112,20 @@ class Notice:
             f"{self.headline} (level {self.level}).",
             "",
             f"Task {self.task_id} ({self.task_type}) with {self.partner}.",
-            f"Reason: {self.reason_code}: {self.reason}"
-            if self.reason
-            else f"Reason: {self.reason_code}",
+            self.reason_line,
         ]
         if self.summary:
             out.append(f"Summary: {self.summary}")
-        out.append(f"Decide before {self.deadline_text}.")
+        out.append(f"{self.due_label} {self.deadline_text}.")
         if self.options:
             out += ["", "Options:"]
             for option in self.options:
-                confidence = (
-                    f" (confidence {option.confidence:g}%)" if option.confidence is not None else ""
-                )
-                out.append(f"- {option.field} = {option.value!r}{confidence}")
+                out.append(f"- {self.option_line(option)}")
                 if option.pros_cons:
                     out.append(f"  {option.pros_cons}")
         if self.missing:
             out += ["", "Information asked for:"]
-            out += [f"- {name}: {why}" if why else f"- {name}" for name, why in self.missing]
+            out += [f"- {line}" for line in self.missing_lines()]
         if self.links:
             out.append("")
             out += [f"{action.capitalize()}: {url}" for action, url in self.links.items()]
@@ -101,12 +145,12 @@ def email_message(notice: Notice, *, sender: str, to: str) -> EmailMessage:
     message["X-Synapse-Notification"] = notice.key
     message.set_content("\n".join(notice.lines()) + "\n")
     items = "".join(
-        f"<li><b>{html.escape(o.field)}</b> = <code>{html.escape(repr(o.value))}</code>"
+        f"<li><b>{html.escape(o.field)}</b> = <code>{html.escape(shown(o.value))}</code>"
         + (f" ({o.confidence:g}%)" if o.confidence is not None else "")
         + (f"<br>{html.escape(o.pros_cons)}" if o.pros_cons else "")
         + "</li>"
         for o in notice.options
-    )
+    ) + "".join(f"<li>{html.escape(line)}</li>" for line in notice.missing_lines())
     buttons = " ".join(
         f'<a href="{html.escape(url)}">{html.escape(action.capitalize())}</a>'
         for action, url in notice.links.items()
@@ -114,8 +158,8 @@ def email_message(notice: Notice, *, sender: str, to: str) -> EmailMessage:
     message.add_alternative(
         f"<p><b>{html.escape(notice.headline)}</b> (level {notice.level})</p>"
         f"<p>Task <code>{html.escape(notice.task_id)}</code> ({html.escape(notice.task_type)})"
-        f" with {html.escape(notice.partner)}.<br>Reason: {html.escape(notice.reason_code)}: "
-        f"{html.escape(notice.reason)}<br>Decide before {notice.deadline_text}.</p>"
+        f" with {html.escape(notice.partner)}.<br>{html.escape(notice.reason_line)}"
+        f"<br>{notice.due_label} {notice.deadline_text}.</p>"
         + (f"<ul>{items}</ul>" if items else "")
         + f"<p>{buttons}</p>",
         subtype="html",
@@ -145,7 +189,11 @@ def webhook_body(notice: Notice) -> dict[str, Any]:
             }
             for o in notice.options
         ],
-        "missing_fields": [{"field": name, "reason": why} for name, why in notice.missing],
+        "missing_fields": [
+            {"field": name, "reason": why}
+            | ({"suggested_value": notice.suggested[name]} if name in notice.suggested else {})
+            for name, why in notice.missing
+        ],
         "links": dict(notice.links),
     }
 
@@ -158,11 +206,11 @@ def _mrkdwn(text: str) -> str:
 def slack_body(notice: Notice) -> dict[str, Any]:
     """A Slack incoming-webhook message: `text` (the fallback) and Block Kit `blocks`."""
     facts = "\n".join(
-        f"*{_mrkdwn(o.field)}*: `{_mrkdwn(repr(o.value))}`"
+        f"*{_mrkdwn(o.field)}*: `{_mrkdwn(shown(o.value))}`"
         + (f" ({o.confidence:g}%)" if o.confidence is not None else "")
         + (f" — {_mrkdwn(o.pros_cons)}" if o.pros_cons else "")
         for o in notice.options
-    ) or "\n".join(f"*{_mrkdwn(name)}*: {_mrkdwn(why)}" for name, why in notice.missing)
+    ) or "\n".join(f"• {_mrkdwn(line)}" for line in notice.missing_lines())
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": notice.headline[:150]}},
         {
@@ -171,8 +219,8 @@ def slack_body(notice: Notice) -> dict[str, Any]:
                 "type": "mrkdwn",
                 "text": (
                     f"*Task* `{_mrkdwn(notice.task_id)}` ({_mrkdwn(notice.task_type)}) with "
-                    f"{_mrkdwn(notice.partner)}\n*Reason*: {_mrkdwn(notice.reason_code)}: "
-                    f"{_mrkdwn(notice.reason)}\n*Decide before*: {notice.deadline_text}"
+                    f"{_mrkdwn(notice.partner)}\n{_mrkdwn(notice.reason_line)}\n"
+                    f"*{notice.due_label}*: {notice.deadline_text}"
                     f" (level {notice.level})"
                 ),
             },
@@ -208,19 +256,22 @@ def teams_body(notice: Notice) -> dict[str, Any]:
     facts = [
         {"title": "Task", "value": f"{notice.task_id} ({notice.task_type})"},
         {"title": "Partner", "value": notice.partner},
-        {"title": "Reason", "value": f"{notice.reason_code}: {notice.reason}"},
-        {"title": "Decide before", "value": notice.deadline_text},
+        {"title": "Reason", "value": notice.reason_line.partition(": ")[2] or notice.reason_line},
+        {"title": notice.due_label, "value": notice.deadline_text},
         {"title": "Level", "value": str(notice.level)},
     ]
     options = [
         {
             "title": o.field,
-            "value": repr(o.value)
+            "value": shown(o.value)
             + (f" ({o.confidence:g}%)" if o.confidence is not None else "")
             + (f" — {o.pros_cons}" if o.pros_cons else ""),
         }
         for o in notice.options
-    ] + [{"title": name, "value": why or "asked for"} for name, why in notice.missing]
+    ] + [
+        {"title": line.partition(":")[0], "value": line.partition(":")[2].strip() or "asked for"}
+        for line in notice.missing_lines()
+    ]
     body: list[dict[str, Any]] = [
         {"type": "TextBlock", "size": "Medium", "weight": "Bolder", "text": notice.headline},
         {"type": "FactSet", "facts": facts},

@@ -11,17 +11,19 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from aiohttp import web
 
 from synapse.humans.decisions import HumansHost, defaults, is_reviewer, link_used, told
 from synapse.humans.links import Link, LinkRefused, LinkSigner
+from synapse.humans.notices import shown
 from synapse.humans.question import VIEWED, OpenQuestion
 from synapse.logs import get_logger
 from synapse.p2p.engine import TaskRecord
 from synapse.runtime.answers import AnswerRefused
-from synapse.types import DecidedBy, DecisionAction, LocalProtocolError
+from synapse.types import DecidedBy, DecisionAction, LocalProtocolError, TaskState
 
 log = get_logger("synapse.humans")
 
@@ -45,6 +47,8 @@ STYLE = (
     ".reject{background:#a32020;color:#fff}.notice{padding:1rem;border-radius:4px;"
     "background:#eef3f8}.refused{background:#fbeaea}"
 )
+#: How a deadline is written on a page (as in the mail).
+STAMP = "%Y-%m-%d %H:%M:%S UTC"
 #: Form bodies larger than this are refused.
 MAX_FORM = 64 * 1024
 
@@ -63,27 +67,42 @@ def _page(title: str, body: str, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="text/html", headers=HEADERS)
 
 
-def _refused(status: int, reason: str) -> web.Response:
-    return _page("Nothing was decided", f"<p class='notice refused'>{_e(reason)}</p>", status)
+def _refused(status: int, reason: str, back: str | None = None) -> web.Response:
+    """A refusal; `back`: where the person can try again (the form they came from)."""
+    again = f"<p><a href='{_e(back)}'>Back to the form</a></p>" if back else ""
+    body = f"<p class='notice refused'>{_e(reason)}</p>{again}"
+    return _page("Nothing was decided", body, status)
 
 
 def _facts(question: OpenQuestion) -> str:
     rec = question.rec
-    rows = [
-        ("Task", f"{rec.task_id} ({rec.task.type})"),
-        ("Partner", rec.partner),
-        ("Reason", f"{question.reason_code}: {question.reason}".rstrip(": ")),
-    ]
+    rows = [("Task", f"{rec.task_id} ({rec.task.type})"), ("Partner", rec.partner)]
+    if question.kind == "need_info":
+        rows.append(("Question", question.reason or "information is asked for"))
+    else:
+        rows.append(("Reason", f"{question.reason_code}: {question.reason}".rstrip(": ")))
     if question.summary:
         rows.append(("Summary", question.summary))
+    due = "Answer before" if question.kind == "need_info" else "Decide before"
+    rows.append((due, datetime.fromtimestamp(question.window.deadline, UTC).strftime(STAMP)))
     return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows) + "</dl>"
 
 
 def _option_notes(question: OpenQuestion, name: str) -> str:
+    """Every value proposed for field `name` (the alternatives too), with its confidence and
+    its pros and cons."""
     notes = [
-        (f"{o.confidence:g}% " if o.confidence is not None else "") + o.pros_cons
+        " — ".join(
+            part
+            for part in (
+                shown(o.value),
+                f"{o.confidence:g}%" if o.confidence is not None else "",
+                o.pros_cons,
+            )
+            if part
+        )
         for o in question.options
-        if o.field == name and (o.pros_cons or o.confidence is not None)
+        if o.field == name
     ]
     return "".join(f"<div class=opt>{_e(n)}</div>" for n in notes)
 
@@ -95,7 +114,7 @@ def _form(question: OpenQuestion, link: Link) -> str:
         for name, why in question.missing:
             asked = question.rec.need_info.missing_fields if question.rec.need_info else []
             suggested = next((f.suggested_value for f in asked if f.field == name), None)
-            value = "" if suggested is None else json.dumps(suggested)
+            value = "" if suggested is None else shown(suggested)
             parts.append(
                 f"<label for='f-{_e(name)}'>{_e(name)}</label>"
                 f"<div class=opt>{_e(why)}</div>"
@@ -107,15 +126,16 @@ def _form(question: OpenQuestion, link: Link) -> str:
     proposed = defaults(question)
     editable = link.action == "form"
     for name, value in proposed.items():
-        shown = json.dumps(value)
+        text = shown(value)
         if editable:
             parts.append(
                 f"<label for='f-{_e(name)}'>{_e(name)}</label>{_option_notes(question, name)}"
-                f"<input id='f-{_e(name)}' name='field:{_e(name)}' value='{_e(shown)}'>"
+                f"<input id='f-{_e(name)}' name='field:{_e(name)}' value='{_e(text)}'>"
             )
         else:
             parts.append(
-                f"<label>{_e(name)}</label>{_option_notes(question, name)}<div>{_e(shown)}</div>"
+                f"<label>{_e(name)}</label>{_option_notes(question, name)}"
+                f"<div><b>{_e(text)}</b></div>"
             )
     if link.action in ("reject", "form"):
         parts.append(
@@ -157,7 +177,7 @@ class LinkPages:
             raise LinkRefused(404, "this task is not known here (any more)")
         question = humans.question_of(rec)
         if question is None:
-            raise LinkRefused(409, f"this question was answered already: the task is {rec.state}")
+            raise LinkRefused(409, _closed(rec))
         if link.question != question.id:
             raise LinkRefused(409, "this link was for another question, answered already")
         if not is_reviewer(humans.config, link.reviewer):
@@ -205,9 +225,11 @@ class LinkPages:
                 return _refused(400, f"this link can only {link.action}")
             fields: dict[str, Any] = {}
             if link.action == "form":
+                like = _proposed(question)
                 for name, raw in form.items():
                     if name.startswith("field:"):
-                        fields[name[len("field:") :]] = _value(str(raw))
+                        field = name[len("field:") :]
+                        fields[field] = _value(str(raw), like.get(field))
             handle = self.humans.protocol.handle(question.rec.key)
             if handle is None:
                 return _refused(404, "this task is not known here (any more)")
@@ -237,18 +259,44 @@ class LinkPages:
                         link=link.nonce,
                     )
             except AnswerRefused as exc:
-                return _refused(exc.status, exc.reason)
+                back = request.path if exc.status == 400 else None  # a value to correct
+                return _refused(exc.status, exc.reason, back)
             except LocalProtocolError as exc:  # answered meanwhile (the console, a time-out)
                 return _refused(409, f"this question was answered already: {exc}")
         return _page("Done", f"<p class=notice>{_e(said)}</p>")
 
 
-def _value(raw: str) -> Any:
-    """A form field's value: JSON if it reads as JSON (`1024`, `true`, `"x"`), else the text."""
+def _proposed(question: OpenQuestion) -> dict[str, Any]:
+    """What each field of the form held: the proposed values, or the suggested ones."""
+    if question.kind == "need_info":
+        need = question.rec.need_info
+        return {f.field: f.suggested_value for f in need.missing_fields} if need else {}
+    return defaults(question)
+
+
+def _value(raw: str, like: Any = None) -> Any:
+    """A form field's value: text for a field that holds text (no quotes needed), else JSON
+    if it reads as JSON (`1024`, `true`), else the text (which the gate then refuses for a
+    field of another type, saying so)."""
+    if isinstance(like, str):
+        try:  # a string written as JSON ("oil", with its quotes) is that string
+            decoded = json.loads(raw)
+        except ValueError:
+            return raw
+        return decoded if isinstance(decoded, str) else raw
     try:
         return json.loads(raw)
     except ValueError:
         return raw
+
+
+def _closed(rec: TaskRecord) -> str:
+    """Why a link decides nothing any more: its task ended, or its question was answered."""
+    if rec.state is TaskState.CANCELLED:
+        return "this task was cancelled: there is nothing left to decide"
+    if rec.state.is_final:
+        return f"this task has ended ({rec.state.value}): there is nothing left to decide"
+    return f"this question was answered already: the task is {rec.state.value}"
 
 
 def add_routes(app: web.Application, humans: PagesHost) -> None:

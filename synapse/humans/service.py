@@ -352,6 +352,7 @@ class Humans(RuntimeListener):
             options=question.options,
             missing=question.missing,
             links={a: self.link(question, a, reviewer, str(detail["key"])) for a in actions},
+            suggested=suggested_values(question),
         )
 
     def link(
@@ -385,6 +386,16 @@ class Humans(RuntimeListener):
 
     def record(self, task_id: str) -> TaskRecord | None:
         return self.protocol.view.get(TaskKey(self.protocol.view.agent_id, task_id))
+
+
+def suggested_values(question: OpenQuestion) -> dict[str, Any]:
+    """The value the partner suggests for each field a need_info asks (those with one)."""
+    need = question.rec.need_info if question.kind == "need_info" else None
+    if need is None:
+        return {}
+    return {
+        f.field: f.suggested_value for f in need.missing_fields if f.suggested_value is not None
+    }
 
 
 def enable_humans(peer: Peer, config: HumansConfig) -> Humans:

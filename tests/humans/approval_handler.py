@@ -1,6 +1,6 @@
 """The executor's handler of the humans tests (also run by `synapse serve --handler`):
 `portrait_review` asks a person to choose a width and a style; `profile` asks for an e-mail
-address; `two_steps` asks two questions in turn (reason codes `first`, then `second`). Each
+address (suggesting the payload's `suggest`, if any); `two_steps` asks two questions in turn (reason codes `first`, then `second`). Each
 ends with what it was given."""
 
 from __future__ import annotations
@@ -28,7 +28,13 @@ class ApprovalHandler:
         )
         if task_type == "profile":
             fields = await ctx.need_info(
-                [MissingField(field="email", reason="where to send the result")],
+                [
+                    MissingField(
+                        field="email",
+                        reason="where to send the result",
+                        suggested_value=payload.get("suggest"),
+                    )
+                ],
                 question="Which address?",
                 required_by=deadline,
             )

@@ -489,3 +489,52 @@ async def test_two_clicks_at_once_decide_once(smtp: SmtpServer, hooks: HookRecei
         assert sorted(a.status_code for a in answers_) == [200, 409, 409, 409]
         assert (await handle.result(timeout=10)).state is TaskState.COMPLETED
         assert sent.count(MessageType.HUMAN_DECISION.value) == 1
+
+
+async def test_what_a_reviewer_reads_for_information_asked(
+    smtp: SmtpServer, hooks: HookReceiver
+) -> None:
+    """A need_info is no decision: the mail and the page say information is asked, give the
+    question (not an internal code), the time to answer before and the suggested value,
+    written as text."""
+    route = NotifyRoute(name="info", levels=(Level(reviewers=("carol",), channels=("mail",)),))
+    async with peers(route, smtp, hooks) as setup:
+        payload = {"deadline_seconds": 600, "suggest": "someone@example.com"}
+        handle = await setup.requester.submit("agent-e", "profile", payload)
+        (mail,) = await smtp.box.wait(1)
+        assert "Information is asked of you" in mail["Subject"]
+        body = mail.get_body(preferencelist=("plain",))
+        assert body is not None
+        text = body.get_content()
+        assert "Question: Which address?" in text and "Answer before" in text
+        assert "Decide before" not in text and "decision" not in text.lower()
+        assert "suggested: someone@example.com" in text
+        page = (await get(links_of(mail)["form"])).text
+        assert "Question" in page and "Which address?" in page and "need_info:" not in page
+        assert "Answer before" in page
+        assert "value='someone@example.com'" in page  # as text, no JSON quotes
+        await handle.cancel("not needed")
+        await handle.result(timeout=10)
+        closed = await get(links_of(mail)["form"])
+        assert closed.status_code == 409 and "cancelled" in closed.text
+
+
+async def test_what_a_reviewer_reads_for_a_decision(smtp: SmtpServer, hooks: HookReceiver) -> None:
+    """The page shows every value proposed for a field (the alternative too) with what it
+    is for, strings without JSON quotes, the deadline; a refused edit leads back to the form."""
+    async with peers(one_level(), smtp, hooks) as setup:
+        handle = await setup.requester.submit(
+            "agent-e", "portrait_review", {"deadline_seconds": 600}
+        )
+        mail = (await smtp.box.wait(1))[0]
+        form = links_of(mail)["form"]
+        page = (await get(form)).text
+        assert "1024 — 80% — sharper, slower" in page and "512 — 40% — faster" in page
+        assert "value='oil'" in page and "&quot;oil&quot;" not in page
+        assert "Decide before" in page
+        refused = await post(form, decision="approve", **{"field:width": "wide"})
+        assert refused.status_code == 400
+        assert "must be an integer" in refused.text and "Back to the form" in refused.text
+        approved = await post(form, decision="approve", **{"field:style": "ink"})
+        assert approved.status_code == 200
+        assert output(await handle.result(timeout=10))["approved"]["style"] == "ink"

@@ -257,7 +257,7 @@ async def test_a_portrait_is_told_once_per_channel_and_approved_from_its_link(
     assert verified.returncode == 0, verified.stderr
     assert "chain intact" in verified.stdout and "human.link_used" in verified.stdout
     # The head it prints is a head it accepts back.
-    printed = verified.stdout.rsplit("head ", 1)[1].strip()
+    printed = verified.stdout.rsplit("head ", 1)[1].splitlines()[0].strip()
     assert len(printed) == 64
     for kept in (printed, printed[:16]):
         again = run("audit", task_id, "--store", str(d.store), "--head", kept)
