@@ -18,7 +18,7 @@ from synapse.cli.errors import CliError, Exit
 from synapse.cli.options import AUDIT_KEY_FILE
 from synapse.p2p.audit import AuditKeys, verify_chain
 from synapse.p2p.engine import TaskRecord
-from synapse.store import open_store
+from synapse.store import is_postgres_url, open_store
 from synapse.store.base import TaskFilter
 
 
@@ -90,7 +90,7 @@ def run_audit(
     out: TextIO,
     keys: AuditKeys | None = None,
 ) -> int:
-    postgres = store_spec.startswith(("postgresql://", "postgres://"))
+    postgres = is_postgres_url(store_spec)
     if store_spec == "memory" or (not postgres and not Path(store_spec).is_file()):
         raise CliError(f"no store at {store_spec!r}: give the --store of `synapse serve`")
     rec = asyncio.run(find_task(store_spec, task_id, requester))

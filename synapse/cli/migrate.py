@@ -13,6 +13,7 @@ from typing import Any, Protocol, TextIO
 
 from synapse._distribution import install
 from synapse.cli.errors import Exit
+from synapse.store import is_postgres_url
 
 EPILOG = "Exit status: 0 up to date, 2 usage error or the database refused or is unreachable."
 
@@ -48,7 +49,7 @@ def run_migrate(ctx: _Context) -> int:
     if not url:
         err.write("synapse: migrate needs --store URL (or $SYNAPSE_STORE)\n")
         return Exit.USAGE
-    if not url.startswith(("postgresql://", "postgres://")):
+    if not is_postgres_url(url):
         err.write(f"synapse: {url!r} is not a postgresql:// URL (only PostgreSQL migrates)\n")
         return Exit.USAGE
     try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Protocol
 
@@ -302,14 +302,3 @@ class DedupTable:
     ) -> None:
         """Put back an entry a durable store kept (at start-up)."""
         self._keep(key, fingerprint, expires_at, reply)
-
-    def expiry_of(self, key: DedupKey) -> tuple[bytes, datetime] | None:
-        """The fingerprint and expiry of `key`, for a durable store to save with its reply."""
-        pending = self._in_progress.get(key)
-        if pending is not None:
-            return pending.fingerprint, pending.expires_at
-        packed = self._answered.get(_slot(key))
-        if packed is None:
-            return None
-        fingerprint, expires, *_ = _unpack(packed)
-        return fingerprint, datetime.fromtimestamp(expires, UTC)

@@ -402,9 +402,6 @@ class P2PProtocol(HandlerRunning, Delivering):
         """Started and not yet closed."""
         return self._timer_task is not None and not self._closed
 
-    async def close_store(self) -> None:
-        await self.store.close()
-
     def share_partner_liveness(self, watch: Any) -> None:
         """Judge partner liveness on what other processes sharing the store heard, and let
         `watch` decide which process heartbeats each partner (`Engine.partner_watch`)."""

@@ -14,12 +14,17 @@ from synapse.store.memory import MemoryStore
 from synapse.store.sqlite import SqliteStore
 
 
+def is_postgres_url(spec: str) -> bool:
+    """Whether a store spec names a PostgreSQL database (rather than an SQLite file)."""
+    return spec.startswith(("postgresql://", "postgres://"))
+
+
 def open_store(spec: str) -> TaskStore:
     """`memory`, a `postgresql://USER@HOST:PORT/DB` URL (the `postgres` extra; its schema
     migrations are applied), or the path of an SQLite file (created if missing)."""
     if spec == "memory":
         return MemoryStore()
-    if spec.startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(spec):
         try:
             from synapse.store.postgres import PostgresStore
         except ImportError as exc:  # the optional dependency is missing
@@ -40,5 +45,6 @@ __all__ = [
     "SqliteStore",
     "StoreUnavailable",
     "TaskStore",
+    "is_postgres_url",
     "open_store",
 ]

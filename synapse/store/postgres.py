@@ -110,10 +110,6 @@ class Fence(Protocol):
         ...
 
 
-def is_postgres_url(spec: str) -> bool:
-    return spec.startswith(("postgresql://", "postgres://"))
-
-
 def _ensure_history_table(conn: psycopg.Connection[Any]) -> None:
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
@@ -797,4 +793,4 @@ def _is_read(query: str) -> bool:  # tried again, a SELECT does no harm (a seque
     return query.lstrip()[:6].upper() == "SELECT"
 
 
-__all__ = ["PostgresStore", "apply_migrations", "is_postgres_url", "migrate", "schema_version"]
+__all__ = ["PostgresStore", "apply_migrations", "migrate", "schema_version"]

@@ -131,12 +131,6 @@ class SynapseServer:
         """Mount the callback endpoint into `app` (a user's own application, say)."""
         app.router.add_post(path, self.handle)
 
-    def make_app(self, path: str = DEFAULT_PATH) -> web.Application:
-        # The body limit is enforced by `handle` (413 with a nack), not by aiohttp's default.
-        app = web.Application(client_max_size=self.config.max_body_size + 1024)
-        self.add_routes(app, path)
-        return app
-
     # --- one POST ---------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.Response:
