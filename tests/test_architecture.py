@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -319,6 +321,31 @@ def a2a_side(name: str) -> str | None:
     if parts[:2] != ["synapse", "a2a"] or len(parts) == 2:
         return None  # not A2A, or the package's facade (`from synapse.a2a import …`)
     return parts[2] if parts[2] in {"client", "server"} else "shared"
+
+
+def test_the_a2a_facade_loads_neither_side_when_imported() -> None:
+    """`synapse/a2a/__init__.py` runs before any of its submodules (`import
+    synapse.a2a.client` runs it first): what it imports when it runs is shared only; each
+    side's names are loaded on first use."""
+    facade = PACKAGE / "a2a" / "__init__.py"
+    sides = [f"{line}: {name}" for line, name in runtime_imports(facade) if a2a_side(name)]
+    assert all(a2a_side(entry.split(": ")[1]) == "shared" for entry in sides), sides
+
+
+def test_importing_the_a2a_client_loads_no_server() -> None:
+    """Measured in a fresh interpreter: the client, and `from synapse.a2a import A2AClient`,
+    load no module of the A2A server and not `aiohttp.web`."""
+    probe = (
+        "import sys\n"
+        "import synapse.a2a.client\n"
+        "from synapse.a2a import A2AClient\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('synapse.a2a.server'))\n"
+        "print(loaded, 'aiohttp.web' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[] False", done.stdout
 
 
 @pytest.mark.parametrize(

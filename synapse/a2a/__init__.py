@@ -14,25 +14,56 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from synapse.a2a.card_signing import CardSignatureError, CardSigner, CardVerifier
-from synapse.a2a.client.auth import ClientCredentials, OAuthClient
-from synapse.a2a.client.core import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
 from synapse.a2a.errors import A2ACode, A2AError, A2AVersionError
-from synapse.a2a.server.app import DEFAULT_PATH, A2AServer
-from synapse.a2a.server.direct import DirectAnswers, DirectRequest
-from synapse.a2a.server.follow_ups import follow_up_messages
-from synapse.a2a.server.push import PushAllowlist
-from synapse.a2a.server.security import MutualTlsScheme, SecurityPolicy
-from synapse.a2a.server.service import A2AService
-from synapse.a2a.wire import AGENT_CARD_PATH, PROTOCOL_VERSION, AgentProvider
+from synapse.a2a.wire import AGENT_CARD_PATH, DEFAULT_PATH, PROTOCOL_VERSION, AgentProvider
 from synapse.types import LocalProtocolError
 from synapse.types.signing import Secret
 
 if TYPE_CHECKING:
+    from synapse.a2a.card_signing import CardSignatureError, CardSigner, CardVerifier
+    from synapse.a2a.client.auth import ClientCredentials, OAuthClient
+    from synapse.a2a.client.core import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
+    from synapse.a2a.server.app import A2AServer
+    from synapse.a2a.server.direct import DirectAnswers, DirectRequest
+    from synapse.a2a.server.follow_ups import follow_up_messages
+    from synapse.a2a.server.push import PushAllowlist
+    from synapse.a2a.server.security import SecurityPolicy
+    from synapse.a2a.server.service import A2AService
     from synapse.transport.peer import Peer
+
+#: Where each name of this facade lives, loaded on first use: importing the client (or
+#: `from synapse.a2a import A2AClient`) loads none of the server, nor `aiohttp.web`.
+_LAZY = {
+    "CardSignatureError": "synapse.a2a.card_signing",
+    "CardSigner": "synapse.a2a.card_signing",
+    "CardVerifier": "synapse.a2a.card_signing",
+    "ClientCredentials": "synapse.a2a.client.auth",
+    "OAuthClient": "synapse.a2a.client.auth",
+    "A2AClient": "synapse.a2a.client.core",
+    "A2AEvent": "synapse.a2a.client.core",
+    "A2AOutcome": "synapse.a2a.client.core",
+    "A2ATaskHandle": "synapse.a2a.client.core",
+    "A2AServer": "synapse.a2a.server.app",
+    "DirectAnswers": "synapse.a2a.server.direct",
+    "DirectRequest": "synapse.a2a.server.direct",
+    "follow_up_messages": "synapse.a2a.server.follow_ups",
+    "PushAllowlist": "synapse.a2a.server.push",
+    "SecurityPolicy": "synapse.a2a.server.security",
+    "A2AService": "synapse.a2a.server.service",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'synapse.a2a' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found once: later reads do not come here
+    return value
 
 
 def enable_a2a(
@@ -96,6 +127,8 @@ def enable_a2a(
     else:
         raise LocalProtocolError("enable_a2a(peer) must be called before peer.start()")
     from synapse import __version__
+    from synapse.a2a.server.app import A2AServer
+    from synapse.a2a.server.security import MutualTlsScheme
 
     if (
         security is not None

@@ -28,6 +28,8 @@ VERSION_HEADER: Final = "A2A-Version"
 VERSION_WITHOUT_HEADER: Final = "0.3"
 #: Where the agent card is served.
 AGENT_CARD_PATH: Final = "/.well-known/agent-card.json"
+#: Where the JSON-RPC binding is served (and the REST routes under it), by default.
+DEFAULT_PATH: Final = "/a2a"
 #: The header carrying a push configuration's `token` on each notification.
 NOTIFICATION_TOKEN_HEADER: Final = "X-A2A-Notification-Token"
 JSONRPC_BINDING: Final = "JSONRPC"

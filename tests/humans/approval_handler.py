@@ -1,7 +1,7 @@
 """The executor's handler of the humans tests (also run by `synapse serve --handler`):
 `portrait_review` asks a person to choose a width and a style; `profile` asks for an e-mail
-address (suggesting the payload's `suggest`, if any); `two_steps` asks two questions in turn (reason codes `first`, then `second`). Each
-ends with what it was given."""
+address (suggesting the payload's `suggest`, if any); `two_steps` asks two questions in turn
+(reason codes `first`, then `second`). Each ends with what it was given."""
 
 from __future__ import annotations
 

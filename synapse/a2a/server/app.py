@@ -34,14 +34,12 @@ from synapse.a2a.server.security import REQUEST_KEY, MutualTlsScheme, Presented,
 from synapse.a2a.server.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
 from synapse.a2a.server.tenants import Tenants
 from synapse.a2a.server.view import A2ATask
-from synapse.a2a.wire import grpc_available
+from synapse.a2a.wire import DEFAULT_PATH, grpc_available
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.protocol import P2PProtocol
 from synapse.transport.tls import TLSConfig
 from synapse.types import Capability
 from synapse.types.signing import Secret
-
-DEFAULT_PATH = "/a2a"
 
 
 def declare_client_certificates(card: wire.AgentCard) -> wire.AgentCard:
