@@ -73,6 +73,9 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: Retries of a `task_request` whose delivery failed in a way that leaves it unknown
     #: whether the partner got it (a timeout, a 502); a refused connection fails over at once.
     request_retries: int = 2
+    #: Seconds a request that may have reached its partner (retries ran out in doubt) is
+    #: asked again before the task fails; it is never sent to another partner meanwhile.
+    in_doubt_for: float = 60.0
     #: How long a task without a deadline may look for a partner that accepts it.
     failover_timeout: float = 60.0
     #: Session affinity: a task whose `context.session_id` the router has seen goes to the
@@ -101,8 +104,8 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             unknown = [p for p in pinned if p not in names]
             if unknown:
                 raise ValueError(f"pin {task_type!r} names partners not in the pool: {unknown}")
-        if self.refresh_interval <= 0 or self.failover_timeout <= 0:
-            raise ValueError("refresh_interval and failover_timeout must be positive")
+        if self.refresh_interval <= 0 or self.failover_timeout <= 0 or self.in_doubt_for <= 0:
+            raise ValueError("refresh_interval, failover_timeout and in_doubt_for must be positive")
         if self.max_hops < 1:
             raise ValueError("max_hops must be at least 1")
         if self.request_retries < 0 or self.quarantine_after < 1 or self.quarantine_for < 0:

@@ -35,7 +35,7 @@ from synapse.router.fanout import FanOutPlan
 from synapse.router.outcomes import FAILOVER_CODES, Commitments, Declined, Routed
 from synapse.router.pool import Member, Pool, PoolConfig
 from synapse.router.relay import Relay, RoutingHandler, task_error
-from synapse.router.sender import UNREACHABLE, RoutingSender
+from synapse.router.sender import IN_DOUBT, UNREACHABLE, RoutingSender
 from synapse.router.trust import CardVerifier, ResultCheck, judge_card, load_callable, same_origin
 from synapse.runtime.handler import TaskFailure
 from synapse.runtime.listener import OnMessage
@@ -123,6 +123,7 @@ class Router(A2ARouting):
             mode=peer.signing_mode,
             is_pool_partner=lambda name: self.pool.get(name) is not None,
             request_retries=config.request_retries,
+            in_doubt_for=config.in_doubt_for,
             on_unreachable=self._lost,
             abandoned=self._abandoned,
         )
@@ -629,6 +630,13 @@ class Router(A2ARouting):
                     if kind == "refused" and handle.state.is_final:
                         nack = handle.record.refusal
                         details = (nack.details or {}) if nack else {}
+                        if details.get("reason") == IN_DOUBT and nack is not None:
+                            # It may be running the task: never run it elsewhere too.
+                            raise TaskFailure(
+                                task_error(
+                                    ErrorCode.EXECUTION_FAILED, nack.message, partner=member.name
+                                )
+                            )
                         return Declined(
                             member.name,
                             nack.code if nack else "refused",

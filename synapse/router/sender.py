@@ -12,10 +12,14 @@ task. So, for a `task_request` to a pool partner:
   without the transport's retries;
 - a failure that leaves it unknown whether the partner got the request (a timeout, a 502) is
   retried with the same message id (the partner's deduplication makes that safe) up to
-  `request_retries` times; when that runs out the request is answered as unreachable too,
-  and a `task_cancel` for it is sent to the partner when it answers again, so that a request
-  it did receive is withdrawn (unless its callbacks reached us meanwhile: then the engine
-  took them as its confirmation, the router kept the task there, and nothing is withdrawn).
+  `request_retries` times, then, the request still in doubt, again and again (backing off)
+  for up to `in_doubt_for` seconds: the task is never sent to another partner while this
+  one may be running it. The partner's first answer (it was frozen, say, or overloaded)
+  settles it: the task is there. If none comes in time, the request is answered with a
+  `nack` marked `details.reason = "in_doubt"`: the router fails the task without trying
+  another partner, and a `task_cancel` for it is sent to the partner as soon as it answers
+  again, so that a request it did receive is withdrawn (unless its callbacks reached us
+  meanwhile: then the engine took them as its confirmation, and nothing is withdrawn).
 
 Capability queries and heartbeats (the router's refreshes) get one attempt: the next refresh
 comes anyway. Everything else goes through the peer's sender unchanged.
@@ -57,6 +61,9 @@ log = get_logger("synapse.router")
 
 #: `nack.details.reason` of a request the router answered itself: the partner is unreachable.
 UNREACHABLE = "unreachable"
+#: `nack.details.reason` of a request that may have reached its partner, which never said:
+#: the task is not sent to another partner.
+IN_DOUBT = "in_doubt"
 
 
 def _refused_connection(exc: BaseException) -> bool:
@@ -80,6 +87,7 @@ class RoutingSender:
         mode: SenderMode = "header",
         is_pool_partner: Callable[[str], bool],
         request_retries: int = 2,
+        in_doubt_for: float = 60.0,
         on_unreachable: Callable[[str], None] = lambda _name: None,
         abandoned: Callable[[str], bool] = lambda _task_id: True,
     ) -> None:
@@ -88,6 +96,8 @@ class RoutingSender:
         self.mode = mode
         self.is_pool_partner = is_pool_partner
         self.request_retries = request_retries
+        #: Seconds a request that may have been delivered is asked again before giving up.
+        self.in_doubt_for = in_doubt_for
         self.on_unreachable = on_unreachable
         #: Whether a task we requested is still given up on when its withdrawal is due: a
         #: partner whose callbacks overtook the lost reply has it, and keeps it.
@@ -132,19 +142,67 @@ class RoutingSender:
             if _refused_connection(exc):
                 return self._unreachable(partner, message, str(exc), delivered=False)
             first = exc
-        try:
-            reply = await self.client.exchange(
-                registered, message, sender_mode=self.mode, retries=self.request_retries
-            )
-            return reply.message
-        except HttpDeliveryError as exc:
-            if exc.reply is not None and exc.reply.is_nack:
-                return exc.reply.message
-            if not exc.retryable:
-                raise DeliveryError(str(exc), retryable=False, status=exc.status) from exc
-            return self._unreachable(
-                partner, message, f"{first}; then {exc}", delivered=not _refused_connection(exc)
-            )
+        # It may have the request now: the same request again (its deduplication answers a
+        # copy as it answered the first), until it answers or `in_doubt_for` runs out.
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + self.in_doubt_for
+        retries, pause, last = self.request_retries, 0.0, first
+        while True:
+            try:
+                reply = await self.client.exchange(
+                    registered, message, sender_mode=self.mode, retries=retries
+                )
+                return reply.message
+            except HttpDeliveryError as exc:
+                if exc.reply is not None and exc.reply.is_nack:
+                    return exc.reply.message
+                if not exc.retryable:
+                    raise DeliveryError(str(exc), retryable=False, status=exc.status) from exc
+                last = exc
+            left = give_up_at - loop.time()
+            if left <= 0:
+                return self._in_doubt(partner, message, f"{first}; last {last}")
+            if retries:
+                log.warning(
+                    "route_request_in_doubt",
+                    partner=partner,
+                    task_id=message.payload.task.id,
+                    asking_again_for=round(left, 1),
+                )
+            pause = min(max(pause * 2, 0.1), 2.0, left)
+            await asyncio.sleep(pause)  # a pause between attempts, not a synchronisation
+            retries = 0
+
+    def _in_doubt(self, partner: str, message: TaskRequest, error: str) -> Message:
+        """Give up on a request `partner` may have received: not to be run anywhere else."""
+        log.warning(
+            "route_request_given_up_in_doubt",
+            partner=partner,
+            task_id=message.payload.task.id,
+            error=error,
+        )
+        self.withdraw.setdefault(partner, set()).add(message.payload.task.id)
+        self.on_unreachable(partner)
+        return self._nack(
+            partner,
+            message,
+            f"{partner} did not answer for {self.in_doubt_for:g} s and may have the task: "
+            f"it is not run elsewhere ({error})",
+            IN_DOUBT,
+        )
+
+    def _nack(self, partner: str, message: TaskRequest, text: str, reason: str) -> Message:
+        nack: Nack = build_reply_now(
+            Nack,
+            NackPayload(
+                code=ErrorCode.AGENT_NOT_READY.value,
+                message=text,
+                details={"reason": reason, "partner": partner},
+            ),
+            request=message,
+            sender=Sender(agent_id=partner, endpoint=self.partners[partner].endpoint),
+        )
+        return nack
 
     def _unreachable(
         self, partner: str, message: TaskRequest, error: str, *, delivered: bool
@@ -160,17 +218,7 @@ class RoutingSender:
         if delivered:
             self.withdraw.setdefault(partner, set()).add(message.payload.task.id)
         self.on_unreachable(partner)
-        nack: Nack = build_reply_now(
-            Nack,
-            NackPayload(
-                code=ErrorCode.AGENT_NOT_READY.value,
-                message=f"{partner} is unreachable: {error}",
-                details={"reason": UNREACHABLE, "partner": partner},
-            ),
-            request=message,
-            sender=Sender(agent_id=partner, endpoint=self.partners[partner].endpoint),
-        )
-        return nack
+        return self._nack(partner, message, f"{partner} is unreachable: {error}", UNREACHABLE)
 
     async def _withdraw(self, partner: str) -> None:
         """Cancel requests the partner may have received after we gave up on them."""

@@ -457,13 +457,16 @@ SHORT_TIMEOUT = P2PConfig(
 )
 
 
-def answer_late(peer: Any) -> asyncio.Event:
+def answer_late(peer: Any, posts: list[int] | None = None) -> asyncio.Event:
     """Make `peer` handle each POST at once but answer it only once the event is set, or
-    after 1 s (longer than SHORT_TIMEOUT's request_timeout): a reply lost in a timeout."""
+    after 1 s (longer than SHORT_TIMEOUT's request_timeout): a reply lost in a timeout.
+    `posts` counts the POSTs it was sent."""
     serve = peer.server.handle
     released = asyncio.Event()
 
     async def late(request: Any) -> Any:
+        if posts is not None:
+            posts.append(1)
         response = await serve(request)
         if not released.is_set():
             with contextlib.suppress(TimeoutError):
@@ -474,21 +477,49 @@ def answer_late(peer: Any) -> asyncio.Event:
     return released
 
 
-async def test_a_request_lost_in_a_timeout_fails_over_and_is_withdrawn(
+async def test_a_request_lost_in_a_timeout_stays_with_its_partner(
     make_hub: HubFactory,
 ) -> None:
+    """A request whose reply is lost in timeouts may have reached its partner: it is asked
+    again (the same message, deduplicated there) rather than sent to another partner, and
+    once the partner answers, the task runs there, once."""
     async with make_hub(
-        hub_config=SHORT_TIMEOUT, request_retries=1, pin={"text_generation": ["flaky", "busy"]}
+        hub_config=SHORT_TIMEOUT,
+        request_retries=1,
+        in_doubt_for=30.0,
+        pin={"text_generation": ["flaky", "busy"]},
+    ) as hub:
+        flaky = hub.spokes["flaky"]
+        posts: list[int] = []
+        released = answer_late(flaky, posts)
+        handle = await hub.submit("text_generation", {"prompt": "x"})
+        # The first attempt, its retry, then the same request asked again in doubt.
+        await until(lambda: len(posts) >= 3, "the request asked again in doubt")
+        assert hub.starts(handle.task_id) == {}  # nobody else was given it
+        released.set()
+        await asyncio.wait_for(answer(handle, {"style": "s"}), WAIT)
+        assert (await handle).ok
+        assert hub.ran_at(handle.task_id) == "flaky"
+        assert hub.starts(handle.task_id) == {"flaky": 1}
+        assert not hub.router.sender.withdrawn
+
+
+async def test_a_request_in_doubt_too_long_fails_and_is_withdrawn(make_hub: HubFactory) -> None:
+    """Past `in_doubt_for` with no answer, the task fails (it may be running there: it is
+    not run elsewhere); once the partner answers again, the request is withdrawn."""
+    async with make_hub(
+        hub_config=SHORT_TIMEOUT,
+        request_retries=1,
+        in_doubt_for=1.0,
+        pin={"text_generation": ["flaky", "busy"]},
     ) as hub:
         flaky = hub.spokes["flaky"]
         released = answer_late(flaky)
-        # flaky accepts it (a synchronous task_need_info the hub never sees) and sends nothing.
         handle = await hub.submit("text_generation", {"prompt": "x"})
-        await asyncio.wait_for(answer(handle, {"style": "s"}), WAIT)
-        assert (await handle).ok
-        assert hub.ran_at(handle.task_id) == "busy"
-        assert hub.starts(handle.task_id) == {"busy": 1}
-        # Once flaky answers again, the hub withdraws the request it may have received.
+        outcome = await handle.result(WAIT)
+        assert outcome.state is TaskState.FAILED, outcome
+        assert outcome.error is not None and "not run elsewhere" in outcome.error.message
+        assert hub.starts(handle.task_id) == {}  # busy was never given it
         released.set()
         await hub.router.refresh(["flaky"])
 
@@ -499,19 +530,22 @@ async def test_a_request_lost_in_a_timeout_fails_over_and_is_withdrawn(
         (rec,) = flaky_side()
         assert rec.state is TaskState.CANCELLED
         assert rec.task_id in hub.router.sender.withdrawn
-        assert hub.starts(handle.task_id) == {"busy": 1}  # flaky never started it
 
 
 async def test_callbacks_overtaking_a_lost_reply_keep_the_task_there(
     make_hub: HubFactory,
 ) -> None:
     async with make_hub(
-        hub_config=SHORT_TIMEOUT, request_retries=1, pin={"slow": ["flaky", "busy"]}
+        hub_config=SHORT_TIMEOUT,
+        request_retries=1,
+        in_doubt_for=1.0,
+        pin={"slow": ["flaky", "busy"]},
     ) as hub:
         flaky = hub.spokes["flaky"]
         released = answer_late(flaky)
         # flaky starts the task and reports progress before its reply arrives: the hub's
-        # engine takes that as the confirmation, and the task stays at flaky.
+        # engine takes that as the confirmation, and the task stays at flaky (the request
+        # given up on in doubt is then not withdrawn).
         handle = await hub.submit("slow", {"steps": 1000, "delay": 0.05})
         await next_event(handle, spoke_progress)
         assert hub.ran_at(handle.task_id) == "flaky"
