@@ -300,7 +300,15 @@ class Peer:
         if listening:
             # Once recovery is done, so that whoever waits for this line finds us ready
             # (what follows up to `ready` does not await: no request falls in between).
-            log.info("listening", url=self.endpoint, agent_id=self.agent_id)
+            # The address bound (with --port 0, the port the system chose), beside the
+            # endpoint partners are told, which may name a proxy in front of it.
+            log.info(
+                "listening",
+                url=self.endpoint,
+                agent_id=self.agent_id,
+                host=self.host,
+                port=self.port,
+            )
         if self._recovering:
             self.protocol.restore(snapshot)
             self._recovering = False

@@ -244,3 +244,22 @@ async def test_sigusr1_dumps_what_the_peer_is_waiting_on_and_changes_nothing() -
             outcome = await handle.result(timeout=20)
             assert outcome.ok
         assert server.stop() == 0
+
+
+def test_port_0_says_which_port_it_bound() -> None:
+    """`--port 0` with an `--endpoint` of its own (a proxy's, say): the `listening` line
+    still says the port the system chose, and that port answers."""
+    import json
+    import urllib.request
+
+    with serve(
+        *executor_args(free_port(), "--endpoint", "https://proxy.example/synapse/callback"),
+        "--log-json",
+        port=0,
+    ) as server:
+        event = json.loads(server.lines[0])
+        assert event["event"] == "listening" and event["host"] == "127.0.0.1"
+        port = int(event["port"])
+        assert port > 0 and event["url"] == "https://proxy.example/synapse/callback"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            assert r.status == 200
