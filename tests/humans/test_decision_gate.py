@@ -16,11 +16,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
-import httpx
 import pytest
 from approval_handler import ApprovalHandler
 from humanskit import SmtpServer, links_of, mail_channel
-from test_humans_flow import CONFIG, LINK_KEY, REVIEWERS, SCHEMA, SECRET, Setup
+from test_humans_flow import CONFIG, LINK_KEY, REVIEWERS, SCHEMA, SECRET, Setup, get, post
 
 from synapse.humans import HumansConfig, Level, NotifyRoute, Person, enable_humans
 from synapse.humans.links import LinkSigner
@@ -56,16 +55,6 @@ async def gated(routes: tuple[NotifyRoute, ...], smtp: SmtpServer) -> AsyncItera
             yield Setup(requester, executor, humans)
         finally:
             await humans.close()
-
-
-async def post(url: str, **form: str) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=10) as http:
-        return await http.post(url, data=form)
-
-
-async def get(url: str) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=10) as http:
-        return await http.get(url)
 
 
 def sent_decisions(setup: Setup) -> Callable[[], int]:

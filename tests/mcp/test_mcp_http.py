@@ -213,32 +213,36 @@ async def test_oauth_access_tokens_of_the_issuer(
             assert await echo(client, "with OAuth") == "with OAuth"
 
 
+async def owner_and_other(owner: Client, other: Client) -> None:
+    """`owner` delegates a long task; `other` neither sees, lists nor cancels it; the
+    owner lists and cancels it."""
+    started = structured(
+        await owner.call_tool(
+            "delegate_task",
+            {
+                "partner": "exec",
+                "task_type": "slow",
+                "payload": {"steps": 100, "delay": 0.1},
+                "wait_seconds": 0.2,
+            },
+        )
+    )
+    task_id = started["task_id"]
+    peeked = await other.call_tool("get_task", {"task_id": task_id})
+    assert peeked.is_error and f"no task {task_id!r}" in text(peeked)
+    assert (await other.call_tool("cancel_task", {"task_id": task_id})).is_error
+    assert structured(await other.call_tool("list_tasks", {}))["tasks"] == []
+    owned = structured(await owner.call_tool("list_tasks", {}))["tasks"]
+    assert [t["task_id"] for t in owned] == [task_id]
+    mine = structured(await owner.call_tool("cancel_task", {"task_id": task_id}))
+    assert mine["status"] == "cancelled"
+
+
 async def test_a_principal_sees_only_its_own_tasks(executor: Server, requester_port: int) -> None:
     tokens = ("--mcp-token", f"{TOKEN}=alice", "--mcp-token", "token-of-bob=bob")
     with mcp_http(executor, requester_port, *tokens) as url:
         async with authorized(url, TOKEN) as alice, authorized(url, "token-of-bob") as bob:
-            started = structured(
-                await alice.call_tool(
-                    "delegate_task",
-                    {
-                        "partner": "exec",
-                        "task_type": "slow",
-                        "payload": {"steps": 100, "delay": 0.1},
-                        "wait_seconds": 0.2,
-                    },
-                )
-            )
-            task_id = started["task_id"]
-            peeked = await bob.call_tool("get_task", {"task_id": task_id})
-            cancelled_by_bob = await bob.call_tool("cancel_task", {"task_id": task_id})
-            bobs = structured(await bob.call_tool("list_tasks", {}))["tasks"]
-            alices = structured(await alice.call_tool("list_tasks", {}))["tasks"]
-            mine = structured(await alice.call_tool("cancel_task", {"task_id": task_id}))
-    assert peeked.is_error and f"no task {task_id!r}" in text(peeked)
-    assert cancelled_by_bob.is_error
-    assert bobs == []
-    assert [t["task_id"] for t in alices] == [task_id]
-    assert mine["status"] == "cancelled"
+            await owner_and_other(alice, bob)
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
@@ -320,25 +324,7 @@ async def test_a_jwt_subject_is_not_the_static_token_of_the_same_name(
             authorized(url, TOKEN) as by_token,
             authorized(url, issuer.mint(sub="alice")) as by_jwt,
         ):
-            started = structured(
-                await by_token.call_tool(
-                    "delegate_task",
-                    {
-                        "partner": "exec",
-                        "task_type": "slow",
-                        "payload": {"steps": 100, "delay": 0.1},
-                        "wait_seconds": 0.2,
-                    },
-                )
-            )
-            task_id = started["task_id"]
-            peeked = await by_jwt.call_tool("get_task", {"task_id": task_id})
-            cancelled = await by_jwt.call_tool("cancel_task", {"task_id": task_id})
-            listed = structured(await by_jwt.call_tool("list_tasks", {}))["tasks"]
-            mine = structured(await by_token.call_tool("cancel_task", {"task_id": task_id}))
-    assert peeked.is_error and f"no task {task_id!r}" in text(peeked)
-    assert cancelled.is_error and listed == []
-    assert mine["status"] == "cancelled"
+            await owner_and_other(by_token, by_jwt)
 
 
 def test_a_token_name_cannot_pose_as_an_oauth_principal(

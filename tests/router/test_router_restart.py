@@ -105,34 +105,41 @@ def hub_process(tmp_path: Path, hub_port: int, client: Peer, pool: Path) -> Rout
     )
 
 
-async def test_a_restarted_router_follows_its_synapse_sub_task_again(
-    tmp_path: Path, spoke: tuple[Peer, CountingHandler]
-) -> None:
-    spoke_peer, handler = spoke
+@contextlib.asynccontextmanager
+async def routed_to_spoke(tmp_path: Path, spoke: Peer) -> AsyncIterator[tuple[Peer, RouterProcess]]:
+    """A client, and a router process (`hub`) whose pool is the spoke; stopped at the end."""
     hub_port = free_port()
     hub_url = f"http://127.0.0.1:{hub_port}/synapse/callback"
     async with Peer("client", config=FAST) as client:
         client.add_partner("hub", hub_url, (SECRET,))
-        spoke_peer.add_partner("hub", hub_url, (secret_of("spoke"),))
+        spoke.add_partner("hub", hub_url, (secret_of("spoke"),))
         pool = tmp_path / "pool.toml"
         pool.write_text(
-            f'[[partner]]\nagent_id = "spoke"\nendpoint = "{spoke_peer.endpoint}"\n'
+            f'[[partner]]\nagent_id = "spoke"\nendpoint = "{spoke.endpoint}"\n'
             f'secret = "{secret_of("spoke")}"\n'
         )
         hub = hub_process(tmp_path, hub_port, client, pool)
         await hub.start()
         try:
-            handle = await client.submit("hub", "slow", {"steps": 40, "delay": 0.1})
-            await until(lambda: handler.starts[handle.task_id] == 1, "the spoke's start")
-            await hub.kill()  # no drain, no goodbye
-            await hub.start()
-            outcome = await handle.result(WAIT)
-            assert outcome.state is TaskState.COMPLETED, outcome
-            assert outcome.result is not None and outcome.result.output == "done after 40 steps"
-            assert handler.starts[handle.task_id] == 1  # followed again, not started again
-            assert handle.task_id not in handler.cancelled
+            yield client, hub
         finally:
             await hub.stop()
+
+
+async def test_a_restarted_router_follows_its_synapse_sub_task_again(
+    tmp_path: Path, spoke: tuple[Peer, CountingHandler]
+) -> None:
+    spoke_peer, handler = spoke
+    async with routed_to_spoke(tmp_path, spoke_peer) as (client, hub):
+        handle = await client.submit("hub", "slow", {"steps": 40, "delay": 0.1})
+        await until(lambda: handler.starts[handle.task_id] == 1, "the spoke's start")
+        await hub.kill()  # no drain, no goodbye
+        await hub.start()
+        outcome = await handle.result(WAIT)
+        assert outcome.state is TaskState.COMPLETED, outcome
+        assert outcome.result is not None and outcome.result.output == "done after 40 steps"
+        assert handler.starts[handle.task_id] == 1  # followed again, not started again
+        assert handle.task_id not in handler.cancelled
 
 
 async def test_a_restarted_router_follows_its_a2a_sub_task_again(tmp_path: Path) -> None:
@@ -175,30 +182,16 @@ async def test_a_question_waiting_through_a_router_restart_is_answered_once(
     restart", its sub-task is not cancelled), and the requester's answer reaches the partner,
     which finishes the task it started once."""
     spoke_peer, handler = spoke
-    hub_port = free_port()
-    hub_url = f"http://127.0.0.1:{hub_port}/synapse/callback"
-    async with Peer("client", config=FAST) as client:
-        client.add_partner("hub", hub_url, (SECRET,))
-        spoke_peer.add_partner("hub", hub_url, (secret_of("spoke"),))
-        pool = tmp_path / "pool.toml"
-        pool.write_text(
-            f'[[partner]]\nagent_id = "spoke"\nendpoint = "{spoke_peer.endpoint}"\n'
-            f'secret = "{secret_of("spoke")}"\n'
-        )
-        hub = hub_process(tmp_path, hub_port, client, pool)
+    async with routed_to_spoke(tmp_path, spoke_peer) as (client, hub):
+        handle = await client.submit("hub", "portrait", {"subject": "Ada"})
+        await until(lambda: handle.state is TaskState.NEED_HUMAN, "the question relayed")
+        await hub.kill()
         await hub.start()
-        try:
-            handle = await client.submit("hub", "portrait", {"subject": "Ada"})
-            await until(lambda: handle.state is TaskState.NEED_HUMAN, "the question relayed")
-            await hub.kill()
-            await hub.start()
-            assert handle.state is TaskState.NEED_HUMAN
-            said = await handle.approve({"authorized": True}, notes="the estate agreed")
-            assert said == "sent"
-            outcome = await handle.result(WAIT)
-            assert outcome.state is TaskState.COMPLETED, outcome
-            assert outcome.result is not None and outcome.result.output == "portrait of Ada"
-            assert handler.starts[handle.task_id] == 1
-            assert handle.task_id not in handler.cancelled
-        finally:
-            await hub.stop()
+        assert handle.state is TaskState.NEED_HUMAN
+        said = await handle.approve({"authorized": True}, notes="the estate agreed")
+        assert said == "sent"
+        outcome = await handle.result(WAIT)
+        assert outcome.state is TaskState.COMPLETED, outcome
+        assert outcome.result is not None and outcome.result.output == "portrait of Ada"
+        assert handler.starts[handle.task_id] == 1
+        assert handle.task_id not in handler.cancelled
