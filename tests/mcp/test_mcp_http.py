@@ -40,8 +40,11 @@ async def issuer() -> AsyncIterator[Issuer]:
 
 
 @contextlib.contextmanager
-def mcp_http(executor: Server, requester_port: int, *extra: str) -> Iterator[str]:
-    """`synapse mcp --http 127.0.0.1:0 …` as a process; yields its MCP URL (from its log)."""
+def mcp_http_process(
+    executor: Server, requester_port: int, *extra: str
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`synapse mcp --http 127.0.0.1:0 …` as a process; yields it, once serving, with its MCP
+    URL (read from its log)."""
     process = subprocess.Popen(
         command(*mcp_args(executor, requester_port, "--http", "127.0.0.1:0", *extra)),
         stdin=subprocess.DEVNULL,
@@ -52,9 +55,16 @@ def mcp_http(executor: Server, requester_port: int, *extra: str) -> Iterator[str
         cwd=str(ROOT),
     )
     try:
-        yield _served_url(process)
+        yield process, _served_url(process)
     finally:
         stop_process(process)
+
+
+@contextlib.contextmanager
+def mcp_http(executor: Server, requester_port: int, *extra: str) -> Iterator[str]:
+    """`mcp_http_process`'s URL only."""
+    with mcp_http_process(executor, requester_port, *extra) as (_process, url):
+        yield url
 
 
 def _served_url(process: subprocess.Popen[str]) -> str:
@@ -134,22 +144,10 @@ def test_listening_beyond_loopback_with_nobody_checked_is_refused(
 def test_a_loopback_server_with_nobody_checked_says_so(
     executor: Server, requester_port: int
 ) -> None:
-    process = subprocess.Popen(
-        command(*mcp_args(executor, requester_port, "--http", "127.0.0.1:0")),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-        cwd=str(ROOT),
-    )
-    try:
-        _served_url(process)
+    with mcp_http_process(executor, requester_port) as (process, _url):
         assert process.stderr is not None
         warning = process.stderr.readline()
         assert "warning: no --mcp-token or --mcp-oauth-issuer" in warning, warning
-    finally:
-        stop_process(process)
 
 
 async def test_static_tokens_publish_no_authorization_server(
