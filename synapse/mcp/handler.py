@@ -89,10 +89,11 @@ class McpToolsHandler:
                 log.debug("mcp_tools", tools=sorted(self.tools))
                 await self._stop.wait()
         except Exception as exc:
+            cause = _cause(exc)
             if not ready.done():
-                ready.set_exception(ConnectionError(f"cannot reach the MCP server: {exc}"))
+                ready.set_exception(ConnectionError(f"cannot reach the MCP server: {cause}"))
             else:
-                log.error("mcp_tools_lost", error=str(exc))
+                log.error("mcp_tools_lost", error=cause)
         finally:
             self._client = None
 
@@ -189,22 +190,61 @@ class McpToolsHandler:
             )
         schema = params.requested_schema
         properties: Mapping[str, Any] = schema.get("properties") or {}
-        missing = [_missing(name, spec) for name, spec in properties.items()]
+        # The form as the tool wrote it: what it requires is asked for; an optional field
+        # is passed on when the requester gives it anyway, and otherwise left to the tool.
+        required = [name for name in schema.get("required") or [] if name in properties]
+        missing = [_missing(name, properties[name]) for name in required]
         fields = await ctx.need_info(missing, question=params.message)
         content = {name: fields[name] for name in properties if name in fields}
         return types.ElicitResult(action="accept", content=content)
 
 
+def _choices(spec: Mapping[str, Any]) -> list[tuple[Any, str]]:
+    """The values a property may take, each with its title: `enum` (with `enumNames`, if
+    any), or titled `oneOf`/`anyOf` of `const`s; of its `items` for a multi-select."""
+    items = spec.get("items")
+    if spec.get("type") == "array" and isinstance(items, Mapping):
+        spec = items
+    titled = spec.get("oneOf") or spec.get("anyOf")
+    if isinstance(titled, list) and titled:
+        return [
+            (o["const"], str(o.get("title") or o["const"]))
+            for o in titled
+            if isinstance(o, Mapping) and "const" in o
+        ]
+    values = list(spec.get("enum") or [])
+    names = list(spec.get("enumNames") or [])
+    return [(v, str(names[i]) if i < len(names) else str(v)) for i, v in enumerate(values)]
+
+
 def _missing(name: str, spec: Mapping[str, Any]) -> MissingField:
-    """A schema property as a missing field: its description, default and choices."""
-    choices = list(spec.get("enum") or [])
+    """A schema property as a missing field: its description, default and choices (with
+    their titles, in the reason, where they differ from the values)."""
+    choices = _choices(spec)
+    values = [value for value, _ in choices]
     default = spec.get("default")
+    reason = str(spec.get("description") or spec.get("title") or f"{name} is required")
+    titles = [f"{value} ({title})" for value, title in choices if title != str(value)]
+    if titles:
+        reason += "; choices: " + ", ".join(titles)
+    if spec.get("type") == "array" and choices:
+        reason += " (one or more)"
+    suggested = default if default is not None else (values[0] if values else None)
     return MissingField(
         field=name,
-        reason=str(spec.get("description") or spec.get("title") or f"{name} is required"),
-        suggested_value=default if default is not None else (choices[0] if choices else None),
-        alternatives=[c for c in choices if c != default],
+        reason=reason,
+        suggested_value=suggested,
+        alternatives=[v for v in values if v != suggested],
     )
+
+
+def _cause(exc: BaseException) -> str:
+    """What went wrong, said plainly: the exceptions inside an exception group (the SDK's
+    task group wraps the real cause), each as `Type: message`."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_cause(inner) for inner in exc.exceptions)
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _error(message: str, *, recoverable: bool = False) -> TaskError:

@@ -91,7 +91,7 @@ async def handler() -> AsyncIterator[McpToolsHandler]:
 
 async def test_each_tool_is_a_capability_with_its_input_schema(handler: McpToolsHandler) -> None:
     capabilities = {c.name: c for c in handler.get_capabilities()}
-    assert set(capabilities) == {"add", "count", "poem", "explode"}
+    assert set(capabilities) == {"add", "count", "poem", "order", "explode"}
     assert capabilities["add"].description == "Add two integers."
     schema = capabilities["add"].input_schema
     assert schema is not None and schema["required"] == ["a", "b"]
@@ -162,6 +162,22 @@ def test_an_elicitation_is_need_info(tools_executor: Server, tools_port: int) ->
     assert outcome(result)["result"]["output"] == {"result": "a sonnet about sea"}
 
 
+def test_an_elicitation_asks_what_the_tool_requires_with_its_titled_choices(
+    tools_executor: Server, tools_port: int
+) -> None:
+    """The tool's form as it wrote it: only the required field is asked for (the optional
+    ones are left to the tool), its titled choices (`oneOf` of `const`/`title`) are the
+    suggestion and the alternatives, with their titles in the reason."""
+    result = send(tools_executor, tools_port, "order", '{"drink": "tea"}', "--field", "size=l")
+    assert result.returncode == 0, result.stderr
+    [asked] = [e for e in events(result) if e["event"] == "task_need_info"]
+    [field] = asked["payload"]["missing_fields"]
+    assert field["field"] == "size"
+    assert field["suggested_value"] == "s" and field["alternatives"] == ["l"]
+    assert "s (Small)" in field["reason"] and "l (Large)" in field["reason"]
+    assert outcome(result)["result"]["output"] == {"result": "tea l ['size']"}
+
+
 def test_progress_notifications_are_status_updates(tools_executor: Server, tools_port: int) -> None:
     result = send(tools_executor, tools_port, "count", '{"n": 4}')
     assert result.returncode == 0, result.stderr
@@ -201,6 +217,8 @@ def test_serve_says_when_the_tools_server_cannot_start() -> None:
     result = run("serve", "--port", str(free_port()), *flags)
     assert result.returncode == 2
     assert "--handler-mcp" in result.stderr and "cannot reach the MCP server" in result.stderr
+    # The cause itself, not the SDK's wrapper around it.
+    assert "TaskGroup" not in result.stderr and "sub-exception" not in result.stderr
 
 
 # --- the official A2A SDK's client ----------------------------------------------------------

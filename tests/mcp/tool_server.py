@@ -74,6 +74,49 @@ async def poem(topic: str, ctx: Context) -> str | InputRequiredResult:
     return f"a {result.content['style']} about {topic}"
 
 
+ORDER_FORM = {
+    "type": "object",
+    "properties": {
+        "size": {
+            "type": "string",
+            "description": "the cup's size",
+            "oneOf": [
+                {"const": "s", "title": "Small"},
+                {"const": "l", "title": "Large"},
+            ],
+        },
+        "extras": {
+            "type": "array",
+            "description": "what to add",
+            "items": {"anyOf": [{"const": "milk", "title": "Oat milk"}]},
+        },
+        "note": {"type": "string", "description": "anything else"},
+    },
+    "required": ["size"],
+}
+
+
+@server.tool()
+async def order(drink: str, ctx: Context) -> str | InputRequiredResult:
+    """Order a drink; asks for its size (required) and, optionally, extras and a note."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        answer = (ctx.input_responses or {}).get("order")
+        if answer is None:
+            form = ElicitRequestFormParams(message="Which size?", requested_schema=ORDER_FORM)
+            return InputRequiredResult(
+                input_requests={"order": ElicitRequest(params=form)}, request_state="order"
+            )
+        result = ElicitResult.model_validate(
+            answer if isinstance(answer, dict) else answer.model_dump(by_alias=True)
+        )
+    else:
+        result = await ctx.session.elicit_form(
+            message="Which size?", requested_schema=ORDER_FORM, related_request_id=ctx.request_id
+        )
+    content = result.content or {}
+    return f"{drink} {content.get('size')} {sorted(content)}"
+
+
 @server.tool()
 def explode(reason: str) -> str:
     """Always fails."""
