@@ -37,6 +37,7 @@ from synapse.cli.options import (
     TLS_KEY_PASSWORD_FILE,
     Setting,
 )
+from synapse.types.errors import unknown_key
 
 if TYPE_CHECKING:
     from synapse.transport.tls import TLSConfig
@@ -327,9 +328,10 @@ def a2a_policy(s: _SettingsView, tokens: Mapping[str, str]) -> Any:
     where = f"config file {s.config.path}: [a2a_security]"
     if not isinstance(raw, dict):
         raise CliError(f"{where} must be a table")
-    unknown = sorted(set(raw) - {"require", "schemes", "skills", "methods"})
+    known = {"require", "schemes", "skills", "methods"}
+    unknown = sorted(set(raw) - known)
     if unknown:
-        raise CliError(f"{where}: unknown key {unknown[0]!r}")
+        raise CliError(unknown_key(where, unknown[0], known))
     base = s.config.path.parent if s.config.path is not None else Path()
     # The issuer's JWKS and discovery document are fetched as our other calls are: verified
     # against --tls-ca (a private issuer), presenting our client certificate.

@@ -66,6 +66,7 @@ from synapse.p2p.durations import parse_duration
 from synapse.transport.guard import HttpLimits
 from synapse.transport.partners import Partner, PartnerRegistry
 from synapse.transport.server import DEFAULT_PATH
+from synapse.types.errors import unknown_key
 
 if TYPE_CHECKING:
     from synapse.humans import HumansConfig
@@ -145,16 +146,19 @@ def load_config(path: str | None, command: str | None = None) -> ConfigFile:
         raise CliError(f"config file {file} is not valid TOML: {exc}") from exc
     unknown = sorted(set(data) - CONFIG_KEYS - COMMAND_TABLES - HUMANS_TABLES)
     if unknown:
-        raise CliError(f"config file {file}: unknown key {unknown[0]!r}")
+        known = CONFIG_KEYS | COMMAND_TABLES | HUMANS_TABLES
+        raise CliError(unknown_key(f"config file {file}", unknown[0], known))
     for table in COMMAND_TABLES & set(data):
         section = data[table]
         if not isinstance(section, dict):
             raise CliError(f"config file {file}: `{table}` must be a table ([{table}])")
         tables = {"peer", "p2p", "http"}
         unknown = sorted(set(section) - CONFIG_KEYS - tables)
-        if unknown or tables & set(section):
-            bad = unknown[0] if unknown else sorted(tables & set(section))[0]
-            raise CliError(f"config file {file}: [{table}] cannot hold {bad!r}")
+        if unknown:
+            raise CliError(unknown_key(f"config file {file}: [{table}]", unknown[0], CONFIG_KEYS))
+        if tables & set(section):
+            bad = sorted(tables & set(section))[0]
+            raise CliError(f"config file {file}: [{bad}] goes at the top level, not in [{table}]")
         typed(section, FileValues, file=file, table=table)
     peers_raw = data.get("peer", [])
     if not isinstance(peers_raw, list) or not all(isinstance(p, dict) for p in peers_raw):
@@ -192,7 +196,7 @@ def _config_peer(file: Path, index: int, entry: Mapping[str, Any]) -> PeerEntry:
     where = f"config file {file}: [[peer]] #{index + 1}"
     unknown = sorted(set(entry) - PEER_KEYS)
     if unknown:
-        raise CliError(f"{where}: unknown key {unknown[0]!r}")
+        raise CliError(unknown_key(where, unknown[0], PEER_KEYS))
     typed(entry, PeerTable, file=file, table=f"[[peer]] #{index + 1}")
     agent_id, endpoint = entry.get("agent_id"), entry.get("endpoint")
     if not isinstance(agent_id, str) or not agent_id:

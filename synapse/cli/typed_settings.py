@@ -23,6 +23,7 @@ import msgspec
 
 from synapse.cli import parsers
 from synapse.cli.errors import CliError
+from synapse.types.errors import unknown_key
 
 T = TypeVar("T")
 
@@ -108,7 +109,7 @@ def typed_dataclass(values: Mapping[str, Any], cls: type[T], *, file: Path | Non
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - fields)
     if unknown:
-        raise CliError(f"config file {file}: [{table}] has no setting {unknown[0]!r}")
+        raise CliError(unknown_key(f"config file {file}: [{table}]", unknown[0], fields))
     try:
         return typed(dict(values), cls, file=file, table=table)
     except CliError:

@@ -56,7 +56,7 @@ from typing import Any, Final, Literal
 
 from synapse._distribution import install
 from synapse.p2p.durations import parse_duration
-from synapse.types.errors import SynapseException
+from synapse.types.errors import SynapseException, unknown_key
 
 ChannelKind = Literal["email", "webhook", "slack", "teams"]
 CHANNEL_KINDS: Final = ("email", "webhook", "slack", "teams")
@@ -243,7 +243,7 @@ def _secret(table: Mapping[str, Any], key: str, base: Path, where: str) -> str:
 def _known(table: Mapping[str, Any], keys: Sequence[str], where: str) -> None:
     unknown = sorted(set(table) - set(keys))
     if unknown:
-        raise HumansConfigError(f"{where}: unknown key {unknown[0]!r}")
+        raise HumansConfigError(unknown_key(where, unknown[0], keys))
 
 
 def _duration(value: Any, where: str) -> float:

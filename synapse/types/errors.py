@@ -7,6 +7,8 @@ message could not be delivered.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -155,3 +157,11 @@ class DeliveryError(SynapseException):
         self.status = status
         self.attempts = attempts
         self.reply = reply
+
+
+def unknown_key(where: str, key: str, known: Iterable[str]) -> str:
+    """The one phrasing of a configuration key nothing reads: `WHERE: unknown key 'prot'
+    (did you mean 'port'?)`, with the suggestion when a known key is close enough."""
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.7)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{where}: unknown key {key!r}{hint}"

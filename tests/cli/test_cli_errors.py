@@ -184,7 +184,9 @@ def test_a_bad_config_file_is_one_line(tmp_path: Path) -> None:
     assert line.startswith(f"synapse: config file {config} is not valid TOML"), line
     config.write_text('agent_idd = "x"\n')
     line = here_error("serve", "--config", str(config))
-    assert line == f"synapse: config file {config}: unknown key 'agent_idd'"
+    assert line == (
+        f"synapse: config file {config}: unknown key 'agent_idd' (did you mean 'agent_id'?)"
+    )
     line = here_error("serve", "--config", str(config.parent / "missing.toml"))
     assert line.startswith("synapse: cannot read config file"), line
     config.write_text("port = true\n")
@@ -233,7 +235,10 @@ def test_the_installed_entry_point() -> None:
         ),
         ('[p2p]\nmax_retries = "5m"', "[p2p] `max_retries` must be an integer, not a string"),
         ("[p2p]\nmax_retries = true", "[p2p] `max_retries` must be an integer, not a boolean"),
-        ("[p2p]\nmax_retriez = 3", "[p2p] has no setting 'max_retriez'"),
+        (
+            "[p2p]\nmax_retriez = 3",
+            "[p2p]: unknown key 'max_retriez' (did you mean 'max_retries'?)",
+        ),
         (
             '[http]\nheader_timeout = "10s"',
             "[http] `header_timeout` must be a number, not a string",
@@ -297,3 +302,22 @@ def test_an_accepted_case_fails_in_bounded_time_instead_of_hanging() -> None:
             timeout=1.5,
         )
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [
+        ("prot = 8080\n", "unknown key 'prot' (did you mean 'port'?)"),
+        ("[serve]\nprot = 8080\n", "[serve]: unknown key 'prot' (did you mean 'port'?)"),
+        ("[serve]\nzzz = 1\n", "[serve]: unknown key 'zzz'"),
+    ],
+)
+def test_a_config_typo_reads_one_way_with_a_suggestion(
+    tmp_path: Path, toml: str, said: str
+) -> None:
+    """Wherever the unknown key stands (the top level, a command's table; [p2p] above), one
+    phrasing, with the nearest known key when one is close."""
+    config = tmp_path / "typo.toml"
+    config.write_text(toml)
+    line = here_error("serve", "--config", str(config))
+    assert line == f"synapse: config file {config}: {said}", line
