@@ -153,17 +153,29 @@ class Engine(Receiving, Commands):
                     late = f"the task's deadline passed with no outcome from {rec.partner}"
                     self._give_up(rec, ErrorCode.EXECUTION_TIMEOUT, late, now, step)
                 continue
-            text = {
-                _TIMEOUT: f"TaskTimeout of {self.config.task_timeout:g} s passed",
-                _DEADLINE: "the task's deadline passed",
-                _WAIT: "no answer to the question in time (required_by, deadline or "
-                f"input_timeout of {self.config.input_timeout:g} s)",
-            }[kind]
+            if kind == _WAIT:
+                text = self._unanswered(rec)
+            else:
+                text = {
+                    _TIMEOUT: f"TaskTimeout of {self.config.task_timeout:g} s passed",
+                    _DEADLINE: "the task's deadline passed",
+                }[kind]
             error = TaskError(
                 code=ErrorCode.EXECUTION_TIMEOUT.value, message=text, recoverable=True
             )
             self._fail(rec, error, now, step)
         return step
+
+    def _unanswered(self, rec: TaskRecord) -> str:
+        """Which limit of an unanswered question passed, said plainly."""
+        limit = self._wait_until(rec)
+        if limit is None:
+            return (
+                f"no answer to the question within input_timeout ({self.config.input_timeout:g} s)"
+            )
+        if rec.state is TaskState.INFO_NEEDED:
+            return f"no task_info_provided by its required_by ({limit.isoformat()})"
+        return f"no human_decision by its deadline ({limit.isoformat()})"
 
     def timer_due(self, key: TaskKey, now: float) -> bool:
         """True if a timer of task `key` is due at `now` (the next `on_timer` fires it)."""

@@ -127,7 +127,7 @@ def test_an_unanswered_question_ends_after_input_timeout() -> None:
     pair.advance(1)
     [failed] = [o for o in pair.outbox[E_ID] if isinstance(o.message, TaskFailed)]
     assert failed.message.payload.error.code == ErrorCode.EXECUTION_TIMEOUT
-    assert "input_timeout of 600 s" in failed.message.payload.error.message
+    assert "within input_timeout (600 s)" in failed.message.payload.error.message
     assert pair.e.active_executor_tasks() == 0  # the capacity is free again
     pair.deliver_all()
     assert pair.states(key) == (S.FAILED, S.FAILED)

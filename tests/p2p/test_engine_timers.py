@@ -158,7 +158,7 @@ def test_required_by_fires_when_unanswered() -> None:
     pair.deliver_all()
     assert pair.e.next_deadline() == T0 + 20
     nothing(pair.advance(19)[1])
-    timed_out(pair.advance(1)[1], key, "no answer")
+    timed_out(pair.advance(1)[1], key, "no task_info_provided by its required_by")
     # R's answer crosses the failure: refused with 409, then the failure arrives.
     pair.provide_info(key, {"style": "古典"})
     late = pair.deliver(R_ID)
@@ -190,7 +190,7 @@ def test_required_by_of_the_synchronous_need_info() -> None:
     key = pair.submit("text_generation", {"prompt": "p"})
     pair.deliver_all()
     assert pair.e.next_deadline() == T0 + 30
-    timed_out(pair.advance(30)[1], key, "no answer")
+    timed_out(pair.advance(30)[1], key, "no task_info_provided by its required_by")
     pair.deliver_all()
     assert pair.states(key) == (S.FAILED, S.FAILED)
 
@@ -202,7 +202,7 @@ def test_need_human_deadline_fires() -> None:
     pair.deliver_all()
     pair.start_deciding(key)  # a person is still thinking …
     nothing(pair.advance(299)[1])
-    timed_out(pair.advance(1)[1], key, "no answer")
+    timed_out(pair.advance(1)[1], key, "no human_decision by its deadline")
     pair.deliver_all()
     assert pair.states(key) == (S.FAILED, S.FAILED)
 
