@@ -566,7 +566,10 @@ class RuntimeBase:
         """Announce the held steps whose commit is done, in the order they were applied."""
         held, done = self._unannounced, self._commits_done
         while held and held[0][0] <= done:
-            held.popleft()[1]()
+            try:
+                held.popleft()[1]()
+            except Exception as exc:  # telling is no part of the commit: it never undoes it
+                log.error("announce_failed", error=repr(exc), exc_info=exc)
 
     async def _announce_when_durable(self) -> None:
         """Make sure a commit comes for every held announcement: a commit under way (a
