@@ -17,18 +17,16 @@ from typing import Any
 
 import aiohttp
 import pytest
-from approval_handler import ApprovalHandler
 from humanskit import SmtpServer, links_of, mail_channel
-from test_humans_flow import CONFIG, LINK_KEY, REVIEWERS, SCHEMA, SECRET, Setup, get, post
+from test_humans_flow import LINK_KEY, REVIEWERS, SCHEMA, Setup, get, humans_pair, post
 
-from synapse.humans import HumansConfig, Level, NotifyRoute, Person, enable_humans
+from synapse.humans import HumansConfig, Level, NotifyRoute, Person
 from synapse.humans.links import LinkSigner
 from synapse.mcp.questions import BadAnswer, Question, answer_from_arguments
 from synapse.mcp.tracking import Delegation
 from synapse.ops.console import Reviewer, TokenAuth, enable_console
 from synapse.runtime.answers import AnswerRefused
 from synapse.runtime.runtime_base import TaskHandle
-from synapse.transport.peer import Peer
 from synapse.types import DecidedBy, DecisionAction, MessageType, TaskState
 
 E = "agent-e"
@@ -43,18 +41,9 @@ async def gated(routes: tuple[NotifyRoute, ...], smtp: SmtpServer) -> AsyncItera
         reviewers=REVIEWERS,
         channels={"mail": mail_channel(smtp)},
     )
-    requester = Peer("agent-r", config=CONFIG)
-    humans = enable_humans(requester, config)
-    enable_console(requester, TokenAuth({token: Reviewer(name) for token, name in TOKENS.items()}))
-    executor = Peer(E, handler=ApprovalHandler(), config=CONFIG)
-    async with requester, executor:
-        requester.add_partner(E, executor.endpoint, (SECRET,))
-        executor.add_partner("agent-r", requester.endpoint, (SECRET,))
-        await humans.start()
-        try:
-            yield Setup(requester, executor, humans)
-        finally:
-            await humans.close()
+    auth = TokenAuth({token: Reviewer(name) for token, name in TOKENS.items()})
+    async with humans_pair(config, lambda peer: enable_console(peer, auth)) as setup:
+        yield setup
 
 
 def sent_decisions(setup: Setup) -> Callable[[], int]:

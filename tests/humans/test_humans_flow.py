@@ -104,8 +104,19 @@ async def peers(route: NotifyRoute, smtp: SmtpServer, hooks: HookReceiver) -> As
         reviewers=REVIEWERS,
         channels=channels(smtp, hooks),
     )
+    async with humans_pair(config) as setup:
+        yield setup
+
+
+@asynccontextmanager
+async def humans_pair(
+    config: HumansConfig, setup_requester: Callable[[Peer], object] = lambda _peer: None
+) -> AsyncIterator[Setup]:
+    """agent-r with `config`'s people (and whatever `setup_requester` adds), asking
+    agent-e, whose handler is `ApprovalHandler`; both stopped at the end."""
     requester = Peer("agent-r", config=CONFIG)
     humans = enable_humans(requester, config)
+    setup_requester(requester)
     executor = Peer("agent-e", handler=ApprovalHandler(), config=CONFIG)
     async with requester, executor:
         requester.add_partner("agent-e", executor.endpoint, (SECRET,))

@@ -83,6 +83,18 @@ def _served_url(process: subprocess.Popen[str]) -> str:
     raise AssertionError(f"synapse mcp --http did not start: {''.join(seen)}")
 
 
+def oauth_flags(issuer: Issuer) -> tuple[str, ...]:
+    """`synapse mcp`'s flags for access tokens of `issuer`, for `AUDIENCE`."""
+    return (
+        "--mcp-oauth-issuer",
+        issuer.base,
+        "--mcp-oauth-jwks",
+        issuer.jwks_url,
+        "--mcp-oauth-audience",
+        AUDIENCE,
+    )
+
+
 def authorized(url: str, token: str) -> Client:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
     return Client(streamable_http_client(url, http_client=http))
@@ -194,15 +206,7 @@ async def test_a_bearer_token_is_required_when_configured(
 async def test_oauth_access_tokens_of_the_issuer(
     executor: Server, requester_port: int, issuer: Issuer
 ) -> None:
-    flags = (
-        "--mcp-oauth-issuer",
-        issuer.base,
-        "--mcp-oauth-jwks",
-        issuer.jwks_url,
-        "--mcp-oauth-audience",
-        AUDIENCE,
-    )
-    with mcp_http(executor, requester_port, *flags) as url:
+    with mcp_http(executor, requester_port, *oauth_flags(issuer)) as url:
         expired = issuer.mint(exp=int(time.time()) - 3600)
         assert (await status_without(url, expired))[0] == 401
         elsewhere = issuer.mint(aud="another-service")
@@ -307,16 +311,7 @@ async def test_a_jwt_subject_is_not_the_static_token_of_the_same_name(
     """Both ways of signing in at once: a token named alice and an issuer whose JWT says
     `sub: alice`. They are two principals (`alice` and `ISSUER#alice`): neither sees,
     lists nor cancels the other's task."""
-    flags = (
-        "--mcp-token",
-        f"{TOKEN}=alice",
-        "--mcp-oauth-issuer",
-        issuer.base,
-        "--mcp-oauth-jwks",
-        issuer.jwks_url,
-        "--mcp-oauth-audience",
-        AUDIENCE,
-    )
+    flags = ("--mcp-token", f"{TOKEN}=alice", *oauth_flags(issuer))
     with mcp_http(executor, requester_port, *flags) as url:
         async with (
             authorized(url, TOKEN) as by_token,
