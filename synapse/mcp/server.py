@@ -322,7 +322,7 @@ class SynapseMcp:
         notes: str = "",
         wait_seconds: Annotated[float | None, Field(ge=0)] = None,
     ) -> TaskView | types.InputRequiredResult:
-        """PersonAnswer what a task asks: the missing fields of a need_info, or approve / reject
+        """Answer what a task asks: the missing fields of a need_info, or approve / reject
         a need_human (with changed values if you like). Then follow the task as
         delegate_task does."""
         task = self._task(task_id)
@@ -423,7 +423,7 @@ class SynapseMcp:
         return await self._take_elicitation(task, result)
 
     async def _take_elicitation(self, task: Delegation, result: types.ElicitResult) -> bool:
-        """PersonAnswer the task from the form's result; False when the user gave no answer."""
+        """Answer the task from the form's result; False when the user gave no answer."""
         question = task.question
         if question is None:
             return True

@@ -210,7 +210,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         front: Front = "python",
         link: str = "",
     ) -> str:
-        """TaskAnswer `task_need_info` (`provided_by`: who answered, for the task's audit trail),
+        """Answer `task_need_info` (`provided_by`: who answered, for the task's audit trail),
         through the runtime's `AnswerGate`: `AnswerRefused` if it cannot be taken. Returns
         once the answer is durable (it is sent then), with what to tell whoever answered."""
         rt = self._runtime
@@ -235,7 +235,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         front: Front = "python",
         link: str = "",
     ) -> str:
-        """TaskAnswer `task_need_human` with a `human_decision`, through the runtime's
+        """Answer `task_need_human` with a `human_decision`, through the runtime's
         `AnswerGate`: `AnswerRefused` if it cannot be taken. Returns once the decision is
         durable (or, short of a quorum, the answer recorded), with what to tell whoever
         answered. `front` says where it came from, `link` the nonce of the signed link it
@@ -346,8 +346,9 @@ class RuntimeBase:
         self._commits_done = 0
         #: Commits started and not yet ended (succeeded or failed).
         self._commits_in_flight = 0
-        #: Set (and replaced) whenever a commit ends, however it ends.
-        self._commit_ended = asyncio.Event()
+        #: Set when the next commit ends, however it ends; made only while the announcer
+        #: waits for one (no object a commit otherwise).
+        self._commit_ended: asyncio.Event | None = None
         #: What steps applied without a commit of their own announce (to handles, listeners,
         #: the log), held until the commit that makes their writes durable is done: (its
         #: number, the announcement), in the order the steps were applied. Announced means
@@ -434,8 +435,9 @@ class RuntimeBase:
             self._commits_done = max(self._commits_done, number)
         finally:
             self._commits_in_flight -= 1
-            ended, self._commit_ended = self._commit_ended, asyncio.Event()
-            ended.set()
+            if self._commit_ended is not None:
+                self._commit_ended.set()
+                self._commit_ended = None
         if self._unannounced:
             self._announce_durable()
         awaiting = self._finals_awaiting_commit
@@ -524,13 +526,9 @@ class RuntimeBase:
         self._rearm_timer()
 
     def announce_when_durable(self, announce: Callable[[], None]) -> None:
-        """Call `announce` once what is buffered in the store now is durable (at once when
-        nothing is), in order with the other announcements; a commit is made sure of."""
-        number = self._commits_started + 1
-        if not self._unannounced and self._commits_done >= number:
-            announce()
-            return
-        self._unannounced.append((number, announce))
+        """Call `announce` once what is buffered in the store now is durable (with the next
+        commit to start), in order with the other announcements; a commit is made sure of."""
+        self._unannounced.append((self._commits_started + 1, announce))
         if self._announcer is None:
             self._announcer = asyncio.create_task(self._announce_when_durable())
 
@@ -584,6 +582,8 @@ class RuntimeBase:
                 # committed by its delivery worker): one round of the loop lets it start.
                 await asyncio.sleep(0)
                 if self._commits_started >= needed and self._commits_in_flight:
+                    if self._commit_ended is None:
+                        self._commit_ended = asyncio.Event()
                     await self._commit_ended.wait()
                 elif needed > self._commits_done:
                     await self._commit_patiently()
