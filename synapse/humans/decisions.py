@@ -11,7 +11,6 @@ Every check comes before anything is written: a refused answer changes nothing.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
@@ -30,6 +29,7 @@ from synapse.p2p.engine import TaskRecord
 from synapse.runtime.answers import (
     AnswerRefused,
     Asked,
+    OneAnswerAtATime,
     Send,
     TaskAnswer,
     check_answer,
@@ -152,12 +152,12 @@ class HumansGate:
 
     def __init__(self, host: HumansHost) -> None:
         self.host = host
-        #: One answer at a time, from every front: the checks (used link, answered already,
-        #: quorum counts) and what they lead to are one step, so two never both count.
-        self.lock = asyncio.Lock()
+        #: One answer to a task at a time, from every front: the checks (used link, answered
+        #: already, quorum counts) and what they lead to are one step, so two never both count.
+        self.locks = OneAnswerAtATime()
 
     async def admit(self, handle: Asked, answer: TaskAnswer, send: Send) -> str:
-        async with self.lock:
+        async with self.locks.of(handle):
             rec = handle.record
             question = self.host.question_of(rec)
             if question is None:  # no route takes it: the question's own checks

@@ -16,6 +16,7 @@ A refused answer raises `AnswerRefused` before anything is written: it changes n
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -30,7 +31,25 @@ class Asked(Protocol):
     """What a gate reads of the task asked (a `TaskHandle`)."""
 
     @property
+    def task_id(self) -> str: ...
+
+    @property
     def record(self) -> TaskRecord: ...
+
+
+class OneAnswerAtATime:
+    """A lock per task: two answers to one task's question never both count, and answers
+    to different tasks do not wait for each other. A lock lives while someone holds or
+    waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def of(self, asked: Asked) -> asyncio.Lock:
+        lock = self._locks.get(asked.task_id)
+        if lock is None:
+            lock = self._locks[asked.task_id] = asyncio.Lock()
+        return lock
 
 
 #: The fronts an answer comes from (recorded in the task's audit trail).
@@ -164,10 +183,10 @@ class BasicGate:
     at a time."""
 
     def __init__(self) -> None:
-        self.lock = asyncio.Lock()
+        self.locks = OneAnswerAtATime()
 
     async def admit(self, handle: Asked, answer: TaskAnswer, send: Send) -> str:
-        async with self.lock:
+        async with self.locks.of(handle):
             check_answer(handle.record, answer)
             await send(answer)
         return "sent"
@@ -179,6 +198,7 @@ __all__ = [
     "Asked",
     "BasicGate",
     "Front",
+    "OneAnswerAtATime",
     "Send",
     "TaskAnswer",
     "check_answer",
