@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import Section, Table, quiet_logging, quiet_structlog
+from synapse.p2p.commands import Complete, Submit
 
 R_ID, E_ID = "agent-r", "agent-e"
 R_URL, E_URL = "http://127.0.0.1:8001/synapse/callback", "http://127.0.0.1:8002/synapse/callback"
@@ -54,12 +55,12 @@ def _run_echo_tasks(r: Any, e: Any, count: int, start: float) -> None:
     now = start
     for i in range(count):
         now += 0.001
-        _, step = r.submit(E_ID, "echo", {"text": f"hello {i}"}, now=now)
+        _, step = r.submit(Submit(E_ID, "echo", {"text": f"hello {i}"}), now)
         e_step = post(r, e, step.outgoing[0], now)
         key = e_step.actions[0].key  # StartExecution
         for out in e_step.outgoing:  # task_status_update{executing}
             post(e, r, out, now)
-        done = e.complete(key, TaskResult(output_type="text", output=f"hello {i}"), now=now)
+        done = e.handle(Complete(key, TaskResult(output_type="text", output=f"hello {i}")), now)
         for out in done.outgoing:  # task_complete
             post(e, r, out, now)
 

@@ -24,6 +24,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from synapse.model.bounds import Bounds
+from synapse.p2p.commands import (
+    Cancel,
+    Complete,
+    Decide,
+    Fail,
+    ProvideInfo,
+    ReportStatus,
+    RequestHuman,
+    RequestInfo,
+    StartDeciding,
+    Submit,
+)
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.delivery import TaskQueue
 from synapse.p2p.engine import (
@@ -336,7 +348,7 @@ class World:
             bounds=bounds,
             naming=naming,
         )
-        _, step = r_engine.submit(E, TASK_TYPE, {}, now=world.now, task_id="t")
+        _, step = r_engine.submit(Submit(E, TASK_TYPE, {}, task_id="t"), world.now)
         world.r.carry_out(step, world)
         return world
 
@@ -707,21 +719,23 @@ class World:
             key = r.key
             if kind == "cancel":
                 self.cancels += 1
-                step = r.engine.cancel(key, now=now, reason="changed my mind")
+                step = r.engine.handle(Cancel(key, reason="changed my mind"), now)
             elif kind == "provide info":
-                step = r.engine.provide_info(key, {"x": 1}, now=now)
+                step = r.engine.handle(ProvideInfo(key, {"x": 1}), now)
             elif kind == "start deciding":
-                step = r.engine.start_deciding(key, now=now)
+                step = r.engine.handle(StartDeciding(key), now)
             else:
                 action = DecisionAction.APPROVE if kind == "approve" else DecisionAction.REJECT
-                step = r.engine.decide(
-                    key,
-                    action,
-                    now=now,
-                    decided_by=DecidedBy(user_id="alice"),
-                    decision_id=f"dec-{kind}",
-                    approved_fields={"ok": True} if kind == "approve" else None,
-                    rejection_reason="" if kind == "approve" else "no",
+                step = r.engine.handle(
+                    Decide(
+                        key,
+                        action,
+                        decided_by=DecidedBy(user_id="alice"),
+                        decision_id=f"dec-{kind}",
+                        approved_fields={"ok": True} if kind == "approve" else None,
+                        rejection_reason="" if kind == "approve" else "no",
+                    ),
+                    now,
                 )
             r.carry_out(step, self)
             return
@@ -729,27 +743,31 @@ class World:
         key = e.key
         if kind == "report progress":
             e.progress_left -= 1
-            step = e.engine.report_status(key, now=now, progress=50.0)
+            step = e.engine.handle(ReportStatus(key, progress=50.0), now)
         elif kind == "ask for information":
             e.info_left -= 1
             e.handler = "waiting"
-            step = e.engine.request_info(key, [MissingField(field="y")], now=now)
+            step = e.engine.handle(RequestInfo(key, [MissingField(field="y")]), now)
         elif kind == "ask a person":
             e.human_left -= 1
             e.handler = "waiting"
-            step = e.engine.request_human(
-                key,
-                Reason(code="review", message="review?"),
-                now=now,
-                options=[HumanOption(field="ok", value=True)],
+            step = e.engine.handle(
+                RequestHuman(
+                    key,
+                    Reason(code="review", message="review?"),
+                    options=[HumanOption(field="ok", value=True)],
+                ),
+                now,
             )
         elif kind == "complete":
             e.handler = "stopped"
-            step = e.engine.complete(key, TaskResult(output_type="text", output="done"), now=now)
+            step = e.engine.handle(
+                Complete(key, TaskResult(output_type="text", output="done")), now
+            )
         else:
             e.handler = "stopped"
             error = TaskError(code="execution_failed", message="failed", recoverable=True)
-            step = e.engine.fail(key, error, now=now)
+            step = e.engine.handle(Fail(key, error), now)
         if step.discarded:
             e.handler = "stopped"  # a late call about a final task: the handler is gone
         e.carry_out(step, self)

@@ -3,7 +3,8 @@ decide, cancel) and the running handler's (report status, ask, complete, fail)."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -114,7 +115,7 @@ class RequestInfo:
     """The running handler asks the requester for missing information."""
 
     key: TaskKey
-    missing_fields: tuple[MissingField, ...]
+    missing_fields: Sequence[MissingField]
     question: str = ""
     required_by: datetime | None = None
 
@@ -126,7 +127,7 @@ class RequestHuman:
     key: TaskKey
     reason: Reason
     context: HumanContext | None = None
-    options: tuple[HumanOption, ...] = ()
+    options: Sequence[HumanOption] = ()
     escalation_level: int = 1
     deadline: datetime | None = None
 
@@ -163,6 +164,22 @@ Command: TypeAlias = (
 )
 
 
+def _fields(command: object) -> dict[str, Any]:
+    """A command's fields but its key: the payload fields it carries, by the same names (a
+    test holds every command to its payload, so a field is declared on each once)."""
+    names = _FIELD_NAMES.get(type(command))
+    if names is None:
+        names = _FIELD_NAMES[type(command)] = tuple(
+            f.name
+            for f in dataclasses.fields(command)  # type: ignore[arg-type]
+            if f.name != "key"
+        )
+    return {name: getattr(command, name) for name in names}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 class Commands(EngineBase):
     """The commands of the requester and of the running handler, each returning a `Step`."""
 
@@ -172,81 +189,29 @@ class Commands(EngineBase):
         nothing."""
         match command:
             case Submit():
-                return self.request(command, now)[1]
+                return self.submit(command, now)[1]
             case ProvideInfo():
-                return self.provide_info(command.key, command.fields, now=now, notes=command.notes)
+                return self._provide_info(command, now)
             case StartDeciding():
-                return self.start_deciding(command.key, now=now)
+                return self._start_deciding(command, now)
             case Decide():
-                return self.decide(
-                    command.key,
-                    command.action,
-                    now=now,
-                    decided_by=command.decided_by,
-                    decision_id=command.decision_id,
-                    approved_fields=command.approved_fields,
-                    rejection_reason=command.rejection_reason,
-                    notes=command.notes,
-                )
+                return self._decide(command, now)
             case Cancel():
-                return self.cancel(command.key, now=now, reason=command.reason)
+                return self._cancel(command, now)
             case ReportStatus():
-                return self.report_status(
-                    command.key,
-                    now=now,
-                    progress=command.progress,
-                    message=command.message,
-                    intermediate_result=command.intermediate_result,
-                )
+                return self._report_status(command, now)
             case RequestInfo():
-                return self.request_info(
-                    command.key,
-                    command.missing_fields,
-                    now=now,
-                    question=command.question,
-                    required_by=command.required_by,
-                )
+                return self._request_info(command, now)
             case RequestHuman():
-                return self.request_human(
-                    command.key,
-                    command.reason,
-                    now=now,
-                    context=command.context,
-                    options=command.options,
-                    escalation_level=command.escalation_level,
-                    deadline=command.deadline,
-                )
+                return self._request_human(command, now)
             case Complete():
-                return self.complete(command.key, command.result, now=now, summary=command.summary)
+                return self._complete(command, now)
             case Fail():
-                return self.fail(command.key, command.error, now=now)
+                return self._fail_command(command, now)
 
-    def submit(
-        self,
-        partner: str,
-        task_type: str,
-        payload: Mapping[str, Any] | None = None,
-        *,
-        now: float,
-        task_id: str | None = None,
-        priority: Priority = Priority.NORMAL,
-        deadline: datetime | None = None,
-        context: TaskContext | None = None,
-    ) -> tuple[TaskKey, Step]:
-        """Create a task as requester and queue its `task_request` to `partner`."""
-        command = Submit(
-            partner,
-            task_type,
-            payload,
-            task_id=task_id,
-            priority=priority,
-            deadline=deadline,
-            context=context,
-        )
-        return self.request(command, now)
-
-    def request(self, command: Submit, now: float) -> tuple[TaskKey, Step]:
-        """`submit`, given as a value: the new task's key, and the step that requests it."""
+    def submit(self, command: Submit, now: float) -> tuple[TaskKey, Step]:
+        """Create a task as requester and queue its `task_request` to the partner: the new
+        task's key, and the step that requests it (`handle` gives only the step)."""
         partner, context = command.partner, command.context
         spec = TaskSpec(
             id=command.task_id or self.ids.task_id(),
@@ -292,56 +257,45 @@ class Commands(EngineBase):
         except TransitionError as exc:
             raise LocalProtocolError(f"{event.value} in state {rec.state.value}") from exc
 
-    def provide_info(
-        self, key: TaskKey, fields: Mapping[str, Any], *, now: float, notes: str | None = None
-    ) -> Step:
-        rec = self._requester(key)
-        payload = TaskInfoProvidedPayload(task_id=rec.task_id, fields=dict(fields), notes=notes)
+    def _provide_info(self, command: ProvideInfo, now: float) -> Step:
+        rec = self._requester(command.key)
+        payload = TaskInfoProvidedPayload(
+            task_id=rec.task_id, fields=dict(command.fields), notes=command.notes
+        )
         out = self._callback(rec, TaskInfoProvided, payload, now)
         step = Step()
         self._local(rec, Event.SEND_TASK_INFO_PROVIDED, now, step, out.message.id)
         step.outgoing.append(out)
         return step
 
-    def start_deciding(self, key: TaskKey, *, now: float) -> Step:
+    def _start_deciding(self, command: StartDeciding, now: float) -> Step:
         """A person at R started to decide on a `task_need_human` (R only)."""
-        rec = self._requester(key)
+        rec = self._requester(command.key)
         step = Step()
         self._local(rec, Event.HUMAN_DECIDING, now, step, None)
         return step
 
-    def decide(
-        self,
-        key: TaskKey,
-        action: DecisionAction,
-        *,
-        now: float,
-        decided_by: DecidedBy,
-        decision_id: str,
-        approved_fields: Mapping[str, Any] | None = None,
-        rejection_reason: str = "",
-        notes: str = "",
-    ) -> Step:
-        rec = self._requester(key)
+    def _decide(self, command: Decide, now: float) -> Step:
+        rec = self._requester(command.key)
         if rec.need_human_id is None:
-            raise LocalProtocolError(f"task {key} has no pending task_need_human")
+            raise LocalProtocolError(f"task {command.key} has no pending task_need_human")
         payload = HumanDecisionPayload(
             task_id=rec.task_id,
-            decision_id=decision_id,
+            decision_id=command.decision_id,
             reply_to=rec.need_human_id,
-            decided_by=decided_by,
+            decided_by=command.decided_by,
             decision=Decision(
-                action=action,
-                approved_fields=dict(approved_fields or {}),
-                rejection_reason=rejection_reason,
+                action=command.action,
+                approved_fields=dict(command.approved_fields or {}),
+                rejection_reason=command.rejection_reason,
             ),
-            notes=notes,
+            notes=command.notes,
             timestamp=_at(now),
         )
         out = self._callback(rec, HumanDecision, payload, now)
         event = (
             Event.SEND_HUMAN_APPROVE
-            if action is DecisionAction.APPROVE
+            if command.action is DecisionAction.APPROVE
             else Event.SEND_HUMAN_REJECT
         )
         step = Step()
@@ -349,14 +303,14 @@ class Commands(EngineBase):
         step.outgoing.append(out)
         return step
 
-    def cancel(self, key: TaskKey, *, now: float, reason: str | None = None) -> Step:
+    def _cancel(self, command: Cancel, now: float) -> Step:
         """Ask E to cancel. Sent once R has the reply to its request (specs/protocol.md,
         'Task states')."""
-        rec = self._requester(key)
+        rec = self._requester(command.key)
         step = Step()
         if rec.is_final or rec.cancel_requested:
             return step
-        rec.cancel_requested, rec.cancel_reason = True, reason
+        rec.cancel_requested, rec.cancel_reason = True, command.reason
         self._send_requested_cancel(rec, now, step)
         return step
 
@@ -385,98 +339,59 @@ class Commands(EngineBase):
                 f"handler asked for {event.value} in state {rec.state.value}"
             ) from exc
 
-    def report_status(
-        self,
-        key: TaskKey,
-        *,
-        now: float,
-        progress: float | None = None,
-        message: str = "",
-        intermediate_result: Any = None,
-    ) -> Step:
+    def _report_status(self, command: ReportStatus, now: float) -> Step:
         step = Step()
-        rec = self._executor(key, step)
+        rec = self._executor(command.key, step)
         if rec is None:
             return step
         self._handler_move(rec, Event.SEND_TASK_STATUS_UPDATE, now, step)
-        self._status_callback(
-            rec,
-            now,
-            step,
-            progress=progress,
-            message=message,
-            intermediate_result=intermediate_result,
-        )
+        self._status_callback(rec, now, step, **_fields(command))
         return step
 
-    def request_info(
-        self,
-        key: TaskKey,
-        missing_fields: Iterable[MissingField],
-        *,
-        now: float,
-        question: str = "",
-        required_by: datetime | None = None,
-    ) -> Step:
+    def _request_info(self, command: RequestInfo, now: float) -> Step:
         step = Step()
-        rec = self._executor(key, step)
+        rec = self._executor(command.key, step)
         if rec is None:
             return step
-        need = TaskNeedInfoPayload(
-            task_id=rec.task_id,
-            missing_fields=list(missing_fields),
-            question=question,
-            required_by=required_by,
+        fields = _fields(command)
+        fields["missing_fields"] = list(command.missing_fields)
+        need = TaskNeedInfoPayload(task_id=rec.task_id, **fields)
+        self._handler_move(
+            rec, Event.SEND_TASK_NEED_INFO, now, step, wait_until=command.required_by
         )
-        self._handler_move(rec, Event.SEND_TASK_NEED_INFO, now, step, wait_until=required_by)
         rec.need_info = need
         step.outgoing.append(self._callback(rec, TaskNeedInfo, need, now))
         return step
 
-    def request_human(
-        self,
-        key: TaskKey,
-        reason: Reason,
-        *,
-        now: float,
-        context: HumanContext | None = None,
-        options: Iterable[HumanOption] = (),
-        escalation_level: int = 1,
-        deadline: datetime | None = None,
-    ) -> Step:
+    def _request_human(self, command: RequestHuman, now: float) -> Step:
         step = Step()
-        rec = self._executor(key, step)
+        rec = self._executor(command.key, step)
         if rec is None:
             return step
-        need = TaskNeedHumanPayload(
-            task_id=rec.task_id,
-            reason=reason,
-            context=context,
-            options=list(options),
-            escalation_level=escalation_level,
-            deadline=deadline,
-        )
-        self._handler_move(rec, Event.SEND_TASK_NEED_HUMAN, now, step, wait_until=deadline)
+        fields = _fields(command)
+        fields["options"] = list(command.options)
+        need = TaskNeedHumanPayload(task_id=rec.task_id, **fields)
+        self._handler_move(rec, Event.SEND_TASK_NEED_HUMAN, now, step, wait_until=command.deadline)
         out = self._callback(rec, TaskNeedHuman, need, now)
         rec.need_human, rec.need_human_id = need, out.message.id
         step.outgoing.append(out)
         return step
 
-    def complete(self, key: TaskKey, result: TaskResult, *, now: float, summary: str = "") -> Step:
+    def _complete(self, command: Complete, now: float) -> Step:
         step = Step()
-        rec = self._executor(key, step)
+        rec = self._executor(command.key, step)
         if rec is None:
             return step
         self._handler_move(rec, Event.SEND_TASK_COMPLETE, now, step)
-        rec.result = result
-        payload = TaskCompletePayload(task_id=rec.task_id, result=result, summary=summary)
+        rec.result = command.result
+        payload = TaskCompletePayload(task_id=rec.task_id, **_fields(command))
         step.outgoing.append(self._callback(rec, TaskComplete, payload, now))
         return step
 
-    def fail(self, key: TaskKey, error: TaskError, *, now: float) -> Step:
+    def _fail_command(self, command: Fail, now: float) -> Step:
         step = Step()
-        rec = self._executor(key, step)
+        rec = self._executor(command.key, step)
         if rec is None:
             return step
-        self._fail(rec, error, now, step)
+        self._fail(rec, command.error, now, step)
         return step

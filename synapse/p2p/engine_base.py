@@ -442,23 +442,10 @@ class EngineBase:
         """The task's payload with every field the requester provided since."""
         return {**rec.task.payload, **rec.provided}
 
-    def _status_callback(
-        self,
-        rec: TaskRecord,
-        now: float,
-        step: Step,
-        *,
-        progress: float | None = None,
-        message: str = "",
-        intermediate_result: Any = None,
-    ) -> None:
-        payload = TaskStatusUpdatePayload(
-            task_id=rec.task_id,
-            status=rec.state,
-            progress=progress,
-            message=message,
-            intermediate_result=intermediate_result,
-        )
+    def _status_callback(self, rec: TaskRecord, now: float, step: Step, **fields: Any) -> None:
+        """Queue a `task_status_update` with the task's state and `fields` (a `ReportStatus`'s,
+        or the runtime's own `message`)."""
+        payload = TaskStatusUpdatePayload(task_id=rec.task_id, status=rec.state, **fields)
         step.outgoing.append(self._callback(rec, TaskStatusUpdate, payload, now))
 
     def _fail(self, rec: TaskRecord, error: TaskError, now: float, step: Step) -> None:

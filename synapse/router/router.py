@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiohttp
 
 from synapse.logs import get_logger
+from synapse.p2p.commands import Submit
 from synapse.p2p.engine import TaskKey
 from synapse.p2p.states import Role
 from synapse.router.a2a_members import A2AMember, unless_settled
@@ -590,13 +591,15 @@ class Router(A2ARouting):
         # durable in the commit that makes the sub-task's request durable: no commit more.
         relay.ctx.note_soon(SYNAPSE_NOTE, partner=member.name, task_id=sub_task_id, part=part)
         handle = await self.peer.protocol.submit(
-            member.name,
-            task_type,
-            payload,
-            task_id=sub_task_id,
-            priority=relay.priority,
-            deadline=relay.deadline,
-            context=relay.sub_context(),
+            Submit(
+                member.name,
+                task_type,
+                payload,
+                task_id=sub_task_id,
+                priority=relay.priority,
+                deadline=relay.deadline,
+                context=relay.sub_context(),
+            )
         )
         return await self._follow_synapse(member, relay, handle, part)
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Callable
 from typing import Any
 
 from synapse.p2p.commands import Submit
@@ -49,10 +48,8 @@ from synapse.types import (
     HeartbeatPayload,
     Message,
     Nack,
-    Priority,
     RemoteProtocolError,
     Sender,
-    TaskContext,
     TaskState,
     decode_typed,
 )
@@ -239,33 +236,9 @@ class P2PProtocol(HandlerRunning, Delivering):
         found.update((str(key), rec.state) for key, rec in self.engine.tasks.items())
         return found
 
-    async def submit(
-        self,
-        partner: str,
-        task_type: str,
-        payload: Mapping[str, Any] | None = None,
-        *,
-        task_id: str | None = None,
-        priority: Priority = Priority.NORMAL,
-        deadline: datetime | None = None,
-        context: TaskContext | None = None,
-    ) -> TaskHandle:
-        """Request a task of `partner`; the handle follows it to its end."""
-        return await self.request(
-            Submit(
-                partner,
-                task_type,
-                payload,
-                task_id=task_id,
-                priority=priority,
-                deadline=deadline,
-                context=context,
-            )
-        )
-
-    async def request(self, command: Submit) -> TaskHandle:
-        """`submit`, given as a value (`synapse.p2p.commands.Submit`)."""
-        key, step = self.engine.request(command, self.clock())
+    async def submit(self, command: Submit) -> TaskHandle:
+        """Request a task (`synapse.p2p.commands.Submit`); the handle follows it to its end."""
+        key, step = self.engine.submit(command, self.clock())
         handle = TaskHandle(self, key, command.partner)
         self._handles[key] = handle
         await self.apply_durably(step)

@@ -415,7 +415,7 @@ class Peer:
         """Request a task of `partner`; the handle follows it to its end."""
         if partner not in self.partners:
             raise LocalProtocolError(f"{partner!r} is not a registered partner")
-        return await self.protocol.request(
+        return await self.protocol.submit(
             Submit(
                 partner,
                 task_type,

@@ -222,7 +222,7 @@ def test_the_checker_finds_an_outcome_told_twice() -> None:
 def test_the_checker_finds_a_task_that_waits_forever(monkeypatch: pytest.MonkeyPatch) -> None:
     """Liveness: with no timers and a handler whose result is lost, nothing ever ends."""
     monkeypatch.setattr(Engine, "on_timer", lambda self, now: Step())
-    monkeypatch.setattr(Engine, "complete", lambda self, key, result, now: Step())
+    monkeypatch.setattr(Engine, "_complete", lambda self, command, now: Step())
     quiet = Bounds(
         losses=0, stalls=0, failures=0, waits=0, cancels=0, lates=0, progress=0, questions=0
     ).with_("decisions=0")

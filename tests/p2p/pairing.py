@@ -14,6 +14,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from synapse.p2p.commands import (
+    Cancel,
+    Complete,
+    Decide,
+    Fail,
+    ProvideInfo,
+    ReportStatus,
+    RequestHuman,
+    RequestInfo,
+    StartDeciding,
+    Submit,
+)
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import (
     Action,
@@ -272,44 +284,44 @@ class Pair:
     def submit(
         self, task_type: str = "echo", payload: Mapping[str, Any] | None = None, **kw: Any
     ) -> TaskKey:
-        key, step = self.r.submit(E_ID, task_type, payload, now=self.now, **kw)
+        key, step = self.r.submit(Submit(E_ID, task_type, payload, **kw), self.now)
         self.absorb(self.r, step)
         return key
 
     def provide_info(self, key: TaskKey, fields: Mapping[str, Any]) -> Step:
-        return self.absorb(self.r, self.r.provide_info(key, fields, now=self.now))
+        return self.absorb(self.r, self.r.handle(ProvideInfo(key, fields), self.now))
 
     def start_deciding(self, key: TaskKey) -> Step:
-        return self.absorb(self.r, self.r.start_deciding(key, now=self.now))
+        return self.absorb(self.r, self.r.handle(StartDeciding(key), self.now))
 
     def decide(self, key: TaskKey, action: DecisionAction, **kw: Any) -> Step:
         kw.setdefault("decided_by", DecidedBy(user_id="user-123", user_name="张三"))
         kw.setdefault("decision_id", f"dec-{len(self.log)}")
-        return self.absorb(self.r, self.r.decide(key, action, now=self.now, **kw))
+        return self.absorb(self.r, self.r.handle(Decide(key, action, **kw), self.now))
 
     def cancel(self, key: TaskKey, reason: str | None = None) -> Step:
-        return self.absorb(self.r, self.r.cancel(key, now=self.now, reason=reason))
+        return self.absorb(self.r, self.r.handle(Cancel(key, reason=reason), self.now))
 
     # --- executor (handler) commands ----------------------------------------------------------
 
     def report_status(self, key: TaskKey, **kw: Any) -> Step:
-        return self.absorb(self.e, self.e.report_status(key, now=self.now, **kw))
+        return self.absorb(self.e, self.e.handle(ReportStatus(key, **kw), self.now))
 
     def request_info(self, key: TaskKey, **kw: Any) -> Step:
         kw.setdefault("missing_fields", [style_missing()])
-        return self.absorb(self.e, self.e.request_info(key, now=self.now, **kw))
+        return self.absorb(self.e, self.e.handle(RequestInfo(key, **kw), self.now))
 
     def request_human(self, key: TaskKey, **kw: Any) -> Step:
         kw.setdefault("reason", Reason(code="ethical_decision", message="涉及伦理决策需要人工审核"))
         kw.setdefault("options", [HumanOption(field="authorized", value=True, confidence=70)])
-        return self.absorb(self.e, self.e.request_human(key, now=self.now, **kw))
+        return self.absorb(self.e, self.e.handle(RequestHuman(key, **kw), self.now))
 
     def complete(self, key: TaskKey, output: Any = "done") -> Step:
         result = TaskResult(output_type="text", output=output)
-        return self.absorb(self.e, self.e.complete(key, result, now=self.now))
+        return self.absorb(self.e, self.e.handle(Complete(key, result), self.now))
 
     def fail(
         self, key: TaskKey, code: str = ErrorCode.EXECUTION_FAILED.value, recoverable: bool = True
     ) -> Step:
         error = TaskError(code=code, message="the handler raised", recoverable=recoverable)
-        return self.absorb(self.e, self.e.fail(key, error, now=self.now))
+        return self.absorb(self.e, self.e.handle(Fail(key, error), self.now))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import pytest
 from pairing import E_ID, Pair
 
@@ -15,15 +16,22 @@ from synapse.p2p.commands import (
     Fail,
     ProvideInfo,
     ReportStatus,
+    RequestHuman,
+    RequestInfo,
     Submit,
 )
+from synapse.p2p.engine import Engine
 from synapse.types import (
     ErrorCode,
     LocalProtocolError,
     MessageType,
+    TaskCompletePayload,
     TaskError,
+    TaskNeedHumanPayload,
+    TaskNeedInfoPayload,
     TaskResult,
     TaskState,
+    TaskStatusUpdatePayload,
 )
 
 
@@ -34,27 +42,73 @@ def test_a_command_is_a_frozen_value() -> None:
     assert command == Cancel(key=None, reason="no longer needed")  # type: ignore[arg-type]
 
 
-def test_handle_carries_out_each_command_as_its_method_does() -> None:
-    by_method, by_value = Pair(deterministic_ids=True), Pair(deterministic_ids=True)
-    key, step = by_method.r.submit(E_ID, "echo", {"text": "hi"}, now=by_method.now)
-    by_method.absorb(by_method.r, step)
-    step = by_value.r.handle(Submit(E_ID, "echo", {"text": "hi"}), by_value.now)
-    by_value.absorb(by_value.r, step)
+def test_submit_and_handle_request_the_same_task() -> None:
+    """`Engine.submit` is `handle(Submit)` that also returns the new task's key."""
+    with_key, by_handle = Pair(deterministic_ids=True), Pair(deterministic_ids=True)
+    key, step = with_key.r.submit(Submit(E_ID, "echo", {"text": "hi"}), with_key.now)
+    with_key.absorb(with_key.r, step)
+    step = by_handle.r.handle(Submit(E_ID, "echo", {"text": "hi"}), by_handle.now)
+    by_handle.absorb(by_handle.r, step)
     assert step.transitions[0].key == key  # a submitted task's key: its first transition's
-    for pair in (by_method, by_value):
+    for pair in (with_key, by_handle):
         pair.deliver_all()
-    assert by_method.states(key) == by_value.states(key) == (TaskState.EXECUTING,) * 2
+    assert with_key.states(key) == by_handle.states(key) == (TaskState.EXECUTING,) * 2
     result = TaskResult(output_type="text", output="hi")
-    by_method.absorb(by_method.e, by_method.e.report_status(key, now=by_method.now, progress=50))
-    by_value.absorb(by_value.e, by_value.e.handle(ReportStatus(key, progress=50), by_value.now))
-    by_method.absorb(by_method.e, by_method.e.complete(key, result, now=by_method.now))
-    by_value.absorb(by_value.e, by_value.e.handle(Complete(key, result), by_value.now))
-    for pair in (by_method, by_value):
+    for pair in (with_key, by_handle):
+        pair.absorb(pair.e, pair.e.handle(ReportStatus(key, progress=50), pair.now))
+        pair.absorb(pair.e, pair.e.handle(Complete(key, result), pair.now))
         pair.deliver_all()
-    assert by_method.states(key) == by_value.states(key) == (TaskState.COMPLETED,) * 2
-    assert [t.to_state for t in by_method.rec(E_ID, key).history] == [
-        t.to_state for t in by_value.rec(E_ID, key).history
+    assert with_key.states(key) == by_handle.states(key) == (TaskState.COMPLETED,) * 2
+    assert [t.to_state for t in with_key.rec(E_ID, key).history] == [
+        t.to_state for t in by_handle.rec(E_ID, key).history
     ]
+
+
+#: The commands whose fields are their message payload's, under the same names.
+CARRIED = {
+    ReportStatus: TaskStatusUpdatePayload,
+    RequestInfo: TaskNeedInfoPayload,
+    RequestHuman: TaskNeedHumanPayload,
+    Complete: TaskCompletePayload,
+}
+
+
+@pytest.mark.parametrize("command", list(CARRIED), ids=lambda c: c.__name__)
+def test_a_command_carries_its_payload_fields_by_their_names(command: type) -> None:
+    """The engine builds these payloads from the command's fields as they are, so a field is
+    declared on the payload and on the command, and nowhere else in the engine."""
+    fields = {f.name for f in dataclasses.fields(command)} - {"key"}
+    assert fields <= _names(CARRIED[command])
+
+
+def _names(struct: type) -> set[str]:
+    return {f.name for f in msgspec.structs.fields(struct)}
+
+
+def test_a_progress_field_reaches_the_wire_from_the_command() -> None:
+    pair = Pair(deterministic_ids=True)
+    key, step = pair.r.submit(Submit(E_ID, "echo", {"text": "hi"}), pair.now)
+    pair.absorb(pair.r, step)
+    pair.deliver_all()
+    step = pair.e.handle(ReportStatus(key, 40.0, "halfway", {"draft": 1}), pair.now)
+    (out,) = step.outgoing
+    assert isinstance(out.message.payload, TaskStatusUpdatePayload)
+    payload = out.message.payload
+    assert (payload.progress, payload.message, payload.intermediate_result) == (
+        40.0,
+        "halfway",
+        {"draft": 1},
+    )
+    assert payload.status is TaskState.EXECUTING
+
+
+def test_the_engine_has_one_way_in_per_command() -> None:
+    """Commands are values: no keyword twin of a command on the engine, and a small surface."""
+    public = [name for name in dir(Engine) if not name.startswith("_")]
+    twins = {"provide_info", "start_deciding", "decide", "cancel", "report_status"}
+    twins |= {"request_info", "request_human", "complete", "fail", "request"}
+    assert not twins & set(public)
+    assert len(public) <= 32, public
 
 
 def test_a_command_the_state_does_not_allow_is_refused_and_changes_nothing() -> None:

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from pairing import E_ID, R_ID, Pair, Snapshot, at, style_missing
 
+from synapse.p2p.commands import Cancel, ProvideInfo, ReportStatus, Submit
 from synapse.p2p.engine import Engine, TaskKey
 from synapse.types import (
     Ack,
@@ -392,9 +393,9 @@ def test_local_commands_out_of_turn_raise_and_change_nothing(pair: Pair) -> None
         lambda: pair.provide_info(key, {"a": 1}),
         lambda: pair.start_deciding(key),
         lambda: pair.decide(key, DecisionAction.APPROVE),
-        lambda: pair.r.report_status(key, now=pair.now),
-        lambda: pair.e.provide_info(key, {}, now=pair.now),
-        lambda: pair.r.cancel(TaskKey(R_ID, "task-nope"), now=pair.now),
+        lambda: pair.r.handle(ReportStatus(key), pair.now),
+        lambda: pair.e.handle(ProvideInfo(key, {}), pair.now),
+        lambda: pair.r.handle(Cancel(TaskKey(R_ID, "task-nope")), pair.now),
     ):
         with pytest.raises(LocalProtocolError):
             command()
@@ -402,6 +403,6 @@ def test_local_commands_out_of_turn_raise_and_change_nothing(pair: Pair) -> None
     with pytest.raises(LocalProtocolError):
         pair.complete(key)  # the handler waits for the information first
     with pytest.raises(LocalProtocolError):
-        pair.r.submit(E_ID, "echo", {}, now=pair.now, task_id=key.task_id)
+        pair.r.submit(Submit(E_ID, "echo", {}, task_id=key.task_id), pair.now)
     assert Snapshot.of(pair.r) == before[0]
     assert pair.states(key) == (S.EXECUTING, S.INFO_NEEDED)

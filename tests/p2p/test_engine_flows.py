@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pairing import E_ID, R_ID, T0, Pair, at, nack_for, style_missing
 
+from synapse.p2p.commands import Submit
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import (
     CancelExecution,
@@ -641,7 +642,7 @@ def test_both_roles_in_one_engine() -> None:
     key = pair.submit("echo", task_id="task-1")
     pair.deliver_all()
     # E submits its own task-1 to R: a different task, keyed by (E, task-1).
-    other, step = pair.e.submit(R_ID, "echo", {}, now=pair.now, task_id="task-1")
+    other, step = pair.e.submit(Submit(R_ID, "echo", {}, task_id="task-1"), pair.now)
     pair.absorb(pair.e, step)
     assert other == TaskKey(E_ID, "task-1") != key
     ex = pair.deliver(E_ID)

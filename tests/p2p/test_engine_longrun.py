@@ -8,6 +8,7 @@ from __future__ import annotations
 import msgspec
 from pairing import E_ID, R_ID, T0, Pair, at
 
+from synapse.p2p.commands import Submit
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import DropQueued, Engine, TaskEvent, TaskKey
 from synapse.p2p.states import Event
@@ -164,7 +165,7 @@ def test_one_partner_gets_at_most_its_share() -> None:
     other = Engine(agent_id="agent-x", endpoint="http://x")
 
     def request(r: Engine) -> TaskConfirm | TaskReject:
-        _, step = r.submit(E_ID, "slow", now=T0)
+        _, step = r.submit(Submit(E_ID, "slow"), T0)
         message = step.outgoing[0].message
         assert isinstance(message, TaskRequest)
         reply = e.receive(message, T0).reply

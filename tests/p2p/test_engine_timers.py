@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from pairing import E_ID, R_ID, T0, Pair, Snapshot, at, style_missing
 
+from synapse.p2p.commands import Submit
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import (
     CancelExecution,
@@ -290,7 +291,7 @@ def test_heartbeats_go_only_to_partners_with_tasks_in_flight(pair: Pair) -> None
 
 def test_silence_marks_a_partner_unreachable_without_touching_tasks(pair: Pair) -> None:
     key = running(pair)
-    mine, _ = pair.r.submit(E_ID, "slow", {}, now=pair.now)  # a second, never delivered
+    mine, _ = pair.r.submit(Submit(E_ID, "slow", {}), pair.now)  # a second, never delivered
     history = (len(pair.rec(R_ID, key).history), len(pair.rec(E_ID, key).history))
     for _ in range(2):
         r_step, e_step = pair.advance(30)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from synapse.p2p.commands import Complete, ReportStatus, Submit
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import Engine, Step, TaskKey, TaskRecord
 from synapse.store.base import DedupEntry, OutboxItem, TaskStore
@@ -75,16 +76,18 @@ class Duo:
             self.deliver(receiver, Step(outgoing=got.outgoing))
 
     def submit(self, task_type: str = "echo", task_id: str = "t-1") -> TaskKey:
-        key, step = self.r.submit(E_ID, task_type, {"text": "hi"}, now=self.tick(), task_id=task_id)
+        key, step = self.r.submit(
+            Submit(E_ID, task_type, {"text": "hi"}, task_id=task_id), self.tick()
+        )
         self.deliver(self.r, step)
         return key
 
     def progress(self, key: TaskKey, percent: float) -> None:
-        self.deliver(self.e, self.e.report_status(key, now=self.tick(), progress=percent))
+        self.deliver(self.e, self.e.handle(ReportStatus(key, progress=percent), self.tick()))
 
     def complete(self, key: TaskKey) -> None:
         result = TaskResult(output_type="text", output="hi")
-        self.deliver(self.e, self.e.complete(key, result, now=self.tick()))
+        self.deliver(self.e, self.e.handle(Complete(key, result), self.tick()))
 
     def record(self, side: str, key: TaskKey) -> TaskRecord:
         rec = (self.r if side == "r" else self.e).get(key)

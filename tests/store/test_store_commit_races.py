@@ -20,6 +20,7 @@ from diskfaults import write_lock
 from rawpost import eventually
 from storekit import E_ID, E_URL, R_ID, R_URL, T0
 
+from synapse.p2p.commands import Cancel, RequestInfo, Submit
 from synapse.p2p.engine import Engine, TaskKey
 from synapse.runtime.handler import ExecutionContext, Validation
 from synapse.runtime.protocol import P2PProtocol
@@ -106,7 +107,7 @@ class Partner:
 
 
 def request(r: Engine, task_id: str) -> Message:
-    _, step = r.submit(E_ID, "work", {}, now=T0, task_id=task_id)
+    _, step = r.submit(Submit(E_ID, "work", {}, task_id=task_id), T0)
     (out,) = step.outgoing
     return out.message
 
@@ -192,7 +193,7 @@ async def test_a_refused_cancel_leaves_a_task_its_handler_finished_meanwhile_fin
         r.on_reply(asked, reply, T0)
         await eventually(lambda: len(partner.received) == 1, timeout=20)
         await e.commit()
-        (cancel,) = r.cancel(key, now=T0, reason="changed my mind").outgoing
+        (cancel,) = r.handle(Cancel(key, reason="changed my mind"), T0).outgoing
         with write_lock(db):
             store.gate.clear()
             store.at_gate.clear()
@@ -243,8 +244,8 @@ async def test_a_person_answers_a_question_only_once_it_is_durable(tmp_path: Pat
         handle = await r.submit(E_ID, "work", {}, task_id="t")
         await eventually(lambda: handle.state is TaskState.CONFIRMED, timeout=20)
         key = TaskKey(R_ID, "t")
-        (question,) = executor.engine.request_info(
-            key, [MissingField(field="size")], now=T0, question="size?", required_by=None
+        (question,) = executor.engine.handle(
+            RequestInfo(key, [MissingField(field="size")], question="size?", required_by=None), T0
         ).outgoing
         with write_lock(db):
             store.gate.clear()
@@ -321,7 +322,7 @@ async def test_a_message_refused_for_another_tasks_lost_lease_lets_its_own_task_
     async with e:
         asked = request(r, "t")
         r.on_reply(asked, await e.handle_message(asked), T0)
-        (cancel,) = r.cancel(key, now=T0, reason="changed my mind").outgoing
+        (cancel,) = r.handle(Cancel(key, reason="changed my mind"), T0).outgoing
         store.fence_next = frozenset({TaskKey(R_ID, "another")})
         with pytest.raises(SynapseError):
             await e.handle_message(cancel.message)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from storekit import Duo
 
+from synapse.p2p.commands import Cancel, Fail
 from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.packed import RECORD_DEFLATE_ABOVE, record_packer
 from synapse.store.memory import MemoryStore
@@ -41,9 +42,9 @@ def finished_duo(count: int = 3) -> tuple[Duo, list[TaskKey]]:
         elif n % 3 == 1:
             duo.progress(key, 40)
             error = TaskError(code="execution_failed", message="no", details={"n": n})
-            duo.deliver(duo.e, duo.e.fail(key, error, now=duo.tick()))
+            duo.deliver(duo.e, duo.e.handle(Fail(key, error), duo.tick()))
         else:
-            duo.deliver(duo.r, duo.r.cancel(key, now=duo.tick(), reason="enough"))
+            duo.deliver(duo.r, duo.r.handle(Cancel(key, reason="enough"), duo.tick()))
         keys.append(key)
     return duo, keys
 

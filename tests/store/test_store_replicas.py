@@ -9,6 +9,7 @@ from typing import Any
 
 from storekit import T0, Clock, outbox_item
 
+from synapse.p2p.commands import Submit
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import Engine, Outgoing, PartnerReachability, Step, TaskKey
 from synapse.runtime.liveness import SharedLiveness
@@ -138,7 +139,7 @@ async def test_heartbeats_go_from_one_replica_and_count_for_all(pg_url: str) -> 
             on_heard=heard_elsewhere.append if n == 1 else None,
         )
         engine.partner_watch = watch
-        engine.submit("agent-p", "echo", {"text": "x"}, now=clock.now, task_id=f"t{n}")
+        engine.submit(Submit("agent-p", "echo", {"text": "x"}, task_id=f"t{n}"), clock.now)
         engines.append(engine)
         watches.append(watch)
     try:
