@@ -166,7 +166,7 @@ class Delivering(RuntimeBase):
                     reply = await sender.send_callback(out.partner, out.message)
                 except DeliveryError as exc:
                     queue.retry()
-                    self.listeners.notify("on_delivery_failed", out.message, out.partner, exc)
+                    self.listeners.on_delivery_failed(out.message, out.partner, exc)
                     if not exc.retryable:
                         self._dead_letter(queue, f"unusable reply: {exc}")
                         continue
@@ -256,7 +256,7 @@ class Delivering(RuntimeBase):
         partner = queued.out.partner
 
         def announce() -> None:
-            self.listeners.notify("on_dead_letter", message, partner, reason)
+            self.listeners.on_dead_letter(message, partner, reason)
             handle = self._handles.get(key) if key is not None else None
             if key is not None and rec is not None and handle is not None:
                 handle.push(TaskEvent(key, TaskNote.DEAD_LETTER, rec.state, message, reason))
@@ -269,7 +269,7 @@ class Delivering(RuntimeBase):
         try:
             reply = await sender.send_callback(out.partner, out.message, retry=False)
         except DeliveryError as exc:
-            self.listeners.notify("on_delivery_failed", out.message, out.partner, exc)
+            self.listeners.on_delivery_failed(out.message, out.partner, exc)
             return  # a missed heartbeat: the engine notices the silence
         self._observe("reply_in", reply, out.partner)
         if isinstance(reply, Heartbeat):

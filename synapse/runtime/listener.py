@@ -11,8 +11,8 @@ logged and swallowed, so that watching a peer never breaks it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal, Self, SupportsIndex
 
 import msgspec
 
@@ -96,42 +96,114 @@ class OnMessage(RuntimeListener):
         self.see(event)
 
 
-class Listeners(list[RuntimeListener]):
-    """The listeners of one peer, and how they are told.
+class Listeners(list[RuntimeListener], RuntimeListener):
+    """The listeners of one peer, and how they are told: the list is itself a listener, whose
+    every method tells the listeners that implement it (`listeners.on_transition(t)`), so the
+    type checker matches each call to its hook.
 
-    `notify("on_transition", transition)` calls each listener that implements the method (the
-    no-ops of `RuntimeListener` left out: a dozen notifications a task, most of them to
-    listeners that ignore them); the implementers are found again whenever the list changes.
+    The no-ops of `RuntimeListener` are left out (a dozen notifications a task, most of them to
+    listeners that ignore them). Who implements what is found once, and again after the list
+    changes (each way a list can change forgets it), not on every event.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: tuple[RuntimeListener, ...] = ()
-        self.implementers: dict[str, list[tuple[RuntimeListener, Callable[..., Any]]]] = {}
+    def __init__(self, listeners: Iterable[RuntimeListener] = ()) -> None:
+        super().__init__(listeners)
+        self._hooks: dict[str, tuple[tuple[RuntimeListener, Callable[..., Any]], ...]] = {}
 
-    def notify(self, method: str, *args: Any) -> None:
-        for listener, hook in self.implementing(method):
+    def _tell(self, method: str, *args: Any) -> None:
+        hooks = self._hooks.get(method)
+        if hooks is None:
+            hooks = self._hooks[method] = self._implementing(method)
+        for listener, hook in hooks:
             try:
                 hook(*args)
             except Exception as exc:  # watching a peer must never break it
                 log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
 
-    def implementing(self, method: str) -> list[tuple[RuntimeListener, Callable[..., Any]]]:
-        """The listeners that implement `method`, with their bound method."""
-        listeners = tuple(self)
-        if listeners != self.seen:
-            self.seen, self.implementers = listeners, {}
-        hooks = self.implementers.get(method)
-        if hooks is None:
-            noop = getattr(RuntimeListener, method)
-            # A listener need not derive from `RuntimeListener`: what it has is called.
-            found = [(listener, getattr(listener, method, None)) for listener in listeners]
-            hooks = self.implementers[method] = [
-                (listener, hook)
-                for listener, hook in found
-                if hook is not None and getattr(hook, "__func__", None) is not noop
-            ]
-        return hooks
+    def _implementing(self, method: str) -> tuple[tuple[RuntimeListener, Callable[..., Any]], ...]:
+        noop = getattr(RuntimeListener, method)
+        # A listener need not derive from `RuntimeListener`: what it has is called.
+        found = [(listener, getattr(listener, method, None)) for listener in self]
+        return tuple(
+            (listener, hook)
+            for listener, hook in found
+            if hook is not None and getattr(hook, "__func__", None) is not noop
+        )
+
+    # --- each way a list changes forgets who implements what ----------------------------------
+
+    def append(self, listener: RuntimeListener) -> None:
+        super().append(listener)
+        self._hooks.clear()
+
+    def extend(self, listeners: Iterable[RuntimeListener]) -> None:
+        super().extend(listeners)
+        self._hooks.clear()
+
+    def insert(self, index: SupportsIndex, listener: RuntimeListener) -> None:
+        super().insert(index, listener)
+        self._hooks.clear()
+
+    def remove(self, listener: RuntimeListener) -> None:
+        super().remove(listener)
+        self._hooks.clear()
+
+    def pop(self, index: SupportsIndex = -1) -> RuntimeListener:
+        self._hooks.clear()
+        return super().pop(index)
+
+    def clear(self) -> None:
+        super().clear()
+        self._hooks.clear()
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        super().__setitem__(index, value)
+        self._hooks.clear()
+
+    def __delitem__(self, index: SupportsIndex | slice) -> None:
+        super().__delitem__(index)
+        self._hooks.clear()
+
+    def __iadd__(self, listeners: Iterable[RuntimeListener]) -> Self:  # type: ignore[override,misc]
+        self.extend(listeners)
+        return self
+
+    # --- the hooks, each telling the listeners that implement it -------------------------------
+
+    def on_message(self, event: MessageEvent) -> None:
+        self._tell("on_message", event)
+
+    def on_refused(self, message: Message, error: RemoteProtocolError) -> None:
+        self._tell("on_refused", message, error)
+
+    def on_transition(self, transition: Transition) -> None:
+        self._tell("on_transition", transition)
+
+    def on_handler_done(
+        self, key: TaskKey, task_type: str, started: float, seconds: float, outcome: str
+    ) -> None:
+        self._tell("on_handler_done", key, task_type, started, seconds, outcome)
+
+    def on_delivery_failed(self, message: Message, partner: str, error: DeliveryError) -> None:
+        self._tell("on_delivery_failed", message, partner, error)
+
+    def on_dead_letter(self, message: Message, partner: str, reason: str) -> None:
+        self._tell("on_dead_letter", message, partner, reason)
+
+    def on_commit(self, seconds: float, error: BaseException | None) -> None:
+        self._tell("on_commit", seconds, error)
+
+    def on_evicted(self, key: TaskKey) -> None:
+        self._tell("on_evicted", key)
+
+    def on_nack_sent(self, error: RemoteProtocolError) -> None:
+        self._tell("on_nack_sent", error)
+
+    def on_retry(self, message: Message, attempt: int) -> None:
+        self._tell("on_retry", message, attempt)
+
+    def on_http_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self._tell("on_http_request", method, route, status, seconds)
 
 
 __all__ = [

@@ -87,7 +87,7 @@ class P2PProtocol(HandlerRunning, Delivering):
         try:
             step = self.engine.receive(message, self.clock())
         except RemoteProtocolError as exc:
-            self.listeners.notify("on_refused", message, exc)
+            self.listeners.on_refused(message, exc)
             log.info(
                 "message_refused",
                 message_id=message.id,

@@ -162,9 +162,7 @@ class HandlerRunning(RuntimeBase):
             self._waiters.pop(key, None)
             if self.listeners:
                 seconds = time.perf_counter() - started
-                self.listeners.notify(
-                    "on_handler_done", key, action.task_type, wall, seconds, outcome
-                )
+                self.listeners.on_handler_done(key, action.task_type, wall, seconds, outcome)
 
     def _require_sender(self, partner: str) -> CallbackSender:
         for prefix, local in self._local_senders.items():

@@ -429,9 +429,9 @@ class RuntimeBase:
                 try:
                     await self._store_commit(discard_after)
                 except Exception as exc:
-                    self.listeners.notify("on_commit", time.perf_counter() - started, exc)
+                    self.listeners.on_commit(time.perf_counter() - started, exc)
                     raise
-                self.listeners.notify("on_commit", time.perf_counter() - started, None)
+                self.listeners.on_commit(time.perf_counter() - started, None)
             self._commits_done = max(self._commits_done, number)
         finally:
             self._commits_in_flight -= 1
@@ -458,7 +458,7 @@ class RuntimeBase:
         if handle is not None and not handle.settled:
             handle.settle()  # from the record, before it leaves memory
         self.engine.forget(key)
-        self.listeners.notify("on_evicted", key)
+        self.listeners.on_evicted(key)
 
     def release(self, key: TaskKey) -> None:
         """Let a task go without writing anything: another process owns it now (replicas
@@ -536,7 +536,7 @@ class RuntimeBase:
         """Tell of a step whose writes are durable: listeners and the log of its transitions,
         handles of its events and of the outcomes it settled."""
         for transition in step.transitions:
-            self.listeners.notify("on_transition", transition)
+            self.listeners.on_transition(transition)
             # A task's outcome is what an operator follows (one info line a task); the steps
             # before it are detail (debug), as is every message in and out.
             lifecycle = transition.to_state.is_final
@@ -667,7 +667,7 @@ class RuntimeBase:
 
     def _observe(self, direction: Direction, message: Message, partner: str) -> None:
         if self.listeners:
-            self.listeners.notify("on_message", MessageEvent(direction, message, partner))
+            self.listeners.on_message(MessageEvent(direction, message, partner))
 
     @property
     def handler(self) -> TaskHandler | None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import aiohttp
 import msgspec
@@ -353,7 +353,8 @@ class HttpClient:
             ) from last.__cause__
 
     def _notify_retry(self, message: Envelope[Any], attempt: int) -> None:
-        self.listeners.notify("on_retry", message, attempt)
+        # Every envelope class is a member of `Message` (a class that is not fails at import).
+        self.listeners.on_retry(cast(Message, message), attempt)
 
     def _lean_pool(self, url: str) -> Http1Pool | None:
         """The lean client if it POSTs to `url`: plain http, and no aiohttp tracing hooks."""

@@ -553,7 +553,7 @@ class CallbackConnection(asyncio.Protocol):
         self._write(reply, close)
         if route.listeners:
             elapsed = time.perf_counter() - started
-            route.listeners.notify("on_http_request", "POST", route.path, reply.status, elapsed)
+            route.listeners.on_http_request("POST", route.path, reply.status, elapsed)
         if close:
             self._close()
             return

@@ -161,7 +161,7 @@ class SynapseServer:
         headers: dict[str, str] | None = None,
     ) -> StoredReply:
         # Every refusal we answer with a nack (metrics count them by code).
-        self.protocol.listeners.notify("on_nack_sent", error)
+        self.protocol.listeners.on_nack_sent(error)
         nack = nack_for(
             error,
             agent_id=self.agent_id,

@@ -7,13 +7,15 @@ Two real peers on 127.0.0.1 (the `pair` fixture).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 from flowkit import WAIT, E, Pair
 
-from synapse.p2p.engine import Transition
-from synapse.runtime.listener import MessageEvent, RuntimeListener
+from synapse.p2p.engine import TaskKey, Transition
+from synapse.p2p.states import Event, Role
+from synapse.runtime.listener import Listeners, MessageEvent, RuntimeListener
 from synapse.types import Message, RemoteProtocolError, TaskState
 
 
@@ -112,3 +114,42 @@ async def test_one_listener_sees_the_server_the_client_and_the_lean_route(pair: 
     assert everything.seen["nack"]
     # The client's retries go to the same list (the metrics tests count them through it).
     assert pair.e.client.listeners is pair.e.protocol.listeners
+
+
+def test_the_list_has_a_typed_method_for_every_hook() -> None:
+    """Each hook of `RuntimeListener` is a method of `Listeners` (no hook called by name)."""
+    hooks = {name for name in vars(RuntimeListener) if name.startswith("on_")}
+    assert hooks == {name for name in vars(Listeners) if name.startswith("on_")}
+
+
+def test_who_implements_a_hook_is_found_again_after_every_change_of_the_list() -> None:
+    listeners = Listeners()
+    first, second = Transitions(), Transitions()
+    moved = Transition(
+        TaskKey("r", "t"),
+        Role.REQUESTER,
+        TaskState.PENDING,
+        TaskState.CONFIRMED,
+        Event.RECV_TASK_CONFIRM,
+        "m",
+        1.0,
+    )
+    changes: list[tuple[str, Callable[[], object]]] = [
+        ("append", lambda: listeners.append(first)),
+        ("+=", lambda: listeners.__iadd__([second])),
+        ("remove", lambda: listeners.remove(first)),
+        ("insert", lambda: listeners.insert(0, first)),
+        ("del", lambda: listeners.__delitem__(0)),
+        ("slice", lambda: listeners.__setitem__(slice(0, 1), [first])),
+        ("pop", lambda: listeners.pop()),
+        ("extend", lambda: listeners.extend([second])),
+        ("clear", lambda: listeners.clear()),
+    ]
+    for name, change in changes:
+        listeners.on_transition(moved)  # the hooks found now are remembered …
+        change()
+        before = {id(listener): len(listener.seen) for listener in (first, second)}
+        listeners.on_transition(moved)  # … and forgotten by the change
+        for listener in (first, second):
+            told = len(listener.seen) - before[id(listener)]
+            assert told == listeners.count(listener), name
