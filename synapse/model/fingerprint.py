@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from synapse.model.world import ReplyOnTheWay, Side, World, reply_kind
+from synapse.p2p.engine import EngineTimer
 
 
 def fingerprint(world: World) -> tuple[Any, ...]:
@@ -68,7 +69,7 @@ def _side_key(world: World, side: Side, names: dict[str, str]) -> tuple[Any, ...
         sorted(
             (kind, round(when - world.now, 6))
             for (kind, _), when in side.engine.timer_deadlines().items()
-            if kind != "heartbeat"
+            if kind is not EngineTimer.HEARTBEAT
         )
     )
     return (

@@ -42,6 +42,7 @@ from synapse.p2p.engine import (
     CancelExecution,
     DropQueued,
     Engine,
+    EngineTimer,
     ResumeExecution,
     StartExecution,
     Step,
@@ -493,7 +494,7 @@ class World:
             when
             for side in (self.r, self.e)
             for (kind, _), when in side.engine.timer_deadlines().items()
-            if kind != "heartbeat"
+            if kind is not EngineTimer.HEARTBEAT
         ]
         return min(found) if found else None
 

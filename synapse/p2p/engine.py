@@ -22,14 +22,9 @@ from dataclasses import dataclass
 
 from synapse.p2p.commands import Commands
 from synapse.p2p.engine_base import (
-    _DEADLINE,
-    _HEARTBEAT,
-    _R_DEADLINE,
-    _SILENCE,
-    _TIMEOUT,
-    _WAIT,
     UNDELIVERABLE,
     EngineSnapshot,
+    EngineTimer,
     PartnerWatch,
     _copy_record,
     _epoch,
@@ -65,6 +60,7 @@ from synapse.p2p.states import (
     RUNNING_STATES,
     Event,
     Role,
+    StateTimer,
     state_timers,
 )
 from synapse.types import (
@@ -87,7 +83,7 @@ class Engine(Receiving, Commands):
             self._track(rec, now)
             executor = rec.role is Role.EXECUTOR
             if executor and rec.task.deadline is not None:
-                self._timers.set((_DEADLINE, rec.key), _epoch(rec.task.deadline))
+                self._timers.set((EngineTimer.DEADLINE, rec.key), _epoch(rec.task.deadline))
             if rec.state is TaskState.EXECUTING:
                 rec.executing_since = now  # time spent down is not executing time
             # The same timers a live move into this state starts (STATE_TIMERS).
@@ -134,7 +130,7 @@ class Engine(Receiving, Commands):
         """Fire every timer due at `now`: task timeouts, deadlines, heartbeats."""
         step = Step()
         for kind, target in list(self._timers.pop_due(now)):
-            if kind == _HEARTBEAT:
+            if kind is EngineTimer.HEARTBEAT:
                 assert isinstance(target, str)
                 self._heartbeat_due(target, now, step)
                 continue
@@ -143,23 +139,22 @@ class Engine(Receiving, Commands):
             if rec is None or rec.is_final:
                 continue
             if rec.role is Role.REQUESTER:
-                if kind == _SILENCE:
+                if kind is StateTimer.SILENCE:
                     silent = (
                         f"no word from {rec.partner} about the task for "
                         f"{self.silence_limit():g} s (task_timeout plus heartbeat loss)"
                     )
                     self._give_up(rec, ErrorCode.EXECUTION_TIMEOUT, silent, now, step)
-                elif kind == _R_DEADLINE:
+                elif kind is EngineTimer.REQUESTER_DEADLINE:
                     late = f"the task's deadline passed with no outcome from {rec.partner}"
                     self._give_up(rec, ErrorCode.EXECUTION_TIMEOUT, late, now, step)
                 continue
-            if kind == _WAIT:
+            if kind is StateTimer.ANSWER_WAIT:
                 text = self._unanswered(rec)
+            elif kind is StateTimer.TASK_TIMEOUT:
+                text = f"TaskTimeout of {self.config.task_timeout:g} s passed"
             else:
-                text = {
-                    _TIMEOUT: f"TaskTimeout of {self.config.task_timeout:g} s passed",
-                    _DEADLINE: "the task's deadline passed",
-                }[kind]
+                text = "the task's deadline passed"
             error = TaskError(
                 code=ErrorCode.EXECUTION_TIMEOUT.value, message=text, recoverable=True
             )
@@ -187,8 +182,8 @@ class Engine(Receiving, Commands):
         Delivery resumes after its next successful heartbeat (specs/protocol.md, 'Transport').
         """
         self._backlog.add(partner)
-        if (_HEARTBEAT, partner) not in self._timers:
-            self._timers.set((_HEARTBEAT, partner), now + self.config.heartbeat_interval)
+        if (EngineTimer.HEARTBEAT, partner) not in self._timers:
+            self._timers.set((EngineTimer.HEARTBEAT, partner), now + self.config.heartbeat_interval)
 
     def _heartbeat_due(self, partner: str, now: float, step: Step) -> None:
         if not self.in_flight_with(partner) and partner not in self._backlog:
@@ -207,7 +202,7 @@ class Engine(Receiving, Commands):
             self._partner_events(partner, TaskNote.PARTNER_UNREACHABLE, step)
         if send:
             step.outgoing.append(Outgoing(partner, self.heartbeat(partner, now)))
-        self._timers.set((_HEARTBEAT, partner), now + self.config.heartbeat_interval)
+        self._timers.set((EngineTimer.HEARTBEAT, partner), now + self.config.heartbeat_interval)
 
     def checkpoint(self, message: Message) -> Checkpoint:
         """Prepare to apply `message` so that `rollback` can leave the engine as if it had
@@ -331,6 +326,7 @@ __all__ = [
     "DropQueued",
     "Engine",
     "EngineSnapshot",
+    "EngineTimer",
     "Outgoing",
     "PartnerReachability",
     "PartnerWatch",

@@ -9,6 +9,7 @@ import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Protocol, Self, TypeAlias, TypeVar
 
 import msgspec
@@ -84,20 +85,22 @@ class _PartnerLiveness:
 
 
 M = TypeVar("M", bound=Envelope[Any])
-_TimerKey: TypeAlias = tuple[str, TaskKey | str]
-_TIMEOUT = "timeout"
-_DEADLINE = "deadline"
-_WAIT = "wait"
-_HEARTBEAT = "heartbeat"
-#: R's own timers: the executor's silence about a task, and the task's deadline.
-_SILENCE = "silence"
-_R_DEADLINE = "r_deadline"
-#: The timer-queue kind of each timer a state runs.
-_TIMER_KINDS = {
-    StateTimer.TASK_TIMEOUT: _TIMEOUT,
-    StateTimer.ANSWER_WAIT: _WAIT,
-    StateTimer.SILENCE: _SILENCE,
-}
+
+
+class EngineTimer(StrEnum):
+    """A timer of the engine that no state runs (those are `StateTimer`s)."""
+
+    DEADLINE = "deadline"
+    """E: the task's `deadline`; passing it fails the task (`execution_timeout`)."""
+    REQUESTER_DEADLINE = "requester_deadline"
+    """R: the task's `deadline` plus a heartbeat interval for E's `task_failed` to arrive."""
+    HEARTBEAT = "heartbeat"
+    """A partner's next heartbeat (its target is the partner's agent id)."""
+
+
+#: What an armed timer is, and whose: a task's key or, for heartbeats, a partner's id.
+TimerKind: TypeAlias = StateTimer | EngineTimer
+_TimerKey: TypeAlias = tuple[TimerKind, TaskKey | str]
 
 
 def _timer_owner(key: _TimerKey) -> TaskKey | str:
@@ -217,7 +220,7 @@ class EngineBase:
             backlog=frozenset(self._backlog),
         )
 
-    def timer_deadlines(self) -> dict[tuple[str, TaskKey | str], float]:
+    def timer_deadlines(self) -> dict[_TimerKey, float]:
         """Every armed timer (its kind and task key or partner) and when it is due."""
         return self._timers.armed()
 
@@ -357,7 +360,7 @@ class EngineBase:
         # The timers of the state left stop, those of the state entered start (STATE_TIMERS).
         left, entered = timer_changes(rec.role, old, new)
         for timer in left:
-            self._timers.cancel((_TIMER_KINDS[timer], rec.key))
+            self._timers.cancel((timer, rec.key))
         # Some timers also start again on every move within their state (R's patience).
         for timer in entered | (state_timers(rec.role, new) & RESTARTED_BY_EVERY_MOVE):
             self._start_state_timer(rec, timer, now, wait_until)
@@ -375,7 +378,7 @@ class EngineBase:
         self.tasks[rec.key] = rec
         self._account(rec, +1)
         liveness = self._partners.setdefault(rec.partner, _PartnerLiveness(last_heard=now))
-        heartbeat_key = (_HEARTBEAT, rec.partner)
+        heartbeat_key = (EngineTimer.HEARTBEAT, rec.partner)
         if heartbeat_key not in self._timers:
             # Heartbeats (re)start now: count missed ones from here, not from an idle spell.
             liveness.last_heard = max(liveness.last_heard, now)
@@ -411,14 +414,14 @@ class EngineBase:
         """Arm `timer` of the state `rec` enters (or, at restore, is in)."""
         if timer is StateTimer.TASK_TIMEOUT:
             remaining = max(0.0, self.config.task_timeout - rec.executed_time)
-            self._timers.set((_TIMEOUT, rec.key), now + remaining)
+            self._timers.set((StateTimer.TASK_TIMEOUT, rec.key), now + remaining)
         elif timer is StateTimer.SILENCE:
-            self._timers.set((_SILENCE, rec.key), now + self.silence_limit())
+            self._timers.set((StateTimer.SILENCE, rec.key), now + self.silence_limit())
         else:
             # ANSWER_WAIT: until the question's `required_by` / `deadline`, else for
             # `input_timeout`: a question nobody answers must not hold capacity forever.
             when = _epoch(wait_until) if wait_until is not None else now + self.config.input_timeout
-            self._timers.set((_WAIT, rec.key), when)
+            self._timers.set((StateTimer.ANSWER_WAIT, rec.key), when)
 
     def _wait_until(self, rec: TaskRecord) -> datetime | None:
         """The limit of the answer `rec` waits for, from the question it asked (at restore)."""
@@ -460,7 +463,9 @@ class EngineBase:
         arrive first. (E's silence is a state timer: `_move` and `restore` arm it.)"""
         if rec.task.deadline is not None:
             grace = self.config.heartbeat_interval
-            self._timers.set((_R_DEADLINE, rec.key), _epoch(rec.task.deadline) + grace)
+            self._timers.set(
+                (EngineTimer.REQUESTER_DEADLINE, rec.key), _epoch(rec.task.deadline) + grace
+            )
 
     def _give_up(
         self, rec: TaskRecord, code: ErrorCode | str, text: str, now: float, step: Step
@@ -517,7 +522,7 @@ class EngineSnapshot(msgspec.Struct, frozen=True):
     """What `Engine.snapshot` returns: compared with `==`."""
 
     tasks: dict[TaskKey, dict[str, Any]]
-    timers: dict[tuple[str, TaskKey | str], float]
+    timers: dict[_TimerKey, float]
     partners: dict[str, tuple[float, bool]]
     counts: tuple[int, tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]
     backlog: frozenset[str]

@@ -8,11 +8,11 @@ from typing import Any
 
 from synapse.p2p.engine_base import (
     _ACKED,
-    _DEADLINE,
     _DECISIONS,
     _REPLY_EVENTS,
     UNDELIVERABLE,
     EngineBase,
+    EngineTimer,
     _epoch,
     _not_found,
 )
@@ -171,7 +171,7 @@ class Receiving(EngineBase):
             self._move(rec, Event.SEND_TASK_CONFIRM, now, message.id, step)
             self._start(rec, now, step)
         if spec.deadline is not None and not rec.is_final:
-            self._timers.set((_DEADLINE, key), _epoch(spec.deadline))
+            self._timers.set((EngineTimer.DEADLINE, key), _epoch(spec.deadline))
         rec.decision = self._reply(_DECISIONS[type(verdict)], verdict, message, now)
         step.reply = rec.decision
 

@@ -14,9 +14,8 @@ import pytest
 from synapse.model import Bounds, Result, explore
 from synapse.model.bounds import CI, LARGER, from_environment
 from synapse.model.checker import follow
-from synapse.p2p import engine_base
-from synapse.p2p.engine import Engine, Step, TaskEvent, TaskNote
-from synapse.p2p.states import Role
+from synapse.p2p.engine import Engine, EngineTimer, Step, TaskEvent, TaskNote
+from synapse.p2p.states import Role, StateTimer
 from synapse.types import TaskState
 
 
@@ -133,7 +132,7 @@ def test_a_failed_commit_gives_the_requester_its_timers_back() -> None:
     assert rec is not None and rec.state is TaskState.PENDING  # as if it never came
     # Its silence timer is the one it had, not the one the refused callback set.
     assert world.r.engine.timer_deadlines() == before.r.engine.timer_deadlines()
-    assert ("silence", rec.key) in world.r.engine.timer_deadlines()
+    assert (StateTimer.SILENCE, rec.key) in world.r.engine.timer_deadlines()
 
 
 def test_an_undeliverable_cancel_after_giving_up_is_no_second_outcome() -> None:
@@ -162,7 +161,7 @@ def without_timers_in_the_checkpoint(monkeypatch: pytest.MonkeyPatch) -> Iterato
 
     def forgetful(self: Engine, message: object) -> object:
         saved = checkpoint(self, message)  # type: ignore[arg-type]
-        own = (engine_base._SILENCE, engine_base._R_DEADLINE)
+        own = (StateTimer.SILENCE, EngineTimer.REQUESTER_DEADLINE)
         for key in [key for key in saved.timers if key[0] in own]:
             del saved.timers[key]
         return saved

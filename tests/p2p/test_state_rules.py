@@ -75,9 +75,10 @@ def test_restore_arms_the_timers_a_live_move_into_the_state_arms() -> None:
     pair.request_human(human, deadline=at(pair.now + 90))
     cases.append(("need_human", human))
     live = {name: armed(pair.e, k) for name, k in cases}
-    assert set(live["executing"]) == {"timeout"}
-    assert live["executing"]["timeout"] == T0 + QUIET.task_timeout
-    assert set(live["info_needed"]) == {"wait"} and set(live["need_human"]) == {"wait"}
+    assert set(live["executing"]) == {StateTimer.TASK_TIMEOUT}
+    assert live["executing"][StateTimer.TASK_TIMEOUT] == T0 + QUIET.task_timeout
+    wait = {StateTimer.ANSWER_WAIT}
+    assert set(live["info_needed"]) == wait and set(live["need_human"]) == wait
     executing_time_spent(pair, key)
     again = restored(pair)
     assert {name: armed(again, k) for name, k in cases} == live
@@ -113,10 +114,10 @@ def test_an_answer_wait_stops_on_leaving_its_state() -> None:
     pair.deliver_all()
     pair.request_info(key, required_by=at(pair.now + 60))
     pair.deliver_all()
-    assert "wait" in armed(pair.e, key)
+    assert StateTimer.ANSWER_WAIT in armed(pair.e, key)
     pair.provide_info(key, {"style": "古典"})
     pair.deliver_all()
-    assert "wait" not in armed(pair.e, key)
+    assert StateTimer.ANSWER_WAIT not in armed(pair.e, key)
 
 
 def test_recoverys_running_states_are_where_execution_starts() -> None:

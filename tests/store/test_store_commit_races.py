@@ -241,7 +241,7 @@ async def test_a_person_answers_a_question_only_once_it_is_durable(tmp_path: Pat
     store = GatedStore(db)
     r = P2PProtocol(agent_id=R_ID, endpoint=R_URL, sender=executor, store=store)
     async with r:
-        handle = await r.submit(E_ID, "work", {}, task_id="t")
+        handle = await r.submit(Submit(E_ID, "work", {}, task_id="t"))
         await eventually(lambda: handle.state is TaskState.CONFIRMED, timeout=20)
         key = TaskKey(R_ID, "t")
         (question,) = executor.engine.handle(
@@ -277,7 +277,7 @@ async def test_submit_returns_once_the_task_is_durable(tmp_path: Path) -> None:
     async with r:
         store.gate.clear()
         store.at_gate.clear()
-        submitting = asyncio.create_task(r.submit(E_ID, "work", {}, task_id="t"))
+        submitting = asyncio.create_task(r.submit(Submit(E_ID, "work", {}, task_id="t")))
         await eventually(store.at_gate.is_set, timeout=20)
         assert not submitting.done()  # its commit is held at the gate
         # What the file holds now is what a crash would leave: nothing yet.
