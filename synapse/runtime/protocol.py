@@ -35,6 +35,7 @@ from synapse.runtime.runtime_base import (
     log,
 )
 from synapse.runtime.sender import CallbackSender
+from synapse.runtime.timing import Timing
 from synapse.store.base import (
     FencedOut,
     Snapshot,
@@ -55,7 +56,7 @@ from synapse.types import (
 )
 
 
-class P2PProtocol(HandlerRunning, Delivering):
+class P2PProtocol(HandlerRunning, Delivering, Timing):
     """The protocol handler of one peer (specs/protocol.md, 'Peer interfaces and configuration'),
     transport-independent."""
 

@@ -708,7 +708,7 @@ class RuntimeBase:
         raise NotImplementedError  # Delivering
 
     def _rearm_timer(self) -> None:
-        raise NotImplementedError  # Delivering
+        raise NotImplementedError  # Timing
 
     def _start_handler(self, action: StartExecution) -> None:
         raise NotImplementedError  # HandlerRunning
