@@ -32,7 +32,6 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -56,6 +55,8 @@ from synapse.store.sql import (
     DEDUP_COLUMNS,
     OutboxMaintenance,
     count_query,
+    decode_record,
+    encode_record,
     listing_query,
     task_rows,
     transition_row,
@@ -73,8 +74,6 @@ log = get_logger("synapse.store")
 #: Outbox sequence numbers per block taken from the database sequence.
 SEQ_BLOCK = 1024
 
-_record_encoder = msgspec.json.Encoder()
-_record_decoder = msgspec.json.Decoder(TaskRecord)
 
 _Op = Op
 
@@ -160,11 +159,6 @@ def migrate(url: str) -> tuple[int, list[Migration]]:
     with psycopg.connect(url, autocommit=True) as conn:
         before = schema_version(conn)
         return before, apply_migrations(conn)
-
-
-def encode_record(record: TaskRecord) -> bytes:
-    """The record without its history (kept row by row in `transitions`)."""
-    return _record_encoder.encode(dataclasses.replace(record, history=[]))
 
 
 #: A task's context id, read from its record by the function migration 0005 adds: the same
@@ -341,7 +335,7 @@ class PostgresStore(OutboxMaintenance):
             transition = _transition(row)
             history.setdefault(transition.key, []).append(transition)
         for (blob,) in self.read_rows(f"SELECT record FROM tasks k WHERE {live}"):
-            record = _record_decoder.decode(bytes(blob))
+            record = decode_record(bytes(blob))
             record.history = history.get(record.key, [])
             snapshot.tasks.append(record)
         for row in self.read_rows(
@@ -382,7 +376,7 @@ class PostgresStore(OutboxMaintenance):
         )
         if not rows:
             return None
-        record = _record_decoder.decode(bytes(rows[0][0]))
+        record = decode_record(bytes(rows[0][0]))
         record.history = [
             _transition(t)
             for t in self.read_rows(

@@ -42,6 +42,7 @@ from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS
 from synapse.store.sql import (
     OutboxMaintenance,
     count_query,
+    encode_record,
     listing_query,
     task_rows,
     transition_row,
@@ -55,7 +56,6 @@ from synapse.store.sqlite_schema import (
     SCHEMA_VERSION,
     Op,
     connect,
-    encode_record,
     is_environmental,
     open_reader,
     purge_batch,

@@ -8,13 +8,12 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-import msgspec
-
 from synapse.logs import get_logger
 from synapse.p2p.dedup import DedupKey
 from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.store.base import DeadLetter, DedupEntry, Snapshot
 from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS
+from synapse.store.sql import decode_record
 from synapse.store.sql import dedup_entry as _dedup_entry
 from synapse.store.sql import outbox_item as _item
 from synapse.store.sql import transition as _transition
@@ -108,8 +107,6 @@ _JOURNAL_SIZE_LIMIT = 8 * 1024 * 1024
 log = get_logger("synapse.store")
 
 Op = Callable[[sqlite3.Connection], object]
-_record_encoder = msgspec.json.Encoder()
-_record_decoder = msgspec.json.Decoder(TaskRecord)
 
 
 def open_reader(path: Path) -> sqlite3.Connection:
@@ -185,17 +182,6 @@ def _upgrade(conn: sqlite3.Connection) -> None:
         log.info("store_upgraded", schema_version=version + 1)
 
 
-def encode_record(record: TaskRecord) -> bytes:
-    """The record without its history (kept row by row in `transitions`)."""
-    # Encoded with its history set aside for the call rather than from a copy
-    # (`dataclasses.replace` was 2 % of an executor's samples); nothing else runs meanwhile.
-    history, record.history = record.history, []
-    try:
-        return _record_encoder.encode(record)
-    finally:
-        record.history = history
-
-
 def read_task(conn: sqlite3.Connection, key: TaskKey) -> TaskRecord | None:
     """One stored task with its history (a point lookup on the primary key)."""
     row = conn.execute(
@@ -204,7 +190,7 @@ def read_task(conn: sqlite3.Connection, key: TaskKey) -> TaskRecord | None:
     ).fetchone()
     if row is None:
         return None
-    record = _record_decoder.decode(row[0])
+    record = decode_record(row[0])
     record.history = [
         _transition(t)
         for t in conn.execute(
@@ -227,7 +213,7 @@ def read_snapshot(conn: sqlite3.Connection, *, finished: bool = False) -> Snapsh
     # The live tasks through their partial index, then each one's history through
     # `transitions_task`: never a scan of the history of every task kept.
     for (blob,) in conn.execute(f"SELECT record FROM tasks k {where}").fetchall():
-        record = _record_decoder.decode(blob)
+        record = decode_record(blob)
         record.history = [
             _transition(row)
             for row in conn.execute(
