@@ -52,7 +52,9 @@ _EXPORTS = {
     # errors
     "SynapseException": "synapse.types.errors",
     "ProtocolError": "synapse.types.errors",
+    "NackError": "synapse.types.errors",
     "RemoteProtocolError": "synapse.types.errors",
+    "NotReady": "synapse.types.errors",
     "LocalProtocolError": "synapse.types.errors",
     "DeliveryError": "synapse.types.errors",
 }
@@ -68,6 +70,8 @@ if TYPE_CHECKING:
     from synapse.types.errors import (
         DeliveryError,
         LocalProtocolError,
+        NackError,
+        NotReady,
         ProtocolError,
         RemoteProtocolError,
         SynapseException,
@@ -90,6 +94,8 @@ __all__ = [
     "HumanOption",
     "LocalProtocolError",
     "MissingField",
+    "NackError",
+    "NotReady",
     "Outcome",
     "P2PConfig",
     "Partner",

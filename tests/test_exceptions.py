@@ -13,10 +13,13 @@ import synapse
 from synapse import (
     DeliveryError,
     LocalProtocolError,
+    NackError,
+    NotReady,
     ProtocolError,
     RemoteProtocolError,
     SynapseException,
 )
+from synapse.types import ErrorCode
 
 PACKAGE = Path(synapse.__file__).parent
 
@@ -52,6 +55,10 @@ def test_every_exception_derives_from_the_root(name: str) -> None:
 
 def test_the_split_is_by_fault() -> None:
     assert issubclass(RemoteProtocolError, ProtocolError)
+    # Both kinds of refusal become a nack; only one is the partner's fault.
+    assert issubclass(RemoteProtocolError, NackError) and issubclass(NotReady, NackError)
+    assert not issubclass(NotReady, RemoteProtocolError)
+    assert NotReady("draining").code is ErrorCode.AGENT_NOT_READY
     assert issubclass(LocalProtocolError, ProtocolError)
     assert not issubclass(RemoteProtocolError, LocalProtocolError)
     assert not issubclass(DeliveryError, ProtocolError)

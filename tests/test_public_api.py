@@ -29,7 +29,9 @@ EXPECTED = {
     "P2PConfig",
     "SynapseException",  # the root of every exception the package raises
     "ProtocolError",
+    "NackError",  # a refusal answered with a nack: one of the two below
     "RemoteProtocolError",
+    "NotReady",
     "LocalProtocolError",
     "DeliveryError",
     # what `Peer.submit` returns and what its handle says (issue 27: `from synapse import

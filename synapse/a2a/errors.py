@@ -13,7 +13,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
-from synapse.types.errors import ErrorCode, RemoteProtocolError, SynapseException
+from synapse.types import NackError
+from synapse.types.errors import ErrorCode, SynapseException
 
 #: The `domain` of `google.rpc.ErrorInfo` details, as the SDK writes it.
 ERROR_DOMAIN = "a2a-protocol.org"
@@ -254,7 +255,7 @@ def unsupported(message: str, **metadata: Any) -> A2AError:
     return A2AError(A2ACode.UNSUPPORTED_OPERATION, message, metadata)
 
 
-def a2a_error_of(exc: RemoteProtocolError, task_id: str) -> A2AError:
+def a2a_error_of(exc: NackError, task_id: str) -> A2AError:
     """A Synapse refusal of an in-process message, as an A2A error."""
     meta = {"synapseCode": exc.code.value, "taskId": task_id}
     if exc.code is ErrorCode.AGENT_NOT_READY:

@@ -26,7 +26,7 @@ from synapse.transport.client import SenderMode
 from synapse.transport.partners import Partner, same_endpoint
 from synapse.transport.peer import Peer
 from synapse.transport.tls import TLSConfig
-from synapse.types import HTTP_STATUS, ErrorCode, RemoteProtocolError
+from synapse.types import HTTP_STATUS, ErrorCode, NackError
 
 #: The command line's retry budget and timeouts (overridable: `--retries`, `[p2p]`).
 CLIENT_P2P: dict[str, Any] = {
@@ -143,7 +143,7 @@ def refusal_line(code: str, message: str) -> str:
 
 def exchange_error(exc: Exception, setup: ClientSetup) -> CliError:
     """A refused or failed exchange with the target, as one line."""
-    if isinstance(exc, RemoteProtocolError):
+    if isinstance(exc, NackError):
         return CliError(f"{exc.http_status} {exc.code.value}: {exc.message}")
     if isinstance(exc, DeliveryError) and exc.retryable:
         return CliError(f"cannot reach {setup.where}: {root_cause(exc)}")

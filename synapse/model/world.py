@@ -61,9 +61,9 @@ from synapse.types import (
     MessageType,
     MissingField,
     Nack,
+    NackError,
     NackPayload,
     Reason,
-    RemoteProtocolError,
     TaskError,
     TaskRequest,
     TaskResult,
@@ -629,7 +629,7 @@ class World:
         checkpoint = engine.checkpoint(message)
         try:
             step = engine.receive(message, self.now)
-        except RemoteProtocolError as refused:
+        except NackError as refused:
             if before_engine is not None and engine.snapshot() != before_engine.snapshot():
                 self.violation(
                     "a_refusal_changes_nothing",

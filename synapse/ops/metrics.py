@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from synapse.runtime.listener import RuntimeListener
 from synapse.transport.http1_server import LEAN_CALLBACKS
-from synapse.types import Message, MessageType, Nack, RemoteProtocolError
+from synapse.types import Message, MessageType, Nack, NackError
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
@@ -278,7 +278,7 @@ class PeerMetrics(RuntimeListener):
     def on_transition(self, transition: Transition) -> None:
         self._transitions(transition.role, transition.from_state, transition.to_state)
 
-    def on_refused(self, message: Message, error: RemoteProtocolError) -> None:
+    def on_refused(self, message: Message, error: NackError) -> None:
         self._received_types.pop(message.id, None)
         self._received(message.message_type, "refused")
 
@@ -320,7 +320,7 @@ class PeerMetrics(RuntimeListener):
 
     # --- transport hooks --------------------------------------------------------------------
 
-    def on_nack_sent(self, error: RemoteProtocolError) -> None:
+    def on_nack_sent(self, error: NackError) -> None:
         self._nacks_sent(error.code)
 
     def on_retry(self, message: Any, attempt: int) -> None:

@@ -29,7 +29,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from synapse.runtime.listener import RuntimeListener
 from synapse.transport import client as http_client
-from synapse.types import EXECUTOR_TO_REQUESTER, Message, Nack, RemoteProtocolError
+from synapse.types import EXECUTOR_TO_REQUESTER, Message, Nack, NackError
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
@@ -157,7 +157,7 @@ class PeerTracing(RuntimeListener):
                     span.set_status(Status(StatusCode.OK))
                 span.end()
 
-    def on_refused(self, message: Message, error: RemoteProtocolError) -> None:
+    def on_refused(self, message: Message, error: NackError) -> None:
         span = self._received.pop(message.id, None)
         if span is not None:
             span.set_attribute("synapse.nack.code", error.code.value)

@@ -50,6 +50,7 @@ from synapse.types import (
     Message,
     Nack,
     NackPayload,
+    NotReady,
     Reason,
     RemoteProtocolError,
     TaskAck,
@@ -135,8 +136,7 @@ class Receiving(EngineBase):
                 {"reason": "task_id_in_use", "task_id": spec.id},
             )
         if not self.ready or self.draining:
-            raise RemoteProtocolError(
-                ErrorCode.AGENT_NOT_READY,
+            raise NotReady(
                 "draining: not accepting new tasks" if self.draining else "starting up",
                 {"reason": "draining" if self.draining else "starting"},
             )

@@ -25,7 +25,7 @@ from synapse.types import Message
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
     from synapse.runtime.sender import DeliveryError
-    from synapse.types import RemoteProtocolError
+    from synapse.types import NackError
 
 log = get_logger("synapse.p2p")
 
@@ -50,7 +50,7 @@ class RuntimeListener:
     def on_message(self, event: MessageEvent) -> None:
         """A message crossed this peer (see `MessageEvent.direction`)."""
 
-    def on_refused(self, message: Message, error: RemoteProtocolError) -> None:
+    def on_refused(self, message: Message, error: NackError) -> None:
         """We refused an authenticated incoming message (the transport answers a nack)."""
 
     def on_transition(self, transition: Transition) -> None:
@@ -75,7 +75,7 @@ class RuntimeListener:
         """A final task left memory: its record is durable in the store and its last
         callback was answered (what keeps a view of it may let that go too)."""
 
-    def on_nack_sent(self, error: RemoteProtocolError) -> None:
+    def on_nack_sent(self, error: NackError) -> None:
         """The server answered a POST with a nack (any refusal, authenticated or not)."""
 
     def on_retry(self, message: Message, attempt: int) -> None:
@@ -173,7 +173,7 @@ class Listeners(list[RuntimeListener], RuntimeListener):
     def on_message(self, event: MessageEvent) -> None:
         self._tell("on_message", event)
 
-    def on_refused(self, message: Message, error: RemoteProtocolError) -> None:
+    def on_refused(self, message: Message, error: NackError) -> None:
         self._tell("on_refused", message, error)
 
     def on_transition(self, transition: Transition) -> None:
@@ -196,7 +196,7 @@ class Listeners(list[RuntimeListener], RuntimeListener):
     def on_evicted(self, key: TaskKey) -> None:
         self._tell("on_evicted", key)
 
-    def on_nack_sent(self, error: RemoteProtocolError) -> None:
+    def on_nack_sent(self, error: NackError) -> None:
         self._tell("on_nack_sent", error)
 
     def on_retry(self, message: Message, attempt: int) -> None:

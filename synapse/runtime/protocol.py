@@ -35,7 +35,7 @@ from synapse.runtime.runtime_base import (
     log,
 )
 from synapse.runtime.sender import CallbackSender
-from synapse.runtime.timing import Timing
+from synapse.runtime.timing import TimerFiring
 from synapse.store.base import (
     FencedOut,
     Snapshot,
@@ -49,6 +49,8 @@ from synapse.types import (
     HeartbeatPayload,
     Message,
     Nack,
+    NackError,
+    NotReady,
     RemoteProtocolError,
     Sender,
     TaskState,
@@ -56,7 +58,7 @@ from synapse.types import (
 )
 
 
-class P2PProtocol(HandlerRunning, Delivering, Timing):
+class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
     """The protocol handler of one peer (specs/protocol.md, 'Peer interfaces and configuration'),
     transport-independent."""
 
@@ -69,7 +71,7 @@ class P2PProtocol(HandlerRunning, Delivering, Timing):
     ) -> Message:
         """Apply a POSTed message from an authenticated partner and return the reply.
 
-        Raises `RemoteProtocolError` when the message is refused (the transport answers a `nack`).
+        Raises `NackError` when the message is refused (the transport answers a `nack`).
         With `commit` (the default) its effects are durable when this returns, or, when the
         store cannot write them, undone (engine and store alike, nothing started or sent)
         and the message refused with a retryable `agent_not_ready`. `stage(reply)`, called
@@ -87,7 +89,7 @@ class P2PProtocol(HandlerRunning, Delivering, Timing):
         checkpoint = self.engine.checkpoint(message) if commit else None
         try:
             step = self.engine.receive(message, self.clock())
-        except RemoteProtocolError as exc:
+        except NackError as exc:
             self.listeners.on_refused(message, exc)
             log.info(
                 "message_refused",
@@ -134,8 +136,7 @@ class P2PProtocol(HandlerRunning, Delivering, Timing):
                         self.release(lost)
                 if not isinstance(exc, StoreUnavailable):
                     raise
-                raise RemoteProtocolError(
-                    ErrorCode.AGENT_NOT_READY,
+                raise NotReady(
                     "cannot store the message's effects; retry later",
                     {"reason": "store_unavailable"},
                 ) from exc
@@ -165,7 +166,7 @@ class P2PProtocol(HandlerRunning, Delivering, Timing):
         before = self._state_of(key) if states else None
         try:
             reply = await self.handle_message(message, stage=stage)
-        except RemoteProtocolError as error:
+        except NackError as error:
             return Receipt(None, error, task_id, before, before)
         return Receipt(reply, None, task_id, before, self._state_of(key) if states else None)
 

@@ -50,8 +50,8 @@ from synapse.types import (
     DecisionAction,
     LocalProtocolError,
     Message,
+    NackError,
     NackPayload,
-    RemoteProtocolError,
     TaskError,
     TaskRejectPayload,
     TaskResult,
@@ -105,7 +105,7 @@ class Receipt:
 
     reply: Message | None
     #: The refusal when the message was refused (`reply` is then None); it changed nothing.
-    error: RemoteProtocolError | None
+    error: NackError | None
     #: The task the message is about, if any.
     task_id: str | None
     #: The task's state before the message (None: no such task here, or not asked for).
@@ -708,7 +708,7 @@ class RuntimeBase:
         raise NotImplementedError  # Delivering
 
     def _rearm_timer(self) -> None:
-        raise NotImplementedError  # Timing
+        raise NotImplementedError  # TimerFiring
 
     def _start_handler(self, action: StartExecution) -> None:
         raise NotImplementedError  # HandlerRunning

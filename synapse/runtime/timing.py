@@ -8,7 +8,7 @@ import contextlib
 from synapse.runtime.runtime_base import RuntimeBase
 
 
-class Timing(RuntimeBase):
+class TimerFiring(RuntimeBase):
     """Fires the engine's timers (task timeouts, deadlines, heartbeats) when they are due."""
 
     def _rearm_timer(self) -> None:

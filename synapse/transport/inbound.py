@@ -27,6 +27,7 @@ import msgspec
 
 from synapse.p2p.config import P2PConfig
 from synapse.transport.partners import Partner, PartnerRegistry
+from synapse.types import NackError
 from synapse.types.codec import (
     EnvelopeHead,
     build_message_now,
@@ -278,7 +279,7 @@ def authenticate(
 
 
 def nack_for(
-    error: RemoteProtocolError,
+    error: NackError,
     *,
     agent_id: str,
     endpoint: str,

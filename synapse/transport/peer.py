@@ -38,12 +38,11 @@ from synapse.transport.server import DEFAULT_PATH, SynapseServer
 from synapse.transport.tls import TLSConfig, refresh_crls
 from synapse.types import (
     CapabilityResponsePayload,
-    ErrorCode,
     HeartbeatPayload,
     LocalProtocolError,
     Message,
+    NotReady,
     Priority,
-    RemoteProtocolError,
     TaskContext,
 )
 from synapse.types.codec import IdFactory
@@ -348,7 +347,7 @@ class Peer:
     ) -> bytes:
         if self._server is None:  # bound, not yet built: the peer is starting
             endpoint = self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}"
-            error = RemoteProtocolError(ErrorCode.AGENT_NOT_READY, message, {"reason": "starting"})
+            error = NotReady(message, {"reason": "starting"})
             nack = nack_for(
                 error, agent_id=self.agent_id, endpoint=endpoint, request_id=None, to=None
             )

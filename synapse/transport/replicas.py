@@ -35,7 +35,13 @@ from synapse.store.postgres import PostgresStore
 from synapse.transport.inbound import Inbound
 from synapse.transport.peer import Peer
 from synapse.transport.server import SynapseServer
-from synapse.types import ErrorCode, MessageType, RemoteProtocolError, decode_typed
+from synapse.types import (
+    MessageType,
+    NackError,
+    NotReady,
+    RemoteProtocolError,
+    decode_typed,
+)
 
 log = get_logger("synapse.transport.replicas")
 
@@ -44,8 +50,7 @@ log = get_logger("synapse.transport.replicas")
 FORWARDED_HEADER = "X-Synapse-Forwarded-By"
 _PASSED_HEADERS = ("Content-Type", "X-Synapse-Signature", "Retry-After")
 
-_OWNER_UNREACHABLE = RemoteProtocolError(
-    ErrorCode.AGENT_NOT_READY,
+_OWNER_UNREACHABLE = NotReady(
     "the replica that owns this task is unreachable; retry",
     {"reason": "owner_unreachable"},
 )
@@ -100,7 +105,7 @@ class Replicas:
 
     async def route(
         self, inbound: Inbound, headers: Mapping[str, str]
-    ) -> StoredReply | RemoteProtocolError | None:
+    ) -> StoredReply | NackError | None:
         if FORWARDED_HEADER in headers:
             return None
         key = self._key(inbound)
@@ -138,7 +143,7 @@ class Replicas:
 
     async def _forward(
         self, url: str, inbound: Inbound, headers: Mapping[str, str]
-    ) -> StoredReply | RemoteProtocolError:
+    ) -> StoredReply | NackError:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.request_timeout)

@@ -36,6 +36,8 @@ from synapse.transport.tls import check_partner_certificate
 from synapse.types import (
     ErrorCode,
     Message,
+    NackError,
+    NotReady,
     RemoteProtocolError,
     TaskState,
     decode_typed,
@@ -45,18 +47,11 @@ log = get_logger("synapse.transport")
 
 DEFAULT_PATH = "/synapse/callback"
 #: What an unexpected failure inside is answered with: never a bare 500; the sender retries.
-_INTERNAL = RemoteProtocolError(
-    ErrorCode.AGENT_NOT_READY, "internal error; retry later", {"reason": "internal"}
+_INTERNAL = NotReady("internal error; retry later", {"reason": "internal"})
+_STORE_UNAVAILABLE = NotReady(
+    "cannot store the message; retry later", {"reason": "store_unavailable"}
 )
-_STORE_UNAVAILABLE = RemoteProtocolError(
-    ErrorCode.AGENT_NOT_READY,
-    "cannot store the message; retry later",
-    {"reason": "store_unavailable"},
-)
-
-_STARTING = RemoteProtocolError(
-    ErrorCode.AGENT_NOT_READY, "starting up: recovery is not done", {"reason": "starting"}
-)
+_STARTING = NotReady("starting up: recovery is not done", {"reason": "starting"})
 
 
 class _TokenBucket:
@@ -113,10 +108,7 @@ class SynapseServer:
         #: message, a reply from the replica that owns its task, an error to answer, or None
         #: to handle it here.
         self.route: (
-            Callable[
-                [Inbound, Mapping[str, str]], Awaitable[StoredReply | RemoteProtocolError | None]
-            ]
-            | None
+            Callable[[Inbound, Mapping[str, str]], Awaitable[StoredReply | NackError | None]] | None
         ) = None
 
     @property
@@ -144,7 +136,7 @@ class SynapseServer:
 
     def _nack(
         self,
-        error: RemoteProtocolError,
+        error: NackError,
         request_id: str | None,
         to: str | None,
         sign_with: Partner | None,
@@ -154,7 +146,7 @@ class SynapseServer:
 
     def _nack_reply(
         self,
-        error: RemoteProtocolError,
+        error: NackError,
         request_id: str | None,
         to: str | None,
         sign_with: Partner | None,
@@ -249,9 +241,13 @@ class SynapseServer:
         """The body of the unsigned nack answering what never became a request (malformed
         framing, a stalled head, no room for another connection): see `transport.guard`
         and `transport.admission`."""
-        code = ErrorCode.AGENT_NOT_READY if status >= 500 else ErrorCode.MESSAGE_FORMAT_INVALID
-        error = RemoteProtocolError(
-            code, message, details or {"reason": "http"}, http_status=status
+        details = details or {"reason": "http"}
+        error: NackError = (
+            NotReady(message, details, http_status=status)  # no room: ours, not the sender's
+            if status >= 500
+            else RemoteProtocolError(
+                ErrorCode.MESSAGE_FORMAT_INVALID, message, details, http_status=status
+            )
         )
         return self._nack_reply(error, None, None, None).body
 
@@ -347,7 +343,7 @@ class SynapseServer:
             )
         if self.route is not None:
             routed = await self.route(inbound, headers)
-            if isinstance(routed, RemoteProtocolError):
+            if isinstance(routed, NackError):
                 return self._nack_reply(routed, head.id, head.from_.agent_id, inbound.partner)
             if routed is not None:
                 return routed

@@ -1,8 +1,9 @@
 """Error codes of specs/protocol.md, 'Error codes', their HTTP statuses, and Synapse's errors.
 
-`ProtocolError` is the base of the two kinds of protocol error, `RemoteProtocolError` (the
-partner's fault: a nack) and `LocalProtocolError` (ours: never sent); `DeliveryError` says a
-message could not be delivered.
+`ProtocolError` is the base of the protocol errors: `NackError` (a message we answer with a
+nack: `RemoteProtocolError` when it is the partner's fault, `NotReady` when it is our own
+state) and `LocalProtocolError` (this program broke a rule: never sent); `DeliveryError` says
+a message could not be delivered.
 """
 
 from __future__ import annotations
@@ -67,9 +68,10 @@ class SynapseException(Exception):
     """The root of every exception this package raises: `except SynapseException` catches
     them all, and nothing else.
 
-    Below it, by whose fault: `ProtocolError` (`RemoteProtocolError`: the partner sent what
-    the protocol refuses, answered with a `p2p:nack`; `LocalProtocolError`: this program
-    broke a rule), `DeliveryError` (a message never got an acceptable reply), and those of
+    Below it, by whose fault: `ProtocolError` (`NackError`, answered with a `p2p:nack`:
+    `RemoteProtocolError` when the partner sent what the protocol refuses, `NotReady` when we
+    cannot take a message now; `LocalProtocolError`: this program broke a rule),
+    `DeliveryError` (a message never got an acceptable reply), and those of
     each part: `TaskFailure` (a handler's outcome), `StoreUnavailable`, `A2AError`,
     `CliError` …
     """
@@ -80,17 +82,17 @@ class ProtocolError(SynapseException):
 
     As in h11, there are two kinds. A `RemoteProtocolError` means the partner sent something
     the protocol refuses; it is converted to a `p2p:nack` at one place only, the boundary where
-    a received message enters the engine. A `LocalProtocolError` means this program was about
-    to break the rules (a bug or a misuse of the API); it is raised to the caller and never
-    sent to the partner.
+    a received message enters the engine (as is a `NotReady`: both are `NackError`). A
+    `LocalProtocolError` means this program was about to break the rules (a bug or a misuse of
+    the API); it is raised to the caller and never sent to the partner.
     """
 
 
-class RemoteProtocolError(ProtocolError):
-    """The other side sent something we refuse.
-
-    It becomes a `p2p:nack` with `code`, `message` and `details`, answered with `http_status`
-    (specs/protocol.md, 'Error codes').
+class NackError(ProtocolError):
+    """A message we refuse, answered with a `p2p:nack` of `code`, `message` and `details`
+    and `http_status` (specs/protocol.md, 'Error codes'). Catch this for every refusal; its
+    two kinds say whose doing it is: `RemoteProtocolError` (the partner's message) and
+    `NotReady` (our own state).
     """
 
     def __init__(
@@ -109,6 +111,26 @@ class RemoteProtocolError(ProtocolError):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code.value!r}, {self.message!r}, {self.details!r})"
+
+
+class RemoteProtocolError(NackError):
+    """The other side sent something we refuse: its fault, and sending it again as it is
+    will be refused again (unless the refusal says to retry, as `rate_limited` does)."""
+
+
+class NotReady(NackError):
+    """We cannot take the message now, through no fault of the sender: we are starting or
+    draining, our store is unavailable, the replica owning the task is unreachable, or we
+    failed inside. Answered `agent_not_ready` (503); the sender retries later."""
+
+    def __init__(
+        self,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        http_status: int | None = None,
+    ) -> None:
+        super().__init__(ErrorCode.AGENT_NOT_READY, message, details, http_status=http_status)
 
 
 #: The name `RemoteProtocolError` had first; the same class.

@@ -48,9 +48,9 @@ from synapse.types import (
     MessageType,
     MissingField,
     Nack,
+    NackError,
     NackPayload,
     Reason,
-    SynapseError,
     TaskError,
     TaskResult,
     TaskState,
@@ -86,7 +86,7 @@ def demo_validator(task_type: str, payload: dict[str, Any]) -> Validation:
     return Validation()
 
 
-def nack_for(receiver: Engine, message: Message, error: SynapseError) -> Nack:
+def nack_for(receiver: Engine, message: Message, error: NackError) -> Nack:
     """The `nack` the transport answers a refused message with."""
     payload = NackPayload(code=error.code.value, message=error.message, details=error.details)
     nack: Nack = build_reply_now(Nack, payload, request=message, sender=receiver.sender)
@@ -101,7 +101,7 @@ class Exchange:
     outgoing: Outgoing
     reply: Message
     step: Step
-    error: SynapseError | None = None
+    error: NackError | None = None
     reply_step: Step | None = None
 
     @property
@@ -218,7 +218,7 @@ class Pair:
         receiver = self.peer(side)
         try:
             step = receiver.receive(outgoing.message, self.now)
-        except SynapseError as exc:
+        except NackError as exc:
             exchange = Exchange(side, outgoing, nack_for(receiver, outgoing.message, exc), Step())
             exchange.error = exc
         else:

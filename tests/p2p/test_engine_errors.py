@@ -25,6 +25,8 @@ from synapse.types import (
     Message,
     Nack,
     NackPayload,
+    NotReady,
+    RemoteProtocolError,
     Sender,
     SynapseError,
     TaskAck,
@@ -277,6 +279,8 @@ def test_draining_refuses_new_tasks_only(pair: Pair) -> None:
     assert isinstance(ex.reply, Nack) and ex.error is not None
     assert (ex.error.code, ex.error.http_status) == (ErrorCode.AGENT_NOT_READY, 503)
     assert ex.error.details == {"reason": "draining"}
+    # Our own state, not the partner's fault: a refusal, but no RemoteProtocolError.
+    assert isinstance(ex.error, NotReady) and not isinstance(ex.error, RemoteProtocolError)
     # A task already in flight still takes its messages.
     pair.cancel(key)
     pair.deliver_all()

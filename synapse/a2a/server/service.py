@@ -78,8 +78,8 @@ from synapse.types import (
     HeartbeatPayload,
     Message,
     Nack,
+    NackError,
     NackPayload,
-    RemoteProtocolError,
     Sender,
     TaskAck,
     TaskAckPayload,
@@ -391,7 +391,7 @@ class A2AService:
             del self.tasks[task_id]
             if sent is not None:
                 self.sent.failed(sent, protocol.store)
-            if isinstance(exc, RemoteProtocolError):
+            if isinstance(exc, NackError):
                 raise a2a_error_of(exc, task_id) from None
             raise
         if sent is not None:
@@ -445,7 +445,7 @@ class A2AService:
         queue = view.subscribe()
         try:
             reply = await self.protocol.handle_message(envelope)
-        except RemoteProtocolError as exc:
+        except NackError as exc:
             view.unsubscribe(queue)
             raise a2a_error_of(exc, view.id) from None
         if isinstance(reply, TaskAck) and not view.is_terminal:
@@ -482,7 +482,7 @@ class A2AService:
         envelope = self._envelope(TaskCancel, payload, view.principal)
         try:
             await self.protocol.handle_message(envelope)
-        except RemoteProtocolError as exc:
+        except NackError as exc:
             if exc.code is ErrorCode.TASK_ALREADY_COMPLETED:
                 raise A2AError(
                     A2ACode.TASK_NOT_CANCELABLE,
