@@ -57,7 +57,7 @@ def test_serve_runs_the_guides_handler_module(tmp_path: Path) -> None:
             "--port",
             "0",
             "--secret",
-            "s3cret",
+            "s3cret-s3cret-s3cret-s3cret-s3cret",
             "--peer",
             "client=http://127.0.0.1:9/synapse/callback",
             "--handler",

@@ -19,7 +19,7 @@ import msgspec
 from synapse.cli.errors import CliError
 from synapse.cli.options import AGENT_ID, AS, ENDPOINT, LISTEN, SIGNING, TARGET
 from synapse.cli.security_settings import tls_config
-from synapse.cli.settings import PeerEntry, Settings, callback_url
+from synapse.cli.settings import NO_SECRET, Missing, PeerEntry, Settings, callback_url
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.sender import DeliveryError
 from synapse.transport.client import SenderMode
@@ -70,7 +70,8 @@ class ClientSetup:
 
 def client_setup(settings: Settings, *, listen_required: bool) -> ClientSetup:
     """Resolve the shared flags of `send`, `caps` and `ping` (flags > environment > file)."""
-    me = settings.require(AS)
+    missing = Missing()
+    me = settings.wanted(AS, missing, "ID", "our agent id, as the executor knows us")
     url = settings.get(TARGET)
     target_id = settings.get(AGENT_ID)
     entries = settings.peer_entries()
@@ -83,24 +84,27 @@ def client_setup(settings: Settings, *, listen_required: bool) -> ClientSetup:
     if url is None and target_id is not None and target_id in entries:
         url = entries[target_id].endpoint
     if url is None:
-        raise CliError("missing --target URL (the executor's callback URL; or SYNAPSE_TARGET)")
+        missing.add("--target URL (the executor's callback URL; or SYNAPSE_TARGET)")
     if target_id is None:
-        raise CliError(
-            "missing --agent-id ID (the agent id of the executor at --target; or SYNAPSE_AGENT_ID)"
-        )
-    known = entries.get(target_id)
+        missing.add("--agent-id ID (the agent id of the executor at --target; or SYNAPSE_AGENT_ID)")
+    known = entries.get(target_id) if target_id is not None else None
     entry = PeerEntry(
-        target_id, url, known.secrets if known else None, known.secret_env if known else None
+        target_id or "", url, known.secrets if known else None, known.secret_env if known else None
     )
-    target = settings.partner(entry, settings.own_secret_files(), settings.default_secret())
-
+    files, default = settings.own_secret_files(), settings.default_secret()
+    if settings.secrets_of(entry, files, default) is None:
+        missing.add(f"a secret shared with the executor: {NO_SECRET}")
     listen = settings.get(LISTEN)
     endpoint = settings.get(ENDPOINT)
     if listen is None and (listen_required or endpoint is None):
-        raise CliError(
-            "missing --listen HOST:PORT (where the executor reaches us: its --peer "
-            f"{me}=URL must name this address)"
+        missing.add(
+            "--listen HOST:PORT (where the executor reaches us: its --peer "
+            f"{me or 'OUR_ID'}=URL must name this address; or SYNAPSE_LISTEN)"
         )
+    missing.check()
+    assert me is not None
+    target = settings.partner(entry, files, default)
+
     tls = tls_config(settings, serving=True)
     if endpoint is None:
         assert listen is not None

@@ -62,7 +62,7 @@ from synapse.cli.parsers import (
 from synapse.cli.security_settings import (
     A2A_CLIENT_FLAGS,
 )
-from synapse.cli.settings import Settings
+from synapse.cli.settings import Missing, Settings
 from synapse.p2p.config import P2PConfig
 from synapse.types import MessageType, Priority
 
@@ -88,6 +88,7 @@ class Context:
         self.out = out
         self.err = err
         self.settings = Settings.load(args, env)
+        self.settings.warnings = err
 
     def logging(self, *, quiet: bool) -> None:
         """Logs on stderr; client commands stay quiet unless --verbose."""
@@ -131,10 +132,15 @@ def _run_serve(ctx: Context) -> int:
     a2a = _a2a_serve_options(s)
     if a2a is not None and a2a.grpc_port is not None:  # gRPC listens on --host too
         a2a = dataclasses.replace(a2a, grpc_host=s.get(HOST) or "127.0.0.1")
+    missing = Missing()
+    agent_id = s.wanted(AGENT_ID, missing, "ID", "our agent id, as partners know us")
+    port = s.wanted(PORT, missing, "PORT", "the port to listen on; 0 picks a free one")
+    missing.check()
+    assert agent_id is not None and port is not None
     options = ServeOptions(
-        agent_id=s.require(AGENT_ID),
+        agent_id=agent_id,
         host=s.get(HOST) or "127.0.0.1",
-        port=s.require(PORT),
+        port=port,
         endpoint=s.get(ENDPOINT),
         partners=s.partners(),
         handler=s.get(HANDLER),

@@ -36,7 +36,7 @@ from synapse.cli.options import (
     STORE,
 )
 from synapse.cli.parsers import is_loopback
-from synapse.cli.settings import Settings, callback_url
+from synapse.cli.settings import Missing, Settings, callback_url
 from synapse.logs import get_logger
 from synapse.p2p.config import P2PConfig
 from synapse.transport.partners import Partner
@@ -78,13 +78,15 @@ def mcp_options(s: Settings) -> McpOptions:
             "(--a2a-agent [NAME=]URL)"
         )
     me, listen, endpoint = s.get(AS), s.get(LISTEN), s.get(ENDPOINT)
+    missing = Missing()
     if partners and me is None:
-        raise CliError("missing --as AGENT_ID (our agent id, as the Synapse partners know us)")
+        missing.add("--as AGENT_ID (our agent id, as the Synapse partners know us)")
     if partners and listen is None:
-        raise CliError(
-            "missing --listen HOST:PORT (where the Synapse partners reach us: their --peer "
+        missing.add(
+            "--listen HOST:PORT (where the Synapse partners reach us: their --peer "
             "for us must name this address)"
         )
+    missing.check()
     http = s.get(MCP_HTTP)
     tokens = {token: name for token, name in s.get_list(MCP_TOKENS)}
     for name in tokens.values():

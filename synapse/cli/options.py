@@ -110,6 +110,9 @@ PEER_SECRET_FILE = Setting(
 ALLOW_SHARED_SECRET = Setting(
     "--allow-shared-secret", "SYNAPSE_ALLOW_SHARED_SECRET", "allow_shared_secret", parse_bool
 )
+ALLOW_WEAK_SECRET = Setting(
+    "--allow-weak-secret", "SYNAPSE_ALLOW_WEAK_SECRET", "allow_weak_secret", parse_bool
+)
 # --- output --------------------------------------------------------------------------------------
 VERBOSE = Setting("--verbose", "SYNAPSE_VERBOSE", "verbose", parse_bool)
 LOG_JSON = Setting("--log-json", "SYNAPSE_LOG_JSON", "log_json", parse_bool)

@@ -10,7 +10,7 @@ variables: `ps` shows every process's command line to every user of the machine.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -26,6 +26,7 @@ from synapse.cli.options import (
     A2A_REQUIRE_SIGNED_CARD,
     A2A_TOKEN_FILE,
     ALLOW_SHARED_SECRET,
+    ALLOW_WEAK_SECRET,
     SECRET_FILE,
     TLS_CA,
     TLS_CERT,
@@ -111,6 +112,14 @@ def add_secret_flags(group: argparse._ArgumentGroup, *, serve: bool) -> None:
         help="that partner's secrets from environment variable VAR (comma-separated, newest "
         "first); repeatable",
     )
+    group.add_argument(
+        ALLOW_WEAK_SECRET.flag,
+        dest=ALLOW_WEAK_SECRET.dest,
+        action="store_true",
+        default=None,
+        help=f"accept a secret shorter than {WEAK_SECRET} bytes (refused by default; below "
+        f"{STRONG_SECRET} bytes only warned of; $SYNAPSE_ALLOW_WEAK_SECRET)",
+    )
     if serve:
         group.add_argument(
             ALLOW_SHARED_SECRET.flag,
@@ -166,6 +175,34 @@ def peer_secret_envs(s: _SettingsView) -> dict[str, str]:
             raise CliError(f"bad --peer-secret-env: expected PARTNER_ID=VAR, got {item!r}")
         found[agent_id.strip()] = variable.strip()
     return found
+
+
+#: An HMAC-SHA256 key shorter than this is refused (unless --allow-weak-secret) …
+WEAK_SECRET = 16
+#: … and shorter than this, warned of: SHA-256's output size, what RFC 2104 recommends.
+STRONG_SECRET = 32
+
+
+def secret_strength(partner: str, secrets: Iterable[str], allow_weak: bool) -> str | None:
+    """Refuse a secret too short to sign with (`CliError`); a warning for a short one."""
+    shortest = min(len(secret.encode()) for secret in secrets)
+    if shortest >= STRONG_SECRET:
+        return None
+    advice = "generate one with `openssl rand -hex 32`"
+    if shortest < WEAK_SECRET and not allow_weak:
+        raise CliError(
+            f"the secret shared with partner {partner!r} is {_bytes(shortest)} long: an "
+            f"HMAC-SHA256 secret needs at least {WEAK_SECRET} ({STRONG_SECRET} recommended); "
+            f"{advice}, or accept it with --allow-weak-secret"
+        )
+    return (
+        f"the secret shared with partner {partner!r} is {_bytes(shortest)} long, under the "
+        f"{STRONG_SECRET} recommended for HMAC-SHA256; {advice}"
+    )
+
+
+def _bytes(count: int) -> str:
+    return "1 byte" if count == 1 else f"{count} bytes"
 
 
 def allow_shared_secret(s: _SettingsView) -> bool:

@@ -39,10 +39,10 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from synapse.cli.errors import CliError
-from synapse.cli.options import CONFIG_KEYS, RETRIES, SECRET, Setting
+from synapse.cli.options import ALLOW_WEAK_SECRET, CONFIG_KEYS, RETRIES, SECRET, Setting
 from synapse.cli.parsers import (
     parse_pair,
     parse_url,
@@ -52,6 +52,7 @@ from synapse.cli.security_settings import (
     allow_shared_secret,
     peer_secret_envs,
     secret_from_file,
+    secret_strength,
     secrets_from_env,
 )
 from synapse.cli.typed_settings import (
@@ -236,6 +237,14 @@ class Settings:
         self.args = args
         self.env = env
         self.config = config
+        #: Where warnings about the settings go (a `synapse: warning: …` line each, once).
+        self.warnings: TextIO | None = None
+        self._warned: set[str] = set()
+
+    def warn(self, text: str) -> None:
+        if self.warnings is not None and text not in self._warned:
+            self._warned.add(text)
+            self.warnings.write(f"synapse: warning: {text}\n")
 
     @classmethod
     def load(cls, args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
@@ -281,9 +290,14 @@ class Settings:
         """`setting`, which must be given somewhere (else a usage error naming where)."""
         value = self.get(setting)
         if value is None:
-            flag, env, key = setting.flag, setting.env, setting.key
-            sources = [flag] + ([env] if env else []) + ([f"`{key}` in --config"] if key else [])
-            raise CliError(f"missing {flag} (set it with {', '.join(sources)})")
+            raise CliError(f"missing {_where(setting)}")
+        return value
+
+    def wanted(self, setting: Setting[T], missing: Missing, metavar: str, meaning: str) -> T | None:
+        """`setting`, or None with a line for it in `missing` (`meaning`: what it is for)."""
+        value = self.get(setting)
+        if value is None:
+            missing.add(_where(setting, meaning, metavar))
         return value
 
     def get_list(self, setting: Setting[T]) -> list[T]:
@@ -374,24 +388,30 @@ class Settings:
         """`entry` as a `Partner`, with its own secrets if it has any, else `default`."""
         if entry.endpoint is None:
             raise CliError(f"partner {entry.agent_id!r} has no endpoint")
-        variable = peer_secret_envs(self).get(entry.agent_id) or entry.secret_env
-        if entry.agent_id in files:
-            secrets: tuple[str, ...] = read_secret_file(files[entry.agent_id], entry.agent_id)
-        elif variable:
-            secrets = secrets_from_env(self.env, variable, entry.agent_id)
-        elif entry.secrets is not None:
-            secrets = entry.secrets
-        elif default:
-            secrets = (default,)
-        else:
-            raise CliError(
-                f"no secret for partner {entry.agent_id!r}: give --secret "
-                f"(or SYNAPSE_SECRET) or --peer-secret-file {entry.agent_id}=PATH"
-            )
+        secrets = self.secrets_of(entry, files, default)
+        if secrets is None:
+            raise CliError(f"no secret for partner {entry.agent_id!r}: give {NO_SECRET}")
+        weak = secret_strength(entry.agent_id, secrets, self.switch(ALLOW_WEAK_SECRET))
+        if weak is not None:
+            self.warn(weak)
         try:
             return Partner(entry.agent_id, entry.endpoint, secrets)
         except ValueError as exc:
             raise CliError(f"partner {entry.agent_id!r}: {exc}") from exc
+
+    def secrets_of(
+        self, entry: PeerEntry, files: Mapping[str, Path], default: str | None
+    ) -> tuple[str, ...] | None:
+        """The secrets shared with `entry`: its own if it has any, else `default` (None if
+        neither is given)."""
+        variable = peer_secret_envs(self).get(entry.agent_id) or entry.secret_env
+        if entry.agent_id in files:
+            return read_secret_file(files[entry.agent_id], entry.agent_id)
+        if variable:
+            return secrets_from_env(self.env, variable, entry.agent_id)
+        if entry.secrets is not None:
+            return entry.secrets
+        return (default,) if default else None
 
     def partners(self) -> list[Partner]:
         entries = self.peer_entries()
@@ -487,3 +507,36 @@ DURATION_SETTINGS = frozenset(
 
 def _split_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+#: How a missing secret is given.
+NO_SECRET = "--secret-file PATH, SYNAPSE_SECRET or --secret; or --peer-secret-file ID=PATH"
+
+
+def _where(setting: Setting[Any], meaning: str = "", metavar: str = "") -> str:
+    """How to give `setting`: `--as ID (our agent id; or SYNAPSE_AS, `as` in --config)`."""
+    sources = [setting.env] if setting.env else []
+    if setting.key:
+        sources.append(f"`{setting.key}` in --config")
+    if not meaning:
+        return f"{setting.flag} (set it with {', '.join([setting.flag, *sources])})"
+    flag = f"{setting.flag} {metavar}".strip()
+    return f"{flag} ({meaning}; or {', '.join(sources)})" if sources else f"{flag} ({meaning})"
+
+
+class Missing:
+    """What a command lacks, gathered so that one run names all of it (not one a run)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+    def check(self) -> None:
+        """Raise one usage error listing every missing setting, if any is."""
+        if len(self.lines) == 1:
+            raise CliError(f"missing {self.lines[0]}")
+        if self.lines:
+            listed = "".join(f"\n  {line}" for line in self.lines)
+            raise CliError(f"missing {len(self.lines)} settings:{listed}")

@@ -1,7 +1,7 @@
 """`synapse conformance`: run the conformance kit against a running peer from the command line.
 
     synapse conformance --target http://127.0.0.1:8765/synapse/callback --agent-id agent-e \\
-                        --secret S [--as synapse-conformance] [--listen 127.0.0.1:8766] [--json]
+                        --secret-file PATH [--as synapse-conformance] [--listen HOST:PORT] [--json]
 
 Every setting also comes from the environment (SYNAPSE_TARGET, SYNAPSE_AGENT_ID, SYNAPSE_SECRET,
 SYNAPSE_AS, SYNAPSE_LISTEN, …) or a TOML file (--config); a flag wins over its variable, a
@@ -19,6 +19,7 @@ import os
 import sys
 import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TextIO, cast
 
 from synapse.conformance.checks import CHECKS, Timing
@@ -31,7 +32,7 @@ Check a running Synapse peer against the wire specification (specs/protocol.md i
 repository), black box, over HTTP: its 'Flows' message by message, 'Signatures', every one of
 its 'Error codes', 'Deduplication' and the rules of its 'Task states'. The target must offer
 'The demo handler' capabilities and know the kit as a partner: agent id --as, callback URL
-http://LISTEN/synapse/callback, secret --secret.
+http://LISTEN/synapse/callback, secret --secret-file (or --secret).
 """
 
 EPILOG = """\
@@ -39,11 +40,12 @@ Exit status: 0 every check passed, 1 a check failed, 2 usage error or the target
 reached.
 
 example, against a reference peer started with
-  synapse serve --agent-id agent-e --port 8765 --secret S \\
+  openssl rand -hex 32 > synapse.secret
+  synapse serve --agent-id agent-e --port 8765 --secret-file synapse.secret \\
                 --peer synapse-conformance=http://127.0.0.1:8766/synapse/callback
 run
   synapse conformance --target http://127.0.0.1:8765/synapse/callback --agent-id agent-e \\
-                      --secret S
+                      --secret-file synapse.secret
 """
 
 USAGE_ERROR = 2
@@ -74,8 +76,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent-id", metavar="ID", help="the peer's agent id ($SYNAPSE_AGENT_ID)")
     parser.add_argument(
         "--secret",
-        metavar="S",
-        help="the secret the peer shares with the kit ($SYNAPSE_SECRET)",
+        metavar="SECRET",
+        help="the secret the peer shares with the kit, shown by ps: prefer --secret-file "
+        "($SYNAPSE_SECRET)",
+    )
+    parser.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        help="a file whose first line is that secret ($SYNAPSE_SECRET_FILE)",
     )
     parser.add_argument(
         "--as",
@@ -147,6 +155,7 @@ _SETTINGS = {
     "target": ("target", "SYNAPSE_TARGET", "target"),
     "agent_id": ("agent_id", "SYNAPSE_AGENT_ID", "agent_id"),
     "secret": ("secret", "SYNAPSE_SECRET", "secret"),
+    "secret_file": ("secret_file", "SYNAPSE_SECRET_FILE", "secret_file"),
     "kit_id": ("as_agent", "SYNAPSE_AS", "as"),
     "listen": ("listen", "SYNAPSE_LISTEN", "listen"),
     "endpoint": ("endpoint", "SYNAPSE_ENDPOINT", "endpoint"),
@@ -247,11 +256,21 @@ def run(args: argparse.Namespace) -> int:
         err.write(f"synapse conformance: error: {exc}\n")
         return USAGE_ERROR
     target, agent_id, secret = settings["target"], settings["agent_id"], settings["secret"]
+    if not secret and settings["secret_file"]:
+        try:
+            secret = _first_line(Path(settings["secret_file"]).expanduser())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            err.write(f"synapse conformance: error: --secret-file: {exc}\n")
+            return USAGE_ERROR
     kit_id = settings["kit_id"] or DEFAULT_KIT_ID
     listen = settings["listen"] or DEFAULT_LISTEN
     missing = [
         flag
-        for flag, value in (("--target", target), ("--agent-id", agent_id), ("--secret", secret))
+        for flag, value in (
+            ("--target", target),
+            ("--agent-id", agent_id),
+            ("--secret or --secret-file", secret),
+        )
         if not value
     ]
     if missing:
@@ -303,3 +322,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["add_parser", "configure_parser", "main", "run"]
+
+
+def _first_line(path: Path) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            return line.strip()
+    raise ValueError(f"{path} is empty")

@@ -176,12 +176,21 @@ def _check_signature(
     if header is not None and header.strip():
         if verify_header_signature(partner.secrets, body, header.strip()):
             return "header"
-        raise _denied("bad_signature", f"bad {SIGNATURE_HEADER} header")
+        raise _denied(
+            "bad_signature",
+            f"the {SIGNATURE_HEADER} header does not verify: the message was signed with a "
+            f"secret other than the one we share with {partner.agent_id!r} (or changed on "
+            "the way)",
+        )
     if value.get("signature") is None:
         raise _denied("missing_signature", "the message is not signed")
     if verify_body_signature(partner.secrets, value):
         return "body"
-    raise _denied("bad_signature", "bad body signature")
+    raise _denied(
+        "bad_signature",
+        "the body signature does not verify: the message was signed with a secret other than "
+        f"the one we share with {partner.agent_id!r} (or changed on the way)",
+    )
 
 
 def authenticate(

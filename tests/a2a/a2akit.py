@@ -20,7 +20,7 @@ from synapse.a2a import A2AServer
 from synapse.p2p.config import P2PConfig
 from synapse.transport.peer import Peer
 
-PUSH_SECRET = "push-secret-for-tests"
+PUSH_SECRET = "push-secret-for-tests-0123456789"
 #: The gRPC binding needs grpcio (the `grpc` extra, in `dev`).
 GRPC_PRESENT = importlib.util.find_spec("grpc") is not None
 #: Every binding the official SDK's client is run over (gRPC only with grpcio).

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-SECRET = "cli-test-secret"
+SECRET = "cli-test-secret-0123456789abcdef"
 EXECUTOR = "exec"
 REQUESTER = "req"
 #: Every subprocess gets this long at most.

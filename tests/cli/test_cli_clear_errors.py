@@ -81,7 +81,10 @@ def test_send_a2a_to_a_peer_without_a2a_says_it_has_no_agent_card(executor: Serv
 
 def test_a_refused_request_is_never_reported_as_sent(executor: Server, requester_port: int) -> None:
     refused = run(
-        "send", *client_args(executor, requester_port, secret="wrong"), "echo", '{"text": "x"}'
+        "send",
+        *client_args(executor, requester_port, secret="wrong-secret-0123456789abcdefghij"),
+        "echo",
+        '{"text": "x"}',
     )
     assert one_error(refused).startswith("synapse: 403 permission_denied: ")
     assert "sent to" not in refused.stderr, refused.stderr

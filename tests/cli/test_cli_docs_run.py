@@ -23,6 +23,8 @@ from docskit import Shell, block, document, lines, run_block, shell, starting
 from synapse.cli.options import PORT
 
 CLI = document("cli.md")
+#: How the documents make the secret their peers share (never on the command line).
+KEYGEN = "openssl rand -hex 32 > synapse.secret"
 A2A = document("a2a.md")
 
 # --- A2A: docs/cli.md's `serve --a2a` and its curl lines; docs/a2a.md's serve and sends ---------
@@ -70,6 +72,8 @@ def a2a_agent_with_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     token = "a-token-of-the-docs-0123456789"
     with shell(tmp_path_factory.mktemp("a2a-token"), (8080,), {"TOKEN": token}) as sh:
         [serve] = starting(shown, "synapse serve")
+        assert "--secret-file push.secret" in serve.command
+        sh.run(KEYGEN.replace("synapse.secret", "push.secret"))
         sh.background(serve)
         yield sh
 
@@ -130,7 +134,7 @@ POOL = """\
 [[partner]]
 agent_id = "writer-1"
 endpoint = "http://127.0.0.1:{port}/synapse/callback"
-secret = "s3cret"
+secret = "writer-1-secret-0123456789abcdef"
 """
 
 
@@ -141,8 +145,10 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
     with shell(cwd, (8000, 8100, 8101)) as sh:
         writer = sh.port(8101)
         (cwd / "pool.toml").write_text(POOL.format(port=writer), encoding="utf-8")
+        sh.run(KEYGEN)  # the hub's secret with its client
         sh.background(
-            f"synapse serve --agent-id writer-1 --port {writer} --secret s3cret "
+            f"synapse serve --agent-id writer-1 --port {writer} "
+            "--secret writer-1-secret-0123456789abcdef "
             "--peer hub=http://127.0.0.1:8000/synapse/callback"
         )
         yield sh
@@ -155,7 +161,8 @@ def test_the_route_command_serves_the_pool(pool: Shell) -> None:
     try:
         done = pool.run(
             "synapse send --target http://127.0.0.1:8000/synapse/callback --agent-id hub "
-            '--as client --secret S --listen 127.0.0.1:8100 echo \'{"text": "routed"}\''
+            "--as client --secret-file synapse.secret --listen 127.0.0.1:8100 "
+            'echo \'{"text": "routed"}\''
         )
         assert (done.returncode, done.stdout.splitlines()[-1:]) == (0, ["routed"]), done.stderr
     finally:
@@ -167,7 +174,6 @@ def test_the_python_blocks_of_routing_md_run(pool: Shell) -> None:
     namespace: dict[str, object] = {
         "__name__": "docs",
         "CLIENT_URL": pool.ported("http://127.0.0.1:8100/synapse/callback"),
-        "SECRET": "S",
     }
 
     async def main() -> None:
@@ -246,8 +252,9 @@ def test_the_python_block_of_operations_md_serves_health_metrics_and_console(
 
 
 def test_the_console_lines_of_operations_md_serve_the_console(tmp_path: Path) -> None:
-    executor, requester = lines(block(OPERATIONS, "--console-token"))
+    keygen, executor, requester = lines(block(OPERATIONS, "--console-token"))
     with shell(tmp_path, (8000, 8001)) as sh:
+        assert sh.run(keygen).returncode == 0
         sh.background(executor)
         serving = sh.background(requester, ready="serving_console")
         base = f"http://127.0.0.1:{sh.port(8000)}"
@@ -269,6 +276,8 @@ def conformance_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[She
     shown = block(README, "synapse conformance --target http")
     assert lines(shown) == lines(block(CONFORMANCE, "synapse conformance --target http"))
     with shell(tmp_path_factory.mktemp("conformance"), (8765, 8766)) as sh:
+        [keygen] = starting(shown, "openssl rand")
+        assert sh.run(keygen).returncode == 0
         [serve] = starting(shown, "synapse serve")
         sh.background(serve)
         yield sh
@@ -289,7 +298,7 @@ def test_the_python_call_of_conformance_md_runs_the_checks_it_names(
     source = conformance_target.ported(block(CONFORMANCE, "run_conformance(", "python"))
     namespace: dict[str, object] = {"__name__": "docs"}
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with contextlib.redirect_stdout(printed), contextlib.chdir(conformance_target.cwd):
         asyncio.run(run_block(source, namespace))
     report = namespace["report"]
     ids = {r.id for r in report.results}  # type: ignore[attr-defined]
@@ -306,6 +315,8 @@ def executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Shell, 
     """docs/cli.md's walkthrough executor (terminal 1), and its log."""
     shown = block(CLI, "# terminal 1: the executor")
     with shell(tmp_path_factory.mktemp("cli"), (8080, 9001)) as sh:
+        [keygen] = starting(shown, "openssl rand")
+        assert sh.run(keygen).returncode == 0
         [serve] = starting(shown, "synapse serve")
         running = sh.background(serve)
         yield sh, running.logged("listening")
@@ -361,8 +372,9 @@ def test_the_config_files_of_cli_md_are_taken(tmp_path: Path) -> None:
     command = r_toml.splitlines()[0].split("`")[1]
     with shell(tmp_path, (8080, 9001)) as sh:
         (tmp_path / "r.toml").write_text(sh.ported(r_toml), encoding="utf-8")
+        sh.run(KEYGEN)
         sh.background(
-            "synapse serve --agent-id agent-e --port 8080 --secret shared-by-default "
+            "synapse serve --agent-id agent-e --port 8080 --secret-file synapse.secret "
             "--peer agent-r=http://127.0.0.1:9001/synapse/callback"
         )
         done = sh.run(command)
@@ -374,12 +386,14 @@ def test_the_config_files_of_cli_md_are_taken(tmp_path: Path) -> None:
 
 def test_the_command_line_block_of_the_readme_runs(tmp_path: Path) -> None:
     shown = block(README, "synapse serve --agent-id agent-e --port 8001")
-    serve, send, *more = lines(shown)
+    keygen, serve, send, *more = lines(shown)
+    assert keygen.command == KEYGEN
     listed = re.split(r"\s{3,}", more[0].command)
     assert [c.split()[:2] for c in listed] == [
         ["synapse", "caps"], ["synapse", "ping"], ["synapse", "schema"], ["synapse", "outbox"],
     ]  # fmt: skip
     with shell(tmp_path, (8001, 8002)) as sh:
+        assert sh.run(keygen).returncode == 0
         sh.background(serve)
         done = sh.run(send, input="现代\n")  # it asks for the style at the terminal
         assert done.returncode == 0, done.stderr
@@ -500,7 +514,8 @@ def test_the_replicas_of_deploy_md_start_on_one_database(tmp_path: Path, pg_url:
     assert install == "pip install 'synapse-agent-p2p[postgres]'"
     shown_url = migrate.split("--store ", 1)[1].split()[0]
     loop = shown.split("\n", 2)[2]
-    with shell(tmp_path, (8001, 8002, 8003), {"SECRET": "replica-secret"}) as sh:
+    with shell(tmp_path, (8001, 8002, 8003)) as sh:
+        assert sh.run(KEYGEN.replace("synapse.secret", "agent-e.secret")).returncode == 0
         done = sh.run(migrate.replace(shown_url, pg_url))
         assert done.returncode == 0, done.stderr
         script = sh.ported(loop.replace(shown_url, pg_url).replace("10.0.0.5", "127.0.0.1"))

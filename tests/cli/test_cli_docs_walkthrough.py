@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 from clikit import clean_env, free_port, run, serve
@@ -37,8 +38,11 @@ def test_the_walkthrough_is_found() -> None:
     assert len(commands) >= 10
 
 
-def test_the_cli_walkthrough_runs_as_documented() -> None:
+def test_the_cli_walkthrough_runs_as_documented(tmp_path: Path) -> None:
     serve_args, env, commands = walkthrough()
+    keygen = "openssl rand -hex 32 > synapse.secret"
+    assert keygen in DOC.split("# terminal 1: the executor", 1)[1]
+    subprocess.run(["bash", "-c", keygen], cwd=tmp_path, check=True)  # both terminals' cwd
     port, listen_port = free_port(), free_port()
 
     def ported(text: str) -> str:
@@ -50,7 +54,7 @@ def test_the_cli_walkthrough_runs_as_documented() -> None:
     at = args.index("--port")
     args[at + 1] = str(port)
     env = {k: ported(v) for k, v in env.items()}
-    with serve(*args[:at], *args[at + 2 :], port=port):
+    with serve(*args[:at], *args[at + 2 :], port=port, cwd=str(tmp_path)):
         for line, comment in commands:
             words = shlex.split(ported(line))
             extra = {}
@@ -60,7 +64,7 @@ def test_the_cli_walkthrough_runs_as_documented() -> None:
             assert words[0] == "synapse", line
             interactive = "asks" in comment
             answer = "现代\n" if "style" in comment else "approve\n" if interactive else ""
-            done = run(*words[1:], input=answer, env=clean_env({**env, **extra}))
+            done = run(*words[1:], input=answer, env=clean_env({**env, **extra}), cwd=str(tmp_path))
             expected = 0
             found = re.search(r"exit (\d)", comment)
             if found:

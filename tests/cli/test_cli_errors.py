@@ -34,7 +34,10 @@ def one_error(result: subprocess.CompletedProcess[str], status: int = 2) -> str:
 
 def test_wrong_secret_is_403_permission_denied(executor: Server, requester_port: int) -> None:
     result = run(
-        "send", *client_args(executor, requester_port, secret="wrong"), "echo", '{"text": "x"}'
+        "send",
+        *client_args(executor, requester_port, secret="wrong-secret-0123456789abcdefghij"),
+        "echo",
+        '{"text": "x"}',
     )
     line = one_error(result)
     assert line.startswith("synapse: 403 permission_denied: "), line
@@ -134,15 +137,17 @@ def test_port_in_use_for_listen(executor: Server) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "missing --as"),
-        (["--as", "me"], "missing --target URL"),
-        (["--as", "me", "--target", "http://127.0.0.1:9/x"], "missing --agent-id ID"),
         (
-            ["--as", "me", "--target", "http://127.0.0.1:9/x", "--agent-id", "e"],
-            "no secret for partner 'e'",
-        ),
-        (
-            ["--as", "me", "--target", "http://127.0.0.1:9/x", "--agent-id", "e", "--secret", "s"],
+            [
+                "--as",
+                "me",
+                "--target",
+                "http://127.0.0.1:9/x",
+                "--agent-id",
+                "e",
+                "--secret",
+                "s" * 32,
+            ],
             "missing --listen HOST:PORT",
         ),
         (["--target", "not a url"], "argument --target: not an absolute URL"),
@@ -155,6 +160,27 @@ def test_port_in_use_for_listen(executor: Server) -> None:
 def test_send_usage_errors(args: list[str], message: str) -> None:
     line = here_error("send", *args, "echo", '{"text": "x"}')
     assert line.startswith(f"synapse: {message}"), line
+
+
+def test_every_missing_setting_is_named_in_one_run() -> None:
+    """Not one a run: what `send` lacks comes in one message, a line for each."""
+    status, out, err = run_here("send", "echo", '{"text": "x"}', env={})
+    assert status == 2 and out == ""
+    head, *lines = err.splitlines()
+    assert head == "synapse: missing 5 settings:"
+    starts = ["--as ID", "--target URL", "--agent-id ID", "a secret shared", "--listen HOST:PORT"]
+    assert [line.strip().split(" (")[0].split(": ")[0] for line in lines] == [
+        "--as ID",
+        "--target URL",
+        "--agent-id ID",
+        "a secret shared with the executor",
+        "--listen HOST:PORT",
+    ]
+    assert all(line.strip().startswith(start) for line, start in zip(lines, starts, strict=True))
+    # Given some, only the others are named.
+    status, _, err = run_here("send", "--as", "me", "--secret", "s" * 32 * 32, "echo", "{}", env={})
+    assert err.splitlines()[0] == "synapse: missing 3 settings:"
+    assert "--as" not in err and "secret" not in err
 
 
 def test_a_usage_error_in_a_real_process_is_one_line_too() -> None:
@@ -267,7 +293,7 @@ def test_a_value_of_the_wrong_type_is_refused_in_one_line(
         "--peer",
         "r=http://127.0.0.1:9/cb",
         "--secret",
-        "s",
+        "s" * 32,
     )
     assert line.startswith(f"synapse: config file {config}"), line
     assert message in line, line
@@ -279,7 +305,8 @@ def test_typed_values_of_the_right_type_still_work(tmp_path: Path) -> None:
 
     config = tmp_path / "good.toml"
     config.write_text(
-        'port = 8080\nsecret = "s"\n[p2p]\nmax_concurrent_tasks = 7\ntask_timeout = 60\n'
+        f'port = 8080\nsecret = "{"s" * 32}"\n'
+        "[p2p]\nmax_concurrent_tasks = 7\ntask_timeout = 60\n"
         "[http]\nheader_timeout = 2\nmax_connections = 50\n"
     )
     s = Settings.load(build_parser().parse_args(["serve", "--config", str(config)]), {})
@@ -298,7 +325,7 @@ def test_an_accepted_case_fails_in_bounded_time_instead_of_hanging() -> None:
         run_here(
             "serve",
             *("--agent-id", "e", "--port", "0", "--peer", "r=http://127.0.0.1:9/cb"),
-            *("--secret", "s", "--store", "memory"),
+            *("--secret", "s" * 32, "--store", "memory"),
             timeout=1.5,
         )
     assert time.monotonic() - started < 10

@@ -53,7 +53,9 @@ def test_ping_prints_status_and_round_trip(executor: Server, requester_port: int
 
 
 def test_ping_with_the_wrong_secret(executor: Server, requester_port: int) -> None:
-    result = run("ping", *client_args(executor, requester_port, secret="nope"))
+    result = run(
+        "ping", *client_args(executor, requester_port, secret="nope-secret-0123456789abcdefghijk")
+    )
     no_traceback(result)
     assert result.returncode == 2
     [line] = error_lines(result.stderr)

@@ -103,15 +103,18 @@ def test_settings_from_the_environment() -> None:
         assert (result.returncode, result.stdout) == (0, "env\n"), result.stderr
 
 
+NEWEST, OLDER = "newest-secret-0123456789abcdefghij", "older-secret-0123456789abcdefghijk"
+
+
 def test_settings_from_a_config_file_with_per_partner_secrets(tmp_path: Path) -> None:
     requester_port, port = free_port(), free_port()
-    (tmp_path / "req.secrets").write_text("newest-secret\nolder-secret\n")
+    (tmp_path / "req.secrets").write_text(f"{NEWEST}\n{OLDER}\n")
     config = tmp_path / "exec.toml"
     config.write_text(
         textwrap.dedent(
             f"""
             agent_id = "{EXECUTOR}"
-            secret = "the-default-secret"
+            secret = "the-default-secret-0123456789abcd"
 
             [serve]
             port = {port}
@@ -129,7 +132,7 @@ def test_settings_from_a_config_file_with_per_partner_secrets(tmp_path: Path) ->
     with serve("--config", str(config), port=port, port_flag=False) as server:
         args = client_args(server, requester_port)
         # req signs with the older secret (its first): the executor accepts any of req's.
-        (tmp_path / "exec.secrets").write_text("older-secret\nnewest-secret\n")
+        (tmp_path / "exec.secrets").write_text(f"{OLDER}\n{NEWEST}\n")
         rotated = [*args, "--peer-secret-file", f"{EXECUTOR}={tmp_path / 'exec.secrets'}"]
         result = run("caps", *rotated)
         assert result.returncode == 0, result.stderr
@@ -219,11 +222,11 @@ def test_port_in_use_is_one_line() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--port", "0", "--secret", "s", "--peer", "r=http://h/"], "missing --agent-id"),
-        (["--agent-id", "e", "--secret", "s", "--peer", "r=http://h/"], "missing --port"),
-        (["--agent-id", "e", "--port", "0", "--secret", "s"], "no partner"),
+        (["--port", "0", "--secret", "s" * 32, "--peer", "r=http://h/"], "missing --agent-id"),
+        (["--agent-id", "e", "--secret", "s" * 32, "--peer", "r=http://h/"], "missing --port"),
+        (["--agent-id", "e", "--port", "0", "--secret", "s" * 32], "no partner"),
         (["--agent-id", "e", "--port", "0", "--peer", "r=http://h/"], "no secret for partner"),
-        (["--agent-id", "e", "--port", "0", "--secret", "s", "--peer", "r"], "bad --peer 'r'"),
+        (["--agent-id", "e", "--port", "0", "--secret", "s" * 32, "--peer", "r"], "bad --peer 'r'"),
         (["--agent-id", "e", "--port", "x"], "argument --port: not a port number"),
     ],
 )

@@ -56,7 +56,7 @@ def test_partners_merge_by_id_and_own_secrets_beat_the_default(tmp_path: Path) -
     config = write(
         tmp_path / "c.toml",
         """
-        secret = "file-default"
+        secret = "file-default-0123456789abcdefghij"
         [[peer]]
         agent_id = "a"
         endpoint = "http://a.example/cb"
@@ -71,8 +71,14 @@ def test_partners_merge_by_id_and_own_secrets_beat_the_default(tmp_path: Path) -
     )
     env = {"SYNAPSE_PEERS": "b=http://b2.example/cb, d=http://d.example/cb"}
     argv = ["serve", "--config", config, "--peer", "c=http://c2.example/cb"]
-    argv += ["--peer-secret-file", f"b={tmp_path / 'b.secrets'}", "--secret", "flag-default"]
+    argv += [
+        "--peer-secret-file",
+        f"b={tmp_path / 'b.secrets'}",
+        "--secret",
+        "flag-default-0123456789abcdefghij",
+    ]
     argv += ["--allow-shared-secret"]  # c and d share the default
+    argv += ["--allow-weak-secret"]  # a's and b's short secrets: what is merged is the point
     partners = {p.agent_id: p for p in settings(argv, env).partners()}
     assert {k: p.endpoint for k, p in partners.items()} == {
         "a": "http://a.example/cb",
@@ -82,13 +88,13 @@ def test_partners_merge_by_id_and_own_secrets_beat_the_default(tmp_path: Path) -
     }
     assert partners["a"].secrets == ("a-1", "a-2")  # its own, from the file
     assert partners["b"].secrets == ("b-new", "b-old")  # its own file, newest first
-    assert partners["c"].secrets == ("flag-default",)
-    assert partners["d"].secrets == ("flag-default",)
+    assert partners["c"].secrets == ("flag-default-0123456789abcdefghij",)
+    assert partners["d"].secrets == ("flag-default-0123456789abcdefghij",)
 
 
 def test_a_secret_file_for_an_unknown_partner_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "s").write_text("x\n")
-    s = settings(["serve", "--peer-secret-file", f"z={tmp_path / 's'}", "--secret", "k"])
+    s = settings(["serve", "--peer-secret-file", f"z={tmp_path / 's'}", "--secret", "k" * 32])
     with pytest.raises(CliError, match="--peer-secret-file for 'z', which is not a partner"):
         s.partners()
 
@@ -110,7 +116,7 @@ def test_target_id_from_a_configured_partner(tmp_path: Path) -> None:
         tmp_path / "c.toml",
         """
         as = "me"
-        secret = "k"
+        secret = "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"
         listen = "127.0.0.1:7001"
         [[peer]]
         agent_id = "exec"

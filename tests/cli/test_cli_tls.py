@@ -62,7 +62,7 @@ def test_serve_and_send_over_mutual_tls(tmp_path: Path) -> None:
 def test_bad_tls_settings_are_one_line(tmp_path: Path) -> None:
     result = run(
         "serve", "--agent-id", "e", "--port", "0", "--peer", "r=http://127.0.0.1:1/x",
-        "--secret", "s", "--tls-cert", str(tmp_path / "none.crt"),
+        "--secret", "s" * 32, "--tls-cert", str(tmp_path / "none.crt"),
     )  # fmt: skip
     assert result.returncode == 2
     assert error_lines(result.stderr) == [

@@ -102,7 +102,8 @@ def test_conformance_reads_its_settings_from_a_config_file(tmp_path: Path) -> No
     config = tmp_path / "kit.toml"
     target = url(free_port())
     config.write_text(
-        f'secret = "s"\n[conformance]\ntarget = "{target}"\nagent_id = "x"\n'
+        f'secret = "{"s" * 32}"\n'
+        f'[conformance]\ntarget = "{target}"\nagent_id = "x"\n'
         f'listen = "127.0.0.1:{free_port()}"\n',
         encoding="utf-8",
     )

@@ -27,7 +27,7 @@ from synapse.runtime.protocol import MessageEvent
 from synapse.transport.peer import Peer
 
 R, E = "agent-r", "agent-e"
-SECRET = "cluster-secret-r-e"
+SECRET = "cluster-secret-r-e-0123456789abc"
 PATH = "/synapse/callback"
 #: The requester retries fast: a replica that dies mid-exchange costs little.
 R_CONFIG = P2PConfig(

@@ -49,7 +49,7 @@ RunKit = Callable[..., Coroutine[Any, Any, Report]]
 
 TARGET_ID = "agent-under-test"
 KIT_ID = "synapse-conformance"
-SECRET = "conformance-tests-secret"
+SECRET = "conformance-tests-secret-0123456"
 
 
 class DemoPeer(Peer):

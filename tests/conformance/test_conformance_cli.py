@@ -90,9 +90,9 @@ async def test_settings_come_from_the_environment_and_failures_exit_1(
     [
         ([], "missing --target, --agent-id, --secret"),
         (["--target", "http://x/", "--agent-id", "a"], "missing --secret"),
-        (["--target", "x", "--agent-id", "a", "--secret", "s"], "http(s) URL"),
+        (["--target", "x", "--agent-id", "a", "--secret", "s" * 32], "http(s) URL"),
         (
-            ["--target", "http://x/", "--agent-id", "a", "--secret", "s", "--listen", "8766"],
+            ["--target", "http://x/", "--agent-id", "a", "--secret", "s" * 32, "--listen", "8766"],
             "HOST:PORT",
         ),
     ],

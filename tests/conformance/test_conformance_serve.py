@@ -16,7 +16,7 @@ from typing import Any
 from synapse.conformance import DEFAULT_KIT_ID, run_conformance
 
 AGENT_ID = "agent-serve"
-SECRET = "conformance-serve-secret"
+SECRET = "conformance-serve-secret-0123456"
 READY_TIMEOUT = 30.0
 
 

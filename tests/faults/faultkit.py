@@ -39,7 +39,7 @@ from synapse.types import (
 
 PEER_PROC = Path(__file__).with_name("peer_proc.py")
 PATH = "/synapse/callback"
-SECRET = "fault-test-secret"
+SECRET = "fault-test-secret-0123456789abcd"
 CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=15)
 FINAL = {"completed", "failed", "cancelled", "rejected"}
 

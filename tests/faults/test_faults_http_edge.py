@@ -34,7 +34,7 @@ from synapse.transport.peer import Peer
 
 pytestmark = pytest.mark.slow
 
-SECRET = "edge-secret"
+SECRET = "edge-secret-0123456789abcdefghij"
 PATH = "/synapse/callback"
 TINY = b"POST /synapse/callback HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
 #: What the server may hold beyond its size at rest while attacked: a body and a head's

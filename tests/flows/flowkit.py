@@ -15,9 +15,9 @@ from synapse.transport.peer import Peer
 from synapse.types import Message, TaskState
 
 R, E = "agent-r", "agent-e"
-SECRET = "flows-secret-r-e"
+SECRET = "flows-secret-r-e-0123456789abcde"
 #: An older secret both still accept (rotation); nobody signs with it.
-OLD_SECRET = "flows-secret-r-e-2025"
+OLD_SECRET = "flows-secret-r-e-2025-0123456789"
 #: Fast retries, the default 30 s heartbeat (tests that want heartbeats ask for them).
 FAST = P2PConfig(max_retries=2, retry_base_delay=0.02, retry_max_delay=0.1, request_timeout=5)
 #: The bound of every wait in these tests.

@@ -19,7 +19,7 @@ from synapse.transport.client import SenderMode
 from synapse.transport.peer import Peer
 from synapse.types import TaskState
 
-SECRET = "attach-secret"
+SECRET = "attach-secret-0123456789abcdefgh"
 
 
 def loopback_socket() -> tuple[socket.socket, str]:

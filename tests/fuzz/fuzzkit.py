@@ -50,7 +50,7 @@ from synapse.types import (
 COUNTS: Counter[str] = Counter()
 
 E, R = "agent-e", "agent-r"
-SECRET = "fuzz-secret"
+SECRET = "fuzz-secret-0123456789abcdefghij"
 PATH = "/synapse/callback"
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
 #: Types a partner may POST (requests and callbacks); the others are only replies.

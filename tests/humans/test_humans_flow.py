@@ -42,7 +42,7 @@ from synapse.runtime.runtime_base import Outcome
 from synapse.transport.peer import Peer
 from synapse.types import MessageType, TaskState
 
-SECRET = "humans-shared-secret-0123456789"
+SECRET = "humans-shared-secret-0123456789-"
 LINK_KEY = b"link-key-of-the-tests-0123456789"
 CONFIG = P2PConfig(heartbeat_interval=3600.0)
 SCHEMA = {

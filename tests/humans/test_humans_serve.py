@@ -38,7 +38,7 @@ from synapse.p2p.audit import append_audit
 from synapse.p2p.engine import TaskKey
 from synapse.store import SqliteStore
 
-SECRET = "humans-serve-secret-0123456789"
+SECRET = "humans-serve-secret-0123456789-0"
 LINK_KEY = "serve-link-key-0123456789abcdef"
 TOKEN = "operator-token-0123456789"
 HANDLER_DIR = str(Path(__file__).parent)

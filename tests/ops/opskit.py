@@ -18,7 +18,7 @@ from synapse.store import TaskStore
 from synapse.transport.peer import Peer
 
 R, E = "agent-r", "agent-e"
-SECRET = "ops-secret-r-e"
+SECRET = "ops-secret-r-e-0123456789abcdefg"
 FAST = P2PConfig(max_retries=2, retry_base_delay=0.02, retry_max_delay=0.1, request_timeout=5)
 WAIT = 10.0
 

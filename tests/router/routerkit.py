@@ -31,7 +31,7 @@ from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.types import Capability, TaskResult
 
-SECRET = "hub-and-spokes-secret"
+SECRET = "hub-and-spokes-secret-0123456789"
 #: Retries and heartbeats in tens of milliseconds, so that outages are noticed within a test.
 FAST = P2PConfig(
     max_retries=1,

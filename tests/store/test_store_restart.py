@@ -40,7 +40,7 @@ from synapse.types import (
 )
 
 E, R = "agent-e", "agent-r"
-SECRET = "restart-secret"
+SECRET = "restart-secret-0123456789abcdefg"
 FAST = P2PConfig(
     max_retries=1,
     retry_base_delay=0.02,

@@ -28,7 +28,7 @@ from synapse.transport.peer import Peer
 from synapse.types import LocalProtocolError, TaskSpec, TaskState
 
 E_ID = "agent-e"
-SECRET = "retention-secret"
+SECRET = "retention-secret-0123456789abcde"
 S = TaskState
 
 

@@ -371,7 +371,7 @@ def test_the_plain_callback_fast_path_judges_as_the_table(raw: bytes) -> None:
 # --- over real sockets: one corpus, two peers ----------------------------------------------------
 
 E, R = "agent-e", "agent-r"
-SECRET = "admission-secret"
+SECRET = "admission-secret-0123456789abcde"
 LIMITS = HttpLimits(header_timeout=1.0, body_timeout=1.0, keepalive_timeout=0.5)
 
 

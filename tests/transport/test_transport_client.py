@@ -47,7 +47,7 @@ from synapse.types import (
 ME = "agent-r"
 ME_ENDPOINT = "http://r.example/synapse/callback"
 PEER = "agent-e"
-SECRET = "shared-secret"
+SECRET = "shared-secret-0123456789abcdefgh"
 CONFIG = P2PConfig(max_retries=3, retry_base_delay=0.01, retry_max_delay=5.0, request_timeout=2)
 PEER_SENDER_ENDPOINT = "http://e.example/synapse/callback"
 

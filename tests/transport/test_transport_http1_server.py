@@ -40,7 +40,7 @@ from synapse.transport.peer import Peer
 from synapse.types import SIGNATURE_HEADER, verify_header_signature
 
 E, R = "agent-e", "agent-r"
-SECRET = "lean-server-secret"
+SECRET = "lean-server-secret-0123456789abc"
 LIMITS = HttpLimits(header_timeout=2.0, body_timeout=0.3, keepalive_timeout=5.0)
 
 

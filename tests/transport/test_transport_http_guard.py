@@ -31,7 +31,7 @@ from synapse.transport.peer import Peer
 from synapse.types import SIGNATURE_HEADER, header_signature
 
 E, R = "agent-e", "agent-r"
-SECRET = "guard-secret"
+SECRET = "guard-secret-0123456789abcdefghi"
 PATH = "/synapse/callback"
 LIMITS = HttpLimits(header_timeout=0.5, body_timeout=0.5, keepalive_timeout=1.0, max_connections=40)
 
