@@ -18,6 +18,7 @@ import json
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, Literal, Protocol, TextIO, TypeVar
 
 from synapse.cli.client import to_json
@@ -54,6 +55,8 @@ class SendOptions:
     as_json: bool = False
     #: `--timeout`: give up (cancel, exit 1) when the task has not ended by then.
     timeout: float | None = None
+    #: `--deadline`: the task's `deadline`, sent with it (the executor fails it when it passes).
+    deadline: datetime | None = None
 
 
 class Answerable(Protocol):

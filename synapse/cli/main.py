@@ -251,6 +251,7 @@ def _run_send(ctx: Context) -> int:
         notes=args.notes,
         as_json=bool(args.json),
         timeout=args.timeout,
+        deadline=args.deadline,
     )
     if args.a2a_url is not None:
         return _run_send_a2a(ctx, options)
@@ -282,6 +283,7 @@ SYNAPSE_SEND_FLAGS = {
     "signing": "--signing",
     "task_id": "--task-id",
     "priority": "--priority",
+    "deadline": "--deadline",
 }
 
 
@@ -461,7 +463,7 @@ def main(
         if unknown is not None:
             err.write(f"synapse: {unknown}\n")
             return Exit.USAGE
-        args = parser.parse_args(argv)
+        args = parser.parse_command_line(argv)
         verbose = bool(getattr(args, "verbose", False))
         if args.command is None:
             parser.print_help(err)

@@ -13,6 +13,15 @@ from typing import Any, Protocol, TextIO
 
 from synapse._distribution import install
 from synapse.cli.errors import Exit
+from synapse.cli.flags import (
+    QUIET_VERBOSE,
+    STORE_CONFIG,
+    HelpFormatter,
+    add_output_flags,
+    epilog,
+)
+from synapse.cli.options import STORE
+from synapse.cli.settings import Settings
 from synapse.store import is_postgres_url
 
 EPILOG = "Exit status: 0 up to date, 2 usage error or the database refused or is unreachable."
@@ -25,14 +34,23 @@ def add_parser(commands: Any) -> None:
         description="Bring the schema of a PostgreSQL store up to this version of synapse, "
         "each migration once, in one transaction (safe while replicas start: they wait for "
         "it). An SQLite file needs no command: it is created and checked when opened.",
-        epilog=EPILOG,
+        epilog=epilog(
+            EPILOG,
+            [
+                "synapse migrate --store postgresql://synapse@db.internal:5432/synapse",
+                "synapse migrate --config exec.toml --status",
+            ],
+        ),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
-        "--store",
+        STORE.flag,
+        dest=STORE.dest,
         metavar="URL",
         help="postgresql://USER@HOST:PORT/DB ($SYNAPSE_STORE)",
     )
     parser.add_argument("--status", action="store_true", help="only print the schema version")
+    add_output_flags(parser, config_holds=STORE_CONFIG, verbose_logs=QUIET_VERBOSE)
     parser.set_defaults(run=run_migrate)
 
 
@@ -41,13 +59,17 @@ class _Context(Protocol):
     env: Mapping[str, str]
     out: TextIO
     err: TextIO
+    settings: Settings
+
+    def logging(self, *, quiet: bool) -> None: ...
 
 
 def run_migrate(ctx: _Context) -> int:
     args, out, err = ctx.args, ctx.out, ctx.err
-    url = args.store or ctx.env.get("SYNAPSE_STORE")
+    ctx.logging(quiet=True)
+    url = ctx.settings.get(STORE)
     if not url:
-        err.write("synapse: migrate needs --store URL (or $SYNAPSE_STORE)\n")
+        err.write("synapse: migrate needs --store URL (or $SYNAPSE_STORE, `store` in --config)\n")
         return Exit.USAGE
     if not is_postgres_url(url):
         err.write(f"synapse: {url!r} is not a postgresql:// URL (only PostgreSQL migrates)\n")
@@ -68,7 +90,7 @@ def run_migrate(ctx: _Context) -> int:
             return Exit.OK
         before, applied = migrate(url)
     except (psycopg.Error, RuntimeError) as exc:
-        err.write(f"synapse: migrate: {str(exc).strip()}\n")
+        err.write(f"synapse: migrate: {' '.join(str(exc).split())}\n")  # one line
         return Exit.USAGE
     for migration in applied:
         out.write(f"applied {migration.version:04d} {migration.name}\n")

@@ -40,8 +40,8 @@ class OpsOptions:
 
 def add_ops_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "operations (docs/operations.md in the Synapse repository): /healthz, /readyz and "
-        "/metrics are always served"
+        "operations (docs/operations.md in the Synapse repository)",
+        "/healthz, /readyz and /metrics are always served.",
     )
     group.add_argument(
         CONSOLE.flag,

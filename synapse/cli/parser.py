@@ -6,13 +6,26 @@ runs what it parses.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from synapse import __version__
 from synapse.cli.audit import add_audit_key_argument
 from synapse.cli.errors import CliError, Exit
+from synapse.cli.flags import (
+    EXAMPLES,
+    PEER_CONFIG,
+    PEER_VERBOSE,
+    QUIET_VERBOSE,
+    STORE_CONFIG,
+    HelpFormatter,
+    add_output_flags,
+    add_secret_options,
+    add_signing_options,
+    epilog,
+)
 from synapse.cli.logs import LEVELS
+from synapse.cli.mcp_flags import add_mcp_parser
 from synapse.cli.ops import add_ops_arguments
 from synapse.cli.options import (
     A2A,
@@ -30,7 +43,6 @@ from synapse.cli.options import (
     A2A_V03_CARD,
     AGENT_ID,
     AS,
-    CONFIG,
     DRAIN_TIMEOUT,
     ENDPOINT,
     HANDLER,
@@ -38,38 +50,24 @@ from synapse.cli.options import (
     HOST,
     LEASE_TTL,
     LISTEN,
-    LOG_JSON,
     LOG_LEVEL,
     MAX_TASKS_PER_PARTNER,
-    MCP_A2A_AGENTS,
-    MCP_ALLOW_ANONYMOUS,
-    MCP_HTTP,
-    MCP_OAUTH_AUDIENCE,
-    MCP_OAUTH_ISSUER,
-    MCP_OAUTH_JWKS,
-    MCP_PUBLIC_URL,
-    MCP_TOKENS,
-    MCP_WAIT,
     PEER,
-    PEER_SECRET_FILE,
     PORT,
     RATE_LIMIT,
     RETAIN,
-    RETRIES,
     ROUTE,
-    SECRET,
     SIGNING,
     STORE,
     TARGET,
-    VERBOSE,
 )
 from synapse.cli.parsers import (
     parse_url,
+    parse_when,
 )
 from synapse.cli.security_settings import (
     add_a2a_client_flags,
     add_a2a_serve_flags,
-    add_secret_flags,
     add_tls_flags,
 )
 from synapse.p2p.durations import parse_duration
@@ -87,6 +85,18 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise CliError(f"{message} (see '{self.prog} --help')", Exit.USAGE)
+
+    def parse_command_line(self, argv: Sequence[str]) -> argparse.Namespace:
+        """`parse_args`, but an unknown flag points to its command's help: argparse finds it
+        only once the command's parser is done, and reports it as the top-level parser's."""
+        args, extras = self.parse_known_args(argv)
+        if extras:
+            command = getattr(args, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            raise CliError(
+                f"unrecognized arguments: {' '.join(extras)} (see '{prog} --help')", Exit.USAGE
+            )
+        return args
 
     def commands(self) -> Mapping[str, argparse.ArgumentParser]:
         """The subcommands and their parsers (empty for a parser without any)."""
@@ -109,70 +119,9 @@ def _typed(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
 
 URL = _typed(parse_url, "URL")
 DURATION = _typed(parse_duration, "duration")
+WHEN = _typed(parse_when, "deadline")
 
 EPILOG = "Exit status: 0 success, 1 task failed/rejected/cancelled, 2 usage or connection error."
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("output and settings")
-    group.add_argument(
-        CONFIG.flag,
-        dest=CONFIG.dest,
-        metavar="PATH",
-        help="TOML file with settings and [[peer]] tables ($SYNAPSE_CONFIG)",
-    )
-    group.add_argument(
-        LOG_JSON.flag,
-        dest=LOG_JSON.dest,
-        action="store_true",
-        default=None,
-        help="log JSON lines on stderr instead of console lines ($SYNAPSE_LOG_JSON)",
-    )
-    group.add_argument(
-        "-v",
-        VERBOSE.flag,
-        dest=VERBOSE.dest,
-        action="store_true",
-        default=None,
-        help="log every transition and HTTP attempt ($SYNAPSE_VERBOSE)",
-    )
-
-
-def _secrets(group: argparse._ArgumentGroup, *, serve: bool = False) -> None:
-    add_secret_flags(group, serve=serve)
-    group.add_argument(
-        SECRET.flag,
-        dest=SECRET.dest,
-        metavar="SECRET",
-        help="secret shared with every partner without a --peer-secret-file ($SYNAPSE_SECRET)",
-    )
-    group.add_argument(
-        PEER_SECRET_FILE.flag,
-        dest=PEER_SECRET_FILE.dest,
-        action="append",
-        metavar="PARTNER_ID=PATH",
-        help="that partner's secrets, one a line, newest first; repeatable "
-        "($SYNAPSE_PEER_SECRET_FILES, comma-separated)",
-    )
-
-
-def _signing(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        SIGNING.flag,
-        dest=SIGNING.dest,
-        type=SIGNING.argument_type(),
-        metavar="{header,body}",
-        help="where our signatures go: X-Synapse-Signature header or body `signature` "
-        "(default header; $SYNAPSE_SIGNING)",
-    )
-    group.add_argument(
-        RETRIES.flag,
-        dest=RETRIES.dest,
-        type=RETRIES.argument_type(),
-        metavar="N",
-        help="retries of a POST after a connection error, timeout, 429 or 5xx "
-        "(default: 5 for serve, 2 for send/caps/ping; $SYNAPSE_RETRIES)",
-    )
 
 
 def _client(parser: argparse.ArgumentParser, *, listen_help: str) -> None:
@@ -197,7 +146,7 @@ def _client(parser: argparse.ArgumentParser, *, listen_help: str) -> None:
         metavar="AGENT_ID",
         help="our own agent id, as the executor knows us ($SYNAPSE_AS)",
     )
-    _secrets(group)
+    add_secret_options(group)
     group.add_argument(
         LISTEN.flag,
         dest=LISTEN.dest,
@@ -213,7 +162,7 @@ def _client(parser: argparse.ArgumentParser, *, listen_help: str) -> None:
         help="our callback URL as the executor has it, if not http://HOST:PORT/synapse/callback "
         "of --listen ($SYNAPSE_ENDPOINT)",
     )
-    _signing(group)
+    add_signing_options(group)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     add_tls_flags(parser)
 
@@ -226,6 +175,7 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         description="Synapse agent-to-agent P2P protocol: serve a peer, send it tasks, "
         "watch the flows.",
         epilog="Run 'synapse COMMAND --help' for a command's options. " + EPILOG,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"synapse {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
@@ -236,8 +186,12 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         description="Run a peer that serves POST /synapse/callback on HOST:PORT with the demo "
         "handler (or --handler), until SIGINT or SIGTERM. Logs go to stderr; the first line "
         "is `listening` with the URL.",
-        epilog="Exit status: 0 stopped by SIGINT or SIGTERM, 2 usage error or the port cannot be "
-        "bound.",
+        epilog=epilog(
+            "Exit status: 0 stopped by SIGINT or SIGTERM, 2 usage error or the port cannot be "
+            "bound.",
+            EXAMPLES["serve"],
+        ),
+        formatter_class=HelpFormatter,
     )
     group = serve.add_argument_group("identity and partners")
     group.add_argument(
@@ -260,7 +214,7 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         help="our callback URL as partners see it (default http://HOST:PORT/synapse/callback; "
         "$SYNAPSE_ENDPOINT)",
     )
-    _secrets(group, serve=True)
+    add_secret_options(group, serve=True)
     group.add_argument(
         PEER.flag,
         dest=PEER.dest,
@@ -293,7 +247,7 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         "command line started over stdio, or a streamable HTTP URL (the `mcp` extra; "
         "$SYNAPSE_HANDLER_MCP)",
     )
-    _signing(group)
+    add_signing_options(group)
     group = serve.add_argument_group(
         "running for months (docs/durability.md in the Synapse repository)"
     )
@@ -441,7 +395,7 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         help="be a router: execute every task by requesting it of a capable partner of the "
         "pool this TOML file describes, instead of running a handler ($SYNAPSE_ROUTE)",
     )
-    _common(serve)
+    add_output_flags(serve, config_holds=PEER_CONFIG, verbose_logs=PEER_VERBOSE)
     serve.add_argument(
         LOG_LEVEL.flag,
         dest=LOG_LEVEL.dest,
@@ -458,8 +412,12 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         description="Request one task of the executor at --target and follow it: progress, "
         "questions (--field, --approve/--reject, else asked on the terminal or read from "
         "stdin lines), and the result on stdout. Ctrl-C cancels the task.",
-        epilog="Exit status: 0 completed, 1 failed/rejected/cancelled, 2 usage or connection "
-        "error or refused request.",
+        epilog=epilog(
+            "Exit status: 0 completed, 1 failed/rejected/cancelled, 2 usage or connection "
+            "error or refused request.",
+            EXAMPLES["send"],
+        ),
+        formatter_class=HelpFormatter,
     )
     send.add_argument("task_type", metavar="TASK_TYPE", help="e.g. echo, slow, text_generation")
     send.add_argument(
@@ -507,6 +465,14 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         "cancel it and exit 1 (default: wait for its end)",
     )
     group.add_argument(
+        "--deadline",
+        type=WHEN,
+        metavar="WHEN",
+        help="the task's deadline, sent with it: a duration from now (30s, 15m, 2h) or an RFC "
+        "3339 time with its offset; the executor fails the task with execution_timeout once "
+        "it passes (default: none)",
+    )
+    group.add_argument(
         "--priority",
         choices=[p.value for p in Priority],
         help="the task's priority (default normal)",
@@ -540,18 +506,33 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         "first of the agent card's interfaces this client speaks ($SYNAPSE_A2A_BINDING)",
     )
     add_a2a_client_flags(group)
-    _common(send)
+    add_output_flags(send, config_holds=PEER_CONFIG, verbose_logs=PEER_VERBOSE)
     send.set_defaults(run=runs["send"])
 
-    for name, summary in (
-        ("caps", "ask an executor for its capabilities (capability_query)"),
-        ("ping", "send a heartbeat; print the round trip and the partner's status"),
+    for name, summary, examples in (
+        (
+            "caps",
+            "ask an executor for its capabilities (capability_query)",
+            [
+                "synapse caps --config r.toml",
+                "synapse caps --config r.toml --task-type echo --json",
+            ],
+        ),
+        (
+            "ping",
+            "send a heartbeat; print the round trip and the partner's status",
+            EXAMPLES["ping"],
+        ),
     ):
         sub = commands.add_parser(
             name,
             help=summary,
-            description=summary + ".",
-            epilog="Exit status: 0 answered, 2 usage or connection error or a refused request.",
+            description=summary[0].upper() + summary[1:] + ".",
+            epilog=epilog(
+                "Exit status: 0 answered, 2 usage or connection error or a refused request.",
+                examples,
+            ),
+            formatter_class=HelpFormatter,
         )
         _client(
             sub,
@@ -560,7 +541,7 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         )
         if name == "caps":
             sub.add_argument("--task-type", metavar="TYPE", help="only this capability")
-        _common(sub)
+        add_output_flags(sub, config_holds=PEER_CONFIG, verbose_logs="log every HTTP attempt")
         sub.set_defaults(run=runs["caps"] if name == "caps" else runs["ping"])
 
     outbox = commands.add_parser(
@@ -570,7 +551,11 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         "run): `list` (the default) shows the messages not yet delivered and the dead letters; "
         "`retry MESSAGE_ID` makes a dead letter pending again (delivered at the peer's next "
         "start); `drop MESSAGE_ID` deletes a pending message or a dead letter for good.",
-        epilog="Exit status: 0 done, 2 usage error, no store at PATH or an unknown MESSAGE_ID.",
+        epilog=epilog(
+            "Exit status: 0 done, 2 usage error, no store at PATH or an unknown MESSAGE_ID.",
+            EXAMPLES["outbox"],
+        ),
+        formatter_class=HelpFormatter,
     )
     outbox.add_argument(
         "action",
@@ -588,7 +573,7 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         help="the SQLite file of `synapse serve --store PATH` ($SYNAPSE_STORE)",
     )
     outbox.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
-    _common(outbox)
+    add_output_flags(outbox, config_holds=STORE_CONFIG, verbose_logs=QUIET_VERBOSE)
     outbox.set_defaults(run=runs["outbox"])
 
     audit = commands.add_parser(
@@ -599,7 +584,11 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         "the digest of the one before, so a changed, removed or moved entry is found where it "
         "is. `--head` checks that the chain still holds a digest printed before (so that "
         "entries removed from its end are found too).",
-        epilog="Exit status: 0 the chain holds, 1 it is broken, 2 usage error or no such task.",
+        epilog=epilog(
+            "Exit status: 0 the chain holds, 1 it is broken, 2 usage error or no such task.",
+            EXAMPLES["audit"],
+        ),
+        formatter_class=HelpFormatter,
     )
     audit.add_argument("task_id", metavar="TASK_ID", help="the task's id")
     audit.add_argument(
@@ -619,7 +608,7 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         "--head", metavar="DIGEST", help="a digest the chain must still hold (kept elsewhere)"
     )
     add_audit_key_argument(audit, verify=True)
-    _common(audit)
+    add_output_flags(audit, config_holds=STORE_CONFIG, verbose_logs=QUIET_VERBOSE)
     audit.set_defaults(run=runs["audit"])
 
     schema = commands.add_parser(
@@ -627,13 +616,17 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         help="print the JSON Schema of the messages",
         description="Print the JSON Schema of every message (the union, discriminated by "
         "`type`), of one TYPE, or write one file per schema into --out DIR.",
-        epilog="Exit status: 0 printed (or written), 2 usage error or an unknown TYPE.",
+        epilog=epilog(
+            "Exit status: 0 printed (or written), 2 usage error or an unknown TYPE.",
+            EXAMPLES["schema"],
+        ),
+        formatter_class=HelpFormatter,
     )
     schema.add_argument(
         "type", metavar="TYPE", nargs="?", help="one message type, e.g. task_request"
     )
     schema.add_argument("--out", metavar="DIR", help="write message.json and <type>.json here")
-    _common(schema)
+    add_output_flags(schema, config_holds="settings", verbose_logs=QUIET_VERBOSE)
     schema.set_defaults(run=runs["schema"])
 
     demo = commands.add_parser(
@@ -643,7 +636,11 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         "specs/protocol.md, 'Flows' between them (normal, progress, need_info, need_human, "
         "cancel), a failure and a rejection, printing every message with each side's state. "
         "Takes about a second.",
-        epilog="Exit status: 0 every flow ran, 2 usage error (or no loopback port to listen on).",
+        epilog=epilog(
+            "Exit status: 0 every flow ran, 2 usage error (or no loopback port to listen on).",
+            EXAMPLES["demo"],
+        ),
+        formatter_class=HelpFormatter,
     )
     demo.add_argument(
         SIGNING.flag,
@@ -652,11 +649,11 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         metavar="{header,body}",
         help=SIGNING.described("signature mode (default header)"),
     )
-    _common(demo)
+    add_output_flags(demo, config_holds="settings", verbose_logs=QUIET_VERBOSE)
     demo.set_defaults(run=runs["demo"])
 
     if "mcp" in runs:
-        _mcp(commands, runs["mcp"])
+        add_mcp_parser(commands, runs["mcp"])
 
     from synapse.cli.migrate import add_parser as add_migrate
 
@@ -668,129 +665,8 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         pass
     else:
         add_conformance(commands)
+        # Its texts are laid out for `python -m synapse.conformance`; here they read as every
+        # other command's do.
+        commands.choices["conformance"].formatter_class = HelpFormatter
     parser.command_names = tuple(commands.choices)
     return parser
-
-
-def _mcp(commands: Any, run: Callable[[Any], int]) -> None:
-    mcp = commands.add_parser(
-        "mcp",
-        help="serve MCP: let MCP clients delegate tasks to Synapse peers and A2A agents",
-        description="An MCP server (stdio by default, streamable HTTP with --http) whose tools "
-        "list the partners, delegate tasks to them, follow, answer and cancel them. Synapse "
-        "partners are --peer (or [[peer]] tables) reached as --as, A2A agents --a2a-agent. "
-        "Logs go to stderr.",
-        epilog="Exit status: 0 the client closed stdio or SIGINT/SIGTERM, 2 usage error.",
-    )
-    group = mcp.add_argument_group("who talks to whom")
-    group.add_argument(
-        AS.flag,
-        dest=AS.dest,
-        metavar="AGENT_ID",
-        help="our agent id, as the Synapse partners know us ($SYNAPSE_AS)",
-    )
-    group.add_argument(
-        PEER.flag,
-        dest=PEER.dest,
-        action="append",
-        metavar="PARTNER_ID=CALLBACK_URL",
-        help="a Synapse partner and the URL it receives POSTs on; repeatable "
-        "($SYNAPSE_PEERS, comma-separated)",
-    )
-    _secrets(group)
-    group.add_argument(
-        LISTEN.flag,
-        dest=LISTEN.dest,
-        type=LISTEN.argument_type(),
-        metavar="HOST:PORT",
-        help="where we receive the Synapse partners' callbacks ($SYNAPSE_LISTEN)",
-    )
-    group.add_argument(
-        ENDPOINT.flag,
-        dest=ENDPOINT.dest,
-        type=ENDPOINT.argument_type(),
-        metavar="URL",
-        help="our callback URL as the partners have it ($SYNAPSE_ENDPOINT)",
-    )
-    group.add_argument(
-        STORE.flag,
-        dest=STORE.dest,
-        metavar="PATH|URL|memory",
-        help="where our tasks live (default memory; $SYNAPSE_STORE)",
-    )
-    group.add_argument(
-        MCP_A2A_AGENTS.flag,
-        dest=MCP_A2A_AGENTS.dest,
-        action="append",
-        metavar="[NAME=]URL",
-        help=MCP_A2A_AGENTS.described(
-            "an A2A agent to delegate to (NAME: default its card's name)"
-        ),
-    )
-    group.add_argument(
-        A2A_TOKEN.flag,
-        dest=A2A_TOKEN.dest,
-        metavar="TOKEN",
-        help="the bearer token the A2A agents expect ($SYNAPSE_A2A_TOKEN)",
-    )
-    _signing(group)
-    group = mcp.add_argument_group("the MCP side")
-    group.add_argument(
-        MCP_HTTP.flag,
-        dest=MCP_HTTP.dest,
-        type=MCP_HTTP.argument_type(),
-        metavar="HOST:PORT",
-        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio ($SYNAPSE_MCP_HTTP)",
-    )
-    group.add_argument(
-        MCP_TOKENS.flag,
-        dest=MCP_TOKENS.dest,
-        action="append",
-        metavar="TOKEN[=NAME]",
-        help=MCP_TOKENS.described("a bearer token --http accepts; repeatable"),
-    )
-    group.add_argument(
-        MCP_OAUTH_ISSUER.flag,
-        dest=MCP_OAUTH_ISSUER.dest,
-        metavar="URL",
-        help="accept OAuth 2.0 access tokens (JWTs) of this issuer ($SYNAPSE_MCP_OAUTH_ISSUER)",
-    )
-    group.add_argument(
-        MCP_OAUTH_JWKS.flag,
-        dest=MCP_OAUTH_JWKS.dest,
-        metavar="URL",
-        help="the issuer's signing keys (JWKS) ($SYNAPSE_MCP_OAUTH_JWKS)",
-    )
-    group.add_argument(
-        MCP_OAUTH_AUDIENCE.flag,
-        dest=MCP_OAUTH_AUDIENCE.dest,
-        metavar="AUDIENCE",
-        help="the audience the tokens must name (default: the public URL; "
-        "$SYNAPSE_MCP_OAUTH_AUDIENCE)",
-    )
-    group.add_argument(
-        MCP_ALLOW_ANONYMOUS.flag,
-        dest=MCP_ALLOW_ANONYMOUS.dest,
-        action="store_true",
-        default=None,
-        help="serve --http beyond loopback with no --mcp-token or issuer: every caller sees "
-        "and answers every task ($SYNAPSE_MCP_ALLOW_ANONYMOUS)",
-    )
-    group.add_argument(
-        MCP_PUBLIC_URL.flag,
-        dest=MCP_PUBLIC_URL.dest,
-        type=MCP_PUBLIC_URL.argument_type(),
-        metavar="URL",
-        help="the MCP URL as clients reach it (default http://HOST:PORT/mcp; "
-        "$SYNAPSE_MCP_PUBLIC_URL)",
-    )
-    group.add_argument(
-        MCP_WAIT.flag,
-        dest=MCP_WAIT.dest,
-        type=MCP_WAIT.argument_type(),
-        metavar="DURATION",
-        help="how long a tool call waits for a task before returning its id (default 20s; "
-        "$SYNAPSE_MCP_WAIT)",
-    )
-    _common(mcp)
-    mcp.set_defaults(run=run)

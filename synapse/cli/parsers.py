@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
+from synapse.p2p.durations import parse_duration
 from synapse.transport.partners import normalize_url
 
 
@@ -162,6 +164,25 @@ def parse_a2a_bindings(text: str) -> tuple[str, ...]:
     return found
 
 
+def parse_when(text: str, now: datetime | None = None) -> datetime:
+    """A deadline: a duration from `now` (`30s`, `15m`, `2h`, seconds) or an RFC 3339 time
+    with its offset (`2026-12-24T18:00:00Z`), in UTC."""
+    now = now or datetime.now(UTC)
+    try:
+        return now + timedelta(seconds=parse_duration(text))
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"not a duration (30s, 15m, 2h) or an RFC 3339 time: {text!r}") from None
+    if when.tzinfo is None:
+        raise ValueError(f"an RFC 3339 time needs its offset (Z or +01:00): {text!r}")
+    if when <= now:
+        raise ValueError(f"{text!r} has already passed")
+    return when.astimezone(UTC)
+
+
 __all__ = [
     "A2A_BINDING_NAMES",
     "parse_a2a_binding",
@@ -175,4 +196,5 @@ __all__ = [
     "parse_port",
     "parse_signing",
     "parse_url",
+    "parse_when",
 ]

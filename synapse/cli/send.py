@@ -114,6 +114,7 @@ class Follower(Conversation[TaskHandle]):
             opts.payload,
             task_id=opts.task_id,
             priority=opts.priority,
+            deadline=opts.deadline,
         )
         self._sent_note = f"→ {opts.task_type} task {handle.task_id} sent to {self.setup.where}"
         self.emit(

@@ -7,6 +7,7 @@ import select
 import signal
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from clikit import (
@@ -18,6 +19,8 @@ from clikit import (
     no_traceback,
     run,
 )
+
+from synapse.cli.parsers import parse_when
 
 
 def send(
@@ -293,3 +296,41 @@ def test_on_a_terminal_a_person_answers_and_sees_a_progress_bar(
         {b"[a/r]: ": "a\n", b"notes (optional): ": "\n"},
     )
     assert (status, out) == (0, "portrait of Ada\n"), shown
+
+
+def test_a_deadline_travels_with_the_task_and_the_executor_keeps_it(
+    executor: Server, requester_port: int
+) -> None:
+    """--deadline is the task's own bound: the executor fails the task when it passes."""
+    result = send(
+        executor, requester_port, "--deadline", "1s", "slow", '{"steps": 100, "delay": 0.1}'
+    )
+    assert result.returncode == 1, result.stderr
+    [line] = error_lines(result.stderr)
+    assert line.startswith("synapse: failed: execution_timeout: the task's deadline passed")
+    # A deadline already past is a usage error: nothing is sent.
+    result = send(executor, requester_port, "--deadline", "2020-01-01T00:00:00Z", "echo", "{}")
+    assert result.returncode == 2
+    assert error_lines(result.stderr)[0].startswith(
+        "synapse: argument --deadline: '2020-01-01T00:00:00Z' has already passed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90.0), ("15m", 900.0), ("2h", 7200.0), ("30", 30.0)],
+)
+def test_a_deadline_is_a_duration_from_now(text: str, seconds: float) -> None:
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    assert parse_when(text, now) == now + timedelta(seconds=seconds)
+
+
+def test_a_deadline_is_an_rfc_3339_time_with_its_offset() -> None:
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    assert parse_when("2026-12-24T18:00:00+01:00", now) == datetime(2026, 12, 24, 17, tzinfo=UTC)
+    with pytest.raises(ValueError, match="already passed"):
+        parse_when("2026-12-06T11:59:59Z", now)
+    with pytest.raises(ValueError, match="needs its offset"):
+        parse_when("2026-12-24T18:00:00")
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_when("next week")

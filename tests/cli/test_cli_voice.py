@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import io
 import logging
+import re
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 from clikit import command, free_port, run, url
 
+from synapse.cli.errors import CliError
 from synapse.cli.logs import configure_logging
 from synapse.cli.main import build_parser
 
@@ -116,3 +119,37 @@ def test_conformance_reads_its_settings_from_a_config_file(tmp_path: Path) -> No
     )
     assert done.returncode == 2, done.stderr  # it got every setting: only the target is down
     assert f'"target": "{target}"' in done.stdout
+
+
+@pytest.mark.parametrize("name", [n for n in COMMANDS if n != "conformance"])
+def test_every_help_ends_with_example_lines_that_parse(name: str) -> None:
+    """Two or three example command lines close each help, and each is a valid invocation."""
+    text = help_of(name)
+    shown = text.split("\nexamples:\n", 1)[1]
+    examples = [shlex.split(line) for line in re.sub(r"\\\n\s*", " ", shown).splitlines()]
+    assert 2 <= len(examples) <= 3, shown
+    parser = build_parser()
+    for words in examples:
+        assert words[:2] == ["synapse", name], words
+        parser.parse_command_line(words[1:])  # raises CliError on an unknown or bad flag
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_takes_the_output_flags(name: str) -> None:
+    """--config, --log-json and -v everywhere (docs/cli.md lists them for all commands)."""
+    text = help_of(name)
+    for flag in ("--config", "--log-json", "-v, --verbose"):
+        assert flag in text, (name, flag)
+
+
+def test_an_unknown_flag_points_to_its_commands_help() -> None:
+    with pytest.raises(CliError, match=r"unrecognized arguments: --bogus \(see 'synapse send"):
+        build_parser().parse_command_line(["send", "--bogus", "echo"])
+
+
+def test_help_reads_the_same_at_any_terminal_width() -> None:
+    """Wrapped to one width (not the terminal's): what tests and docs show is what users see."""
+    narrow = run("serve", "--help", env={"COLUMNS": "60"}).stdout
+    wide = run("serve", "--help", env={"COLUMNS": "200"}).stdout
+    assert narrow == wide
+    assert max(len(line) for line in wide.splitlines()) <= 100
