@@ -269,6 +269,23 @@ def test_no_module_is_longer_than_a_person_can_hold() -> None:
     assert long == {}, f"split these (at most {MAX_MODULE_LINES} lines each): {long}"
 
 
+#: The most lines a function of the command line may have: its flags come from the settings
+#: table (`synapse.cli.options`), one line a setting, not a block of `add_argument` each.
+MAX_CLI_FUNCTION_LINES = 150
+
+
+def test_no_function_of_the_command_line_is_longer_than_its_bound() -> None:
+    long = {
+        f"{module_name(path)}.{node.name}": size
+        for path in MODULES
+        if module_name(path).startswith("synapse.cli.")
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (size := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_CLI_FUNCTION_LINES
+    }
+    assert long == {}, f"split these (at most {MAX_CLI_FUNCTION_LINES} lines each): {long}"
+
+
 #: Receivers whose private members a module may read: the object itself, its class, and a
 #: twin of the same class being made or explored (`Engine.clone`, `TimerQueue.copy`, the
 #: model checker's worlds).

@@ -15,6 +15,7 @@ from synapse.cli.options import (
     SECRET,
     SIGNING,
     VERBOSE,
+    add_setting,
 )
 from synapse.cli.security_settings import add_secret_flags
 
@@ -66,13 +67,7 @@ def add_output_flags(
         metavar="PATH",
         help=f"TOML file with {config_holds} ($SYNAPSE_CONFIG)",
     )
-    group.add_argument(
-        LOG_JSON.flag,
-        dest=LOG_JSON.dest,
-        action="store_true",
-        default=None,
-        help="log JSON lines on stderr instead of console lines ($SYNAPSE_LOG_JSON)",
-    )
+    add_setting(group, LOG_JSON)
     group.add_argument(
         "-v",
         VERBOSE.flag,
@@ -85,39 +80,20 @@ def add_output_flags(
 
 def add_secret_options(group: argparse._ArgumentGroup, *, serve: bool = False) -> None:
     add_secret_flags(group, serve=serve)
-    group.add_argument(
-        SECRET.flag,
-        dest=SECRET.dest,
-        metavar="SECRET",
-        help="secret shared with every partner without a --peer-secret-file ($SYNAPSE_SECRET)",
-    )
-    group.add_argument(
-        PEER_SECRET_FILE.flag,
-        dest=PEER_SECRET_FILE.dest,
-        action="append",
-        metavar="PARTNER_ID=PATH",
-        help="that partner's secrets, one a line, newest first; repeatable "
-        "($SYNAPSE_PEER_SECRET_FILES, comma-separated)",
-    )
+    add_setting(group, SECRET)
+    add_setting(group, PEER_SECRET_FILE)
 
 
 def add_signing_options(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        SIGNING.flag,
-        dest=SIGNING.dest,
-        type=SIGNING.argument_type(),
-        metavar="{header,body}",
-        help="where our signatures go: X-Synapse-Signature header or body `signature` "
-        "(default header; $SYNAPSE_SIGNING)",
+    add_setting(
+        group,
+        SIGNING,
+        help=(
+            "where our signatures go: X-Synapse-Signature header or body `signature` (default "
+            "header)"
+        ),
     )
-    group.add_argument(
-        RETRIES.flag,
-        dest=RETRIES.dest,
-        type=RETRIES.argument_type(),
-        metavar="N",
-        help="retries of a POST after a connection error, timeout, 429 or 5xx "
-        "(default: 5 for serve, 2 for send/caps/ping; $SYNAPSE_RETRIES)",
-    )
+    add_setting(group, RETRIES)
 
 
 #: What `--config` holds, and what `-v` logs, for the commands that talk to partners …

@@ -20,7 +20,7 @@ from synapse.cli.flags import (
     add_output_flags,
     epilog,
 )
-from synapse.cli.options import STORE
+from synapse.cli.options import STORE, add_setting
 from synapse.cli.settings import Settings
 from synapse.store import is_postgres_url
 
@@ -43,12 +43,7 @@ def add_parser(commands: Any) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    parser.add_argument(
-        STORE.flag,
-        dest=STORE.dest,
-        metavar="URL",
-        help="postgresql://USER@HOST:PORT/DB ($SYNAPSE_STORE)",
-    )
+    add_setting(parser, STORE, help="postgresql://USER@HOST:PORT/DB", metavar="URL")
     parser.add_argument("--status", action="store_true", help="only print the schema version")
     add_output_flags(parser, config_holds=STORE_CONFIG, verbose_logs=QUIET_VERBOSE)
     parser.set_defaults(run=run_migrate)

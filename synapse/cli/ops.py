@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from synapse._distribution import install
 from synapse.cli.errors import CliError
-from synapse.cli.options import CONSOLE, CONSOLE_TOKENS, OTEL
+from synapse.cli.options import CONSOLE, CONSOLE_TOKENS, OTEL, add_setting
 from synapse.cli.settings import Settings
 from synapse.logs import get_logger
 
@@ -51,24 +51,8 @@ def add_ops_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"serve the web console at {CONSOLE_PATH}, where people answer need_info and "
         "need_human ($SYNAPSE_CONSOLE)",
     )
-    group.add_argument(
-        CONSOLE_TOKENS.flag,
-        dest=CONSOLE_TOKENS.dest,
-        action="append",
-        metavar="TOKEN[=REVIEWER]",
-        help="a sign-in token of the console and the reviewer it names (decided_by); "
-        "repeatable; none: a random one, logged at start-up ($SYNAPSE_CONSOLE_TOKENS, "
-        "comma-separated)",
-    )
-    group.add_argument(
-        OTEL.flag,
-        dest=OTEL.dest,
-        action="store_true",
-        default=None,
-        help="OpenTelemetry spans to the process's tracer provider (needs the otel extra; "
-        "configure the exporter as OpenTelemetry says, e.g. opentelemetry-instrument; "
-        "$SYNAPSE_OTEL)",
-    )
+    add_setting(group, CONSOLE_TOKENS)
+    add_setting(group, OTEL)
 
 
 def ops_serve_options(s: Settings) -> OpsOptions:

@@ -60,6 +60,7 @@ from synapse.cli.options import (
     SIGNING,
     STORE,
     TARGET,
+    add_setting,
 )
 from synapse.cli.parsers import (
     parse_url,
@@ -126,26 +127,9 @@ EPILOG = "Exit status: 0 success, 1 task failed/rejected/cancelled, 2 usage or c
 
 def _client(parser: argparse.ArgumentParser, *, listen_help: str) -> None:
     group = parser.add_argument_group("who talks to whom")
-    group.add_argument(
-        TARGET.flag,
-        dest=TARGET.dest,
-        type=TARGET.argument_type(),
-        metavar="URL",
-        help="the executor's callback URL, e.g. http://127.0.0.1:8080/synapse/callback "
-        "($SYNAPSE_TARGET; or a [[peer]] of --config)",
-    )
-    group.add_argument(
-        AGENT_ID.flag,
-        dest=AGENT_ID.dest,
-        metavar="ID",
-        help="the executor's agent id ($SYNAPSE_AGENT_ID; or the [[peer]] at --target)",
-    )
-    group.add_argument(
-        AS.flag,
-        dest=AS.dest,
-        metavar="AGENT_ID",
-        help="our own agent id, as the executor knows us ($SYNAPSE_AS)",
-    )
+    add_setting(group, TARGET)
+    add_setting(group, AGENT_ID)
+    add_setting(group, AS)
     add_secret_options(group)
     group.add_argument(
         LISTEN.flag,
@@ -154,14 +138,7 @@ def _client(parser: argparse.ArgumentParser, *, listen_help: str) -> None:
         metavar="HOST:PORT",
         help=listen_help,
     )
-    group.add_argument(
-        ENDPOINT.flag,
-        dest=ENDPOINT.dest,
-        type=ENDPOINT.argument_type(),
-        metavar="URL",
-        help="our callback URL as the executor has it, if not http://HOST:PORT/synapse/callback "
-        "of --listen ($SYNAPSE_ENDPOINT)",
-    )
+    add_setting(group, ENDPOINT)
     add_signing_options(group)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     add_tls_flags(parser)
@@ -180,6 +157,36 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     parser.add_argument("--version", action="version", version=f"synapse {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
+    _add_serve(commands, runs)
+    _add_send(commands, runs)
+    _add_queries(commands, runs)
+    _add_outbox(commands, runs)
+    _add_audit(commands, runs)
+    _add_schema(commands, runs)
+    _add_demo(commands, runs)
+
+    if "mcp" in runs:
+        add_mcp_parser(commands, runs["mcp"])
+
+    from synapse.cli.migrate import add_parser as add_migrate
+
+    add_migrate(commands)  # `synapse migrate` parses its own flags (PostgreSQL store)
+
+    try:  # `synapse conformance` lives with the conformance kit, which owns its flags
+        from synapse.conformance.cli import add_parser as add_conformance
+    except ImportError:
+        pass
+    else:
+        add_conformance(commands)
+        # Its texts are laid out for `python -m synapse.conformance`; here they read as every
+        # other command's do.
+        commands.choices["conformance"].formatter_class = HelpFormatter
+    parser.command_names = tuple(commands.choices)
+    return parser
+
+
+def _add_serve(commands: Any, runs: Mapping[str, Callable[[Any], int]]) -> None:
+    """`synapse serve`: run a peer."""
     serve = commands.add_parser(
         "serve",
         help="run a peer: serve POST /synapse/callback with a TaskHandler",
@@ -194,207 +201,47 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         formatter_class=HelpFormatter,
     )
     group = serve.add_argument_group("identity and partners")
-    group.add_argument(
-        AGENT_ID.flag, dest=AGENT_ID.dest, metavar="ID", help="our agent id ($SYNAPSE_AGENT_ID)"
-    )
-    group.add_argument(
-        PORT.flag,
-        dest=PORT.dest,
-        type=PORT.argument_type(),
-        help="port to listen on, 0 for any ($SYNAPSE_PORT)",
-    )
-    group.add_argument(
-        HOST.flag, dest=HOST.dest, help="address to listen on (default 127.0.0.1; $SYNAPSE_HOST)"
-    )
-    group.add_argument(
-        ENDPOINT.flag,
-        dest=ENDPOINT.dest,
-        type=ENDPOINT.argument_type(),
-        metavar="URL",
-        help="our callback URL as partners see it (default http://HOST:PORT/synapse/callback; "
-        "$SYNAPSE_ENDPOINT)",
+    add_setting(group, AGENT_ID, help="our agent id")
+    add_setting(group, PORT)
+    add_setting(group, HOST)
+    add_setting(
+        group,
+        ENDPOINT,
+        help="our callback URL as partners see it (default http://HOST:PORT/synapse/callback)",
     )
     add_secret_options(group, serve=True)
-    group.add_argument(
-        PEER.flag,
-        dest=PEER.dest,
-        action="append",
-        metavar="PARTNER_ID=CALLBACK_URL",
-        help="a partner and the URL it receives POSTs on; repeatable "
-        "($SYNAPSE_PEERS, comma-separated)",
-    )
+    add_setting(group, PEER)
     group = serve.add_argument_group("behaviour")
-    group.add_argument(
-        STORE.flag,
-        dest=STORE.dest,
-        metavar="PATH|URL|memory",
-        help="where tasks, the outbox and dedup records live: an SQLite file, a "
-        "postgresql://USER@HOST:PORT/DB database (replicas may share one), or memory "
-        "(default; $SYNAPSE_STORE)",
-    )
-    group.add_argument(
-        HANDLER.flag,
-        dest=HANDLER.dest,
-        metavar="MODULE:ATTR",
-        help="the TaskHandler to run, a class or an instance (default: the demo handler; "
-        "$SYNAPSE_HANDLER)",
-    )
-    group.add_argument(
-        HANDLER_MCP.flag,
-        dest=HANDLER_MCP.dest,
-        metavar="COMMAND|URL",
-        help="offer the tools of this MCP server as task types instead of a --handler: a "
-        "command line started over stdio, or a streamable HTTP URL (the `mcp` extra; "
-        "$SYNAPSE_HANDLER_MCP)",
-    )
+    add_setting(group, STORE)
+    add_setting(group, HANDLER)
+    add_setting(group, HANDLER_MCP)
     add_signing_options(group)
     group = serve.add_argument_group(
         "running for months (docs/durability.md in the Synapse repository)"
     )
-    group.add_argument(
-        RETAIN.flag,
-        dest=RETAIN.dest,
-        type=RETAIN.argument_type(),
-        metavar="DURATION",
-        help="how long finished tasks, their history and dead letters are kept: 30s, 15m, 12h, "
-        "7d or seconds (default 7d; $SYNAPSE_RETAIN; [p2p] retain)",
-    )
-    group.add_argument(
-        DRAIN_TIMEOUT.flag,
-        dest=DRAIN_TIMEOUT.dest,
-        type=DRAIN_TIMEOUT.argument_type(),
-        metavar="DURATION",
-        help="on SIGTERM/SIGINT, how long running tasks may take to finish before they fail "
-        "with 'agent shutting down' (default 30s; $SYNAPSE_DRAIN_TIMEOUT; [p2p] drain_timeout)",
-    )
-    group.add_argument(
-        LEASE_TTL.flag,
-        dest=LEASE_TTL.dest,
-        type=LEASE_TTL.argument_type(),
-        metavar="DURATION",
-        help="replicas on one PostgreSQL --store: how soon a dead replica's tasks are taken "
-        "over (default 10s; $SYNAPSE_LEASE_TTL; [p2p] lease_ttl)",
-    )
-    group.add_argument(
-        RATE_LIMIT.flag,
-        dest=RATE_LIMIT.dest,
-        type=RATE_LIMIT.argument_type(),
-        metavar="PER_SECOND",
-        help="requests per second accepted from one partner, beyond which it gets 429 with "
-        "Retry-After (default: no limit; $SYNAPSE_RATE_LIMIT; [p2p] rate_limit)",
-    )
-    group.add_argument(
-        MAX_TASKS_PER_PARTNER.flag,
-        dest=MAX_TASKS_PER_PARTNER.dest,
-        type=MAX_TASKS_PER_PARTNER.argument_type(),
-        metavar="N",
-        help="executor tasks in flight one partner may hold, so that one partner cannot take "
-        "all of the capacity (default: no share; $SYNAPSE_MAX_TASKS_PER_PARTNER; "
-        "[p2p] max_tasks_per_partner)",
-    )
+    add_setting(group, RETAIN)
+    add_setting(group, DRAIN_TIMEOUT)
+    add_setting(group, LEASE_TTL)
+    add_setting(group, RATE_LIMIT)
+    add_setting(group, MAX_TASKS_PER_PARTNER)
     group = serve.add_argument_group("A2A (docs/a2a.md in the Synapse repository)")
-    group.add_argument(
-        A2A.flag,
-        dest=A2A.dest,
-        action="store_true",
-        default=None,
-        help="also speak Linux Foundation A2A v1.0: GET /.well-known/agent-card.json and "
-        "JSON-RPC at POST /a2a ($SYNAPSE_A2A)",
-    )
-    group.add_argument(
-        A2A_PUSH_ALLOW.flag,
-        dest=A2A_PUSH_ALLOW.dest,
-        action="append",
-        type=A2A_PUSH_ALLOW.argument_type(),
-        metavar="URL_PREFIX",
-        help="a URL prefix push notifications may go to, signed with --secret; repeatable; "
-        "none: push notifications off ($SYNAPSE_A2A_PUSH_ALLOW, comma-separated)",
-    )
-    group.add_argument(
-        A2A_TOKENS.flag,
-        dest=A2A_TOKENS.dest,
-        action="append",
-        metavar="TOKEN[=NAME]",
-        help="a bearer token A2A clients must present, and the name of whom it identifies; "
-        "repeatable; none: no authentication ($SYNAPSE_A2A_TOKENS, comma-separated)",
-    )
-    group.add_argument(
-        A2A_PUSH_DISABLE_AFTER.flag,
-        dest=A2A_PUSH_DISABLE_AFTER.dest,
-        type=A2A_PUSH_DISABLE_AFTER.argument_type(),
-        metavar="N",
-        help="disable a push configuration whose last N delivery attempts failed (its later "
-        "notifications are dropped until it is created again; default: never; "
-        "$SYNAPSE_A2A_PUSH_DISABLE_AFTER)",
-    )
-    group.add_argument(
-        A2A_V03_CARD.flag,
-        dest=A2A_V03_CARD.dest,
-        action="store_true",
-        default=None,
-        help="also put the A2A 0.3 members on the card at /.well-known/agent-card.json, for "
-        "0.3 clients that look only there (strict A2A 1.0 validators refuse it; the 0.3 card "
-        "is at /.well-known/agent.json either way; $SYNAPSE_A2A_V03_CARD)",
-    )
-    group.add_argument(
-        A2A_TENANTS.flag,
-        dest=A2A_TENANTS.dest,
-        action="append",
-        metavar="NAME=TENANT",
-        help="a tenant the principal NAME may name (A2A requests' tenant); repeatable; none: "
-        "any tenant is a namespace of the caller's own ($SYNAPSE_A2A_TENANTS, comma-separated)",
-    )
-    group.add_argument(
-        A2A_DEFAULT_TASK_TYPE.flag,
-        dest=A2A_DEFAULT_TASK_TYPE.dest,
-        metavar="TYPE",
-        help="the task type of a message without metadata.taskType (default echo; '' refuses "
-        "such messages; $SYNAPSE_A2A_DEFAULT_TASK_TYPE)",
-    )
-    group.add_argument(
-        A2A_PUBLIC_URL.flag,
-        dest=A2A_PUBLIC_URL.dest,
-        type=A2A_PUBLIC_URL.argument_type(),
-        metavar="URL",
-        help="the base URL A2A clients reach us at, for the card (default: the origin of "
-        "--endpoint; $SYNAPSE_A2A_PUBLIC_URL)",
-    )
-    group.add_argument(
-        A2A_BINDINGS.flag,
-        dest=A2A_BINDINGS.dest,
-        type=A2A_BINDINGS.argument_type(),
-        metavar="LIST",
-        help="the A2A bindings to serve, comma-separated, in the order the card lists them "
-        "(the order clients should prefer): JSONRPC, HTTP+JSON (or REST), GRPC (default "
-        "JSONRPC,HTTP+JSON, and GRPC with --a2a-grpc-port; $SYNAPSE_A2A_BINDINGS)",
-    )
-    group.add_argument(
-        A2A_GRPC_PORT.flag,
-        dest=A2A_GRPC_PORT.dest,
-        type=A2A_GRPC_PORT.argument_type(),
-        metavar="PORT",
-        help="also serve the A2A gRPC binding on this port of --host (0: any free port; "
-        "needs the grpc extra; $SYNAPSE_A2A_GRPC_PORT)",
-    )
-    group.add_argument(
-        A2A_GRPC_PUBLIC_ADDRESS.flag,
-        dest=A2A_GRPC_PUBLIC_ADDRESS.dest,
-        metavar="HOST:PORT",
-        help="the gRPC address the card gives (default: the host of --a2a-public-url or of "
-        "--endpoint, and the gRPC port; $SYNAPSE_A2A_GRPC_PUBLIC_ADDRESS)",
-    )
+    add_setting(group, A2A)
+    add_setting(group, A2A_PUSH_ALLOW)
+    add_setting(group, A2A_TOKENS)
+    add_setting(group, A2A_PUSH_DISABLE_AFTER)
+    add_setting(group, A2A_V03_CARD)
+    add_setting(group, A2A_TENANTS)
+    add_setting(group, A2A_DEFAULT_TASK_TYPE)
+    add_setting(group, A2A_PUBLIC_URL)
+    add_setting(group, A2A_BINDINGS)
+    add_setting(group, A2A_GRPC_PORT)
+    add_setting(group, A2A_GRPC_PUBLIC_ADDRESS)
     add_a2a_serve_flags(group)
     add_tls_flags(serve)
     add_ops_arguments(serve)
     add_audit_key_argument(serve, verify=False)
     group = serve.add_argument_group("routing (docs/routing.md in the Synapse repository)")
-    group.add_argument(
-        ROUTE.flag,
-        dest=ROUTE.dest,
-        metavar="POOL.toml",
-        help="be a router: execute every task by requesting it of a capable partner of the "
-        "pool this TOML file describes, instead of running a handler ($SYNAPSE_ROUTE)",
-    )
+    add_setting(group, ROUTE)
     add_output_flags(serve, config_holds=PEER_CONFIG, verbose_logs=PEER_VERBOSE)
     serve.add_argument(
         LOG_LEVEL.flag,
@@ -406,6 +253,9 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     )
     serve.set_defaults(run=runs["serve"])
 
+
+def _add_send(commands: Any, runs: Mapping[str, Callable[[Any], int]]) -> None:
+    """`synapse send`: request a task and follow it."""
     send = commands.add_parser(
         "send",
         help="request a task and follow it to its end",
@@ -491,24 +341,15 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         dest="a2a_url",
         help="send to the A2A agent at URL (its base URL or its agent card's URL)",
     )
-    group.add_argument(
-        A2A_TOKEN.flag,
-        dest=A2A_TOKEN.dest,
-        metavar="TOKEN",
-        help="the bearer token the A2A agent expects ($SYNAPSE_A2A_TOKEN)",
-    )
-    group.add_argument(
-        A2A_BINDING.flag,
-        dest=A2A_BINDING.dest,
-        type=A2A_BINDING.argument_type(),
-        metavar="NAME",
-        help="use only this A2A binding (JSONRPC, HTTP+JSON or REST, GRPC); default: the "
-        "first of the agent card's interfaces this client speaks ($SYNAPSE_A2A_BINDING)",
-    )
+    add_setting(group, A2A_TOKEN)
+    add_setting(group, A2A_BINDING)
     add_a2a_client_flags(group)
     add_output_flags(send, config_holds=PEER_CONFIG, verbose_logs=PEER_VERBOSE)
     send.set_defaults(run=runs["send"])
 
+
+def _add_queries(commands: Any, runs: Mapping[str, Callable[[Any], int]]) -> None:
+    """`synapse caps` and `synapse ping`: one exchange each."""
     for name, summary, examples in (
         (
             "caps",
@@ -544,6 +385,9 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         add_output_flags(sub, config_holds=PEER_CONFIG, verbose_logs="log every HTTP attempt")
         sub.set_defaults(run=runs["caps"] if name == "caps" else runs["ping"])
 
+
+def _add_outbox(commands: Any, runs: Mapping[str, Callable[[Any], int]]) -> None:
+    """`synapse outbox`: the undelivered messages of a store."""
     outbox = commands.add_parser(
         "outbox",
         help="list, retry or drop the undelivered messages of a --store file",
@@ -566,16 +410,16 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         help="what to do (default list)",
     )
     outbox.add_argument("message_id", nargs="?", metavar="MESSAGE_ID", help="for retry and drop")
-    outbox.add_argument(
-        STORE.flag,
-        dest=STORE.dest,
-        metavar="PATH",
-        help="the SQLite file of `synapse serve --store PATH` ($SYNAPSE_STORE)",
+    add_setting(
+        outbox, STORE, help="the SQLite file of `synapse serve --store PATH`", metavar="PATH"
     )
     outbox.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     add_output_flags(outbox, config_holds=STORE_CONFIG, verbose_logs=QUIET_VERBOSE)
     outbox.set_defaults(run=runs["outbox"])
 
+
+def _add_audit(commands: Any, runs: Mapping[str, Callable[[Any], int]]) -> None:
+    """`synapse audit`: a task's audit trail."""
     audit = commands.add_parser(
         "audit",
         help="print a task's audit trail and verify its hash chain",
@@ -591,12 +435,11 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         formatter_class=HelpFormatter,
     )
     audit.add_argument("task_id", metavar="TASK_ID", help="the task's id")
-    audit.add_argument(
-        STORE.flag,
-        dest=STORE.dest,
+    add_setting(
+        audit,
+        STORE,
+        help="the store of `synapse serve --store SPEC`: an SQLite file or a postgresql:// URL",
         metavar="SPEC",
-        help="the store of `synapse serve --store SPEC`: an SQLite file or a postgresql:// "
-        "URL ($SYNAPSE_STORE)",
     )
     audit.add_argument(
         "--requester", metavar="AGENT_ID", help="whose task, if several agents used TASK_ID"
@@ -611,6 +454,9 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     add_output_flags(audit, config_holds=STORE_CONFIG, verbose_logs=QUIET_VERBOSE)
     audit.set_defaults(run=runs["audit"])
 
+
+def _add_schema(commands: Any, runs: Mapping[str, Callable[[Any], int]]) -> None:
+    """`synapse schema`: the messages' JSON Schema."""
     schema = commands.add_parser(
         "schema",
         help="print the JSON Schema of the messages",
@@ -629,6 +475,9 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
     add_output_flags(schema, config_holds="settings", verbose_logs=QUIET_VERBOSE)
     schema.set_defaults(run=runs["schema"])
 
+
+def _add_demo(commands: Any, runs: Mapping[str, Callable[[Any], int]]) -> None:
+    """`synapse demo`: every flow between two peers in this process."""
     demo = commands.add_parser(
         "demo",
         help="two peers in this process walk through every flow, printed as a timeline",
@@ -642,31 +491,6 @@ def build_parser(runs: Mapping[str, Callable[[Any], int]]) -> Parser:
         ),
         formatter_class=HelpFormatter,
     )
-    demo.add_argument(
-        SIGNING.flag,
-        dest=SIGNING.dest,
-        type=SIGNING.argument_type(),
-        metavar="{header,body}",
-        help=SIGNING.described("signature mode (default header)"),
-    )
+    add_setting(demo, SIGNING)
     add_output_flags(demo, config_holds="settings", verbose_logs=QUIET_VERBOSE)
     demo.set_defaults(run=runs["demo"])
-
-    if "mcp" in runs:
-        add_mcp_parser(commands, runs["mcp"])
-
-    from synapse.cli.migrate import add_parser as add_migrate
-
-    add_migrate(commands)  # `synapse migrate` parses its own flags (PostgreSQL store)
-
-    try:  # `synapse conformance` lives with the conformance kit, which owns its flags
-        from synapse.conformance.cli import add_parser as add_conformance
-    except ImportError:
-        pass
-    else:
-        add_conformance(commands)
-        # Its texts are laid out for `python -m synapse.conformance`; here they read as every
-        # other command's do.
-        commands.choices["conformance"].formatter_class = HelpFormatter
-    parser.command_names = tuple(commands.choices)
-    return parser

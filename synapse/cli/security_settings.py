@@ -37,6 +37,7 @@ from synapse.cli.options import (
     TLS_KEY,
     TLS_KEY_PASSWORD_FILE,
     Setting,
+    add_setting,
 )
 from synapse.types.errors import unknown_key
 
@@ -98,13 +99,7 @@ def add_tls_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_secret_flags(group: argparse._ArgumentGroup, *, serve: bool) -> None:
     """`--secret-file`, `--peer-secret-env` (and, for serve, `--allow-shared-secret`)."""
-    group.add_argument(
-        SECRET_FILE.flag,
-        dest=SECRET_FILE.dest,
-        metavar="PATH",
-        help="file holding the default secret (first line); keeps it out of `ps` "
-        "($SYNAPSE_SECRET_FILE)",
-    )
+    add_setting(group, SECRET_FILE)
     group.add_argument(
         "--peer-secret-env",
         action="append",
@@ -121,14 +116,7 @@ def add_secret_flags(group: argparse._ArgumentGroup, *, serve: bool) -> None:
         f"{STRONG_SECRET} bytes only warned of; $SYNAPSE_ALLOW_WEAK_SECRET)",
     )
     if serve:
-        group.add_argument(
-            ALLOW_SHARED_SECRET.flag,
-            dest=ALLOW_SHARED_SECRET.dest,
-            action="store_true",
-            default=None,
-            help="accept one secret shared by several partners (any of them can then sign "
-            "as another; refused by default; $SYNAPSE_ALLOW_SHARED_SECRET)",
-        )
+        add_setting(group, ALLOW_SHARED_SECRET)
 
 
 def read_first_line(path: Path, what: str) -> str:
@@ -278,27 +266,9 @@ __all__ = [
 
 
 def add_a2a_serve_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        A2A_TOKEN_FILE.flag,
-        dest=A2A_TOKEN_FILE.dest,
-        metavar="PATH",
-        help="bearer tokens A2A clients may present, one TOKEN[=NAME] a line "
-        "($SYNAPSE_A2A_TOKEN_FILE); more schemes: [a2a_security] in --config",
-    )
-    group.add_argument(
-        A2A_CARD_SIGNING_KEY.flag,
-        dest=A2A_CARD_SIGNING_KEY.dest,
-        metavar="PATH",
-        help="sign the agent card with this private key (PEM or JWK) "
-        "($SYNAPSE_A2A_CARD_SIGNING_KEY)",
-    )
-    group.add_argument(
-        A2A_CARD_SIGNING_KID.flag,
-        dest=A2A_CARD_SIGNING_KID.dest,
-        metavar="KID",
-        help="the key id of the card signatures (default: the key's thumbprint; "
-        "$SYNAPSE_A2A_CARD_SIGNING_KID)",
-    )
+    add_setting(group, A2A_TOKEN_FILE)
+    add_setting(group, A2A_CARD_SIGNING_KEY)
+    add_setting(group, A2A_CARD_SIGNING_KID)
 
 
 def a2a_token_file(s: _SettingsView, parse: Callable[[str], tuple[str, str]]) -> dict[str, str]:
@@ -448,51 +418,18 @@ def _scheme(spec: Mapping[str, Any], base: Path, ssl: Any = True) -> Any:
 
 
 def add_a2a_client_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        A2A_OAUTH_CLIENT.flag,
-        dest=A2A_OAUTH_CLIENT.dest,
-        metavar="CLIENT_ID",
-        help="get OAuth 2.0 / OpenID Connect tokens with this client id (client-credentials "
-        "grant; $SYNAPSE_A2A_OAUTH_CLIENT)",
-    )
-    group.add_argument(
-        A2A_OAUTH_SECRET_FILE.flag,
-        dest=A2A_OAUTH_SECRET_FILE.dest,
-        metavar="PATH",
-        help="file holding the client secret ($SYNAPSE_A2A_OAUTH_SECRET_FILE)",
-    )
-    group.add_argument(
-        A2A_API_KEY_FILE.flag,
-        dest=A2A_API_KEY_FILE.dest,
-        metavar="PATH",
-        help="file holding the API key, sent where the card says ($SYNAPSE_A2A_API_KEY_FILE)",
-    )
-    group.add_argument(
-        A2A_BASIC_FILE.flag,
-        dest=A2A_BASIC_FILE.dest,
-        metavar="PATH",
-        help="file holding USER:PASSWORD for HTTP Basic ($SYNAPSE_A2A_BASIC_FILE)",
-    )
+    add_setting(group, A2A_OAUTH_CLIENT)
+    add_setting(group, A2A_OAUTH_SECRET_FILE)
+    add_setting(group, A2A_API_KEY_FILE)
+    add_setting(group, A2A_BASIC_FILE)
     group.add_argument(
         "--a2a-card-key",
         action="append",
         metavar="PATH",
         help="a public key (PEM or JWK) the agent card must be signed with; repeatable",
     )
-    group.add_argument(
-        A2A_CARD_JWKS.flag,
-        dest=A2A_CARD_JWKS.dest,
-        metavar="URL",
-        help="a JWKS URL whose keys may sign the agent card ($SYNAPSE_A2A_CARD_JWKS)",
-    )
-    group.add_argument(
-        A2A_REQUIRE_SIGNED_CARD.flag,
-        dest=A2A_REQUIRE_SIGNED_CARD.dest,
-        action="store_true",
-        default=None,
-        help="refuse an agent whose card is unsigned or badly signed "
-        "($SYNAPSE_A2A_REQUIRE_SIGNED_CARD)",
-    )
+    add_setting(group, A2A_CARD_JWKS)
+    add_setting(group, A2A_REQUIRE_SIGNED_CARD)
 
 
 #: `send`'s A2A client flags: dest → flag (refused without `--a2a`).
