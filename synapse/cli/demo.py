@@ -75,16 +75,19 @@ FLOWS: tuple[Flow, ...] = (
     Flow(
         "3. Missing information (specs/protocol.md, 'Missing information'): "
         "text_generation without a style",
-        "bob answers the request with task_need_info instead of a confirm; alice provides "
-        "the field and bob executes, without any task_confirm.",
+        "bob answers the request with task_need_info instead of a confirm: it lacks the "
+        "style, and offers the three the demo handler knows, 古典 (classical, its "
+        "suggestion), 现代 (modern) and 浪漫 (romantic). alice provides 现代 and bob "
+        "executes, without any task_confirm.",
         "text_generation",
         {"prompt": "spring"},
         "demo-text",
     ),
     Flow(
         "4. A person decides (specs/protocol.md, 'Human decision'): portrait, approved",
-        "bob stops at need_human; a person at alice decides (human_deciding) and approves "
-        "with a human_decision; bob resumes and completes.",
+        "bob stops at need_human; a person at alice takes the question up (alice's state "
+        "becomes human_deciding, which bob never sees) and approves with a human_decision; "
+        "bob resumes and completes.",
         "portrait",
         {"subject": "Ada Lovelace"},
         "demo-portrait",
@@ -119,7 +122,7 @@ async def _drive(flow: Flow, handle: TaskHandle) -> Outcome:
     async for event in handle:
         message = event.message
         if isinstance(message, TaskNeedInfo):
-            await handle.provide_info({"style": "modern"})
+            await handle.provide_info({"style": "现代"})  # modern: one of the offered styles
         elif isinstance(message, TaskNeedHuman):
             await handle.start_deciding()
             await handle.approve({"authorized": True}, notes="the subject's estate agreed")
@@ -180,12 +183,14 @@ async def run_demo(out: TextIO, *, signing: SenderMode = "header") -> int:
         write(
             "Synapse demo: two peers in this process, talking signed HTTP over loopback.\n"
             f"  R = {REQUESTER}, the requester.  E = {EXECUTOR}, the executor "
-            "(the demo handler (specs/protocol.md, 'The demo handler')).\n"
+            "running the demo handler of specs/protocol.md.\n"
             f"  Every message is signed with HMAC-SHA256 ({signing} mode) and checked.\n"
             "Each numbered line is one message: `R → E` a POST from alice to bob, `E → R` one\n"
             "from bob to alice, `↳ … (sync reply)` the HTTP response to the POST just above.\n"
             "Under each message about a task: the task's state at alice (R) and at bob (E),\n"
-            "`before → after` where that message changed it.\n"
+            "`before → after` where that message changed it. A callback is acknowledged by\n"
+            "`task_ack` (with the acknowledging side's state) when it ends a task or answers\n"
+            "a question, by a plain `ack` when it reports progress or asks one.\n"
         )
         write("0. What can bob do? (capability_query)\n")
         caps = await alice.capabilities(EXECUTOR)
@@ -207,10 +212,20 @@ async def run_demo(out: TextIO, *, signing: SenderMode = "header") -> int:
         write("Summary\n")
         for flow, outcome in outcomes:
             write(f"   {flow.task_id:<14} {flow.task_type:<16} {outcome.state.value}\n")
+        write(WHAT_NEXT)
     finally:
         await bob.close(0.5)
         await alice.close(0.5)
     return 0
+
+
+#: Where a newcomer goes from here.
+WHAT_NEXT = """What next
+   `(recoverable)` above marks a failure worth trying again (error.recoverable).
+   Run the same peers as two processes: `synapse serve` for bob, `synapse send` for alice
+   (`synapse serve --help` and `synapse send --help` end with examples).
+   Write your own handler: docs/handlers.md. Every message and state: specs/protocol.md.
+"""
 
 
 def _indent(text: str) -> str:

@@ -32,6 +32,12 @@ def test_demo_runs_quickly_and_exits_0(demo: subprocess.CompletedProcess[str]) -
     assert demo.elapsed < 10  # type: ignore[attr-defined]
 
 
+def test_demo_ends_with_where_to_go_next(demo: subprocess.CompletedProcess[str]) -> None:
+    after = demo.stdout.split("\nWhat next\n", 1)[1]
+    for pointer in ("synapse serve", "synapse send", "docs/handlers.md", "(recoverable)"):
+        assert pointer in after, pointer
+
+
 def test_demo_is_the_same_every_time(demo: subprocess.CompletedProcess[str]) -> None:
     again = run("demo", "--signing", "body", timeout=30)
     assert again.returncode == 0, again.stderr
@@ -62,7 +68,8 @@ def test_need_info_flow(demo: subprocess.CompletedProcess[str]) -> None:
     assert "R → E  task_info_provided" in text
     assert "E (bob) info_needed → info_provided → executing" in text
     assert "↳ task_confirm" not in text
-    assert "outcome at alice: completed: “spring”, written in the modern style" in text
+    assert "outcome at alice: completed: “spring”, written in the 现代 style" in text
+    assert "现代 (modern)" in text  # the demo's own answer is one of the styles it offers
 
 
 def test_need_human_flow(demo: subprocess.CompletedProcess[str]) -> None:
@@ -95,7 +102,7 @@ def test_failure_and_rejection(demo: subprocess.CompletedProcess[str]) -> None:
     assert "↳ task_reject (sync reply)" in rejection
     assert "E (bob) idle → rejected" in rejection
     assert "capability_lacking" in rejection
-    summary = demo.stdout[demo.stdout.index("Summary") :].split()
+    summary = demo.stdout[demo.stdout.index("Summary") : demo.stdout.index("What next")].split()
     assert summary[1:] == [
         "demo-echo", "echo", "completed",
         "demo-slow", "slow", "completed",
