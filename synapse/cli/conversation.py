@@ -284,7 +284,8 @@ class Conversation(Generic[H]):
         await self.handle.provide_info(fields, front="cli")
 
     async def _ask_field(self, missing: MissingField) -> tuple[Any] | None:
-        self.console.say(f"  {missing.field}" + (f" — {missing.reason}" if missing.reason else ""))
+        if missing.reason:  # without one, the prompt below names the field: once is enough
+            self.console.say(f"  {missing.field} — {missing.reason}")
         suggested = missing.suggested_value
         if missing.alternatives:
             shown = ", ".join(show(a) for a in missing.alternatives)
