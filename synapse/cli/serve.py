@@ -19,6 +19,7 @@ from synapse._distribution import install
 from synapse.cli.client import start_peer
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.ops import OpsOptions, log_console, serve_ops
+from synapse.cli.parsers import is_loopback
 from synapse.demo.handler import DemoHandler
 from synapse.humans import HumansConfig, enable_humans
 from synapse.logs import get_logger
@@ -217,6 +218,11 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
         raise CliError(f"bad A2A settings: {exc}") from exc
 
 
+def anonymous_a2a(host: str, a2a: A2AOptions) -> bool:
+    """True if A2A clients beyond this machine are served with no authentication at all."""
+    return not is_loopback(host) and not a2a.tokens and a2a.security is None
+
+
 async def run_serve(options: ServeOptions) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -315,6 +321,13 @@ async def run_serve(options: ServeOptions) -> int:
                 bindings=[i.protocol_binding for i in a2a.interfaces()],
                 grpc=next((i.url for i in a2a.interfaces() if i.protocol_binding == "GRPC"), None),
             )
+            if anonymous_a2a(options.host, options.a2a):
+                log.warning(
+                    "a2a_anonymous",
+                    host=options.host,
+                    hint="any client that reaches this address may send tasks and read them: "
+                    "give --a2a-token (or [a2a_security]), or listen on 127.0.0.1",
+                )
         log_console(peer, options.ops, console_token)
         await stop.wait()
         log.info(

@@ -40,6 +40,7 @@ from synapse.a2a import wire
 from synapse.cli.conversation import SendOptions
 from synapse.cli.parsers import parse_a2a_token
 from synapse.cli.send_a2a import A2AFollower
+from synapse.cli.serve import A2AOptions, anonymous_a2a
 from synapse.cli.terminal import LineReader, TerminalConsole
 
 TOKEN = "tok-for-cli-tests"
@@ -529,3 +530,25 @@ def test_a_push_allowlist_port_written_star_is_taken_from_flags_and_environment(
     allowlist = PushAllowlist(from_flag.get_list(A2A_PUSH_ALLOW))
     assert allowlist.allows("http://127.0.0.1:45123/hooks/a2a")
     assert not allowlist.allows("http://127.0.0.2:45123/hooks/a2a")
+
+
+@pytest.mark.parametrize(
+    ("host", "tokens", "warned"),
+    [
+        ("0.0.0.0", {}, True),
+        ("::", {}, True),
+        ("10.0.0.5", {}, True),
+        ("0.0.0.0", {"t0k3n": "alice"}, False),
+        ("127.0.0.1", {}, False),
+        ("localhost", {}, False),
+        ("::1", {}, False),
+    ],
+)
+def test_anonymous_a2a_beyond_this_machine_is_warned_of(
+    host: str, tokens: dict[str, str], warned: bool
+) -> None:
+    assert anonymous_a2a(host, A2AOptions(tokens=tokens)) is warned
+
+
+def test_a_loopback_agent_is_not_warned_of(agent: Server) -> None:
+    assert not any("a2a_anonymous" in line for line in agent.lines)
