@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Awaitable
+from datetime import datetime
 from typing import Any, TextIO
 
 from synapse.cli.client import ClientSetup, exchange_error, refusal_line, start_peer
@@ -90,6 +92,8 @@ class Follower(Conversation[TaskHandle]):
         self.setup = setup
         #: Said once the target accepted the request, not when it is queued.
         self._sent_note = ""
+        #: When we last heard about the task (the requester's patience runs from there).
+        self._last_word = time.time()
 
     def ended_future(self) -> Awaitable[Any] | None:
         return self._ended(self.handle) if self.handle is not None else None
@@ -158,9 +162,27 @@ class Follower(Conversation[TaskHandle]):
             Exit.TASK_UNSUCCESSFUL,
         )
 
+    def _waiting_note(self) -> str:
+        """What `send` waits for once the executor is silent, and until when."""
+        cfg = self.setup.config
+        patience = cfg.task_timeout + cfg.missed_heartbeat_limit * cfg.heartbeat_interval
+        until = datetime.fromtimestamp(self._last_word + patience).strftime("%H:%M:%S")
+        bound = (
+            f"--timeout {format_duration(self.options.timeout)} first, "
+            if self.options.timeout is not None
+            else ""
+        )
+        return (
+            f"! {self.who} stopped answering heartbeats; waiting for word about the task "
+            f"until {until} (its task_timeout {format_duration(cfg.task_timeout)} plus the "
+            f"heartbeat-loss time), then giving up ({bound}Ctrl-C cancels now)"
+        )
+
     async def on_event(self, event: TaskEvent) -> bool:
         message = event.message
         payload = message.payload if message is not None else None
+        if message is not None:
+            self._last_word = time.time()
         if self._sent_note and message is not None and event.kind not in _NOT_ACCEPTED:
             # Sent means the target took it: its reply (or a callback that overtook it).
             self.console.note(self._sent_note)
@@ -179,7 +201,7 @@ class Follower(Conversation[TaskHandle]):
         elif event.kind == "refused" and not event.state.is_final:
             self.console.note(f"! {self.who} refused a message: {event.detail}")
         elif event.kind == "partner_unreachable":
-            self.console.note(f"! {self.who} stopped answering heartbeats")
+            self.console.note(self._waiting_note())
         elif event.kind == "partner_reachable":
             self.console.note(f"{self.who} answers again")
         elif isinstance(message, TaskConfirm):

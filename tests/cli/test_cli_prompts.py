@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import io
+from datetime import datetime
 from typing import Any
 
+from synapse.cli.client import ClientSetup
 from synapse.cli.conversation import Conversation, SendOptions
+from synapse.cli.send import Follower
 from synapse.cli.terminal import LineReader, TerminalConsole
+from synapse.p2p.config import P2PConfig
+from synapse.transport.partners import Partner
 from synapse.types import MissingField
 
 
@@ -62,3 +67,30 @@ def test_a_field_with_a_reason_shows_it_and_its_alternatives() -> None:
         "    alternatives: 现代",
         "  style [古典]: ",
     ]
+
+
+def test_a_silent_executor_is_waited_for_until_a_time_the_person_is_told() -> None:
+    """Not a silence of minutes: what `send` waits for, until when, and how to stop."""
+    config = P2PConfig(task_timeout=300, heartbeat_interval=10, missed_heartbeat_limit=3)
+    setup = ClientSetup(
+        me="agent-r",
+        target=Partner("agent-e", "http://127.0.0.1:9/synapse/callback", ("s" * 32,)),
+        endpoint="http://127.0.0.1:8/synapse/callback",
+        listen=None,
+        signing="header",
+        config=config,
+    )
+    err = io.StringIO()
+    follower = Follower(
+        setup,
+        SendOptions(task_type="slow", payload={}, timeout=60.0),
+        out=io.StringIO(),
+        console=TerminalConsole(err, live=False),
+        reader=Lines(),
+        interactive=False,
+    )
+    follower._last_word = datetime(2026, 12, 6, 12, 0).timestamp()
+    note = follower._waiting_note()
+    assert note.startswith("! agent-e stopped answering heartbeats; waiting for word")
+    assert "until 12:05:30" in note  # 300 s of task_timeout plus 3 missed beats of 10 s
+    assert "--timeout 1m first" in note and "Ctrl-C cancels now" in note
