@@ -32,7 +32,7 @@ from synapse.types import (
     Message,
     MessageType,
     MissingField,
-    SynapseError,
+    NotReady,
     TaskState,
 )
 
@@ -141,7 +141,7 @@ async def test_a_refused_message_keeps_the_writes_others_made_during_its_commit(
             done = TaskState.COMPLETED
             await eventually(lambda: e.get_task_status("before", R_ID) is done, timeout=20)
             store.gate.set()
-            with pytest.raises(SynapseError) as refused:
+            with pytest.raises(NotReady) as refused:
                 await during
             assert refused.value.code is ErrorCode.AGENT_NOT_READY
             assert refused.value.details == {"reason": "store_unavailable"}
@@ -202,7 +202,7 @@ async def test_a_refused_cancel_leaves_a_task_its_handler_finished_meanwhile_fin
             handler.release.set()
             await eventually(handler.returned.is_set, timeout=20)
             store.gate.set()
-            with pytest.raises(SynapseError):
+            with pytest.raises(NotReady):
                 await refused
         # The cancel was refused: the handler's completion stands, and is delivered.
         await eventually(lambda: bool(partner.finals("t")), timeout=20)
@@ -254,7 +254,7 @@ async def test_a_person_answers_a_question_only_once_it_is_durable(tmp_path: Pat
             await eventually(store.at_gate.is_set, timeout=20)
             answer = asyncio.create_task(handle.provide_info({"size": 3}))
             store.gate.set()
-            with pytest.raises(SynapseError) as refused:
+            with pytest.raises(NotReady) as refused:
                 await asked
             assert refused.value.code is ErrorCode.AGENT_NOT_READY
         with pytest.raises(LocalProtocolError):
@@ -324,7 +324,7 @@ async def test_a_message_refused_for_another_tasks_lost_lease_lets_its_own_task_
         r.on_reply(asked, await e.handle_message(asked), T0)
         (cancel,) = r.handle(Cancel(key, reason="changed my mind"), T0).outgoing
         store.fence_next = frozenset({TaskKey(R_ID, "another")})
-        with pytest.raises(SynapseError):
+        with pytest.raises(NotReady):
             await e.handle_message(cancel.message)
         # The same cancel, sent again, is applied (not left waiting for a commit long over).
         reply = await asyncio.wait_for(e.handle_message(cancel.message), 10)
