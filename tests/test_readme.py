@@ -106,3 +106,18 @@ def test_a_seven_task_script_prints_nothing() -> None:
         [sys.executable, "-c", SEVEN_TASKS], capture_output=True, text=True, timeout=60, check=False
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_the_quick_loop_the_readme_names_leaves_the_long_runs_out() -> None:
+    """`pytest -m "not slow"`: the marker is registered, and the long runs carry it."""
+    assert 'pytest -q -m "not slow"' in README
+    pyproject = (ROOT / "pyproject.toml").read_text("utf-8")
+    assert '"slow: ' in pyproject
+    for module in (
+        "tests/model/test_model_checker.py",
+        "tests/model/test_random_walks.py",
+        "tests/simulation/test_simulation.py",
+        "tests/humans/test_humans_browser.py",
+        "tests/ops/test_ops_console_browser.py",
+    ):
+        assert "pytestmark = pytest.mark.slow" in (ROOT / module).read_text("utf-8"), module

@@ -27,6 +27,9 @@ from synapse.ops.console import TokenAuth, enable_console
 from synapse.p2p.config import P2PConfig
 from synapse.transport.peer import Peer
 
+#: Minutes of exploration or a real browser: left out of the quick loop (`pytest -m "not slow"`).
+pytestmark = pytest.mark.slow
+
 SECRET = "humans-browser-secret-0123456789"
 TOKENS = {"alice-token-0123456789": "alice", "bob-token-0123456789": "bob"}
 TIMEOUT_MS = 10_000

@@ -18,6 +18,9 @@ from synapse.p2p.engine import Engine, EngineTimer, Step, TaskEvent, TaskNote
 from synapse.p2p.states import Role, StateTimer
 from synapse.types import TaskState
 
+#: Minutes of exploration or a real browser: left out of the quick loop (`pytest -m "not slow"`).
+pytestmark = pytest.mark.slow
+
 
 def explore_all(bounds: dict[str, Bounds]) -> dict[str, Result]:
     """`explore` each of `bounds`, as many at once as there are cores (each in a process of

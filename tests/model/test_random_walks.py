@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,9 @@ from synapse.model import Bounds
 from synapse.model.checker import ended
 from synapse.model.invariants import STATE_INVARIANTS, STEP_INVARIANTS
 from synapse.model.world import Move, World
+
+#: Minutes of exploration or a real browser: left out of the quick loop (`pytest -m "not slow"`).
+pytestmark = pytest.mark.slow
 
 #: Deep bounds: what a walk may draw (the checker could never explore them all).
 DEEP = Bounds(

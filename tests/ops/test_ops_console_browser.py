@@ -21,6 +21,9 @@ from synapse.p2p.engine import TaskKey
 from synapse.transport.peer import Peer
 from synapse.types import TaskState
 
+#: Minutes of exploration or a real browser: left out of the quick loop (`pytest -m "not slow"`).
+pytestmark = pytest.mark.slow
+
 TOKEN = "alice-browser-token-0123456789"
 TIMEOUT_MS = WAIT * 1000
 

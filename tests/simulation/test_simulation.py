@@ -18,6 +18,9 @@ from synapse.runtime.protocol import P2PProtocol
 from synapse.simulation import Scenario, simulate
 from synapse.simulation.loop import Stalled, VirtualTimeLoop
 
+#: Minutes of exploration or a real browser: left out of the quick loop (`pytest -m "not slow"`).
+pytestmark = pytest.mark.slow
+
 #: How many seeds CI runs (`SYNAPSE_SIM_SEEDS` for more: `python -m synapse.simulation
 #: --seeds N` is the same run outside pytest).
 CI_SEEDS = int(os.environ.get("SYNAPSE_SIM_SEEDS", "300"))
