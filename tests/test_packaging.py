@@ -236,3 +236,55 @@ def test_the_wheel_installs_outside_the_repository_with_every_extra(tmp_path: Pa
     assert tops == {"synapse", f"synapse_agent_p2p-{synapse.__version__}.dist-info"}, tops
     assert "synapse/py.typed" in names
     assert any(name.startswith("synapse/ops/console/static/") for name in names)
+
+
+# --- what the package index shows, and the release ---------------------------------------------
+
+PACKAGE_DESCRIPTION = ROOT / "docs" / "package.md"
+
+
+def test_the_index_page_installs_from_the_index_and_links_nowhere_relative() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        readme = tomllib.load(f)["project"]["readme"]
+    assert readme == "docs/package.md"
+    text = PACKAGE_DESCRIPTION.read_text("utf-8")
+    first_block = text.split("```sh\n", 1)[1].split("```", 1)[0]
+    assert first_block.splitlines()[0].startswith("pip install synapse-agent-p2p")
+    assert "pip install -e" not in text and "git clone" not in text
+    links = re.findall(r"\]\(([^)]+)\)", text)
+    assert all(link.startswith("https://") for link in links), links
+
+
+def test_the_index_pages_example_runs() -> None:
+    source = PACKAGE_DESCRIPTION.read_text("utf-8").split("```python\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "hello" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_release_builds_an_sdist_whose_wheel_is_the_trees(tmp_path: Path) -> None:
+    """`tools/release.py`: sdist and wheel, `twine check` passes, and the wheel built from the
+    sdist (what the index serves) holds the same files as one built from the tree."""
+    import zipfile
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import release
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    built = release.build(tmp_path / "dist")
+    assert sorted(p.suffix for p in built) == [".gz", ".whl"]
+    (from_sdist,) = (p for p in built if p.suffix == ".whl")
+    tree = tmp_path / "tree"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tree), str(ROOT)],
+        check=True,
+        timeout=600,
+    )
+    (from_tree,) = tree.glob("*.whl")
+    assert sorted(zipfile.ZipFile(from_sdist).namelist()) == sorted(
+        zipfile.ZipFile(from_tree).namelist()
+    )
