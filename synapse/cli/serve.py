@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import importlib
+import os
 import signal
 import sqlite3
 import sys
@@ -27,7 +28,7 @@ from synapse.p2p.audit import AuditKeys
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.dump import dump
 from synapse.runtime.handler import TaskHandler
-from synapse.store import TaskStore, open_store
+from synapse.store import TaskStore, is_postgres_url, open_store
 from synapse.transport.client import SenderMode
 from synapse.transport.guard import HttpLimits
 from synapse.transport.partners import Partner
@@ -184,11 +185,33 @@ def open_task_store(spec: str) -> TaskStore:
     try:
         return open_store(spec)
     except (sqlite3.Error, OSError, RuntimeError) as exc:
-        raise CliError(f"cannot open store {spec!r}: {exc}") from exc
+        why = store_path_problem(spec) or str(exc)
+        raise CliError(f"cannot open store {spec!r}: {why}") from exc
     except Exception as exc:  # psycopg's errors (the module is optional)
         if type(exc).__module__.startswith("psycopg"):
             raise CliError(f"cannot open store {spec!r}: {str(exc).strip()}") from exc
         raise
+
+
+def store_path_problem(spec: str) -> str | None:
+    """Why an SQLite store at `spec` cannot be opened, when its path says so (SQLite itself
+    says only "unable to open database file", for a missing folder and a read-only one alike)."""
+    if spec == "memory" or is_postgres_url(spec):
+        return None
+    path = Path(spec).expanduser()
+    folder = path.parent.resolve()
+    if not folder.exists():
+        return f"its folder {folder} does not exist (create it, or give another --store)"
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        return "the file is read-only for this user"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return (
+            f"its folder {folder} is read-only for this user (SQLite creates the file and "
+            "its journal there)"
+        )
+    return None
 
 
 def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:

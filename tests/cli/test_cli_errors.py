@@ -348,3 +348,38 @@ def test_a_config_typo_reads_one_way_with_a_suggestion(
     config.write_text(toml)
     line = here_error("serve", "--config", str(config))
     assert line == f"synapse: config file {config}: {said}", line
+
+
+def test_a_store_in_a_missing_folder_says_so(tmp_path: Path) -> None:
+    store = tmp_path / "no-such-folder" / "agent.sqlite"
+    line = here_error(
+        "serve", "--agent-id", "e", "--port", "0", "--store", str(store),
+        "--peer", "r=http://127.0.0.1:9/cb", "--secret", "s" * 32,
+    )  # fmt: skip
+    assert line == (
+        f"synapse: cannot open store {str(store)!r}: its folder {store.parent} does not exist "
+        "(create it, or give another --store)"
+    )
+
+
+def test_a_store_in_a_read_only_folder_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(As root every folder is writable: the permission is what `os.access` says.)"""
+    from synapse.cli import serve
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    monkeypatch.setattr(serve.os, "access", lambda path, mode: Path(path) != folder)
+    problem = serve.store_path_problem(str(folder / "agent.sqlite"))
+    assert problem == (
+        f"its folder {folder} is read-only for this user (SQLite creates the file and its "
+        "journal there)"
+    )
+    (folder / "agent.sqlite").touch()
+    monkeypatch.setattr(serve.os, "access", lambda path, mode: Path(path).suffix != ".sqlite")
+    assert serve.store_path_problem(str(folder / "agent.sqlite")) == (
+        "the file is read-only for this user"
+    )
+    assert serve.store_path_problem("memory") is None
+    assert serve.store_path_problem("postgresql://u@h:5432/db") is None
