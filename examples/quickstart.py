@@ -8,7 +8,7 @@ from typing import Any
 
 from synapse import ExecutionContext, Peer, Validation
 
-SECRET = "s3cret"
+SECRET = "a secret the two peers share: 32 bytes or more"
 
 
 class Summarizer:

@@ -3,7 +3,10 @@ and its handler module is one `synapse serve --handler` can load."""
 
 from __future__ import annotations
 
+import re
 import select
+import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +81,51 @@ def test_serve_runs_the_guides_handler_module(tmp_path: Path) -> None:
     finally:
         serve.terminate()
         serve.wait(10)
+
+
+def test_the_second_terminal_of_the_guide_sends_the_studio_a_poem(tmp_path: Path) -> None:
+    """ "From a second terminal": its serve and send lines, on free ports, as shown."""
+    _files(tmp_path)
+    block = DOC.split("# terminal 1: the studio\n", 1)[1].split("\n```", 1)[0]
+    joined = re.sub(r"\\\n\s*", " ", block)
+    keygen, serve_line, send_line = [
+        line.split("  #")[0].strip()
+        for line in joined.splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    ports = {"8001": str(_free_port()), "8002": str(_free_port())}
+    for shown, port in ports.items():
+        serve_line = serve_line.replace(f":{shown}", f":{port}").replace(f" {shown} ", f" {port} ")
+        send_line = send_line.replace(f":{shown}", f":{port}")
+    subprocess.run(["bash", "-c", keygen], cwd=tmp_path, check=True)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "synapse.cli.main", *shlex.split(serve_line)[1:]],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert serve.stderr is not None
+        ready, _, _ = select.select([serve.stderr], [], [], 30)
+        assert ready and "listening" in serve.stderr.readline()
+        done = subprocess.run(
+            [sys.executable, "-m", "synapse.cli.main", *shlex.split(send_line)[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        serve.terminate()
+        serve.wait(10)
+    assert (done.returncode, done.stdout) == (0, "a short poem about rain\n"), done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
