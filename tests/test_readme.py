@@ -80,6 +80,19 @@ def test_the_plugin_snippet_passes_under_pytest_asyncio_default_mode(tmp_path: P
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout, done.stdout
+    # With the line the README gives, pytest-asyncio has nothing to warn of.
+    ini = README.split("```ini\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "pytest.ini").write_text(ini, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+    assert "asyncio_default_fixture_loop_scope" not in done.stdout + done.stderr
 
 
 SEVEN_TASKS = """
