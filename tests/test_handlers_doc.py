@@ -49,7 +49,7 @@ def test_serve_runs_the_guides_handler_module(tmp_path: Path) -> None:
     """`--handler studio:Studio` imports the module without running anything of its own
     (a module-level `asyncio.run` would start a second program inside serve)."""
     _files(tmp_path)
-    serve = subprocess.Popen(
+    serve = _start(
         [
             sys.executable,
             "-m",
@@ -67,17 +67,9 @@ def test_serve_runs_the_guides_handler_module(tmp_path: Path) -> None:
             "studio:Studio",
         ],
         cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
-        assert serve.stderr is not None
-        ready, _, _ = select.select([serve.stderr], [], [], 30)
-        assert ready, "serve printed nothing in 30 s"
-        first = serve.stderr.readline()
-        assert "listening" in first, first
+        _wait_listening(serve)
     finally:
         serve.terminate()
         serve.wait(10)
@@ -98,18 +90,12 @@ def test_the_second_terminal_of_the_guide_sends_the_studio_a_poem(tmp_path: Path
         serve_line = serve_line.replace(f":{shown}", f":{port}").replace(f" {shown} ", f" {port} ")
         send_line = send_line.replace(f":{shown}", f":{port}")
     subprocess.run(["bash", "-c", keygen], cwd=tmp_path, check=True)
-    serve = subprocess.Popen(
+    serve = _start(
         [sys.executable, "-m", "synapse.cli.main", *shlex.split(serve_line)[1:]],
         cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
-        assert serve.stderr is not None
-        ready, _, _ = select.select([serve.stderr], [], [], 30)
-        assert ready and "listening" in serve.stderr.readline()
+        _wait_listening(serve)
         done = subprocess.run(
             [sys.executable, "-m", "synapse.cli.main", *shlex.split(send_line)[1:]],
             cwd=tmp_path,
@@ -129,3 +115,24 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def _start(argv: list[str], *, cwd: Path) -> subprocess.Popen[str]:
+    """`synapse serve ARGV` in `cwd`, its log read from stderr."""
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_listening(serve: subprocess.Popen[str]) -> None:
+    """Until serve's first log line, which must be `listening`."""
+    assert serve.stderr is not None
+    ready, _, _ = select.select([serve.stderr], [], [], 30)
+    assert ready, "serve printed nothing in 30 s"
+    first = serve.stderr.readline()
+    assert "listening" in first, first

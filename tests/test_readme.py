@@ -70,29 +70,26 @@ def test_the_plugin_snippet_passes_under_pytest_asyncio_default_mode(tmp_path: P
     (snippet,) = [b for b in _python_blocks(README) if "synapse_executor" in b]
     (tmp_path / "test_snippet.py").write_text(snippet, encoding="utf-8")
     (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # strict: the default
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 passed" in done.stdout, done.stdout
+    _pytest_passes_one(tmp_path)
     # With the line the README gives, pytest-asyncio has nothing to warn of.
     ini = README.split("```ini\n", 1)[1].split("```", 1)[0]
     (tmp_path / "pytest.ini").write_text(ini, encoding="utf-8")
+    said = _pytest_passes_one(tmp_path)
+    assert "asyncio_default_fixture_loop_scope" not in said
+
+
+def _pytest_passes_one(project: Path) -> str:
+    """pytest run in `project`: one test passes; what it printed."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
-        cwd=tmp_path,
+        cwd=project,
     )
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
-    assert "asyncio_default_fixture_loop_scope" not in done.stdout + done.stderr
+    return done.stdout + done.stderr
 
 
 SEVEN_TASKS = """
