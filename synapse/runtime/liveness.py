@@ -16,49 +16,22 @@ the partner N heartbeats an interval, and each would judge it on what it alone h
   rows parked for the partner keeps heartbeating it, and when another replica hears from the
   partner, the parked deliveries here go on (`P2PProtocol.partner_alive`).
 
-The calls run on the event loop, one short statement on the store's autocommit connection per
-partner per heartbeat interval (no row lock is ever held across an await: nothing waits).
+The calls run on the event loop, one short statement per partner per heartbeat interval; the
+SQL lives with the store (`synapse.store.partners`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from synapse.logs import get_logger
 from synapse.runtime.listener import MessageEvent, RuntimeListener
+from synapse.store.partners import PartnerView, SharedPartners
 from synapse.store.postgres import PostgresStore
 from synapse.types import Heartbeat
 
 log = get_logger("synapse.runtime.liveness")
-
-_BEAT = (
-    "INSERT INTO partners AS p (partner, last_heard, beat_holder, beat_until) "
-    "VALUES (%(partner)s, %(heard)s, %(me)s, %(until)s) ON CONFLICT (partner) DO UPDATE SET "
-    "last_heard = GREATEST(p.last_heard, excluded.last_heard), "
-    "beat_holder = CASE WHEN p.beat_holder IS NULL OR p.beat_holder = excluded.beat_holder "
-    "OR p.beat_until < %(now)s THEN excluded.beat_holder ELSE p.beat_holder END, "
-    "beat_until = CASE WHEN p.beat_holder IS NULL OR p.beat_holder = excluded.beat_holder "
-    "OR p.beat_until < %(now)s THEN excluded.beat_until ELSE p.beat_until END "
-    "RETURNING last_heard, beat_holder"
-)
-_HEARD = (
-    "INSERT INTO partners AS p (partner, last_heard) VALUES (%s, %s) "
-    "ON CONFLICT (partner) DO UPDATE SET last_heard = GREATEST(p.last_heard, excluded.last_heard)"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class PartnerView:
-    """What the replicas share about one partner."""
-
-    last_heard: float
-    beat_holder: str | None
-    beat_until: float | None
-    #: Outbox messages to it not delivered yet, whichever replica queued them.
-    backlog: int
 
 
 class SharedLiveness(RuntimeListener):
@@ -75,6 +48,7 @@ class SharedLiveness(RuntimeListener):
     ) -> None:
         self.store = store
         self.replica_id = replica_id
+        self.partners = SharedPartners(store, replica_id)
         #: The heartbeat lease lasts one and a half intervals: renewed by every beat.
         self.lease = 1.5 * heartbeat_interval
         #: Told when another replica heard from a partner since we last looked.
@@ -87,23 +61,12 @@ class SharedLiveness(RuntimeListener):
         partner's heartbeat lease if free; returns the latest time any replica heard from
         the partner and whether this replica sends the heartbeat."""
         try:
-            rows = self.store.read_rows(
-                _BEAT,
-                {
-                    "partner": partner,
-                    "heard": last_heard,
-                    "me": self.replica_id,
-                    "until": now + self.lease,
-                    "now": now,
-                },
-            )
+            shared, mine = self.partners.beat(partner, last_heard, now=now, until=now + self.lease)
         except Exception as exc:  # the database is away: judge and beat on our own
             log.warning("partner_liveness_unavailable", partner=partner, error=repr(exc))
             return last_heard, True
-        shared, holder = float(rows[0][0]), rows[0][1]
         if shared > last_heard and self.on_heard is not None:
             self.on_heard(partner)
-        mine = holder == self.replica_id
         if mine:
             self.beats_sent += 1
         return shared, mine
@@ -111,7 +74,7 @@ class SharedLiveness(RuntimeListener):
     def heard(self, partner: str, at: float) -> None:
         """`partner` proved alive here at `at`: the other replicas count it too."""
         try:
-            self.store.read_rows(_HEARD, (partner, at))
+            self.partners.heard(partner, at)
         except Exception as exc:
             log.warning("partner_liveness_unavailable", partner=partner, error=repr(exc))
 
@@ -122,20 +85,7 @@ class SharedLiveness(RuntimeListener):
 
     def status(self) -> dict[str, PartnerView]:
         """Every partner the replicas know of, as they share it."""
-        rows: list[Any] = self.store.read_rows(
-            "SELECT p.partner, p.last_heard, p.beat_holder, p.beat_until, "
-            "(SELECT count(*) FROM outbox o WHERE o.partner = p.partner "
-            "AND o.dead_reason IS NULL) FROM partners p"
-        )
-        return {
-            str(partner): PartnerView(
-                float(heard),
-                None if holder is None else str(holder),
-                None if until is None else float(until),
-                int(backlog),
-            )
-            for partner, heard, holder, until, backlog in rows
-        }
+        return self.partners.views()
 
 
 __all__ = ["PartnerView", "SharedLiveness"]

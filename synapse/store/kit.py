@@ -37,7 +37,7 @@ R_ID, E_ID = "agent-r", "agent-e"
 R_URL, E_URL = "http://127.0.0.1:1/r", "http://127.0.0.1:2/e"
 
 
-class Clock:
+class FakeClock:
     """A fake clock the test moves by hand (`clock.now += 11`)."""
 
     def __init__(self, now: float = T0) -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from storekit import R_ID, Clock
+from storekit import R_ID, FakeClock
 
 from synapse.p2p.dedup import DedupKey, DedupOutcome, StoredReply
 from synapse.p2p.engine import TaskKey
@@ -89,7 +89,7 @@ async def test_a_key_answered_during_its_lookup_is_not_taken_for_new(
 
 
 async def test_the_claim_of_a_new_task_reads_its_messages_dedup_entry(
-    pair: tuple[list[Ownership], Clock], monkeypatch: pytest.MonkeyPatch
+    pair: tuple[list[Ownership], FakeClock], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A task_request's one statement claims the task's lease and reads the message's dedup
     entry: the lookup before it is judged needs no round trip of its own."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from storekit import T0, Clock, outbox_item
+from storekit import T0, FakeClock, outbox_item
 
 from synapse.p2p.commands import Submit
 from synapse.p2p.config import P2PConfig
@@ -124,7 +124,7 @@ def unreachable(step: Step) -> bool:
 
 
 async def test_heartbeats_go_from_one_replica_and_count_for_all(pg_url: str) -> None:
-    clock = Clock()
+    clock = FakeClock()
     config = P2PConfig(heartbeat_interval=10, missed_heartbeat_limit=3)
     stores = [PostgresStore(pg_url), PostgresStore(pg_url)]
     heard_elsewhere: list[str] = []
