@@ -11,6 +11,8 @@ peers keep; and rules only whole peers can break:
   were sent;
 - `side_effects_once`: a handler's side effect ran once per task (a resumable handler's,
   once per run of the process that started it again), and a completed task's ran;
+- `announced_outcomes_are_kept`: an outcome a peer told anyone of (its listeners, hence its
+  handles and its log) is the state its store keeps, whatever restarts came after;
 - `every_task_ends`: checked by the run itself (`synapse.simulation.run`).
 """
 
@@ -104,6 +106,17 @@ def callbacks_in_order(r: TaskRecord | None, executor: str) -> str | None:
     return None
 
 
+def announced_outcomes_are_kept(node: Node, key: TaskKey, rec: TaskRecord | None) -> str | None:
+    """What a peer announced as a task's outcome is what it keeps: announced means durable."""
+    announced = node.announced.get(key)
+    if announced is None:
+        return None
+    kept = "nothing" if rec is None else rec.state.value
+    if rec is None or rec.state is not announced:
+        return f"{node.name} announced {key.task_id} {announced.value}, and keeps {kept}"
+    return None
+
+
 def side_effects_once(
     plan: TaskPlan, r: TaskRecord | None, effects: Iterable[tuple[TaskKey, int, bool]]
 ) -> str | None:
@@ -155,6 +168,8 @@ def check(
             "acknowledged_messages_are_kept", acknowledged_messages_are_kept(executor, plan.key, e)
         )
         note("callbacks_in_order", callbacks_in_order(r, plan.executor))
+        for node, rec in ((requester, r), (executor, e)):
+            note("announced_outcomes_are_kept", announced_outcomes_are_kept(node, plan.key, rec))
         effects = [(x.task, x.incarnation, x.resumable) for x in executor.effects]
         note("side_effects_once", side_effects_once(plan, r, effects))
     return found
@@ -162,6 +177,7 @@ def check(
 
 __all__ = [
     "acknowledged_messages_are_kept",
+    "announced_outcomes_are_kept",
     "callbacks_in_order",
     "check",
     "side_effects_once",

@@ -28,7 +28,7 @@ from multidict import CIMultiDict
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import StoredReply
-from synapse.p2p.engine import TaskKey, TaskRecord, Validation
+from synapse.p2p.engine import TaskKey, TaskRecord, Transition, Validation
 from synapse.runtime.handler import ExecutionContext, TaskFailure
 from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.protocol import P2PProtocol
@@ -186,6 +186,9 @@ class Node:
     #: Messages each incarnation acknowledged with a 200 after applying them to a task:
     #: (task key, message id) (they must be in the store at the end).
     applied: set[tuple[TaskKey, str]] = field(default_factory=set)
+    #: The outcome each task's listeners were told of (a final state), by any incarnation:
+    #: announced, it must be what the store keeps, whatever restarts came after.
+    announced: dict[TaskKey, TaskState] = field(default_factory=dict)
     #: The store of the last incarnation (the memory store lives as long as the node).
     store: Any = None
 
@@ -215,12 +218,16 @@ class Node:
 
 
 class _Watcher(RuntimeListener):
-    """Wakes the node's person whenever one of its tasks moves."""
+    """Wakes the node's person whenever one of its tasks moves, and keeps the node's ledger
+    of the outcomes announced."""
 
-    def __init__(self, wake: asyncio.Event) -> None:
+    def __init__(self, wake: asyncio.Event, announced: dict[TaskKey, TaskState]) -> None:
         self.wake = wake
+        self.announced = announced
 
-    def on_transition(self, transition: Any) -> None:
+    def on_transition(self, transition: Transition) -> None:
+        if transition.to_state.is_final:
+            self.announced[transition.key] = transition.to_state
         self.wake.set()
 
 
@@ -265,7 +272,7 @@ class Incarnation:
 
     def _wire_protocol(self, protocol: P2PProtocol) -> None:
         protocol.clock = self.node.clock
-        protocol.listeners.append(_Watcher(self._wake))
+        protocol.listeners.append(_Watcher(self._wake, self.node.announced))
 
     def _wire_server(self, server: SynapseServer) -> None:
         server.utcnow = self.node.utcnow

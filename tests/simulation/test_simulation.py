@@ -15,6 +15,7 @@ import pytest
 
 from synapse.p2p.engine import Step, TaskKey
 from synapse.runtime.protocol import P2PProtocol
+from synapse.runtime.runtime_base import RuntimeBase
 from synapse.simulation import Scenario, simulate
 from synapse.simulation.loop import Stalled, VirtualTimeLoop
 
@@ -129,6 +130,9 @@ FOUND = {
     "durable": [209, 407],
     # A requester giving up queued its task_cancel behind a cancelled worker: never sent.
     "drop": [240, 355],
+    # A task announced failed (its request undeliverable) before that was durable: killed
+    # before the next commit, the requester kept it pending (and would have completed it).
+    "announced": [551, 1055, 1056],
 }
 
 
@@ -178,6 +182,24 @@ def workers_kept_after_a_drop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
 
     monkeypatch.setattr(P2PProtocol, "_drop_queued", drop_queued)
     yield
+
+
+@pytest.fixture
+def announced_before_durable(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The runtime before the fix: a step applied outside a message's commit is announced at
+    once, and its writes wait for whichever commit comes next."""
+    monkeypatch.setattr(RuntimeBase, "announce_when_durable", lambda self, announce: announce())
+    yield
+
+
+@pytest.mark.usefixtures("announced_before_durable")
+@pytest.mark.parametrize("seed", FOUND["announced"])
+def test_announcing_before_the_commit_the_seeds_fail(seed: int) -> None:
+    outcome = simulate(seed)
+    assert any(
+        v.startswith("announced_outcomes_are_kept") and "failed, and keeps pending" in v
+        for v in outcome.violations
+    ), outcome.violations
 
 
 @pytest.mark.usefixtures("unsettled")
