@@ -130,6 +130,8 @@ def _config(args: argparse.Namespace) -> P2PConfig:
         request_timeout=5.0,
         max_concurrent_tasks=args.max_concurrent_tasks,
         dead_letter_after=args.dead_letter_after,
+        task_timeout=args.task_timeout,
+        input_timeout=args.input_timeout,
     )
 
 
@@ -249,6 +251,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--max-retries", type=int, default=2)
     parser.add_argument("--heartbeat-interval", type=float, default=0.3)
     parser.add_argument("--dead-letter-after", type=float, default=3600.0)
+    parser.add_argument("--task-timeout", type=float, default=3600.0)
+    parser.add_argument("--input-timeout", type=float, default=3600.0)
     parser.add_argument("--max-concurrent-tasks", type=int, default=100)
     parser.add_argument("--resumable", action="store_true", help="handlers resume on restart")
     parser.add_argument("--executions-log", default=None)

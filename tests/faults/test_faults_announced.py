@@ -112,5 +112,41 @@ async def test_a_dead_letter_announced_is_not_sent_again(spawn: Spawn) -> None:
     assert tasks[task_id]["dead_letters"], tasks[task_id]
 
 
+async def test_a_silent_executor_given_up_stays_given_up(spawn: Spawn) -> None:
+    # E dies mid-task; R's patience (task_timeout 1 s plus three lost heartbeats) runs out and
+    # R fails the task: killed as it announces that, R must keep it failed.
+    e, r = two_peers(spawn, r_options=("--fast", "--task-timeout", "1", "--kill-on=failed"))
+    await asyncio.gather(e.start(), r.start())
+    [task_id] = await r.submit(E, "slow", {"steps": 200, "delay": 0.1})
+    await r.wait_states([task_id], lambda s: s == "executing", timeout=10)
+    await e.crash()
+    await killed_by_its_announcement(r)
+
+    await r.start()
+    tasks = await r.tasks()
+    assert tasks[task_id]["state"] == "failed", tasks[task_id]
+    assert tasks[task_id]["error"]["code"] == "execution_timeout"
+
+
+async def test_an_unanswered_question_announced_failed_stays_failed(spawn: Spawn) -> None:
+    # E asks for the style (task_need_info in its reply) and nobody answers: past its
+    # input_timeout E fails the task, and is killed as it announces that.
+    e, r = two_peers(
+        spawn,
+        r_options=("--fast",),
+        e_options=("--fast", "--input-timeout", "1", "--kill-on=failed"),
+    )
+    await asyncio.gather(e.start(), r.start())
+    [task_id] = await r.submit(E, "text_generation", {"prompt": "spring"})
+    await killed_by_its_announcement(e)
+
+    await e.start()
+    tasks = await e.tasks()
+    assert tasks[task_id]["state"] == "failed", tasks[task_id]
+    assert tasks[task_id]["error"]["code"] == "execution_timeout"
+    # Its task_failed was durable with the failure: R is told after the restart.
+    assert (await r.wait_final([task_id], timeout=20))[task_id] == "failed"
+
+
 async def _nothing_pending(peer: PeerProcess) -> bool:
     return bool((await peer.stats())["pending_deliveries"] == 0)
