@@ -61,21 +61,9 @@ def add_output_flags(
     """`--config`, `--log-json` and `-v`, with help that says what they do for this command:
     what its config file holds, and what `-v` adds to its log."""
     group = parser.add_argument_group("output and settings")
-    group.add_argument(
-        CONFIG.flag,
-        dest=CONFIG.dest,
-        metavar="PATH",
-        help=f"TOML file with {config_holds} ($SYNAPSE_CONFIG)",
-    )
+    add_setting(group, CONFIG, help=f"TOML file with {config_holds}", metavar="PATH")
     add_setting(group, LOG_JSON)
-    group.add_argument(
-        "-v",
-        VERBOSE.flag,
-        dest=VERBOSE.dest,
-        action="store_true",
-        default=None,
-        help=f"{verbose_logs} ($SYNAPSE_VERBOSE)",
-    )
+    add_setting(group, VERBOSE, short="-v", help=verbose_logs)
 
 
 def add_secret_options(group: argparse._ArgumentGroup, *, serve: bool = False) -> None:

@@ -278,8 +278,17 @@ ALLOW_SHARED_SECRET = Setting(
         "refused by default)"
     ),
 )
+#: An HMAC-SHA256 key shorter than this is refused (unless --allow-weak-secret) …
+WEAK_SECRET = 16
+#: … and shorter than this, warned of: SHA-256's output size, what RFC 2104 recommends.
+STRONG_SECRET = 32
 ALLOW_WEAK_SECRET = Setting(
-    "--allow-weak-secret", "SYNAPSE_ALLOW_WEAK_SECRET", "allow_weak_secret", parse_bool
+    "--allow-weak-secret",
+    "SYNAPSE_ALLOW_WEAK_SECRET",
+    "allow_weak_secret",
+    parse_bool,
+    help=f"accept a secret shorter than {WEAK_SECRET} bytes (refused by default; below "
+    f"{STRONG_SECRET} bytes only warned of)",
 )
 # --- output --------------------------------------------------------------------------------------
 VERBOSE = Setting("--verbose", "SYNAPSE_VERBOSE", "verbose", parse_bool)

@@ -28,6 +28,7 @@ from synapse.cli.options import (
     ALLOW_SHARED_SECRET,
     ALLOW_WEAK_SECRET,
     SECRET_FILE,
+    STRONG_SECRET,
     TLS_CA,
     TLS_CERT,
     TLS_CLIENT_CA,
@@ -36,6 +37,7 @@ from synapse.cli.options import (
     TLS_CRL,
     TLS_KEY,
     TLS_KEY_PASSWORD_FILE,
+    WEAK_SECRET,
     Setting,
     add_setting,
 )
@@ -107,14 +109,7 @@ def add_secret_flags(group: argparse._ArgumentGroup, *, serve: bool) -> None:
         help="that partner's secrets from environment variable VAR (comma-separated, newest "
         "first); repeatable",
     )
-    group.add_argument(
-        ALLOW_WEAK_SECRET.flag,
-        dest=ALLOW_WEAK_SECRET.dest,
-        action="store_true",
-        default=None,
-        help=f"accept a secret shorter than {WEAK_SECRET} bytes (refused by default; below "
-        f"{STRONG_SECRET} bytes only warned of; $SYNAPSE_ALLOW_WEAK_SECRET)",
-    )
+    add_setting(group, ALLOW_WEAK_SECRET)
     if serve:
         add_setting(group, ALLOW_SHARED_SECRET)
 
@@ -163,12 +158,6 @@ def peer_secret_envs(s: _SettingsView) -> dict[str, str]:
             raise CliError(f"bad --peer-secret-env: expected PARTNER_ID=VAR, got {item!r}")
         found[agent_id.strip()] = variable.strip()
     return found
-
-
-#: An HMAC-SHA256 key shorter than this is refused (unless --allow-weak-secret) …
-WEAK_SECRET = 16
-#: … and shorter than this, warned of: SHA-256's output size, what RFC 2104 recommends.
-STRONG_SECRET = 32
 
 
 def secret_strength(partner: str, secrets: Iterable[str], allow_weak: bool) -> str | None:
