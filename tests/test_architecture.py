@@ -164,6 +164,23 @@ def test_the_library_never_imports_the_cli() -> None:
     assert offenders == []
 
 
+#: The modules above the store that may name the PostgreSQL backend itself: `synapse migrate`
+#: runs its migrations. Replicas ask for the interface (`synapse.store.shared.SharedStore`).
+POSTGRES_BY_NAME = {"synapse.cli.migrate"}
+
+
+def test_replicas_are_wired_to_the_shared_store_interface_not_to_postgresql() -> None:
+    offenders = [
+        f"{module_name(path)}:{line}"
+        for path in MODULES
+        if layer_of_module(module_name(path)) != "store"
+        and module_name(path) not in POSTGRES_BY_NAME
+        for line, name in imports(path)
+        if name == "synapse.store.postgres"
+    ]
+    assert offenders == []
+
+
 def test_the_rules_catch_a_wrong_import(tmp_path: Path) -> None:
     """The scan itself: a core module importing the runtime, or the transport the CLI, fails."""
     bad = tmp_path / "bad.py"

@@ -145,13 +145,14 @@ def freeze_startup_heap() -> None:
 
 
 def _enable_replicas(peer: Peer, store: TaskStore, ttl: float) -> Callable[[], object]:
-    """On a PostgreSQL store this process is one replica of the agent (docs/deploy.md)."""
-    if not type(store).__module__.endswith(".postgres"):
+    """On a store replicas can share (PostgreSQL's) this process is one replica of the agent
+    (docs/deploy.md)."""
+    from synapse.store.shared import SharedStore
+
+    if not isinstance(store, SharedStore):
         return lambda: None
-    from synapse.store.postgres import PostgresStore
     from synapse.transport.replicas import enable_replicas
 
-    assert isinstance(store, PostgresStore)
     return enable_replicas(peer, store, ttl=ttl)
 
 

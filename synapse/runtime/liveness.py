@@ -28,7 +28,7 @@ from collections.abc import Callable
 from synapse.logs import get_logger
 from synapse.runtime.listener import MessageEvent, RuntimeListener
 from synapse.store.partners import PartnerView, SharedPartners
-from synapse.store.postgres import PostgresStore
+from synapse.store.shared import SharedStore
 from synapse.types import Heartbeat
 
 log = get_logger("synapse.runtime.liveness")
@@ -39,7 +39,7 @@ class SharedLiveness(RuntimeListener):
 
     def __init__(
         self,
-        store: PostgresStore,
+        store: SharedStore,
         replica_id: str,
         *,
         heartbeat_interval: float,

@@ -125,7 +125,9 @@ class FencedOut(StoreUnavailable):
 
 
 class TaskStore(Protocol):
-    """A durable (or not) home for tasks, the outbox and the deduplication table."""
+    """A durable (or not) home for tasks, the outbox and the deduplication table: what every
+    backend implements (the store kit, `synapse.store.kit`, checks it). What replicas sharing
+    a store add is `synapse.store.shared.SharedStore`."""
 
     #: True if what is committed survives a restart.
     durable: bool

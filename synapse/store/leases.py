@@ -38,7 +38,7 @@ from synapse.logs import get_logger
 from synapse.p2p.dedup import DedupKey
 from synapse.p2p.engine import TaskKey
 from synapse.store.base import OutboxItem, Snapshot, StoreUnavailable
-from synapse.store.postgres import PostgresStore
+from synapse.store.shared import SharedStore
 from synapse.store.sql import DEDUP_COLUMNS
 from synapse.store.sql import FINAL as _FINAL
 
@@ -80,7 +80,7 @@ class Ownership:
 
     def __init__(
         self,
-        store: PostgresStore,
+        store: SharedStore,
         *,
         agent_id: str,
         url: str,

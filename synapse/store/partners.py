@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from synapse.store.postgres import PostgresStore
+from synapse.store.shared import SharedStore
 
 _BEAT = (
     "INSERT INTO partners AS p (partner, last_heard, beat_holder, beat_until) "
@@ -48,7 +48,7 @@ class PartnerView:
 class SharedPartners:
     """The `partners` table of one PostgreSQL store, as one replica uses it."""
 
-    def __init__(self, store: PostgresStore, replica_id: str) -> None:
+    def __init__(self, store: SharedStore, replica_id: str) -> None:
         self.store = store
         self.replica_id = replica_id
 

@@ -18,12 +18,9 @@ from typing import Any
 
 import psycopg
 
-from synapse.p2p.engine import TaskKey
+from synapse.store.shared import Tag
 from synapse.store.sql import TRANSITION_COLUMNS
 
-#: The lease a buffered write is made under: the task, and the epoch its writer holds it at
-#: (0: the first write of a new task, which takes the lease if nobody has it).
-Tag = tuple[TaskKey, int]
 #: A buffered write: a statement, its parameters (a list of them: executemany), and the
 #: lease that fences it (None: not a write of one task, or no replicas).
 Op = tuple[str, Sequence[Any] | list[Sequence[Any]], bool, Tag | None]

@@ -30,7 +30,7 @@ import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -50,7 +50,8 @@ from synapse.store.base import (
     TaskRow,
 )
 from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
-from synapse.store.pgbatch import DELETE_DELIVERED, INSERT_TRANSITIONS, Op, Tag, send_batch
+from synapse.store.pgbatch import DELETE_DELIVERED, INSERT_TRANSITIONS, Op, send_batch
+from synapse.store.shared import Fence, Tag
 from synapse.store.sql import (
     DEDUP_COLUMNS,
     OutboxMaintenance,
@@ -76,37 +77,6 @@ SEQ_BLOCK = 1024
 
 
 _Op = Op
-
-
-class Fence(Protocol):
-    """What fences the writes of replicas sharing the database (`synapse.store.leases`)."""
-
-    #: This replica's id: the holder named in the leases it holds.
-    replica_id: str
-
-    def epoch_for(self, key: TaskKey, *, create: bool) -> int:
-        """The epoch this replica holds `key`'s lease at (0 to take the lease of a new task
-        when `create`; -1 if it holds none: the write is dropped)."""
-        ...
-
-    def claim_until(self) -> float:
-        """When a lease taken by a write expires."""
-        ...
-
-    def fenced_out(self, tags: frozenset[Tag]) -> frozenset[TaskKey]:
-        """Writes made under these leases were dropped: another replica holds them now.
-        Returns the tasks thereby lost (a tag older than the lease held now loses none)."""
-        ...
-
-    def preclaim(self, message_id: str, key: TaskKey) -> float | None:
-        """Until when the outbox row `message_id`, written under `key`'s lease, is claimed
-        by this replica (None: not claimed)."""
-        ...
-
-    def unstored(self, key: TaskKey) -> bool:
-        """Whether `key` is known not to be stored: this replica claimed its lease for a task
-        not stored then, and nobody may write it but the lease holder."""
-        ...
 
 
 def _ensure_history_table(conn: psycopg.Connection[Any]) -> None:

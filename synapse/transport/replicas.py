@@ -31,7 +31,7 @@ from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.liveness import SharedLiveness
 from synapse.runtime.protocol import P2PProtocol
 from synapse.store.leases import DEFAULT_LEASE_TTL, Ownership
-from synapse.store.postgres import PostgresStore
+from synapse.store.shared import SharedStore
 from synapse.transport.inbound import Inbound
 from synapse.transport.peer import Peer
 from synapse.transport.server import SynapseServer
@@ -195,7 +195,7 @@ class Replicas:
 
 
 def enable_replicas(
-    peer: Peer, store: PostgresStore, *, ttl: float = DEFAULT_LEASE_TTL
+    peer: Peer, store: SharedStore, *, ttl: float = DEFAULT_LEASE_TTL
 ) -> Callable[[], Replicas | None]:
     """Make `peer` (before `start`) one replica of its agent on `store`: its direct URL,
     where other replicas forward to, is its listening address. Returns a getter of the

@@ -85,3 +85,17 @@ def test_the_durability_guides_kit_module_runs_against_sqlite(tmp_path: Path) ->
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert f"{len(STORE_CHECKS)} passed" in done.stdout, done.stdout[-1000:]
+
+
+async def test_only_a_store_replicas_can_share_is_a_shared_store(tmp_path: Path) -> None:
+    """`synapse serve` runs replicas on a store that implements `SharedStore`, whatever its
+    backend (the PostgreSQL store is one: tests/store/test_store_postgres.py); memory and
+    SQLite are single-process stores."""
+    from synapse.store.shared import SharedStore
+
+    assert not isinstance(MemoryStore(), SharedStore)
+    sqlite = SqliteStore(tmp_path / "one.sqlite")
+    try:
+        assert not isinstance(sqlite, SharedStore)
+    finally:
+        await sqlite.close()

@@ -18,6 +18,7 @@ from synapse.store.base import StoreUnavailable
 from synapse.store.memory import MemoryStore
 from synapse.store.migrations import latest_version, migrations
 from synapse.store.postgres import PostgresStore, apply_migrations, schema_version
+from synapse.store.shared import SharedStore
 
 
 def versions(url: str) -> list[tuple[int, str]]:
@@ -40,6 +41,7 @@ async def test_opening_applies_every_migration_once(pg_url: str) -> None:
 async def test_open_store_takes_a_postgresql_url(pg_url: str) -> None:
     store = open_store(pg_url)
     assert isinstance(store, PostgresStore) and store.durable
+    assert isinstance(store, SharedStore)  # replicas may share it
     await store.close()
 
 
