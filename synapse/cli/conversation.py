@@ -1,7 +1,7 @@
 """What `synapse send` does whatever the protocol: the conversation with the person.
 
 `Conversation` follows one task through a handle — a Synapse `TaskHandle`, or an
-`A2ATaskHandle` for `send --a2a`, which have the same answering methods — and does everything
+`A2ATaskHandle` for `send --a2a-agent`, which have the same answering methods — and does everything
 a person sees and answers: `--json` events, Ctrl-C (cancel, then a second one gives up), the
 questions of a `task_need_info` (each missing field) and of a `task_need_human` (approve or
 reject, with notes), answered from flags, the terminal or stdin lines, and the end (the result

@@ -256,12 +256,12 @@ def _run_send(ctx: Context) -> int:
     if args.a2a_url is not None:
         return _run_send_a2a(ctx, options)
     if args.a2a_token is not None:
-        raise CliError("--a2a-token needs --a2a URL")
+        raise CliError("--a2a-token needs --a2a-agent URL")
     if args.a2a_binding is not None:
-        raise CliError("--a2a-binding needs --a2a URL")
+        raise CliError("--a2a-binding needs --a2a-agent URL")
     for dest, flag in A2A_CLIENT_FLAGS.items():
         if getattr(args, dest, None) is not None:
-            raise CliError(f"{flag} needs --a2a URL")
+            raise CliError(f"{flag} needs --a2a-agent URL")
 
     from synapse.cli.client import client_setup
     from synapse.cli.send import run_send
@@ -295,7 +295,7 @@ def _run_send_a2a(ctx: Context, options: SendOptions) -> int:
     for dest, flag in SYNAPSE_SEND_FLAGS.items():
         if getattr(ctx.args, dest, None) not in (None, []):
             raise CliError(
-                f"{flag} does not apply to --a2a (an A2A agent needs only its URL, and "
+                f"{flag} does not apply to --a2a-agent (an A2A agent needs only its URL, and "
                 "--a2a-token if it asks for one)"
             )
     s = ctx.settings

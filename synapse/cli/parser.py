@@ -329,18 +329,20 @@ def _add_send(commands: Any, runs: Mapping[str, Callable[[Any], int]]) -> None:
     )
     group = send.add_argument_group(
         "A2A (docs/a2a.md in the Synapse repository)",
-        "With --a2a URL the task goes to that A2A v1.0 agent instead: --target, --agent-id, "
+        "With --a2a-agent URL the task goes to that A2A v1.0 agent instead: --target, --agent-id, "
         "--as, --secret, --peer-secret-file, --listen, --endpoint, --signing, --task-id and "
         "--priority have no meaning there and are refused as flags (their environment and "
         "config values are ignored).",
     )
     group.add_argument(
-        "--a2a",
+        "--a2a-agent",
         type=URL,
         metavar="URL",
         dest="a2a_url",
         help="send to the A2A agent at URL (its base URL or its agent card's URL)",
     )
+    # Its first name, kept working for scripts; not shown: in `serve`, `--a2a` is a switch.
+    group.add_argument("--a2a", type=URL, dest="a2a_url", help=argparse.SUPPRESS)
     add_setting(group, A2A_TOKEN)
     add_setting(group, A2A_BINDING)
     add_a2a_client_flags(group)

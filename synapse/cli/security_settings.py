@@ -403,7 +403,7 @@ def _scheme(spec: Mapping[str, Any], base: Path, ssl: Any = True) -> Any:
     raise ValueError(f"unknown type {kind!r} (apiKey, bearer, basic, oauth2, openIdConnect, mtls)")
 
 
-# --- A2A: what `send --a2a` presents, which cards it trusts ----------------------------------
+# --- A2A: what `send --a2a-agent` presents, which cards it trusts ---------------------------------
 
 
 def add_a2a_client_flags(group: argparse._ArgumentGroup) -> None:

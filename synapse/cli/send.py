@@ -7,7 +7,7 @@ stdin: typed at a terminal, or read line by line from a pipe. Ctrl-C (or SIGTERM
 `task_cancel` and waits for the acknowledgement or the final outcome; a second one gives up.
 
 The conversation itself (questions, answers, Ctrl-C, the end) is `conversation.Conversation`,
-shared with `send --a2a` (`send_a2a.py`); this module feeds it a Synapse task's events.
+shared with `send --a2a-agent` (`send_a2a.py`); this module feeds it a Synapse task's events.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`synapse send --a2a URL`: the same conversation as `send`, with an A2A v1.0 agent.
+"""`synapse send --a2a-agent URL`: the same conversation as `send`, with an A2A v1.0 agent.
 
 `A2AClient` discovers the agent by its card, sends the payload as a data part with
 `metadata.taskType`, and follows the task (streamed, or polled for an agent that does not

@@ -1,7 +1,7 @@
-"""`synapse serve --a2a` and `synapse send --a2a URL`, each a subprocess on 127.0.0.1.
+"""`synapse serve --a2a` and `synapse send --a2a-agent URL`, each a subprocess on 127.0.0.1.
 
 The server is checked with plain HTTP (card, JSON-RPC `SendMessage` with the headers of
-docs/a2a.md); `send --a2a` holds the same conversation as `send` with a Synapse peer.
+docs/a2a.md); `send --a2a-agent` holds the same conversation as `send` with a Synapse peer.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def base(server: Server) -> str:
 
 
 def send(server: Server, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    result = run("send", "--a2a", base(server), *args, input=input)
+    result = run("send", "--a2a-agent", base(server), *args, input=input)
     no_traceback(result)
     return result
 
@@ -246,7 +246,7 @@ def test_a2a_token_names(text: str, token: str, name: str | None) -> None:
         assert got_name == name
 
 
-# --- send --a2a -----------------------------------------------------------------------------------
+# --- send --a2a-agent -----------------------------------------------------------------------------
 
 
 def test_send_a2a_echo_completes(agent: Server) -> None:
@@ -278,7 +278,7 @@ def test_send_a2a_follows_the_cards_order(every_binding: Server) -> None:
 
 @pytest.mark.parametrize("binding", BINDINGS)
 def test_send_a2a_over_each_binding(every_binding: Server, binding: str) -> None:
-    """Every flow of `send --a2a` over each binding: a result, a question, a decision."""
+    """Every flow of `send --a2a-agent` over each binding: a result, a question, a decision."""
     result = send(every_binding, "--a2a-binding", binding, "echo", '{"text": "hi"}')
     assert (result.returncode, result.stdout) == (0, "hi\n"), result.stderr
     assert f"(A2A, {binding})" in result.stderr
@@ -369,7 +369,7 @@ def test_send_a2a_json(agent: Server) -> None:
 
 def test_send_a2a_ctrl_c_cancels_the_task(agent: Server) -> None:
     process = subprocess.Popen(
-        command("send", "--a2a", base(agent), "slow", '{"steps": 100, "delay": 0.1}'),
+        command("send", "--a2a-agent", base(agent), "slow", '{"steps": 100, "delay": 0.1}'),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -397,7 +397,7 @@ def test_send_a2a_ctrl_c_cancels_the_task(agent: Server) -> None:
 
 
 def test_send_a2a_unreachable_agent_is_one_line() -> None:
-    result = run("send", "--a2a", f"http://127.0.0.1:{free_port()}", "echo", '{"text": "x"}')
+    result = run("send", "--a2a-agent", f"http://127.0.0.1:{free_port()}", "echo", '{"text": "x"}')
     no_traceback(result)
     assert result.returncode == 2
     [line] = error_lines(result.stderr)
@@ -407,15 +407,15 @@ def test_send_a2a_unreachable_agent_is_one_line() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--target", "http://h/"], "--target does not apply to --a2a"),
-        (["--as", "me"], "--as does not apply to --a2a"),
-        (["--listen", "127.0.0.1:1"], "--listen does not apply to --a2a"),
-        (["--task-id", "t"], "--task-id does not apply to --a2a"),
-        (["--priority", "high"], "--priority does not apply to --a2a"),
+        (["--target", "http://h/"], "--target does not apply to --a2a-agent"),
+        (["--as", "me"], "--as does not apply to --a2a-agent"),
+        (["--listen", "127.0.0.1:1"], "--listen does not apply to --a2a-agent"),
+        (["--task-id", "t"], "--task-id does not apply to --a2a-agent"),
+        (["--priority", "high"], "--priority does not apply to --a2a-agent"),
     ],
 )
 def test_send_a2a_refuses_synapse_flags(args: list[str], message: str) -> None:
-    status, _out, err = run_here("send", "--a2a", "http://127.0.0.1:1", *args, "echo")
+    status, _out, err = run_here("send", "--a2a-agent", "http://127.0.0.1:1", *args, "echo")
     assert status == 2
     [line] = err.splitlines()
     assert line.startswith(f"synapse: {message}"), line
@@ -424,7 +424,20 @@ def test_send_a2a_refuses_synapse_flags(args: list[str], message: str) -> None:
 def test_send_a2a_token_without_a2a_is_an_error() -> None:
     status, _out, err = run_here("send", "--a2a-token", "t", "echo")
     assert status == 2
-    assert err == "synapse: --a2a-token needs --a2a URL\n"
+    assert err == "synapse: --a2a-token needs --a2a-agent URL\n"
+
+
+def test_send_names_the_a2a_agent_with_its_own_flag() -> None:
+    """`--a2a` is a switch in `serve`; `send` names the agent with `--a2a-agent URL`, and its
+    first spelling `send --a2a URL` still works for scripts, unlisted."""
+    for flag in ("--a2a-agent", "--a2a"):
+        status, _out, err = run_here("send", flag, "http://127.0.0.1:1", "echo", "{}")
+        assert status == 2
+        assert err.startswith("synapse: cannot reach the A2A agent at http://127.0.0.1:1"), err
+    shown = run("send", "--help")
+    assert shown.returncode == 0
+    assert "--a2a-agent URL" in shown.stdout
+    assert "--a2a URL" not in shown.stdout
 
 
 # --- another agent's INPUT_REQUIRED (no synapse_needs): in-process, with a stand-in handle ----

@@ -1,6 +1,6 @@
 """Clear answers to common mistakes (issue 12 §10), as a new user would make them.
 
-A target URL that is not a Synapse endpoint (a web server's 404 page), `send --a2a` against a
+A target URL that is not a Synapse endpoint (a web server's 404 page), `send --a2a-agent` against a
 Synapse peer served without A2A, a `send` whose request is refused (it was never "sent"), a
 `Peer` whose port is taken: each is one line that says what is wrong, never a decoder's
 "Extra data" or `-32603 INTERNAL_ERROR`, and nothing is left open.
@@ -73,7 +73,9 @@ def test_a_target_that_is_not_a_synapse_endpoint_is_named_as_such(web_page: int)
 
 
 def test_send_a2a_to_a_peer_without_a2a_says_it_has_no_agent_card(executor: Server) -> None:
-    result = run("send", "--a2a", f"http://127.0.0.1:{executor.port}", "echo", '{"text": "x"}')
+    result = run(
+        "send", "--a2a-agent", f"http://127.0.0.1:{executor.port}", "echo", '{"text": "x"}'
+    )
     line = one_error(result)
     assert "has no A2A agent card" in line, line
     assert "-32603" not in line and "INTERNAL_ERROR" not in line

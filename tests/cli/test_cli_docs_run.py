@@ -53,8 +53,8 @@ def test_the_curl_lines_of_cli_md_get_the_card_and_run_a_task(a2a_agent: Shell) 
 
 
 def test_the_send_a2a_transcript_of_cli_md_is_what_it_prints(a2a_agent: Shell) -> None:
-    shown = CLI.split("$ synapse send --a2a", 1)[1].split("\n```", 1)[0]
-    command, *printed = ("synapse send --a2a" + shown).splitlines()
+    shown = CLI.split("$ synapse send --a2a-agent", 1)[1].split("\n```", 1)[0]
+    command, *printed = ("synapse send --a2a-agent" + shown).splitlines()
     done = a2a_agent.run(command)
     assert done.returncode == 0, done.stderr
     out = (done.stdout + done.stderr).splitlines()
@@ -81,7 +81,7 @@ def a2a_agent_with_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 def test_the_send_lines_of_a2a_md_run_with_the_exit_status_they_say(
     a2a_agent_with_token: Shell,
 ) -> None:
-    echo, style, rejected = lines(block(A2A, "synapse send --a2a"))
+    echo, style, rejected = lines(block(A2A, "synapse send --a2a-agent"))
     done = a2a_agent_with_token.run(echo)
     assert (done.returncode, done.stdout.splitlines()[-1]) == (0, "hello"), done.stderr
     done = a2a_agent_with_token.run(style)

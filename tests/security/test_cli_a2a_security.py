@@ -1,5 +1,5 @@
 """`synapse serve --a2a` enforcing schemes from `[a2a_security]` and signing its card, and
-`synapse send --a2a` presenting credentials from files and requiring a signed card — each a
+`synapse send --a2a-agent` presenting credentials from files and requiring a signed card — each a
 real process on 127.0.0.1."""
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ async def test_serve_enforces_configured_schemes_and_signs_its_card(
         assert (await rpc(url, SEND, headers={"Authorization": f"Bearer {expired}"}))[0] == 401
 
         def send(*flags: str) -> subprocess.CompletedProcess[str]:
-            argv = synapse("send", "--a2a", base, *flags, "echo", '{"text": "signed"}')
+            argv = synapse("send", "--a2a-agent", base, *flags, "echo", '{"text": "signed"}')
             return subprocess.run(
                 argv, env=ENV, capture_output=True, text=True, timeout=60, check=False
             )
@@ -321,7 +321,7 @@ async def test_a_private_issuer_is_reached_through_the_configured_ca(tmp_path: P
 
 async def test_send_over_grpc_with_mutual_tls(tmp_path: Path) -> None:
     """`serve --a2a` with TLS, client certificates and an mTLS scheme on its gRPC port;
-    `send --a2a --a2a-binding GRPC` with `--tls-*` presents its certificate there."""
+    `send --a2a-agent --a2a-binding GRPC` with `--tls-*` presents its certificate there."""
     import pytest
     import trustme
     from seckit import Pki
@@ -354,7 +354,7 @@ async def test_send_over_grpc_with_mutual_tls(tmp_path: Path) -> None:
 
         def send(*flags: str) -> subprocess.CompletedProcess[str]:
             argv = synapse(
-                "send", "--a2a", f"https://127.0.0.1:{port}", "--a2a-binding", "GRPC",
+                "send", "--a2a-agent", f"https://127.0.0.1:{port}", "--a2a-binding", "GRPC",
                 "--tls-ca", str(pki.ca_file), *flags, "echo", '{"text": "grpc mtls"}',
             )  # fmt: skip
             return subprocess.run(
