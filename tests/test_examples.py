@@ -21,6 +21,14 @@ PROMISES = {
         "completed published: Spring is here",
     ],
     "cancel.py": ["p2p:task_status_update → executing", "p2p:task_ack → cancelled", "cancelled"],
+    "humans.py": [
+        "the team is told: synapse.human.notify - a post goes out under your name",
+        "the link shows a page: Approve this decision?",
+        "approved from the page: 200",
+        "completed published: Spring is here",
+        "audit: human.link_used by channel:team",
+        "audit: approve by channel:team",
+    ],
     "a2a.py": [
         "status_update → TASK_STATE_INPUT_REQUIRED",
         "status_update → TASK_STATE_COMPLETED",

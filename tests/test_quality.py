@@ -40,6 +40,11 @@ def test_the_library_type_checks_strictly() -> None:
     run("mypy", "--strict", "synapse")
 
 
+def test_the_examples_type_check_strictly() -> None:
+    """What a newcomer copies first holds to the library's own bar."""
+    run("mypy", "--strict", "examples")
+
+
 def test_the_documentation_builds_without_a_warning_and_without_a_dead_link(
     tmp_path: Path,
 ) -> None:
