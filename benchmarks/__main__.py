@@ -1,6 +1,6 @@
 """Run every benchmark, print their tables and write `docs/benchmarks.md` with its chart.
 
-    python -m benchmarks [--quick] [--only codec,e2e,memory,timers,a2a_sdk,a2a_memory,
+    python -m benchmarks [--quick] [--only codec,e2e,instructions,memory,timers,a2a_sdk,a2a_memory,
                                                replicas,takeover_scan] [--keep]
                          [--no-write]
 
@@ -30,6 +30,7 @@ from benchmarks import (
     codec,
     e2e,
     http_client,
+    instructions,
     memory,
     replicas,
     report,
@@ -42,6 +43,7 @@ FULL: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=6.0),
     "http_client": lambda: http_client.run(),
     "e2e": lambda: e2e.run(seconds=4.0, warmup=1.0, rounds=3, compare=True),
+    "instructions": lambda: instructions.section(tasks=300),
     "memory": lambda: memory.run((10_000, 100_000), 10_000),
     "timers": lambda: timers.run(tasks=10_000, seconds=30.0),
     "a2a_sdk": lambda: a2a_sdk.run(seconds=4.0, warmup=1.0, rounds=1),
@@ -53,6 +55,7 @@ QUICK: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=0.3),
     "http_client": lambda: http_client.run(requests=500, rounds=1),
     "e2e": lambda: e2e.run(seconds=0.4, warmup=0.2, rounds=1, sweep=(1,)),
+    "instructions": lambda: instructions.section(tasks=3),
     "memory": lambda: memory.run((1_000,), 1_000),
     "timers": lambda: timers.run(tasks=500, seconds=1.0),
     "a2a_sdk": lambda: a2a_sdk.run(seconds=0.4, warmup=0.2),

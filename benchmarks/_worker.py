@@ -13,6 +13,7 @@ Roles:
   `SendMessage` JSON-RPC calls (`--jsonrpc`), at a given concurrency.
 - `sdk-server`: an echo agent built with the official A2A SDK (Starlette + uvicorn).
 - `floor-executor`, `floor-requester`: the floor of `benchmarks.floor`.
+- `fastest-executor`: the fastest floor of `benchmarks.fastest` (needs httptools).
 - `pg-floor-executor`: the PostgreSQL floor of `benchmarks.pg_floor` (`--store URL`).
 
 Each prints one JSON line once it accepts connections, then answers each JSON command read
@@ -386,6 +387,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "sdk-server",
             "floor-executor",
             "floor-requester",
+            "fastest-executor",
             "pg-floor-executor",
         ],
     )
@@ -407,12 +409,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+async def fastest_executor(args: argparse.Namespace) -> None:
+    from benchmarks.fastest import fastest_executor as run  # needs httptools (bench extra)
+
+    await run(args)
+
+
 ROLES: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {
     "synapse-peer": synapse_peer,
     "bare-server": bare_server,
     "http-client": http_client,
     "floor-executor": floor.floor_executor,
     "floor-requester": floor.floor_requester,
+    "fastest-executor": fastest_executor,
     "pg-floor-executor": pg_floor.pg_floor_executor,
 }
 

@@ -7,7 +7,9 @@ One independent requester (`benchmarks.floor`: aiohttp, stdlib json, HMAC-SHA256
 every executor alike over 127.0.0.1, each in its own process:
 
 - **floor**: `benchmarks.floor`'s executor, the least an executor of the same three
-  exchanges can do (no I-JSON, no dedup, no state table, no store, no logs);
+  exchanges can do on aiohttp (no I-JSON, no dedup, no state table, no store, no logs);
+- **fastest floor**: `benchmarks.fastest`'s, the same on raw asyncio Protocols, httptools
+  and msgspec (when httptools is installed): the anchor of the CPU and latency ratios;
 - **serve (memory)** and **serve (SQLite)**: `synapse serve` as an operator starts it (its
   default logging, to a file), demo handler, header-mode signatures both ways;
 - **bare aiohttp**: an aiohttp server answering a POST with a small JSON reply, driven by an
@@ -61,6 +63,9 @@ REQUESTER = "agent-r"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 #: serve runs on uvloop when it is installed: the floor is then measured on it too.
 UVLOOP = importlib.util.find_spec("uvloop") is not None
+#: The fastest floor (`benchmarks.fastest`: raw asyncio and httptools) when httptools is here.
+FASTEST = "fastest floor"
+HTTPTOOLS = importlib.util.find_spec("httptools") is not None
 
 
 def process_cpu(pid: int) -> float:
@@ -258,6 +263,19 @@ def executors(
             )
             started.append(floor)
             found.append(Executor(name, "agent-f", floor.ready["url"], floor.proc.pid))
+        if HTTPTOOLS:
+            fastest = Child(
+                "fastest-executor",
+                "--agent-id",
+                "agent-f",
+                "--port",
+                str(free_port()),
+                "--secret",
+                SECRET,
+                *(("--uvloop",) if UVLOOP else ()),
+            )
+            started.append(fastest)
+            found.append(Executor(FASTEST, "agent-f", fastest.ready["url"], fastest.proc.pid))
         specs: list[tuple[str, str, tuple[str, ...]]] = [("serve (memory)", "memory", ())]
         if sqlite:
             specs.append(("serve (SQLite)", str(logs / "serve.sqlite"), ()))
@@ -331,7 +349,8 @@ def run(
             # Concurrency 1 is where the latency goal is judged: as many alternating rounds
             # as the headline, so that one slow spell of the machine is not the figure.
             for _ in range(rounds if c == LATENCY_CONCURRENCY else 1):
-                for executor in (floor_of(found, serve_memory), serve_memory):
+                fastest = [e for e in found if e.name == FASTEST and c == LATENCY_CONCURRENCY]
+                for executor in (floor_of(found, serve_memory), *fastest, serve_memory):
                     executor.runs.setdefault(c, []).append(
                         measure(requester, executor, c, seconds, warmup)
                     )
@@ -392,6 +411,7 @@ def report(
             "of the floor",
             "executor CPU µs/task",
             "CPU vs floor",
+            "CPU vs fastest floor",
             "requester CPU µs/task",
             "log lines/task",
             "task p99 ms",
@@ -400,6 +420,8 @@ def report(
         title=f"Concurrency {headline}: best tasks/s of {rounds} alternating rounds, "
         "median CPU per task",
     )
+    fastest = next((e for e in found if e.name == FASTEST), None)
+    fastest_cpu = summary(fastest.runs[headline], seconds, warmup)["cpu_us"] if fastest else None
     for executor in found:
         s = summary(executor.runs[headline], seconds, warmup)
         reference = floor_of(found, executor)
@@ -414,6 +436,7 @@ def report(
             pct(of_floor),
             f"{s['cpu_us']:.0f}",
             f"{cpu_ratio:.2f}×",
+            f"{s['cpu_us'] / fastest_cpu:.2f}×" if fastest_cpu else "–",
             f"{s['requester_cpu_us']:.0f}",
             f"{s['log_lines_per_task']:.2f}" if executor.serve else "–",
             ms(s["p99"]),
@@ -427,12 +450,15 @@ def report(
             f"e2e.{key}.floor_tasks_per_s": floor["tasks_per_s"],
             f"e2e.{key}.floor_cpu_us_per_task": floor["cpu_us"],
         }
+        if fastest_cpu:
+            section.figures[f"e2e.{key}.cpu_vs_fastest"] = s["cpu_us"] / fastest_cpu
     main.add(
         "bare aiohttp (requests/s, 1 exchange)",
         rate(bare["requests_per_s"]),
         "asyncio",
         "–",
         f"{bare_cpu:.0f} per request",
+        "–",
         "–",
         "–",
         "–",
@@ -491,6 +517,8 @@ def report(
         if len(s["p99_rounds"]) > 1:
             spread[c] = (f["p99_rounds"], s["p99_rounds"])
     section.tables += [main, sweep]
+    if fastest is not None and LATENCY_CONCURRENCY in fastest.runs:
+        section.tables.append(latency_table(fastest, serve_memory, seconds, warmup, section))
     for c, (floor_rounds, serve_rounds) in spread.items():
         section.notes.append(
             f"Concurrency {c}, worst exchange p99 of each round (ms): serve "
@@ -520,6 +548,35 @@ def report(
         "at 1,000 against 473 at 200, measured under load.)",
     ]
     return section
+
+
+def latency_table(
+    fastest: Executor, serve: Executor, seconds: float, warmup: float, section: Section
+) -> Table:
+    """Serial latency (concurrency 1) of a whole task, serve against the fastest floor: the
+    median over the alternating rounds of each round's p50 and p99."""
+    c = LATENCY_CONCURRENCY
+    table = Table(
+        ["executor", "task p50 ms", "task p99 ms", "p50 vs fastest floor", "p99 vs fastest floor"],
+        title=f"Serial latency, concurrency {c}: a whole echo task (3 exchanges) as the "
+        f"requester sees it, median of {len(serve.runs[c])} alternating rounds",
+    )
+    base = {q: median(r[q] for r in fastest.runs[c]) for q in ("p50", "p99")}
+    for executor in (fastest, serve):
+        mine = {q: median(r[q] for r in executor.runs[c]) for q in ("p50", "p99")}
+        table.add(
+            executor.name,
+            ms(mine["p50"]),
+            ms(mine["p99"]),
+            f"{mine['p50'] / base['p50']:.2f}×",
+            f"{mine['p99'] / base['p99']:.2f}×",
+        )
+        if executor is serve:
+            section.figures |= {
+                f"e2e.c{c}.serve_p50_vs_fastest": mine["p50"] / base["p50"],
+                f"e2e.c{c}.serve_p99_vs_fastest": mine["p99"] / base["p99"],
+            }
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -157,7 +157,40 @@ def _takeover_scan(f: dict[str, float]) -> tuple[str, bool] | None:
     return text, v[0] <= 1.25
 
 
+def _instructions(key: str, goal: float) -> Callable[[dict[str, float]], tuple[str, bool] | None]:
+    def judge(f: dict[str, float]) -> tuple[str, bool] | None:
+        v = _get(
+            f,
+            f"instructions.{key}.x_first",
+            f"instructions.{key}.per_task",
+            "instructions.fastest_floor.per_task",
+        )
+        if v is None:
+            return None
+        return f"{v[0]:.2f}× ({v[1]:,.0f} against {v[2]:,.0f} instructions)", v[0] <= goal
+
+    return judge
+
+
+def _serial_latency(f: dict[str, float]) -> tuple[str, bool] | None:
+    v = _get(f, "e2e.c1.serve_p50_vs_fastest", "e2e.c1.serve_p99_vs_fastest")
+    if v is None:
+        return None
+    return f"p50 {v[0]:.2f}×, p99 {v[1]:.2f}×", max(v) <= 1.2
+
+
 TARGETS = (
+    Target(
+        "serve instructions per echo task vs the fastest floor, memory store",
+        "≤ 2.0×",
+        _instructions("serve_memory_store", 2.0),
+    ),
+    Target(
+        "serve instructions per echo task vs the fastest floor, SQLite",
+        "≤ 3.0×",
+        _instructions("serve_sqlite_store_writer_thread_included", 3.0),
+    ),
+    Target("serve serial latency vs the fastest floor, concurrency 1", "≤ 1.2×", _serial_latency),
     Target("codec vs pydantic v2, decode + validate", "≥ 4× faster", _codec_vs_pydantic),
     Target("codec vs bare msgspec floor", "within 1.5×", _codec_vs_floor),
     Target(

@@ -78,8 +78,12 @@ def test_e2e() -> None:
         "e2e.serve_sqlite.cpu_us_per_task",
         "e2e.bare.requests_per_s",
         "e2e.c1.serve_exchange_p99_ms",
+        "e2e.serve_memory.cpu_vs_fastest",
+        "e2e.c1.serve_p50_vs_fastest",
+        "e2e.c1.serve_p99_vs_fastest",
     )
     assert section.figures["e2e.floor.of_floor"] == 1.0
+    assert section.figures["e2e.fastest_floor.cpu_vs_fastest"] == 1.0
 
 
 def test_timers() -> None:
@@ -196,22 +200,29 @@ def test_security() -> None:
 
 
 def test_instructions() -> None:
-    """`python -m benchmarks.instructions` (run by hand): serve under callgrind counts its
-    instructions per task, most of them the interpreter's."""
+    """`python -m benchmarks.instructions` (run by hand): each executor under callgrind counts
+    its instructions per task, most of them the interpreter's, as a ratio to the first (the
+    fastest floor: raw asyncio and httptools)."""
     import shutil
 
     from pgserver import missing
 
     from benchmarks import instructions
-    from benchmarks._common import ROOT
 
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         missing("needs valgrind (Debian: apt-get install valgrind)")
-    table = instructions.run([ROOT], tasks=3)
-    [row] = table.rows
-    assert len(row) == len(table.columns)
-    per_task, interpreter = (int(cell.rstrip("k").replace(",", "")) for cell in row[1:3])
-    assert 0 < interpreter <= per_task
+    fastest, _aiohttp, serve, *_ = instructions.ladder()
+    results = instructions.counts([fastest, serve], tasks=3)
+    table = instructions.table_of(results)
+    assert [row[0] for row in table.rows] == [fastest.name, serve.name]
+    for row in table.rows:
+        assert len(row) == len(table.columns)
+        per_task = int(row[1].replace(",", ""))
+        interpreter = int(row[3].rstrip("k").replace(",", "")) * 1000
+        assert 0 < interpreter <= per_task
+    figures = instructions.figures_of(results)
+    assert figures["instructions.fastest_floor.x_first"] == 1.0
+    assert figures["instructions.serve_memory_store.x_first"] > 1.0
 
 
 def test_replicas_summary_survives_a_round_that_finished_no_task() -> None:
