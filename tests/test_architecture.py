@@ -22,7 +22,9 @@ ALLOWED: dict[str, set[str]] = {
     "logs": set(),
     "store": {"types", "p2p", "logs"},
     "runtime": {"types", "p2p", "store", "logs"},
-    "transport": {"types", "p2p", "store", "runtime", "logs"},
+    # Agents of other frameworks as task handlers: they need the handler's context only.
+    "frameworks": {"types", "p2p", "runtime", "logs"},
+    "transport": {"types", "p2p", "store", "runtime", "frameworks", "logs"},
     "demo": {"types", "p2p", "runtime", "logs"},
     "a2a": {"types", "p2p", "store", "runtime", "transport", "logs", "top"},
     "conformance": {"types", "p2p", "store", "runtime", "transport", "logs"},
@@ -40,6 +42,7 @@ ALLOWED: dict[str, set[str]] = {
         "p2p",
         "store",
         "runtime",
+        "frameworks",
         "transport",
         "demo",
         "a2a",
@@ -380,6 +383,22 @@ def test_importing_the_a2a_client_loads_no_server() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[] False", done.stdout
+
+
+def test_a_peer_loads_no_agent_framework_until_it_serves_one() -> None:
+    """Measured in a fresh interpreter: `Peer` and the frameworks' front door import none of
+    Pydantic AI, LangGraph or the OpenAI Agents SDK (each an optional extra)."""
+    probe = (
+        "import sys\n"
+        "from synapse import Peer\n"
+        "import synapse.frameworks\n"
+        "roots = ('pydantic_ai', 'langgraph', 'langchain_core', 'agents', 'openai')\n"
+        "print(sorted(m for m in sys.modules if m.partition('.')[0] in roots))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 @pytest.mark.parametrize(

@@ -128,12 +128,19 @@ def load_handler(spec: str | None) -> TaskHandler:
             target = target()
         except Exception as exc:
             raise CliError(f"handler {spec!r}: creating it failed: {exc!r}") from exc
-    if not isinstance(target, TaskHandler):
+    if isinstance(target, TaskHandler):
+        return target
+    from synapse.frameworks import as_handler, framework_of
+
+    if framework_of(target) is None:
         raise CliError(
-            f"handler {spec!r} is not a TaskHandler "
-            "(it needs execute_task, validate_task and get_capabilities)"
+            f"handler {spec!r} is not a TaskHandler (it needs execute_task, validate_task and "
+            "get_capabilities), nor a Pydantic AI agent, a LangGraph graph or an OpenAI agent"
         )
-    return target
+    try:
+        return as_handler(target)
+    except ImportError as exc:  # the framework is there, the adapter's needs are not
+        raise CliError(f"handler {spec!r}: {exc}") from exc
 
 
 def freeze_startup_heap() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from synapse.frameworks import as_handler
 from synapse.logs import get_logger
 from synapse.p2p.commands import Submit
 from synapse.p2p.config import P2PConfig
@@ -83,7 +84,7 @@ class Peer:
         agent_id: str,
         *,
         partners: Iterable[Partner] | PartnerRegistry = (),
-        handler: TaskHandler | None = None,
+        handler: TaskHandler | object | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         path: str = DEFAULT_PATH,
@@ -103,7 +104,12 @@ class Peer:
         self.partners = (
             partners if isinstance(partners, PartnerRegistry) else PartnerRegistry(partners)
         )
-        self.handler = handler
+        #: A `TaskHandler`; an agent of another framework is served through its adapter
+        #: (`synapse.frameworks.as_handler`: a Pydantic AI or OpenAI Agents SDK `Agent`, a
+        #: compiled LangGraph graph).
+        self.handler = (
+            handler if handler is None or isinstance(handler, TaskHandler) else as_handler(handler)
+        )
         self.host = host
         self.port = port
         self.path = path

@@ -1,0 +1,147 @@
+"""What every framework adapter shares: the rules that turn a Synapse task into a framework's
+run and back, the two questions, progress, and the checkpoints that let a paused run survive
+a restart.
+
+- **Task type.** The agent's or graph's name, made a task type (`task_type_of`: lower case,
+  runs of other characters than letters, digits and `_` become one `_`), unless given.
+- **Input.** A payload `{"prompt": TEXT}` is the prompt TEXT; any other payload is its JSON
+  text (`prompt_of`). A graph takes the payload as its input state, as it is.
+- **Output.** A string is a `text` result; a Pydantic model, a dataclass or any JSON value is
+  a `json` result (`result_of`).
+- **Questions.** A tool call a person must approve becomes `need_human` (`approve_call`:
+  reason code `approval_required`, one option per argument, the person may edit them); a
+  value the agent asks the requester for becomes `need_info` (`ask_requester`). A rejection
+  fails the task (`permission_denied`), as for a hand-written handler.
+- **Checkpoints.** Before it asks, an adapter keeps what its framework needs to resume the
+  run (`checkpoint`: a note in the task's audit trail, durable before the question leaves);
+  after the answer, it keeps the answer too. Started again after a restart, the adapter finds
+  its last checkpoint (`last_checkpoint`) and resumes from it: the run does not start over,
+  and a question answered is not asked twice. Work done after the last checkpoint (model
+  calls, tool calls) may run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from synapse.runtime.handler import ExecutionContext
+from synapse.types import HumanContext, HumanOption, MissingField, Reason
+
+#: The audit-trail action of an adapter's checkpoint (`ExecutionContext.note`).
+CHECKPOINT = "framework.checkpoint"
+#: `need_human.reason.code` of a tool call waiting for a person's approval.
+APPROVAL_REQUIRED = "approval_required"
+
+
+def task_type_of(name: str | None, default: str) -> str:
+    """ "Travel Planner" → "travel_planner"; `default` when there is no usable name."""
+    slug = re.sub(r"[^a-z0-9_]+", "_", (name or "").lower()).strip("_")
+    return slug or default
+
+
+def prompt_of(payload: Mapping[str, Any]) -> str:
+    """The prompt a payload stands for: its `prompt` when that is a string, else its JSON."""
+    prompt = payload.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    return json.dumps(payload, ensure_ascii=False, sort_keys=True)
+
+
+def result_of(output: Any) -> Any:
+    """What a run produced, as a task result's value (plain JSON, or a string)."""
+    dump = getattr(output, "model_dump", None)
+    if callable(dump):  # a Pydantic model: structured output
+        return dump(mode="json")
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):
+        return dataclasses.asdict(output)
+    return output
+
+
+def last_checkpoint(ctx: ExecutionContext, framework: str) -> dict[str, Any] | None:
+    """The latest checkpoint `framework`'s adapter kept with this task, or None."""
+    for entry in reversed(ctx.notes):
+        if entry.action == CHECKPOINT and entry.detail.get("framework") == framework:
+            return dict(entry.detail)
+    return None
+
+
+async def checkpoint(ctx: ExecutionContext, framework: str, **state: Any) -> None:
+    """Keep `state` (plain JSON) with the task, durable when this returns."""
+    await ctx.note(CHECKPOINT, framework=framework, **state)
+
+
+async def approve_call(
+    ctx: ExecutionContext, tool: str, arguments: Mapping[str, Any], *, summary: str = ""
+) -> dict[str, Any]:
+    """Ask a person to approve a call of `tool`: returns its arguments as approved (the
+    person may have edited some). A rejection fails the task and cancels the caller."""
+    options = [HumanOption(field=name, value=value) for name, value in arguments.items()]
+    decision = await ctx.need_human(
+        Reason(
+            code=APPROVAL_REQUIRED,
+            message=f"the agent wants to call {tool}",
+            details={"tool": tool, "arguments": dict(arguments)},
+        ),
+        context=HumanContext(task_summary=summary) if summary else None,
+        options=options or [HumanOption(field="tool", value=tool)],
+    )
+    approved = dict(arguments)
+    for name, value in decision.decision.approved_fields.items():
+        if name in approved:
+            approved[name] = value
+    return approved
+
+
+async def ask_requester(
+    ctx: ExecutionContext, field: str, question: str = "", suggested: Any = None
+) -> Any:
+    """Ask the requester for the value of `field` (`need_info`); returns it."""
+    answer = await ctx.need_info(
+        [MissingField(field=field, reason=question, suggested_value=suggested)],
+        question=question,
+    )
+    return answer.get(field)
+
+
+class Progress:
+    """`task_status_update`s from a run's events, at most one every `interval` seconds (the
+    first at once): a model streaming tokens must not flood the requester."""
+
+    def __init__(
+        self,
+        ctx: ExecutionContext,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ctx = ctx
+        self.interval = interval
+        self.clock = clock
+        self._last: float | None = None
+        self.sent = 0
+
+    async def report(self, message: str, intermediate_result: Any = None) -> None:
+        now = self.clock()
+        if self._last is not None and now - self._last < self.interval:
+            return
+        self._last = now
+        self.sent += 1
+        await self.ctx.progress(message=message, intermediate_result=intermediate_result)
+
+
+__all__ = [
+    "APPROVAL_REQUIRED",
+    "CHECKPOINT",
+    "Progress",
+    "approve_call",
+    "ask_requester",
+    "checkpoint",
+    "last_checkpoint",
+    "prompt_of",
+    "result_of",
+    "task_type_of",
+]
