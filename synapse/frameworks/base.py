@@ -53,12 +53,18 @@ def prompt_of(payload: Mapping[str, Any]) -> str:
 
 
 def result_of(output: Any) -> Any:
-    """What a run produced, as a task result's value (plain JSON, or a string)."""
+    """What a run produced, as a task result's value (plain JSON, or a string): Pydantic
+    models (a LangChain message is one) and dataclasses become their fields, within lists
+    and mappings too."""
     dump = getattr(output, "model_dump", None)
-    if callable(dump):  # a Pydantic model: structured output
+    if callable(dump) and not isinstance(output, type):  # a Pydantic model
         return dump(mode="json")
     if dataclasses.is_dataclass(output) and not isinstance(output, type):
-        return dataclasses.asdict(output)
+        return result_of(dataclasses.asdict(output))
+    if isinstance(output, Mapping):
+        return {str(key): result_of(value) for key, value in output.items()}
+    if isinstance(output, list | tuple):
+        return [result_of(value) for value in output]
     return output
 
 
@@ -75,26 +81,41 @@ async def checkpoint(ctx: ExecutionContext, framework: str, **state: Any) -> Non
     await ctx.note(CHECKPOINT, framework=framework, **state)
 
 
-async def approve_call(
-    ctx: ExecutionContext, tool: str, arguments: Mapping[str, Any], *, summary: str = ""
+async def approve_values(
+    ctx: ExecutionContext,
+    proposed: Mapping[str, Any],
+    *,
+    message: str,
+    details: Any = None,
+    summary: str = "",
 ) -> dict[str, Any]:
-    """Ask a person to approve a call of `tool`: returns its arguments as approved (the
-    person may have edited some). A rejection fails the task and cancels the caller."""
-    options = [HumanOption(field=name, value=value) for name, value in arguments.items()]
+    """Ask a person to approve the `proposed` values (`need_human`, one option each):
+    returns them as approved (the person may have edited some). A rejection fails the task
+    and cancels the caller."""
+    options = [HumanOption(field=name, value=value) for name, value in proposed.items()]
     decision = await ctx.need_human(
-        Reason(
-            code=APPROVAL_REQUIRED,
-            message=f"the agent wants to call {tool}",
-            details={"tool": tool, "arguments": dict(arguments)},
-        ),
+        Reason(code=APPROVAL_REQUIRED, message=message, details=details),
         context=HumanContext(task_summary=summary) if summary else None,
-        options=options or [HumanOption(field="tool", value=tool)],
+        options=options or [HumanOption(field="approve", value=True)],
     )
-    approved = dict(arguments)
+    approved = dict(proposed)
     for name, value in decision.decision.approved_fields.items():
         if name in approved:
             approved[name] = value
     return approved
+
+
+async def approve_call(
+    ctx: ExecutionContext, tool: str, arguments: Mapping[str, Any], *, summary: str = ""
+) -> dict[str, Any]:
+    """Ask a person to approve a call of `tool`: returns its arguments as approved."""
+    return await approve_values(
+        ctx,
+        arguments,
+        message=f"the agent wants to call {tool}",
+        details={"tool": tool, "arguments": dict(arguments)},
+        summary=summary,
+    )
 
 
 async def ask_requester(
@@ -138,6 +159,7 @@ __all__ = [
     "CHECKPOINT",
     "Progress",
     "approve_call",
+    "approve_values",
     "ask_requester",
     "checkpoint",
     "last_checkpoint",

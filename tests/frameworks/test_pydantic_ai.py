@@ -3,43 +3,18 @@ two real peers over loopback HTTP, on the framework's own offline models."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pai_agents
 import pytest
+from fwkit import HERE, pair, requester_of_serve, serve
 
-from synapse import Peer
 from synapse.frameworks import as_handler, framework_of
 from synapse.frameworks.base import APPROVAL_REQUIRED
 from synapse.frameworks.pydantic_ai import ASK_TOOL, PydanticAIHandler
-from synapse.p2p.config import P2PConfig
 from synapse.types import MessageType, TaskState
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
-from clikit import free_port, serve, url
-
-HERE = Path(__file__).resolve().parent
-SECRET = "frameworks-test-secret-0123456789abcdef"
-CONFIG = P2PConfig(heartbeat_interval=3600.0)
-#: Seconds a test's flow may take: a regression that leaves a question unanswered fails it.
-BOUND = 30.0
-
-
-@asynccontextmanager
-async def pair(handler: object) -> AsyncIterator[tuple[Peer, Peer]]:
-    """agent-r asking agent-e, whose handler is `handler` as given."""
-    executor = Peer("agent-e", handler=handler, config=CONFIG)
-    requester = Peer("agent-r", config=CONFIG)
-    async with executor, requester, asyncio.timeout(BOUND):
-        executor.add_partner("agent-r", requester.endpoint, (SECRET,))
-        requester.add_partner("agent-e", executor.endpoint, (SECRET,))
-        yield requester, executor
 
 
 def test_an_agent_is_recognized_and_named_by_its_task_type() -> None:
@@ -225,17 +200,7 @@ async def test_a_run_paused_on_a_question_resumes_after_a_sigkill(tmp_path: Path
     is not called again for the steps before the pause, the question already answered is not
     asked again, and the tool runs once, with the person's edit."""
     log = tmp_path / "calls.log"
-    secret = tmp_path / "synapse.secret"
-    secret.write_text(SECRET)
-    port = free_port()
-    requester = Peer("agent-r", config=CONFIG)
-    async with requester, asyncio.timeout(BOUND):
-        requester.add_partner("agent-e", url(port), (SECRET,))
-        args = (
-            "--agent-id", "agent-e", "--secret-file", str(secret),
-            "--peer", f"agent-r={requester.endpoint}", "--store", str(tmp_path / "e.sqlite"),
-            "--handler", "pai_agents:payer",
-        )  # fmt: skip
+    async with requester_of_serve(tmp_path, "pai_agents:payer") as (requester, args, port):
         env = {"FRAMEWORK_TEST_LOG": str(log)}
         with serve(*args, port=port, env=env, cwd=str(HERE)) as first:
             handle = await requester.submit("agent-e", "payer", {"prompt": "pay"})
