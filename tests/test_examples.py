@@ -29,6 +29,19 @@ PROMISES = {
         "audit: human.link_used by channel:team",
         "audit: approve by channel:team",
     ],
+    "pydantic_ai_agent.py": [
+        "asked: the agent wants to call book_table {'guests': 4, 'time': '19:30'}",
+        "completed Done: a table for 4 at 20:00",
+    ],
+    "langgraph_graph.py": [
+        "asked for: ['dates']",
+        "asked: book this trip? {'plan': 'train to Lyon, May 3-5'}",
+        "completed {'destination': 'Lyon', 'dates': 'May 3-5', 'plan': 'train to Lyon, May 3-5'}",
+    ],
+    "openai_agent.py": [
+        "asked: the agent wants to call refund {'order': 'A-17', 'euros': 25}",
+        "completed Done: refunded 25 EUR on A-17",
+    ],
     "a2a.py": [
         "status_update → TASK_STATE_INPUT_REQUIRED",
         "status_update → TASK_STATE_COMPLETED",

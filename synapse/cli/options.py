@@ -169,7 +169,10 @@ HANDLER = Setting(
     "SYNAPSE_HANDLER",
     "handler",
     str,
-    help="the TaskHandler to run, a class or an instance (default: the demo handler)",
+    help=(
+        "the TaskHandler to run, a class or an instance, or an agent of Pydantic AI, LangGraph "
+        "or the OpenAI Agents SDK, served as it is (default: the demo handler)"
+    ),
     metavar="MODULE:ATTR",
 )
 ROUTE = Setting(

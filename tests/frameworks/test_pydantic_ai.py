@@ -223,3 +223,23 @@ async def test_a_run_paused_on_a_question_resumes_after_a_sigkill(tmp_path: Path
         "tool: send_payment 30 FR7600001",
         "model: report",
     ]
+
+
+async def test_progress_is_throttled_to_one_update_an_interval() -> None:
+    """The sans-IO part of progress: with a fake clock, events closer than the interval are
+    dropped, the first is sent at once."""
+    from synapse.frameworks.base import Progress
+
+    sent: list[str] = []
+
+    class Context:
+        async def progress(self, *, message: str, intermediate_result: object = None) -> None:
+            sent.append(message)
+
+    now = [100.0]
+    progress = Progress(Context(), interval=1.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    for at, message in [(100.0, "a"), (100.5, "b"), (101.0, "c"), (101.2, "d"), (103.0, "e")]:
+        now[0] = at
+        await progress.report(message)
+    assert sent == ["a", "c", "e"]
+    assert progress.sent == 3
