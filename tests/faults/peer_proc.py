@@ -12,6 +12,9 @@ SIGTERM or SIGINT; the tests also SIGKILL it.
 With `--executions-log PATH` every start of a handler appends `requester/task_id` to PATH and
 flushes, so that a test can count executions across a SIGKILL and a restart.
 
+With `--required-by SECONDS` the information the demo handler asks for in its reply is
+needed within that many seconds (`task_need_info.required_by`).
+
 With `--kill-on WHAT` (a task state such as `failed`, or `dead_letter`) the process SIGKILLs
 itself the instant a task's move to that state, or a dead letter, is announced to its
 listeners: what a user was told then must be what the store gives back after a restart.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -52,9 +56,14 @@ PATH = "/synapse/callback"
 class CountingHandler:
     """The demo handler, counting (and optionally logging) every handler start."""
 
-    def __init__(self, *, resumable: bool, log_path: str | None) -> None:
+    def __init__(
+        self, *, resumable: bool, log_path: str | None, required_by: float | None = None
+    ) -> None:
         self.inner = DemoHandler()
         self.resumable = resumable
+        #: Seconds from the request until the information asked for in the reply is needed
+        #: (`task_need_info.required_by`; None: the demo handler's, none).
+        self.required_by = required_by
         self.executions: Counter[str] = Counter()
         self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
 
@@ -62,7 +71,11 @@ class CountingHandler:
         return self.inner.get_capabilities()
 
     def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
-        return self.inner.validate_task(task_type, payload)
+        validation = self.inner.validate_task(task_type, payload)
+        if self.required_by is None or not isinstance(validation, Validation):
+            return validation
+        when = datetime.now(UTC) + timedelta(seconds=self.required_by)
+        return dataclasses.replace(validation, required_by=when)
 
     def is_resumable(self, task_type: str) -> bool:
         return self.resumable
@@ -207,7 +220,9 @@ async def run(args: argparse.Namespace) -> None:
     for item in args.peer:
         agent_id, _, url = item.partition("=")
         partners.append(Partner(agent_id, url, (args.secret,)))
-    handler = CountingHandler(resumable=args.resumable, log_path=args.executions_log)
+    handler = CountingHandler(
+        resumable=args.resumable, log_path=args.executions_log, required_by=args.required_by
+    )
     peer = Peer(
         args.agent_id,
         partners=partners,
@@ -253,6 +268,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--dead-letter-after", type=float, default=3600.0)
     parser.add_argument("--task-timeout", type=float, default=3600.0)
     parser.add_argument("--input-timeout", type=float, default=3600.0)
+    parser.add_argument(
+        "--required-by", type=float, default=None, help="SECONDS: need_info.required_by"
+    )
     parser.add_argument("--max-concurrent-tasks", type=int, default=100)
     parser.add_argument("--resumable", action="store_true", help="handlers resume on restart")
     parser.add_argument("--executions-log", default=None)

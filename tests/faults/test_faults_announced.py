@@ -148,5 +148,28 @@ async def test_an_unanswered_question_announced_failed_stays_failed(spawn: Spawn
     assert (await r.wait_final([task_id], timeout=20))[task_id] == "failed"
 
 
+async def test_a_question_past_its_required_by_announced_failed_stays_failed(
+    spawn: Spawn,
+) -> None:
+    # E asks for the style with required_by one second away (its input_timeout an hour):
+    # nobody answers, E fails the task when required_by passes, and is killed as it
+    # announces that.
+    e, r = two_peers(
+        spawn,
+        r_options=("--fast",),
+        e_options=("--fast", "--required-by", "1", "--kill-on=failed"),
+    )
+    await asyncio.gather(e.start(), r.start())
+    [task_id] = await r.submit(E, "text_generation", {"prompt": "spring"})
+    await killed_by_its_announcement(e)
+
+    await e.start()
+    tasks = await e.tasks()
+    assert tasks[task_id]["state"] == "failed", tasks[task_id]
+    assert tasks[task_id]["error"]["code"] == "execution_timeout"
+    assert "required_by" in tasks[task_id]["error"]["message"], tasks[task_id]["error"]
+    assert (await r.wait_final([task_id], timeout=20))[task_id] == "failed"
+
+
 async def _nothing_pending(peer: PeerProcess) -> bool:
     return bool((await peer.stats())["pending_deliveries"] == 0)
