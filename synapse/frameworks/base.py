@@ -22,6 +22,7 @@ a restart.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import re
@@ -32,6 +33,12 @@ from typing import Any
 from synapse.runtime.handler import ExecutionContext
 from synapse.types import HumanContext, HumanOption, MissingField, Reason
 
+#: The task the running adapter serves (set by each adapter's `execute_task`): the questions
+#: of a task delegated from inside the run (`synapse.frameworks.delegate`) are asked of its
+#: requester.
+CURRENT_TASK: contextvars.ContextVar[ExecutionContext | None] = contextvars.ContextVar(
+    "synapse_current_task", default=None
+)
 #: The audit-trail action of an adapter's checkpoint (`ExecutionContext.note`).
 CHECKPOINT = "framework.checkpoint"
 #: `need_human.reason.code` of a tool call waiting for a person's approval.
@@ -157,6 +164,7 @@ class Progress:
 __all__ = [
     "APPROVAL_REQUIRED",
     "CHECKPOINT",
+    "CURRENT_TASK",
     "Progress",
     "approve_call",
     "approve_values",

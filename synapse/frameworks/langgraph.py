@@ -39,6 +39,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from synapse.frameworks.base import (
+    CURRENT_TASK,
     Progress,
     approve_values,
     ask_requester,
@@ -125,6 +126,7 @@ class LangGraphHandler:
     async def execute_task(
         self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
     ) -> Any:
+        CURRENT_TASK.set(ctx)  # a delegated task's questions come here
         thread = f"synapse/{ctx.requester}/{ctx.task_id}"
         config: Any = {"configurable": {"thread_id": thread}}
         progress = Progress(ctx, self.progress_interval)

@@ -33,6 +33,7 @@ from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
 
 from synapse.frameworks.base import (
+    CURRENT_TASK,
     Progress,
     approve_call,
     ask_requester,
@@ -114,6 +115,7 @@ class OpenAIAgentsHandler:
     async def execute_task(
         self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
     ) -> Any:
+        CURRENT_TASK.set(ctx)  # a delegated task's questions come here
         hooks = _ProgressHooks(Progress(ctx, self.progress_interval))
         start: str | RunState[Any] = prompt_of(payload)
         saved = last_checkpoint(ctx, FRAMEWORK)

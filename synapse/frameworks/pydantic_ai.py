@@ -42,6 +42,7 @@ from pydantic_ai import (
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ToolCallPart
 
 from synapse.frameworks.base import (
+    CURRENT_TASK,
     Progress,
     approve_call,
     ask_requester,
@@ -123,6 +124,7 @@ class PydanticAIHandler:
     async def execute_task(
         self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
     ) -> Any:
+        CURRENT_TASK.set(ctx)  # a delegated task's questions come here
         progress = Progress(ctx, self.progress_interval)
         prompt: str | None = prompt_of(payload)
         history: list[ModelMessage] | None = None
