@@ -28,7 +28,6 @@ from synapse.demo.handler import DemoHandler
 from synapse.frameworks.delegate import DelegationFailed, delegate
 from synapse.types import TaskState
 
-
 #: Each pair of partners its own secret (a peer refuses partners that share one).
 WRITER_SECRET = "frameworks-writer-secret-0123456789abcdef"
 
