@@ -53,7 +53,7 @@ async def test_console_end_to_end_in_chromium(browser: Any, tmp_path: Path) -> N
     shots = screenshots()
     async with peer_pair(setup_r=setup_console) as pair:
         url = base_url(pair.r) + "/console"
-        context = await browser.new_context(viewport={"width": 1360, "height": 860})
+        context = await browser.new_context(viewport={"width": 1440, "height": 860})
         page = await context.new_page()
         page.set_default_timeout(TIMEOUT_MS)
 
@@ -256,6 +256,47 @@ async def test_the_console_at_1280_px_offers_what_the_partner_offers_and_nothing
             height = (await cell.bounding_box() or {"height": 0})["height"]
             assert height < 1.5 * line, (height, line)
             await context.close()
+
+
+@pytest.mark.parametrize("width", [1024, 1152, 1280, 1366, 1410, 1920])
+async def test_the_task_table_fits_its_panel_at_common_widths(browser: Any, width: int) -> None:
+    """Every column of the task list (Progress and Age included) inside its panel, and a
+    partner's id on one line, from a small laptop's width up."""
+    from playwright.async_api import expect
+
+    async with peer_pair(setup_r=setup_console) as pair:
+        await pair.r.submit(E, "text_generation", {"prompt": "spring"})  # waits: info_needed
+        context = await browser.new_context(viewport={"width": width, "height": 800})
+        page = await context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        await page.goto(base_url(pair.r) + "/console")
+        await page.fill("#token", TOKEN)
+        await page.click("button[type=submit]")
+        await expect(page.locator("tr[data-task-id]").first).to_be_visible()
+        fit = await page.evaluate(
+            """() => {
+                const table = document.querySelector("table.tasks");
+                const panel = table.closest(".panel");
+                const style = getComputedStyle(panel);
+                const right = panel.getBoundingClientRect().right
+                    - parseFloat(style.paddingRight) - parseFloat(style.borderRightWidth);
+                const heads = [...table.querySelectorAll("thead th")];
+                const partner = [...table.querySelectorAll("tbody td")].find(
+                    (td) => td.textContent.trim() === "agent-e");
+                const text = document.createRange();
+                text.selectNodeContents(partner);
+                return {
+                    overflow: table.getBoundingClientRect().right - right,
+                    cut: heads.filter((th) => th.getBoundingClientRect().right > right + 0.5)
+                        .map((th) => th.textContent),
+                    partnerLines: text.getClientRects().length,
+                };
+            }"""
+        )
+        await context.close()
+    assert fit["cut"] == [], fit
+    assert fit["overflow"] <= 0, fit
+    assert fit["partnerLines"] == 1, fit
 
 
 async def test_an_a2a_tasks_page_shows_its_push_deliveries(browser: Any) -> None:
