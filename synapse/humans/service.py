@@ -270,13 +270,22 @@ class Humans(RuntimeListener):
         )
 
     async def _deliver_pending(self, question: OpenQuestion) -> float | None:
-        """Start delivering what is queued and not delivered, each notification on its own
-        (a slow server holds up no other); when to look again for those failing."""
+        """Start delivering what is queued and not delivered, each recipient's notifications
+        one after the other, in the order they were queued (a reminder never overtakes the
+        escalation it follows, when a restart finds both due), recipients apart (a slow
+        server holds up no other); when to look again for those failing."""
         delivered = {e.detail.get("key") for e in question.entries(NOTIFIED)}
         now, retry_at = self.clock(), None
+        busy: set[tuple[str, str]] = set()  # recipients with an earlier one not delivered
         for entry in question.entries(QUEUED):
             notification = str(entry.detail["key"])
-            if notification in delivered or notification in self._sending:
+            if notification in delivered:
+                continue
+            recipient = (str(entry.detail["channel"]), str(entry.detail["reviewer"]))
+            if recipient in busy:
+                continue  # started once the one before it is delivered
+            busy.add(recipient)
+            if notification in self._sending:
                 continue
             not_before = self._backoff.get(notification, (0, 0.0))[1]
             if not_before > now:

@@ -372,6 +372,41 @@ async def test_an_unanswered_question_escalates_then_times_out_by_policy(
         assert late.status_code == 410
 
 
+async def test_a_recipients_notifications_arrive_in_the_order_they_were_queued(
+    smtp: SmtpServer, hooks: HookReceiver
+) -> None:
+    """A reminder falls due while the first notice to the same channel is still being
+    delivered (its receiver holds it unanswered, as a slow server or a restart's catch-up
+    would): it is queued, but not sent until the notice before it was delivered, so it never
+    arrives first."""
+    route = NotifyRoute(
+        name="slow-hook",
+        levels=(Level(reviewers=("alice",), channels=("hook",)),),
+        reminders=(0.02,),
+        on_timeout="protocol",
+    )
+    release = asyncio.Event()
+    hooks.hold.append(release)  # the first POST (the notice) waits, unanswered
+    async with peers(route, smtp, hooks) as setup:
+        handle = await setup.requester.submit(
+            "agent-e", "portrait_review", {"deadline_seconds": 60.0}
+        )
+        await hooks.wait(1, "/generic")
+        task_id = handle.task_id
+        # The reminder (at 2 % of the window: about a second in) is queued meanwhile.
+        await setup.until(
+            lambda: any(e.action == "human.remind" for e in setup.audit(task_id)), timeout=10
+        )
+        sending = sorted(k.split("/")[2] for k in setup.humans._sending)
+        assert sending == ["notify:1"], sending  # not the reminder: it waits its turn
+        release.set()
+        arrived = await hooks.wait(2, "/generic")
+        assert [h.body["event"] for h in arrived] == [
+            "synapse.human.notify",
+            "synapse.human.remind",
+        ]
+
+
 async def test_need_info_is_answered_from_the_form(smtp: SmtpServer, hooks: HookReceiver) -> None:
     route = NotifyRoute(name="info", levels=(Level(reviewers=("carol",), channels=("mail",)),))
     async with peers(route, smtp, hooks) as setup:
