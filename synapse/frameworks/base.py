@@ -27,9 +27,10 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from synapse.p2p.engine import Validation
 from synapse.runtime.handler import ExecutionContext
 from synapse.types import HumanContext, HumanOption, MissingField, Reason
 
@@ -43,6 +44,22 @@ CURRENT_TASK: contextvars.ContextVar[ExecutionContext | None] = contextvars.Cont
 CHECKPOINT = "framework.checkpoint"
 #: `need_human.reason.code` of a tool call waiting for a person's approval.
 APPROVAL_REQUIRED = "approval_required"
+
+
+#: What a prompt-taking agent's payload may hold (`prompt_of`: anything else is sent as JSON).
+PROMPT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"prompt": {"type": "string", "description": "what the agent is asked"}},
+}
+
+
+def validate_prompt(payload: Mapping[str, Any]) -> Validation:
+    """A prompt-taking agent's check before it confirms: a `prompt`, if any, is a string."""
+    if "prompt" in payload and not isinstance(payload["prompt"], str):
+        return Validation(
+            ok=False, reason=Reason(code="invalid_params", message="prompt must be a string")
+        )
+    return Validation()
 
 
 def task_type_of(name: str | None, default: str) -> str:
@@ -86,6 +103,33 @@ def last_checkpoint(ctx: ExecutionContext, framework: str) -> dict[str, Any] | N
 async def checkpoint(ctx: ExecutionContext, framework: str, **state: Any) -> None:
     """Keep `state` (plain JSON) with the task, durable when this returns."""
     await ctx.note(CHECKPOINT, framework=framework, **state)
+
+
+Ask = Callable[[], Awaitable[dict[str, Any]]]
+
+
+async def pause(ctx: ExecutionContext, framework: str, ask: Ask, **state: Any) -> dict[str, Any]:
+    """A run paused on questions: keep `state` (what resumes it), ask (`ask` returns the
+    answers), keep the answers with it; the answers. Each keeping is durable before the next
+    step, so that a restart finds the run where it was."""
+    await checkpoint(ctx, framework, **state)
+    answers = await ask()
+    await checkpoint(ctx, framework, **state, answers=answers)
+    return answers
+
+
+async def resumed_answers(
+    ctx: ExecutionContext, framework: str, saved: Mapping[str, Any], ask: Ask
+) -> dict[str, Any]:
+    """The answers of the checkpoint `saved` a restarted run resumes from: kept with it, or
+    asked now (the question the run waited on; answered meanwhile, it is not asked again)."""
+    answers = saved.get("answers")
+    if answers is not None:
+        return dict(answers)
+    state = {k: v for k, v in saved.items() if k != "framework"}
+    answers = await ask()
+    await checkpoint(ctx, framework, **state, answers=answers)
+    return answers
 
 
 async def approve_values(
@@ -165,13 +209,17 @@ __all__ = [
     "APPROVAL_REQUIRED",
     "CHECKPOINT",
     "CURRENT_TASK",
+    "PROMPT_SCHEMA",
     "Progress",
     "approve_call",
     "approve_values",
     "ask_requester",
     "checkpoint",
     "last_checkpoint",
+    "pause",
     "prompt_of",
     "result_of",
+    "resumed_answers",
     "task_type_of",
+    "validate_prompt",
 ]

@@ -30,6 +30,7 @@ progress (`task_status_update`), at most one a second.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Mapping
@@ -43,9 +44,10 @@ from synapse.frameworks.base import (
     Progress,
     approve_values,
     ask_requester,
-    checkpoint,
     last_checkpoint,
+    pause,
     result_of,
+    resumed_answers,
     task_type_of,
 )
 from synapse.p2p.engine import Validation
@@ -136,11 +138,10 @@ class LangGraphHandler:
             if saved is not None:  # started again after a restart: resume the paused graph
                 if self.saver is not None:
                     self._restore(thread, saved["saver"])
-                answers = saved.get("answers")
-                if answers is None:
-                    answers = await self._ask(ctx, saved["interrupts"])
-                    kept = {k: v for k, v in saved.items() if k != "framework"}
-                    await checkpoint(ctx, FRAMEWORK, **kept, answers=answers)
+                pending = saved["interrupts"]
+                answers = await resumed_answers(
+                    ctx, FRAMEWORK, saved, functools.partial(self._ask, ctx, pending)
+                )
                 command = Command(resume=_resume(answers))
             while True:
                 values = await self._stream(command, config, progress)
@@ -149,9 +150,13 @@ class LangGraphHandler:
                 if not interrupts:
                     return result_of(values)
                 kept = self._dump(thread)
-                await checkpoint(ctx, FRAMEWORK, interrupts=interrupts, saver=kept)
-                answers = await self._ask(ctx, interrupts)
-                await checkpoint(ctx, FRAMEWORK, interrupts=interrupts, saver=kept, answers=answers)
+                answers = await pause(
+                    ctx,
+                    FRAMEWORK,
+                    functools.partial(self._ask, ctx, interrupts),
+                    interrupts=interrupts,
+                    saver=kept,
+                )
                 command = Command(resume=_resume(answers))
         finally:
             if self.saver is not None:

@@ -25,6 +25,7 @@ answers after it: a run paused on a question resumes after a restart instead of 
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 from typing import Any
 
@@ -34,26 +35,25 @@ from agents.tool_context import ToolContext
 
 from synapse.frameworks.base import (
     CURRENT_TASK,
+    PROMPT_SCHEMA,
     Progress,
     approve_call,
     ask_requester,
-    checkpoint,
     last_checkpoint,
+    pause,
     prompt_of,
     result_of,
+    resumed_answers,
     task_type_of,
+    validate_prompt,
 )
 from synapse.p2p.engine import Validation
 from synapse.runtime.handler import ExecutionContext
-from synapse.types import Capability, Reason
+from synapse.types import Capability
 
 FRAMEWORK = "openai_agents"
 #: The tool the adapter adds to the agent: it asks the requester for a value.
 ASK_TOOL = "ask_requester"
-INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"prompt": {"type": "string", "description": "what the agent is asked"}},
-}
 #: The requester's answers of the run being resumed, by tool call id (read by the ask tool).
 _ANSWERS: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("synapse_answers")
 
@@ -99,15 +99,13 @@ class OpenAIAgentsHandler:
 
     def get_capabilities(self) -> list[Capability]:
         return [
-            Capability(name=self.task_type, description=self.description, input_schema=INPUT_SCHEMA)
+            Capability(
+                name=self.task_type, description=self.description, input_schema=PROMPT_SCHEMA
+            )
         ]
 
     def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
-        if "prompt" in payload and not isinstance(payload["prompt"], str):
-            return Validation(
-                ok=False, reason=Reason(code="invalid_params", message="prompt must be a string")
-            )
-        return Validation()
+        return validate_prompt(payload)
 
     def is_resumable(self, task_type: str) -> bool:
         return True  # from its last checkpoint, or from the start
@@ -121,10 +119,9 @@ class OpenAIAgentsHandler:
         saved = last_checkpoint(ctx, FRAMEWORK)
         if saved is not None:  # started again after a restart: resume the paused run
             state = await RunState.from_string(self.agent, saved["state"])
-            answers = saved.get("answers")
-            if answers is None:
-                answers = await self._ask(ctx, state)
-                await checkpoint(ctx, FRAMEWORK, state=saved["state"], answers=answers)
+            answers = await resumed_answers(
+                ctx, FRAMEWORK, saved, functools.partial(self._ask, ctx, state)
+            )
             start = self._answered(state, answers)
         while True:
             result: RunResult = await Runner.run(
@@ -134,9 +131,9 @@ class OpenAIAgentsHandler:
                 return result_of(result.final_output)
             state = result.to_state()
             kept = state.to_string()
-            await checkpoint(ctx, FRAMEWORK, state=kept)
-            answers = await self._ask(ctx, state)
-            await checkpoint(ctx, FRAMEWORK, state=kept, answers=answers)
+            answers = await pause(
+                ctx, FRAMEWORK, functools.partial(self._ask, ctx, state), state=kept
+            )
             start = self._answered(state, answers)
 
     async def _ask(self, ctx: ExecutionContext, state: RunState[Any]) -> dict[str, Any]:

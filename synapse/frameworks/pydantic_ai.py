@@ -25,6 +25,7 @@ restart instead of starting over.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -43,27 +44,25 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ToolCal
 
 from synapse.frameworks.base import (
     CURRENT_TASK,
+    PROMPT_SCHEMA,
     Progress,
     approve_call,
     ask_requester,
-    checkpoint,
     last_checkpoint,
+    pause,
     prompt_of,
     result_of,
+    resumed_answers,
     task_type_of,
+    validate_prompt,
 )
 from synapse.p2p.engine import Validation
 from synapse.runtime.handler import ExecutionContext
-from synapse.types import Capability, Reason
+from synapse.types import Capability
 
 FRAMEWORK = "pydantic_ai"
 #: The tool the adapter adds to every run: the agent asks its requester for a value.
 ASK_TOOL = "ask_requester"
-#: What a task's payload may hold (`prompt_of`: anything else is sent as JSON text).
-INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"prompt": {"type": "string", "description": "what the agent is asked"}},
-}
 
 
 def _asking_toolset() -> FunctionToolset[Any]:
@@ -108,15 +107,13 @@ class PydanticAIHandler:
 
     def get_capabilities(self) -> list[Capability]:
         return [
-            Capability(name=self.task_type, description=self.description, input_schema=INPUT_SCHEMA)
+            Capability(
+                name=self.task_type, description=self.description, input_schema=PROMPT_SCHEMA
+            )
         ]
 
     def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
-        if "prompt" in payload and not isinstance(payload["prompt"], str):
-            return Validation(
-                ok=False, reason=Reason(code="invalid_params", message="prompt must be a string")
-            )
-        return Validation()
+        return validate_prompt(payload)
 
     def is_resumable(self, task_type: str) -> bool:
         return True  # from its last checkpoint, or from the start
@@ -133,10 +130,10 @@ class PydanticAIHandler:
         if saved is not None:  # started again after a restart: resume the paused run
             prompt = None
             history = ModelMessagesTypeAdapter.validate_python(saved["history"])
-            answers = saved.get("answers")
-            if answers is None:
-                answers = await self._ask(ctx, saved["pending"])
-                await checkpoint(ctx, FRAMEWORK, history=saved["history"], answers=answers)
+            pending = saved["pending"]
+            answers = await resumed_answers(
+                ctx, FRAMEWORK, saved, functools.partial(self._ask, ctx, pending)
+            )
             results = _results(answers)
         while True:
             run = await self._run(prompt, history, results, progress)
@@ -146,9 +143,13 @@ class PydanticAIHandler:
             history = run.all_messages()
             kept = ModelMessagesTypeAdapter.dump_python(history, mode="json")
             pending = _pending(output)
-            await checkpoint(ctx, FRAMEWORK, history=kept, pending=pending)
-            answers = await self._ask(ctx, pending)
-            await checkpoint(ctx, FRAMEWORK, history=kept, answers=answers)
+            answers = await pause(
+                ctx,
+                FRAMEWORK,
+                functools.partial(self._ask, ctx, pending),
+                history=kept,
+                pending=pending,
+            )
             prompt, results = None, _results(answers)
 
     async def _run(

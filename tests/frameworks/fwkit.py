@@ -22,6 +22,23 @@ CONFIG = P2PConfig(heartbeat_interval=3600.0)
 BOUND = 30.0
 
 
+class Forever:
+    """Work that runs until it is cancelled (a tool, a node), saying when it started and
+    when it was cancelled: what the cancel tests wait on."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def run(self) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
 @asynccontextmanager
 async def pair(handler: object) -> AsyncIterator[tuple[Peer, Peer]]:
     """agent-r asking agent-e, whose handler is `handler` as given."""
@@ -53,4 +70,4 @@ async def requester_of_serve(
         yield requester, args, port
 
 
-__all__ = ["BOUND", "CONFIG", "HERE", "SECRET", "pair", "requester_of_serve", "serve"]
+__all__ = ["BOUND", "CONFIG", "HERE", "SECRET", "Forever", "pair", "requester_of_serve", "serve"]

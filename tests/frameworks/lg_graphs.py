@@ -6,10 +6,10 @@ Every node run appends a line to the file named by `FRAMEWORK_TEST_LOG`, when it
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
+from fwkit import Forever
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -100,8 +100,7 @@ chat = _chat.compile(name="chat")
 
 # --- slow and broken ------------------------------------------------------------------------
 
-SLOW_STARTED = asyncio.Event()
-SLOW_CANCELLED = asyncio.Event()
+SLOW = Forever()
 
 
 class Empty(TypedDict, total=False):
@@ -109,12 +108,7 @@ class Empty(TypedDict, total=False):
 
 
 async def wait(state: Empty) -> dict[str, Any]:
-    SLOW_STARTED.set()
-    try:
-        await asyncio.Event().wait()
-    except asyncio.CancelledError:
-        SLOW_CANCELLED.set()
-        raise
+    await SLOW.run()
     return {"done": True}
 
 

@@ -7,7 +7,6 @@ it is set. Tracing is off: nothing leaves the machine.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -15,6 +14,7 @@ from typing import Any
 
 from agents import Agent, ModelResponse, Usage, function_tool, set_tracing_disabled
 from agents.models.interface import Model
+from fwkit import Forever
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -132,19 +132,13 @@ payer = Agent(name="payer", model=ScriptedModel(_payer), tools=[send_payment])
 
 # --- slow and broken --------------------------------------------------------------------------
 
-SLOW_STARTED = asyncio.Event()
-SLOW_CANCELLED = asyncio.Event()
+SLOW = Forever()
 
 
 @function_tool
 async def wait() -> str:
     """Wait for a long time."""
-    SLOW_STARTED.set()
-    try:
-        await asyncio.Event().wait()
-    except asyncio.CancelledError:
-        SLOW_CANCELLED.set()
-        raise
+    await SLOW.run()
     return "never"
 
 

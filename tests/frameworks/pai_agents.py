@@ -7,9 +7,9 @@ it is set: a test counts them across a SIGKILL and a restart.
 
 from __future__ import annotations
 
-import asyncio
 import os
 
+from fwkit import Forever
 from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -108,8 +108,7 @@ def send_payment(amount: int, to: str) -> str:
 
 # --- slow: a tool that runs until cancelled -------------------------------------------------
 
-SLOW_STARTED = asyncio.Event()
-SLOW_CANCELLED = asyncio.Event()
+SLOW = Forever()
 
 
 def _slow(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -124,12 +123,7 @@ slow = Agent(FunctionModel(_slow), name="slow")
 @slow.tool_plain
 async def wait() -> str:
     """Wait for a long time."""
-    SLOW_STARTED.set()
-    try:
-        await asyncio.Event().wait()
-    except asyncio.CancelledError:
-        SLOW_CANCELLED.set()
-        raise
+    await SLOW.run()
     return "never"
 
 

@@ -133,10 +133,10 @@ async def test_a_rejection_fails_the_task_before_publishing(
 async def test_a_cancel_cancels_the_graph() -> None:
     async with pair(lg_graphs.slow) as (requester, _):
         handle = await requester.submit("agent-e", "slow", {})
-        await lg_graphs.SLOW_STARTED.wait()
+        await lg_graphs.SLOW.started.wait()
         await handle.cancel("no longer needed")
         outcome = await handle
-        await lg_graphs.SLOW_CANCELLED.wait()
+        await lg_graphs.SLOW.cancelled.wait()
     assert outcome.state is TaskState.CANCELLED
 
 

@@ -101,10 +101,10 @@ async def test_a_rejection_fails_the_task_and_the_tool_never_runs(
 async def test_a_cancel_cancels_the_run() -> None:
     async with pair(oa_agents.slow) as (requester, _):
         handle = await requester.submit("agent-e", "slow", {"prompt": "wait"})
-        await oa_agents.SLOW_STARTED.wait()
+        await oa_agents.SLOW.started.wait()
         await handle.cancel("no longer needed")
         outcome = await handle
-        await oa_agents.SLOW_CANCELLED.wait()
+        await oa_agents.SLOW.cancelled.wait()
     assert outcome.state is TaskState.CANCELLED
 
 

@@ -144,10 +144,10 @@ async def test_a_rejected_call_fails_the_task_and_never_runs(
 async def test_a_cancel_cancels_the_run() -> None:
     async with pair(pai_agents.slow) as (requester, _):
         handle = await requester.submit("agent-e", "slow", {"prompt": "wait"})
-        await pai_agents.SLOW_STARTED.wait()
+        await pai_agents.SLOW.started.wait()
         await handle.cancel("no longer needed")
         outcome = await handle
-        await pai_agents.SLOW_CANCELLED.wait()  # the tool's coroutine was cancelled
+        await pai_agents.SLOW.cancelled.wait()  # the tool's coroutine was cancelled
     assert outcome.state is TaskState.CANCELLED
 
 
