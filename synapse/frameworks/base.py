@@ -32,7 +32,7 @@ from typing import Any
 
 from synapse.p2p.engine import Validation
 from synapse.runtime.handler import ExecutionContext
-from synapse.types import HumanContext, HumanOption, MissingField, Reason
+from synapse.types import Capability, HumanContext, HumanOption, MissingField, Reason
 
 #: The task the running adapter serves (set by each adapter's `execute_task`): the questions
 #: of a task delegated from inside the run (`synapse.frameworks.delegate`) are asked of its
@@ -60,6 +60,29 @@ def validate_prompt(payload: Mapping[str, Any]) -> Validation:
             ok=False, reason=Reason(code="invalid_params", message="prompt must be a string")
         )
     return Validation()
+
+
+class AgentAdapter:
+    """What every adapter shares: one task type, its capability (with the input schema),
+    the prompt check (LangGraph checks its state instead), and resuming after a restart."""
+
+    task_type: str
+    description: str
+    #: Offered in `capability_query`; None: no schema.
+    input_schema: dict[str, Any] | None = PROMPT_SCHEMA
+
+    def get_capabilities(self) -> list[Capability]:
+        return [
+            Capability(
+                name=self.task_type, description=self.description, input_schema=self.input_schema
+            )
+        ]
+
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
+        return validate_prompt(payload)
+
+    def is_resumable(self, task_type: str) -> bool:
+        return True  # from its last checkpoint, or from the start
 
 
 def task_type_of(name: str | None, default: str) -> str:
@@ -210,6 +233,7 @@ __all__ = [
     "CHECKPOINT",
     "CURRENT_TASK",
     "PROMPT_SCHEMA",
+    "AgentAdapter",
     "Progress",
     "approve_call",
     "approve_values",

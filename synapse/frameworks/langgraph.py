@@ -41,6 +41,7 @@ from langgraph.types import Command
 
 from synapse.frameworks.base import (
     CURRENT_TASK,
+    AgentAdapter,
     Progress,
     approve_values,
     ask_requester,
@@ -52,7 +53,7 @@ from synapse.frameworks.base import (
 )
 from synapse.p2p.engine import Validation
 from synapse.runtime.handler import ExecutionContext
-from synapse.types import Capability, MissingField, Reason
+from synapse.types import MissingField, Reason
 
 FRAMEWORK = "langgraph"
 #: `CompiledStateGraph.name` when the graph was given none.
@@ -68,7 +69,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-class LangGraphHandler:
+class LangGraphHandler(AgentAdapter):
     """Runs `graph` for each task of its task type (see the module's docstring)."""
 
     def __init__(
@@ -94,13 +95,6 @@ class LangGraphHandler:
         except Exception:  # a state type pydantic cannot describe: offer no schema
             self.input_schema = None
 
-    def get_capabilities(self) -> list[Capability]:
-        return [
-            Capability(
-                name=self.task_type, description=self.description, input_schema=self.input_schema
-            )
-        ]
-
     def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
         schema = self.input_schema or {}
         missing = [k for k in schema.get("required", ()) if k not in payload]
@@ -121,9 +115,6 @@ class LangGraphHandler:
                 message = f"{key} must be of type {spec['type']}"
                 return Validation(ok=False, reason=Reason(code="invalid_params", message=message))
         return Validation()
-
-    def is_resumable(self, task_type: str) -> bool:
-        return True  # from its last checkpoint, or from the start
 
     async def execute_task(
         self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]

@@ -35,7 +35,7 @@ from agents.tool_context import ToolContext
 
 from synapse.frameworks.base import (
     CURRENT_TASK,
-    PROMPT_SCHEMA,
+    AgentAdapter,
     Progress,
     approve_call,
     ask_requester,
@@ -45,11 +45,8 @@ from synapse.frameworks.base import (
     result_of,
     resumed_answers,
     task_type_of,
-    validate_prompt,
 )
-from synapse.p2p.engine import Validation
 from synapse.runtime.handler import ExecutionContext
-from synapse.types import Capability
 
 FRAMEWORK = "openai_agents"
 #: The tool the adapter adds to the agent: it asks the requester for a value.
@@ -76,7 +73,7 @@ class _ProgressHooks(RunHooks[Any]):
             await self.progress.report(f"calling {tool.name}")
 
 
-class OpenAIAgentsHandler:
+class OpenAIAgentsHandler(AgentAdapter):
     """Runs `agent` for each task of its task type (see the module's docstring)."""
 
     def __init__(
@@ -96,19 +93,6 @@ class OpenAIAgentsHandler:
         self.progress_interval = progress_interval
         tools: list[Any] = [*agent.tools, _ask_tool]
         self.agent: Agent[Any] = agent.clone(tools=tools)
-
-    def get_capabilities(self) -> list[Capability]:
-        return [
-            Capability(
-                name=self.task_type, description=self.description, input_schema=PROMPT_SCHEMA
-            )
-        ]
-
-    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
-        return validate_prompt(payload)
-
-    def is_resumable(self, task_type: str) -> bool:
-        return True  # from its last checkpoint, or from the start
 
     async def execute_task(
         self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]

@@ -44,7 +44,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ToolCal
 
 from synapse.frameworks.base import (
     CURRENT_TASK,
-    PROMPT_SCHEMA,
+    AgentAdapter,
     Progress,
     approve_call,
     ask_requester,
@@ -54,11 +54,8 @@ from synapse.frameworks.base import (
     result_of,
     resumed_answers,
     task_type_of,
-    validate_prompt,
 )
-from synapse.p2p.engine import Validation
 from synapse.runtime.handler import ExecutionContext
-from synapse.types import Capability
 
 FRAMEWORK = "pydantic_ai"
 #: The tool the adapter adds to every run: the agent asks its requester for a value.
@@ -77,7 +74,7 @@ def _asking_toolset() -> FunctionToolset[Any]:
     return toolset
 
 
-class PydanticAIHandler:
+class PydanticAIHandler(AgentAdapter):
     """Runs `agent` for each task of its task type (see the module's docstring)."""
 
     def __init__(
@@ -104,19 +101,6 @@ class PydanticAIHandler:
         self._output_type = (
             outputs if DeferredToolRequests in outputs else [*outputs, DeferredToolRequests]
         )
-
-    def get_capabilities(self) -> list[Capability]:
-        return [
-            Capability(
-                name=self.task_type, description=self.description, input_schema=PROMPT_SCHEMA
-            )
-        ]
-
-    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
-        return validate_prompt(payload)
-
-    def is_resumable(self, task_type: str) -> bool:
-        return True  # from its last checkpoint, or from the start
 
     async def execute_task(
         self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
