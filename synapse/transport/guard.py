@@ -15,7 +15,12 @@ serves a peer's app with
   message), else the oldest one with part of a request head (408), or, if none does, the
   new one is answered 503 `agent_not_ready` (retryable) and closed;
 - a bound on the bytes all connections of the lean callback server hold together
-  (`max_buffered`): past it they stop reading until half of it is free;
+  (`max_buffered`), shared fairly: past it, a connection holding no more than its share
+  (the bound divided among the connections holding bytes) reads on, and room is made for
+  it by shedding the largest partial requests held beyond their share, on which nothing is
+  being answered (503 `agent_not_ready`, retryable); the others stop reading until half of
+  the bound is free, or until they hold less than their share again. A client opening many
+  connections to hold half-sent bodies cannot make a partner's callback wait;
 - the admission table of `synapse.transport.admission`: aiohttp's parser gets its limits,
   and what it refuses (malformed HTTP framing) is answered with an unsigned envelope nack
   (400 `message_format_invalid`), not aiohttp's plain text;
@@ -112,9 +117,14 @@ class ConnectionGuard:
         self.stalled = 0
         self.evicted = 0
         self.refused = 0
-        #: Bytes held by the lean server's connections, and those waiting for room.
+        #: Partial requests shed to make room for connections within their share.
+        self.shed = 0
+        #: Bytes held by the lean server's connections (those that count), in all and by
+        #: connection, and the connections waiting for room.
         self.held = 0
+        self._holding: dict[CallbackConnection, int] = {}
         self._starved: dict[CallbackConnection, None] = {}
+        self._shedding = False
 
     def admit(self, handler: GuardedHandler | CallbackConnection) -> bool:
         if len(self.open) >= self.cap:
@@ -137,23 +147,76 @@ class ConnectionGuard:
     # --- the bytes held across connections --------------------------------------------------
 
     def hold(self, connection: CallbackConnection, size: int) -> None:
-        """`connection` holds `size` more bytes (fewer, if negative)."""
+        """`connection` holds `size` more bytes (fewer, if negative) that count against the
+        shared bound."""
         self.held += size
-        if size < 0 and self._starved and self.room(connection):
-            starved, self._starved = self._starved, {}
-            for waiting in starved:
-                waiting.read_on()
+        counted = self._holding.get(connection, 0) + size
+        if counted > 0:
+            self._holding[connection] = counted
+        else:
+            self._holding.pop(connection, None)
+        if size < 0 and self._starved and not self._shedding:
+            self._wake()
+
+    def share(self) -> int:
+        """The bytes each connection holding any may hold when all of them are at the bound."""
+        return self.limits.max_buffered // max(1, len(self._holding))
 
     def over(self, connection: CallbackConnection) -> bool:
-        """Whether all connections together hold more than allowed: `connection` waits."""
-        if self.held > self.limits.max_buffered:
-            self._starved[connection] = None
-            return True
-        return False
+        """Whether `connection` must stop reading: all connections together hold more than
+        allowed, and it holds more than its share or no room can be made for it."""
+        bound = self.limits.max_buffered
+        if self.held <= bound:
+            return False
+        if self._holding.get(connection, 0) <= self.share():
+            self._make_room(connection)
+            if self.held <= bound:
+                self._starved.pop(connection, None)
+                return False
+        self._starved[connection] = None
+        return True
 
     def room(self, connection: CallbackConnection) -> bool:
-        """Whether the connections together hold little enough for reading to resume."""
-        return self.held <= self.limits.max_buffered // 2
+        """Whether `connection`, waiting, may read again: the connections together hold
+        little, or it holds less than its share and the bound is not passed."""
+        held, bound = self.held, self.limits.max_buffered
+        if held <= bound // 2:
+            return True
+        return held <= bound and self._holding.get(connection, 0) < self.share()
+
+    def _make_room(self, connection: CallbackConnection) -> None:
+        """Shed partial requests held beyond their share, the largest first, until the
+        bound holds again or none is left: a client's half-sent bodies give way to a
+        connection within its share. A connection answering a request is never shed."""
+        self._shedding = True
+        try:
+            while self.held > self.limits.max_buffered:
+                share = self.share()
+                victim = max(
+                    (
+                        other
+                        for other, counted in self._holding.items()
+                        if counted > share and other is not connection and other.partial
+                    ),
+                    key=self._holding.__getitem__,
+                    default=None,
+                )
+                if victim is None:
+                    break
+                self.shed += 1
+                victim.shed(share)
+        finally:
+            self._shedding = False
+        if self._starved:
+            self._wake()
+
+    def _wake(self) -> None:
+        """Let the waiting connections that may read again do so."""
+        waking = [waiting for waiting in self._starved if self.room(waiting)]
+        for waiting in waking:
+            self._starved.pop(waiting, None)
+        for waiting in waking:
+            waiting.read_on()
 
 
 class GuardedHandler(RequestHandler):

@@ -340,6 +340,18 @@ class CallbackConnection(asyncio.Protocol):
         """Only a request head (or nothing) is arriving: evicting it interrupts no answer."""
         return self._task is None and not self._pending and self._head is None
 
+    @property
+    def partial(self) -> bool:
+        """Part of a request is held and nothing is being answered: shedding it loses only
+        bytes its client will send again."""
+        return (
+            self._task is None
+            and not self._pending
+            and (self._head is not None or bool(self._buffer))
+            and not self._closed
+            and not self._lingering
+        )
+
     # --- the connection ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -507,7 +519,9 @@ class CallbackConnection(asyncio.Protocol):
         elif (
             self._reading_paused
             and not self._lingering
-            and held <= limit // 2
+            # Below half its own bound, or in the middle of a body (which fits in it: the
+            # head was admitted): a body is never left waiting for bytes it may hold.
+            and (held <= limit // 2 or self._head is not None)
             and len(self._pending) <= MAX_PIPELINED // 2
             and self.guard.room(self)
         ):
@@ -678,6 +692,17 @@ class CallbackConnection(asyncio.Protocol):
         else:
             refused = NotAdmitted("head_timeout", reason)
             self.close_with(refused.status, refused.message, refused.details)
+
+    def shed(self, share: int) -> None:
+        """Make room for connections within their share of the bytes all may hold (the
+        guard): this one holds a partial request beyond its share. Answered 503
+        `agent_not_ready`, which a sender retries."""
+        log.info("connection_shed", held=self.held, share=share)
+        self.close_with(
+            503,
+            "too many bytes held for partial requests; retry later",
+            {"reason": "http", "held": self.held, "share": share},
+        )
 
     def close_with(self, status: int, message: str, details: dict[str, Any]) -> None:
         """Answer `status` with an unsigned nack, stop writing, and close once the client

@@ -25,8 +25,11 @@ import textwrap
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
+from rawhttp import parse, request
+from rawpost import RawAgent, eventually
 
 from synapse.p2p.config import P2PConfig
 from synapse.transport.guard import HttpLimits
@@ -260,3 +263,79 @@ async def test_connection_churn_at_the_cap_loses_no_task(
         )
         assert guard.evicted > 0, "the attack never reached the cap"
         assert completed == 300, [o for o in outcomes if isinstance(o, BaseException)][:3]
+
+
+# --- a fair share of the bytes held -------------------------------------------------------------
+
+HOARDERS = 80
+HOARDED_BODY = 1_000_000  # each hoarder's Content-Length; it sends all but the last KB
+
+
+async def hoard(port: int, stop: asyncio.Event) -> int:
+    """Hold a half-sent body of `HOARDED_BODY` bytes open until `stop`, sending no credential.
+    Returns the status the server answered it with (0 if none)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {HOARDED_BODY}\r\n\r\n".encode()
+    writer.write(head + b"x" * (HOARDED_BODY - 1000))
+    try:
+        reading = asyncio.ensure_future(reader.read(1 << 16))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([reading, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if reading.done():
+            answer = reading.result()
+            return int(answer.split()[1]) if answer else 0
+        reading.cancel()
+        return 0
+    finally:
+        writer.transport.abort()
+
+
+async def test_half_sent_bodies_of_strangers_do_not_delay_a_partners_callback(
+    tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    """80 connections with no credentials each hold a half-sent 1 MB body (more than the
+    64 MiB all connections may hold together); a partner's signed 200 KB request, arriving
+    in several reads, is read within its share and answered at once, room being made by
+    shedding the largest partial bodies (503), and the server's memory stays bounded."""
+    peer = ("--peer", "agent-r=http://127.0.0.1:9/synapse/callback")
+    async with serve("--agent-id", "agent-e", "--secret", SECRET, *peer, cwd=tmp_path) as (
+        proc,
+        port,
+    ):
+        at_rest = rss(proc.pid)
+        stop = asyncio.Event()
+        hoarders = [asyncio.create_task(hoard(port, stop)) for _ in range(HOARDERS)]
+        # Until the server holds most of what it may: its memory grows by the bytes read.
+        await eventually(lambda: rss(proc.pid) - at_rest >= 48 * 2**20, 30)
+        filled = rss(proc.pid) - at_rest
+        partner = "http://127.0.0.1:9/synapse/callback"
+        raw = RawAgent(cast(Any, None), "agent-r", partner, SECRET, "", "agent-e")
+        body, headers = raw.sign(raw.task_request("fair-1", "echo", {"text": "z" * 200_000}))
+        wire = request(body, list(headers.items()))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        started = time.monotonic()
+        try:
+            for start in range(0, len(wire), 40_000):  # several writes, several reads
+                writer.write(wire[start : start + 40_000])
+                await writer.drain()
+                await asyncio.sleep(0.02)
+            answer = await asyncio.wait_for(reader.read(1 << 16), 40)
+            waited = time.monotonic() - started
+        finally:
+            writer.transport.abort()
+        peak = rss(proc.pid) - at_rest
+        stop.set()
+        statuses = await asyncio.gather(*hoarders)
+        status, _, reply = parse(answer)
+        shed = sum(1 for s in statuses if s == 503)
+        report(
+            f"{HOARDERS} half-sent 1 MB bodies without credentials (server +{filled / 2**20:.0f} "
+            f"MiB): a partner's 200 KB request answered {status} in {waited:.2f} s, "
+            f"{shed} partial bodies shed (503), server RSS +{peak / 2**20:.0f} MiB"
+        )
+        assert status == 200 and b"p2p:task_confirm" in reply, answer[:300]
+        # Well before the body timeout (30 s) that used to free the room.
+        assert waited < 10, waited
+        assert 0 < shed < HOARDERS
+        assert peak < 64 * 2**20 + RSS_BOUND, peak

@@ -496,13 +496,63 @@ async def test_connections_together_hold_at_most_max_buffered() -> None:
     assert guard.held > limits.max_buffered and not first_transport.reading
     second.data_received(big * 2)  # 120 KB, counted too: the bound is shared, it waits
     assert not second_transport.reading
-    first.resume_writing()  # its requests are answered, but the other still holds too much
+    assert guard.shed == 0  # whole requests waiting for their answers are never shed
+    first.resume_writing()  # its requests are answered: the bound holds, each within its share
     await settle()
-    assert first.held == 0 and not first_transport.reading
+    assert first.held == 0 and first_transport.reading and second_transport.reading
     second.resume_writing()
     await settle()
     assert guard.held == 0 and first_transport.reading and second_transport.reading
     assert len(bodies(bytes(first_transport.written))) == 4
+
+
+async def test_half_sent_bodies_give_way_to_a_connection_within_its_share() -> None:
+    """Connections holding half-sent bodies fill the shared bound; one more connection
+    within its share (a partner's callback arriving in several reads) reads on at once, and
+    room is made for it by shedding the largest partial body beyond its share (503,
+    retryable), never a connection with a request being answered."""
+    limits = HttpLimits(max_buffered=1_000_000)
+    guard = open_guard(limits)
+    busy, busy_transport, _ = connection(max_body=400_000, limits=limits, guard=guard)
+    busy.pause_writing()  # its request is whole and waits to be answered: never shed
+    busy.data_received(post(b"y" * 200_000))
+    hoarders = []
+    for size in (300_000, 250_000, 240_000, 230_000):
+        conn, transport, _ = connection(max_body=400_000, limits=limits, guard=guard)
+        conn.data_received(post(b"x" * 400_000)[:size])  # the head and part of the body
+        hoarders.append((conn, transport))
+    # The last one took the bytes past the bound, beyond its share: it waits, nobody is shed.
+    assert guard.held > limits.max_buffered and not hoarders[-1][1].reading
+    assert guard.shed == 0
+    callback = post(b'{"c":"' + b"z" * 150_000 + b'"}')
+    partner, partner_transport, _ = connection(max_body=400_000, limits=limits, guard=guard)
+    before = guard.held
+    for start in range(0, len(callback), 40_000):  # several reads, each let in
+        partner.data_received(callback[start : start + 40_000])
+        assert partner_transport.reading and guard.held <= before + 40_000
+    await settle()
+    assert guard.held <= limits.max_buffered  # room was made, not memory added
+    assert bodies(bytes(partner_transport.written)) == [callback.partition(b"\r\n\r\n")[2]]
+    shed = [t for _, t in hoarders if t.written]
+    assert shed and shed[0] is hoarders[0][1]  # the largest first
+    for transport in shed:
+        status, _, body = parse(bytes(transport.written))
+        assert status == 503 and json.loads(body)["reason"] == "http"
+    assert not busy_transport.written and not busy_transport.closed
+    assert guard.shed == len(shed) < len(hoarders)  # only as many as room was needed for
+
+
+async def test_a_connection_beyond_its_share_waits_and_sheds_nobody() -> None:
+    limits = HttpLimits(max_buffered=400_000)
+    guard = open_guard(limits)
+    first, first_transport, _ = connection(max_body=400_000, limits=limits, guard=guard)
+    first.data_received(post(b"x" * 390_000)[:300_000])
+    second, second_transport, _ = connection(max_body=400_000, limits=limits, guard=guard)
+    second.data_received(post(b"x" * 390_000)[:250_000])  # past the bound and its share
+    assert not second_transport.reading
+    assert guard.shed == 0 and not first_transport.written and not second_transport.written
+    first.close_stalled("test")  # the other goes: the waiting one reads on
+    assert second_transport.reading
 
 
 async def test_a_body_that_does_not_come_in_time_is_answered_408_and_closed() -> None:
