@@ -15,6 +15,9 @@ flushes, so that a test can count executions across a SIGKILL and a restart.
 With `--required-by SECONDS` the information the demo handler asks for in its reply is
 needed within that many seconds (`task_need_info.required_by`).
 
+With `--humans PATH` (a TOML file of a `[humans]` table and `[[notify]]` routes, as
+`synapse serve --config` reads them) the peer's people are asked its partners' questions.
+
 With `--kill-on WHAT` (a task state such as `failed`, or `dead_letter`) the process SIGKILLs
 itself the instant a task's move to that state, or a dead letter, is announced to its
 listeners: what a user was told then must be what the store gives back after a restart.
@@ -29,6 +32,7 @@ import logging
 import os
 import signal
 import sys
+import tomllib
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -38,6 +42,7 @@ from typing import Any
 from aiohttp import web
 
 from synapse.demo.handler import DemoHandler
+from synapse.humans import HumansConfig, enable_humans, humans_config_from_toml
 from synapse.logs import EventHandler
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition, Validation
@@ -231,6 +236,7 @@ async def run(args: argparse.Namespace) -> None:
         store=_store(args.store, args.busy_timeout),
         serve=False,
     )
+    humans = enable_humans(peer, args.humans) if args.humans is not None else None
     if args.kill_on:
         peer.client.listeners.append(KillOnAnnouncement(args.kill_on))
     app = web.Application(client_max_size=config.max_body_size + 1024)
@@ -239,6 +245,8 @@ async def run(args: argparse.Namespace) -> None:
     app.add_routes(_routes(peer, handler))
     # Restore before accepting connections: nothing may reach a half-restored peer.
     await peer.start()
+    if humans is not None:
+        await humans.start()
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, reuse_address=True)
@@ -250,6 +258,8 @@ async def run(args: argparse.Namespace) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
+    if humans is not None:
+        await humans.close()
     await peer.close(drain_timeout=args.drain_timeout)
     await runner.cleanup()
 
@@ -277,14 +287,24 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--drain-timeout", type=float, default=0.5)
     parser.add_argument("--busy-timeout", type=float, default=5.0, help="SQLite busy timeout")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--humans", default=None, help="PATH of a [humans] TOML file")
     parser.add_argument(
         "--kill-on", action="append", default=[], help="a task state, or dead_letter"
     )
     return parser.parse_args(argv)
 
 
+def people_of(path: str | None) -> HumansConfig | None:
+    """The `[humans]` table and `[[notify]]` routes of the TOML file at `path`, if given."""
+    if path is None:
+        return None
+    table = tomllib.loads(Path(path).read_text())
+    return humans_config_from_toml(table["humans"], table.get("notify", []), base=Path(path).parent)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    args.humans = people_of(args.humans)  # read before the loop runs
     level = logging.getLevelNamesMapping()[args.log_level.upper()]
     root = logging.getLogger()
     root.addHandler(EventHandler(sys.stderr, json=True))

@@ -11,7 +11,9 @@ idle peer never makes: a task announced `failed` after its undeliverable request
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from faultkit import PeerProcess, eventually, free_ports, url
@@ -169,6 +171,69 @@ async def test_a_question_past_its_required_by_announced_failed_stays_failed(
     assert tasks[task_id]["error"]["code"] == "execution_timeout"
     assert "required_by" in tasks[task_id]["error"]["message"], tasks[task_id]["error"]
     assert (await r.wait_final([task_id], timeout=20))[task_id] == "failed"
+
+
+PEOPLE = """
+[humans]
+link_secret = "announced-link-secret-0123456789"
+
+[[humans.reviewer]]
+id = "alice"
+
+[[humans.channel]]
+name = "hook"
+kind = "webhook"
+url = "http://127.0.0.1:9/nobody-listens"
+
+[[notify]]
+name = "quiet"
+task_types = ["portrait"]
+decide_within = "3s"
+timeout_margin = "1s"
+on_timeout = "{on_timeout}"
+
+[[notify.level]]
+reviewers = ["alice"]
+channels = ["hook"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("on_timeout", "announced", "final"),
+    [("reject", "human_rejected", "failed"), ("approve_default", "human_approved", "completed")],
+)
+async def test_a_policy_decision_announced_is_sent_once_and_kept(
+    spawn: Spawn, tmp_path: Path, on_timeout: str, announced: str, final: str
+) -> None:
+    # E asks R's people about a portrait; nobody answers, and R's policy decides for them two
+    # seconds in (three to decide, one of margin). R is killed as it announces the decision:
+    # after the restart the decision stands, is sent once, and the audit names the policy once.
+    people = tmp_path / "people.toml"
+    people.write_text(PEOPLE.format(on_timeout=on_timeout))
+    e, r = two_peers(spawn, r_options=("--fast", "--humans", str(people), f"--kill-on={announced}"))
+    await asyncio.gather(e.start(), r.start())
+    [task_id] = await r.submit(E, "portrait", {"subject": "a stranger"})
+    await killed_by_its_announcement(r)
+
+    await r.start()
+    assert (await r.tasks())[task_id]["state"] in {announced, final}
+    assert (await r.wait_final([task_id], timeout=20))[task_id] == final
+    assert (await e.wait_final([task_id], timeout=20))[task_id] == final
+    decision = f"recv human_decision({'reject' if on_timeout == 'reject' else 'approve'})"
+    received = [step for step in (await e.tasks())[task_id]["history"] if step[2] == decision]
+    assert len(received) == 1, (await e.tasks())[task_id]["history"]
+    await r.stop()
+    audit = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "synapse.cli.main", "audit", "--store", r.store, task_id),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    printed = (await asyncio.wait_for(audit.communicate(), 60))[0].decode()
+    by_policy = [line for line in printed.splitlines() if "policy:quiet" in line]
+    timed_out = [line for line in by_policy if "human.timeout" in line]
+    decided = [line for line in by_policy if '"front": "policy"' in line]
+    assert len(timed_out) == len(decided) == 1, printed
+    assert "chain intact" in printed
 
 
 async def _nothing_pending(peer: PeerProcess) -> bool:
