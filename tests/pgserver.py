@@ -76,9 +76,13 @@ def _as_postgres(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
-def start_server(*, durable: bool = False, statements: bool = False) -> PgServer:
+def start_server(
+    *, durable: bool = False, statements: bool = False, trusted: tuple[str, ...] = ()
+) -> PgServer:
     """A throw-away server on 127.0.0.1. `durable`: PostgreSQL's own defaults (fsync and
-    synchronous_commit on), for benchmarks; `statements`: pg_stat_statements loaded."""
+    synchronous_commit on), for benchmarks; `statements`: pg_stat_statements loaded;
+    `trusted`: networks (`10.0.0.0/8`) it also listens to and trusts, for the partition
+    tests' namespaces."""
     initdb, pg_ctl = find_binary("initdb"), find_binary("pg_ctl")
     if initdb is None or pg_ctl is None:
         missing(INSTALL_HINT)
@@ -94,10 +98,14 @@ def start_server(*, durable: bool = False, statements: bool = False) -> PgServer
         check=True,
         capture_output=True,
     )
+    if trusted:
+        with (data / "pg_hba.conf").open("a") as hba:
+            hba.writelines(f"host all all {network} trust\n" for network in trusted)
     port = free_port()
     # Durability of the server itself is not under test (no test stops PostgreSQL uncleanly):
     # fsync off keeps the tests fast on a loaded machine.
-    options = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=300"
+    listen = "*" if trusted else "127.0.0.1"
+    options = f"-c listen_addresses={listen} -p {port} -k {root} -c max_connections=300"
     if not durable:
         options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     if statements:

@@ -67,14 +67,20 @@ class Replica:
     handler: str | None = None
     #: More `synapse serve` flags (`--a2a`, …).
     args: tuple[str, ...] = ()
+    #: The address it listens on (and other replicas forward to).
+    host: str = "127.0.0.1"
+    #: The network namespace it runs in (`ip netns exec`), if not this process's.
+    netns: str | None = None
+    #: More environment variables for the process.
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{PATH}"
+        return f"http://{self.host}:{self.port}{PATH}"
 
     @property
     def hostport(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log(self) -> Path:
@@ -82,9 +88,11 @@ class Replica:
 
     async def start(self, timeout: float = 30.0) -> None:
         self.starts += 1
-        argv = [
+        # `ip netns exec` execs the command: the PID is the replica's own.
+        argv = ["ip", "netns", "exec", self.netns] if self.netns else []
+        argv += [
             sys.executable, "-m", "synapse.cli.main", "serve",
-            "--agent-id", E, "--host", "127.0.0.1", "--port", str(self.port),
+            "--agent-id", E, "--host", self.host, "--port", str(self.port),
             "--endpoint", self.endpoint, "--store", self.store,
             "--peer", f"{R}={self.requester_url}", "--secret", SECRET,
             "--config", str(self.config), "--log-json",
@@ -94,6 +102,7 @@ class Replica:
         argv += self.args
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYNAPSE_")}
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(Path(__file__).parent), env.get("PYTHONPATH")])
         )
@@ -170,9 +179,12 @@ class Replica:
 class Requester:
     """An in-test requester peer; every callback it receives is kept, per task, in order."""
 
-    def __init__(self, executor_url: str) -> None:
+    def __init__(
+        self, executor_url: str, *, host: str = "127.0.0.1", advertised: str = "127.0.0.1"
+    ) -> None:
         self.port = free_port()
-        self.peer = Peer(R, host="127.0.0.1", port=self.port, config=R_CONFIG, endpoint=self.url)
+        self.advertised = advertised
+        self.peer = Peer(R, host=host, port=self.port, config=R_CONFIG, endpoint=self.url)
         self.executor_url = executor_url
         #: task id -> message types received from the executor, in arrival order
         self.inbound: dict[str, list[str]] = defaultdict(list)
@@ -181,7 +193,7 @@ class Requester:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{PATH}"
+        return f"http://{self.advertised}:{self.port}{PATH}"
 
     async def start(self) -> None:
         await self.peer.start()

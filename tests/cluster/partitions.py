@@ -1,0 +1,394 @@
+"""Real faults on real processes: replicas in network namespaces, partitioned for real.
+
+Each replica of agent-e (`synapse serve` on PostgreSQL) runs in a network namespace of its
+own, joined to this one by three veth pairs, each on a bridge of its own:
+
+- `balancer`: nginx (here) reaches the replica on it, and so do the other replicas (a
+  message for a task another replica holds is forwarded to it);
+- `database`: the replica reaches PostgreSQL (here) on it;
+- `partner`: the replica reaches the requester (here) on it, for its callbacks.
+
+A fault cuts one of them (the bridge's port set down: packets are dropped, nothing is
+refused, as in a real partition), pauses a replica past the lease's TTL (SIGSTOP, SIGCONT),
+kills and restarts one, or restarts PostgreSQL (`-m fast` or `-m immediate`) while stored
+tasks are looked up (answers, cancels). The schedule is drawn from a seed: which faults,
+on which replica, for how long. Meanwhile the requester runs the mixed workload of
+`workload.py`; once the faults stop and everything is healed, its history checker reads both
+sides.
+
+Short runs are in CI (`test_cluster_partitions.py`); long ones by hand, as root:
+
+    python tests/cluster/partitions.py --seeds 0-9 --tasks 1000 --seconds 60
+
+which prints, for each seed, the faults injected and the anomalies found, and at the end
+the anomalies per 1,000 tasks. Creating namespaces needs root (CAP_NET_ADMIN) and
+iproute2's `ip`; every namespace, bridge and process made here is removed by the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
+
+from clusterkit import Cluster, Replica, Requester, replica_config  # noqa: E402
+from lbserver import Nginx  # noqa: E402
+from pgserver import PgServer, missing, restart_server, start_server, stop_server  # noqa: E402
+from workload import Run, anomalies, executor_settled, run_mixed  # noqa: E402
+
+#: The three links of a replica, by the bridge's letter.
+LINKS = {"balancer": "a", "database": "b", "partner": "c"}
+#: The first two octets of each link's network (the third is the run's own).
+NETWORKS = {"balancer": "10.213", "database": "10.214", "partner": "10.215"}
+INSTALL_HINT = (
+    "network namespaces need root (CAP_NET_ADMIN) and iproute2's ip: run as root, "
+    "apt-get install iproute2"
+)
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+def can_make_namespaces() -> str | None:
+    """None if namespaces can be made here, else why not."""
+    if shutil.which("ip") is None or os.geteuid() != 0:
+        return INSTALL_HINT
+    name = f"synprobe{os.getpid()}"
+    try:
+        ip("netns", "add", name)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        return f"{INSTALL_HINT} ({exc})"
+    ip("netns", "del", name)
+    return None
+
+
+@dataclass
+class Network:
+    """The namespaces and bridges of one run; `close()` removes them all."""
+
+    replicas: int
+    tag: str = field(default_factory=lambda: str(os.getpid() % 100000))
+    made_bridges: list[str] = field(default_factory=list)
+    made_namespaces: list[str] = field(default_factory=list)
+    cut: set[tuple[int, str]] = field(default_factory=set)
+
+    @property
+    def octet(self) -> int:
+        return int(self.tag) % 250 + 1
+
+    def host_address(self, link: str) -> str:
+        """This namespace's address on `link`'s bridge."""
+        return f"{NETWORKS[link]}.{self.octet}.1"
+
+    def replica_address(self, index: int, link: str) -> str:
+        return f"{NETWORKS[link]}.{self.octet}.{10 + index}"
+
+    def namespace(self, index: int) -> str:
+        return f"syn{self.tag}-{index}"
+
+    def port_of(self, index: int, link: str) -> str:
+        """The bridge port (host side of the veth pair) of replica `index` on `link`."""
+        return f"sy{self.tag}{LINKS[link]}{index}"
+
+    def make(self) -> None:
+        for link, letter in LINKS.items():
+            bridge = f"syb{self.tag}{letter}"
+            ip("link", "add", bridge, "type", "bridge")
+            self.made_bridges.append(bridge)
+            ip("addr", "add", f"{self.host_address(link)}/24", "dev", bridge)
+            ip("link", "set", "dev", bridge, "up")
+        for index in range(self.replicas):
+            ns = self.namespace(index)
+            ip("netns", "add", ns)
+            self.made_namespaces.append(ns)
+            ip("-n", ns, "link", "set", "dev", "lo", "up")
+            for link, letter in LINKS.items():
+                port = self.port_of(index, link)
+                inside = f"veth-{link}"
+                ip("link", "add", port, "type", "veth", "peer", "name", inside, "netns", ns)
+                ip("link", "set", "dev", port, "master", f"syb{self.tag}{letter}")
+                ip("link", "set", "dev", port, "up")
+                address = f"{self.replica_address(index, link)}/24"
+                ip("-n", ns, "addr", "add", address, "dev", inside)
+                ip("-n", ns, "link", "set", "dev", inside, "up")
+
+    def partition(self, index: int, link: str) -> None:
+        ip("link", "set", "dev", self.port_of(index, link), "down")
+        self.cut.add((index, link))
+
+    def heal(self, index: int, link: str) -> None:
+        ip("link", "set", "dev", self.port_of(index, link), "up")
+        self.cut.discard((index, link))
+
+    def heal_all(self) -> None:
+        for index, link in list(self.cut):
+            self.heal(index, link)
+
+    def close(self) -> None:
+        for ns in self.made_namespaces:
+            with contextlib.suppress(subprocess.CalledProcessError):
+                ip("netns", "del", ns)  # its veth pairs go with it
+        for bridge in self.made_bridges:
+            with contextlib.suppress(subprocess.CalledProcessError):
+                ip("link", "del", bridge)
+        self.made_namespaces.clear()
+        self.made_bridges.clear()
+
+
+# --- the faults ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str  # partition, pause, kill, db-restart
+    replica: int = 0
+    link: str = ""
+    seconds: float = 0.0
+    mode: str = ""
+
+    def __str__(self) -> str:
+        if self.kind == "partition":
+            return f"cut e{self.replica + 1}'s {self.link} link {self.seconds:.1f} s"
+        if self.kind == "pause":
+            return f"pause e{self.replica + 1} {self.seconds:.1f} s"
+        if self.kind == "kill":
+            return f"kill e{self.replica + 1}, restart after {self.seconds:.1f} s"
+        return f"restart PostgreSQL -m {self.mode}"
+
+
+def schedule(seed: int, seconds: float, replicas: int, lease_ttl: float) -> list[Fault]:
+    """The faults of a run, one after the other for about `seconds`; each seed favours some
+    kinds and leaves others out (swarm testing), so that kinds also meet in numbers."""
+    rng = random.Random(seed)
+    kinds = ["partition", "partition", "pause", "kill", "db-restart"]
+    chosen = [k for k in kinds if rng.random() < 0.7] or [rng.choice(kinds)]
+    faults: list[Fault] = []
+    total = 0.0
+    while total < seconds:
+        kind = rng.choice(chosen)
+        replica = rng.randrange(replicas)
+        if kind == "partition":
+            # Shorter than the lease, and longer: a takeover happens behind the cut replica.
+            length = rng.uniform(0.3, 3.0) * lease_ttl
+            faults.append(Fault(kind, replica, rng.choice(list(LINKS)), length))
+        elif kind == "pause":
+            length = rng.uniform(1.2, 3.0) * lease_ttl
+            faults.append(Fault(kind, replica, seconds=length))
+        elif kind == "kill":
+            length = rng.uniform(0.0, 2.0) * lease_ttl
+            faults.append(Fault(kind, replica, seconds=length))
+        else:
+            length = 2.0
+            faults.append(Fault(kind, mode=rng.choice(["fast", "immediate"])))
+        total += length + 1.0
+    return faults
+
+
+async def inject(
+    faults: list[Fault], network: Network, cluster: Cluster, server: PgServer, seed: int
+) -> None:
+    """Apply `faults` in order, each healed before the next (a second apart)."""
+    rng = random.Random(seed ^ 0x5EED)
+    for fault in faults:
+        replica = cluster.replicas[fault.replica]
+        if fault.kind == "partition":
+            network.partition(fault.replica, fault.link)
+            await asyncio.sleep(fault.seconds)  # the fault's own length
+            network.heal(fault.replica, fault.link)
+        elif fault.kind == "pause":
+            replica.signal(signal.SIGSTOP)
+            await asyncio.sleep(fault.seconds)
+            replica.signal(signal.SIGCONT)
+        elif fault.kind == "kill":
+            await replica.kill()
+            await asyncio.sleep(fault.seconds)
+            await replica.start()
+        else:
+            await asyncio.to_thread(restart_server, server, fault.mode)
+        await asyncio.sleep(rng.uniform(0.5, 1.5))  # traffic between faults
+
+
+# --- one run ------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    seed: int
+    faults: list[Fault]
+    run: Run
+    found: list[str]
+
+
+@contextlib.asynccontextmanager
+async def partitioned_cluster(
+    workdir: Path, *, replicas: int = 3, lease_ttl: float = 2.0, durable: bool = True
+) -> AsyncIterator[tuple[Network, Cluster, PgServer, Path]]:
+    """PostgreSQL, nginx and the requester here; `replicas` replicas in namespaces of their
+    own. Everything is stopped and removed at the end."""
+    why_not = can_make_namespaces()
+    if why_not is not None:
+        missing(why_not)
+    network = Network(replicas)
+    server: PgServer | None = None
+    nginx: Nginx | None = None
+    requester: Requester | None = None
+    made: list[Replica] = []
+    try:
+        network.make()
+        # PostgreSQL's own durability (fsync, synchronous_commit): an immediate restart is a
+        # crash, and with synchronous_commit off it loses commits it acknowledged (seed 22
+        # finds tasks a requester saw completed gone from the executor's store).
+        server = start_server(
+            durable=durable, trusted=(f"{NETWORKS['database']}.{network.octet}.0/24",)
+        )
+        store = server.create_database("partitions")
+        config = replica_config(workdir / "replica.toml", lease_ttl, "heartbeat_interval = 1\n")
+        executions = workdir / "executions"
+        for index in range(replicas):
+            database = network.host_address("database")
+            made.append(
+                Replica(
+                    f"e{index + 1}",
+                    store.replace("127.0.0.1", database),
+                    "",
+                    "",
+                    config,
+                    workdir,
+                    handler="counting:CountingDemo",
+                    host=network.replica_address(index, "balancer"),
+                    netns=network.namespace(index),
+                    env={"SYNAPSE_TEST_EXECUTIONS": str(executions)},
+                )
+            )
+        nginx = Nginx([r.hostport for r in made], read_timeout=3.0)
+        requester = Requester(
+            f"{nginx.url}/synapse/callback",
+            host=network.host_address("partner"),
+            advertised=network.host_address("partner"),
+        )
+        nginx.start()
+        for replica in made:
+            replica.endpoint = f"{nginx.url}/synapse/callback"
+            replica.requester_url = requester.url
+        await requester.start()
+        for replica in made:
+            await replica.start()
+        yield network, Cluster(made, nginx, requester, store), server, executions
+    finally:
+        for replica in made:
+            await replica.close()
+        if requester is not None:
+            await requester.close()
+        if nginx is not None:
+            nginx.stop()
+        if server is not None:
+            stop_server(server)
+        network.close()
+
+
+async def run_seed(
+    seed: int,
+    *,
+    tasks: int,
+    seconds: float,
+    replicas: int = 3,
+    lease_ttl: float = 2.0,
+    durable: bool = True,
+) -> Outcome:
+    """One seeded run: the workload under the seed's faults, then the history checked."""
+    with tempfile.TemporaryDirectory(prefix="synapse-partitions-") as tmp:
+        async with partitioned_cluster(
+            Path(tmp), replicas=replicas, lease_ttl=lease_ttl, durable=durable
+        ) as (
+            network,
+            cluster,
+            server,
+            executions,
+        ):
+            faults = schedule(seed, seconds, replicas, lease_ttl)
+
+            async def chaos() -> None:
+                try:
+                    await inject(faults, network, cluster, server, seed)
+                finally:
+                    network.heal_all()
+                    for replica in cluster.replicas:
+                        if replica.proc is not None and replica.proc.returncode is None:
+                            replica.signal(signal.SIGCONT)
+
+            # Tasks keep coming while the faults last (they start once a quarter are done).
+            run = await run_mixed(
+                cluster, tasks, chaos, timeout=seconds + 240, spread=seconds * 1.3
+            )
+            await executor_settled(cluster, timeout=60)
+            return Outcome(seed, faults, run, anomalies(cluster, run, executions))
+
+
+# --- by hand ------------------------------------------------------------------------------
+
+
+def seeds_of(text: str) -> Iterator[int]:
+    first, _, last = text.partition("-")
+    yield from range(int(first), int(last or first) + 1)
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0-4", help="FIRST-LAST (default 0-4)")
+    parser.add_argument("--tasks", type=int, default=1000, help="tasks per seed")
+    parser.add_argument("--seconds", type=float, default=60.0, help="of faults per seed")
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument(
+        "--not-durable",
+        action="store_true",
+        help="PostgreSQL with fsync and synchronous_commit off: shows what the checker finds "
+        "when acknowledged commits are lost (an immediate restart is a crash)",
+    )
+    args = parser.parse_args(argv)
+    total_tasks = total_found = 0
+    kinds: dict[str, int] = {}
+    started = time.monotonic()
+    for seed in seeds_of(args.seeds):
+        outcome = await run_seed(
+            seed,
+            tasks=args.tasks,
+            seconds=args.seconds,
+            replicas=args.replicas,
+            durable=not args.not_durable,
+        )
+        total_tasks += outcome.run.tasks
+        total_found += len(outcome.found)
+        for fault in outcome.faults:
+            name = fault.kind + (f" ({fault.link})" if fault.link else "")
+            name += f" ({fault.mode})" if fault.mode else ""
+            kinds[name] = kinds.get(name, 0) + 1
+        print(
+            f"seed {seed}: {outcome.run.tasks} tasks in {outcome.run.elapsed:.0f} s, "
+            f"{len(outcome.faults)} faults ({'; '.join(map(str, outcome.faults))}), "
+            f"{len(outcome.found)} anomalies {outcome.found[:5]}",
+            flush=True,
+        )
+    print(
+        f"{total_tasks} tasks, faults {kinds}, {total_found} anomalies "
+        f"({1000 * total_found / max(1, total_tasks):.2f} per 1,000 tasks), "
+        f"{time.monotonic() - started:.0f} s"
+    )
+    return 1 if total_found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))
