@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from synapse.a2a.client.core import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
     from synapse.a2a.server.app import A2AServer
     from synapse.a2a.server.direct import DirectAnswers, DirectRequest
-    from synapse.a2a.server.follow_ups import follow_up_messages
+    from synapse.a2a.server.follow_ups import answer_messages, follow_up_messages
     from synapse.a2a.server.push import PushAllowlist
     from synapse.a2a.server.security import SecurityPolicy
     from synapse.a2a.server.service import A2AService
@@ -50,6 +50,7 @@ _LAZY = {
     "A2AServer": "synapse.a2a.server.app",
     "DirectAnswers": "synapse.a2a.server.direct",
     "DirectRequest": "synapse.a2a.server.direct",
+    "answer_messages": "synapse.a2a.server.follow_ups",
     "follow_up_messages": "synapse.a2a.server.follow_ups",
     "PushAllowlist": "synapse.a2a.server.push",
     "SecurityPolicy": "synapse.a2a.server.security",
@@ -195,6 +196,7 @@ __all__ = [
     "OAuthClient",
     "PushAllowlist",
     "SecurityPolicy",
+    "answer_messages",
     "enable_a2a",
     "follow_up_messages",
 ]

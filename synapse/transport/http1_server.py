@@ -694,15 +694,11 @@ class CallbackConnection(asyncio.Protocol):
             self.close_with(refused.status, refused.message, refused.details)
 
     def shed(self, share: int) -> None:
-        """Make room for connections within their share of the bytes all may hold (the
-        guard): this one holds a partial request beyond its share. Answered 503
-        `agent_not_ready`, which a sender retries."""
+        """Make room for connections within their share (the guard): this one holds a
+        partial request beyond its share. 503 `agent_not_ready`: a sender retries."""
         log.info("connection_shed", held=self.held, share=share)
-        self.close_with(
-            503,
-            "too many bytes held for partial requests; retry later",
-            {"reason": "http", "held": self.held, "share": share},
-        )
+        details = {"reason": "http", "held": self.held, "share": share}
+        self.close_with(503, "too many bytes held for partial requests; retry later", details)
 
     def close_with(self, status: int, message: str, details: dict[str, Any]) -> None:
         """Answer `status` with an unsigned nack, stop writing, and close once the client

@@ -1,6 +1,8 @@
 """A follow-up message to a task that is working and asked nothing: kept, durably, in the
 task's history and for its handler; a retry kept once; a reused messageId refused; a bound on
-how many one task keeps; and still there after a restart."""
+how many one task keeps; and still there after a restart. A follow-up that answers a
+question: the handler reads it whole (`answer_messages`), it stays in the history across a
+restart, and a retry of it answers nothing more."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from a2akit import fast_config
 
 from synapse import ExecutionContext, TaskResult, Validation
-from synapse.a2a import enable_a2a, follow_up_messages
+from synapse.a2a import answer_messages, enable_a2a, follow_up_messages
 from synapse.a2a.server.follow_ups import MAX_FOLLOW_UP_MESSAGES
 from synapse.store import SqliteStore
 from synapse.transport.peer import Peer
@@ -95,10 +97,10 @@ async def listening(tmp_path: Path) -> AsyncIterator[tuple[ListeningHandler, Pat
 
 
 @asynccontextmanager
-async def running(handler: ListeningHandler, path: Path) -> AsyncIterator[str]:
+async def running(handler: Any, path: Path) -> AsyncIterator[str]:
     """A peer serving `handler` over A2A, on the store at `path`: its base URL."""
     peer = Peer("agent-l", handler=handler, config=fast_config(), store=SqliteStore(path))
-    enable_a2a(peer, default_task_type="listen")
+    enable_a2a(peer, default_task_type=handler.get_capabilities()[0])
     await peer.start()
     try:
         yield f"http://127.0.0.1:{peer.port}"
@@ -172,3 +174,62 @@ async def test_a_task_keeps_a_bounded_number_of_follow_ups(
         assert refused["error"]["code"] == -32004
         assert str(MAX_FOLLOW_UP_MESSAGES) in refused["error"]["message"]
         handler.finish.set()
+
+
+class AskingHandler:
+    """`ask` asks for `answer` until an answering message's id starts with `done`; the result
+    lists the ids and texts of the messages that answered."""
+
+    def get_capabilities(self) -> list[str]:
+        return ["ask"]
+
+    def is_resumable(self, task_type: str) -> bool:
+        return True  # its questions survive a restart
+
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
+        return Validation()
+
+    async def execute_task(
+        self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
+    ) -> TaskResult:
+        while True:
+            fields = await ctx.need_info(["answer"], question="and then?")
+            last = answer_messages(ctx)[-1]
+            assert last.parts[0].text == fields["answer"]  # the message of this answer
+            if last.message_id.startswith("done"):
+                answered = [(m.message_id, m.parts[0].text) for m in answer_messages(ctx)]
+                return TaskResult(output_type="json", output={"answered": answered})
+
+
+async def until_input_required(base: str, task_id: str) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            got = await rpc(base, "GetTask", {"id": task_id})
+            if got["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED":
+                return
+            await asyncio.sleep(0.02)  # another peer's task: no event of ours to wait on
+
+
+async def test_a_handler_reads_the_messages_that_answered_it(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    async with running(AskingHandler(), path) as base:
+        sent = await rpc(base, "SendMessage", {"message": message("go", "first")})
+        task_id = sent["result"]["task"]["id"]
+        assert sent["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        again = await follow_up(base, task_id, "one", "more-1", wait=True)
+        assert again["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        # A retry of that answer answers nothing: the second question still waits.
+        retry = await follow_up(base, task_id, "one", "more-1", wait=True)
+        assert retry["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        await until_input_required(base, task_id)
+    # The answers are durable: after a restart they are in the history, and the handler
+    # (resumed on its question) still reads them.
+    async with running(AskingHandler(), path) as base:
+        got = await rpc(base, "GetTask", {"id": task_id})
+        assert user_texts(got["result"]) == ["go", "one"]
+        done = await follow_up(base, task_id, "two", "done-1", wait=True)
+        task = done["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+        answered = task["artifacts"][0]["parts"][0]["data"]["answered"]
+        assert answered == [["more-1", "one"], ["done-1", "two"]]
+        assert user_texts(task) == ["go", "one", "two"]

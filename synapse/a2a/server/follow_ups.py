@@ -8,6 +8,11 @@ A task that is working and asked nothing keeps the message: it joins the task's 
 durably, the task's audit trail as a note (`FOLLOW_UP_NOTE`), where the handler reads it
 (`follow_up_messages(ctx)`). It changes no state: Synapse has no message for it, and the
 handler decides what, if anything, it means.
+
+An answer is noted too (`ANSWER_NOTE`), durably, before it is applied: the task's history
+keeps it across a restart, a retry of it is recognized, and the handler reads the messages
+that answered its questions (`answer_messages(ctx)`: their ids, parts and metadata, beyond
+the fields the answer carries).
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import Any
 
 from synapse.a2a import mapping, wire
 from synapse.a2a.errors import unsupported
+from synapse.a2a.server import view as views
 from synapse.a2a.server.retries import fingerprint, reused
-from synapse.a2a.server.view import FOLLOW_UP_NOTE, A2ATask, kept_messages
+from synapse.a2a.server.view import ANSWER_NOTE, ANSWER_REFUSED_NOTE, FOLLOW_UP_NOTE, A2ATask
 from synapse.p2p.engine import TaskRecord
 from synapse.p2p.states import Role, allowed_events
 from synapse.runtime.handler import ExecutionContext
@@ -94,10 +100,11 @@ def answer_builder(state: TaskState) -> _AnswerBuilder | None:
 
 
 def to_keep(view: A2ATask, rec: TaskRecord, message: wire.Message) -> bool:
-    """Whether `message` is still to keep (False: a retry of one kept already, kept once),
-    read in one pass over the kept ones. The same `messageId` on another message is
-    refused, as for a new task's, and so is one more than `MAX_FOLLOW_UP_MESSAGES`."""
-    kept = kept_messages(rec.audit)
+    """Whether `message` is still to keep or apply (False: a retry of one received already,
+    as a kept message or an answer), read in one pass over those. The same `messageId` on
+    another message is refused, as for a new task's, and so is one more than
+    `MAX_FOLLOW_UP_MESSAGES`."""
+    kept = views.history_messages(rec.audit)
     for earlier in kept:
         if earlier.message_id == message.message_id:
             if fingerprint(earlier) != fingerprint(message):
@@ -114,15 +121,24 @@ def to_keep(view: A2ATask, rec: TaskRecord, message: wire.Message) -> bool:
 def follow_up_messages(ctx: ExecutionContext) -> list[wire.Message]:
     """The A2A messages sent to this task while it worked (not answers to its questions),
     oldest first: what a handler reads to take later instructions into account."""
-    return kept_messages(ctx.notes)
+    return views.kept_messages(ctx.notes)
+
+
+def answer_messages(ctx: ExecutionContext) -> list[wire.Message]:
+    """The A2A messages that answered this task's questions, oldest first: the last one is
+    the answer `need_info` or `need_human` just returned (its `messageId`, its parts and
+    metadata, beyond the fields or decision the answer carries)."""
+    return views.answer_messages(ctx.notes)
 
 
 __all__ = [
+    "ANSWER_NOTE",
+    "ANSWER_REFUSED_NOTE",
     "FOLLOW_UP_NOTE",
     "MAX_FOLLOW_UP_MESSAGES",
     "Answer",
     "answer_builder",
+    "answer_messages",
     "follow_up_messages",
-    "kept_messages",
     "to_keep",
 ]

@@ -22,6 +22,7 @@ framing. See `docs/a2a.md` for every mapping.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -439,14 +440,24 @@ class A2AService:
         if build is None:  # working, and asked nothing: the task keeps the message
             await self._keep_message(view, rec, message)
             return view, view.subscribe()
+        if not follow_ups.to_keep(view, rec, message):
+            return view, view.subscribe()  # a retry of an answer received already
         cls, payload = build(view, rec, message, principal)
         envelope = self._envelope(cls, payload, principal)
+        # Noted durably before it is applied: the handler it resumes reads it at once
+        # (`answer_messages(ctx)`), and the task's history keeps it across a restart.
+        detail = {"message": wire.to_builtins(message)}
+        await self.protocol.note_task(view.key, follow_ups.ANSWER_NOTE, detail)
         view.history.append(message)
         queue = view.subscribe()
         try:
             reply = await self.protocol.handle_message(envelope)
         except NackError as exc:
             view.unsubscribe(queue)
+            with contextlib.suppress(ValueError):
+                view.history.remove(message)
+            refused = {"messageId": message.message_id}
+            await self.protocol.note_task(view.key, follow_ups.ANSWER_REFUSED_NOTE, refused)
             raise a2a_error_of(exc, view.id) from None
         if isinstance(reply, TaskAck) and not view.is_terminal:
             state = reply.payload.state

@@ -476,19 +476,48 @@ def notification_of(view: A2ATask, message: Message) -> wire.StreamResponse:
 #: The audit action of a follow-up message kept by a working task
 #: (`synapse.a2a.server.follow_ups`); its detail is `{"message": <the A2A message, as JSON>}`.
 FOLLOW_UP_NOTE = "a2a_message"
+#: The note of a follow-up that answers the task's question (written before the answer is
+#: applied), and the one that says the answer was refused after all.
+ANSWER_NOTE = "a2a_answer"
+ANSWER_REFUSED_NOTE = "a2a_answer_refused"
+
+
+def _noted(audit: Iterable[AuditEntry], actions: frozenset[str]) -> list[wire.Message]:
+    """The A2A messages of the notes named `actions`, in the order they came, less the
+    answers refused after they were noted."""
+    noted: list[wire.Message] = []
+    refused: set[str] = set()
+    for entry in audit:
+        if entry.action == ANSWER_REFUSED_NOTE:
+            refused.add(str(entry.detail.get("messageId")))
+        if entry.action not in actions:
+            continue
+        try:
+            noted.append(msgspec.convert(entry.detail.get("message"), wire.Message))
+        except msgspec.ValidationError:
+            continue  # not one of ours: a handler's own note of the same name
+    return [message for message in noted if message.message_id not in refused]
+
+
+_KEPT = frozenset({FOLLOW_UP_NOTE})
+_ANSWERS = frozenset({ANSWER_NOTE})
+_HISTORY = frozenset({FOLLOW_UP_NOTE, ANSWER_NOTE})
 
 
 def kept_messages(audit: Iterable[AuditEntry]) -> list[wire.Message]:
-    """The follow-up messages a task kept, in the order they came, from its audit trail."""
-    kept: list[wire.Message] = []
-    for entry in audit:
-        if entry.action != FOLLOW_UP_NOTE:
-            continue
-        try:
-            kept.append(msgspec.convert(entry.detail.get("message"), wire.Message))
-        except msgspec.ValidationError:
-            continue  # not one of ours: a handler's own note of the same name
-    return kept
+    """The follow-up messages a task kept (sent while it worked), in the order they came,
+    from its audit trail."""
+    return _noted(audit, _KEPT)
+
+
+def answer_messages(audit: Iterable[AuditEntry]) -> list[wire.Message]:
+    """The follow-up messages that answered the task's questions, in the order they came."""
+    return _noted(audit, _ANSWERS)
+
+
+def history_messages(audit: Iterable[AuditEntry]) -> list[wire.Message]:
+    """Every follow-up message of the task, kept ones and answers, in the order they came."""
+    return _noted(audit, _HISTORY)
 
 
 def view_of_record(rec: TaskRecord) -> A2ATask:
@@ -508,7 +537,7 @@ def view_of_record(rec: TaskRecord) -> A2ATask:
         view.history.append(first)
     except msgspec.ValidationError:
         pass
-    view.history.extend(kept_messages(rec.audit))
+    view.history.extend(history_messages(rec.audit))
     for raw in meta.get("push") or []:
         try:
             config = msgspec.convert(raw, wire.TaskPushNotificationConfig)
@@ -583,14 +612,18 @@ def apply_callback(view: A2ATask, message: Message) -> None:
 
 
 __all__ = [
+    "ANSWER_NOTE",
+    "ANSWER_REFUSED_NOTE",
     "CONTEXT_KEY",
     "FOLLOW_UP_NOTE",
     "REQUESTER_PREFIX",
     "A2ATask",
     "Queued",
     "Subscription",
+    "answer_messages",
     "apply_callback",
     "context_data",
+    "history_messages",
     "kept_messages",
     "notification_of",
     "view_of_record",
