@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from synapse import ExecutionContext, Peer, TaskFailure, TaskResult, Validation
-from synapse.a2a import DirectRequest, answer_messages, enable_a2a
+from synapse.a2a import CallerIdentity, DirectRequest, answer_messages, enable_a2a, wire
 from synapse.p2p.config import P2PConfig
 from synapse.types import ErrorCode, TaskError
 
@@ -116,7 +116,13 @@ class TckHandler:
         return TaskResult(output_type="text", output=f"Unhandled messageId prefix: {message_id}")
 
 
-async def main(port: int, grpc_port: int) -> None:
+def members_card(card: wire.AgentCard, caller: CallerIdentity) -> wire.AgentCard:
+    """The extended card of `--extended-card`: one skill more than the public card."""
+    card.skills.append(wire.AgentSkill(id="members", name="Members", description="More"))
+    return card
+
+
+async def main(port: int, grpc_port: int, extended_card: bool) -> None:
     peer = Peer("tck-sut", handler=TckHandler(), port=port, config=P2PConfig())
     enable_a2a(
         peer,
@@ -127,6 +133,9 @@ async def main(port: int, grpc_port: int) -> None:
         bindings=["JSONRPC", "HTTP+JSON", "GRPC"],
         grpc_port=grpc_port,
         name="Synapse TCK SUT",
+        # CARD-EXT-001 wants an extended card served, CARD-EXT-002 the error of one not
+        # configured: no agent passes both; this flag chooses which one runs against a card.
+        extended_card=members_card if extended_card else None,
     )
     await peer.start()
     print(f"listening on http://127.0.0.1:{port} (gRPC on {grpc_port})", flush=True)
@@ -140,5 +149,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=9999)
     parser.add_argument("--grpc-port", type=int, default=10000)
+    parser.add_argument(
+        "--extended-card", action="store_true", help="serve an extended card (CARD-EXT tests)"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.port, args.grpc_port))
+    asyncio.run(main(args.port, args.grpc_port, args.extended_card))

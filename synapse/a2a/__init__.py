@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from synapse.a2a.server.direct import DirectAnswers, DirectRequest
     from synapse.a2a.server.follow_ups import answer_messages, follow_up_messages
     from synapse.a2a.server.push import PushAllowlist
-    from synapse.a2a.server.security import SecurityPolicy
+    from synapse.a2a.server.security import CallerIdentity, ExtendedCard, SecurityPolicy
     from synapse.a2a.server.service import A2AService
     from synapse.transport.peer import Peer
 
@@ -53,6 +53,8 @@ _LAZY = {
     "answer_messages": "synapse.a2a.server.follow_ups",
     "follow_up_messages": "synapse.a2a.server.follow_ups",
     "PushAllowlist": "synapse.a2a.server.push",
+    "CallerIdentity": "synapse.a2a.server.security",
+    "ExtendedCard": "synapse.a2a.server.security",
     "SecurityPolicy": "synapse.a2a.server.security",
     "A2AService": "synapse.a2a.server.service",
 }
@@ -89,6 +91,7 @@ def enable_a2a(
     tenants: Mapping[str, Iterable[str]] | None = None,
     push_disable_after: int | None = None,
     card_v03_members: bool = False,
+    extended_card: ExtendedCard | None = None,
 ) -> A2AServer:
     """Make `peer` speak A2A v1.0 too, on its own aiohttp app. Call before `peer.start()`.
 
@@ -120,6 +123,12 @@ def enable_a2a(
       `/.well-known/agent.json`. `card_v03_members`: also put the 0.3 members on the card at
       `/.well-known/agent-card.json`, for 0.3 clients that look only there (as the official
       SDK does; a strict A2A 1.0 validator, the 1.0 TCK's, refuses such a card).
+    - `extended_card`: what an authenticated caller sees beyond the public card, on
+      `GetExtendedAgentCard`: `(card, caller) → card`, given the public card built afresh and
+      the caller's `CallerIdentity` (principal, scheme, scopes, claims); more skills for a
+      scope, say. The card then declares `capabilities.extendedAgentCard`. Without it, a
+      peer with a security policy serves its public card there; without either, the call
+      is refused (-32004).
     """
     try:
         peer.protocol  # noqa: B018 - raises until the peer is started
@@ -166,6 +175,7 @@ def enable_a2a(
         tenants=tenants,
         push_disable_after=push_disable_after,
         card_v03_members=card_v03_members,
+        extended_card=extended_card,
     )
     if peer.tls is not None:
         server.pusher.ssl = peer.tls.client_context()
@@ -187,12 +197,14 @@ __all__ = [
     "A2ATaskHandle",
     "A2AVersionError",
     "AgentProvider",
+    "CallerIdentity",
     "CardSignatureError",
     "CardSigner",
     "CardVerifier",
     "ClientCredentials",
     "DirectAnswers",
     "DirectRequest",
+    "ExtendedCard",
     "OAuthClient",
     "PushAllowlist",
     "SecurityPolicy",

@@ -283,6 +283,22 @@ def rest_json(raw: bytes, status: int) -> Any:
 # --- gRPC ---------------------------------------------------------------------------------------
 
 
+#: Headers that describe an HTTP message, not the call: never gRPC metadata.
+_HTTP_ONLY_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "connection",
+        "content-length",
+        "content-type",
+        "host",
+        "te",
+        "transfer-encoding",
+        "user-agent",
+    }
+)
+
+
 class GrpcTransport:
     binding = wire.GRPC_BINDING
 
@@ -320,11 +336,12 @@ class GrpcTransport:
         else:
             self._channel = grpc.aio.insecure_channel(target)
         by_name = {k.lower(): v for k, v in headers.items()}
-        version = by_name.get(wire.VERSION_HEADER.lower(), wire.PROTOCOL_VERSION)
+        version = by_name.pop(wire.VERSION_HEADER.lower(), wire.PROTOCOL_VERSION)
+        by_name.pop("a2a-extensions", None)  # from `extensions`, below
         metadata = [(grpc_proto.VERSION_KEY, version)]
-        authorization = by_name.get("authorization")
-        if authorization:
-            metadata.append(("authorization", authorization))
+        # The client's headers are its service parameters on every binding (credentials
+        # such as an API key in its header, a tenant's header): on gRPC, metadata entries.
+        metadata += [(k, v) for k, v in by_name.items() if k not in _HTTP_ONLY_HEADERS]
         if extensions:
             metadata.append((grpc_proto.EXTENSIONS_KEY, ",".join(extensions)))
         self.metadata = tuple(metadata)

@@ -30,7 +30,15 @@ from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY, meta_value
 from synapse.a2a.server.jsonrpc import JsonRpcBinding
 from synapse.a2a.server.push_health import register_push_metrics
 from synapse.a2a.server.rest import RestBinding
-from synapse.a2a.server.security import REQUEST_KEY, MutualTlsScheme, Presented, SecurityPolicy
+from synapse.a2a.server.security import (
+    CURRENT_CALLER,
+    REQUEST_KEY,
+    CallerIdentity,
+    ExtendedCard,
+    MutualTlsScheme,
+    Presented,
+    SecurityPolicy,
+)
 from synapse.a2a.server.service import ANONYMOUS, REQUESTER_PREFIX, A2AService
 from synapse.a2a.server.tenants import Tenants
 from synapse.a2a.server.view import A2ATask
@@ -117,6 +125,7 @@ class A2AServer:
         tenants: Mapping[str, Iterable[str]] | None = None,
         push_disable_after: int | None = None,
         card_v03_members: bool = False,
+        extended_card: ExtendedCard | None = None,
     ) -> None:
         if not path.startswith("/"):
             raise ValueError("the JSON-RPC path must start with '/'")
@@ -162,13 +171,14 @@ class A2AServer:
         self.card_v03_members = card_v03_members
         self._card_etag = ""
         self._card_modified = 0.0
+        #: What an authenticated caller sees beyond the public card (None: the same card).
+        self.extended_card = extended_card
         self.service = A2AService(
             config=self.config,
             default_task_type=default_task_type,
             push_allowlist=push_allowlist,
             push_secret=push_secret,
-            card=self.card,
-            extended_card=lambda: self.security is not None,
+            extended_card=self.extended_card_for,
             tenants=Tenants(tenants),
             push_disable_after=push_disable_after,
         )
@@ -277,6 +287,24 @@ class A2AServer:
         return self.service.push_enabled
 
     def card(self) -> wire.AgentCard:
+        card = self._unsigned_card()
+        return self.card_signer(card) if self.card_signer is not None else card
+
+    def extended_card_for(self, principal: str) -> wire.AgentCard | None:
+        """The card the caller of this call (`CURRENT_CALLER`, authenticated by the
+        security policy) sees: the public card, changed by `extended_card` if given, and
+        signed as the public one is. None when the agent offers no extended card (no
+        security policy and no `extended_card`)."""
+        if self.security is None and self.extended_card is None:
+            return None
+        card = self._unsigned_card()  # built afresh: the hook may change it freely
+        if self.extended_card is not None:
+            caller = CURRENT_CALLER.get() or CallerIdentity(principal, "none")
+            card = self.extended_card(card, caller)
+            card.capabilities.extended_agent_card = True
+        return self.card_signer(card) if self.card_signer is not None else card
+
+    def _unsigned_card(self) -> wire.AgentCard:
         caps = [c if isinstance(c, Capability) else Capability(name=c) for c in self.capabilities()]
         card = build_card(
             caps,
@@ -294,7 +322,9 @@ class A2AServer:
             card = self.security.declare(card)
         if self.tls is not None and self.tls.requires_client_cert:
             card = declare_client_certificates(card)
-        return self.card_signer(card) if self.card_signer is not None else card
+        if self.extended_card is not None:
+            card.capabilities.extended_agent_card = True
+        return card
 
     # --- HTTP ---------------------------------------------------------------------------------
 
@@ -350,8 +380,13 @@ class A2AServer:
     async def authenticate_call(self, presented: Presented) -> str:
         """The caller's principal, whatever the binding (`SecurityPolicy` decides)."""
         if self.security is None:
+            CURRENT_CALLER.set(CallerIdentity(ANONYMOUS, "none"))
             return ANONYMOUS
-        return (await self.security.authenticate(presented)).principal
+        identity = await self.security.authenticate(presented)
+        # For what this call reads of its caller beyond the principal (the extended card's
+        # hook): the binding's task runs the operation in this context.
+        CURRENT_CALLER.set(identity)
+        return identity.principal
 
     async def authorize(self, request: web.Request | Presented, method: str, params: Any) -> None:
         """Refuse a method whose scopes, or a new task whose skill, the caller lacks."""

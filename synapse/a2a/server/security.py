@@ -41,7 +41,8 @@ import base64
 import binascii
 import hmac
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
 from typing import Any, Protocol
@@ -96,6 +97,16 @@ class CallerIdentity:
     scheme: str
     scopes: frozenset[str] = frozenset()
     claims: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: Who the A2A call being served comes from, once a binding has authenticated it (its task
+#: runs the operation in the same context); None outside a call.
+CURRENT_CALLER: ContextVar[CallerIdentity | None] = ContextVar("a2a_caller", default=None)
+
+#: What an authenticated caller sees beyond the public card: `(card, caller) → card`, given
+#: the public card built afresh (change it in place or return another); the SDK's extended
+#: card modifier. Per principal, scheme, scope or claim: `caller` says who it is.
+ExtendedCard = Callable[[wire.AgentCard, CallerIdentity], wire.AgentCard]
 
 
 class Scheme(Protocol):
@@ -750,10 +761,12 @@ def _requirement(alt: Mapping[str, Sequence[str]]) -> wire.SecurityRequirement:
 
 
 __all__ = [
+    "CURRENT_CALLER",
     "DEFAULT_JWT_ALGORITHMS",
     "ApiKeyScheme",
     "AuthError",
     "CallerIdentity",
+    "ExtendedCard",
     "HttpBasicScheme",
     "HttpBearerScheme",
     "IssuerUnavailable",

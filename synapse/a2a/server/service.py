@@ -137,8 +137,7 @@ class A2AService:
         default_task_type: str | None = "echo",
         push_allowlist: Iterable[str] = (),
         push_secret: Secret | None = None,
-        card: Callable[[], wire.AgentCard],
-        extended_card: Callable[[], bool] = lambda: False,
+        extended_card: Callable[[str], wire.AgentCard | None] = lambda principal: None,
         tenants: Tenants | None = None,
         push_disable_after: int | None = None,
     ) -> None:
@@ -147,7 +146,6 @@ class A2AService:
         self.tenants = tenants or Tenants()
         self.default_task_type = default_task_type
         self.allowlist = PushAllowlist(push_allowlist)
-        self._card = card
         self._extended_card = extended_card
         self.pusher = PushSender(
             self, self.config, secret=push_secret, disable_after=push_disable_after
@@ -317,10 +315,10 @@ class A2AService:
     def get_extended_card(
         self, req: wire.GetExtendedAgentCardRequest, principal: str
     ) -> wire.AgentCard:
-        if not self._extended_card():
+        card = self._extended_card(principal)  # the caller is authenticated already
+        if card is None:
             raise unsupported("The agent does not support authenticated extended cards")
-        # The caller is authenticated: the extended card is the full card.
-        return self._card()
+        return card
 
     # --- tasks ------------------------------------------------------------------------------------
 
