@@ -95,9 +95,9 @@ def test_the_send_lines_of_a2a_md_run_with_the_exit_status_they_say(
 
 
 def test_the_python_blocks_of_a2a_md_serve_and_call(tmp_path: Path) -> None:
-    serving, calling = (b for b in A2A.split("```python\n")[1:3])
-    serving = serving.split("\n```", 1)[0]
-    calling = calling.split("\n```", 1)[0]
+    blocks = [b.split("\n```", 1)[0] for b in A2A.split("```python\n")[1:]]
+    serving = blocks[0]  # "Serving"; the client of "Calling A2A agents" calls it
+    calling = next(b for b in blocks if '"https://agent.example", token=None' in b)
     with shell(tmp_path, (8080, 50051)) as sh:
         ported = sh.ported(serving)
         # The agent the block calls is the one the block before serves, with its token.
