@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from synapse.a2a.server.direct import DirectAnswers, DirectRequest
     from synapse.a2a.server.follow_ups import answer_messages, follow_up_messages
     from synapse.a2a.server.push import PushAllowlist
+    from synapse.a2a.server.related import RelatedTasks, related_tasks
     from synapse.a2a.server.security import CallerIdentity, ExtendedCard, SecurityPolicy
     from synapse.a2a.server.service import A2AService
     from synapse.transport.peer import Peer
@@ -53,6 +54,8 @@ _LAZY = {
     "answer_messages": "synapse.a2a.server.follow_ups",
     "follow_up_messages": "synapse.a2a.server.follow_ups",
     "PushAllowlist": "synapse.a2a.server.push",
+    "RelatedTasks": "synapse.a2a.server.related",
+    "related_tasks": "synapse.a2a.server.related",
     "CallerIdentity": "synapse.a2a.server.security",
     "ExtendedCard": "synapse.a2a.server.security",
     "SecurityPolicy": "synapse.a2a.server.security",
@@ -207,8 +210,10 @@ __all__ = [
     "ExtendedCard",
     "OAuthClient",
     "PushAllowlist",
+    "RelatedTasks",
     "SecurityPolicy",
     "answer_messages",
     "enable_a2a",
     "follow_up_messages",
+    "related_tasks",
 ]

@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from synapse.a2a.server.related import RELATED_KEY, related_tasks
 from synapse.p2p.engine import Validation
 from synapse.router.fanout import FanOutPlan, run_plan
 from synapse.router.pool import PoolConfig
@@ -72,13 +73,20 @@ class Relay:
     def sub_context(self) -> TaskContext:
         """The context of a sub-task: the requester's session and correlation, with
         `parent_task_id` = this task. Its `metadata` stays here — it may hold what only the
-        router may see (an A2A requester's push tokens, say) — but for the hop count."""
+        router may see (an A2A requester's push tokens, say) — but for the hop count and
+        the tasks the original is related to (`RELATED_KEY`)."""
         original = self.ctx.context
+        metadata: dict[str, Any] = {HOPS_KEY: self.hops + 1}
+        # The tasks an A2A requester's message relates this one to, as it may see them:
+        # the partner picked reads them as this task's handler would (`related_tasks`).
+        related = related_tasks(self.ctx)
+        if related.referenced or related.missing or related.context:
+            metadata[RELATED_KEY] = related.to_builtins()
         return TaskContext(
             session_id=original.session_id if original else None,
             parent_task_id=self.ctx.task_id,
             correlation_id=(original.correlation_id if original else None) or self.ctx.task_id,
-            metadata={HOPS_KEY: self.hops + 1},
+            metadata=metadata,
         )
 
     @property

@@ -107,6 +107,12 @@ class ExecutionContext:
         return self.key.task_id
 
     @property
+    def runtime(self) -> TaskRuntime:
+        """The runtime the task runs on: what a binding looks its own records up by
+        (`synapse.a2a.related_tasks`, say)."""
+        return self._runtime
+
+    @property
     def requester(self) -> str:
         return self.key.requester
 

@@ -141,3 +141,36 @@ async def test_an_a2a_agent_at_capacity_fails_over_with_its_retry_after(
             assert member.busy_until - hub.router.clock() > 5  # its retry_after (7 s) noted
             assert sum(handler.starts.values()) == 1  # only the blocker ever ran there
             await blocker.cancel()
+
+
+async def test_the_router_passes_an_a2a_tasks_related_tasks_on_to_its_partner(
+    make_hub: HubFactory,
+) -> None:
+    """An A2A requester's message references an earlier task of its context: the spoke the
+    router picks reads the same related tasks (`related_tasks`) as a handler at the hub
+    would, from its sub-task's context."""
+    from synapse.a2a import A2AClient, RelatedTasks
+    from synapse.a2a.server.related import RELATED_KEY
+
+    async with make_hub(hub_a2a=True, pin={"echo": ["flaky"]}) as hub:
+        base = hub.hub.endpoint.removesuffix(hub.hub.path)
+        async with A2AClient(base, config=FAST) as client:
+            first = await (await client.send({"text": "one"}, task_type="echo", context_id="c1"))
+            assert first.task is not None
+            handle = await client.send(
+                {"text": "two"}, task_type="echo", context_id="c1", references=[first.task.id]
+            )
+            second = await handle
+        assert first.ok and second.ok, (first, second)
+        spoke_records = {
+            r.key.task_id: r for r in records(hub.spokes["flaky"]) if r.context is not None
+        }
+        (routed,) = [
+            r for r in spoke_records.values() if r.context and RELATED_KEY in r.context.metadata
+        ]
+        assert routed.context is not None
+        related = RelatedTasks.from_builtins(routed.context.metadata[RELATED_KEY])
+        assert [t.id for t in related.referenced] == [first.task.id]
+        assert [t.id for t in related.context] == [first.task.id]
+        assert related.referenced[0].status.state == "TASK_STATE_COMPLETED"
+        assert related.missing == []

@@ -474,20 +474,19 @@ class A2AClient:
         *,
         task_type: str | None = None,
         context_id: str = "",
+        references: Sequence[str] = (),
         message: wire.Message | None = None,
         push: wire.TaskPushNotificationConfig | None = None,
         stream: bool | None = None,
     ) -> A2ATaskHandle:
-        """Send a message and follow the task it starts.
-
-        `payload`: a mapping becomes a data part, a string a text part; `task_type` goes to
-        `metadata.taskType` (a skill id of a Synapse agent). Or pass a ready `message`.
-        `stream`: use `SendStreamingMessage` (default: when the card says it streams).
-        """
+        """Send a message and follow the task it starts. `payload`: a mapping becomes a data
+        part, a string a text part; `task_type` goes to `metadata.taskType` (a Synapse skill
+        id); `references` to `referenceTaskIds`; or pass a ready `message`. `stream`: use
+        `SendStreamingMessage` (default: when the card says it streams)."""
         if self.card is None:
             await self.discover()
         if message is None:
-            message = user_message(payload, task_type=task_type, context_id=context_id)
+            message = user_message(payload, task_type, context_id, references=references)
         handle = A2ATaskHandle(self)
         configuration = wire.SendMessageConfiguration(task_push_notification_config=push)
         await handle.begin(message, configuration, self.streaming if stream is None else stream)

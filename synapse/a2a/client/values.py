@@ -5,7 +5,7 @@ parses (`parse_card`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -105,12 +105,14 @@ def card_major(interface: wire.AgentInterface) -> int | None:
 
 def user_message(
     payload: Mapping[str, Any] | str | None = None,
-    *,
     task_type: str | None = None,
     context_id: str = "",
+    *,
     task_id: str = "",
+    references: Sequence[str] = (),
 ) -> wire.Message:
-    """A user message: a mapping as a data part, a string as a text part."""
+    """A user message: a mapping as a data part, a string as a text part; `references`:
+    the ids of earlier tasks it relates to (`referenceTaskIds`)."""
     parts: list[wire.Part] = []
     if isinstance(payload, str):
         parts.append(wire.text_part(payload))
@@ -123,6 +125,7 @@ def user_message(
         context_id=context_id,
         task_id=task_id,
         metadata={mapping.TASK_TYPE_KEY: task_type} if task_type else None,
+        reference_task_ids=list(references),
     )
 
 

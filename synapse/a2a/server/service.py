@@ -39,7 +39,7 @@ from synapse.a2a.errors import (
     task_not_found,
     unsupported,
 )
-from synapse.a2a.server import follow_ups
+from synapse.a2a.server import follow_ups, related
 from synapse.a2a.server.direct import DirectStream, direct_answer
 from synapse.a2a.server.push import (
     MAX_PUSH_URL,
@@ -182,6 +182,7 @@ class A2AService:
         """Route the virtual partners' messages to this service (before tasks are restored)."""
         self._protocol = protocol
         self._rebuilt = False
+        related.register(protocol, self)  # its handlers' `related_tasks(ctx)` read through us
         if not any(isinstance(x, _ViewEviction) for x in protocol.listeners):
             protocol.listeners.append(_ViewEviction(self))
         protocol.route_local(REQUESTER_PREFIX, _RequesterSink(self))
