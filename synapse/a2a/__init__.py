@@ -29,9 +29,10 @@ if TYPE_CHECKING:
     from synapse.a2a.client.core import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
     from synapse.a2a.server.app import A2AServer
     from synapse.a2a.server.direct import DirectAnswers, DirectRequest
+    from synapse.a2a.server.extensions import Extension, timestamp_extension
     from synapse.a2a.server.follow_ups import answer_messages, follow_up_messages
     from synapse.a2a.server.push import PushAllowlist
-    from synapse.a2a.server.related import RelatedTasks, related_tasks
+    from synapse.a2a.server.related import RelatedTasks, active_extensions, related_tasks
     from synapse.a2a.server.security import CallerIdentity, ExtendedCard, SecurityPolicy
     from synapse.a2a.server.service import A2AService
     from synapse.transport.peer import Peer
@@ -54,7 +55,10 @@ _LAZY = {
     "answer_messages": "synapse.a2a.server.follow_ups",
     "follow_up_messages": "synapse.a2a.server.follow_ups",
     "PushAllowlist": "synapse.a2a.server.push",
+    "Extension": "synapse.a2a.server.extensions",
+    "timestamp_extension": "synapse.a2a.server.extensions",
     "RelatedTasks": "synapse.a2a.server.related",
+    "active_extensions": "synapse.a2a.server.related",
     "related_tasks": "synapse.a2a.server.related",
     "CallerIdentity": "synapse.a2a.server.security",
     "ExtendedCard": "synapse.a2a.server.security",
@@ -95,6 +99,7 @@ def enable_a2a(
     push_disable_after: int | None = None,
     card_v03_members: bool = False,
     extended_card: ExtendedCard | None = None,
+    extensions: Sequence[Extension] = (),
 ) -> A2AServer:
     """Make `peer` speak A2A v1.0 too, on its own aiohttp app. Call before `peer.start()`.
 
@@ -132,6 +137,11 @@ def enable_a2a(
       scope, say. The card then declares `capabilities.extendedAgentCard`. Without it, a
       peer with a security policy serves its public card there; without either, the call
       is refused (-32004).
+    - `extensions`: A2A extensions the agent supports (`Extension(uri, description,
+      required, params, annotate)`, or `timestamp_extension()`): on the card, activated per
+      call by its `A2A-Extensions` header (a required one left out: -32008), said back in the
+      answer's header, kept with the tasks they start (`active_extensions(ctx)`), and
+      written by their `annotate` hook on what those tasks emit.
     """
     try:
         peer.protocol  # noqa: B018 - raises until the peer is started
@@ -179,6 +189,7 @@ def enable_a2a(
         push_disable_after=push_disable_after,
         card_v03_members=card_v03_members,
         extended_card=extended_card,
+        extensions=extensions,
     )
     if peer.tls is not None:
         server.pusher.ssl = peer.tls.client_context()
@@ -208,12 +219,15 @@ __all__ = [
     "DirectAnswers",
     "DirectRequest",
     "ExtendedCard",
+    "Extension",
     "OAuthClient",
     "PushAllowlist",
     "RelatedTasks",
     "SecurityPolicy",
+    "active_extensions",
     "answer_messages",
     "enable_a2a",
     "follow_up_messages",
     "related_tasks",
+    "timestamp_extension",
 ]

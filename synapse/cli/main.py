@@ -18,7 +18,7 @@ import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from synapse.cli.errors import CliError, Exit
 from synapse.cli.logs import configure_logging
@@ -28,11 +28,13 @@ from synapse.cli.options import (
     A2A_BINDING,
     A2A_BINDINGS,
     A2A_DEFAULT_TASK_TYPE,
+    A2A_EXTENSIONS,
     A2A_GRPC_PORT,
     A2A_GRPC_PUBLIC_ADDRESS,
     A2A_PUBLIC_URL,
     A2A_PUSH_ALLOW,
     A2A_PUSH_DISABLE_AFTER,
+    A2A_REQUIRED_EXTENSIONS,
     A2A_TENANTS,
     A2A_TOKEN,
     A2A_TOKENS,
@@ -176,6 +178,8 @@ A2A_SERVE_FLAGS = {
     "a2a_tenant": "--a2a-tenant",
     "a2a_push_disable_after": "--a2a-push-disable-after",
     "a2a_v03_card": "--a2a-v03-card",
+    "a2a_extension": "--a2a-extension",
+    "a2a_required_extension": "--a2a-required-extension",
     "a2a_default_task_type": "--a2a-default-task-type",
     "a2a_public_url": "--a2a-public-url",
     "a2a_bindings": "--a2a-bindings",
@@ -221,7 +225,28 @@ def _a2a_serve_options(s: Settings) -> A2AOptions | None:
         tenants=_tenants(s.get_list(A2A_TENANTS)),
         push_disable_after=s.get(A2A_PUSH_DISABLE_AFTER),
         card_v03_members=s.switch(A2A_V03_CARD),
+        extensions=_extensions(s.get_list(A2A_EXTENSIONS), s.get_list(A2A_REQUIRED_EXTENSIONS)),
     )
+
+
+def _extensions(optional: list[str], required: list[str]) -> tuple[Any, ...]:
+    """`--a2a-extension` and `--a2a-required-extension` URIs → the extensions declared (the
+    A2A samples' timestamp extension with its stamp)."""
+    from synapse.a2a.server.extensions import TIMESTAMP_URI, Extension, timestamp_extension
+
+    both = set(optional) & set(required)
+    if both:
+        raise CliError(f"{sorted(both)[0]} is given as optional and as required")
+    made: list[Any] = []
+    for uri, needed in [*((u, False) for u in optional), *((u, True) for u in required)]:
+        if uri in (e.uri for e in made):
+            continue
+        made.append(
+            timestamp_extension(required=needed)
+            if uri == TIMESTAMP_URI
+            else Extension(uri, required=needed)
+        )
+    return tuple(made)
 
 
 def _tenants(pairs: list[tuple[str, str]]) -> dict[str, list[str]] | None:

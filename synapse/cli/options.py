@@ -25,6 +25,7 @@ from synapse.cli.parsers import (
     parse_a2a_token,
     parse_bool,
     parse_count,
+    parse_extension_uri,
     parse_http_url,
     parse_listen,
     parse_port,
@@ -439,6 +440,31 @@ A2A_V03_CARD = Setting(
         "that look only there (strict A2A 1.0 validators refuse it; the 0.3 card is at "
         "/.well-known/agent.json either way)"
     ),
+)
+A2A_EXTENSIONS = Setting(
+    "--a2a-extension",
+    "SYNAPSE_A2A_EXTENSIONS",
+    "a2a_extensions",
+    parse_extension_uri,
+    repeatable=True,
+    help=(
+        "an A2A extension this agent supports, declared on its card and activated for calls "
+        "that name it in A2A-Extensions; repeatable; the A2A samples' timestamp extension "
+        "(https://github.com/a2aproject/a2a-samples/extensions/timestamp/v1) stamps what tasks emit"
+    ),
+    metavar="URI",
+)
+A2A_REQUIRED_EXTENSIONS = Setting(
+    "--a2a-required-extension",
+    "SYNAPSE_A2A_REQUIRED_EXTENSIONS",
+    "a2a_required_extensions",
+    parse_extension_uri,
+    repeatable=True,
+    help=(
+        "an A2A extension every call must name in A2A-Extensions (else it is refused, -32008); "
+        "declared on the card as required; repeatable"
+    ),
+    metavar="URI",
 )
 A2A_TENANTS = Setting(
     "--a2a-tenant",

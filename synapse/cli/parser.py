@@ -32,11 +32,13 @@ from synapse.cli.options import (
     A2A_BINDING,
     A2A_BINDINGS,
     A2A_DEFAULT_TASK_TYPE,
+    A2A_EXTENSIONS,
     A2A_GRPC_PORT,
     A2A_GRPC_PUBLIC_ADDRESS,
     A2A_PUBLIC_URL,
     A2A_PUSH_ALLOW,
     A2A_PUSH_DISABLE_AFTER,
+    A2A_REQUIRED_EXTENSIONS,
     A2A_TENANTS,
     A2A_TOKEN,
     A2A_TOKENS,
@@ -231,6 +233,8 @@ def _add_serve(commands: Any, runs: Mapping[str, Callable[[Any], int]]) -> None:
     add_setting(group, A2A_PUSH_DISABLE_AFTER)
     add_setting(group, A2A_V03_CARD)
     add_setting(group, A2A_TENANTS)
+    add_setting(group, A2A_EXTENSIONS)
+    add_setting(group, A2A_REQUIRED_EXTENSIONS)
     add_setting(group, A2A_DEFAULT_TASK_TYPE)
     add_setting(group, A2A_PUBLIC_URL)
     add_setting(group, A2A_BINDINGS)

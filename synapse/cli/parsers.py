@@ -53,6 +53,16 @@ def parse_url(text: str) -> str:
     return text
 
 
+def parse_extension_uri(text: str) -> str:
+    """An A2A extension's URI: absolute, with a scheme and no spaces or commas (the
+    `A2A-Extensions` header lists them separated by commas)."""
+    uri = text.strip()
+    parts = urlsplit(uri)
+    if not parts.scheme or not (parts.netloc or parts.path) or any(c in uri for c in " ,\t"):
+        raise ValueError(f"not an extension URI (absolute, no commas or spaces): {text!r}")
+    return uri
+
+
 def parse_http_url(text: str) -> str:
     """An http or https URL (where push notifications may go)."""
     parse_url(text)

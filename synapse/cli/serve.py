@@ -72,6 +72,8 @@ class A2AOptions:
     push_disable_after: int | None = None
     #: `--a2a-v03-card`: the 0.3 members on the 1.0 card too.
     card_v03_members: bool = False
+    #: The A2A extensions declared (`synapse.a2a.server.extensions.Extension`).
+    extensions: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +246,7 @@ def serve_a2a(peer: Peer, options: A2AOptions) -> A2AServer:
             tenants=options.tenants,
             push_disable_after=options.push_disable_after,
             card_v03_members=options.card_v03_members,
+            extensions=options.extensions,
         )
     except ValueError as exc:
         raise CliError(f"bad A2A settings: {exc}") from exc
@@ -351,6 +354,10 @@ async def run_serve(options: ServeOptions) -> int:
                 principals=sorted(set(options.a2a.tokens.values())) or None,
                 bindings=[i.protocol_binding for i in a2a.interfaces()],
                 grpc=next((i.url for i in a2a.interfaces() if i.protocol_binding == "GRPC"), None),
+                extensions=[
+                    e.uri + (" (required)" if e.required else "") for e in options.a2a.extensions
+                ]
+                or None,
             )
             if anonymous_a2a(options.host, options.a2a):
                 log.warning(

@@ -218,6 +218,21 @@ def run_card(server: Server) -> str:
             "argument --a2a-push-allow: push allowlist entry 'ftp://h/' is not an http(s)",
         ),
         ([], "no partner: give at least one --peer"),
+        (["--a2a-extension", "https://x.example/e/v1"], "--a2a-extension needs --a2a"),
+        (
+            ["--a2a", "--a2a-extension", "not a uri"],
+            "argument --a2a-extension: not an extension URI",
+        ),
+        (
+            [
+                "--a2a",
+                "--a2a-extension",
+                "https://x/v1",
+                "--a2a-required-extension",
+                "https://x/v1",
+            ],
+            "https://x/v1 is given as optional and as required",
+        ),
     ],
 )
 def test_serve_a2a_usage_errors(args: list[str], message: str) -> None:
@@ -565,3 +580,35 @@ def test_anonymous_a2a_beyond_this_machine_is_warned_of(
 
 def test_a_loopback_agent_is_not_warned_of(agent: Server) -> None:
     assert not any("a2a_anonymous" in line for line in agent.lines)
+
+
+async def test_serve_a2a_declares_and_negotiates_extensions() -> None:
+    """--a2a-extension and --a2a-required-extension: on the card; a call that leaves out the
+    required one is refused (-32008); one that names both gets the timestamp extension's
+    stamp and hears back what was activated."""
+    from synapse.a2a.server.extensions import TIMESTAMP_FIELD, TIMESTAMP_URI
+
+    policy = "https://example.com/a2a/ext/policy/v1"
+    with serve(
+        "--agent-id",
+        EXECUTOR,
+        "--a2a",
+        "--a2a-extension",
+        TIMESTAMP_URI,
+        "--a2a-required-extension",
+        policy,
+    ) as server:
+        card = json.loads(run_card(server))
+        declared = {e["uri"]: e.get("required", False) for e in card["capabilities"]["extensions"]}
+        assert declared[TIMESTAMP_URI] is False and declared[policy] is True
+        refused = await rpc(server, "SendMessage", echo_message("no"))
+        assert refused["error"]["code"] == -32008
+        answer = await rpc(
+            server,
+            "SendMessage",
+            echo_message("yes"),
+            {"A2A-Extensions": f"{TIMESTAMP_URI},{policy}"},
+        )
+    (artifact,) = answer["result"]["task"]["artifacts"]
+    assert TIMESTAMP_FIELD in artifact["metadata"]
+    assert artifact["extensions"] == [TIMESTAMP_URI]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlencode, urlsplit
 
@@ -51,6 +51,7 @@ def describe_failure(exc: BaseException, timeout: float | None) -> str:
 class Transport(Protocol):
     binding: str
     url: str
+    activated_extensions: tuple[str, ...]
 
     async def call(self, method: str, params: dict[str, Any]) -> Any: ...
 
@@ -63,6 +64,15 @@ class Transport(Protocol):
 #: transport keeps.
 _EVENT_KINDS = ("task", "statusUpdate", "artifactUpdate", "message")
 _KEPT_EVENT_IDS = 1000
+
+
+#: The header an answer names its activated extensions in.
+EXTENSIONS = "A2A-Extensions"
+
+
+def activated(values: Iterable[str]) -> tuple[str, ...]:
+    """The extension URIs of an `A2A-Extensions` header (repeated or comma-separated)."""
+    return tuple(dict.fromkeys(u.strip() for v in values for u in v.split(",") if u.strip()))
 
 
 class Request(NamedTuple):
@@ -110,6 +120,8 @@ class _HttpTransport:
 
     #: Adds the credentials a call needs (`A2AClient` sets it: synapse.a2a.client.auth).
     auth: Any = None
+    #: The extensions the agent said it activated for the last call (its answer's header).
+    activated_extensions: tuple[str, ...] = ()
 
     async def _extra(
         self, method: str, params: dict[str, Any]
@@ -145,6 +157,7 @@ class _HttpTransport:
             async with self._session().request(
                 verb, url, data=body, headers={**headers, **extra}, params=query, timeout=timeout
             ) as response:
+                self.activated_extensions = activated(response.headers.getall(EXTENSIONS, []))
                 yield response
         except (aiohttp.ClientError, TimeoutError) as exc:
             if stream:
@@ -301,6 +314,8 @@ _HTTP_ONLY_HEADERS = frozenset(
 
 class GrpcTransport:
     binding = wire.GRPC_BINDING
+    #: The extensions the agent said it activated for the last call (initial metadata).
+    activated_extensions: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -398,15 +413,24 @@ class GrpcTransport:
         stub, request = self._stub(method, params, "unary_unary")
         metadata = await self._metadata(method, params)
         try:
-            response = await stub(request, metadata=metadata, timeout=self.timeout)
+            call = stub(request, metadata=metadata, timeout=self.timeout)
+            response = await call
+            await self._activated(call)
         except self._grpc.aio.AioRpcError as exc:
             raise self._error(method, exc) from exc
         return self._proto.to_json(response)
+
+    async def _activated(self, call: Any) -> None:
+        """Read what the agent activated from the call's initial metadata."""
+        found = await call.initial_metadata() or ()
+        values = [str(v) for k, v in found if k == self._proto.EXTENSIONS_KEY]
+        self.activated_extensions = activated(values)
 
     async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
         stub, request = self._stub(method, params, "unary_stream")
         call = stub(request, metadata=await self._metadata(method, params))
         try:
+            await self._activated(call)
             async for event in call:
                 yield self._proto.to_json(event)
         except self._grpc.aio.AioRpcError as exc:

@@ -27,6 +27,7 @@ from synapse.a2a import v03, wire
 from synapse.a2a.card import build_card
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY, meta_value
+from synapse.a2a.server.extensions import ACTIVE_EXTENSIONS, HEADER, Extension, Extensions
 from synapse.a2a.server.jsonrpc import JsonRpcBinding
 from synapse.a2a.server.push_health import register_push_metrics
 from synapse.a2a.server.rest import RestBinding
@@ -126,6 +127,7 @@ class A2AServer:
         push_disable_after: int | None = None,
         card_v03_members: bool = False,
         extended_card: ExtendedCard | None = None,
+        extensions: Sequence[Extension] = (),
     ) -> None:
         if not path.startswith("/"):
             raise ValueError("the JSON-RPC path must start with '/'")
@@ -173,12 +175,19 @@ class A2AServer:
         self._card_modified = 0.0
         #: What an authenticated caller sees beyond the public card (None: the same card).
         self.extended_card = extended_card
+        #: The A2A extensions declared on the card and negotiated per call (ours too).
+        self.extensions = Extensions(extensions, builtin=(wire.TASK_TYPES_EXTENSION,))
+        if len(self.extensions.declared) != len(extensions) or any(
+            e.uri == wire.TASK_TYPES_EXTENSION for e in extensions
+        ):
+            raise ValueError("each extension is declared once, and not as Synapse's own")
         self.service = A2AService(
             config=self.config,
             default_task_type=default_task_type,
             push_allowlist=push_allowlist,
             push_secret=push_secret,
             extended_card=self.extended_card_for,
+            extensions=self.extensions,
             tenants=Tenants(tenants),
             push_disable_after=push_disable_after,
         )
@@ -207,6 +216,7 @@ class A2AServer:
         self.service.bind(protocol)
 
     def add_routes(self, app: web.Application) -> None:
+        app.on_response_prepare.append(_say_activated_extensions)
         app.router.add_get(wire.AGENT_CARD_PATH, self.handle_card)
         if wire.JSONRPC_BINDING in self.bindings:  # A2A 0.3 clients look here, for 0.3
             app.router.add_get(v03.AGENT_CARD_PATH_03, self.handle_card_v03)
@@ -324,6 +334,7 @@ class A2AServer:
             card = declare_client_certificates(card)
         if self.extended_card is not None:
             card.capabilities.extended_agent_card = True
+        card.capabilities.extensions += [e.card_entry() for e in self.extensions.declared.values()]
         return card
 
     # --- HTTP ---------------------------------------------------------------------------------
@@ -379,6 +390,7 @@ class A2AServer:
 
     async def authenticate_call(self, presented: Presented) -> str:
         """The caller's principal, whatever the binding (`SecurityPolicy` decides)."""
+        ACTIVE_EXTENSIONS.set(())  # a kept-alive connection's task served other calls before
         if self.security is None:
             CURRENT_CALLER.set(CallerIdentity(ANONYMOUS, "none"))
             return ANONYMOUS
@@ -389,10 +401,14 @@ class A2AServer:
         return identity.principal
 
     async def authorize(self, request: web.Request | Presented, method: str, params: Any) -> None:
-        """Refuse a method whose scopes, or a new task whose skill, the caller lacks."""
+        """Refuse a method whose scopes, or a new task whose skill, the caller lacks, or a
+        call that leaves out a required extension; activate the extensions it asks for."""
+        presented = request if isinstance(request, Presented) else self.presented(request)
+        active = self.extensions.activate(presented.headers)
+        if isinstance(request, web.Request):
+            request[EXTENSIONS_KEY] = active  # for the answer's header
         if self.security is None:
             return
-        presented = request if isinstance(request, Presented) else self.presented(request)
         self.security.authorize_method(presented, method)
         message = params.get("message") if isinstance(params, dict) else None
         if method in ("SendMessage", "SendStreamingMessage") and isinstance(message, dict):
@@ -422,6 +438,17 @@ def _not_modified(request: web.Request, etag: str, modified: float) -> bool:
         return parsedate_to_datetime(since).timestamp() >= modified
     except (TypeError, ValueError):
         return False
+
+
+#: Where an HTTP request keeps the extensions its call activated, for its answer's header.
+EXTENSIONS_KEY: web.RequestKey[tuple[str, ...]] = web.RequestKey("a2a_extensions", tuple)
+
+
+async def _say_activated_extensions(request: web.Request, response: web.StreamResponse) -> None:
+    """Name the extensions an A2A call activated in its answer's `A2A-Extensions` header."""
+    active = request.get(EXTENSIONS_KEY)
+    if active:
+        response.headers[HEADER] = ", ".join(active)
 
 
 __all__ = ["ANONYMOUS", "DEFAULT_PATH", "REQUESTER_PREFIX", "A2AServer", "A2ATask"]

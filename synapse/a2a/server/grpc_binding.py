@@ -27,6 +27,7 @@ import grpc
 from synapse.a2a import grpc_proto, grpc_tls, wire
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.server.direct import DirectStream
+from synapse.a2a.server.extensions import ACTIVE_EXTENSIONS
 from synapse.a2a.server.operations import METHODS
 from synapse.a2a.server.security import AuthError, Presented
 from synapse.a2a.server.view import Subscription
@@ -99,6 +100,9 @@ class GrpcBinding:
         principal = await self.server.authenticate_call(presented)
         await self.server.authorize(presented, name, params)
         wire.check_version(presented.headers.get(grpc_proto.VERSION_KEY, "").strip())
+        active = ACTIVE_EXTENSIONS.get()
+        if active:  # what the call activated, as the HTTP bindings' answer header says
+            await context.send_initial_metadata(((grpc_proto.EXTENSIONS_KEY, ",".join(active)),))
         return principal
 
     def _unary(self, name: str) -> Callable[..., Any]:

@@ -1,5 +1,6 @@
-"""The tasks an A2A task is related to, for its handler: those its messages reference
-(`referenceTaskIds`) and the other tasks of its context (`contextId`).
+"""What a handler reads of its task's A2A context: the tasks it is related to (those its
+messages reference, `referenceTaskIds`, and the other tasks of its context, `contextId`), and
+the extensions the call that started it activated (`active_extensions`).
 
 `related_tasks(ctx)` reads them through the A2A service, as the caller could with `GetTask`
 and `ListTasks`: scoped to the caller's principal and tenant (a task another principal owns
@@ -19,6 +20,7 @@ import msgspec
 
 from synapse.a2a import wire
 from synapse.a2a.errors import A2AError
+from synapse.a2a.server.extensions import CONTEXT_EXTENSIONS
 from synapse.a2a.server.view import CONTEXT_KEY, REQUESTER_PREFIX, history_messages
 from synapse.runtime.handler import ExecutionContext
 
@@ -95,6 +97,15 @@ def related_tasks(ctx: ExecutionContext) -> RelatedTasks:
     return RelatedTasks(referenced, missing, others)
 
 
+def active_extensions(ctx: ExecutionContext) -> list[str]:
+    """The A2A extensions the call that started this task activated
+    (`synapse.a2a.server.extensions`); empty for a task that did not come through A2A."""
+    context = ctx.context
+    data = context.metadata.get(CONTEXT_KEY) if context is not None else None
+    found = data.get(CONTEXT_EXTENSIONS) if isinstance(data, dict) else None
+    return [u for u in found if isinstance(u, str)] if isinstance(found, list) else []
+
+
 def _reference_ids(messages: Iterable[Any]) -> list[str]:
     ids: dict[str, None] = {}
     for message in messages:
@@ -135,4 +146,10 @@ def _context_tasks(
     return [task for task in listed.tasks if task.id != this_task]
 
 
-__all__ = ["MAX_CONTEXT_TASKS", "RELATED_KEY", "RelatedTasks", "related_tasks"]
+__all__ = [
+    "MAX_CONTEXT_TASKS",
+    "RELATED_KEY",
+    "RelatedTasks",
+    "active_extensions",
+    "related_tasks",
+]

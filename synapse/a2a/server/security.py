@@ -89,6 +89,18 @@ class AuthError(A2AError):
         self.www_authenticate = challenge
 
 
+#: Headers a call may repeat, each a list: their values are joined with commas (RFC 9110
+#: §5.3). Any other repeated header counts once, as its first value (a credential, say).
+_LISTS = frozenset({"a2a-extensions", "x-a2a-extensions"})
+
+
+def _add_header(headers: dict[str, str], name: str, value: str) -> None:
+    if name in _LISTS and name in headers:
+        headers[name] = f"{headers[name]},{value}"
+    else:
+        headers.setdefault(name, value)
+
+
 @dataclass(frozen=True, slots=True)
 class CallerIdentity:
     """Who a credential proved the caller is."""
@@ -146,7 +158,7 @@ class Presented:
     def from_http(cls, request: web.Request) -> Presented:
         headers: dict[str, str] = {}
         for name, value in request.headers.items():
-            headers.setdefault(name.lower(), value)
+            _add_header(headers, name.lower(), value)
         query = {name: request.query[name] for name in request.query}
         certificate = peer_certificate(request.transport)
         return cls(headers, query, dict(request.cookies), certificate, "http")
@@ -162,7 +174,7 @@ class Presented:
             if not isinstance(value, str):
                 continue  # `-bin` entries carry no credential
             name = key.lower()
-            headers.setdefault(name, value)
+            _add_header(headers, name, value)
             if name == "cookie":
                 cookies.update(_cookies(value))
         certificate = None

@@ -41,6 +41,7 @@ from synapse.a2a.errors import (
 )
 from synapse.a2a.server import follow_ups, related
 from synapse.a2a.server.direct import DirectStream, direct_answer
+from synapse.a2a.server.extensions import ACTIVE_EXTENSIONS, Extensions
 from synapse.a2a.server.push import (
     MAX_PUSH_URL,
     PUSH_PREFIX,
@@ -140,6 +141,7 @@ class A2AService:
         extended_card: Callable[[str], wire.AgentCard | None] = lambda principal: None,
         tenants: Tenants | None = None,
         push_disable_after: int | None = None,
+        extensions: Extensions | None = None,
     ) -> None:
         self.config = config or P2PConfig()
         #: Which tenants each principal may name (`synapse.a2a.server.tenants`).
@@ -147,6 +149,8 @@ class A2AService:
         self.default_task_type = default_task_type
         self.allowlist = PushAllowlist(push_allowlist)
         self._extended_card = extended_card
+        #: The extensions the agent declares: which of them write on what a task emits.
+        self.extensions = extensions or Extensions(())
         self.pusher = PushSender(
             self, self.config, secret=push_secret, disable_after=push_disable_after
         )
@@ -359,6 +363,7 @@ class A2AService:
             context_id=context_id,
             task_type=task_type,
         )
+        self._equip(view, ACTIVE_EXTENSIONS.get())  # those the call that starts it activated
         view.history.append(first)
         if push is not None:
             view.push[push.id] = push
@@ -656,9 +661,15 @@ class A2AService:
         if rec is None or rec.role is not Role.EXECUTOR:
             return None
         view = view_of_record(rec)
+        self._equip(view, view.extensions)
         if not view.is_terminal:
             self.tasks[key.task_id] = view  # callbacks will move it on
         return view
+
+    def _equip(self, view: A2ATask, active: tuple[str, ...]) -> None:
+        """Give `view` the extensions active for its task, and their hooks."""
+        view.extensions = active
+        view.annotators = self.extensions.annotators(active)
 
     def _view_by_id(self, task_id: str) -> A2ATask | None:
         """The view of the A2A task `task_id`, whoever asked for it (push deliveries know
@@ -689,6 +700,7 @@ class A2AService:
                 and rec.task_id not in self.tasks
             ):
                 view = self.tasks[rec.task_id] = view_of_record(rec)
+                self._equip(view, view.extensions)
                 view.seal()  # if finished: kept packed, as it would be had it run here
 
     def evicted(self, key: TaskKey) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from synapse.a2a import mapping, wire
+from synapse.a2a.server.extensions import CONTEXT_EXTENSIONS, Annotate, annotate
 from synapse.p2p.engine import AuditEntry, TaskKey, TaskRecord
 from synapse.p2p.packed import Packer
 from synapse.types import (
@@ -27,6 +28,7 @@ from synapse.types import (
     TaskFailed,
     TaskNeedHuman,
     TaskNeedInfo,
+    TaskResult,
     TaskState,
     TaskStatusUpdate,
 )
@@ -101,7 +103,9 @@ class A2ATask:
         "_sealed",
         "_status_message",
         "_subscribers",
+        "annotators",
         "context_id",
+        "extensions",
         "key",
         "output_artifact_id",
         "principal",
@@ -138,6 +142,10 @@ class A2ATask:
         #: The last events published, for a stream that resumes (`missed`); none once sealed.
         self._recent: list[tuple[int, wire.StreamResponse]] | None = None
         self._sealed: bytes | None = None
+        #: The A2A extensions the call that started the task activated (kept with the task),
+        #: and the hooks of those that write on what it emits (`synapse.a2a.server.extensions`).
+        self.extensions: tuple[str, ...] = ()
+        self.annotators: tuple[tuple[str, Annotate], ...] = ()
 
     # --- contents (unsealed on access) -------------------------------------------------------
 
@@ -264,6 +272,8 @@ class A2ATask:
         self._unseal()
         if self._status_message is not None:
             self._history.append(self._status_message)
+        if message is not None and self.annotators:
+            message = annotate(message, self.annotators)
         self.state, self._status_message, self.timestamp = state, message, wire.timestamp()
         event = wire.StreamResponse(
             status_update=wire.TaskStatusUpdateEvent(
@@ -278,6 +288,8 @@ class A2ATask:
         self, artifact: wire.Artifact, *, append: bool = False, last_chunk: bool = True
     ) -> wire.StreamResponse:
         """Add `artifact`, or (same id) replace it, or with `append` add its parts to it."""
+        if self.annotators:
+            artifact = annotate(artifact, self.annotators)
         for i, known in enumerate(self.artifacts):
             if known.artifact_id == artifact.artifact_id:
                 if append:
@@ -537,6 +549,9 @@ def view_of_record(rec: TaskRecord) -> A2ATask:
         view.history.append(first)
     except msgspec.ValidationError:
         pass
+    found = meta.get(CONTEXT_EXTENSIONS)
+    if isinstance(found, list):
+        view.extensions = tuple(u for u in found if isinstance(u, str))
     view.history.extend(history_messages(rec.audit))
     for raw in meta.get("push") or []:
         try:
@@ -547,10 +562,8 @@ def view_of_record(rec: TaskRecord) -> A2ATask:
     ids = view.ids
     view.state = mapping.a2a_state(rec.state)
     if rec.result is not None:
-        artifact = mapping.result_artifact(
-            rec.result, name=view.task_type, artifact_id=mapping.output_artifact_id(view.id)
-        )
-        view.artifacts.append(artifact)
+        artifact_id = mapping.output_artifact_id(view.id)
+        view.artifacts.append(result_artifact(view, rec.result, artifact_id=artifact_id))
     if rec.state is TaskState.INFO_NEEDED and rec.need_info is not None:
         view.status_message = mapping.need_info_message(rec.need_info, **ids)
     elif rec.state is TaskState.NEED_HUMAN and rec.need_human is not None:
@@ -563,11 +576,30 @@ def view_of_record(rec: TaskRecord) -> A2ATask:
     return view
 
 
+def result_artifact(
+    view: A2ATask, result: TaskResult, *, summary: str = "", artifact_id: str
+) -> wire.Artifact:
+    """The artifact of a task's result; the handler's data for an extension active on the
+    task (`result.metadata[URI]`) goes on it as that extension's (`metadata[URI]`, and the
+    URI in `extensions`), durably: it is rebuilt from the stored result."""
+    artifact = mapping.result_artifact(
+        result, name=view.task_type, summary=summary, artifact_id=artifact_id
+    )
+    data = result.metadata or {}
+    lifted = {uri: data[uri] for uri in view.extensions if uri in data}
+    if not lifted:
+        return artifact
+    metadata = {**(artifact.metadata or {}), **lifted}
+    extensions = [*artifact.extensions, *(u for u in lifted if u not in artifact.extensions)]
+    return msgspec.structs.replace(artifact, metadata=metadata, extensions=extensions)
+
+
 def context_data(view: A2ATask) -> dict[str, Any]:
     return {
         "principal": view.principal,
         "message": wire.to_builtins(view.history[0]) if view.history else None,
         "push": [wire.to_builtins(c) for c in view.push.values()],
+        **({CONTEXT_EXTENSIONS: list(view.extensions)} if view.extensions else {}),
     }
 
 
@@ -597,13 +629,9 @@ def apply_callback(view: A2ATask, message: Message) -> None:
         view.set_status(wire.INPUT_REQUIRED, mapping.need_human_message(message.payload, **ids))
     elif isinstance(message, TaskComplete):
         done = message.payload
+        artifact_id = view.output_artifact_id or mapping.output_artifact_id(view.id)
         view.add_artifact(
-            mapping.result_artifact(
-                done.result,
-                name=view.task_type,
-                summary=done.summary,
-                artifact_id=view.output_artifact_id or mapping.output_artifact_id(view.id),
-            )
+            result_artifact(view, done.result, summary=done.summary, artifact_id=artifact_id)
         )
         summary = mapping.agent_message(done.summary, **ids) if done.summary else None
         view.set_status(wire.COMPLETED, summary)
