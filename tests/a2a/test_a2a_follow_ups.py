@@ -233,3 +233,18 @@ async def test_a_handler_reads_the_messages_that_answered_it(tmp_path: Path) -> 
         answered = task["artifacts"][0]["parts"][0]["data"]["answered"]
         assert answered == [["more-1", "one"], ["done-1", "two"]]
         assert user_texts(task) == ["go", "one", "two"]
+
+
+async def test_the_same_message_id_on_another_answer_is_a_new_answer(tmp_path: Path) -> None:
+    """Clients reuse message ids (the A2A TCK sends every answer of a session under one):
+    only the same id with the same content is a retry."""
+    async with running(AskingHandler(), tmp_path / "store.db") as base:
+        sent = await rpc(base, "SendMessage", {"message": message("go", "reused")})
+        task_id = sent["result"]["task"]["id"]
+        for text in ("one", "two"):
+            again = await follow_up(base, task_id, text, "reused", wait=True)
+            assert again["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        done = await follow_up(base, task_id, "three", "done-1", wait=True)
+    task = done["result"]["task"]
+    answered = task["artifacts"][0]["parts"][0]["data"]["answered"]
+    assert answered == [["reused", "one"], ["reused", "two"], ["done-1", "three"]]

@@ -118,6 +118,16 @@ def to_keep(view: A2ATask, rec: TaskRecord, message: wire.Message) -> bool:
     return True
 
 
+def answered_already(rec: TaskRecord, message: wire.Message) -> bool:
+    """Whether `message` is a retry of an answer the task took (same `messageId`, same
+    content): it answers nothing more. The same `messageId` on another answer is a new
+    answer: clients reuse ids (the A2A TCK sends every answer of a session under one)."""
+    return any(
+        earlier.message_id == message.message_id and fingerprint(earlier) == fingerprint(message)
+        for earlier in views.answer_messages(rec.audit)
+    )
+
+
 def follow_up_messages(ctx: ExecutionContext) -> list[wire.Message]:
     """The A2A messages sent to this task while it worked (not answers to its questions),
     oldest first: what a handler reads to take later instructions into account."""
@@ -139,6 +149,7 @@ __all__ = [
     "Answer",
     "answer_builder",
     "answer_messages",
+    "answered_already",
     "follow_up_messages",
     "to_keep",
 ]

@@ -444,7 +444,7 @@ class A2AService:
         if build is None:  # working, and asked nothing: the task keeps the message
             await self._keep_message(view, rec, message)
             return view, view.subscribe()
-        if not follow_ups.to_keep(view, rec, message):
+        if follow_ups.answered_already(rec, message):
             return view, view.subscribe()  # a retry of an answer received already
         cls, payload = build(view, rec, message, principal)
         envelope = self._envelope(cls, payload, principal)
