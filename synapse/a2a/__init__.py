@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from synapse.a2a.client.auth import ClientCredentials, OAuthClient
     from synapse.a2a.client.core import A2AClient, A2AEvent, A2AOutcome, A2ATaskHandle
     from synapse.a2a.server.app import A2AServer
+    from synapse.a2a.server.artifacts import emit_artifact
     from synapse.a2a.server.direct import DirectAnswers, DirectRequest
     from synapse.a2a.server.extensions import Extension, timestamp_extension
     from synapse.a2a.server.follow_ups import answer_messages, follow_up_messages
@@ -55,6 +56,7 @@ _LAZY = {
     "answer_messages": "synapse.a2a.server.follow_ups",
     "follow_up_messages": "synapse.a2a.server.follow_ups",
     "PushAllowlist": "synapse.a2a.server.push",
+    "emit_artifact": "synapse.a2a.server.artifacts",
     "Extension": "synapse.a2a.server.extensions",
     "timestamp_extension": "synapse.a2a.server.extensions",
     "RelatedTasks": "synapse.a2a.server.related",
@@ -226,6 +228,7 @@ __all__ = [
     "SecurityPolicy",
     "active_extensions",
     "answer_messages",
+    "emit_artifact",
     "enable_a2a",
     "follow_up_messages",
     "related_tasks",

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from synapse.a2a import mapping, wire
+from synapse.a2a.server.artifacts import chunk_of, noted_artifacts
 from synapse.a2a.server.extensions import CONTEXT_EXTENSIONS, Annotate, annotate
 from synapse.p2p.engine import AuditEntry, TaskKey, TaskRecord
 from synapse.p2p.packed import Packer
@@ -561,6 +562,7 @@ def view_of_record(rec: TaskRecord) -> A2ATask:
         view.push[config.id] = config
     ids = view.ids
     view.state = mapping.a2a_state(rec.state)
+    view.artifacts.extend(noted_artifacts(rec.audit))
     if rec.result is not None:
         artifact_id = mapping.output_artifact_id(view.id)
         view.artifacts.append(result_artifact(view, rec.result, artifact_id=artifact_id))
@@ -613,7 +615,12 @@ def apply_callback(view: A2ATask, message: Message) -> None:
         if update.progress is not None:
             data["progress"] = update.progress
             text = text or f"{update.progress}%"
-        if update.intermediate_result is not None:
+        chunk = chunk_of(update.intermediate_result)
+        if chunk is not None:  # a named artifact the handler emitted (`emit_artifact`)
+            view.add_artifact(chunk.artifact, append=chunk.append, last_chunk=chunk.last_chunk)
+            if not (text or data) and view.state == wire.WORKING:
+                return  # the artifact's event says it all
+        elif update.intermediate_result is not None:
             data["intermediate_result"] = update.intermediate_result
             view.add_partial(mapping.partial_parts(update.intermediate_result))
         status_message = (
