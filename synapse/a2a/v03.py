@@ -404,7 +404,9 @@ def _scheme_to_v03(scheme: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: The bindings this package speaks 0.3 on (its 0.3 card lists no other).
-BINDINGS_03: Final = (wire.JSONRPC_BINDING, wire.REST_BINDING)
+#: The bindings a 0.3 client is offered on the 0.3 card: 0.3 is served on each (gRPC: the 0.3
+#: service on the gRPC port, `synapse.a2a.server.grpc_v03`).
+BINDINGS_03: Final = (wire.JSONRPC_BINDING, wire.REST_BINDING, wire.GRPC_BINDING)
 
 
 def card_to_v03(card: Mapping[str, Any]) -> dict[str, Any]:

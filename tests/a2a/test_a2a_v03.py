@@ -21,7 +21,16 @@ from a2a.types.a2a_pb2 import (
     TaskPushNotificationConfig,
     TaskState,
 )
-from a2akit import A2APeer, UvicornThread, collect, sdk_message, state_of, task_id_of, texts
+from a2akit import (
+    GRPC_PRESENT,
+    A2APeer,
+    UvicornThread,
+    collect,
+    sdk_message,
+    state_of,
+    task_id_of,
+    texts,
+)
 
 from synapse.a2a import A2AClient, v03, wire
 from synapse.a2a.client.legacy import JsonRpc03Transport, Rest03Transport
@@ -321,11 +330,18 @@ async def test_the_cards_of_both_versions(a2a_peer: A2APeer) -> None:
     assert legacy["url"] == f"{a2a_peer.base_url}/a2a"
     assert legacy["preferredTransport"] == "JSONRPC"
     assert all("tags" in s for s in legacy["skills"])
-    # The 0.3 card alone: only what this agent speaks 0.3 on (not gRPC).
+    # The 0.3 card alone: what this agent speaks 0.3 on (gRPC too: the 0.3 service is on the
+    # gRPC port beside 1.0's).
     assert "supportedInterfaces" not in legacy
+    grpc_03 = (
+        [{"url": f"127.0.0.1:{a2a_peer.a2a.grpc.port}", "transport": "GRPC"}]
+        if a2a_peer.a2a.grpc is not None
+        else []
+    )
     assert legacy["additionalInterfaces"] == [
         {"url": f"{a2a_peer.base_url}/a2a", "transport": "JSONRPC"},
         {"url": f"{a2a_peer.base_url}/a2a", "transport": "HTTP+JSON"},
+        *grpc_03,
     ]
     assert legacy["capabilities"]["streaming"] is True
     # A 1.0 client speaks 1.0 here.
@@ -463,3 +479,84 @@ def test_serve_a2a_v03_card_puts_the_0_3_members_on_the_card(tmp_path: Any) -> N
         plain = httpx.get(f"http://127.0.0.1:{port}{wire.AGENT_CARD_PATH}").json()
     assert card["protocolVersion"] == "0.3.0" and card["supportedInterfaces"]
     assert "protocolVersion" not in plain
+
+
+@pytest.mark.skipif(
+    not GRPC_PRESENT, reason="gRPC needs the grpc extra: pip install 'synapse-p2p[grpc]'"
+)
+async def test_a_03_grpc_client_of_the_official_sdk_is_served_beside_1_0(a2a_peer: A2APeer) -> None:
+    """The SDK's 0.3 gRPC transport against the gRPC port that serves 1.0: send, stream, get,
+    cancel, push configurations and the card, each in 0.3's protobuf form."""
+    import grpc
+    from a2a.compat.v0_3.grpc_transport import CompatGrpcTransport
+    from a2a.types.a2a_pb2 import (
+        CancelTaskRequest,
+        DeleteTaskPushNotificationConfigRequest,
+        GetExtendedAgentCardRequest,
+        GetTaskPushNotificationConfigRequest,
+        GetTaskRequest,
+        ListTaskPushNotificationConfigsRequest,
+        SendMessageConfiguration,
+        SendMessageRequest,
+        TaskPushNotificationConfig,
+        TaskState,
+    )
+
+    assert a2a_peer.a2a.grpc is not None
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{a2a_peer.a2a.grpc.port}")
+    transport = CompatGrpcTransport(channel, None)
+    try:
+        # A configuration asks to wait for the outcome (0.3's `blocking`); without one, 0.3
+        # returns at once.
+        sent = await transport.send_message(
+            SendMessageRequest(
+                message=sdk_message(parts=[{"text": "over 0.3 gRPC"}]),
+                configuration=SendMessageConfiguration(),
+            )
+        )
+        assert sent.task.status.state == TaskState.TASK_STATE_COMPLETED
+        texts = [p.text for a in sent.task.artifacts for p in a.parts if p.text]
+        assert texts == ["over 0.3 gRPC"]
+        got = await transport.get_task(GetTaskRequest(id=sent.task.id))
+        assert got.id == sent.task.id and got.status.state == TaskState.TASK_STATE_COMPLETED
+        streamed = [
+            e
+            async for e in transport.send_message_streaming(
+                SendMessageRequest(
+                    message=sdk_message(
+                        parts=[{"data": {"steps": 2, "delay": 0.05}}],
+                        metadata={"taskType": "slow"},
+                    )
+                )
+            )
+        ]
+        kinds = [e.WhichOneof("payload") for e in streamed]
+        assert kinds[0] == "task" and "status_update" in kinds
+        slow = await transport.send_message(
+            SendMessageRequest(
+                message=sdk_message(
+                    parts=[{"data": {"steps": 50, "delay": 0.1}}], metadata={"taskType": "slow"}
+                ),
+            )
+        )
+        config = await transport.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=slow.task.id, id="hook-1", url=a2a_peer.hook_url)
+        )
+        assert config.id == "hook-1" and config.url == a2a_peer.hook_url
+        again = await transport.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=slow.task.id, id="hook-1")
+        )
+        assert again.url == a2a_peer.hook_url
+        listed = await transport.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=slow.task.id)
+        )
+        assert [c.id for c in listed.configs] == ["hook-1"]
+        await transport.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=slow.task.id, id="hook-1")
+        )
+        cancelled = await transport.cancel_task(CancelTaskRequest(id=slow.task.id))
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        card = await transport.get_extended_agent_card(GetExtendedAgentCardRequest())
+        assert card.name == "agent-a"
+    finally:
+        await transport.close()

@@ -68,9 +68,14 @@ class GrpcBinding:
                     response_serializer=method.response.SerializeToString,
                 )
         self._grpc = grpc.aio.server()
-        self._grpc.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(grpc_proto.SERVICE.full_name, handlers),)
-        )
+        services = [grpc.method_handlers_generic_handler(grpc_proto.SERVICE.full_name, handlers)]
+        try:  # A2A 0.3 beside it, from the 0.3 descriptors the SDK ships (and its pydantic)
+            from synapse.a2a.server import grpc_v03
+        except ImportError as exc:
+            log.info("a2a_grpc_v03_unavailable", error=repr(exc))
+        else:
+            services.append(grpc_v03.handlers(self))
+        self._grpc.add_generic_rpc_handlers(tuple(services))
         credentials = grpc_tls.server_credentials(self.server.tls) if self.server.tls else None
         if credentials is None:
             self.port = self._grpc.add_insecure_port(f"{host}:{port}")
@@ -85,11 +90,16 @@ class GrpcBinding:
         if server is not None:
             await server.stop(grace)
 
-    async def _call(
-        self, name: str, params: Any, context: grpc.aio.ServicerContext[Any, Any]
+    async def check_call(
+        self,
+        name: str,
+        params: Any,
+        context: grpc.aio.ServicerContext[Any, Any],
+        *,
+        version: bool = True,
     ) -> str:
-        """The caller's principal, once credentials, rights and the version are checked (in
-        the order of the HTTP bindings)."""
+        """The caller's principal, once credentials, rights and (unless `version` is false:
+        a 0.3 call) the version are checked, in the order of the HTTP bindings."""
         auth_context = context.auth_context() or {}
         if self.revocations is not None:
             pem = auth_context.get("x509_pem_cert")
@@ -99,7 +109,8 @@ class GrpcBinding:
         presented = Presented.from_grpc(context.invocation_metadata() or (), auth_context)
         principal = await self.server.authenticate_call(presented)
         await self.server.authorize(presented, name, params)
-        wire.check_version(presented.headers.get(grpc_proto.VERSION_KEY, "").strip())
+        if version:
+            wire.check_version(presented.headers.get(grpc_proto.VERSION_KEY, "").strip())
         active = ACTIVE_EXTENSIONS.get()
         if active:  # what the call activated, as the HTTP bindings' answer header says
             await context.send_initial_metadata(((grpc_proto.EXTENSIONS_KEY, ",".join(active)),))
@@ -111,18 +122,18 @@ class GrpcBinding:
         async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
                 params = grpc_proto.to_json(request)
-                principal = await self._call(name, params, context)
+                principal = await self.check_call(name, params, context)
                 result = await METHODS[name](self.server.service, principal, params, strict=False)
                 return grpc_proto.from_json(
                     wire.to_builtins(result) if result is not None else {}, method.response
                 )
             except A2AError as exc:
-                await self._abort(context, exc)
+                await self.abort(context, exc)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # never a traceback to the caller
                 log.exception("a2a_internal_error", error=repr(exc), binding="grpc")
-                await self._abort(context, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
+                await self.abort(context, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
             raise AssertionError("unreachable: abort raises")
 
         return handle
@@ -136,7 +147,7 @@ class GrpcBinding:
             subscription: Subscription | DirectStream | None = None
             try:
                 params = grpc_proto.to_json(request)
-                principal = await self._call(name, params, context)
+                principal = await self.check_call(name, params, context)
                 result = await METHODS[name](self.server.service, principal, params, strict=False)
                 assert isinstance(result, Subscription | DirectStream)
                 subscription = result
@@ -144,19 +155,19 @@ class GrpcBinding:
                     if event is not None:
                         yield grpc_proto.from_json(wire.to_builtins(event), method.response)
             except A2AError as exc:
-                await self._abort(context, exc)
+                await self.abort(context, exc)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.exception("a2a_internal_error", error=repr(exc), binding="grpc")
-                await self._abort(context, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
+                await self.abort(context, A2AError(A2ACode.INTERNAL_ERROR, "internal error"))
             finally:
                 if subscription is not None:
                     subscription.close()
 
         return handle
 
-    async def _abort(self, context: grpc.aio.ServicerContext[Any, Any], error: A2AError) -> None:
+    async def abort(self, context: grpc.aio.ServicerContext[Any, Any], error: A2AError) -> None:
         if error.code in (A2ACode.INTERNAL_ERROR, A2ACode.AGENT_NOT_READY):
             log.warning("a2a_error", code=error.code, message=error.message, binding="grpc")
         else:
