@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from a2akit import SDK_BINDINGS, A2APeer
+from a2akit import GRPC_PRESENT, SDK_BINDINGS, A2APeer
 from aiohttp import web
 
 from synapse.a2a import A2AClient, A2AError, A2AEvent, A2AVersionError, wire
@@ -260,18 +260,21 @@ async def test_which_cards_the_client_speaks_to() -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
+    if GRPC_PRESENT:
+        from synapse.a2a.client.grpc03 import Grpc03Transport
     try:
         for prefix, kind in (
             ("legacy", JsonRpc03Transport),
             ("modern", JsonRpc03Transport),
             ("both", JsonRpc03Transport),  # JSON-RPC first, as 0.3 agents all offer it
             ("rest", Rest03Transport),
+            *((("grpc", Grpc03Transport),) if GRPC_PRESENT else ()),
         ):
             async with A2AClient(f"http://127.0.0.1:{port}/{prefix}") as client:
                 await client.discover()
                 assert type(client.transport) is kind, prefix
         for prefix, says in (
-            ("grpc", "nor 0.3 over JSON-RPC or HTTP+JSON"),
+            *(() if GRPC_PRESENT else (("grpc", "nor 0.3 over JSON-RPC or HTTP+JSON"),)),
             ("future", "offers: JSONRPC 2.0"),
             ("older", "A2A 0.2.5"),
         ):

@@ -560,3 +560,47 @@ async def test_a_03_grpc_client_of_the_official_sdk_is_served_beside_1_0(a2a_pee
         assert card.name == "agent-a"
     finally:
         await transport.close()
+
+
+@pytest.mark.skipif(
+    not GRPC_PRESENT, reason="gRPC needs the grpc extra: pip install 'synapse-p2p[grpc]'"
+)
+async def test_our_client_speaks_03_over_grpc_from_a_03_card(a2a_peer: A2APeer) -> None:
+    """A2AClient given a 0.3 card and its gRPC interface: send (blocking and streamed), get,
+    push configurations, cancel and the card go to the 0.3 service."""
+    import httpx
+
+    from synapse.a2a.client.grpc03 import Grpc03Transport
+    from synapse.a2a.client.values import parse_card
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        raw = (await http.get(f"{a2a_peer.base_url}/.well-known/agent.json")).content
+    card = parse_card(raw)
+    (interface,) = [i for i in card.supported_interfaces if i.protocol_binding == "GRPC"]
+    assert interface.protocol_version.startswith("0.3")
+    async with A2AClient(a2a_peer.base_url) as client:
+        await client.use_card(card, interface)
+        assert isinstance(client.transport, Grpc03Transport)
+        outcome = await (
+            await client.send({"text": "hi over 0.3 gRPC"}, task_type="echo", stream=False)
+        )
+        assert outcome.ok and outcome.task is not None
+        assert outcome.result is not None and outcome.result.output == "hi over 0.3 gRPC"
+        streamed = await (
+            await client.send({"steps": 2, "delay": 0.05}, task_type="slow", stream=True)
+        )
+        assert streamed.ok
+        got = await client.get_task(outcome.task.id)
+        assert got.status.state == COMPLETED
+        slow = await client.send({"steps": 50, "delay": 0.1}, task_type="slow", stream=False)
+        task_id = slow.task_id
+        created = await client.create_push_config(task_id, a2a_peer.hook_url, config_id="h-03")
+        assert created.id == "h-03"
+        assert [c.id for c in await client.list_push_configs(task_id)] == ["h-03"]
+        await client.delete_push_config(task_id, "h-03")
+        await slow.cancel()
+        cancelled = await slow
+        assert cancelled.task is not None
+        assert cancelled.task.status.state == "TASK_STATE_CANCELED"
+        extended = await client.get_extended_card()
+        assert extended.name == "agent-a"

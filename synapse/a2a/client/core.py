@@ -35,7 +35,6 @@ from synapse.a2a.card_signing import CardSignatureError, CardVerifier
 from synapse.a2a.client import legacy
 from synapse.a2a.client.auth import ClientCredentials, RequestAuth
 from synapse.a2a.client.transports import (
-    GrpcTransport,
     JsonRpcTransport,
     RestTransport,
     StreamBroken,
@@ -253,7 +252,7 @@ class A2AClient:
             if self._ssl is not None and self.tls is None:
                 # grpcio cannot use an ssl.SSLContext: its default roots verify the server.
                 log.warning("a2a_grpc_without_tls_files", url=interface.url, hint="pass tls=")
-            grpc = GrpcTransport(
+            grpc = legacy.grpc_kind(interface)(
                 interface.url,
                 self.headers,
                 self.timeout,

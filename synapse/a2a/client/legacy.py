@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 
 from synapse.a2a import v03, v03rest, wire
 from synapse.a2a.client.transports import (
+    GrpcTransport,
     JsonRpcTransport,
     Request,
     RestTransport,
@@ -111,8 +112,18 @@ def kind_of(
     )
 
 
-#: The bindings a 0.3 agent is spoken to over, the first preferred.
-LEGACY_BINDINGS = (wire.JSONRPC_BINDING, wire.REST_BINDING)
+def grpc_kind(interface: wire.AgentInterface) -> type[GrpcTransport]:
+    """The gRPC transport of `interface`: 1.0's, or 0.3's for a 0.3 one."""
+    if not is_v03_interface(interface):
+        return GrpcTransport
+    from synapse.a2a.client.grpc03 import Grpc03Transport  # the grpc extra, only now
+
+    return Grpc03Transport
+
+
+#: The bindings a 0.3 agent is spoken to over, the first preferred (gRPC with the `grpc`
+#: extra: `synapse.a2a.client.grpc03`).
+LEGACY_BINDINGS = (wire.JSONRPC_BINDING, wire.REST_BINDING, wire.GRPC_BINDING)
 
 
 def legacy_interface(interfaces: Sequence[wire.AgentInterface]) -> wire.AgentInterface | None:
@@ -128,6 +139,7 @@ __all__ = [
     "LEGACY_BINDINGS",
     "JsonRpc03Transport",
     "Rest03Transport",
+    "grpc_kind",
     "is_v03_interface",
     "kind_of",
     "legacy_interface",

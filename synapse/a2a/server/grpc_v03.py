@@ -32,7 +32,7 @@ from synapse.logs import get_logger
 log = get_logger("synapse.a2a")
 
 
-class GrpcBinding(Protocol):
+class _Binding(Protocol):
     """What is used here of `synapse.a2a.server.grpc_binding.GrpcBinding`."""
 
     server: Any
@@ -190,7 +190,7 @@ METHODS_03: dict[str, _Method] = {
 }
 
 
-def handlers(binding: GrpcBinding) -> grpc.GenericRpcHandler:
+def handlers(binding: _Binding) -> grpc.GenericRpcHandler:
     """The 0.3 service's methods, served with `binding`'s checks and abort."""
     methods: dict[str, grpc.RpcMethodHandler] = {}
     for name, method in METHODS_03.items():
@@ -210,7 +210,7 @@ def handlers(binding: GrpcBinding) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
-async def _operation(binding: GrpcBinding, method: _Method, request: Any, context: Any) -> Any:
+async def _operation(binding: _Binding, method: _Method, request: Any, context: Any) -> Any:
     """The 1.0 operation a 0.3 request names, run once the caller is checked."""
     params03 = method.params(request)
     operation = v03.operation_of(method.method, params03)
@@ -219,7 +219,7 @@ async def _operation(binding: GrpcBinding, method: _Method, request: Any, contex
     return await METHODS[operation](binding.server.service, principal, params, strict=False)
 
 
-def _unary(binding: GrpcBinding, method: _Method) -> Callable[..., Any]:
+def _unary(binding: _Binding, method: _Method) -> Callable[..., Any]:
     async def handle(request: Any, context: Any) -> Any:
         try:
             result = await _operation(binding, method, request, context)
@@ -237,7 +237,7 @@ def _unary(binding: GrpcBinding, method: _Method) -> Callable[..., Any]:
     return handle
 
 
-def _streaming(binding: GrpcBinding, method: _Method) -> Callable[..., AsyncIterator[Any]]:
+def _streaming(binding: _Binding, method: _Method) -> Callable[..., AsyncIterator[Any]]:
     async def handle(request: Any, context: Any) -> AsyncIterator[Any]:
         subscription: Subscription | DirectStream | None = None
         try:
@@ -261,7 +261,7 @@ def _streaming(binding: GrpcBinding, method: _Method) -> Callable[..., AsyncIter
     return handle
 
 
-def _card(binding: GrpcBinding) -> Callable[..., Any]:
+def _card(binding: _Binding) -> Callable[..., Any]:
     """0.3's `GetAgentCard`: the card the caller may see (its extended card, if the agent
     offers one), as a 0.3 card."""
 
