@@ -1,13 +1,13 @@
 """A system under test for the official A2A TCK's 0.3 suite (its `0.3.x` branch): a Synapse
 peer whose agent answers like the TCK's own 0.3 reference agent (a greeting, after about a
-second of work reported as status updates), served over JSON-RPC and HTTP+JSON/REST, which
-speak 0.3 beside 1.0.
+second of work reported as status updates), served over JSON-RPC and HTTP+JSON/REST, and
+with `--grpc-port` over gRPC, which speak 0.3 beside 1.0.
 
 Run by hand (the TCK is not a dependency of this repository):
 
-    python tools/tck03_sut.py --port 9999 &
+    python tools/tck03_sut.py --port 9999 --grpc-port 10000 &
     cd a2a-tck && git checkout 0.3.x && ./run_tck.py --sut-url http://127.0.0.1:9999/a2a \\
-        --category all --transports jsonrpc,rest
+        --category all --transports jsonrpc,rest,grpc
 """
 
 from __future__ import annotations
@@ -49,14 +49,15 @@ class GreetingHandler:
         return TaskResult(output_type="text", output=reply)
 
 
-async def main(port: int, work_seconds: float) -> None:
+async def main(port: int, work_seconds: float, grpc_port: int | None) -> None:
     handler = GreetingHandler(work_seconds)
     peer = Peer("tck03-sut", handler=handler, port=port, config=P2PConfig())
     enable_a2a(
         peer,
         default_task_type="greeting",
         push_allowlist=["http://127.0.0.1", "http://localhost", "https://example.com/"],
-        bindings=["JSONRPC", "HTTP+JSON"],
+        bindings=["JSONRPC", "HTTP+JSON", *(["GRPC"] if grpc_port is not None else [])],
+        grpc_port=grpc_port,
         name="Synapse TCK 0.3 SUT",
         # The 0.3 TCK reads /.well-known/agent-card.json first: the 0.3 members there too.
         card_v03_members=True,
@@ -79,5 +80,6 @@ if __name__ == "__main__":
         help="seconds each greeting works (the TCK sends follow-ups up to 3 s after a task "
         "starts: a task that ended by then refuses them)",
     )
+    parser.add_argument("--grpc-port", type=int, default=None, help="also serve gRPC here")
     args = parser.parse_args()
-    asyncio.run(main(args.port, args.work))
+    asyncio.run(main(args.port, args.work, args.grpc_port))

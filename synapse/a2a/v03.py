@@ -423,7 +423,8 @@ def card_to_v03(card: Mapping[str, Any]) -> dict[str, Any]:
         "url": first.get("url", ""),
         "preferredTransport": first.get("protocolBinding", wire.JSONRPC_BINDING),
         "additionalInterfaces": [
-            {"url": i.get("url", ""), "transport": i.get("protocolBinding", "")} for i in interfaces
+            {"url": _url_03(i, first), "transport": i.get("protocolBinding", "")}
+            for i in interfaces
         ],
         "version": card.get("version", ""),
         # Only what is true: both versions read an absent flag as false.
@@ -457,6 +458,16 @@ def card_to_v03(card: Mapping[str, Any]) -> dict[str, Any]:
             for r in requirements
         ]
     return out
+
+
+def _url_03(interface: Mapping[str, Any], first: Mapping[str, Any]) -> str:
+    """An interface's URL on a 0.3 card. 1.0 gives gRPC's as `host:port`; 0.3 readers (the
+    0.3 TCK among them) want an http(s) URL there too: the scheme of the card's first one."""
+    url = str(interface.get("url", ""))
+    if interface.get("protocolBinding") != wire.GRPC_BINDING or "://" in url:
+        return url
+    scheme = "https" if str(first.get("url", "")).startswith("https://") else "http"
+    return f"{scheme}://{url}"
 
 
 def with_v03_members(card: Mapping[str, Any]) -> dict[str, Any]:

@@ -334,7 +334,7 @@ async def test_the_cards_of_both_versions(a2a_peer: A2APeer) -> None:
     # gRPC port beside 1.0's).
     assert "supportedInterfaces" not in legacy
     grpc_03 = (
-        [{"url": f"127.0.0.1:{a2a_peer.a2a.grpc.port}", "transport": "GRPC"}]
+        [{"url": f"http://127.0.0.1:{a2a_peer.a2a.grpc.port}", "transport": "GRPC"}]
         if a2a_peer.a2a.grpc is not None
         else []
     )
