@@ -11,8 +11,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import uvicorn
-from a2a.client import Client
+from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import Message, SendMessageRequest, StreamResponse
 from google.protobuf.json_format import MessageToDict, ParseDict
 
@@ -70,6 +71,27 @@ class A2APeer:
     @property
     def hook_url(self) -> str:
         return f"http://127.0.0.1:{self.hook_port}/hooks/a2a"
+
+
+async def open_sdk_client(
+    base_url: str, binding: str, http: httpx.AsyncClient, *, streaming: bool = True
+) -> Client:
+    """The official SDK's client of the agent at `base_url` (discovered from its card), over
+    `binding` only; close it, then `http`."""
+    channel_factory = None
+    if binding == "GRPC":
+        import grpc
+
+        def channel_factory(url: str) -> grpc.aio.Channel:
+            return grpc.aio.insecure_channel(url)
+
+    config = ClientConfig(
+        streaming=streaming,
+        httpx_client=http,
+        supported_protocol_bindings=[binding],
+        grpc_channel_factory=channel_factory,
+    )
+    return await ClientFactory(config).create_from_url(base_url)
 
 
 def sdk_message(**fields: Any) -> Message:

@@ -30,7 +30,7 @@ else:
     from collections.abc import AsyncIterator, Iterator
 
     import httpx
-    from a2a.client import Client, ClientConfig, ClientFactory
+    from a2a.client import Client
     from a2akit import (
         GRPC_PRESENT,
         PUSH_SECRET,
@@ -40,6 +40,7 @@ else:
         UvicornThread,
         fast_config,
         free_port,
+        open_sdk_client,
         reserved_port,
     )
 
@@ -78,20 +79,7 @@ else:
 
         async def make(*, streaming: bool = True, headers: dict[str, str] | None = None) -> Client:
             http = httpx.AsyncClient(timeout=10.0, headers=headers or {})
-            channel_factory = None
-            if binding == "GRPC":
-                import grpc
-
-                def channel_factory(url: str) -> grpc.aio.Channel:
-                    return grpc.aio.insecure_channel(url)
-
-            config = ClientConfig(
-                streaming=streaming,
-                httpx_client=http,
-                supported_protocol_bindings=[binding],
-                grpc_channel_factory=channel_factory,
-            )
-            client = await ClientFactory(config).create_from_url(a2a_peer.base_url)
+            client = await open_sdk_client(a2a_peer.base_url, binding, http, streaming=streaming)
             made.append((client, http))
             return client
 

@@ -10,12 +10,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 import pytest
-from a2a.client import ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import Message, Part, Role
-from a2akit import GRPC_PRESENT, SDK_BINDINGS, collect, fast_config
+from a2akit import GRPC_PRESENT, SDK_BINDINGS, collect, fast_config, open_sdk_client
 
 from synapse import ExecutionContext, TaskResult, Validation
 from synapse.a2a import A2AClient, emit_artifact, enable_a2a
@@ -118,18 +116,7 @@ async def test_a_task_emits_at_most_max_artifact_bytes(base: str) -> None:
 @pytest.mark.parametrize("binding", SDK_BINDINGS)
 async def test_the_official_sdk_streams_every_artifact(base: str, binding: str) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
-        channel_factory = None
-        if binding == "GRPC":
-
-            def channel_factory(url: str) -> grpc.aio.Channel:
-                return grpc.aio.insecure_channel(url)
-
-        config = ClientConfig(
-            httpx_client=http,
-            supported_protocol_bindings=[binding],
-            grpc_channel_factory=channel_factory,
-        )
-        client = await ClientFactory(config).create_from_url(base)
+        client = await open_sdk_client(base, binding, http)
         try:
             message = Message(
                 message_id=f"sdk-art-{binding}", role=Role.ROLE_USER, parts=[Part(text="go")]

@@ -8,12 +8,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import grpc
 import httpx
 import pytest
-from a2a.client import ClientCallContext, ClientConfig, ClientFactory
+from a2a.client import ClientCallContext
 from a2a.types.a2a_pb2 import GetExtendedAgentCardRequest
-from a2akit import GRPC_PRESENT, SDK_BINDINGS, fast_config
+from a2akit import GRPC_PRESENT, SDK_BINDINGS, fast_config, open_sdk_client
 from joserfc.jwk import ECKey
 
 from synapse.a2a import A2AClient, CallerIdentity, SecurityPolicy, enable_a2a, wire
@@ -109,18 +108,7 @@ async def test_without_credentials_the_extended_card_is_refused(served: Served) 
 @pytest.mark.parametrize("binding", SDK_BINDINGS)
 async def test_the_official_sdk_reads_the_extended_card(served: Served, binding: str) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
-        channel_factory = None
-        if binding == "GRPC":
-
-            def channel_factory(url: str) -> grpc.aio.Channel:
-                return grpc.aio.insecure_channel(url)
-
-        config = ClientConfig(
-            httpx_client=http,
-            supported_protocol_bindings=[binding],
-            grpc_channel_factory=channel_factory,
-        )
-        client = await ClientFactory(config).create_from_url(served.base)
+        client = await open_sdk_client(served.base, binding, http)
         try:
             context = ClientCallContext(service_parameters={"X-API-Key": "key-alice"})
             card = await client.get_extended_agent_card(

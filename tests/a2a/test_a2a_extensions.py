@@ -11,12 +11,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 import pytest
-from a2a.client import ClientCallContext, ClientConfig, ClientFactory
+from a2a.client import ClientCallContext
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
-from a2akit import GRPC_PRESENT, SDK_BINDINGS, fast_config
+from a2akit import GRPC_PRESENT, SDK_BINDINGS, fast_config, open_sdk_client
 from google.protobuf.json_format import MessageToDict
 
 from synapse import ExecutionContext, TaskResult, Validation
@@ -212,19 +211,7 @@ async def test_the_official_sdk_gets_the_samples_timestamp_extension(
     served: Served, binding: str
 ) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
-        channel_factory = None
-        if binding == "GRPC":
-
-            def channel_factory(url: str) -> grpc.aio.Channel:
-                return grpc.aio.insecure_channel(url)
-
-        config = ClientConfig(
-            httpx_client=http,
-            streaming=False,
-            supported_protocol_bindings=[binding],
-            grpc_channel_factory=channel_factory,
-        )
-        client = await ClientFactory(config).create_from_url(served.base)
+        client = await open_sdk_client(served.base, binding, http, streaming=False)
         try:
             message = Message(
                 message_id="sdk-ts-1", role=Role.ROLE_USER, parts=[Part(text="hello")]

@@ -8,7 +8,7 @@ extra, as 1.0 over gRPC does.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from a2a.compat.v0_3 import a2a_v0_3_pb2 as pb
@@ -130,7 +130,9 @@ class Grpc03Transport(GrpcTransport):
     """The 0.3 service over the channel `GrpcTransport` opens (TLS, credentials and
     extensions as for 1.0; no `a2a-version`, which 0.3 has not)."""
 
-    def _call_03(self, method: str, params: dict[str, Any], kind: str) -> tuple[Any, Any, Any]:
+    def _prepare(
+        self, method: str, params: dict[str, Any], kind: str
+    ) -> tuple[Any, Any, Callable[[Any], Any]]:
         legacy = v03.METHOD_TO_V03.get(method)
         if legacy is None or legacy not in _METHODS:
             raise A2AError(
@@ -144,34 +146,13 @@ class Grpc03Transport(GrpcTransport):
             request_serializer=type(request).SerializeToString,
             response_deserializer=response.FromString,
         )
-        return stub, request, answer
+        if kind == "unary_stream":
+            return stub, request, lambda event: v03.event_to_v1(answer(event))
+        return stub, request, lambda value: v03.result_to_v1(method, answer(value))
 
     async def _metadata(self, method: str, params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         found = await super()._metadata(method, params)
         return tuple(e for e in found if e[0] != self._proto.VERSION_KEY)
-
-    async def call(self, method: str, params: dict[str, Any]) -> Any:
-        stub, request, answer = self._call_03(method, params, "unary_unary")
-        metadata = await self._metadata(method, params)
-        try:
-            call = stub(request, metadata=metadata, timeout=self.timeout)
-            response = await call
-            await self._activated(call)
-        except self._grpc.aio.AioRpcError as exc:
-            raise self._error(method, exc) from exc
-        return v03.result_to_v1(method, answer(response))
-
-    async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
-        stub, request, answer = self._call_03(method, params, "unary_stream")
-        call = stub(request, metadata=await self._metadata(method, params))
-        try:
-            await self._activated(call)
-            async for event in call:
-                yield v03.event_to_v1(answer(event))
-        except self._grpc.aio.AioRpcError as exc:
-            raise self._error(method, exc) from exc
-        finally:
-            call.cancel()
 
 
 __all__ = ["Grpc03Transport"]

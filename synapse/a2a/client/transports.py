@@ -409,8 +409,15 @@ class GrpcTransport:
         )
         return stub, self._proto.from_json(params, spec.request)
 
+    def _prepare(
+        self, method: str, params: dict[str, Any], kind: str
+    ) -> tuple[Any, Any, Callable[[Any], Any]]:
+        """The stub, the request, and how an answer (or a stream's event) reads as JSON."""
+        stub, request = self._stub(method, params, kind)
+        return stub, request, self._proto.to_json
+
     async def call(self, method: str, params: dict[str, Any]) -> Any:
-        stub, request = self._stub(method, params, "unary_unary")
+        stub, request, answer = self._prepare(method, params, "unary_unary")
         metadata = await self._metadata(method, params)
         try:
             call = stub(request, metadata=metadata, timeout=self.timeout)
@@ -418,7 +425,7 @@ class GrpcTransport:
             await self._activated(call)
         except self._grpc.aio.AioRpcError as exc:
             raise self._error(method, exc) from exc
-        return self._proto.to_json(response)
+        return answer(response)
 
     async def _activated(self, call: Any) -> None:
         """Read what the agent activated from the call's initial metadata."""
@@ -427,12 +434,12 @@ class GrpcTransport:
         self.activated_extensions = activated(values)
 
     async def stream(self, method: str, params: dict[str, Any]) -> AsyncIterator[Any]:
-        stub, request = self._stub(method, params, "unary_stream")
+        stub, request, answer = self._prepare(method, params, "unary_stream")
         call = stub(request, metadata=await self._metadata(method, params))
         try:
             await self._activated(call)
             async for event in call:
-                yield self._proto.to_json(event)
+                yield answer(event)
         except self._grpc.aio.AioRpcError as exc:
             error = self._error(method, exc)
             if exc.code() in (
