@@ -482,7 +482,7 @@ def test_serve_a2a_v03_card_puts_the_0_3_members_on_the_card(tmp_path: Any) -> N
 
 
 @pytest.mark.skipif(
-    not GRPC_PRESENT, reason="gRPC needs the grpc extra: pip install 'synapse-p2p[grpc]'"
+    not GRPC_PRESENT, reason="gRPC needs the grpc extra: pip install 'synapse-agent-p2p[grpc]'"
 )
 async def test_a_03_grpc_client_of_the_official_sdk_is_served_beside_1_0(a2a_peer: A2APeer) -> None:
     """The SDK's 0.3 gRPC transport against the gRPC port that serves 1.0: send, stream, get,
@@ -563,7 +563,7 @@ async def test_a_03_grpc_client_of_the_official_sdk_is_served_beside_1_0(a2a_pee
 
 
 @pytest.mark.skipif(
-    not GRPC_PRESENT, reason="gRPC needs the grpc extra: pip install 'synapse-p2p[grpc]'"
+    not GRPC_PRESENT, reason="gRPC needs the grpc extra: pip install 'synapse-agent-p2p[grpc]'"
 )
 async def test_our_client_speaks_03_over_grpc_from_a_03_card(a2a_peer: A2APeer) -> None:
     """A2AClient given a 0.3 card and its gRPC interface: send (blocking and streamed), get,
