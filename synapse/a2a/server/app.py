@@ -27,7 +27,13 @@ from synapse.a2a import v03, wire
 from synapse.a2a.card import build_card
 from synapse.a2a.errors import A2ACode, A2AError
 from synapse.a2a.mapping import LEGACY_TASK_TYPE_KEY, TASK_TYPE_KEY, meta_value
-from synapse.a2a.server.extensions import ACTIVE_EXTENSIONS, HEADER, Extension, Extensions
+from synapse.a2a.server.extensions import (
+    ACTIVE_EXTENSIONS,
+    HEADER,
+    LEGACY_HEADER,
+    Extension,
+    Extensions,
+)
 from synapse.a2a.server.jsonrpc import JsonRpcBinding
 from synapse.a2a.server.push_health import register_push_metrics
 from synapse.a2a.server.rest import RestBinding
@@ -403,12 +409,15 @@ class A2AServer:
     async def authorize(self, request: web.Request | Presented, method: str, params: Any) -> None:
         """Refuse a method whose scopes, or a new task whose skill, the caller lacks, or a
         call that leaves out a required extension; activate the extensions it asks for."""
-        presented = request if isinstance(request, Presented) else self.presented(request)
-        active = self.extensions.activate(presented.headers)
         if isinstance(request, web.Request):
-            request[EXTENSIONS_KEY] = active  # for the answer's header
+            # Only the extension headers: no `Presented` (its TLS lookup) without a policy.
+            asked = {h.lower(): ",".join(request.headers.getall(h, ())) for h in EXTENSION_HEADERS}
+            request[EXTENSIONS_KEY] = self.extensions.activate(asked)  # for the answer's header
+        else:
+            self.extensions.activate(request.headers)
         if self.security is None:
             return
+        presented = request if isinstance(request, Presented) else self.presented(request)
         self.security.authorize_method(presented, method)
         message = params.get("message") if isinstance(params, dict) else None
         if method in ("SendMessage", "SendStreamingMessage") and isinstance(message, dict):
@@ -440,6 +449,8 @@ def _not_modified(request: web.Request, etag: str, modified: float) -> bool:
         return False
 
 
+#: The request headers that name the extensions a call asks for.
+EXTENSION_HEADERS = (HEADER, LEGACY_HEADER)
 #: Where an HTTP request keeps the extensions its call activated, for its answer's header.
 EXTENSIONS_KEY: web.RequestKey[tuple[str, ...]] = web.RequestKey("a2a_extensions", tuple)
 
