@@ -21,9 +21,16 @@ from synapse.humans.links import Link, LinkRefused, LinkSigner
 from synapse.humans.notices import shown
 from synapse.humans.question import VIEWED, OpenQuestion
 from synapse.logs import get_logger
-from synapse.p2p.engine import TaskRecord
+from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.runtime.answers import AnswerRefused
-from synapse.types import DecidedBy, DecisionAction, LocalProtocolError, TaskState
+from synapse.transport.peer import Peer
+from synapse.types import (
+    DecidedBy,
+    DecisionAction,
+    LocalProtocolError,
+    NackError,
+    TaskState,
+)
 
 log = get_logger("synapse.humans")
 
@@ -154,6 +161,7 @@ class PagesHost(HumansHost, Protocol):
     """What the pages need of `Humans`."""
 
     links: LinkSigner
+    peer: Peer
 
     def clock(self) -> float: ...
 
@@ -188,7 +196,28 @@ class LinkPages:
             raise LinkRefused(409, "this link was used already")
         return link, question
 
-    async def view(self, request: web.Request) -> web.Response:
+    async def _at_owner(self, request: web.Request) -> web.StreamResponse | None:
+        """On replicas: the page of the replica that works on the link's task, when that is
+        not this one (the person cannot choose the replica the balancer picks); it checks
+        the link itself. A link refused on its face is refused here, by `_open`."""
+        owners = self.humans.peer.task_owners
+        if owners is None:
+            return None
+        try:
+            link = self.humans.links.read(request.match_info["token"], self.humans.clock())
+        except LinkRefused:
+            return None
+        key = TaskKey(self.humans.protocol.view.agent_id, link.task_id)
+        found = await owners.answer_at_owner(request, key)
+        if isinstance(found, NackError):
+            refused = _refused(503, "this task cannot be reached right now: try again shortly")
+            refused.headers["Retry-After"] = "2"
+            return refused
+        return found
+
+    async def view(self, request: web.Request) -> web.StreamResponse:
+        if (elsewhere := await self._at_owner(request)) is not None:
+            return elsewhere
         try:
             link, question = self._open(request)
         except LinkRefused as exc:
@@ -211,9 +240,11 @@ class LinkPages:
         }[link.action]
         return _page(title, _facts(question) + _form(question, link))
 
-    async def decide(self, request: web.Request) -> web.Response:
+    async def decide(self, request: web.Request) -> web.StreamResponse:
         if (request.content_length or 0) > MAX_FORM:
             return _refused(413, "this form is too large")
+        if (elsewhere := await self._at_owner(request)) is not None:
+            return elsewhere
         form = await request.post()
         async with self._answering:
             try:

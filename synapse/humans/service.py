@@ -122,6 +122,11 @@ class Humans(RuntimeListener):
         ):
             self._wake.set()
 
+    def on_restored(self, keys: tuple[TaskKey, ...]) -> None:
+        # Tasks taken over from another replica may wait on a question: its reminders,
+        # escalations and time-out are this replica's to keep now.
+        self._wake.set()
+
     def public_url(self) -> str:
         if self.config.public_url:
             return self.config.public_url.rstrip("/")

@@ -75,6 +75,10 @@ class RuntimeListener:
         """A final task left memory: its record is durable in the store and its last
         callback was answered (what keeps a view of it may let that go too)."""
 
+    def on_restored(self, keys: tuple[TaskKey, ...]) -> None:
+        """Tasks were taken back from the store: at start, or taken over from a replica
+        that stopped renewing their leases (what plans work for a task looks again)."""
+
     def on_nack_sent(self, error: NackError) -> None:
         """The server answered a POST with a nack (any refusal, authenticated or not)."""
 
@@ -195,6 +199,9 @@ class Listeners(list[RuntimeListener], RuntimeListener):
 
     def on_evicted(self, key: TaskKey) -> None:
         self._tell("on_evicted", key)
+
+    def on_restored(self, keys: tuple[TaskKey, ...]) -> None:
+        self._tell("on_restored", keys)
 
     def on_nack_sent(self, error: NackError) -> None:
         self._tell("on_nack_sent", error)

@@ -305,6 +305,8 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
                     handler.is_resumable(rec.task.type)
                 )
                 self.apply(self.engine.recover(rec.key, resumable=can_resume, now=now))
+        if snapshot.tasks:
+            self.listeners.on_restored(tuple(rec.key for rec in snapshot.tasks))
         log.info(
             "restored",
             tasks=len(snapshot.tasks),

@@ -110,6 +110,9 @@ class Ownership:
         #: Told of each task whose lease turned out lost (a fenced-out write, a renewal):
         #: the runtime lets it go (`synapse.transport.replicas`).
         self.on_lost: Callable[[TaskKey], None] | None = None
+        #: The secret this agent's replicas share (made by the first to `register`): a
+        #: replica vouches with it for a person it passes on to another.
+        self.replica_key = b""
         store.fence = self
         store.load_override = self.take_over_at_start
 
@@ -251,6 +254,20 @@ class Ownership:
             "ON CONFLICT (replica_id) DO UPDATE SET url = excluded.url, seen_at = excluded.seen_at",
             (self.replica_id, self.agent_id, self.url, self.clock()),
         )
+        # The first replica of the agent to start makes the key; the others read it. (A
+        # statement's snapshot may miss a key another replica committed meanwhile: read
+        # again.)
+        for _ in range(3):
+            rows = self._execute(
+                "WITH made AS (INSERT INTO replica_keys (agent_id, key) VALUES (%s, %s) "
+                "ON CONFLICT DO NOTHING RETURNING key) SELECT key FROM made UNION ALL "
+                "SELECT key FROM replica_keys WHERE agent_id = %s",
+                (self.agent_id, secrets.token_bytes(32), self.agent_id),
+            )
+            if rows and isinstance(key := rows[0][0], bytes | memoryview):
+                self.replica_key = bytes(key)
+                return
+        raise StoreUnavailable("the replicas' shared key could not be read")
 
     async def lookup(self, key: TaskKey) -> Lease | None:
         rows = await self._aexecute(

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -25,6 +25,7 @@ from synapse.logs import get_logger
 from synapse.p2p.commands import Submit
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import DedupStore, StoredReply
+from synapse.p2p.engine import TaskKey
 from synapse.runtime.handler import TaskHandler
 from synapse.runtime.protocol import P2PProtocol, TaskHandle
 from synapse.store.base import TaskStore
@@ -42,6 +43,7 @@ from synapse.types import (
     HeartbeatPayload,
     LocalProtocolError,
     Message,
+    NackError,
     NotReady,
     Priority,
     TaskContext,
@@ -74,6 +76,22 @@ class HttpSender:
             registered, message, sender_mode=self.mode, retries=None if retry else 0
         )
         return reply.message
+
+
+class TaskOwners(Protocol):
+    """Replicas of one agent, as the peer's own pages and APIs see them."""
+
+    async def answer_at_owner(
+        self, request: web.Request, key: TaskKey, *, user: str | None = None
+    ) -> web.StreamResponse | NackError | None:
+        """None: answer `request` here; else the response of the replica that works on the
+        task `key`, or a refusal to retry (its owner cannot be reached). `user`: whom this
+        replica signed in for the request, vouched for to the owner."""
+        ...
+
+    async def vouched(self, request: web.Request) -> str | None:
+        """The user another replica vouches for on a request it passed on here, if any."""
+        ...
 
 
 class Peer:
@@ -145,6 +163,9 @@ class Peer:
         #: Called with the transport server as soon as it is built (replicas set its
         #: routing hook there).
         self.server_hooks: list[Callable[[SynapseServer], None]] = []
+        #: Where a task is worked on, when this peer is one of several replicas
+        #: (`enable_replicas` sets it): pages and APIs about one task go there.
+        self.task_owners: TaskOwners | None = None
 
     # --- wiring -----------------------------------------------------------------------------
 

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import random
 from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp import web
 
 from synapse.logs import get_logger
 from synapse.p2p.dedup import StoredReply
@@ -49,6 +53,29 @@ log = get_logger("synapse.transport.replicas")
 #: forwarded (fencing keeps a stale owner from writing).
 FORWARDED_HEADER = "X-Synapse-Forwarded-By"
 _PASSED_HEADERS = ("Content-Type", "X-Synapse-Signature", "Retry-After")
+#: A user one replica signed in and vouches for to another (`Replicas.answer_at_owner`).
+VOUCHED_USER_HEADER = "X-Synapse-Vouched-User"
+VOUCHED_AT_HEADER = "X-Synapse-Vouched-At"
+VOUCHED_MAC_HEADER = "X-Synapse-Vouched-Mac"
+_VOUCHING = frozenset(
+    h.lower() for h in (VOUCHED_USER_HEADER, VOUCHED_AT_HEADER, VOUCHED_MAC_HEADER)
+)
+#: How old (seconds, either way: replicas' clocks differ) a vouching may be.
+VOUCH_WINDOW = 30.0
+#: Headers of one connection, not of the request (RFC 9110 §7.6.1), and those the client
+#: and server recompute.
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+    }
+)
 
 _OWNER_UNREACHABLE = NotReady(
     "the replica that owns this task is unreachable; retry",
@@ -111,12 +138,25 @@ class Replicas:
         key = self._key(inbound)
         if key is None or key in self.ownership.held:
             return None
-        own = self.ownership
         # A task_request is usually a new task: claim its lease first (one statement, which
         # also reads the message's dedup entry), and look the lease up only when another
         # replica has it.
-        if inbound.head.type is MessageType.TASK_REQUEST and await own.claim(key, inbound.key):
+        if inbound.head.type is MessageType.TASK_REQUEST and await self.ownership.claim(
+            key, inbound.key
+        ):
             return None  # a new task, ours now: here
+        owner = await self.locate(key)
+        if isinstance(owner, str):
+            return await self._forward(owner, inbound, headers)
+        return owner
+
+    async def locate(self, key: TaskKey) -> str | NackError | None:
+        """Where `key`'s task is worked on: None for here (held here, held by no one, or
+        taken over just now from a replica whose lease ran out), else the owner's URL, or a
+        refusal when the owner cannot be named (nothing was applied: retry)."""
+        own = self.ownership
+        if key in own.held:
+            return None
         lease = await own.lookup(key)
         if lease is None:
             return None  # no replica owns it (or the task is over): here
@@ -132,7 +172,84 @@ class Replicas:
                 return None
         if lease.url is None:
             return _OWNER_UNREACHABLE
-        return await self._forward(lease.url, inbound, headers)
+        return lease.url
+
+    async def answer_at_owner(
+        self, request: web.Request, key: TaskKey, *, user: str | None = None
+    ) -> web.StreamResponse | NackError | None:
+        """A request of the peer's own pages or API about `key` (a person's link, a console
+        decision), answered by the replica that works on the task: None to answer it here,
+        else the owner's response, passed back as is, or a refusal to retry. The request
+        goes unchanged (method, path, body, credentials): the owner checks it as if it had
+        come to it first. `user`: whom this replica signed in for the request (a session
+        only it knows), vouched for with the replicas' shared key (`vouched`)."""
+        if FORWARDED_HEADER in request.headers:
+            return None  # forwarded to us: ours, or (the lease moved meanwhile) no one's
+        owner = await self.locate(key)
+        if not isinstance(owner, str):
+            return owner
+        parts = urlsplit(owner)
+        url = f"{parts.scheme}://{parts.netloc}{request.path_qs}"
+        sent = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in _HOP_BY_HOP and k.lower() not in _VOUCHING
+        }
+        sent[FORWARDED_HEADER] = self.ownership.replica_id
+        body = await request.read()
+        if user is not None:
+            at = f"{self.ownership.clock():.3f}"
+            sent[VOUCHED_USER_HEADER] = user
+            sent[VOUCHED_AT_HEADER] = at
+            sent[VOUCHED_MAC_HEADER] = self._vouch(request.method, request.path_qs, user, at, body)
+        try:
+            async with self._client().request(
+                request.method, url, data=body, headers=sent, allow_redirects=False
+            ) as response:
+                answer = await response.read()
+                headers = {
+                    k: v for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP
+                }
+                self.forwarded += 1
+                return web.Response(status=response.status, body=answer, headers=headers)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.info("forward_failed", url=url, task_id=key.task_id, error=repr(exc))
+            return _OWNER_UNREACHABLE
+
+    async def vouched(self, request: web.Request) -> str | None:
+        """The user another replica of this agent vouches for on `request` (see
+        `answer_at_owner`), if the vouching holds: made with the shared key, for this
+        method, path and body, within `VOUCH_WINDOW` seconds."""
+        user = request.headers.get(VOUCHED_USER_HEADER)
+        at = request.headers.get(VOUCHED_AT_HEADER, "")
+        mac = request.headers.get(VOUCHED_MAC_HEADER, "")
+        if user is None or FORWARDED_HEADER not in request.headers:
+            return None
+        try:
+            age = abs(self.ownership.clock() - float(at))
+        except ValueError:
+            return None
+        if not age <= VOUCH_WINDOW:
+            return None
+        expected = self._vouch(request.method, request.path_qs, user, at, await request.read())
+        return user if hmac.compare_digest(expected, mac) else None
+
+    def _vouch(self, method: str, path: str, user: str, at: str, body: bytes) -> str:
+        key = self.ownership.replica_key
+        if not key:
+            raise NotReady("the replicas' shared key is not known yet")
+        text = "\n".join((method, path, user, at, hashlib.sha256(body).hexdigest()))
+        return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+                # Passed on as they came: the owner reads the person's cookies itself.
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False,
+            )
+        return self._session
 
     def _key(self, inbound: Inbound) -> TaskKey | None:
         try:
@@ -144,14 +261,10 @@ class Replicas:
     async def _forward(
         self, url: str, inbound: Inbound, headers: Mapping[str, str]
     ) -> StoredReply | NackError:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.request_timeout)
-            )
         out = {h: headers[h] for h in ("Content-Type", "X-Synapse-Signature") if h in headers}
         out[FORWARDED_HEADER] = self.ownership.replica_id
         try:
-            async with self._session.post(url, data=inbound.body, headers=out) as response:
+            async with self._client().post(url, data=inbound.body, headers=out) as response:
                 body = await response.read()
                 passed = {h: response.headers[h] for h in _PASSED_HEADERS if h in response.headers}
                 self.forwarded += 1
@@ -214,6 +327,7 @@ def enable_replicas(
         )
         built.append(replicas)
         replicas.start()
+        peer.task_owners = replicas
 
     peer.protocol_hooks.append(on_protocol)
     peer.server_hooks.append(on_server)

@@ -26,6 +26,7 @@ from synapse.types import (
     DecisionAction,
     DeliveryError,
     LocalProtocolError,
+    NackError,
     RemoteProtocolError,
     TaskState,
 )
@@ -125,6 +126,9 @@ def task_view(rec: TaskRecord, now: float, *, detail: bool = False) -> dict[str,
         }
     return view
 
+
+#: The request key of a reviewer another replica signed in and vouches for.
+_VOUCHED = "synapse.console.vouched"
 
 _ERRORS: dict[int, type[web.HTTPException]] = {
     400: web.HTTPBadRequest,
@@ -256,6 +260,9 @@ class Console(RuntimeListener):
         async def headers(request: web.Request, handler: Handler) -> web.StreamResponse:
             if request.path != prefix and not request.path.startswith(prefix + "/"):
                 return await handler(request)
+            owners = self.peer.task_owners
+            if owners is not None and (user := await owners.vouched(request)) is not None:
+                request[_VOUCHED] = Reviewer(**json.loads(user))
             try:
                 response = await handler(request)
             except web.HTTPException as exc:
@@ -276,6 +283,9 @@ class Console(RuntimeListener):
     # --- who is asking --------------------------------------------------------------------------
 
     def _identify(self, request: web.Request) -> tuple[Reviewer, Session | None] | None:
+        vouched = request.get(_VOUCHED)
+        if isinstance(vouched, Reviewer):  # signed in (and CSRF-checked) by another replica
+            return vouched, None
         authorization = request.headers.get("Authorization", "")
         if authorization[:7].lower() == "bearer ":
             reviewer = self.auth.bearer(authorization[7:].strip())
@@ -295,6 +305,23 @@ class Console(RuntimeListener):
             if not csrf_ok(session, request.headers.get(CSRF_HEADER)):
                 raise _error(403, "missing or wrong CSRF token")
         return reviewer
+
+    async def _at_owner(
+        self, request: web.Request, key: TaskKey, reviewer: Reviewer
+    ) -> web.StreamResponse | None:
+        """On replicas: the answer of the replica working on task `key`, if not this one
+        (a balancer picks the replica, not the person); `reviewer`, signed in here, is
+        vouched for there."""
+        owners = self.peer.task_owners
+        if owners is None:
+            return None
+        user = json.dumps(
+            {"user_id": reviewer.user_id, "user_name": reviewer.user_name, "role": reviewer.role}
+        )
+        found = await owners.answer_at_owner(request, key, user=user)
+        if isinstance(found, NackError):
+            raise _error(503, "the replica working on this task cannot be reached: retry")
+        return found
 
     # --- page, sign-in, assets ------------------------------------------------------------------
 
@@ -421,9 +448,11 @@ class Console(RuntimeListener):
             raise _error(400, f"unknown state {state!r}")
         return web.json_response({"tasks": self._task_list(reviewer, state)})
 
-    async def api_task(self, request: web.Request) -> web.Response:
+    async def api_task(self, request: web.Request) -> web.StreamResponse:
         reviewer = self._require(request)
         key = TaskKey(request.match_info["requester"], request.match_info["task_id"])
+        if (elsewhere := await self._at_owner(request, key, reviewer)) is not None:
+            return elsewhere
         rec = self.protocol.view.get(key)
         if rec is None or not self._visible(reviewer, rec):
             raise _error(404, "no such task")
@@ -436,7 +465,9 @@ class Console(RuntimeListener):
             raise _error(400, "send application/json")
         if request.content_length is not None and request.content_length > MAX_BODY:
             raise _error(413, "body too large")
-        raw = await request.content.read(MAX_BODY + 1)
+        # Read once and kept (a replica vouched to has read it already); the app's own
+        # body limit bounds a body sent without a length.
+        raw = await request.read()
         if len(raw) > MAX_BODY:
             raise _error(413, "body too large")
         try:
@@ -447,12 +478,16 @@ class Console(RuntimeListener):
             raise _error(400, "send a JSON object")
         return body
 
+    def _key(self, request: web.Request) -> TaskKey:
+        """Our requester task named in the URL."""
+        return TaskKey(self.peer.agent_id, request.match_info["task_id"])
+
     def _waiting(
         self, request: web.Request, states: frozenset[TaskState], reviewer: Reviewer
     ) -> TaskHandle:
         """The handle of our requester task named in the URL, if it is in one of `states`
         (and `reviewer` may see it)."""
-        key = TaskKey(self.peer.agent_id, request.match_info["task_id"])
+        key = self._key(request)
         rec = self.protocol.view.get(key)
         handle = self.protocol.handle(key) if rec is not None else None
         if rec is None or handle is None or not self._visible(reviewer, rec):
@@ -485,8 +520,10 @@ class Console(RuntimeListener):
         )
         return web.json_response(task_view(handle.record, self.protocol.clock(), detail=True))
 
-    async def api_info(self, request: web.Request) -> web.Response:
+    async def api_info(self, request: web.Request) -> web.StreamResponse:
         reviewer = self._require(request, change=True)
+        if (elsewhere := await self._at_owner(request, self._key(request), reviewer)) is not None:
+            return elsewhere
         handle = self._waiting(request, frozenset({TaskState.INFO_NEEDED}), reviewer)
         body = await self._body(request)
         fields, notes = body.get("fields"), body.get("notes")
@@ -509,8 +546,10 @@ class Console(RuntimeListener):
         log.info("console_info_provided", task_id=handle.task_id, user_id=reviewer.user_id)
         return web.json_response(task_view(handle.record, self.protocol.clock(), detail=True))
 
-    async def api_decision(self, request: web.Request) -> web.Response:
+    async def api_decision(self, request: web.Request) -> web.StreamResponse:
         reviewer = self._require(request, change=True)
+        if (elsewhere := await self._at_owner(request, self._key(request), reviewer)) is not None:
+            return elsewhere
         handle = self._waiting(
             request, frozenset({TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING}), reviewer
         )
@@ -552,9 +591,11 @@ class Console(RuntimeListener):
         view = task_view(handle.record, self.protocol.clock(), detail=True)
         return web.json_response({**view, "said": said})
 
-    async def api_deciding(self, request: web.Request) -> web.Response:
+    async def api_deciding(self, request: web.Request) -> web.StreamResponse:
         """A person opened a `task_need_human`: `need_human → human_deciding` (ours only)."""
         reviewer = self._require(request, change=True)
+        if (elsewhere := await self._at_owner(request, self._key(request), reviewer)) is not None:
+            return elsewhere
         handle = self._waiting(request, frozenset({TaskState.NEED_HUMAN}), reviewer)
         try:
             await handle.start_deciding()
@@ -563,9 +604,11 @@ class Console(RuntimeListener):
         log.info("console_deciding", task_id=handle.task_id, user_id=reviewer.user_id)
         return web.json_response(task_view(handle.record, self.protocol.clock(), detail=True))
 
-    async def api_cancel(self, request: web.Request) -> web.Response:
+    async def api_cancel(self, request: web.Request) -> web.StreamResponse:
         reviewer = self._require(request, change=True)
-        key = TaskKey(self.peer.agent_id, request.match_info["task_id"])
+        key = self._key(request)
+        if (elsewhere := await self._at_owner(request, key, reviewer)) is not None:
+            return elsewhere
         handle = self.protocol.handle(key)
         if handle is None or not self._visible(reviewer, handle.record):
             raise _error(404, "no such task requested by this peer")
