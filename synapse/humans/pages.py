@@ -294,6 +294,10 @@ class LinkPages:
                 return _refused(exc.status, exc.reason, back)
             except LocalProtocolError as exc:  # answered meanwhile (the console, a time-out)
                 return _refused(409, f"this question was answered already: {exc}")
+            except NackError as exc:  # the task moved to another replica meanwhile
+                refused = _refused(503, f"nothing was decided: {exc.message}")
+                refused.headers["Retry-After"] = "2"
+                return refused
         return _page("Done", f"<p class=notice>{_e(said)}</p>")
 
 

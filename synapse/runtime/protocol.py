@@ -250,6 +250,10 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
         """The handle of a task we requested (made anew for tasks restored at start-up)."""
         handle = self._handles.get(key)
         rec = self.engine.get(key)
+        if rec is not None and not rec.is_final and key not in self.engine.tasks:
+            # Unfinished in the store and not held here: another replica works on it (and
+            # holds its lease); a command from here would change a stale copy.
+            return None
         if handle is None and rec is not None and rec.role.value == "requester":
             handle = self._handles[key] = TaskHandle(self, key, rec.partner)
             if rec.is_final:

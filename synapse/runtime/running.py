@@ -68,8 +68,10 @@ class HandlerRunning(RuntimeBase):
         return once it is durable (it is written with the task's record: a resumed handler
         reads it back)."""
         await self.settled(key)
+        moves = self.held_here(key)
         if self.note_task_soon(key, action, detail, actor):
             await self._commit_patiently()
+            self._still_held(*moves)
 
     def note_task_soon(
         self, key: TaskKey, action: str, detail: Mapping[str, Any], actor: str | None = None
@@ -77,8 +79,8 @@ class HandlerRunning(RuntimeBase):
         """`note_task`, written with the next commit, whoever makes it (not waited for);
         whether the task was there to note."""
         rec = self.engine.get(key)
-        if rec is None:
-            return False
+        if rec is None or (not rec.is_final and key not in self.engine.tasks):
+            return False  # unknown, or another replica's (a stale copy from the store)
         self.append_audit(rec, actor or self.engine.agent_id, action, None, detail)
         self.store.put_task(rec, [])
         return True

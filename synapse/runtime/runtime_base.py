@@ -52,6 +52,7 @@ from synapse.types import (
     Message,
     NackError,
     NackPayload,
+    NotReady,
     TaskError,
     TaskRejectPayload,
     TaskResult,
@@ -222,7 +223,8 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         """Note that a person is deciding (`need_human → human_deciding`)."""
         rt = self._runtime
         await rt.settled(self.key)
-        await rt.apply_durably(rt.engine.handle(StartDeciding(self.key), rt.clock()))
+        moves = rt.held_here(self.key)
+        await rt.apply_durably(rt.engine.handle(StartDeciding(self.key), rt.clock()), moves)
 
     async def decide(
         self,
@@ -258,13 +260,14 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         """Send an answer the gate admitted, with its audit entry; return once durable."""
         rt = self._runtime
         await rt.settled(self.key)
+        moves = rt.held_here(self.key)
         by = answer.by
         if answer.kind == "provide":
             fields = answer.fields or {}
             step = rt.engine.handle(ProvideInfo(self.key, fields, answer.notes or None), rt.clock())
             detail: dict[str, Any] = {"fields": dict(fields), "notes": answer.notes or None}
             self._audit(step, by.user_id, "info_provided", {**detail, "front": answer.front})
-            await rt.apply_durably(step)
+            await rt.apply_durably(step, moves)
             return
         action = answer.action
         assert action is not None
@@ -290,7 +293,7 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         else:
             detail["rejection_reason"] = answer.rejection_reason
         self._audit(step, by.user_id, action.value, detail)
-        await rt.apply_durably(step)
+        await rt.apply_durably(step, moves)
 
     def _audit(self, step: Step, actor: str, action: str, detail: dict[str, Any]) -> None:
         # Before `apply`, which stores the record: the entry is durable with the answer.
@@ -308,7 +311,16 @@ class TaskHandle(EventStream[TaskEvent, "Outcome"]):
         Returns once the cancel is durable."""
         rt = self._runtime
         await rt.settled(self.key)
-        await rt.apply_durably(rt.engine.handle(Cancel(self.key, reason), rt.clock()))
+        moves = rt.held_here(self.key)
+        await rt.apply_durably(rt.engine.handle(Cancel(self.key, reason), rt.clock()), moves)
+
+
+def _elsewhere() -> NotReady:
+    """A change of a task that another replica works on (and holds the lease of)."""
+    return NotReady(
+        "another replica works on this task now: nothing was changed here; retry",
+        {"reason": "owner_elsewhere"},
+    )
 
 
 class RuntimeBase:
@@ -342,6 +354,9 @@ class RuntimeBase:
         #: looks through (a final task still delivering its last callback is evicted by
         #: its delivery worker, not rescanned at every commit).
         self._finals_awaiting_commit: dict[TaskKey, int] = {}
+        #: How often each task was let go to another replica (`release`): a change decided
+        #: before one and stored after it was dropped by the store's fencing.
+        self._releases: dict[TaskKey, int] = {}
         self._commits_started = 0
         self._commits_done = 0
         #: Commits started and not yet ended (succeeded or failed).
@@ -472,6 +487,7 @@ class RuntimeBase:
         self._finals_awaiting_commit.pop(key, None)
         self._waiters.pop(key, None)
         self.engine.release(key)
+        self._releases[key] = self._releases.get(key, 0) + 1
 
     async def _store_commit(self, discard_after: int | None) -> None:
         # A store written before `discard_after` existed takes no argument.
@@ -640,11 +656,30 @@ class RuntimeBase:
         while holds := self._committing.get(key):
             await asyncio.wait(list(holds))
 
-    async def apply_durably(self, step: Step) -> None:
+    async def apply_durably(self, step: Step, moves: tuple[TaskKey, int] | None = None) -> None:
         """Apply a step of our own making, and return once it is durable (a store that
-        cannot write is waited out)."""
+        cannot write is waited out). `moves`: the task it changes, as `held_here` found it;
+        `NotReady` if the task was let go meanwhile (another replica took it over, and the
+        step's writes were dropped): nothing of it is kept, and nothing may say otherwise."""
         self.apply(step)
         await self._commit_patiently()
+        if moves is not None:
+            self._still_held(*moves)
+
+    def held_here(self, key: TaskKey) -> tuple[TaskKey, int]:
+        """Check, before a change of task `key` is decided here, that this runtime holds it
+        (in memory, or finished): `NotReady` if not (replicas: another one works on it, and
+        this one has at most a stale copy from the store). Returns what `apply_durably`
+        checks again once the change is durable."""
+        if key not in self.engine.tasks:
+            rec = self.engine.get(key)
+            if rec is not None and not rec.is_final:
+                raise _elsewhere()
+        return key, self._releases.get(key, 0)
+
+    def _still_held(self, key: TaskKey, releases: int) -> None:
+        if self._releases.get(key, 0) != releases:
+            raise _elsewhere()
 
     def _hold(self, key: TaskKey) -> asyncio.Future[None]:
         held: asyncio.Future[None] = asyncio.get_running_loop().create_future()

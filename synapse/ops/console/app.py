@@ -541,6 +541,8 @@ class Console(RuntimeListener):
             )
         except AnswerRefused as exc:
             raise _error(exc.status, exc.reason) from exc
+        except NackError as exc:  # the task moved to another replica meanwhile
+            raise _error(503, exc.message) from exc
         except (LocalProtocolError, msgspec.ValidationError) as exc:
             raise _error(409, str(exc)) from exc
         log.info("console_info_provided", task_id=handle.task_id, user_id=reviewer.user_id)
@@ -580,6 +582,8 @@ class Console(RuntimeListener):
             )
         except AnswerRefused as exc:
             raise _error(exc.status, exc.reason) from exc
+        except NackError as exc:  # the task moved to another replica meanwhile
+            raise _error(503, exc.message) from exc
         except (LocalProtocolError, msgspec.ValidationError) as exc:
             raise _error(409, str(exc)) from exc
         log.info(
@@ -601,6 +605,8 @@ class Console(RuntimeListener):
             await handle.start_deciding()
         except LocalProtocolError as exc:
             raise _error(409, str(exc)) from exc
+        except NackError as exc:
+            raise _error(503, exc.message) from exc
         log.info("console_deciding", task_id=handle.task_id, user_id=reviewer.user_id)
         return web.json_response(task_view(handle.record, self.protocol.clock(), detail=True))
 
@@ -614,7 +620,10 @@ class Console(RuntimeListener):
             raise _error(404, "no such task requested by this peer")
         if handle.record.is_final:
             raise _error(409, f"the task is already {handle.state.value}")
-        await handle.cancel(f"cancelled by {reviewer.user_id} in the console")
+        try:
+            await handle.cancel(f"cancelled by {reviewer.user_id} in the console")
+        except NackError as exc:
+            raise _error(503, exc.message) from exc
         log.info("console_cancel", task_id=handle.task_id, user_id=reviewer.user_id)
         return web.json_response(task_view(handle.record, self.protocol.clock(), detail=True))
 
