@@ -21,6 +21,7 @@ from synapse.a2a import answer_messages, enable_a2a, follow_up_messages
 from synapse.a2a.server.follow_ups import MAX_FOLLOW_UP_MESSAGES
 from synapse.store import SqliteStore
 from synapse.transport.peer import Peer
+from synapse.types import HumanOption, Reason
 
 V1 = {"A2A-Version": "1.0"}
 
@@ -248,3 +249,63 @@ async def test_the_same_message_id_on_another_answer_is_a_new_answer(tmp_path: P
     task = done["result"]["task"]
     answered = task["artifacts"][0]["parts"][0]["data"]["answered"]
     assert answered == [["reused", "one"], ["reused", "two"], ["done-1", "three"]]
+
+
+class DecidingHandler:
+    """`decide` asks for a person's approval of `go` (a boolean), then for an `email`."""
+
+    def get_capabilities(self) -> list[str]:
+        return ["decide"]
+
+    def validate_task(self, task_type: str, payload: dict[str, Any]) -> Validation:
+        return Validation()
+
+    async def execute_task(
+        self, ctx: ExecutionContext, task_type: str, payload: dict[str, Any]
+    ) -> TaskResult:
+        decision = await ctx.need_human(
+            Reason(code="risky", message="go?"), options=[HumanOption(field="go", value=True)]
+        )
+        fields = await ctx.need_info(["email"], question="where to?")
+        go = (decision.decision.approved_fields or {}).get("go")
+        return TaskResult(output_type="json", output={"go": go, "email": fields["email"]})
+
+
+def data_message(data: dict[str, Any], message_id: str, task_id: str) -> dict[str, Any]:
+    return {
+        "messageId": message_id,
+        "role": "ROLE_USER",
+        "parts": [{"data": data}],
+        "taskId": task_id,
+    }
+
+
+async def test_an_a2a_answer_passes_the_checks_every_answer_passes(tmp_path: Path) -> None:
+    """The answer gate's checks on the A2A front: an edit of another type than the value
+    proposed (a string for a boolean), and information without the field asked for, are
+    refused (-32602) and change nothing; the right answers then go through."""
+    async with running(DecidingHandler(), tmp_path / "store.db") as base:
+        sent = await rpc(base, "SendMessage", {"message": message("go", "first")})
+        task_id = sent["result"]["task"]["id"]
+        assert sent["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        wrong = {"action": "approve", "approved_fields": {"go": "yes"}}
+        refused = await rpc(base, "SendMessage", {"message": data_message(wrong, "a-1", task_id)})
+        assert refused["error"]["code"] == -32602, refused
+        assert "'go' must be a boolean" in refused["error"]["message"]
+        still = await rpc(base, "GetTask", {"id": task_id})
+        assert still["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        assert user_texts(still["result"]) == ["go"]  # the refused answer is not kept
+        right = {"action": "approve", "approved_fields": {"go": False}}
+        asked = await rpc(base, "SendMessage", {"message": data_message(right, "a-2", task_id)})
+        assert asked["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
+        await until_input_required(base, task_id)
+        other = await rpc(
+            base, "SendMessage", {"message": data_message({"phone": "1"}, "a-3", task_id)}
+        )
+        assert other["error"]["code"] == -32602, other
+        assert "missing fields: email" in other["error"]["message"]
+        email = {"email": "ada@example.com"}
+        done = await rpc(base, "SendMessage", {"message": data_message(email, "a-4", task_id)})
+    task = done["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+    assert task["artifacts"][0]["parts"][0]["data"] == {"go": False, "email": "ada@example.com"}

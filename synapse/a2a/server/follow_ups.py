@@ -22,12 +22,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from synapse.a2a import mapping, wire
-from synapse.a2a.errors import unsupported
+from synapse.a2a.errors import invalid_params, unsupported
 from synapse.a2a.server import view as views
 from synapse.a2a.server.retries import fingerprint, reused
 from synapse.a2a.server.view import ANSWER_NOTE, ANSWER_REFUSED_NOTE, FOLLOW_UP_NOTE, A2ATask
 from synapse.p2p.engine import TaskRecord
 from synapse.p2p.states import Role, allowed_events
+from synapse.runtime.answers import AnswerRefused, TaskAnswer, check_answer
 from synapse.runtime.handler import ExecutionContext
 from synapse.types import (
     DecidedBy,
@@ -87,6 +88,27 @@ _ANSWERS: Mapping[MessageType, _AnswerBuilder] = {
     MessageType.TASK_INFO_PROVIDED: _info_provided,
     MessageType.HUMAN_DECISION: _human_decision,
 }
+
+
+def check(rec: TaskRecord, payload: Any) -> None:
+    """The checks every answer passes whatever its front (`synapse.runtime.answers`): an
+    approval's edits keep the types of the values proposed, and information gives every
+    field asked for. A refused answer is invalid params (-32602) and changes nothing."""
+    if isinstance(payload, HumanDecisionPayload):
+        answer = TaskAnswer(
+            "decide",
+            payload.decided_by,
+            "a2a",
+            action=payload.decision.action,
+            fields=payload.decision.approved_fields,
+            rejection_reason=payload.decision.rejection_reason or "",
+        )
+    else:
+        answer = TaskAnswer("provide", DecidedBy(user_id=""), "a2a", fields=payload.fields)
+    try:
+        check_answer(rec, answer)
+    except AnswerRefused as exc:
+        raise invalid_params(exc.reason, path="message.parts") from None
 
 
 def answer_builder(state: TaskState) -> _AnswerBuilder | None:

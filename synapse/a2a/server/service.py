@@ -447,6 +447,7 @@ class A2AService:
         if follow_ups.answered_already(rec, message):
             return view, view.subscribe()  # a retry of an answer received already
         cls, payload = build(view, rec, message, principal)
+        follow_ups.check(rec, payload)
         envelope = self._envelope(cls, payload, principal)
         # Noted durably before it is applied: the handler it resumes reads it at once
         # (`answer_messages(ctx)`), and the task's history keeps it across a restart.
