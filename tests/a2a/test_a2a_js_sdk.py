@@ -4,7 +4,8 @@ process on 127.0.0.1:
 
 - its client on our server, over JSON-RPC, HTTP+JSON/REST and gRPC: send, get, stream,
   list, a multi-turn INPUT_REQUIRED, cancel and its errors, push configurations (and the
-  notifications that follow);
+  notifications that follow), extensions asked for with `withA2AExtensions` (and a required
+  one left out), several chunked artifacts streamed and listed;
 - our client on an agent built with its server classes (its card preferring each binding
   in turn): multi-turn INPUT_REQUIRED and AUTH_REQUIRED (each turn starts with the task
   as it was), a failure, and push notifications it sends to our webhook.
@@ -23,14 +24,19 @@ import os
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from a2akit import SDK_BINDINGS, A2APeer, free_port
+from a2akit import GRPC_PRESENT, SDK_BINDINGS, A2APeer, fast_config, free_port
+from test_a2a_artifacts import served_peer
+from test_a2a_extensions import NOW, POLICY, TRACE, ExtensionAwareHandler, extensions
 from test_a2a_push import Receiver
 
-from synapse.a2a import A2AClient, wire
+from synapse.a2a import A2AClient, enable_a2a, wire
+from synapse.a2a.server.extensions import TIMESTAMP_FIELD, TIMESTAMP_URI
+from synapse.transport.peer import Peer
 
 JS = Path(__file__).parent / "js"
 WAIT = 20.0
@@ -178,6 +184,52 @@ async def test_js_client_push_configs_and_notifications(
         assert {h["X-A2A-Notification-Token"] for h in headers} == {"js-token"}
     finally:
         await hook.stop()
+
+
+@pytest.mark.parametrize("binding", SDK_BINDINGS)
+async def test_js_client_activates_extensions_and_reads_their_data(node: str, binding: str) -> None:
+    """The JavaScript SDK's `withA2AExtensions` on each binding: what it asks for is active
+    for the handler and stamped on the result (the samples' timestamp extension); a call
+    that leaves out a required extension gets its `ExtensionSupportRequiredError`."""
+    peer = Peer("agent-x", handler=ExtensionAwareHandler(), config=fast_config())
+    enable_a2a(
+        peer,
+        default_task_type="work",
+        extensions=extensions(required=True),
+        grpc_port=0 if GRPC_PRESENT else None,
+    )
+    async with peer:
+        asked = f"extensions={TIMESTAMP_URI},{TRACE},{POLICY}"
+        steps = await run_js_client(node, f"http://127.0.0.1:{peer.port}", binding, asked)
+    (artifact,) = steps["asked"]["task"]["artifacts"]
+    assert artifact["parts"][0]["data"]["active"] == [TIMESTAMP_URI, TRACE, POLICY]
+    assert datetime.fromisoformat(artifact["metadata"][TIMESTAMP_FIELD]).timestamp() == NOW
+    assert artifact["metadata"][TRACE] == {"span": "s-1"}
+    assert set(artifact["extensions"]) == {TIMESTAMP_URI, TRACE}
+    assert steps["plain"]["error"].endswith("ExtensionSupportRequiredError"), steps["plain"]
+    assert POLICY in steps["plain"]["message"]
+
+
+@pytest.mark.parametrize("binding", SDK_BINDINGS)
+async def test_js_client_streams_every_artifact(node: str, tmp_path: Path, binding: str) -> None:
+    """Several named artifacts, one in two chunks (`append`, `lastChunk`), streamed to the
+    JavaScript SDK on each binding and listed whole by its GetTask."""
+    async with served_peer(tmp_path / "store.db", grpc_port=0 if GRPC_PRESENT else None) as peer:
+        steps = await run_js_client(node, f"http://127.0.0.1:{peer.port}", binding, "artifacts")
+    updates = [e["artifactUpdate"] for e in steps["streamed"]["events"] if "artifactUpdate" in e]
+    chunks = [
+        (u["artifact"].get("name", ""), u.get("append", False), u.get("lastChunk", False))
+        for u in updates
+    ]
+    assert chunks[:3] == [("outline", False, True), ("table", False, False), ("", True, True)]
+    artifacts = steps["got"]["task"]["artifacts"]
+    assert [(a["name"], len(a["parts"])) for a in artifacts] == [
+        ("outline", 1),
+        ("table", 2),
+        ("report", 1),
+    ]
+    (table,) = [a for a in artifacts if a["name"] == "table"]
+    assert [p["data"] for p in table["parts"]] == [{"rows": [1]}, {"rows": [2]}]
 
 
 # --- our client on its agent ---------------------------------------------------------------

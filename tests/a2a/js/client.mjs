@@ -10,6 +10,8 @@ import {
   ClientFactoryOptions,
   JsonRpcTransportFactory,
   RestTransportFactory,
+  ServiceParameters,
+  withA2AExtensions,
 } from '@a2a-js/sdk/client';
 import { GrpcTransportFactory } from '@a2a-js/sdk/client/grpc';
 import {
@@ -140,6 +142,30 @@ async function main() {
       GetTaskPushNotificationConfigRequest.fromJSON({ taskId: task.id, id: created.id }),
     );
     say({ step: 'got', config: TaskPushNotificationConfig.toJSON(got) });
+  } else if (scenario.startsWith('extensions=')) {
+    // Asks for the extensions named (comma-separated) on each call: a task sent, then one
+    // sent without asking (which an agent with a required extension refuses).
+    const asked = scenario.slice('extensions='.length).split(',');
+    const options = { serviceParameters: ServiceParameters.create(withA2AExtensions(...asked)) };
+    const sent = await client.sendMessage(
+      request({ message: message([{ text: 'with extensions' }]) }),
+      options,
+    );
+    say({ step: 'asked', task: taskOf(sent) });
+    try {
+      const plain = await client.sendMessage(request({ message: message([{ text: 'plain' }]) }));
+      say({ step: 'plain', task: taskOf(plain) });
+    } catch (error) {
+      say({ step: 'plain', error: error.constructor.name, message: String(error.message) });
+    }
+  } else if (scenario === 'artifacts') {
+    // Several named artifacts, chunked, streamed; then the task as GetTask lists it.
+    const events = await stream(client, { message: message([{ text: 'report' }]) });
+    say({ step: 'streamed', events });
+    const last = events[events.length - 1];
+    const taskId = last.statusUpdate?.taskId ?? last.task?.id;
+    const got = await client.getTask(GetTaskRequest.fromJSON({ id: taskId }));
+    say({ step: 'got', task: Task.toJSON(got) });
   } else {
     throw new Error(`unknown scenario ${scenario}`);
   }
