@@ -19,7 +19,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from synapse import ExecutionContext, Peer, TaskFailure, TaskResult, Validation
-from synapse.a2a import CallerIdentity, DirectRequest, answer_messages, enable_a2a, wire
+from synapse.a2a import (
+    CallerIdentity,
+    DirectRequest,
+    Extension,
+    answer_messages,
+    enable_a2a,
+    wire,
+)
 from synapse.p2p.config import P2PConfig
 from synapse.types import ErrorCode, TaskError
 
@@ -122,7 +129,11 @@ def members_card(card: wire.AgentCard, caller: CallerIdentity) -> wire.AgentCard
     return card
 
 
-async def main(port: int, grpc_port: int, extended_card: bool) -> None:
+#: The extension CORE-CAP-004 looks for, declared required by `--required-extension`.
+TCK_REQUIRED_EXTENSION = "urn:a2a:tck:required-extension"
+
+
+async def main(port: int, grpc_port: int, extended_card: bool, required_extension: bool) -> None:
     peer = Peer("tck-sut", handler=TckHandler(), port=port, config=P2PConfig())
     enable_a2a(
         peer,
@@ -136,6 +147,12 @@ async def main(port: int, grpc_port: int, extended_card: bool) -> None:
         # CARD-EXT-001 wants an extended card served, CARD-EXT-002 the error of one not
         # configured: no agent passes both; this flag chooses which one runs against a card.
         extended_card=members_card if extended_card else None,
+        # CORE-CAP-004 runs against a card declaring the TCK's extension required; every
+        # other test sends no A2A-Extensions, and is then refused as it must be: a run of
+        # its own (`-k TestCapabilityExtensionRequired`).
+        extensions=[Extension(TCK_REQUIRED_EXTENSION, "Required by the TCK's test", required=True)]
+        if required_extension
+        else (),
     )
     await peer.start()
     print(f"listening on http://127.0.0.1:{port} (gRPC on {grpc_port})", flush=True)
@@ -152,5 +169,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--extended-card", action="store_true", help="serve an extended card (CARD-EXT tests)"
     )
+    parser.add_argument(
+        "--required-extension",
+        action="store_true",
+        help=f"declare {TCK_REQUIRED_EXTENSION} required (CORE-CAP-004, in a run of its own)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.port, args.grpc_port, args.extended_card))
+    asyncio.run(main(args.port, args.grpc_port, args.extended_card, args.required_extension))

@@ -109,6 +109,18 @@ async def test_json_rpc_errors(a2a_peer: A2APeer) -> None:
     _, answer = await rpc(base, "", body=b"{not json")
     assert code(answer) == -32700
     assert answer["id"] is None
+    # A body declared as another media type than JSON is refused as such, whatever it holds
+    # (the A2A TCK's JSONRPC-SSE-002 expects ContentTypeNotSupportedError); no declared type
+    # is taken as JSON.
+    well_formed = b'{"jsonrpc": "2.0", "id": 4, "method": "GetTask", "params": {"id": "x"}}'
+    for declared in ("text/plain", "application/x-www-form-urlencoded"):
+        status, answer = await rpc(
+            base, "", body=well_formed, headers={**V1, "Content-Type": declared}
+        )
+        assert (status, code(answer), answer["id"]) == (200, -32005, 4), answer
+        assert declared in answer["error"]["message"]
+    status, answer = await rpc(base, "", body=well_formed, headers={**V1, "Content-Type": ""})
+    assert (status, code(answer)) == (200, -32001)  # parsed as JSON: the task is unknown
     _, answer = await rpc(base, "", body=b'[{"jsonrpc": "2.0", "id": 1, "method": "GetTask"}]')
     assert code(answer) == -32600
     _, answer = await rpc(base, "", body=b'{"id": 7, "method": "GetTask"}')

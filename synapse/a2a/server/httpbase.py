@@ -12,6 +12,15 @@ from synapse.a2a.errors import A2ACode, A2AError
 from synapse.types import RemoteProtocolError
 from synapse.types.ijson import parse_i_json
 
+#: The media types a request body of JSON may declare (none declared is taken as JSON too).
+JSON_TYPES = frozenset({"application/json", "application/a2a+json"})
+
+
+def undeclared_json(request: web.Request) -> str:
+    """The media type a request declares for its body when it is not JSON, else ""."""
+    declared = request.content_type if request.headers.get("Content-Type") else ""
+    return "" if not declared or declared in JSON_TYPES else declared
+
 
 async def read_json(request: web.Request, limit: int) -> Any:
     if request.content_length is not None and request.content_length > limit:

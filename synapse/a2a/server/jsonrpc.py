@@ -22,6 +22,7 @@ from synapse.a2a.server.httpbase import (
     last_event_id,
     read_json,
     requested_version,
+    undeclared_json,
 )
 from synapse.a2a.server.operations import METHODS
 from synapse.a2a.server.view import LAST_EVENT_ID, Subscription
@@ -54,6 +55,11 @@ class JsonRpcBinding:
                 body = await read_json(request, server.config.max_body_size)
             except A2AError as exc:
                 unreadable = exc
+            if media_type := undeclared_json(request):
+                unreadable = A2AError(
+                    A2ACode.CONTENT_TYPE_NOT_SUPPORTED,
+                    f"Content-Type {media_type!r} is not supported: send application/json",
+                )
             rpc_id = _rpc_id(body)
             principal = await server.authenticate(request)
             if unreadable is not None:

@@ -27,6 +27,7 @@ from synapse.a2a.server.httpbase import (
     last_event_id,
     read_json,
     requested_version,
+    undeclared_json,
 )
 from synapse.a2a.server.operations import METHODS
 from synapse.a2a.server.view import LAST_EVENT_ID, Subscription
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
     from synapse.a2a.server.host import BindingHost
 
 log = get_logger("synapse.a2a")
-
-#: The media types a request body may have (none at all is taken as JSON too).
-JSON_TYPES = frozenset({"application/json", "application/a2a+json"})
 
 
 class RestBinding:
@@ -125,8 +123,7 @@ class RestBinding:
         return web.Response(body=wire.encode(answer), content_type="application/json")
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
-        media_type = request.content_type if request.headers.get("Content-Type") else ""
-        if media_type and media_type not in JSON_TYPES:
+        if media_type := undeclared_json(request):
             error = A2AError(
                 A2ACode.INVALID_REQUEST,
                 f"Content-Type {media_type!r} is not supported: send application/json",
