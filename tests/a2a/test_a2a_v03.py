@@ -604,3 +604,42 @@ async def test_our_client_speaks_03_over_grpc_from_a_03_card(a2a_peer: A2APeer) 
         assert cancelled.task.status.state == "TASK_STATE_CANCELED"
         extended = await client.get_extended_card()
         assert extended.name == "agent-a"
+
+
+@pytest.mark.skipif(
+    not GRPC_PRESENT, reason="gRPC needs the grpc extra: pip install 'synapse-agent-p2p[grpc]'"
+)
+async def test_a_03_grpc_message_without_its_id_or_role_is_refused(a2a_peer: A2APeer) -> None:
+    """Proto3 carries a missing `message_id` as "" and a missing role as unspecified:
+    refused as JSON-RPC and REST refuse missing ones (the 0.3 TCK's
+    test_missing_required_message_fields over gRPC)."""
+    import grpc
+    from a2a.compat.v0_3 import a2a_v0_3_pb2 as pb
+
+    assert a2a_peer.a2a.grpc is not None
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{a2a_peer.a2a.grpc.port}") as channel:
+        send = channel.unary_unary(
+            f"/{pb.DESCRIPTOR.services_by_name['A2AService'].full_name}/SendMessage",
+            request_serializer=pb.SendMessageRequest.SerializeToString,
+            response_deserializer=pb.SendMessageResponse.FromString,
+        )
+        text = pb.Part(text="no id")
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await send(pb.SendMessageRequest(request=pb.Message(role=pb.ROLE_USER, content=[text])))
+        assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "messageId" in (refused.value.details() or "")
+        # No role (ROLE_UNSPECIFIED), and a part with no content: refused too, not run as
+        # an agent's message nor answered with an internal error.
+        for message in (
+            pb.Message(message_id="no-role", content=[text]),
+            pb.Message(message_id="empty-part", role=pb.ROLE_USER, content=[pb.Part()]),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await send(pb.SendMessageRequest(request=message))
+            assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT, message
+        sent = await send(
+            pb.SendMessageRequest(
+                request=pb.Message(message_id="with-id", role=pb.ROLE_USER, content=[text])
+            )
+        )
+        assert sent.task.id

@@ -53,6 +53,24 @@ def _dump(model: Any) -> dict[str, Any]:
     return value
 
 
+def _send_params(request: Any) -> dict[str, Any]:
+    """A 0.3 `SendMessageRequest`'s params. Proto3 has no absent field: a message sent
+    without its `message_id` arrives with "", without its role with `ROLE_UNSPECIFIED`
+    (which the SDK's conversion reads as "agent"); neither is a value, and each is refused
+    as a missing one is on JSON-RPC and REST. A part with no content is invalid params."""
+    try:
+        params = _dump(proto_utils.FromProto.message_send_params(request))
+    except ValueError as exc:
+        raise invalid_params(f"Invalid params: {exc}".rstrip(": "), path="message") from None
+    message = params.get("message")
+    if isinstance(message, dict):
+        if not message.get("messageId"):
+            message.pop("messageId", None)
+        if request.request.role == pb.ROLE_UNSPECIFIED:
+            message.pop("role", None)
+    return params
+
+
 def _task_id(name: str, where: str) -> str:
     """`tasks/{id}` (or more after it) → the task's id."""
     parts = name.split("/")
@@ -126,14 +144,14 @@ METHODS_03: dict[str, _Method] = {
         pb.SendMessageRequest,
         pb.SendMessageResponse,
         "message/send",
-        lambda r: _dump(proto_utils.FromProto.message_send_params(r)),
+        _send_params,
         _send_response,
     ),
     "SendStreamingMessage": _Method(
         pb.SendMessageRequest,
         pb.StreamResponse,
         "message/stream",
-        lambda r: _dump(proto_utils.FromProto.message_send_params(r)),
+        _send_params,
         _stream_event,
         streaming=True,
     ),
