@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
 sys.path.insert(0, str(Path(__file__).parent.parent / "humans"))
 
 from clikit import Server, free_port, serve, url
-from humanskit import HookReceiver, start_hooks
+from humanskit import HookReceiver, running_hooks
 
 SECRET = "replica-humans-secret-0123456789"
 LINK_KEY = "replica-link-key-0123456789abcdef"
@@ -137,11 +137,8 @@ def at(link: str, base: str, nginx: Nginx) -> str:
 
 @pytest.fixture
 async def hooks() -> AsyncIterator[HookReceiver]:
-    receiver = await start_hooks()
-    try:
+    async with running_hooks() as receiver:
         yield receiver
-    finally:
-        await receiver.close()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from humanskit import HookReceiver, SmtpServer, start_hooks, start_smtp
+from humanskit import HookReceiver, SmtpServer, running_hooks, start_smtp
 
 
 @pytest.fixture
@@ -21,8 +21,5 @@ def smtp(tmp_path: Path) -> Iterator[SmtpServer]:
 
 @pytest.fixture
 async def hooks() -> AsyncIterator[HookReceiver]:
-    receiver = await start_hooks()
-    try:
+    async with running_hooks() as receiver:
         yield receiver
-    finally:
-        await receiver.close()

@@ -5,13 +5,14 @@ webhooks POST to it. Both let a test wait for what arrives, without sleeping."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email
 import email.policy
 import re
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
@@ -193,6 +194,16 @@ class HookReceiver:
 
     async def close(self) -> None:
         await self.runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def running_hooks() -> AsyncIterator[HookReceiver]:
+    """A webhook receiver for one test (the `hooks` fixtures)."""
+    receiver = await start_hooks()
+    try:
+        yield receiver
+    finally:
+        await receiver.close()
 
 
 async def start_hooks() -> HookReceiver:
