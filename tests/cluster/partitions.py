@@ -12,9 +12,11 @@ A fault cuts one of them (the bridge's port set down: packets are dropped, nothi
 refused, as in a real partition), pauses a replica past the lease's TTL (SIGSTOP, SIGCONT),
 kills and restarts one, or restarts PostgreSQL (`-m fast` or `-m immediate`) while stored
 tasks are looked up (answers, cancels). The schedule is drawn from a seed: which faults,
-on which replica, for how long. Meanwhile the requester runs the mixed workload of
-`workload.py`; once the faults stop and everything is healed, its history checker reads both
-sides.
+on which replica, for how long. One replica's clock is also off for the whole run (through
+libfaketime, seeded apart from the schedule): ahead or behind by a fraction of the lease's
+TTL, it judges the others' leases by its own time, and writes its own by it. Meanwhile the
+requester runs the mixed workload of `workload.py`; once the faults stop and everything is
+healed, its history checker reads both sides.
 
 Short runs are in CI (`test_cluster_partitions.py`); long ones by hand, as root:
 
@@ -57,6 +59,8 @@ INSTALL_HINT = (
     "network namespaces need root (CAP_NET_ADMIN) and iproute2's ip: run as root, "
     "apt-get install iproute2"
 )
+#: Where Debian's libfaketime keeps the library a replica's clock is set off with.
+FAKETIME_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 
 def ip(*args: str) -> None:
@@ -198,6 +202,39 @@ def schedule(seed: int, seconds: float, replicas: int, lease_ttl: float) -> list
     return faults
 
 
+@dataclass(frozen=True)
+class Skew:
+    """One replica's clock, off by `seconds` (ahead if positive) for the whole run."""
+
+    replica: int
+    seconds: float
+
+    def __str__(self) -> str:
+        return f"e{self.replica + 1}'s clock {self.seconds:+.2f} s"
+
+    def env(self) -> dict[str, str]:
+        """What sets the replica's wall clock off (its monotonic clock, which timers and
+        time-outs use, stays true)."""
+        return {
+            "LD_PRELOAD": str(FAKETIME_LIBRARY),
+            "FAKETIME": f"{self.seconds:+.3f}",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+
+
+def faketime_installed() -> bool:
+    return FAKETIME_LIBRARY.exists()
+
+
+def clock_skew(seed: int, replicas: int, lease_ttl: float) -> Skew:
+    """The seed's clock offset (its own stream: the schedule of a seed stays as it was):
+    between a fifth and three fifths of the TTL, either way. Ahead by more than the third
+    of a TTL between renewals, a replica finds leases run out that their holders are
+    renewing, and takes tasks over from live replicas (fencing keeps their writes apart)."""
+    rng = random.Random(seed ^ 0xC11E)
+    return Skew(rng.randrange(replicas), rng.choice((-1, 1)) * rng.uniform(0.2, 0.6) * lease_ttl)
+
+
 async def inject(
     faults: list[Fault], network: Network, cluster: Cluster, server: PgServer, seed: int
 ) -> None:
@@ -229,19 +266,28 @@ async def inject(
 class Outcome:
     seed: int
     faults: list[Fault]
+    skew: Skew
     run: Run
     found: list[str]
 
 
 @contextlib.asynccontextmanager
 async def partitioned_cluster(
-    workdir: Path, *, replicas: int = 3, lease_ttl: float = 2.0, durable: bool = True
+    workdir: Path,
+    *,
+    replicas: int = 3,
+    lease_ttl: float = 2.0,
+    durable: bool = True,
+    skew: Skew | None = None,
 ) -> AsyncIterator[tuple[Network, Cluster, PgServer, Path]]:
     """PostgreSQL, nginx and the requester here; `replicas` replicas in namespaces of their
-    own. Everything is stopped and removed at the end."""
+    own, one of them with its clock off by `skew`. Everything is stopped and removed at the
+    end."""
     why_not = can_make_namespaces()
     if why_not is not None:
         missing(why_not)
+    if skew is not None and not faketime_installed():
+        missing("a replica's clock is set off with libfaketime: apt-get install libfaketime")
     network = Network(replicas)
     server: PgServer | None = None
     nginx: Nginx | None = None
@@ -271,7 +317,10 @@ async def partitioned_cluster(
                     handler="counting:CountingDemo",
                     host=network.replica_address(index, "balancer"),
                     netns=network.namespace(index),
-                    env={"SYNAPSE_TEST_EXECUTIONS": str(executions)},
+                    env={
+                        "SYNAPSE_TEST_EXECUTIONS": str(executions),
+                        **(skew.env() if skew is not None and skew.replica == index else {}),
+                    },
                 )
             )
         nginx = Nginx([r.hostport for r in made], read_timeout=3.0)
@@ -310,9 +359,10 @@ async def run_seed(
     durable: bool = True,
 ) -> Outcome:
     """One seeded run: the workload under the seed's faults, then the history checked."""
+    skew = clock_skew(seed, replicas, lease_ttl)
     with tempfile.TemporaryDirectory(prefix="synapse-partitions-") as tmp:
         async with partitioned_cluster(
-            Path(tmp), replicas=replicas, lease_ttl=lease_ttl, durable=durable
+            Path(tmp), replicas=replicas, lease_ttl=lease_ttl, durable=durable, skew=skew
         ) as (
             network,
             cluster,
@@ -335,7 +385,7 @@ async def run_seed(
                 cluster, tasks, chaos, timeout=seconds + 240, spread=seconds * 1.3
             )
             await executor_settled(cluster, timeout=60)
-            return Outcome(seed, faults, run, anomalies(cluster, run, executions))
+            return Outcome(seed, faults, skew, run, anomalies(cluster, run, executions))
 
 
 # --- by hand ------------------------------------------------------------------------------
@@ -379,6 +429,7 @@ async def main(argv: list[str]) -> int:
         print(
             f"seed {seed}: {outcome.run.tasks} tasks in {outcome.run.elapsed:.0f} s, "
             f"{len(outcome.faults)} faults ({'; '.join(map(str, outcome.faults))}), "
+            f"{outcome.skew}, "
             f"{len(outcome.found)} anomalies {outcome.found[:5]}",
             flush=True,
         )
