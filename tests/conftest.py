@@ -1,6 +1,7 @@
 """Shared test kits live beside this file (`rawpost`: raw, hand-signed envelopes); having a
 conftest here puts this folder on `sys.path` so every test folder can import them."""
 
+import headstart
 import pytest
 
 # A real PostgreSQL server, started once per session by the tests that ask for it.
@@ -22,3 +23,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("verification figures")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # The long CPU-bound checks start now, beside the rest of the run (tests/headstart.py).
+    headstart.start(item.nodeid for item in session.items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    headstart.stop()

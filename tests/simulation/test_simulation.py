@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+import headstart
 import pytest
 
 from synapse.p2p.engine import Step, TaskKey
@@ -22,29 +23,16 @@ from synapse.simulation.loop import Stalled, VirtualTimeLoop
 #: Minutes of exploration or a real browser: left out of the quick loop (`pytest -m "not slow"`).
 pytestmark = pytest.mark.slow
 
-#: How many seeds CI runs (`SYNAPSE_SIM_SEEDS` for more: `python -m synapse.simulation
-#: --seeds N` is the same run outside pytest).
-CI_SEEDS = int(os.environ.get("SYNAPSE_SIM_SEEDS", "300"))
-
 
 def test_the_ci_seeds_hold(figures: list[str]) -> None:
-    started = time.monotonic()
-    failed = []
-    virtual = 0.0
-    deliveries = 0
-    for seed in range(CI_SEEDS):
-        outcome = simulate(seed)
-        virtual += outcome.virtual_seconds
-        deliveries += outcome.deliveries
-        if not outcome.ok:
-            failed.append(
-                "\n".join(
-                    [outcome.scenario.describe(), *outcome.violations, outcome.replay_command()]
-                )
-            )
+    """`headstart.SIMULATION_SEEDS` seeds (300; `SYNAPSE_SIM_SEEDS` for more), run in a
+    process of their own from the start of the run."""
+    ran = headstart.outcome("simulation")
+    failed = ran["failed"]
     figures.append(
-        f"simulation: {CI_SEEDS} seeds, {len(failed)} failed, {deliveries:,} POSTs answered, "
-        f"{virtual / 3600:,.0f} virtual hours in {time.monotonic() - started:.0f} s"
+        f"simulation: {headstart.SIMULATION_SEEDS} seeds, {len(failed)} failed, "
+        f"{ran['deliveries']:,} POSTs answered, {ran['virtual'] / 3600:,.0f} virtual hours "
+        f"in {ran['seconds']:.0f} s"
     )
     assert not failed, "\n\n".join(failed)
 
@@ -77,7 +65,7 @@ def test_a_seed_replays_in_another_process() -> None:
 
 def test_scenarios_cover_every_fault() -> None:
     """Across CI's seeds, each kind of fault the simulation offers is drawn."""
-    scenarios = [Scenario.draw(seed) for seed in range(CI_SEEDS)]
+    scenarios = [Scenario.draw(seed) for seed in range(headstart.SIMULATION_SEEDS)]
     assert any(s.store == "memory" for s in scenarios)
     assert any(s.store == "sqlite" and s.restarts for s in scenarios)
     assert any(s.network.loss for s in scenarios)
