@@ -16,6 +16,8 @@ import argparse
 import asyncio
 from typing import Any
 
+from tck_sut import members_card  # the 1.0 SUT's, beside this file
+
 from synapse import ExecutionContext, Peer, TaskResult, Validation
 from synapse.a2a import enable_a2a
 from synapse.p2p.config import P2PConfig
@@ -49,7 +51,7 @@ class GreetingHandler:
         return TaskResult(output_type="text", output=reply)
 
 
-async def main(port: int, work_seconds: float, grpc_port: int | None) -> None:
+async def main(port: int, work_seconds: float, grpc_port: int | None, extended: bool) -> None:
     handler = GreetingHandler(work_seconds)
     peer = Peer("tck03-sut", handler=handler, port=port, config=P2PConfig())
     enable_a2a(
@@ -61,6 +63,9 @@ async def main(port: int, work_seconds: float, grpc_port: int | None) -> None:
         name="Synapse TCK 0.3 SUT",
         # The 0.3 TCK reads /.well-known/agent-card.json first: the 0.3 members there too.
         card_v03_members=True,
+        # The 0.3 card then says supportsAuthenticatedExtendedCard, and the TCK's tests of
+        # agent/getAuthenticatedExtendedCard run.
+        extended_card=members_card if extended else None,
     )
     await peer.start()
     print(f"listening on http://127.0.0.1:{port}/a2a (A2A 1.0 and 0.3)", flush=True)
@@ -81,5 +86,8 @@ if __name__ == "__main__":
         "starts: a task that ended by then refuses them)",
     )
     parser.add_argument("--grpc-port", type=int, default=None, help="also serve gRPC here")
+    parser.add_argument(
+        "--extended-card", action="store_true", help="serve an authenticated extended card"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.port, args.work, args.grpc_port))
+    asyncio.run(main(args.port, args.work, args.grpc_port, args.extended_card))
