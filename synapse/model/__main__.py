@@ -1,6 +1,7 @@
-"""`python -m synapse.model [--larger] [--bound NAME=N ...] [--max-states N]`: explore every
-state within the CI's bounds (or the larger one, or those changed by `--bound`) and print
-each bound's count and any violation with its shortest trace.
+"""`python -m synapse.model [--larger] [--bound NAME=N ...] [--max-states N] [--leases]`:
+explore every state within the CI's bounds (or the larger one, or those changed by
+`--bound`) and print each bound's count and any violation with its shortest trace; with
+`--leases`, the replicas' lease protocol instead (`synapse.model.leases`).
 Exit status: 0 no violation, 1 a violation."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import fields
 
 from synapse.model.bounds import CI, LARGER, Bounds, from_environment
 from synapse.model.checker import explore
+from synapse.model.leases import explore_leases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +30,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", metavar="NAME", help=f"one of the CI's bounds: {', '.join(CI)}")
     parser.add_argument("--max-states", type=int, default=None, help="stop after N states")
+    parser.add_argument(
+        "--leases", action="store_true", help="the replicas' lease protocol (N=2, a kill, a pause)"
+    )
     args = parser.parse_args(argv)
+    if args.leases:
+        leases = explore_leases()
+        print(f"lease protocol: {leases.summary()}")
+        for invariant, trace in leases.violations.items():
+            print(
+                f"{invariant}:\n" + "\n".join(f"  {n:2}. {step}" for n, step in enumerate(trace, 1))
+            )
+        return 1 if leases.violations else 0
     chosen = dict(LARGER) if args.larger else from_environment()
     if args.only is not None:
         if args.only not in CI:

@@ -70,6 +70,15 @@ reviewers = ["alice"]
 channels = ["hook"]
 
 [[notify]]
+name = "committee"
+reason_codes = ["committee"]
+quorum = 2
+
+[[notify.level]]
+reviewers = ["alice", "bob"]
+channels = ["hook"]
+
+[[notify]]
 name = "portraits"
 task_types = ["portrait_review"]
 
@@ -220,6 +229,61 @@ async def test_a_link_and_a_console_decision_reach_the_replica_holding_the_task(
     assert decision["actor"] == "bob", ended["audit"]
     first_ended = await until_final(d, first)
     assert first_ended["state"] == "completed"
+
+
+async def test_two_fronts_at_once_on_two_replicas_decide_once(deployment: Deployment) -> None:
+    """The link (approve) at one replica and the console (reject) at the other, at the same
+    moment: both reach the holder's one gate, one decides, the other is told it came too
+    late, and the task ends as the one that decided said."""
+    d = deployment
+    task_id = await d.submit(0)
+    links = await d.links(task_id)
+    async with httpx.AsyncClient(timeout=10) as http:
+        by_link, by_console = await asyncio.gather(
+            http.post(at(links["approve"], d.base(1), d.nginx), data={"decision": "approve"}),
+            http.post(
+                f"{d.base(1)}/console/api/tasks/{task_id}/decision",
+                json={"action": "reject", "rejection_reason": "not now"},
+                headers=bearer("bob"),
+            ),
+        )
+    assert sorted((by_link.status_code, by_console.status_code)) == [200, 409], (
+        by_link.text,
+        by_console.text,
+    )
+    ended = await until_final(d, task_id)
+    decided = [e for e in ended["audit"] if e["action"] in ("approve", "reject")]
+    assert len(decided) == 1, ended["audit"]
+    approved = by_link.status_code == 200
+    assert decided[0]["action"] == ("approve" if approved else "reject")
+    assert ended["state"] == ("completed" if approved else "failed")
+
+
+async def test_a_quorum_gathered_across_replicas_decides_once(deployment: Deployment) -> None:
+    """Two approvals of a quorum-2 question, each at another replica (the console, alice by
+    her token at one, bob at the other): one `human_decision`, naming both."""
+    d = deployment
+    task_id = await d.submit(0, reason="committee")
+    await d.links(task_id)
+    async with httpx.AsyncClient(timeout=10) as http:
+        for replica, who in ((1, "alice"), (0, "bob")):
+            answer = await http.post(
+                f"{d.base(replica)}/console/api/tasks/{task_id}/decision",
+                json={"action": "approve"},
+                headers=bearer(who),
+            )
+            assert answer.status_code == 200, answer.text
+        again = await http.post(
+            f"{d.base(1)}/console/api/tasks/{task_id}/decision",
+            json={"action": "approve"},
+            headers=bearer("alice"),
+        )
+    assert again.status_code == 409  # decided already (each reviewer answers once, too)
+    ended = await until_final(d, task_id)
+    assert ended["state"] == "completed"
+    approvals = [e["actor"] for e in ended["audit"] if e["action"] == "human.approval"]
+    assert sorted(approvals) == ["alice", "bob"], ended["audit"]
+    assert [e["action"] for e in ended["audit"]].count("approve") == 1
 
 
 async def test_the_replica_taking_over_decides_once_the_holder_is_killed(
