@@ -187,6 +187,7 @@ class Delivering(RuntimeBase):
                     continue
                 queue.answered(queued)
                 self.store.remove_outbox(out.message.id)
+                self._partner_heard(out.partner)  # its other tasks' parked messages go on
                 self._observe("reply_in", reply, out.partner)
                 if key in self._committing:  # judged on what holds (see `settled`)
                     await self.settled(key)
@@ -273,10 +274,12 @@ class Delivering(RuntimeBase):
             return  # a missed heartbeat: the engine notices the silence
         self._observe("reply_in", reply, out.partner)
         if isinstance(reply, Heartbeat):
-            self._heartbeat_succeeded(out.partner)
+            self._partner_heard(out.partner)
         self.apply(self.engine.on_reply(out.message, reply, self.clock()))
 
-    def _heartbeat_succeeded(self, partner: str) -> None:
+    def _partner_heard(self, partner: str) -> None:
+        """`partner` proved alive (a heartbeat, any message of its own, a reply): the
+        deliveries parked for it, waiting to hear from it, go on."""
         event = self._heartbeat_ok.pop(partner, None)
         if event is not None:
             event.set()

@@ -146,8 +146,10 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
                 if held is not None and key is not None:
                     self._release_hold(key, held)
         self._observe("reply_out", step.reply, message.sender_id)
-        if isinstance(message, Heartbeat):
-            self._heartbeat_succeeded(message.sender_id)
+        # Any authenticated message proves the partner alive, not only a heartbeat: what
+        # waits to be delivered to it goes on now (the engine, hearing it, stops the
+        # heartbeats that would otherwise have woken those deliveries).
+        self._partner_heard(message.sender_id)
         return step.reply
 
     async def receive_message(
@@ -278,7 +280,7 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
         elapsed = time.perf_counter() - started
         if not isinstance(reply, Heartbeat):
             raise _unexpected(reply)
-        self._heartbeat_succeeded(partner)
+        self._partner_heard(partner)
         return reply.payload, elapsed
 
     async def _exchange(self, partner: str, message: Message) -> Message:
@@ -286,6 +288,7 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
         log.debug("message_out", message_id=message.id, type=message.message_type.value, to=partner)
         self._observe("out", message, partner)
         reply = await sender.send_callback(partner, message)
+        self._partner_heard(partner)  # a reply: the partner is alive
         self._observe("reply_in", reply, partner)
         self.apply(self.engine.on_reply(message, reply, self.clock()))
         return reply
@@ -391,7 +394,7 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
     def partner_alive(self, partner: str) -> None:
         """Another process sharing the store heard from `partner`: deliveries to it that
         wait for a heartbeat go on now."""
-        self._heartbeat_succeeded(partner)
+        self._partner_heard(partner)
 
 
 def _unexpected(reply: Message) -> RemoteProtocolError:

@@ -636,7 +636,7 @@ class RuntimeBase:
         elif isinstance(action, PartnerReachability):
             log.warning("partner_reachability", partner=action.partner, reachable=action.reachable)
             if action.reachable:
-                self._heartbeat_succeeded(action.partner)
+                self._partner_heard(action.partner)
         elif isinstance(action, Refusal):
             log.warning(
                 "message_refused_by_partner",
@@ -739,7 +739,7 @@ class RuntimeBase:
     async def _send_once(self, out: Outgoing) -> None:
         raise NotImplementedError  # Delivering
 
-    def _heartbeat_succeeded(self, partner: str) -> None:
+    def _partner_heard(self, partner: str) -> None:
         raise NotImplementedError  # Delivering
 
     def _rearm_timer(self) -> None:

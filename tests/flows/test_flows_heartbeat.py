@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from aiohttp import web
 from flowkit import FAST, WAIT, E, PairFactory, R, collect, eventually
 
 from synapse.p2p.engine import Engine
-from synapse.types import HeartbeatStatus, TaskState
+from synapse.runtime.listener import RuntimeListener
+from synapse.runtime.sender import DeliveryError
+from synapse.types import HeartbeatStatus, Message, TaskState
 
 INTERVAL = 0.05
 BEATING = dataclasses.replace(FAST, heartbeat_interval=INTERVAL)
@@ -81,3 +84,36 @@ async def test_no_heartbeats_without_tasks_in_flight(make_pair: PairFactory) -> 
         handle = await pair.r.submit(E, "echo", {"text": "x"})
         assert beating(pair.r.protocol.engine, E)
         assert (await asyncio.wait_for(handle, WAIT)).ok
+
+
+class _Failures(RuntimeListener):
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_delivery_failed(self, message: Message, partner: str, error: DeliveryError) -> None:
+        self.count += 1
+
+
+async def test_parked_callbacks_go_on_as_soon_as_the_partner_is_heard(
+    make_pair: PairFactory,
+) -> None:
+    """E's callbacks, parked once its retries ran out against R, go on when R is heard from
+    (R's next message), not only after a heartbeat: hearing R stops E's heartbeats to it,
+    so a parked callback waiting for one waited until it became a dead letter (seen as 300
+    tasks stuck `confirmed` for two minutes under a connection flood on a busy machine)."""
+    rare = dataclasses.replace(FAST, heartbeat_interval=3600.0, max_retries=1)
+    async with make_pair("header", config=rare) as pair:
+        failures = _Failures()
+        pair.e.protocol.listeners.append(failures)
+        r_runner = pair.r._runner
+        assert r_runner is not None
+        sites = list(r_runner.sites)
+        for site in sites:
+            await site.stop()  # R stops listening: E's callbacks meet a refused connection
+        first = await pair.r.submit(E, "echo", {"text": "parked"})
+        await eventually(lambda: failures.count >= 1)  # its first callback, retries run out
+        await web.TCPSite(r_runner, "127.0.0.1", pair.r.port, reuse_address=True).start()
+        second = await pair.r.submit(E, "echo", {"text": "heard"})  # E hears from R
+        outcomes = await asyncio.wait_for(asyncio.gather(first.result(), second.result()), WAIT)
+        assert all(o.state is TaskState.COMPLETED for o in outcomes), outcomes
+        assert not pair.seen(E, "out", "heartbeat")  # nothing waited for a heartbeat
