@@ -4,8 +4,6 @@ runs, so the README's one test command checks everything."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import headstart
@@ -18,15 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 def run(*args: str, timeout: float = 600) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    status, output = headstart.module_run(*args, timeout=timeout)
+    assert status == 0, output[-4000:]
 
 
 def test_ruff_finds_nothing() -> None:

@@ -68,6 +68,19 @@ def ended(world: World) -> bool:
     )
 
 
+def reaching(goals: list[int], fair_into: list[list[int]]) -> set[int]:
+    """Liveness: the states that reach one of `goals` by fair moves (a backward search
+    over `fair_into`, each state's fair predecessors)."""
+    live = set(goals)
+    todo = deque(goals)
+    while todo:
+        for before in fair_into[todo.popleft()]:
+            if before not in live:
+                live.add(before)
+                todo.append(before)
+    return live
+
+
 def replay(bounds: Bounds, moves: list[Move]) -> tuple[list[str], World]:
     """The moves, from the first state, in words, and the state they lead to (its messages
     named, its last move's violations with it)."""
@@ -179,14 +192,7 @@ def explore(
             if move.kind not in FAULTS and move.kind not in OPTIONAL:
                 fair_into[reached].append(state)
     result.states = len(parents)
-    # Liveness: which states reach an ended one by fair moves (a backward search).
-    live = set(finished)
-    todo = deque(finished)
-    while todo:
-        for before in fair_into[todo.popleft()]:
-            if before not in live:
-                live.add(before)
-                todo.append(before)
+    live = reaching(finished, fair_into)
     if result.complete:
         stuck = next((s for s in range(result.states) if s not in live), None)
         if stuck is not None:
@@ -199,4 +205,4 @@ def explore(
     return result
 
 
-__all__ = ["Result", "Violation", "ended", "explore", "follow", "replay"]
+__all__ = ["Result", "Violation", "ended", "explore", "follow", "reaching", "replay"]

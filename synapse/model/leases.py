@@ -37,6 +37,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from synapse.model.checker import reaching
+
 #: The lease's time to live, in ticks of the model's clock.
 TTL = 2
 #: Each replica's clock against the true time (ticks): the second one runs ahead, within
@@ -393,13 +395,7 @@ def explore_leases(
             if not move.fault:
                 fair_into[reached].append(state)
     result.states = len(parents)
-    live = set(finished)
-    todo = deque(finished)
-    while todo:
-        for before in fair_into[todo.popleft()]:
-            if before not in live:
-                live.add(before)
-                todo.append(before)
+    live = reaching(finished, fair_into)
     stuck = next((s for s in range(result.states) if s not in live), None)
     if stuck is not None:
         result.violations["every_message_acknowledged_and_callback_delivered"] = trace(stuck)
