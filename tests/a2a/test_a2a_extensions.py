@@ -68,6 +68,18 @@ def extensions(*, required: bool = False) -> list[Extension]:
     ]
 
 
+def requiring_peer(agent_id: str) -> Peer:
+    """A peer whose card also declares an extension every call must ask for (POLICY)."""
+    peer = Peer(agent_id, handler=ExtensionAwareHandler(), config=fast_config())
+    enable_a2a(
+        peer,
+        default_task_type="work",
+        extensions=extensions(required=True),
+        grpc_port=0 if GRPC_PRESENT else None,
+    )
+    return peer
+
+
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
     peer = Peer(
@@ -159,13 +171,7 @@ async def test_the_answers_header_names_the_activated_extensions(served: Served)
 
 @pytest.mark.parametrize("binding", SDK_BINDINGS)
 async def test_a_required_extension_left_out_is_refused(binding: str) -> None:
-    peer = Peer("agent-r", handler=ExtensionAwareHandler(), config=fast_config())
-    enable_a2a(
-        peer,
-        default_task_type="work",
-        extensions=extensions(required=True),
-        grpc_port=0 if GRPC_PRESENT else None,
-    )
+    peer = requiring_peer("agent-r")
     async with peer:
         base = f"http://127.0.0.1:{peer.port}"
         async with A2AClient(base, bindings=[binding]) as client:

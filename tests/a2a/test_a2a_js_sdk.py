@@ -29,14 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from a2akit import GRPC_PRESENT, SDK_BINDINGS, A2APeer, fast_config, free_port
+from a2akit import GRPC_PRESENT, SDK_BINDINGS, A2APeer, free_port
 from test_a2a_artifacts import served_peer
-from test_a2a_extensions import NOW, POLICY, TRACE, ExtensionAwareHandler, extensions
+from test_a2a_extensions import NOW, POLICY, TRACE, requiring_peer
 from test_a2a_push import Receiver
 
-from synapse.a2a import A2AClient, enable_a2a, wire
+from synapse.a2a import A2AClient, wire
 from synapse.a2a.server.extensions import TIMESTAMP_FIELD, TIMESTAMP_URI
-from synapse.transport.peer import Peer
 
 JS = Path(__file__).parent / "js"
 WAIT = 20.0
@@ -191,13 +190,7 @@ async def test_js_client_activates_extensions_and_reads_their_data(node: str, bi
     """The JavaScript SDK's `withA2AExtensions` on each binding: what it asks for is active
     for the handler and stamped on the result (the samples' timestamp extension); a call
     that leaves out a required extension gets its `ExtensionSupportRequiredError`."""
-    peer = Peer("agent-x", handler=ExtensionAwareHandler(), config=fast_config())
-    enable_a2a(
-        peer,
-        default_task_type="work",
-        extensions=extensions(required=True),
-        grpc_port=0 if GRPC_PRESENT else None,
-    )
+    peer = requiring_peer("agent-x")
     async with peer:
         asked = f"extensions={TIMESTAMP_URI},{TRACE},{POLICY}"
         steps = await run_js_client(node, f"http://127.0.0.1:{peer.port}", binding, asked)
