@@ -252,12 +252,16 @@ async def test_the_console_at_1280_px_offers_what_the_partner_offers_and_nothing
             # A task id takes one line in the list, whatever its length.
             cell = page.locator("tr[data-task-id] td.task-id code").first
             await expect(cell).to_be_visible()
-            # `line-height: normal` computes to the keyword, not a length: about 1.2 em then.
-            line = await cell.evaluate(
-                "c => { const s = getComputedStyle(c); const h = parseFloat(s.lineHeight);"
-                " return Number.isNaN(h) ? 1.2 * parseFloat(s.fontSize) : h; }"
+            # The live list redraws its rows: measured in one synchronous script, so the cell
+            # measured is the one in the document (a row replaced between two calls has no
+            # computed style). `line-height: normal` computes to the keyword, not a length:
+            # about 1.2 em then.
+            height, line = await page.evaluate(
+                "() => { const c = document.querySelector('tr[data-task-id] td.task-id code');"
+                " const s = getComputedStyle(c); const h = parseFloat(s.lineHeight);"
+                " return [c.getBoundingClientRect().height,"
+                " Number.isNaN(h) ? 1.2 * parseFloat(s.fontSize) : h]; }"
             )
-            height = (await cell.bounding_box() or {"height": 0})["height"]
             assert height < 1.5 * line, (height, line)
             await context.close()
 
