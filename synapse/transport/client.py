@@ -19,6 +19,7 @@ comes back with `Reply.verified` False and can never be mistaken for an acknowle
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from synapse.p2p.config import P2PConfig
 from synapse.runtime.listener import Listeners
 from synapse.transport.http1 import BodyTooLarge, Http1Pool, MalformedResponse
 from synapse.transport.partners import Partner
-from synapse.transport.retry import RetriesExhausted, Transient, retrying
+from synapse.transport.retry import RetriesExhausted, Transient, retrying_after
 from synapse.transport.tls import TLSConfig
 from synapse.types.codec import decode_typed, encode_message, refreshed, utc_now
 from synapse.types.enums import REPLY_ONLY_TYPES
@@ -52,6 +53,7 @@ from synapse.types.signing import (
 )
 
 log = get_logger(__name__)
+_stdlib_log = logging.getLogger(__name__)
 
 #: Where the signature of a request goes (specs/protocol.md, 'Signatures').
 SenderMode = Literal["header", "body"]
@@ -140,6 +142,30 @@ async def _read_limited(response: aiohttp.ClientResponse, limit: int) -> bytes:
             )
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _log_attempt(
+    sent: Envelope[Any],
+    attempt: int,
+    partner: Partner,
+    *,
+    status: int | None,
+    error: str | None = None,
+) -> None:
+    """The debug line of one POST attempt (its fields built only when it is written: an
+    attempt is two a task)."""
+    if _stdlib_log.isEnabledFor(logging.DEBUG):
+        fields: dict[str, Any] = {"status": status}
+        if error is not None:
+            fields["error"] = error
+        log.debug(
+            "post_attempt",
+            message_id=sent.id,
+            type=sent.type.value,
+            attempt=attempt,
+            partner=partner.agent_id,
+            **fields,
+        )
 
 
 def judge_reply(
@@ -329,12 +355,18 @@ class HttpClient:
         if retries < 0:
             raise ValueError("retries must not be negative")
 
+        try:
+            return await self._attempt(partner, message, sender_mode, 1)
+        except Transient as failure:
+            first = failure
+
         def before_retry(attempt: int, delay: float) -> None:
             _log_retry(message, attempt, delay)
             self._notify_retry(message, attempt)
 
         try:
-            return await retrying(
+            return await retrying_after(
+                first,
                 lambda attempt: self._attempt(partner, message, sender_mode, attempt),
                 retries=retries,
                 config=self.config,
@@ -375,12 +407,6 @@ class HttpClient:
         body, headers = encode_request(sent, partner.signing_secret, mode)
         for hook in self.header_hooks:
             headers = {**headers, **hook(message)}
-        fields = {
-            "message_id": sent.id,
-            "type": sent.type.value,
-            "attempt": attempt,
-            "partner": partner.agent_id,
-        }
         lean = self._lean_pool(partner.endpoint) if self._post is None else None
         try:
             if self._post is not None:
@@ -403,33 +429,33 @@ class HttpClient:
                     partner.endpoint, body, headers
                 )
         except BodyTooLarge as exc:
-            log.debug("post_attempt", **fields, status=exc.status, error=str(exc))
+            _log_attempt(sent, attempt, partner, status=exc.status, error=str(exc))
             raise DeliveryError(
                 str(exc), retryable=False, status=exc.status, attempts=attempt
             ) from exc
         except MalformedResponse as exc:
-            log.debug("post_attempt", **fields, status=None, error=repr(exc))
+            _log_attempt(sent, attempt, partner, status=None, error=repr(exc))
             raise DeliveryError(
                 f"cannot POST to {partner.endpoint}: {exc!r}", retryable=False, attempts=attempt
             ) from exc
         except (ConnectionError, TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            log.debug("post_attempt", **fields, status=None, error=error)
+            _log_attempt(sent, attempt, partner, status=None, error=error)
             raise Transient(error) from exc
         except DeliveryError as exc:
-            log.debug("post_attempt", **fields, status=exc.status, error=str(exc))
+            _log_attempt(sent, attempt, partner, status=exc.status, error=str(exc))
             exc.attempts = attempt
             raise
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             error = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            log.debug("post_attempt", **fields, status=None, error=error)
+            _log_attempt(sent, attempt, partner, status=None, error=error)
             raise Transient(error) from exc
         except aiohttp.ClientError as exc:
-            log.debug("post_attempt", **fields, status=None, error=repr(exc))
+            _log_attempt(sent, attempt, partner, status=None, error=repr(exc))
             raise DeliveryError(
                 f"cannot POST to {partner.endpoint}: {exc!r}", retryable=False, attempts=attempt
             ) from exc
-        log.debug("post_attempt", **fields, status=status)
+        _log_attempt(sent, attempt, partner, status=status)
         if status in RETRYABLE_STATUSES:
             try:
                 last: Reply | None = judge_reply(

@@ -87,9 +87,33 @@ async def retrying(
     try:
         return await attempt(1)
     except Transient as failure:
-        if retries == 0:
-            raise RetriesExhausted(failure, 1) from failure
-        last: Transient[Any] = failure
+        first = failure
+    return await retrying_after(
+        first,
+        attempt,
+        retries=retries,
+        config=config,
+        sleep=sleep,
+        jitter=jitter,
+        before_retry=before_retry,
+    )
+
+
+async def retrying_after(
+    failure: Transient[Any],
+    attempt: Callable[[int], Awaitable[T]],
+    *,
+    retries: int,
+    config: P2PConfig,
+    sleep: Sleep,
+    jitter: Callable[[], float],
+    before_retry: Callable[[int, float], None] | None = None,
+) -> T:
+    """`retrying` once its first attempt has failed with `failure`: for a caller that makes
+    the first attempt itself (the usual POST succeeds at once, and needs no closures)."""
+    if retries == 0:
+        raise RetriesExhausted(failure, 1) from failure
+    last: Transient[Any] = failure
     attempts = 1
 
     async def again() -> T:

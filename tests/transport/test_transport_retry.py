@@ -8,7 +8,13 @@ import pytest
 import synapse.a2a.server.push
 import synapse.transport.client
 from synapse.p2p.config import P2PConfig
-from synapse.transport.retry import RetriesExhausted, Transient, backoff_delay, retrying
+from synapse.transport.retry import (
+    RetriesExhausted,
+    Transient,
+    backoff_delay,
+    retrying,
+    retrying_after,
+)
 
 CONFIG = P2PConfig(retry_base_delay=2.0, retry_max_delay=120.0)
 
@@ -81,6 +87,7 @@ async def test_anything_else_is_final_at_once() -> None:
 
 
 def test_callbacks_and_push_share_the_helper() -> None:
-    assert synapse.transport.client.retrying is retrying
+    # The client makes its first attempt itself, then hands the failure to the same helper.
+    assert synapse.transport.client.retrying_after is retrying_after
     assert synapse.a2a.server.push.retrying is retrying
     assert backoff_delay(3, CONFIG) == 8.0
