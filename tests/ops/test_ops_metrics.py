@@ -308,3 +308,71 @@ def test_tallied_counters_read_exact_totals_while_another_thread_scrapes() -> No
         scraper.join()
     assert metrics.registry.get_sample_value(name, labels) == 20_001.0
     assert seen == sorted(seen) and seen[-1] <= 20_001.0  # never ahead, never backwards
+
+
+def test_observations_match_observe() -> None:
+    """Durations are counted per bucket in plain lists and added to the histograms at
+    collection: every sample (each bucket, the count, the sum) equals what prometheus's own
+    `Histogram.observe` gives for the same values, bucket bounds included, and a scrape
+    racing the observations from another thread neither loses nor doubles one."""
+    import random
+    import threading
+
+    from prometheus_client import Histogram
+
+    from synapse.ops.metrics import HANDLER_BUCKETS, LATENCY_BUCKETS
+
+    metrics = PeerMetrics()
+    reference = CollectorRegistry()
+    commits = Histogram("c", "", ["outcome"], buckets=LATENCY_BUCKETS, registry=reference)
+    handlers = Histogram("h", "", ["t", "o"], buckets=HANDLER_BUCKETS, registry=reference)
+    http = Histogram("r", "", ["m", "r", "s"], buckets=LATENCY_BUCKETS, registry=reference)
+    rng = random.Random(7)
+    # Each bound itself (`le` is inclusive), just above it, zero, and values past the last.
+    values = [*LATENCY_BUCKETS[:-1], *(b * 1.000001 for b in LATENCY_BUCKETS[:-1]), 0.0, 1e6]
+    values += [rng.expovariate(1 / 0.01) for _ in range(2_000)]
+    stop = threading.Event()
+
+    def scrape_all_the_time() -> None:
+        while not stop.is_set():
+            metrics.registry.get_sample_value(
+                "synapse_store_commit_duration_seconds_count", {"outcome": "ok"}
+            )
+
+    scraper = threading.Thread(target=scrape_all_the_time)
+    scraper.start()
+    try:
+        for n, seconds in enumerate(values):
+            outcome = "ok" if n % 3 else "error"
+            metrics.on_commit(seconds, None if outcome == "ok" else RuntimeError())
+            commits.labels(outcome).observe(seconds)
+            metrics.on_handler_done(None, "echo", 0.0, seconds * 1000, "completed")  # type: ignore[arg-type]
+            handlers.labels("echo", "completed").observe(seconds * 1000)
+            metrics.on_http_request("POST", "/synapse/callback", 200, seconds)
+            http.labels("POST", "/synapse/callback", "200").observe(seconds)
+    finally:
+        stop.set()
+        scraper.join()
+
+    def samples(registry: CollectorRegistry, name: str) -> dict[tuple[str, ...], float]:
+        found = {}
+        for family in registry.collect():
+            if family.name == name:
+                for sample in family.samples:
+                    key = (sample.name.removeprefix(name), *sorted(sample.labels.values()))
+                    if not sample.name.endswith("_created"):
+                        found[key] = sample.value
+        return found
+
+    for ours, theirs in (
+        ("synapse_store_commit_duration_seconds", "c"),
+        ("synapse_handler_duration_seconds", "h"),
+        ("synapse_http_request_duration_seconds", "r"),
+    ):
+        got, expected = samples(metrics.registry, ours), samples(reference, theirs)
+        assert len(got) == len(expected) > 0
+        for key, count in expected.items():
+            if key[0] == "_sum":
+                assert abs(got[key] - count) <= 1e-9 * max(1.0, count), key
+            else:
+                assert got[key] == count, key
