@@ -117,12 +117,16 @@ class Listeners(list[RuntimeListener], RuntimeListener):
     def _tell(self, method: str, *args: Any) -> None:
         hooks = self._hooks.get(method)
         if hooks is None:
-            hooks = self._hooks[method] = self._implementing(method)
+            hooks = self._found(method)
         for listener, hook in hooks:
             try:
                 hook(*args)
             except Exception as exc:  # watching a peer must never break it
-                log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
+                _failed(listener, exc)
+
+    def _found(self, method: str) -> tuple[tuple[RuntimeListener, Callable[..., Any]], ...]:
+        hooks = self._hooks[method] = self._implementing(method)
+        return hooks
 
     def _implementing(self, method: str) -> tuple[tuple[RuntimeListener, Callable[..., Any]], ...]:
         noop = getattr(RuntimeListener, method)
@@ -175,13 +179,24 @@ class Listeners(list[RuntimeListener], RuntimeListener):
     # --- the hooks, each telling the listeners that implement it -------------------------------
 
     def on_message(self, event: MessageEvent) -> None:
-        self._tell("on_message", event)
+        # Told several times a task: the loop of `_tell`, without its call and argument tuple.
+        hooks = self._hooks.get("on_message")
+        for listener, hook in self._found("on_message") if hooks is None else hooks:
+            try:
+                hook(event)
+            except Exception as exc:  # watching a peer must never break it
+                _failed(listener, exc)
 
     def on_refused(self, message: Message, error: NackError) -> None:
         self._tell("on_refused", message, error)
 
     def on_transition(self, transition: Transition) -> None:
-        self._tell("on_transition", transition)
+        hooks = self._hooks.get("on_transition")
+        for listener, hook in self._found("on_transition") if hooks is None else hooks:
+            try:
+                hook(transition)
+            except Exception as exc:  # watching a peer must never break it
+                _failed(listener, exc)
 
     def on_handler_done(
         self, key: TaskKey, task_type: str, started: float, seconds: float, outcome: str
@@ -195,7 +210,12 @@ class Listeners(list[RuntimeListener], RuntimeListener):
         self._tell("on_dead_letter", message, partner, reason)
 
     def on_commit(self, seconds: float, error: BaseException | None) -> None:
-        self._tell("on_commit", seconds, error)
+        hooks = self._hooks.get("on_commit")
+        for listener, hook in self._found("on_commit") if hooks is None else hooks:
+            try:
+                hook(seconds, error)
+            except Exception as exc:  # watching a peer must never break it
+                _failed(listener, exc)
 
     def on_evicted(self, key: TaskKey) -> None:
         self._tell("on_evicted", key)
@@ -211,6 +231,10 @@ class Listeners(list[RuntimeListener], RuntimeListener):
 
     def on_http_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self._tell("on_http_request", method, route, status, seconds)
+
+
+def _failed(listener: RuntimeListener, exc: Exception) -> None:
+    log.warning("listener_failed", listener=type(listener).__name__, error=repr(exc))
 
 
 __all__ = [

@@ -7,10 +7,12 @@ Two real peers on 127.0.0.1 (the `pair` fixture).
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import pytest
 from flowkit import WAIT, E, Pair
 
 from synapse.p2p.engine import TaskKey, Transition
@@ -153,3 +155,31 @@ def test_who_implements_a_hook_is_found_again_after_every_change_of_the_list() -
         for listener in (first, second):
             told = len(listener.seen) - before[id(listener)]
             assert told == listeners.count(listener), name
+
+
+@pytest.mark.parametrize("hook", sorted(h for h in vars(RuntimeListener) if h.startswith("on_")))
+def test_a_listener_that_raises_leaves_the_others_told(hook: str) -> None:
+    """Watching a peer never breaks it: whichever hook a listener fails in, the call returns
+    and the listeners after it are told all the same."""
+    told: list[str] = []
+
+    class Failing(RuntimeListener):
+        pass
+
+    class Telling(RuntimeListener):
+        pass
+
+    def fail(*args: object) -> None:
+        raise RuntimeError("listener bug")
+
+    def tell(*args: object) -> None:
+        told.append(hook)
+
+    failing, telling = Failing(), Telling()
+    setattr(failing, hook, fail)
+    setattr(telling, hook, tell)
+    listeners = Listeners([failing, telling])
+    arity = len(inspect.signature(getattr(RuntimeListener, hook)).parameters) - 1
+    for _ in range(2):  # once finding who implements the hook, once from what was found
+        getattr(listeners, hook)(*([None] * arity))
+    assert told == [hook, hook]
