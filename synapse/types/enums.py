@@ -116,14 +116,17 @@ class TaskState(StrEnum):
     REJECTED = "rejected"
     """Final: refused by E."""
 
-    @property
-    def is_final(self) -> bool:
-        return self in FINAL_STATES
+    #: True for the four final states (an attribute of each member, set below: asked a dozen
+    #: times a task, it costs a lookup, not a call).
+    is_final: bool
 
 
 FINAL_STATES: frozenset[TaskState] = frozenset(
     {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED, TaskState.REJECTED}
 )
+for _state in TaskState:
+    _state.is_final = _state in FINAL_STATES
+del _state
 
 
 class Priority(StrEnum):
