@@ -20,6 +20,7 @@ from synapse.runtime.runtime_base import (
     RuntimeBase,
     _Queued,
     log,
+    p2p_logger,
 )
 from synapse.runtime.sender import DeliveryError
 from synapse.store.base import (
@@ -150,10 +151,11 @@ class Delivering(RuntimeBase):
                         continue
                     if queue.head is not queued:
                         continue
+                debug = p2p_logger.isEnabledFor(logging.DEBUG)
                 try:
                     self._observe("out", out.message, out.partner)
-                    rec = self.engine.get(key)
-                    if log.isEnabledFor(logging.DEBUG):
+                    if debug:
+                        rec = self.engine.get(key)
                         log.debug(
                             "message_out",
                             message_id=out.message.id,
@@ -191,10 +193,11 @@ class Delivering(RuntimeBase):
                 self._observe("reply_in", reply, out.partner)
                 if key in self._committing:  # judged on what holds (see `settled`)
                     await self.settled(key)
+                if debug:
                     rec = self.engine.get(key)
-                before = rec.state.value if rec is not None else None
+                    before = rec.state.value if rec is not None else None
                 self.apply(self.engine.on_reply(out.message, reply, self.clock()))
-                if log.isEnabledFor(logging.DEBUG):
+                if debug:
                     log.debug(
                         "reply_in",
                         message_id=reply.id,

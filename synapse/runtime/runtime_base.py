@@ -62,6 +62,9 @@ from synapse.types.codec import IdFactory
 from synapse.types.errors import SynapseException
 
 log = get_logger("synapse.p2p")
+#: The standard-library logger `log` writes to: its level is asked before a debug line's
+#: fields are gathered (asking `log` goes through structlog's method first).
+p2p_logger = logging.getLogger("synapse.p2p")
 
 #: Seconds between commit attempts of a delivery worker while the store cannot write.
 _STORE_RETRY_FIRST, _STORE_RETRY_MAX = 0.05, 2.0
@@ -556,7 +559,7 @@ class RuntimeBase:
             # A task's outcome is what an operator follows (one info line a task); the steps
             # before it are detail (debug), as is every message in and out.
             lifecycle = transition.to_state.is_final
-            if lifecycle or log.isEnabledFor(logging.DEBUG):
+            if lifecycle or p2p_logger.isEnabledFor(logging.DEBUG):
                 (log.info if lifecycle else log.debug)(
                     "transition",
                     task_id=transition.key.task_id,

@@ -44,6 +44,7 @@ from synapse.types import (
 )
 
 log = get_logger("synapse.transport")
+_stdlib_log = logging.getLogger("synapse.transport")  # its level, asked per request
 
 DEFAULT_PATH = "/synapse/callback"
 #: What an unexpected failure inside is answered with: never a bare 500; the sender retries.
@@ -414,7 +415,7 @@ class SynapseServer:
             staged.append(StoredReply.of(200, body, headers))
             self.dedup.stage(inbound.key, staged[0])
 
-        debug = log.isEnabledFor(logging.DEBUG)
+        debug = _stdlib_log.isEnabledFor(logging.DEBUG)
         try:
             message = decode_typed(inbound.body)
         except RemoteProtocolError as malformed:
