@@ -118,15 +118,11 @@ class _Observations:
     the runtime observes five times a task (commits, the handler, the HTTP request). Added to
     the prometheus histogram whenever the registry is collected, as `_Tally` adds to a
     counter; `Histogram.observe` would check the metric, take two locks and walk the bucket
-    bounds in Python on every observation instead.
-
-    The histogram's own buckets count observations per bucket (not cumulatively) and its sum
-    is one value: the flush adds to those, which `observe` alone would otherwise reach
-    (`test_observations_match_observe` holds it to `observe`'s result)."""
+    bounds in Python on every observation instead."""
 
     __slots__ = ("_bounds", "_children", "_counts", "_flushed", "_lock", "_sums")
 
-    def __init__(self, metric: Histogram, buckets: tuple[float, ...]) -> None:
+    def __init__(self, metric: _Histogram, buckets: tuple[float, ...]) -> None:
         self._children = _Children(metric)
         self._bounds = buckets if buckets[-1] == float("inf") else (*buckets, float("inf"))
         #: Observations per bucket and their sum, by key: both only ever grow (durations are
@@ -152,12 +148,22 @@ class _Observations:
                 if counts == done:
                     continue
                 now = list(counts)  # a copy: the loop may add to `counts` meanwhile
-                child = self._children(*key)
-                for bucket, n, before in zip(child._buckets, now, done, strict=True):
-                    if n != before:
-                        bucket.inc(n - before)
-                child._sum.inc(total - done_sum)
+                added = [n - before for n, before in zip(now, done, strict=True)]
+                self._children(*key).add_counted(added, total - done_sum)
                 self._flushed[key] = (now, total)
+
+
+class _Histogram(Histogram):
+    """prometheus_client's `Histogram`, whose children also take observations counted per
+    bucket elsewhere (`_Observations`). Its buckets count observations per bucket, not
+    cumulatively, and its sum is one value (`test_observations_match_observe` holds this to
+    what `observe` gives, should the library change)."""
+
+    def add_counted(self, counts: list[int], total: float) -> None:
+        for bucket, n in zip(self._buckets, counts, strict=True):
+            if n:
+                bucket.inc(n)
+        self._sum.inc(total)
 
 
 class _FlushTallies(Collector):
@@ -282,21 +288,21 @@ class PeerMetrics(RuntimeListener):
         self.dead_letters = Counter(
             "synapse_dead_letters", "Messages given up on.", ["type"], registry=r
         )
-        self.handler_seconds = Histogram(
+        self.handler_seconds = _Histogram(
             "synapse_handler_duration_seconds",
             "Run time of TaskHandler.execute_task, by task type and outcome.",
             ["task_type", "outcome"],
             buckets=HANDLER_BUCKETS,
             registry=r,
         )
-        self.http_seconds = Histogram(
+        self.http_seconds = _Histogram(
             "synapse_http_request_duration_seconds",
             "Time to answer an HTTP request, by method, route and status.",
             ["method", "route", "status"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.commit_seconds = Histogram(
+        self.commit_seconds = _Histogram(
             "synapse_store_commit_duration_seconds",
             "Time to make buffered store writes durable, by outcome (ok, error).",
             ["outcome"],
