@@ -234,14 +234,13 @@ Action: TypeAlias = (
 )
 
 
-@dataclass(slots=True)
-class Step:
-    """What one engine call decided."""
+class Step(msgspec.Struct):
+    """What one engine call decided (a Struct: made several times a task, initialised in C)."""
 
     reply: Message | None = None
-    outgoing: list[Outgoing] = field(default_factory=list)
-    actions: list[Action] = field(default_factory=list)
-    transitions: list[Transition] = field(default_factory=list)
+    outgoing: list[Outgoing] = msgspec.field(default_factory=list)
+    actions: list[Action] = msgspec.field(default_factory=list)
+    transitions: list[Transition] = msgspec.field(default_factory=list)
     #: True when a handler's late call was ignored because its task is already final.
     discarded: bool = False
 

@@ -22,7 +22,6 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from types import TracebackType
@@ -75,8 +74,7 @@ Poster = Callable[
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(msgspec.Struct, frozen=True):
     """The envelope a partner answered one POST with."""
 
     status: int

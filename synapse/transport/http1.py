@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
+import msgspec
+
 from synapse.types.errors import SynapseException
 
 #: The longest response head (status line and headers) accepted.
@@ -71,8 +73,9 @@ class ConnectionDropped(SynapseException, ConnectionError):
     """The connection ended before the whole response was read."""
 
 
-@dataclass(frozen=True, slots=True)
-class HttpResponse:
+class HttpResponse(msgspec.Struct, frozen=True, gc=False):
+    """A response read whole (a Struct: two a task, initialised in C)."""
+
     status: int
     #: Header names lower-cased; a repeated header's values joined with ", ".
     headers: dict[str, str]
