@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import msgspec
+
 from synapse.p2p.commands import Commands
 from synapse.p2p.engine_base import (
     UNDELIVERABLE,
@@ -295,8 +297,7 @@ class _PartnerState:
     timers: dict[_TimerKey, float]
 
 
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
+class Checkpoint(msgspec.Struct, frozen=True):
     """What one incoming message may change, as values (see `Engine.checkpoint`): the task's
     record as it was (untouched: `receive` works on a copy) and its timers, and the state of
     the partners involved."""

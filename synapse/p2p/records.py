@@ -105,8 +105,7 @@ class Outgoing(msgspec.Struct, frozen=True, gc=False):
     key: TaskKey | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StartExecution:
+class StartExecution(msgspec.Struct, frozen=True):
     """Run the handler's `execute_task` for this task."""
 
     key: TaskKey

@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from synapse.logs import get_logger
 from synapse.p2p.audit import AuditKeys, append_audit, audit_seal
 from synapse.p2p.commands import Cancel, Decide, ProvideInfo, StartDeciding
@@ -101,8 +103,7 @@ class Outcome:
         return cls(rec.state, rec.result, rec.error, rec.reject, rec.refusal)
 
 
-@dataclass(frozen=True, slots=True)
-class Receipt:
+class Receipt(msgspec.Struct, frozen=True):
     """What became of one POSTed message (`P2PProtocol.receive_message`): the reply, or the
     refusal to answer with, and what the transport logs about it, so that it never reads the
     engine."""

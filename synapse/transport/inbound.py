@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -58,8 +57,7 @@ UNKNOWN_RECIPIENT = "unknown"
 _VERSION = re.compile(r"[0-9]+\.[0-9]+")  # fullmatch: "1.0\n" is not a version
 
 
-@dataclass(frozen=True, slots=True)
-class Inbound:
+class Inbound(msgspec.Struct, frozen=True):
     """An authenticated incoming message, ready for deduplication and payload decoding."""
 
     head: EnvelopeHead
