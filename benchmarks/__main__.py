@@ -1,7 +1,7 @@
 """Run every benchmark, print their tables and write `docs/benchmarks.md` with its chart.
 
     python -m benchmarks [--quick] [--only codec,e2e,instructions,memory,timers,a2a_sdk,a2a_memory,
-                                               replicas,takeover_scan] [--keep]
+                                               replicas,takeover_scan,scaling] [--keep]
                          [--no-write]
 
 `--only ... --keep` measures those benchmarks again and keeps the other sections of the
@@ -34,6 +34,7 @@ from benchmarks import (
     memory,
     replicas,
     report,
+    scaling,
     takeover_scan,
     timers,
 )
@@ -50,6 +51,7 @@ FULL: dict[str, Callable[[], Section]] = {
     "a2a_memory": lambda: a2a_memory.run(tasks=3000),
     "replicas": lambda: replicas.run(seconds=5.0, warmup=1.0, rounds=3),
     "takeover_scan": lambda: takeover_scan.run((10_000, 100_000), scans=200),
+    "scaling": lambda: scaling.run((1_000, 10_000, 100_000), (100, 1_000, 10_000)),
 }
 QUICK: dict[str, Callable[[], Section]] = {
     "codec": lambda: codec.run(seconds=0.3),
@@ -62,6 +64,7 @@ QUICK: dict[str, Callable[[], Section]] = {
     "a2a_memory": lambda: a2a_memory.run(tasks=50),
     "replicas": lambda: replicas.run(seconds=0.5, warmup=0.2, rounds=1, round_trips=False),
     "takeover_scan": lambda: takeover_scan.run((1_000, 10_000), scans=10),
+    "scaling": lambda: scaling.run((200, 400, 800), (20, 40, 80), 50),
 }
 
 #: What the figures mean beyond the tables: written once the targets were measured.

@@ -157,6 +157,19 @@ def _takeover_scan(f: dict[str, float]) -> tuple[str, bool] | None:
     return text, v[0] <= 1.25
 
 
+def _scaling(
+    kind: str, what: tuple[str, ...]
+) -> Callable[[dict[str, float]], tuple[str, bool] | None]:
+    def judge(f: dict[str, float]) -> tuple[str, bool] | None:
+        v = _get(f, f"scaling.{kind}.largest", *(f"scaling.{kind}.{w}_ratio" for w in what))
+        if v is None:
+            return None
+        ratios = ", ".join(f"{w} {r:.2f}×" for w, r in zip(what, v[1:], strict=True))
+        return f"at {v[0]:,.0f}, per unit: {ratios}", max(v[1:]) <= 1.25
+
+    return judge
+
+
 def _instructions(key: str, goal: float) -> Callable[[dict[str, float]], tuple[str, bool] | None]:
     def judge(f: dict[str, float]) -> tuple[str, bool] | None:
         v = _get(
@@ -239,6 +252,16 @@ TARGETS = (
         "takeover scan, 100,000 vs 10,000 finished tasks stored",
         "flat (≤ 1.25× the buffers)",
         _takeover_scan,
+    ),
+    Target(
+        "tasks in flight: memory, CPU per new task and per message about one, vs the smallest size",
+        "flat (≤ 1.25×)",
+        _scaling("tasks", ("memory", "new", "cancel")),
+    ),
+    Target(
+        "partners: memory, CPU per heartbeat and per request, vs the smallest size",
+        "flat (≤ 1.25×)",
+        _scaling("partners", ("memory", "heartbeat", "request")),
     ),
 )
 

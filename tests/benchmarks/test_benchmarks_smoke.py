@@ -20,6 +20,7 @@ from benchmarks import (
     memory,
     replicas,
     report,
+    scaling,
     takeover_scan,
     timers,
 )
@@ -234,3 +235,12 @@ def test_replicas_summary_survives_a_round_that_finished_no_task() -> None:
     assert rows["postgres-1"]["× floor tasks/s"] == "n/a"
     assert rows["postgres-1"]["× floor CPU"] == "n/a"
     assert rows["postgres-1"]["tasks/s"] == "100"
+
+
+def test_scaling() -> None:
+    section = scaling.run((100, 200), (10, 20), 20)
+    _check(section, "scaling.tasks.largest")
+    assert section.figures["scaling.tasks.largest"] == 200
+    assert section.figures["scaling.partners.largest"] == 20
+    assert section.figures["scaling.tasks200.new_seconds"] > 0
+    assert section.figures["scaling.partners20.heartbeat_seconds"] > 0
