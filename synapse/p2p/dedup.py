@@ -35,8 +35,7 @@ def is_storable(status: int) -> bool:
     return status != 429 and status < 500
 
 
-@dataclass(frozen=True, slots=True)
-class StoredReply:
+class StoredReply(msgspec.Struct, frozen=True, gc=False):
     """A reply exactly as sent: status, body bytes and the headers needed to resend it."""
 
     status: int

@@ -18,7 +18,6 @@ out are in `records`; all are importable from here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import msgspec
 
@@ -288,8 +287,7 @@ class Engine(Receiving, Commands):
         self._timers.replace_owned(partner, state.timers)
 
 
-@dataclass(frozen=True, slots=True)
-class _PartnerState:
+class _PartnerState(msgspec.Struct, frozen=True):
     """What the engine holds about one partner, as a value."""
 
     liveness: _PartnerLiveness | None
@@ -308,8 +306,7 @@ class Checkpoint(msgspec.Struct, frozen=True):
     partners: dict[str, _PartnerState]
 
 
-@dataclass(frozen=True, slots=True)
-class Applied:
+class Applied(msgspec.Struct, frozen=True):
     """The record `receive` left for a checkpoint's task, and its length of history."""
 
     record: TaskRecord | None
