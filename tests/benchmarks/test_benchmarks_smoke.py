@@ -13,6 +13,7 @@ import pytest
 from benchmarks import (
     a2a_memory,
     a2a_sdk,
+    bytecodes,
     codec,
     e2e,
     http_client,
@@ -244,3 +245,11 @@ def test_scaling() -> None:
     assert section.figures["scaling.partners.largest"] == 20
     assert section.figures["scaling.tasks200.new_seconds"] > 0
     assert section.figures["scaling.partners20.heartbeat_seconds"] > 0
+
+
+def test_bytecodes() -> None:
+    rows = bytecodes.count(tasks=3)
+    names = {where.rsplit(":", 1)[-1] for _, _, where in rows}
+    # The request's head is read by the lean server, the signature by the HMAC helper.
+    assert {"plain_callback_head", "hmac_signature"} <= names
+    assert sum(n for n, _, _ in rows) > 1_000  # bytecodes per task
