@@ -12,33 +12,37 @@ hot path scans all tasks or all partners.
 
 - **Tasks in flight** (1,000, 10,000, 100,000; each executing, TaskTimeout and deadline armed,
   its handler awaiting): memory per task (what Python allocated and still holds while the
-  tasks of that size were added, ÷ how many; tracemalloc);
-  CPU per new task (1,000 more `task_request`s: decoded, judged, stored, confirmed, a handler
-  started, the `executing` callback delivered); CPU per message about a task in flight (1,000
-  `task_cancel`s of tasks drawn at random among them: found, moved, its timers and handler
-  dropped, the `cancelled` callback delivered).
+  tasks of that size were added, ÷ how many; tracemalloc); the cost of a new task (1,500 more
+  `task_request`s: decoded, judged, stored, confirmed, a handler started, the `executing`
+  callback delivered) and of a message about a task in flight (1,500 `task_cancel`s of tasks
+  drawn at random among them: found, moved, its timers and handler dropped, the `cancelled`
+  callback delivered).
 - **Partners** (100, 1,000, 10,000; each a requester with one task in flight, so each is
-  heartbeated): memory per partner (its task included); CPU per heartbeat (one round:
-  the heartbeat timer of every partner fires, each heartbeat is sent and its reply read);
-  CPU per request from one partner among them (1,000 `task_request`s from partners drawn at
+  heartbeated): memory per partner (its task included); the cost of a heartbeat (a round:
+  the heartbeat timer of every partner fires, each heartbeat is sent and its reply read) and
+  of a request from one partner among them (1,500 `task_request`s from partners drawn at
   random).
 
-CPU is `time.process_time()` of this process; the machine's load moves it little (it is
-this process's own time), but compare the ratios of one run, not figures of two runs.
+Flat is judged on memory and on bytecodes (the Python bytecodes an operation runs, counted
+with `sys.settrace`: deterministic, and a Python scan over all tasks or partners would grow
+it). CPU (`time.process_time()` of this process) is given beside them: it also moves with the
+caches and the machine, by up to a third between runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import gc
 import random
-import statistics
+import sys
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from types import FrameType
 from typing import Any
 
 from benchmarks._common import Section, Table, quiet_logging, quiet_structlog
@@ -47,9 +51,14 @@ from synapse.cli import speed
 
 #: Flat: the cost per unit at the largest size within this factor of the smallest's.
 FLAT = 1.25
-#: New tasks, cancels and requests timed at each size (three rounds).
+#: New tasks, cancels and requests timed at each size (over `ROUNDS` rounds).
 OPERATIONS = 1_500
-#: Rounds of heartbeats timed at each number of partners (the median is kept).
+#: Operations of each kind whose bytecodes are counted at each size (before the timed ones).
+TRACED = 100
+#: Rounds timed of each operation at each size (the least is kept: what a round costs
+#: without the machine's interruptions).
+ROUNDS = 5
+#: Rounds of heartbeats timed at each number of partners (the least is kept).
 HEARTBEAT_ROUNDS = 3
 
 
@@ -171,16 +180,68 @@ class _Peer:
         return sum(rec.state.value == "executing" for rec in self.protocol.engine.tasks.values())
 
 
-async def _timed(operations: list[Callable[[], Awaitable[None]]], peer: _Peer) -> float:
-    """CPU seconds per operation, its callbacks delivered."""
+async def _timed(
+    operations: list[Callable[[], Awaitable[None]]], peer: _Peer
+) -> tuple[float, float]:
+    """CPU seconds per operation, its callbacks delivered (the least of `ROUNDS` rounds), and
+    the Python bytecodes one costs (the first `TRACED` operations, counted)."""
+    traced = min(TRACED, len(operations) // 2)  # a smoke run has few
+    with _counting() as counted:
+        await _round(operations[:traced], peer)
+    rest = operations[traced:]
+    size = max(1, len(rest) // ROUNDS)
+    rounds = [await _round(rest[n * size : (n + 1) * size], peer) for n in range(ROUNDS)]
+    return min(rounds), counted[0] / traced
+
+
+async def _round(operations: list[Callable[[], Awaitable[None]]], peer: _Peer) -> float:
+    with _collector_paused():
+        started = time.process_time()
+        for n, operation in enumerate(operations, 1):
+            await operation()
+            if n % 250 == 0:
+                await asyncio.sleep(0)  # let handlers start and callbacks go, as a server would
+        await peer.settle()
+        return (time.process_time() - started) / len(operations)
+
+
+@contextlib.contextmanager
+def _counting() -> Iterator[list[int]]:
+    """The bytecodes this thread's Python runs inside the block (`sys.settrace` with opcode
+    events: a coroutine resumed is traced too). Unlike CPU time, the count does not move
+    with the machine or the caches: a scan over all tasks or partners in Python shows as
+    a count that grows with them."""
+    counted = [0]
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            counted[0] += 1
+        return local
+
+    def entered(frame: FrameType, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        return local
+
+    sys.settrace(entered)
+    try:
+        yield counted
+    finally:
+        sys.settrace(None)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic collector off while a round is timed (and run before it): whether one of
+    its full collections, whose cost grows with the heap, falls inside a round or not would
+    move the figures by a third. Its cost per object made does not grow with the heap (a full
+    collection waits until the objects that survived since the last one are a quarter of
+    those it holds), so pausing it hides no scan of ours."""
     gc.collect()
-    started = time.process_time()
-    for n, operation in enumerate(operations, 1):
-        await operation()
-        if n % 250 == 0:
-            await asyncio.sleep(0)  # let handlers start and callbacks go, as a server would
-    await peer.settle()
-    return (time.process_time() - started) / len(operations)
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 async def _tasks(sizes: tuple[int, ...], operations: int) -> list[dict[str, float]]:
@@ -208,11 +269,11 @@ async def _tasks(sizes: tuple[int, ...], operations: int) -> list[dict[str, floa
             await peer.settle()
             memory = _traced_stop(before) / added
             fresh = [f"new-{size}-{n:05d}" for n in range(operations)]
-            per_new = await _timed([functools.partial(add, t) for t in fresh], peer)
+            per_new, new_bytecodes = await _timed([functools.partial(add, t) for t in fresh], peer)
             doomed = set(rng.sample(range(len(live)), operations))
             cancels = [live[n] for n in doomed]
             live[:] = [task for n, task in enumerate(live) if n not in doomed]
-            per_cancel = await _timed(
+            per_cancel, cancel_bytecodes = await _timed(
                 [functools.partial(peer.cancel, "agent-r", t) for t in cancels], peer
             )
             if peer.executing() != len(live) + 1:  # the warm-up task too
@@ -221,8 +282,10 @@ async def _tasks(sizes: tuple[int, ...], operations: int) -> list[dict[str, floa
                 {
                     "size": size,
                     "memory": memory,
-                    "new": per_new,
-                    "cancel": per_cancel,
+                    "new": new_bytecodes,
+                    "cancel": cancel_bytecodes,
+                    "new_cpu": per_new,
+                    "cancel_cpu": per_cancel,
                 }
             )
     finally:
@@ -252,18 +315,23 @@ async def _partners(sizes: tuple[int, ...], operations: int) -> list[dict[str, f
             for _ in range(HEARTBEAT_ROUNDS):
                 peer.offset += peer.config.heartbeat_interval + 1
                 beats = peer.partners.heartbeats
-                gc.collect()
-                started = time.process_time()
-                peer.protocol.apply(peer.protocol.engine.on_timer(peer.protocol.clock()))
-                await peer.settle()
-                rounds.append((time.process_time() - started) / size)
+                with _collector_paused():
+                    started = time.process_time()
+                    peer.protocol.apply(peer.protocol.engine.on_timer(peer.protocol.clock()))
+                    await peer.settle()
+                    rounds.append((time.process_time() - started) / size)
                 if peer.partners.heartbeats - beats < size:
                     raise RuntimeError(
                         f"{peer.partners.heartbeats - beats} heartbeats, {size} partners"
                     )
-            per_heartbeat = statistics.median(rounds)
+            per_heartbeat = min(rounds)
+            peer.offset += peer.config.heartbeat_interval + 1
+            with _counting() as counted:
+                peer.protocol.apply(peer.protocol.engine.on_timer(peer.protocol.clock()))
+                await peer.settle()
+            heartbeat_bytecodes = counted[0] / size
             picked = [rng.choice(names) for _ in range(operations)]
-            per_request = await _timed(
+            per_request, request_bytecodes = await _timed(
                 [
                     functools.partial(peer.request, who, f"more-{n:05d}")
                     for n, who in enumerate(picked)
@@ -274,8 +342,10 @@ async def _partners(sizes: tuple[int, ...], operations: int) -> list[dict[str, f
                 {
                     "size": size,
                     "memory": memory,
-                    "heartbeat": per_heartbeat,
-                    "request": per_request,
+                    "heartbeat": heartbeat_bytecodes,
+                    "request": request_bytecodes,
+                    "heartbeat_cpu": per_heartbeat,
+                    "request_cpu": per_request,
                 }
             )
         finally:
@@ -308,76 +378,92 @@ def _run(task_sizes: tuple[int, ...], partner_sizes: tuple[int, ...], operations
     by_task = speed.run_server(_tasks(task_sizes, operations))
     by_partner = speed.run_server(_partners(partner_sizes, operations))
     tasks = Table(
-        [
-            "tasks in flight",
-            "memory per task added",
-            "CPU per new task",
-            "CPU per cancel of one of them",
-        ],
-        title="Tasks in flight (executing, TaskTimeout and deadline armed, handler awaiting)",
+        ["tasks in flight", "memory per task added", "new task", "cancel of one of them"],
+        title="Tasks in flight (executing, TaskTimeout and deadline armed, handler awaiting): "
+        "bytecodes / CPU per operation",
     )
     for row in by_task:
         tasks.add(
             f"{row['size']:,}",
             f"{row['memory'] / 1024:,.2f} KiB",
-            f"{row['new'] * 1e6:,.0f} µs",
-            f"{row['cancel'] * 1e6:,.0f} µs",
+            f"{row['new']:,.0f} / {row['new_cpu'] * 1e6:,.0f} µs",
+            f"{row['cancel']:,.0f} / {row['cancel_cpu'] * 1e6:,.0f} µs",
         )
     partners = Table(
-        ["partners", "memory per partner", "CPU per heartbeat", "CPU per request from one of them"],
-        title="Partners (each a requester with one task in flight, heartbeated)",
+        ["partners", "memory per partner", "heartbeat", "request from one of them"],
+        title="Partners (each a requester with one task in flight, heartbeated): "
+        "bytecodes / CPU per operation",
     )
     for row in by_partner:
         partners.add(
             f"{row['size']:,}",
             f"{row['memory'] / 1024:,.2f} KiB",
-            f"{row['heartbeat'] * 1e6:,.0f} µs",
-            f"{row['request'] * 1e6:,.0f} µs",
+            f"{row['heartbeat']:,.0f} / {row['heartbeat_cpu'] * 1e6:,.0f} µs",
+            f"{row['request']:,.0f} / {row['request_cpu'] * 1e6:,.0f} µs",
         )
     section.tables += [tasks, partners]
-    largest_tasks, largest_partners = by_task[-1]["size"], by_partner[-1]["size"]
     section.figures |= {
-        "scaling.tasks.largest": largest_tasks,
-        "scaling.tasks.memory_ratio": _flat(by_task, "memory"),
-        "scaling.tasks.new_ratio": _flat(by_task, "new"),
-        "scaling.tasks.cancel_ratio": _flat(by_task, "cancel"),
-        "scaling.partners.largest": largest_partners,
-        "scaling.partners.memory_ratio": _flat(by_partner, "memory"),
-        "scaling.partners.heartbeat_ratio": _flat(by_partner, "heartbeat"),
-        "scaling.partners.request_ratio": _flat(by_partner, "request"),
+        "scaling.tasks.largest": by_task[-1]["size"],
+        "scaling.partners.largest": by_partner[-1]["size"],
     }
-    for row in by_task:
-        section.figures[f"scaling.tasks{row['size']}.memory_bytes"] = row["memory"]
-        section.figures[f"scaling.tasks{row['size']}.new_seconds"] = row["new"]
-        section.figures[f"scaling.tasks{row['size']}.cancel_seconds"] = row["cancel"]
-    for row in by_partner:
-        section.figures[f"scaling.partners{row['size']}.memory_bytes"] = row["memory"]
-        section.figures[f"scaling.partners{row['size']}.heartbeat_seconds"] = row["heartbeat"]
-        section.figures[f"scaling.partners{row['size']}.request_seconds"] = row["request"]
+    judged = (
+        ("tasks", by_task, ("new", "cancel")),
+        ("partners", by_partner, ("heartbeat", "request")),
+    )
+    for kind, rows, operations_of in judged:
+        section.figures[f"scaling.{kind}.memory_ratio"] = _flat(rows, "memory")
+        for operation in operations_of:
+            section.figures[f"scaling.{kind}.{operation}_ratio"] = _flat(rows, operation)
+            section.figures[f"scaling.{kind}.{operation}_cpu_ratio"] = _flat(
+                rows, f"{operation}_cpu"
+            )
+        for row in rows:
+            prefix = f"scaling.{kind}{row['size']}"
+            section.figures[f"{prefix}.memory_bytes"] = row["memory"]
+            for operation in operations_of:
+                section.figures[f"{prefix}.{operation}_bytecodes"] = row[operation]
+                section.figures[f"{prefix}.{operation}_seconds"] = row[f"{operation}_cpu"]
     ratios = ", ".join(
         f"{name} {section.figures[key]:.2f}×"
         for name, key in (
             ("memory per task", "scaling.tasks.memory_ratio"),
-            ("CPU per new task", "scaling.tasks.new_ratio"),
+            ("bytecodes per new task", "scaling.tasks.new_ratio"),
             ("per cancel", "scaling.tasks.cancel_ratio"),
             ("memory per partner", "scaling.partners.memory_ratio"),
-            ("per heartbeat", "scaling.partners.heartbeat_ratio"),
+            ("bytecodes per heartbeat", "scaling.partners.heartbeat_ratio"),
             ("per request", "scaling.partners.request_ratio"),
         )
     )
+    cpu = ", ".join(
+        f"{name} {section.figures[key]:.2f}×"
+        for name, key in (
+            ("new task", "scaling.tasks.new_cpu_ratio"),
+            ("cancel", "scaling.tasks.cancel_cpu_ratio"),
+            ("heartbeat", "scaling.partners.heartbeat_cpu_ratio"),
+            ("request", "scaling.partners.request_cpu_ratio"),
+        )
+    )
     section.notes += [
-        f"Largest size ÷ smallest, per unit (flat: ≤ {FLAT}×): {ratios}.",
+        f"Largest size ÷ smallest, per unit (flat: ≤ {FLAT}×): {ratios}. CPU per operation, "
+        f"the same ratio: {cpu}.",
+        f"Flat is judged on memory and on bytecodes: the Python bytecodes of {TRACED} "
+        "operations of each kind, counted (`sys.settrace`), ÷ the operations. The count does "
+        "not move with the machine: a Python scan over all tasks or partners would grow it "
+        "with them. CPU time moves with the caches (a heap of 100,000 tasks fits in none) and "
+        "with the machine by up to a third between runs; it is given for scale.",
         "Memory: what Python allocated and still holds (tracemalloc) while the tasks or "
         "partners of that size were added, ÷ how many were added; for tasks, the marginal "
-        "cost of a task at that size. CPU is timed with tracemalloc stopped; a heartbeat is "
-        f"the median of {HEARTBEAT_ROUNDS} rounds.",
+        "cost of a task at that size. CPU is `time.process_time()` of this process, timed "
+        "with tracemalloc stopped and the cyclic collector paused (its full collections, "
+        "whose cost grows with the heap, run once the objects made since the last are a "
+        "quarter of those it holds: constant per object made, but a round that catches one "
+        f"is a third dearer): {operations - TRACED:,} operations at each size in {ROUNDS} "
+        f"rounds, {HEARTBEAT_ROUNDS} rounds of heartbeats, the least of each kept.",
         "One executor P2PProtocol in this process (memory store), callbacks acknowledged in "
-        "process: the figures are the peer's own work per unit, without sockets. CPU is this "
-        f"process's `time.process_time()`: {operations:,} operations at each size, in three "
-        "rounds (the median kept).",
-        "Each task's handler is an asyncio task awaiting forever: its memory includes it, "
-        "its coroutine and its ExecutionContext, the record, its two timer entries and the "
-        "deduplication entry of its request.",
+        "process: the figures are the peer's own work per unit, without sockets. Each task's "
+        "handler is an asyncio task awaiting forever: its memory includes it, its coroutine "
+        "and its ExecutionContext, the record, its two timer entries and the deduplication "
+        "entry of its request.",
     ]
     section.seconds = time.monotonic() - started
     return section

@@ -245,6 +245,9 @@ def test_scaling() -> None:
     assert section.figures["scaling.partners.largest"] == 20
     assert section.figures["scaling.tasks200.new_seconds"] > 0
     assert section.figures["scaling.partners20.heartbeat_seconds"] > 0
+    # A task's bytecodes, counted: hundreds at least (the request's whole path in Python).
+    assert section.figures["scaling.tasks200.new_bytecodes"] > 300
+    assert section.figures["scaling.partners20.heartbeat_bytecodes"] > 30
 
 
 def test_bytecodes() -> None:
