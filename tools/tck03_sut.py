@@ -8,6 +8,12 @@ Run by hand (the TCK is not a dependency of this repository):
     python tools/tck03_sut.py --port 9999 --grpc-port 10000 &
     cd a2a-tck && git checkout 0.3.x && ./run_tck.py --sut-url http://127.0.0.1:9999/a2a \\
         --category all --transports jsonrpc,rest,grpc
+
+With `--auth-token T` the card declares a Bearer scheme and every call needs `T`: the run of
+the TCK's authentication and security tests (its other tests send no credentials):
+
+    SUT_URL=http://127.0.0.1:9999/a2a pytest tests/mandatory/authentication \\
+        tests/mandatory/security tests/optional/capabilities/test_a2a_v030_authentication.py
 """
 
 from __future__ import annotations
@@ -51,7 +57,9 @@ class GreetingHandler:
         return TaskResult(output_type="text", output=reply)
 
 
-async def main(port: int, work_seconds: float, grpc_port: int | None, extended: bool) -> None:
+async def main(
+    port: int, work_seconds: float, grpc_port: int | None, extended: bool, auth_token: str | None
+) -> None:
     handler = GreetingHandler(work_seconds)
     peer = Peer("tck03-sut", handler=handler, port=port, config=P2PConfig())
     enable_a2a(
@@ -66,6 +74,10 @@ async def main(port: int, work_seconds: float, grpc_port: int | None, extended: 
         # The 0.3 card then says supportsAuthenticatedExtendedCard, and the TCK's tests of
         # agent/getAuthenticatedExtendedCard run.
         extended_card=members_card if extended else None,
+        # The TCK's authentication and security tests run against a card that declares a
+        # scheme (Bearer here, enforced on every call); its other tests send no credentials
+        # and are then refused, as they must be: a run of their own.
+        tokens={auth_token: "tck"} if auth_token is not None else None,
     )
     await peer.start()
     print(f"listening on http://127.0.0.1:{port}/a2a (A2A 1.0 and 0.3)", flush=True)
@@ -89,5 +101,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--extended-card", action="store_true", help="serve an authenticated extended card"
     )
+    parser.add_argument(
+        "--auth-token",
+        default=None,
+        help="declare a Bearer scheme and require this token on every call (for the TCK's "
+        "authentication tests, run on their own)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.port, args.work, args.grpc_port, args.extended_card))
+    asyncio.run(main(args.port, args.work, args.grpc_port, args.extended_card, args.auth_token))
