@@ -27,6 +27,7 @@ from tck_sut import members_card  # the 1.0 SUT's, beside this file
 from synapse import ExecutionContext, Peer, TaskResult, Validation
 from synapse.a2a import enable_a2a
 from synapse.p2p.config import P2PConfig
+from synapse.transport.tls import TLSConfig
 
 
 class GreetingHandler:
@@ -58,10 +59,25 @@ class GreetingHandler:
 
 
 async def main(
-    port: int, work_seconds: float, grpc_port: int | None, extended: bool, auth_token: str | None
+    port: int,
+    work_seconds: float,
+    grpc_port: int | None,
+    extended: bool,
+    auth_token: str | None,
+    tls: tuple[str, str, str] | None,
 ) -> None:
     handler = GreetingHandler(work_seconds)
-    peer = Peer("tck03-sut", handler=handler, port=port, config=P2PConfig())
+    # With TLS, the peer serves HTTPS under a name of the operator's (the TCK skips its
+    # certificate tests for a host named like a test or a loopback address).
+    endpoint = f"https://{tls[2]}:{port}/synapse/callback" if tls is not None else None
+    peer = Peer(
+        "tck03-sut",
+        handler=handler,
+        port=port,
+        config=P2PConfig(),
+        endpoint=endpoint,
+        tls=TLSConfig(cert=tls[0], key=tls[1]) if tls is not None else None,
+    )
     enable_a2a(
         peer,
         default_task_type="greeting",
@@ -107,5 +123,21 @@ if __name__ == "__main__":
         help="declare a Bearer scheme and require this token on every call (for the TCK's "
         "authentication tests, run on their own)",
     )
+    parser.add_argument(
+        "--tls",
+        nargs=3,
+        metavar=("CERT", "KEY", "HOST"),
+        default=None,
+        help="serve HTTPS with this certificate and key, under this host name",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.port, args.work, args.grpc_port, args.extended_card, args.auth_token))
+    asyncio.run(
+        main(
+            args.port,
+            args.work,
+            args.grpc_port,
+            args.extended_card,
+            args.auth_token,
+            tuple(args.tls) if args.tls else None,
+        )
+    )

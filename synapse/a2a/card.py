@@ -115,7 +115,7 @@ def build_card(
         schemes["bearer"] = {
             "httpAuthSecurityScheme": {
                 "scheme": "Bearer",
-                "description": "A token the operator issued; required on every call.",
+                "description": "Issued by the operator; sent as Authorization: Bearer each call.",
             }
         }
         requirements.append(wire.SecurityRequirement(schemes={"bearer": wire.StringList()}))
