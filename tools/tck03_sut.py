@@ -26,6 +26,13 @@ from tck_sut import members_card  # the 1.0 SUT's, beside this file
 
 from synapse import ExecutionContext, Peer, TaskResult, Validation
 from synapse.a2a import enable_a2a
+from synapse.a2a.server.security import (
+    HttpBearerScheme,
+    JwksSource,
+    JwtValidator,
+    OAuth2Scheme,
+    SecurityPolicy,
+)
 from synapse.p2p.config import P2PConfig
 from synapse.transport.tls import TLSConfig
 
@@ -65,6 +72,7 @@ async def main(
     extended: bool,
     auth_token: str | None,
     tls: tuple[str, str, str] | None,
+    oauth2: bool,
 ) -> None:
     handler = GreetingHandler(work_seconds)
     # With TLS, the peer serves HTTPS under a name of the operator's (the TCK skips its
@@ -93,7 +101,10 @@ async def main(
         # The TCK's authentication and security tests run against a card that declares a
         # scheme (Bearer here, enforced on every call); its other tests send no credentials
         # and are then refused, as they must be: a run of their own.
-        tokens={auth_token: "tck"} if auth_token is not None else None,
+        tokens={auth_token: "tck"} if auth_token is not None and not oauth2 else None,
+        security=_with_oauth2(auth_token, endpoint or f"http://127.0.0.1:{port}")
+        if oauth2
+        else None,
     )
     await peer.start()
     print(f"listening on http://127.0.0.1:{port}/a2a (A2A 1.0 and 0.3)", flush=True)
@@ -101,6 +112,30 @@ async def main(
         await asyncio.Event().wait()
     finally:
         await peer.close()
+
+
+def _with_oauth2(auth_token: str | None, base: str) -> SecurityPolicy:
+    """Bearer (`auth_token`) or OAuth 2.0 (JWTs of a key made for the run, which no test
+    holds), either accepted, with the OAuth 2.0 scheme's metadata URL declared."""
+    from joserfc.jwk import KeySet, RSAKey
+
+    origin = base.split("/synapse/")[0]
+    keys = KeySet([RSAKey.generate_key(2048, parameters={"kid": "tck-run"})])
+    validator = JwtValidator(
+        issuer=f"{origin}/issuer",
+        audience=f"{origin}/a2a",
+        jwks=JwksSource(keys=keys.as_dict(private=False)),
+    )
+    schemes: dict[str, Any] = {
+        "oauth2": OAuth2Scheme(
+            validator,
+            token_url=f"{origin}/issuer/token",
+            metadata_url=f"{origin}/issuer/.well-known/oauth-authorization-server",
+        )
+    }
+    if auth_token is not None:
+        schemes["bearer"] = HttpBearerScheme({auth_token: "tck"})
+    return SecurityPolicy(schemes)
 
 
 if __name__ == "__main__":
@@ -130,6 +165,11 @@ if __name__ == "__main__":
         default=None,
         help="serve HTTPS with this certificate and key, under this host name",
     )
+    parser.add_argument(
+        "--oauth2",
+        action="store_true",
+        help="declare an OAuth 2.0 scheme (with its metadata URL) beside the Bearer one",
+    )
     args = parser.parse_args()
     asyncio.run(
         main(
@@ -139,5 +179,6 @@ if __name__ == "__main__":
             args.extended_card,
             args.auth_token,
             tuple(args.tls) if args.tls else None,
+            args.oauth2,
         )
     )
