@@ -145,7 +145,9 @@ class _Observations:
             for key, counts in list(self._counts.items()):  # one step in C: no size change
                 total = self._sums.get(key, 0.0)  # the loop may be adding the key
                 done, done_sum = self._flushed.get(key) or ([0] * len(counts), 0.0)
-                if counts == done:
+                # The sum too: an observation counted while this read its sum adds its value
+                # to the next flush, even if no other observation comes before it.
+                if counts == done and total == done_sum:
                     continue
                 now = list(counts)  # a copy: the loop may add to `counts` meanwhile
                 added = [n - before for n, before in zip(now, done, strict=True)]
