@@ -361,6 +361,9 @@ class RuntimeBase:
         #: How often each task was let go to another replica (`release`): a change decided
         #: before one and stored after it was dropped by the store's fencing.
         self._releases: dict[TaskKey, int] = {}
+        #: Every task let go (`release`), in order: an announcement held for a commit
+        #: leaves out the tasks let go after its step (`_announce_kept`).
+        self._released: list[TaskKey] = []
         self._commits_started = 0
         self._commits_done = 0
         #: Commits started and not yet ended (succeeded or failed).
@@ -492,6 +495,7 @@ class RuntimeBase:
         self._waiters.pop(key, None)
         self.engine.release(key)
         self._releases[key] = self._releases.get(key, 0) + 1
+        self._released.append(key)
 
     async def _store_commit(self, discard_after: int | None) -> None:
         # A store written before `discard_after` existed takes no argument.
@@ -542,8 +546,32 @@ class RuntimeBase:
                 if transition.to_state.is_final:
                     self._evict(transition.key)
         elif step.transitions or step.actions:
-            self.announce_when_durable(lambda: self._announce(step))
+            released = len(self._released)
+            self.announce_when_durable(lambda: self._announce_kept(step, released))
         self._rearm_timer()
+
+    def _announce_kept(self, step: Step, released: int) -> None:
+        """Announce `step` once its commit is done, but nothing of a task let go since it
+        was applied (the first `released` of `_released` came before): between replicas, the
+        task's lease was lost, the commit dropped the step's writes of it, and another
+        replica's outcome is the one that stands."""
+        if len(self._released) == released:
+            self._announce(step)
+            return
+        let_go = set(self._released[released:])
+        gone = {t.key for t in step.transitions if t.key in let_go}
+        gone.update(key for a in step.actions if (key := getattr(a, "key", None)) in let_go)
+        if not gone:
+            self._announce(step)
+            return
+        for key in sorted(gone, key=lambda k: (k.requester, k.task_id)):
+            log.info("announcement_withheld", task_id=key.task_id, requester=key.requester)
+        kept = msgspec.structs.replace(
+            step,
+            transitions=[t for t in step.transitions if t.key not in gone],
+            actions=[a for a in step.actions if getattr(a, "key", None) not in gone],
+        )
+        self._announce(kept)
 
     def announce_when_durable(self, announce: Callable[[], None]) -> None:
         """Call `announce` once what is buffered in the store now is durable (with the next

@@ -21,8 +21,9 @@ from rawpost import eventually
 from storekit import E_ID, E_URL, R_ID, R_URL, T0
 
 from synapse.p2p.commands import Cancel, RequestInfo, Submit
-from synapse.p2p.engine import Engine, TaskKey
+from synapse.p2p.engine import Engine, TaskKey, Transition
 from synapse.runtime.handler import ExecutionContext, Validation
+from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.protocol import P2PProtocol
 from synapse.store import SqliteStore
 from synapse.store.base import FencedOut
@@ -330,4 +331,46 @@ async def test_a_message_refused_for_another_tasks_lost_lease_lets_its_own_task_
         reply = await asyncio.wait_for(e.handle_message(cancel.message), 10)
         assert reply.message_type is MessageType.TASK_ACK
         assert e.get_task_status("t", R_ID) is TaskState.CANCELLED
+    await store.close()
+
+
+class Transitions(RuntimeListener):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, TaskState]] = []
+
+    def on_transition(self, transition: Transition) -> None:
+        self.seen.append((transition.key.task_id, transition.to_state))
+
+
+async def test_an_outcome_of_a_task_let_go_before_its_commit_is_not_announced(
+    tmp_path: Path,
+) -> None:
+    """Between replicas, a step applied outside a message (a handler's outcome, a timer) is
+    announced once the commit carrying its writes is done. If the task is let go before that
+    (its lease lost: the commit drops its writes, another replica's outcome stands), the
+    outcome is not announced here: announced means durable."""
+    r = Engine(agent_id=R_ID, endpoint=R_URL)
+    partner = Partner(r)
+    handler = Handler()
+    store = GatedStore(tmp_path / "e.sqlite")
+    e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, handler=handler, sender=partner, store=store)
+    told = Transitions()
+    e.listeners.append(told)
+    lost, kept = TaskKey(R_ID, "lost"), TaskKey(R_ID, "kept")
+    async with e:
+        for task_id in ("lost", "kept"):
+            reply = await e.handle_message(request(r, task_id))
+            assert reply.message_type is MessageType.TASK_CONFIRM
+        await eventually(lambda: len(partner.received) == 2, timeout=20)  # both progressed
+        await e.commit()
+        store.gate.clear()
+        store.at_gate.clear()
+        handler.release.set()  # both handlers return: two completions, applied and buffered
+        await eventually(store.at_gate.is_set, timeout=20)  # their commit is in flight
+        e.release(lost)  # meanwhile the lease of one is found lost
+        store.gate.set()
+        await eventually(lambda: ("kept", TaskState.COMPLETED) in told.seen, timeout=20)
+        await e.commit()
+    assert ("lost", TaskState.COMPLETED) not in told.seen
+    assert e.get_task_status(kept.task_id, R_ID) is not TaskState.EXECUTING
     await store.close()
