@@ -698,6 +698,12 @@ class RuntimeBase:
         if moves is not None:
             self._still_held(*moves)
 
+    @property
+    def tasks_held(self) -> frozenset[TaskKey]:
+        """The tasks a message's commit holds now (nothing else about them is decided until
+        it is done, see `settled`): empty whenever no such commit is in flight."""
+        return frozenset(self._committing)
+
     def held_here(self, key: TaskKey) -> tuple[TaskKey, int]:
         """Check, before a change of task `key` is decided here, that this runtime holds it
         (in memory, or finished): `NotReady` if not (replicas: another one works on it, and
