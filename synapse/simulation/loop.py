@@ -12,18 +12,37 @@ says so (`Stalled`) rather than wait forever.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import selectors
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from synapse.types.errors import SynapseException
 
 T = TypeVar("T")
 
+#: Turns of the loop in one virtual instant taken for a livelock (a busy run of callbacks that
+#: never lets time move: far more than anything real schedules at one moment).
+SPIN_LIMIT = 200_000
+
 
 class Stalled(SynapseException, RuntimeError):
     """Nothing can ever run again: every task waits for something no timer will bring."""
+
+
+#: A callback parked while its process was paused: callback, arguments, context, handle.
+Parked = tuple[Callable[..., Any], tuple[Any, ...], contextvars.Context, list[asyncio.Handle]]
+
+
+class Pausable(Protocol):
+    """What a process the loop can pause offers (`VirtualTimeLoop.enable_pauses`)."""
+
+    #: True while it is stopped (SIGSTOP): none of its callbacks runs.
+    paused: bool
+    #: Its callbacks that came due while it was paused, in order, with their contexts and
+    #: handles (a handle cancelled meanwhile is not run).
+    parked: list[Parked]
 
 
 class _NoIO(selectors.BaseSelector):
@@ -74,17 +93,94 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         super().__init__(selector)
         selector.loop = self
         self._virtual_now = start
+        self._turns_in_an_instant = 0
 
     def time(self) -> float:
         return self._virtual_now
 
+    # --- pauses (SIGSTOP and SIGCONT) -------------------------------------------------------
+
+    _owner: contextvars.ContextVar[Any] | None = None
+
+    def enable_pauses(self, owner: contextvars.ContextVar[Any]) -> None:
+        """From now on, a callback whose context's `owner` is a `Pausable` that is paused
+        when the callback comes due does not run: it is parked until `resume`, as a stopped
+        process's work waits for SIGCONT (its timers fire late, its sockets' data waits).
+        Off by default: a run without pauses schedules nothing differently."""
+        self._owner = owner
+
+    def call_soon(  # type: ignore[override]
+        self,
+        callback: Callable[..., Any],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        if self._owner is None:
+            return super().call_soon(callback, *args, context=context)
+        ctx = context if context is not None else contextvars.copy_context()
+        cell: list[asyncio.Handle] = []
+        handle = super().call_soon(self._gated, callback, args, ctx, cell, context=ctx)
+        cell.append(handle)
+        return handle
+
+    def call_at(  # type: ignore[override]
+        self,
+        when: float,
+        callback: Callable[..., Any],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        if self._owner is None:
+            return super().call_at(when, callback, *args, context=context)
+        ctx = context if context is not None else contextvars.copy_context()
+        cell: list[asyncio.Handle] = []
+        handle = super().call_at(when, self._gated, callback, args, ctx, cell, context=ctx)
+        cell.append(handle)
+        return handle
+
+    def _gated(
+        self,
+        callback: Callable[..., Any],
+        args: tuple[Any, ...],
+        ctx: contextvars.Context,
+        cell: list[asyncio.Handle],
+    ) -> None:
+        """Run `callback`, unless its owner is paused (then park it) or its handle was
+        cancelled while it was parked (a timeout left, a wait given up)."""
+        if cell and cell[0].cancelled():
+            return
+        assert self._owner is not None
+        owner = ctx.get(self._owner)
+        if owner is not None and getattr(owner, "paused", False):
+            owner.parked.append((callback, args, ctx, cell))
+            return
+        callback(*args)
+
+    def resume(self, process: Pausable) -> None:
+        """SIGCONT: `process` runs again, its parked callbacks first, in their order."""
+        process.paused = False
+        parked, process.parked = process.parked, []
+        for callback, args, ctx, cell in parked:
+            super().call_soon(self._gated, callback, args, ctx, cell, context=ctx)
+
     def advance(self, seconds: float) -> None:
         """Move the clock `seconds` on, and at least to the first timer due by then (the
-        loop computed `seconds` from it: adding it back must not fall a rounding short)."""
+        loop computed `seconds` from it: adding it back must not fall a rounding short).
+        Raises `Stalled` after `SPIN_LIMIT` turns of the loop in one instant: something runs
+        in circles (a wait on what is already done) and time would never move again."""
         target = self._virtual_now + max(0.0, seconds)
         scheduled: list[asyncio.TimerHandle] = getattr(self, "_scheduled", [])
         if scheduled and scheduled[0].when() - target <= 1e-9 * max(1.0, abs(target)):
             target = max(target, scheduled[0].when())
+        if target == self._virtual_now:
+            self._turns_in_an_instant += 1
+            if self._turns_in_an_instant > SPIN_LIMIT:
+                raise Stalled(
+                    f"{SPIN_LIMIT:,} turns of the loop at {target:.3f} s and time never moves: "
+                    "something waits, in circles, on what is already done"
+                )
+        else:
+            self._turns_in_an_instant = 0
         self._virtual_now = target
 
     def run_in_executor(  # type: ignore[override]
@@ -99,4 +195,4 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return future
 
 
-__all__ = ["Stalled", "VirtualTimeLoop"]
+__all__ = ["Parked", "Pausable", "Stalled", "VirtualTimeLoop"]

@@ -5,11 +5,13 @@ pass today, and fail again when the fix is taken out."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import headstart
 import pytest
@@ -100,6 +102,75 @@ def test_the_virtual_loop_skips_waits_and_says_when_stuck() -> None:
 
     with pytest.raises(Stalled):
         loop.run_until_complete(forever())
+    loop.close()
+
+
+class _Process:
+    """A process the loop can pause (`Pausable`)."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.parked: list[Any] = []
+
+
+def test_a_paused_process_runs_nothing_until_resumed_and_its_cancelled_timers_stay_cancelled() -> (
+    None
+):
+    """SIGSTOP in the simulation: the process's callbacks (its timers, its tasks' steps) are
+    parked while it is paused and run on resume, in order; what it cancelled meanwhile (a
+    timeout it left) does not run; other work goes on."""
+    owner: contextvars.ContextVar[_Process | None] = contextvars.ContextVar("owner", default=None)
+    loop = VirtualTimeLoop()
+    loop.enable_pauses(owner)
+    stopped = _Process()
+    ran: list[tuple[str, float]] = []
+
+    async def worker() -> None:
+        owner.set(stopped)
+        for _ in range(3):
+            await asyncio.sleep(10)
+            ran.append(("worker", loop.time()))
+        async with asyncio.timeout(100):  # left before it fires: must never fire
+            await asyncio.sleep(1)
+        ran.append(("worker left its timeout", loop.time()))
+
+    async def bystander() -> None:
+        await asyncio.sleep(25)
+        ran.append(("bystander", loop.time()))
+
+    async def main() -> None:
+        working = asyncio.create_task(worker())
+        other = asyncio.create_task(bystander())
+        await asyncio.sleep(15)
+        stopped.paused = True  # between the worker's first and second wake-up
+        await asyncio.sleep(100)
+        assert stopped.parked  # its timer came due and waited
+        loop.resume(stopped)
+        await asyncio.gather(working, other)
+        await asyncio.sleep(200)  # past the timeout the worker left
+
+    loop.run_until_complete(main())
+    loop.close()
+    assert ran == [
+        ("worker", 10.0),
+        ("bystander", 25.0),
+        ("worker", 115.0),
+        ("worker", 125.0),
+        ("worker left its timeout", 126.0),
+    ]
+
+
+def test_a_loop_turning_in_circles_at_one_instant_says_so() -> None:
+    loop = VirtualTimeLoop()
+
+    async def spin() -> None:
+        done = loop.create_future()
+        done.set_result(None)
+        while True:  # the shape of a wait on a hold nobody removes
+            await asyncio.wait([done])
+
+    with pytest.raises(Stalled, match="time never moves"):
+        loop.run_until_complete(spin())
     loop.close()
 
 
