@@ -13,6 +13,10 @@ peers keep; and rules only whole peers can break:
   once per run of the process that started it again), and a completed task's ran;
 - `announced_outcomes_are_kept`: an outcome a peer told anyone of (its listeners, hence its
   handles and its log) is the state its store keeps, whatever restarts came after;
+- `answers_kept_once`: a question gets at most one answer, and an answer a person was told
+  was taken is the one the requester keeps;
+- `held_only_while_committing`: once the run is quiet, no peer holds a task for a message's
+  commit (`held_while_quiet`);
 - `every_task_ends`: checked by the run itself (`synapse.simulation.run`).
 """
 
@@ -22,11 +26,12 @@ import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from synapse.model.invariants import applied_once, history_in_the_table, records_agree
 from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.states import Event
-from synapse.simulation.peers import Node, TaskPlan
+from synapse.simulation.peers import Answer, Node, TaskPlan
 from synapse.store.sqlite import read_task
 from synapse.types import TaskState
 
@@ -117,6 +122,42 @@ def announced_outcomes_are_kept(node: Node, key: TaskKey, rec: TaskRecord | None
     return None
 
 
+_QUESTIONS = frozenset({Event.RECV_TASK_NEED_INFO, Event.RECV_TASK_NEED_HUMAN})
+_ANSWERS = frozenset(
+    {Event.SEND_TASK_INFO_PROVIDED, Event.SEND_HUMAN_APPROVE, Event.SEND_HUMAN_REJECT}
+)
+
+
+def answers_kept_once(answers: Iterable[Answer], key: TaskKey, r: TaskRecord | None) -> str | None:
+    """A question of the executor's gets at most one answer, and an answer a person was told
+    was taken (however many fronts they used at once) is the one the requester keeps."""
+    history = r.history if r is not None else []
+    taken: dict[str, list[Event]] = {}
+    question: str | None = None
+    for t in history:
+        if t.event in _QUESTIONS:
+            question = t.message_id or ""
+            taken[question] = []
+        elif t.event in _ANSWERS and question is not None:
+            taken[question].append(t.event)
+    for asked, given in taken.items():
+        if len(given) > 1:
+            return f"question {asked} of {key.task_id} was answered {len(given)} times: {given}"
+    for answer in answers:
+        if answer.task != key:
+            continue
+        kept = taken.get(answer.question)
+        if kept is None:
+            return f"a person answered question {answer.question} of {key.task_id}, which is gone"
+        if kept != [answer.event]:
+            shown = kept[0].value if kept else "no answer"
+            return (
+                f"a person was told {answer.event.value} was taken for {key.task_id}, "
+                f"and its requester keeps {shown}"
+            )
+    return None
+
+
 def side_effects_once(
     plan: TaskPlan, r: TaskRecord | None, effects: Iterable[tuple[TaskKey, int, bool]]
 ) -> str | None:
@@ -131,6 +172,16 @@ def side_effects_once(
         return f"{plan.task_id}'s side effect ran twice in one process"
     if r is not None and r.state is TaskState.COMPLETED and total == 0:
         return f"{plan.task_id} completed, and its side effect never ran"
+    return None
+
+
+def held_while_quiet(name: str, protocol: Any) -> str | None:
+    """Once every task has ended and nothing is left to deliver, no commit of a message is in
+    flight, so no task may be held for one (a hold left behind makes every later message
+    about the task wait for ever)."""
+    held = sorted(key.task_id for key in protocol.tasks_held)
+    if held:
+        return f"{name} holds {', '.join(held)} with no commit in flight"
     return None
 
 
@@ -170,6 +221,7 @@ def check(
         note("callbacks_in_order", callbacks_in_order(r, plan.executor))
         for node, rec in ((requester, r), (executor, e)):
             note("announced_outcomes_are_kept", announced_outcomes_are_kept(node, plan.key, rec))
+        note("answers_kept_once", answers_kept_once(requester.answers, plan.key, r))
         effects = [(x.task, x.incarnation, x.resumable) for x in executor.effects]
         note("side_effects_once", side_effects_once(plan, r, effects))
     return found
@@ -178,8 +230,10 @@ def check(
 __all__ = [
     "acknowledged_messages_are_kept",
     "announced_outcomes_are_kept",
+    "answers_kept_once",
     "callbacks_in_order",
     "check",
+    "held_while_quiet",
     "side_effects_once",
     "stored_record",
     "submitted_tasks_are_kept",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import random
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,9 +29,12 @@ from multidict import CIMultiDict
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition, Validation
+from synapse.p2p.states import Event
 from synapse.runtime.handler import ExecutionContext, TaskFailure
 from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.protocol import P2PProtocol
+from synapse.runtime.runtime_base import TaskHandle
+from synapse.simulation.loop import Parked
 from synapse.simulation.network import CURRENT, Network
 from synapse.simulation.stores import (
     SimulatedMemoryStore,
@@ -45,6 +48,7 @@ from synapse.transport.server import SynapseServer
 from synapse.types import (
     LocalProtocolError,
     MissingField,
+    NotReady,
     RemoteProtocolError,
     TaskError,
     TaskState,
@@ -141,6 +145,16 @@ class ScriptedHandler:
 
 
 @dataclass(frozen=True, slots=True)
+class Answer:
+    """An answer a person was told was taken: the task, the question's message id, and
+    the answer's event (info provided, approve, reject)."""
+
+    task: TaskKey
+    question: str
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
 class TaskPlan:
     """One task of the workload: who asks whom, when, what the handler does, and what the
     requester's person does (answer a question after `answer_after` s, approve or not,
@@ -191,6 +205,27 @@ class Node:
     announced: dict[TaskKey, TaskState] = field(default_factory=dict)
     #: The store of the last incarnation (the memory store lives as long as the node).
     store: Any = None
+    #: The agent this node is a process of (None: its own name). Replicas of one agent are
+    #: nodes of their own, sharing the agent's id, secrets and ledgers.
+    agent: str | None = None
+    #: Numbers the incarnations (shared by an agent's replicas: each number names one
+    #: process of the agent). None: counted per node.
+    counter: Iterator[int] | None = None
+    #: Builds an incarnation's store (None: SQLite at `path`, else memory).
+    store_factory: Callable[[Node, int], Any] | None = None
+    #: Called with each incarnation's `Peer` before it starts (replicas wire it).
+    wire: Callable[[Incarnation], None] | None = None
+    #: The ids each incarnation mints (None: per incarnation, named after the node).
+    ids: Any = None
+    #: The URL its peers call back (None: `url`; a replica's is its agent's balancer).
+    endpoint: str | None = None
+    #: The tasks its person answers and cancels (None: `plans`; a replica's person acts on
+    #: every task of its agent that the replica holds).
+    answers_for: list[TaskPlan] | None = None
+    #: The other replicas of its agent: its person answers through two of them at once.
+    siblings: list[Node] = field(default_factory=list)
+    #: Every answer a person was told was taken (the call returned), by any incarnation.
+    answers: list[Answer] = field(default_factory=list)
 
     @property
     def process(self) -> Incarnation | None:
@@ -205,7 +240,8 @@ class Node:
     def start(self) -> Incarnation:
         """A new process: a fresh `Peer` on the store's file (or the node's memory store)."""
         self.incarnations += 1
-        incarnation = Incarnation(self, self.incarnations)
+        number = next(self.counter) if self.counter is not None else self.incarnations
+        incarnation = Incarnation(self, number)
         self.incarnation = incarnation
         incarnation.boot()
         return incarnation
@@ -240,26 +276,31 @@ class Incarnation:
         self.alive = True
         #: True once the peer answers POSTs (its store loaded).
         self.serving = False
+        #: Stopped (SIGSTOP): its callbacks wait in `parked` (`VirtualTimeLoop.resume`).
+        self.paused = False
+        self.parked: list[Parked] = []
         self.tasks: set[asyncio.Task[Any]] = set()
         self.context = contextvars.copy_context()
         self.context.run(CURRENT.set, self)
         self._wake = asyncio.Event()
         node_ = node
-        if node_.path is not None:
-            store: Any = SimulatedSqliteStore(node_.path, node_.store_faults)
+        if node_.store_factory is not None:
+            store: Any = node_.store_factory(node_, number)
+        elif node_.path is not None:
+            store = SimulatedSqliteStore(node_.path, node_.store_faults)
         else:
             store = node_.store or SimulatedMemoryStore(node_.store_faults)
         node_.store = store
         self.store = store
         self.peer = Peer(
-            node_.name,
+            node_.agent or node_.name,
             partners=[Partner(name, url, (secret,)) for name, url, secret in node_.partners],
             handler=ScriptedHandler(node_),
-            endpoint=node_.url,
+            endpoint=node_.endpoint or node_.url,
             config=node_.config,
             store=store,
             serve=False,
-            ids=CountingIds(prefix=f"{node_.name}{number}-"),
+            ids=node_.ids or CountingIds(prefix=f"{node_.name}{number}-"),
         )
         self.peer.client = HttpClient(
             node_.config,
@@ -269,6 +310,8 @@ class Incarnation:
         )
         self.peer.protocol_hooks.append(self._wire_protocol)
         self.peer.server_hooks.append(self._wire_server)
+        if node_.wire is not None:
+            node_.wire(self)
 
     def _wire_protocol(self, protocol: P2PProtocol) -> None:
         protocol.clock = self.node.clock
@@ -328,7 +371,8 @@ class Incarnation:
         cancels when the plan says so (once per incarnation)."""
         loop = asyncio.get_running_loop()
         protocol = self.peer.protocol
-        plans = {plan.key: plan for plan in self.node.plans}
+        mine = self.node.answers_for if self.node.answers_for is not None else self.node.plans
+        plans = {plan.key: plan for plan in mine}
         seen: dict[tuple[TaskKey, int], float] = {}
         cancelled: set[TaskKey] = set()
         while True:
@@ -362,6 +406,9 @@ class Incarnation:
                 pass
 
     async def _act(self, key: TaskKey, what: str, plan: TaskPlan) -> None:
+        if self.node.siblings and what != "cancel":
+            await self._answer_at_two_fronts(key, what, plan)
+            return
         handle = self.peer.protocol.handle(key)
         if handle is None:
             return
@@ -374,10 +421,60 @@ class Incarnation:
                 await handle.approve()
             else:
                 await handle.reject("no")
-        except (LocalProtocolError, RemoteProtocolError) as exc:
+        except (LocalProtocolError, RemoteProtocolError, NotReady) as exc:
             self.node.trace(f"{self.node.name} could not {what} {key.task_id}: {exc}")
             return
         self.node.trace(f"{self.node.name}#{self.number} person: {what} {key.task_id}")
+
+    def _holder_handle(self, front: Incarnation, key: TaskKey) -> TaskHandle | None:
+        """Where a person's answer given at `front` lands: the task's handle at the replica
+        holding it (a replica that does not hold the task passes the answer on to the one
+        that does; a paused one answers nothing)."""
+        for inc in [front, *(n.incarnation for n in self.node.siblings)]:
+            if inc is not None and inc.serving and not inc.paused:
+                handle = inc.peer.protocol.handle(key)
+                if handle is not None:
+                    return handle
+        return None
+
+    async def _answer_at_two_fronts(self, key: TaskKey, what: str, plan: TaskPlan) -> None:
+        """The person answers the question through this replica and, at the same moment,
+        through another one (two tabs, a link and the console): sometimes with the other
+        decision. At most one answer may be taken; each one acknowledged must be kept."""
+        rec = self.record(key)
+        if rec is None or not rec.history:
+            return
+        question = rec.history[-1].message_id or ""
+        others = [
+            n.incarnation
+            for n in self.node.siblings
+            if n.incarnation is not None and n.incarnation.serving and not n.incarnation.paused
+        ]
+        other = self.node.rng.choice(others) if others else self
+        flip = self.node.rng.random() < 0.5
+        decisions = (plan.approve, plan.approve != flip)
+
+        async def answer(front: Incarnation, approve: bool) -> None:
+            handle = self._holder_handle(front, key)
+            if handle is None:
+                return
+            try:
+                if what == TaskState.INFO_NEEDED.value:
+                    event = Event.SEND_TASK_INFO_PROVIDED
+                    await handle.provide_info({"detail": "x", "more": "y"})
+                elif approve:
+                    event = Event.SEND_HUMAN_APPROVE
+                    await handle.approve()
+                else:
+                    event = Event.SEND_HUMAN_REJECT
+                    await handle.reject("no")
+            except (LocalProtocolError, RemoteProtocolError, NotReady) as exc:
+                self.node.trace(f"{front.node.name} could not {what} {key.task_id}: {exc}")
+                return
+            self.node.answers.append(Answer(key, question, event))
+            self.node.trace(f"{front.node.name}#{front.number} person: {event.value} {key.task_id}")
+
+        await asyncio.gather(answer(self, decisions[0]), answer(other, decisions[1]))
 
     async def answer(self, body: bytes, headers: CIMultiDict[str]) -> StoredReply:
         """A POST's reply, as the peer's transport server judges it."""
@@ -405,6 +502,8 @@ class Incarnation:
         self.serving = False
         if isinstance(self.store, SimulatedSqliteStore):
             self.store.fence()
+        elif hasattr(self.store, "die"):
+            self.store.die()  # a replica's shared store: its connections close
         for task in list(self.tasks):
             task.cancel()
         self.node.trace(f"{self.node.name}#{self.number} killed")
@@ -424,6 +523,7 @@ __all__ = [
     "EPOCH",
     "JOB",
     "RESUMABLE_JOB",
+    "Answer",
     "Effect",
     "Incarnation",
     "Node",

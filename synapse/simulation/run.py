@@ -17,10 +17,10 @@ import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from synapse.p2p.config import P2PConfig
-from synapse.simulation.invariants import check
+from synapse.simulation.invariants import check, held_while_quiet
 from synapse.simulation.loop import Stalled, VirtualTimeLoop
 from synapse.simulation.network import Network, NetworkFaults
 from synapse.simulation.peers import (
@@ -148,11 +148,20 @@ def _task(rng: random.Random, n: int) -> TaskPlan:
     )
 
 
+class Drawn(Protocol):
+    """A seed's scenario, as a run's outcome tells of it."""
+
+    @property
+    def seed(self) -> int: ...
+
+    def describe(self) -> str: ...
+
+
 @dataclass
 class RunOutcome:
     """What one seed's run did and found."""
 
-    scenario: Scenario
+    scenario: Drawn
     #: Broken invariants, each a line.
     violations: list[str] = field(default_factory=list)
     #: Every fault, delivery, kill and start, in order.
@@ -278,6 +287,11 @@ def _run(scenario: Scenario, outcome: RunOutcome, tmp: Path, errors: _Errors) ->
     outcome.virtual_seconds = loop.time()
     outcome.deliveries = len(network.deliveries)
     outcome.violations += check(scenario.tasks, nodes)
+    for node in nodes.values():
+        if node.incarnation is not None and node.incarnation.serving:
+            held = held_while_quiet(node.name, node.incarnation.peer.protocol)
+            if held is not None:
+                outcome.violations.append(f"held_only_while_committing: {held}")
     outcome.ends = {plan.task_id: _state_of(nodes[plan.requester], plan) for plan in scenario.tasks}
     for node in nodes.values():
         node.kill()
