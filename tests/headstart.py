@@ -65,6 +65,55 @@ def simulation_seeds(count: int) -> dict[str, Any]:
     }
 
 
+def replica_seeds(count: int) -> dict[str, Any]:
+    """`count` seeds of the simulation with replicas, on a PostgreSQL server of the job's
+    own (started and stopped here): what failed, POSTs answered, virtual and wall time; or
+    what to install when the server binaries are missing."""
+    import time
+
+    import pgserver
+
+    if pgserver.find_binary("initdb") is None or pgserver.find_binary("pg_ctl") is None:
+        return {"missing": pgserver.INSTALL_HINT}
+    from synapse.simulation.replicas import simulate_replicas
+    from synapse.simulation.shared import Databases
+
+    started = time.monotonic()
+    server = pgserver.start_server()
+    try:
+        databases = Databases(server.url(), prefix="headstart_replicas")
+        failed: list[str] = []
+        virtual = 0.0
+        deliveries = 0
+        for seed in range(count):
+            outcome = simulate_replicas(seed, databases)
+            virtual += outcome.virtual_seconds
+            deliveries += outcome.deliveries
+            if not outcome.ok:
+                failed.append("\n".join([outcome.scenario.describe(), *outcome.violations]))
+        databases.close()
+    finally:
+        pgserver.stop_server(server)
+    return {
+        "failed": failed,
+        "virtual": virtual,
+        "deliveries": deliveries,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def doc_blocks_type_check() -> dict[str, Any]:
+    """The README's and the guides' Python blocks, the examples and a handler, type-checked
+    with `mypy --strict` in a folder outside the repository (`test_packaging.py`)."""
+    import tempfile
+
+    import test_packaging
+
+    with tempfile.TemporaryDirectory(prefix="synapse-docblocks-") as tmp:
+        checked, done = test_packaging.type_check_from_outside(Path(tmp))
+        return {"checked": checked, "returncode": done.returncode, "output": done.stdout[-6000:]}
+
+
 def module_run(*args: str, timeout: float = 600) -> tuple[int, str]:
     """`python -m ARGS` in the repository: its exit status and its output."""
     done = subprocess.run(
@@ -151,6 +200,20 @@ WHEEL_PROBE = (
     "import synapse, synapse.store.postgres, synapse.a2a.grpc_proto, synapse.ops.tracing;"
     "import joserfc, uvloop, mkdocs, importlib.metadata as m;"
     "print(synapse.__file__, m.version('synapse-agent-p2p'))"
+)
+#: How many seeds of the simulation with replicas CI runs (`python -m synapse.simulation
+#: --replicas URL --seeds N` runs more by hand).
+REPLICA_SEEDS = int(os.environ.get("SYNAPSE_SIM_REPLICA_SEEDS", "12"))
+job(
+    "replicas",
+    "simulation/test_simulation_replicas.py::test_the_ci_replica_seeds_hold",
+    replica_seeds,
+    REPLICA_SEEDS,
+)
+job(
+    "docblocks",
+    "test_packaging.py::test_a_handler_the_examples_and_every_doc_block_type_check_from_outside",
+    doc_blocks_type_check,
 )
 job(
     "wheel",

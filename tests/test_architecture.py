@@ -168,8 +168,10 @@ def test_the_library_never_imports_the_cli() -> None:
 
 
 #: The modules above the store that may name the PostgreSQL backend itself: `synapse migrate`
-#: runs its migrations. Replicas ask for the interface (`synapse.store.shared.SharedStore`).
-POSTGRES_BY_NAME = {"synapse.cli.migrate"}
+#: runs its migrations, and the simulation runs the shipped backend's own statements on a real
+#: server (`synapse.simulation.shared`). Replicas ask for the interface
+#: (`synapse.store.shared.SharedStore`).
+POSTGRES_BY_NAME = {"synapse.cli.migrate", "synapse.simulation.shared"}
 
 
 def test_replicas_are_wired_to_the_shared_store_interface_not_to_postgresql() -> None:

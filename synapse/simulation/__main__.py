@@ -1,5 +1,7 @@
 """`python -m synapse.simulation [--seeds N | --seed S] [--first F] [--trace]`: run seeds and
-print each failing one with the command that replays it. Exit status: 0 every seed held, 1 a
+print each failing one with the command that replays it. With `--replicas URL`, the seeds
+are those of one agent run by replicas on a PostgreSQL server (`synapse.simulation.replicas`:
+each seed gets a fresh database there, dropped after). Exit status: 0 every seed held, 1 a
 seed broke an invariant."""
 
 from __future__ import annotations
@@ -7,8 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 
-from synapse.simulation.run import simulate
+from synapse.simulation.run import RunOutcome, simulate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,13 +22,26 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--seeds", type=int, default=300, help="run this many seeds (300, as CI)")
     parser.add_argument("--first", type=int, default=0, help="the first seed of --seeds (0)")
     parser.add_argument("--trace", action="store_true", help="print each run's events")
+    parser.add_argument(
+        "--replicas",
+        metavar="URL",
+        help="run the replica seeds on the PostgreSQL server at URL (a database it may "
+        "create databases from, e.g. postgresql://postgres@127.0.0.1:5432/postgres)",
+    )
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     started = time.monotonic()
     failed = 0
     virtual = 0.0
+    run: Callable[[int], RunOutcome] = simulate
+    if args.replicas:
+        from synapse.simulation.replicas import simulate_replicas
+        from synapse.simulation.shared import Databases
+
+        databases = Databases(args.replicas)
+        run = partial(simulate_replicas, databases=databases)
     for seed in seeds:
-        outcome = simulate(seed)
+        outcome = run(seed)
         virtual += outcome.virtual_seconds
         if args.trace:
             print("\n".join(outcome.trace))
@@ -35,7 +52,12 @@ def main(argv: list[str] | None = None) -> int:
             failed += 1
             for line in outcome.violations:
                 print(f"  {line}")
-            print(f"  replay: {outcome.replay_command()}")
+            replay = outcome.replay_command()
+            if args.replicas:
+                replay += f" --replicas {args.replicas}"
+            print(f"  replay: {replay}")
+    if args.replicas:
+        databases.close()
     count = len(seeds)
     print(
         f"{count} seeds, {failed} failed, {time.monotonic() - started:.1f} s "

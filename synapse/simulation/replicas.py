@@ -1,0 +1,596 @@
+"""Replicas in the simulation: one agent run by N processes on one PostgreSQL database.
+
+`simulate_replicas(seed, server_url)` runs the agent `beta` as two or three replicas
+(`synapse.transport.replicas`, `synapse.store.leases`: the code `synapse serve --replicas`
+runs) behind a balancer that sends each POST to a live replica of its choosing, and the agent
+`alpha` as one process. Tasks go both ways. The replicas share a fresh database on a real
+PostgreSQL server (`synapse.simulation.shared`), so leases, fences, outbox claims and
+takeovers are the database's own statements; everything else is the simulation's: a virtual
+clock, a lossy network, seeded faults. The faults of a replica run:
+
+- a replica killed (SIGKILL: its connections close, its memory is lost) and started again
+  later as a new replica (a new replica id: its old leases run out); `alpha` killed and
+  restarted on its SQLite file (callbacks to it pile up meanwhile);
+- a replica paused past the lease's TTL (SIGSTOP: nothing of it runs, its connections and
+  open transactions stay, its timers fire late), then resumed;
+- each replica's wall clock ahead or behind by up to 0.6 of a TTL for the whole run (the
+  lease's expiry is written with one clock and judged with another), and the agents' clocks
+  apart;
+- the database failing or crawling (a statement's round trip, a transaction that cannot
+  begin), the network losing, delaying and duplicating POSTs;
+- a person at the replicated requester who answers a question through two replicas at once
+  (a front that is not the task's holder finds no handle there, and goes to the holder).
+
+The invariants are those of every run (`synapse.simulation.invariants`), read from the shared
+database for the replicated agent, and with the agent's ledgers (messages acknowledged,
+outcomes announced, side effects, answers acknowledged) kept across all its processes:
+
+- no acknowledged message is lost, whichever replica acknowledged it (one replica writes a
+  task at a time, or the fence keeps the other's writes out);
+- no callback after a final one, each message applied once, callbacks in the order made;
+- every task ends, its owner dead or paused notwithstanding (someone takes it over);
+- a person's answer acknowledged is kept, and a question gets at most one answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from synapse.p2p.config import P2PConfig
+from synapse.p2p.dedup import StoredReply
+from synapse.p2p.engine import TaskKey
+from synapse.simulation.invariants import check, held_while_quiet
+from synapse.simulation.loop import Stalled, VirtualTimeLoop
+from synapse.simulation.network import CURRENT, Network, NetworkFaults
+from synapse.simulation.peers import (
+    Answer,
+    Incarnation,
+    Node,
+    TaskPlan,
+    install_task_factory,
+)
+from synapse.simulation.run import (
+    EXPECTED_ERRORS,
+    SETTLE_LIMIT,
+    Restart,
+    RunOutcome,
+    _close,
+    _Errors,
+    _task,
+)
+from synapse.simulation.shared import Databases, SimulatedPostgresStore
+from synapse.simulation.stores import StoreFaults, StoreFaultSource
+from synapse.store.leases import DEFAULT_LEASE_TTL, Ownership
+from synapse.transport.inbound import Inbound
+from synapse.transport.replicas import (
+    _OWNER_UNREACHABLE,
+    _PASSED_HEADERS,
+    FORWARDED_HEADER,
+    Replicas,
+)
+from synapse.transport.server import SynapseServer
+from synapse.types.codec import CountingIds
+
+AGENT, SINGLE = "beta", "alpha"
+TTL = DEFAULT_LEASE_TTL
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    at: float
+    replica: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaScenario:
+    """Everything one seed's replica run does (see the module's docstring)."""
+
+    seed: int
+    replicas: tuple[str, ...]
+    tasks: tuple[TaskPlan, ...]
+    network: NetworkFaults
+    store_faults: StoreFaults
+    restarts: tuple[Restart, ...]
+    pauses: tuple[Pause, ...]
+    #: Each replica's clock against the simulation's (seconds), by replica.
+    offsets: tuple[tuple[str, float], ...]
+    heal_at: float
+
+    @classmethod
+    def draw(cls, seed: int) -> ReplicaScenario:
+        def rng(part: str) -> random.Random:
+            return random.Random(f"replicas:{seed}:{part}")
+
+        plan = rng("plan")
+        replicas = tuple(f"{AGENT}-{n}" for n in range(1, plan.choice((2, 3, 3)) + 1))
+        heal_at = plan.choice((300.0, 900.0, 1800.0))
+        tasks = tuple(_task_between(plan, n) for n in range(plan.randint(3, 12)))
+        restarts = tuple(
+            sorted(
+                (
+                    Restart(
+                        plan.uniform(0, heal_at),
+                        # alpha too: while it is down, callbacks to it pile up, and a
+                        # replica killed then leaves a successor several to send.
+                        plan.choice((*replicas, SINGLE)),
+                        plan.choice((0.5, 5.0, 3 * TTL, 60.0, 400.0)),
+                    )
+                    for _ in range(plan.choice((0, 1, 2, 4, 6)))
+                ),
+                key=lambda r: r.at,
+            )
+        )
+        pauses = tuple(
+            sorted(
+                (
+                    Pause(
+                        plan.uniform(0, heal_at),
+                        plan.choice(replicas),
+                        plan.choice((TTL / 2, 1.5 * TTL, 3 * TTL, 30 * TTL)),
+                    )
+                    for _ in range(plan.choice((0, 1, 2, 4)))
+                ),
+                key=lambda p: p.at,
+            )
+        )
+        # Outages: alpha down for a while (its callbacks pile up at the replicas), and
+        # halfway through a replica killed or paused past the TTL, so that a successor takes
+        # over tasks with several callbacks still to send.
+        outage = rng("outages")
+        extra_restarts: list[Restart] = []
+        extra_pauses: list[Pause] = []
+        for _ in range(outage.choice((0, 0, 1, 2, 3))):
+            down = outage.choice((60.0, 200.0, 400.0))
+            # Some end as the faults stop: what is left to deliver then must go out with no
+            # traffic to carry it (liveness shows at the end of a run).
+            at = outage.choice((outage.uniform(0, heal_at), max(0.0, heal_at - down)))
+            extra_restarts.append(Restart(at, SINGLE, down))
+            replica = outage.choice(replicas)
+            if outage.random() < 0.5:
+                extra_restarts.append(Restart(at + down / 2, replica, outage.choice((5.0, 60.0))))
+            else:
+                extra_pauses.append(
+                    Pause(at + down / 2, replica, outage.choice((3 * TTL, 30 * TTL)))
+                )
+        restarts = tuple(sorted((*restarts, *extra_restarts), key=lambda r: r.at))
+        pauses = tuple(sorted((*pauses, *extra_pauses), key=lambda p: p.at))
+        skew = rng("clocks")
+        offsets = tuple((name, skew.uniform(-0.6, 0.6) * TTL) for name in replicas)
+        store_faults = rng("store")
+        return cls(
+            seed=seed,
+            replicas=replicas,
+            tasks=tasks,
+            network=NetworkFaults.draw(rng("network")),
+            store_faults=StoreFaults(
+                failure=store_faults.choice((0.0, 0.0, 0.03, 0.15)),
+                slow=store_faults.choice((0.002, 0.05, 0.5, 5.0)),
+            ),
+            restarts=restarts,
+            pauses=pauses,
+            offsets=offsets,
+            heal_at=heal_at,
+        )
+
+    def describe(self) -> str:
+        n = self.network
+        return (
+            f"replicas seed {self.seed}: {len(self.replicas)} replicas of {AGENT}, "
+            f"{len(self.tasks)} tasks, loss {n.loss:g}, duplicates {n.duplicate:g}, "
+            f"late {n.late:g} (≤{n.late_by:g} s), commit failures {self.store_faults.failure:g} "
+            f"(≤{self.store_faults.slow:g} s), {len(self.restarts)} kills, "
+            f"{len(self.pauses)} pauses, clocks "
+            + ", ".join(f"{name} {offset:+.1f} s" for name, offset in self.offsets)
+            + f", faults until {self.heal_at:g} s"
+        )
+
+
+def _task_between(rng: random.Random, n: int) -> TaskPlan:
+    """A task either way between `alpha` and the replicated `beta`."""
+    plan = _task(rng, n)
+    requester = rng.choice((SINGLE, AGENT, SINGLE))
+    executor = AGENT if requester == SINGLE else SINGLE
+    return TaskPlan(
+        requester=requester,
+        executor=executor,
+        task_id=f"{requester}-task-{n}",
+        task_type=plan.task_type,
+        submit_at=plan.submit_at,
+        script=plan.script,
+        answer_after=plan.answer_after,
+        approve=plan.approve,
+        cancel_at=plan.cancel_at,
+    )
+
+
+class SimulatedReplicas(Replicas):
+    """`Replicas` whose forwarding goes over the simulated network, and whose renewals are
+    jittered by the seed."""
+
+    def __init__(self, *args: Any, network: Network, rng: random.Random, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.network = network
+        self.rng = rng
+
+    async def _forward(self, url: str, inbound: Inbound, headers: Mapping[str, str]) -> StoredReply:
+        out = {h: headers[h] for h in ("Content-Type", "X-Synapse-Signature") if h in headers}
+        out[FORWARDED_HEADER] = self.ownership.replica_id
+        try:
+            status, body, retry_after, signature = await self.network.post(
+                url, inbound.body, out, self.request_timeout
+            )
+        except (ConnectionError, TimeoutError):
+            return _OWNER_UNREACHABLE  # type: ignore[return-value]
+        got = {"Content-Type": "application/json", "Retry-After": retry_after}
+        got["X-Synapse-Signature"] = signature
+        passed = {h: v for h, v in got.items() if h in _PASSED_HEADERS and v is not None}
+        self.forwarded += 1
+        return StoredReply.of(status, body, passed)
+
+    async def _lease_loop(self) -> None:
+        own = self.ownership
+        while True:
+            await asyncio.sleep(own.ttl / 3 * self.rng.uniform(0.8, 1.0))
+            try:
+                keep = self.protocol.live_task_keys()
+                await own.renew(keep)
+                taken = await own.take_over_expired()
+                if taken.tasks:
+                    self.protocol.restore(taken)
+            except Exception as exc:  # the database is down: try again next round
+                logging.getLogger("synapse.simulation").info("renewal failed: %r", exc)
+
+
+class _Balancer:
+    """The agent's endpoint: each POST goes to a live replica the seed picks."""
+
+    def __init__(self, name: str, url: str, replicas: list[Node], rng: random.Random) -> None:
+        self._name = name
+        self._url = url
+        self.replicas = replicas
+        self.rng = rng
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def process(self) -> Incarnation | None:
+        serving = [
+            n.incarnation
+            for n in self.replicas
+            if n.incarnation is not None and n.incarnation.serving
+        ]
+        return self.rng.choice(serving) if serving else None
+
+
+@dataclass
+class _Agent:
+    """What invariants read of the replicated agent: its ledgers (shared by its replicas)
+    and its records as the shared database holds them."""
+
+    name: str
+    reader: SimulatedPostgresStore
+    applied: set[tuple[TaskKey, str]]
+    announced: dict[TaskKey, Any]
+    effects: list[Any]
+    submitted: dict[TaskKey, TaskPlan]
+    answers: list[Answer]
+    path: None = None
+    incarnation: None = None
+
+    @property
+    def store(self) -> SimulatedPostgresStore:
+        return self.reader
+
+
+@dataclass
+class ReplicaWorld:
+    scenario: ReplicaScenario
+    single: Node
+    replicas: list[Node] = field(default_factory=list)
+
+
+def simulate_replicas(seed: int, databases: Databases) -> RunOutcome:
+    """Run replica seed `seed` on a fresh database of `databases` (see the module's
+    docstring)."""
+    scenario = ReplicaScenario.draw(seed)
+    outcome = RunOutcome(scenario)
+    errors = _Errors()
+    synapse_log = logging.getLogger("synapse")
+    synapse_log.addHandler(errors)
+    saved = synapse_log.propagate
+    synapse_log.propagate = False
+    url = databases.fresh(seed)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            _run(scenario, outcome, url, Path(tmp), errors)
+    finally:
+        synapse_log.removeHandler(errors)
+        synapse_log.propagate = saved
+        databases.drop(url)
+    return outcome
+
+
+def _run(
+    scenario: ReplicaScenario, outcome: RunOutcome, url: str, tmp: Path, errors: _Errors
+) -> None:
+    loop = VirtualTimeLoop()
+    install_task_factory(loop)
+    loop.enable_pauses(CURRENT)
+    unhandled: list[str] = []
+
+    def on_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        unhandled.append(f"{context.get('message')}: {context.get('exception')!r}")
+
+    loop.set_exception_handler(on_exception)
+
+    def trace(line: str) -> None:
+        outcome.trace.append(f"{loop.time():10.3f} {line}")
+
+    seed = scenario.seed
+    network = Network(random.Random(f"replicas:{seed}:wire"), scenario.network, trace)
+    store_faults = StoreFaultSource(scenario.store_faults, random.Random(f"replicas:{seed}:db"))
+    config = P2PConfig()
+    secret = f"{SINGLE}-{AGENT}"
+    single = Node(
+        name=SINGLE,
+        url=f"http://{SINGLE}.test/synapse/callback",
+        network=network,
+        config=config,
+        store_faults=StoreFaultSource(StoreFaults(), random.Random(0)),
+        rng=random.Random(f"replicas:{seed}:{SINGLE}"),
+        trace=trace,
+        path=tmp / f"{SINGLE}.db",  # SQLite: alpha is killed and restarted too
+    )
+    single.partners = [(AGENT, f"http://{AGENT}.test/synapse/callback", secret)]
+    single.plans = [p for p in scenario.tasks if p.requester == SINGLE]
+    network.attach(single)
+    offsets = dict(scenario.offsets)
+    numbers = itertools.count(1)
+    ids = CountingIds(prefix=f"{AGENT}1-")  # one count for the agent: ids in minting order
+    applied: set[tuple[TaskKey, str]] = set()
+    announced: dict[TaskKey, Any] = {}
+    effects: list[Any] = []
+    submitted: dict[TaskKey, TaskPlan] = {}
+    answers: list[Answer] = []
+    beta_plans = [p for p in scenario.tasks if p.requester == AGENT]
+    replicas: list[Node] = []
+
+    def store_for(node: Node, number: int) -> SimulatedPostgresStore:
+        return SimulatedPostgresStore(
+            url, store_faults, name=f"{node.name}#{number}", trace=node.trace
+        )
+
+    for index, name in enumerate(scenario.replicas):
+        node = Node(
+            name=name,
+            url=f"http://{name}.test/synapse/callback",
+            network=network,
+            config=config,
+            store_faults=store_faults,
+            rng=random.Random(f"replicas:{seed}:{name}"),
+            trace=trace,
+            offset=offsets[name],
+            agent=AGENT,
+            counter=numbers,
+            store_factory=store_for,
+            ids=ids,
+            applied=applied,
+            announced=announced,
+            effects=effects,
+            submitted=submitted,
+            endpoint=f"http://{AGENT}.test/synapse/callback",
+            answers_for=beta_plans,
+            answers=answers,
+        )
+        node.wire = _wiring(node, network)
+        node.partners = [(SINGLE, single.url, secret)]
+        # Each task of the agent's is submitted at one replica (its person's front).
+        node.plans = [p for i, p in enumerate(beta_plans) if i % len(scenario.replicas) == index]
+        replicas.append(node)
+        network.attach(node)
+    network.attach(
+        _Balancer(
+            AGENT,
+            f"http://{AGENT}.test/synapse/callback",
+            replicas,
+            random.Random(f"replicas:{seed}:balancer"),
+        )
+    )
+    agent = _Agent(
+        AGENT,
+        # What the checks read: the shared database, through a store of no replica's.
+        SimulatedPostgresStore(
+            url,
+            StoreFaultSource(StoreFaults(), random.Random(0)),
+            name="checker",
+            trace=trace,
+        ),
+        applied,
+        announced,
+        effects,
+        submitted,
+        answers,
+    )
+    for node in replicas:
+        node.siblings = [other for other in replicas if other is not node]
+    by_name = {n.name: n for n in replicas}
+
+    async def main() -> None:
+        single.start()
+        for node in replicas:
+            node.start()
+        everyone = {SINGLE: single, **by_name}
+        faults = [asyncio.create_task(_restart(everyone[r.node], r)) for r in scenario.restarts]
+        faults += [
+            asyncio.create_task(_pause(loop, by_name[p.replica], p)) for p in scenario.pauses
+        ]
+        await asyncio.sleep(scenario.heal_at)
+        network.faulty = False
+        store_faults.active = False
+        trace("faults stop")
+        await asyncio.gather(*faults)
+        deadline = loop.time() + SETTLE_LIMIT
+        while loop.time() < deadline and not _settled(single, replicas, scenario, agent):  # noqa: ASYNC110
+            await asyncio.sleep(30.0)
+        if not _settled(single, replicas, scenario, agent):
+            outcome.violations.append(
+                f"every_task_ends: {SETTLE_LIMIT:g} s after the faults stopped, "
+                + _unsettled(single, replicas, scenario, agent)
+            )
+
+    try:
+        loop.run_until_complete(main())
+    except Stalled as stalled:
+        outcome.violations.append(f"no_stall: {stalled}")
+    outcome.virtual_seconds = loop.time()
+    outcome.deliveries = len(network.deliveries)
+    nodes: dict[str, Any] = {SINGLE: single, AGENT: agent}
+    outcome.violations += check(scenario.tasks, nodes)
+    for node in [single, *replicas]:
+        if node.incarnation is not None and node.incarnation.serving:
+            held = held_while_quiet(node.name, node.incarnation.peer.protocol)
+            if held is not None:
+                outcome.violations.append(f"held_only_while_committing: {held}")
+    outcome.ends = {
+        plan.task_id: _state(single if plan.requester == SINGLE else agent, plan.key)
+        for plan in scenario.tasks
+    }
+    for node in [single, *replicas]:
+        node.kill()
+    agent.reader.die()
+    outcome.violations += [f"unhandled_exception: {line}" for line in unhandled]
+    outcome.violations += [
+        f"no_error_logged: {event}" for event in errors.events if event not in EXPECTED_ERRORS
+    ]
+    _close(loop)
+
+
+def _wiring(node: Node, network: Network) -> Any:
+    """What `enable_replicas` does for `synapse serve`, with the node's clock, a replica
+    id per incarnation, and forwarding over the simulated network."""
+
+    def wire(incarnation: Incarnation) -> None:
+        peer = incarnation.peer
+        made: list[Ownership] = []
+
+        def on_protocol(protocol: Any) -> None:
+            made.append(
+                Ownership(
+                    incarnation.store,
+                    agent_id=AGENT,
+                    url=node.url,
+                    ttl=TTL,
+                    replica_id=f"{node.name}#{incarnation.number}",
+                    clock=node.clock,
+                )
+            )
+
+        def on_server(server: SynapseServer) -> None:
+            replicas = SimulatedReplicas(
+                server.protocol,
+                server,
+                made[-1],
+                request_timeout=peer.config.request_timeout,
+                network=network,
+                rng=node.rng,
+            )
+            replicas.start()
+            peer.task_owners = replicas
+
+        peer.protocol_hooks.append(on_protocol)
+        peer.server_hooks.append(on_server)
+
+    return wire
+
+
+def _state(node: Any, key: TaskKey) -> str:
+    from synapse.simulation.invariants import stored_record
+
+    rec = stored_record(node, key)
+    return rec.state.value if rec is not None else "absent"
+
+
+async def _restart(node: Node, restart: Restart) -> None:
+    await asyncio.sleep(max(0.0, restart.at - asyncio.get_running_loop().time()))
+    if node.incarnation is None:
+        return
+    node.kill()
+    await asyncio.sleep(restart.down_for)
+    node.start()
+
+
+async def _pause(loop: VirtualTimeLoop, node: Node, pause: Pause) -> None:
+    await asyncio.sleep(max(0.0, pause.at - loop.time()))
+    incarnation = node.incarnation
+    if incarnation is None or incarnation.paused:
+        return
+    incarnation.paused = True
+    node.trace(f"{node.name}#{incarnation.number} paused for {pause.seconds:g} s")
+    await asyncio.sleep(pause.seconds)
+    if incarnation.alive:
+        node.trace(f"{node.name}#{incarnation.number} resumed")
+    loop.resume(incarnation)
+
+
+def _settled(single: Node, replicas: list[Node], scenario: ReplicaScenario, agent: _Agent) -> bool:
+    if single.incarnation is None or not single.incarnation.serving:
+        return False
+    if single.incarnation.peer.protocol.pending_deliveries:
+        return False
+    for node in replicas:
+        inc = node.incarnation
+        if inc is None or not inc.serving or inc.paused:
+            return False
+        if inc.peer.protocol.pending_deliveries:
+            return False
+    for plan in scenario.tasks:
+        submitted = single.submitted if plan.requester == SINGLE else agent.submitted
+        if plan.key not in submitted:
+            return False
+        r = _record(single, agent, plan.requester, plan.key)
+        e = _record(single, agent, plan.executor, plan.key)
+        if r is None or not r.is_final or (e is not None and not e.is_final):
+            return False
+    return True
+
+
+def _record(single: Node, agent: _Agent, name: str, key: TaskKey) -> Any:
+    if name == SINGLE:
+        assert single.incarnation is not None
+        return single.incarnation.record(key)
+    return agent.reader.get_task(key)
+
+
+def _unsettled(single: Node, replicas: list[Node], scenario: ReplicaScenario, agent: _Agent) -> str:
+    parts = []
+    for plan in scenario.tasks:
+        r = _record(single, agent, plan.requester, plan.key) if single.incarnation else None
+        e = _record(single, agent, plan.executor, plan.key) if single.incarnation else None
+        r_state = r.state.value if r else "none"
+        e_state = e.state.value if e else "none"
+        parts.append(f"{plan.task_id}: R {r_state}, E {e_state}")
+    for node in [single, *replicas]:
+        inc = node.incarnation
+        if inc is None or not inc.serving:
+            parts.append(f"{node.name} is not serving")
+        elif inc.peer.protocol.pending_deliveries:
+            parts.append(f"{node.name} has {inc.peer.protocol.pending_deliveries} to deliver")
+    return "; ".join(parts)
+
+
+__all__ = ["Pause", "ReplicaScenario", "SimulatedReplicas", "simulate_replicas"]
