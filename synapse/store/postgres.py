@@ -176,7 +176,11 @@ class _Group:
         for n, commit in enumerate(self.commits):
             if commit.done.done():
                 continue
-            if error is not None:
+            if isinstance(error, asyncio.CancelledError):
+                # The writer was cancelled (the process stops): so is each commit's wait, and
+                # a cancelled future, unlike an exception nobody retrieves, logs nothing.
+                commit.done.cancel()
+            elif error is not None:
                 commit.done.set_exception(error)
             else:
                 commit.done.set_result(lost[n] if n < len(lost) else None)

@@ -6,6 +6,8 @@ alone while the others in its transaction are written."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -185,3 +187,39 @@ async def test_a_groups_history_and_delivered_rows_take_one_statement_each(
         assert len(written) >= 3
     await reader.close()
     await store.close()
+
+
+async def test_a_writer_cancelled_mid_transaction_cancels_its_commits(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process stops while a group is being written (its tasks cancelled): each commit of
+    the group ends cancelled, not failed with a cancellation as its exception (which nobody
+    retrieves once its caller is cancelled too, and asyncio logs as an error)."""
+    store = PostgresStore(pg_url)
+    duo = Duo(MemoryStore(), store)
+    started = asyncio.Event()
+
+    async def never(*args: Any) -> Any:  # the transaction is under way when the stop comes
+        started.set()
+        await asyncio.Event().wait()
+
+    class Pool:  # no server round trip: the transaction itself never ends
+        @contextlib.asynccontextmanager
+        async def connection(self) -> AsyncIterator[None]:
+            yield None
+
+    async def pool() -> Pool:
+        return Pool()
+
+    monkeypatch.setattr(store, "_open_pool", pool)
+    monkeypatch.setattr(store, "_transaction", never)
+    callers = [asyncio.create_task(messages(duo, store, 1)) for _ in range(3)]
+    await started.wait()
+    group, writer = store._writing, store._writer
+    assert group is not None and writer is not None and group.commits
+    for task in [*callers, writer]:
+        task.cancel()
+    await asyncio.gather(*callers, return_exceptions=True)
+    await asyncio.wait_for(asyncio.wait([commit.done for commit in group.commits]), 10)
+    assert all(commit.done.cancelled() for commit in group.commits)
+    store._reader.close()
