@@ -154,6 +154,11 @@ class _Commit:
     done: asyncio.Future[frozenset[TaskKey] | None]
 
 
+def _read_outcome(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
+
+
 @dataclasses.dataclass(slots=True)
 class _Group:
     """The commits one transaction writes."""
@@ -162,6 +167,9 @@ class _Group:
 
     def join(self, ops: list[_Op], keep: int) -> asyncio.Future[frozenset[TaskKey] | None]:
         done: asyncio.Future[frozenset[TaskKey] | None] = asyncio.get_running_loop().create_future()
+        # A caller cancelled while its transaction was written (shielded: the transaction
+        # goes on) never reads how it ended: a failure is then nobody's, and not logged.
+        done.add_done_callback(_read_outcome)
         self.commits.append(_Commit(ops, keep, done))
         return done
 

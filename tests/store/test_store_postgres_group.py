@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import gc
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import psycopg
@@ -189,6 +190,26 @@ async def test_a_groups_history_and_delivered_rows_take_one_statement_each(
     await store.close()
 
 
+class _NoPool:
+    """A pool that hands out no connection (the transaction is the test's)."""
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[None]:
+        yield None
+
+
+def written_by(
+    monkeypatch: pytest.MonkeyPatch, store: PostgresStore, transaction: Callable[..., Any]
+) -> None:
+    """`store`'s transactions are `transaction`, with no connection of a pool."""
+
+    async def pool() -> _NoPool:
+        return _NoPool()
+
+    monkeypatch.setattr(store, "_open_pool", pool)
+    monkeypatch.setattr(store, "_transaction", transaction)
+
+
 async def test_a_writer_cancelled_mid_transaction_cancels_its_commits(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -203,16 +224,7 @@ async def test_a_writer_cancelled_mid_transaction_cancels_its_commits(
         started.set()
         await asyncio.Event().wait()
 
-    class Pool:  # no server round trip: the transaction itself never ends
-        @contextlib.asynccontextmanager
-        async def connection(self) -> AsyncIterator[None]:
-            yield None
-
-    async def pool() -> Pool:
-        return Pool()
-
-    monkeypatch.setattr(store, "_open_pool", pool)
-    monkeypatch.setattr(store, "_transaction", never)
+    written_by(monkeypatch, store, never)
     callers = [asyncio.create_task(messages(duo, store, 1)) for _ in range(3)]
     await started.wait()
     group, writer = store._writing, store._writer
@@ -223,3 +235,39 @@ async def test_a_writer_cancelled_mid_transaction_cancels_its_commits(
     await asyncio.wait_for(asyncio.wait([commit.done for commit in group.commits]), 10)
     assert all(commit.done.cancelled() for commit in group.commits)
     store._reader.close()
+
+
+async def test_a_commit_failing_after_its_caller_was_cancelled_logs_nothing(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller cancelled while its transaction is written (a request whose client went
+    away) never reads how the transaction ended; when it fails, that failure is nobody's:
+    asyncio must not log it as an exception never retrieved."""
+    store = PostgresStore(pg_url)
+    duo = Duo(MemoryStore(), store)
+    started, fail = asyncio.Event(), asyncio.Event()
+
+    async def failing(*args: Any) -> Any:
+        started.set()
+        await fail.wait()
+        raise psycopg.OperationalError("the server went away")
+
+    written_by(monkeypatch, store, failing)
+    logged: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: logged.append(context))
+    try:
+        caller = asyncio.create_task(messages(duo, store, 1))
+        await started.wait()
+        caller.cancel()
+        await asyncio.gather(caller, return_exceptions=True)
+        writer = store._writer
+        assert writer is not None
+        fail.set()
+        await writer
+        del caller, writer
+        gc.collect()
+    finally:
+        loop.set_exception_handler(None)
+    assert [c.get("message") for c in logged] == []
+    store._reader.close()  # (closing would try the failed writes again)
