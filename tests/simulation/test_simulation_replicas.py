@@ -16,10 +16,8 @@ import pytest
 from pgserver import PgServer, missing
 
 from synapse.p2p.engine import TaskKey
-from synapse.runtime.delivering import Delivering
 from synapse.runtime.runtime_base import RuntimeBase
-from synapse.store.base import FencedOut, OutboxItem
-from synapse.store.leases import Ownership, Verdict
+from synapse.store.base import FencedOut
 
 pytestmark = pytest.mark.slow
 
@@ -83,14 +81,15 @@ def test_replica_scenarios_cover_every_fault() -> None:
 
 # --- the defects, found again without their fixes ------------------------------------------
 
-#: Seeds that find each replica defect with its fix taken out.
+#: Seeds that find each replica defect with its fix taken out. (A callback's removal left to
+#: the next commit, the lease model's second defect, only delays a callback here: the next
+#: message to the replica commits the removal. docs/verification.md says more.)
 FOUND: dict[str, list[int]] = {
     # Found by this simulation (the fix came with it): a paused replica resumed, gave a task
     # up as silent and told its user "failed", while the task's lease had been lost and the
     # database kept the other replica's "completed".
-    "announced": [],
-    "held": [],
-    "removal": [],
+    "announced": [46, 49],
+    "held": [1295],
 }
 
 
@@ -121,45 +120,6 @@ def fenced_out_keeps_its_task_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(RuntimeBase, "_release_hold", old)
 
 
-@pytest.fixture
-def removal_left_to_the_next_commit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runtime before the fix: a delivered callback's row was removed by whichever commit
-    came next, unless its task had nothing more to send, and a claim that found its message
-    behind an older row waited without committing."""
-    monkeypatch.setattr(Delivering, "_removal_committed_now", lambda self, queue: not queue)
-
-    async def claim_delivery(self: Ownership, item: OutboxItem) -> Verdict:
-        key = item.key
-        written = self.preclaimed.pop(item.message_id, None)
-        if (
-            written is not None
-            and key is not None
-            and written == (key, self.held.get(key))
-            and self.clock() < self.lease_until(key) - self.ttl / 3
-        ):
-            return "send"
-        while True:
-            epoch = self.held.get(key) if key is not None else None
-            if epoch is None:
-                return "lost"
-            now = self.clock()
-            rows = await self._aexecute(
-                "SELECT verdict, busy_until FROM synapse_claim_outbox(%s, %s, %s, %s, %s)",
-                (item.message_id, self.replica_id, epoch, now, now + self.ttl),
-            )
-            verdict, until = str(rows[0][0]), float(str(rows[0][1]))
-            if verdict == "claimed":
-                return "send"
-            if verdict in ("gone", "lost"):
-                if verdict == "lost" and key is not None and self.held.get(key) == epoch:
-                    self.fenced_out(frozenset({(key, epoch)}))
-                return "gone" if verdict == "gone" else "lost"
-            wait = until - now if verdict == "busy" and until > now else self.ttl / 10
-            await asyncio.sleep(min(max(wait, 0.01), self.ttl))
-
-    monkeypatch.setattr(Ownership, "claim_delivery", claim_delivery)
-
-
 @pytest.mark.parametrize("seed", sorted({s for seeds in FOUND.values() for s in seeds}))
 def test_the_seeds_that_find_replica_defects_hold(seed: int, databases: Any) -> None:
     outcome = run(seed, databases)
@@ -184,10 +144,3 @@ def test_announcing_a_task_let_go_is_found(seed: int, databases: Any) -> None:
     assert any(v.startswith("announced_outcomes_are_kept") for v in outcome.violations), (
         outcome.violations
     )
-
-
-@pytest.mark.usefixtures("removal_left_to_the_next_commit")
-@pytest.mark.parametrize("seed", FOUND["removal"])
-def test_a_removal_left_to_the_next_commit_is_found(seed: int, databases: Any) -> None:
-    outcome = run(seed, databases)
-    assert any(v.startswith("every_task_ends") for v in outcome.violations), outcome.violations
