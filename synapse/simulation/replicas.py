@@ -40,31 +40,30 @@ import logging
 import random
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import TaskKey
-from synapse.simulation.invariants import check, held_while_quiet
+from synapse.simulation.invariants import check
 from synapse.simulation.loop import Stalled, VirtualTimeLoop
-from synapse.simulation.network import CURRENT, Network, NetworkFaults
+from synapse.simulation.network import Network, NetworkFaults
 from synapse.simulation.peers import (
     Answer,
     Incarnation,
     Node,
     TaskPlan,
-    install_task_factory,
 )
 from synapse.simulation.run import (
-    EXPECTED_ERRORS,
     SETTLE_LIMIT,
+    Harness,
     Restart,
     RunOutcome,
-    _close,
-    _Errors,
-    _task,
+    draw_task,
+    final_state,
+    restart_later,
 )
 from synapse.simulation.shared import Databases, SimulatedPostgresStore
 from synapse.simulation.stores import StoreFaults, StoreFaultSource
@@ -196,7 +195,7 @@ class ReplicaScenario:
 
 def _task_between(rng: random.Random, n: int) -> TaskPlan:
     """A task either way between `alpha` and the replicated `beta`."""
-    plan = _task(rng, n)
+    plan = draw_task(rng, n)
     requester = rng.choice((SINGLE, AGENT, SINGLE))
     executor = AGENT if requester == SINGLE else SINGLE
     return TaskPlan(
@@ -297,50 +296,23 @@ class _Agent:
         return self.reader
 
 
-@dataclass
-class ReplicaWorld:
-    scenario: ReplicaScenario
-    single: Node
-    replicas: list[Node] = field(default_factory=list)
-
-
 def simulate_replicas(seed: int, databases: Databases) -> RunOutcome:
     """Run replica seed `seed` on a fresh database of `databases` (see the module's
     docstring)."""
     scenario = ReplicaScenario.draw(seed)
     outcome = RunOutcome(scenario)
-    errors = _Errors()
-    synapse_log = logging.getLogger("synapse")
-    synapse_log.addHandler(errors)
-    saved = synapse_log.propagate
-    synapse_log.propagate = False
+    harness = Harness(outcome, pauses=True)
     url = databases.fresh(seed)
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            _run(scenario, outcome, url, Path(tmp), errors)
+        with harness.logging_errors(), tempfile.TemporaryDirectory() as tmp:
+            _run(scenario, harness, url, Path(tmp))
     finally:
-        synapse_log.removeHandler(errors)
-        synapse_log.propagate = saved
         databases.drop(url)
     return outcome
 
 
-def _run(
-    scenario: ReplicaScenario, outcome: RunOutcome, url: str, tmp: Path, errors: _Errors
-) -> None:
-    loop = VirtualTimeLoop()
-    install_task_factory(loop)
-    loop.enable_pauses(CURRENT)
-    unhandled: list[str] = []
-
-    def on_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        unhandled.append(f"{context.get('message')}: {context.get('exception')!r}")
-
-    loop.set_exception_handler(on_exception)
-
-    def trace(line: str) -> None:
-        outcome.trace.append(f"{loop.time():10.3f} {line}")
-
+def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> None:
+    outcome, loop, trace = harness.outcome, harness.loop, harness.trace
     seed = scenario.seed
     network = Network(random.Random(f"replicas:{seed}:wire"), scenario.network, trace)
     store_faults = StoreFaultSource(scenario.store_faults, random.Random(f"replicas:{seed}:db"))
@@ -435,7 +407,9 @@ def _run(
         for node in replicas:
             node.start()
         everyone = {SINGLE: single, **by_name}
-        faults = [asyncio.create_task(_restart(everyone[r.node], r)) for r in scenario.restarts]
+        faults = [
+            asyncio.create_task(restart_later(everyone[r.node], r)) for r in scenario.restarts
+        ]
         faults += [
             asyncio.create_task(_pause(loop, by_name[p.replica], p)) for p in scenario.pauses
         ]
@@ -461,23 +435,15 @@ def _run(
     outcome.deliveries = len(network.deliveries)
     nodes: dict[str, Any] = {SINGLE: single, AGENT: agent}
     outcome.violations += check(scenario.tasks, nodes)
-    for node in [single, *replicas]:
-        if node.incarnation is not None and node.incarnation.serving:
-            held = held_while_quiet(node.name, node.incarnation.peer.protocol)
-            if held is not None:
-                outcome.violations.append(f"held_only_while_committing: {held}")
+    harness.check_quiet([single, *replicas])
     outcome.ends = {
-        plan.task_id: _state(single if plan.requester == SINGLE else agent, plan.key)
+        plan.task_id: final_state(single if plan.requester == SINGLE else agent, plan.key)
         for plan in scenario.tasks
     }
     for node in [single, *replicas]:
         node.kill()
     agent.reader.die()
-    outcome.violations += [f"unhandled_exception: {line}" for line in unhandled]
-    outcome.violations += [
-        f"no_error_logged: {event}" for event in errors.events if event not in EXPECTED_ERRORS
-    ]
-    _close(loop)
+    harness.finish()
 
 
 def _wiring(node: Node, network: Network) -> Any:
@@ -516,22 +482,6 @@ def _wiring(node: Node, network: Network) -> Any:
         peer.server_hooks.append(on_server)
 
     return wire
-
-
-def _state(node: Any, key: TaskKey) -> str:
-    from synapse.simulation.invariants import stored_record
-
-    rec = stored_record(node, key)
-    return rec.state.value if rec is not None else "absent"
-
-
-async def _restart(node: Node, restart: Restart) -> None:
-    await asyncio.sleep(max(0.0, restart.at - asyncio.get_running_loop().time()))
-    if node.incarnation is None:
-        return
-    node.kill()
-    await asyncio.sleep(restart.down_for)
-    node.start()
 
 
 async def _pause(loop: VirtualTimeLoop, node: Node, pause: Pause) -> None:

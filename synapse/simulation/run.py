@@ -11,18 +11,21 @@ same seed always makes the same run (`RunOutcome.digest` says so).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import random
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from synapse.p2p.config import P2PConfig
-from synapse.simulation.invariants import check, held_while_quiet
+from synapse.p2p.engine import TaskKey
+from synapse.simulation.invariants import check, held_while_quiet, stored_record
 from synapse.simulation.loop import Stalled, VirtualTimeLoop
-from synapse.simulation.network import Network, NetworkFaults
+from synapse.simulation.network import CURRENT, Network, NetworkFaults
 from synapse.simulation.peers import (
     JOB,
     RESUMABLE_JOB,
@@ -74,7 +77,7 @@ class Scenario:
         plan = rng("plan")
         store = "sqlite" if plan.random() < 0.6 else "memory"
         heal_at = plan.choice((600.0, 1800.0, 3600.0))
-        tasks = tuple(_task(plan, n) for n in range(plan.randint(2, 8)))
+        tasks = tuple(draw_task(plan, n) for n in range(plan.randint(2, 8)))
         restarts: tuple[Restart, ...] = ()
         if store == "sqlite":
             restarts = tuple(
@@ -127,7 +130,7 @@ class Scenario:
         )
 
 
-def _task(rng: random.Random, n: int) -> TaskPlan:
+def draw_task(rng: random.Random, n: int) -> TaskPlan:
     requester = rng.choice(NAMES)
     executor = NAMES[1 - NAMES.index(requester)]
     validate = rng.choices(("accept", "reject", "ask"), (7, 1, 2))[0]
@@ -185,7 +188,11 @@ class RunOutcome:
         return f"python -m synapse.simulation --seed {self.scenario.seed} --trace"
 
 
-class _Errors(logging.Handler):
+#: Error events a fault explains: a failing store, a partner unreachable for an hour.
+EXPECTED_ERRORS = frozenset({"store_unavailable", "dead_letter"})
+
+
+class Errors(logging.Handler):
     """Collects the error lines the runtime logs (each a bug, unless a fault explains it)."""
 
     def __init__(self) -> None:
@@ -198,41 +205,71 @@ class _Errors(logging.Handler):
         self.events.append(str(event))
 
 
-#: Error events a fault explains: a failing store, a partner unreachable for an hour.
-EXPECTED_ERRORS = frozenset({"store_unavailable", "dead_letter"})
+class Harness:
+    """What every run sets up around its peers: a virtual-time loop whose tasks join the
+    incarnation that made them, its unhandled exceptions and the runtime's error lines
+    collected (and kept off the console), and a trace whose lines carry the virtual time."""
+
+    def __init__(self, outcome: RunOutcome, *, pauses: bool = False) -> None:
+        self.outcome = outcome
+        self.loop = VirtualTimeLoop()
+        install_task_factory(self.loop)
+        if pauses:
+            self.loop.enable_pauses(CURRENT)
+        self.unhandled: list[str] = []
+        self.loop.set_exception_handler(self._on_exception)
+        self.errors = Errors()
+
+    def _on_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        self.unhandled.append(f"{context.get('message')}: {context.get('exception')!r}")
+
+    def trace(self, line: str) -> None:
+        self.outcome.trace.append(f"{self.loop.time():10.3f} {line}")
+
+    @contextlib.contextmanager
+    def logging_errors(self) -> Iterator[None]:
+        synapse_log = logging.getLogger("synapse")
+        synapse_log.addHandler(self.errors)
+        saved = synapse_log.propagate
+        synapse_log.propagate = False
+        try:
+            yield
+        finally:
+            synapse_log.removeHandler(self.errors)
+            synapse_log.propagate = saved
+
+    def check_quiet(self, nodes: Iterable[Node]) -> None:
+        """`held_only_while_committing` over the processes serving at the end."""
+        for node in nodes:
+            if node.incarnation is not None and node.incarnation.serving:
+                held = held_while_quiet(node.name, node.incarnation.peer.protocol)
+                if held is not None:
+                    self.outcome.violations.append(f"held_only_while_committing: {held}")
+
+    def finish(self) -> None:
+        """The loop's unhandled exceptions and the errors logged are violations; the loop
+        is closed."""
+        self.outcome.violations += [f"unhandled_exception: {line}" for line in self.unhandled]
+        self.outcome.violations += [
+            f"no_error_logged: {event}"
+            for event in self.errors.events
+            if event not in EXPECTED_ERRORS
+        ]
+        close_loop(self.loop)
 
 
 def simulate(seed: int, *, workdir: Path | None = None) -> RunOutcome:
     """Run seed `seed` (see the module's docstring)."""
     scenario = Scenario.draw(seed)
     outcome = RunOutcome(scenario)
-    errors = _Errors()
-    synapse_log = logging.getLogger("synapse")
-    synapse_log.addHandler(errors)
-    saved = synapse_log.propagate
-    synapse_log.propagate = False
-    try:
-        with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-            _run(scenario, outcome, Path(tmp), errors)
-    finally:
-        synapse_log.removeHandler(errors)
-        synapse_log.propagate = saved
+    harness = Harness(outcome)
+    with harness.logging_errors(), tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        _run(scenario, harness, Path(tmp))
     return outcome
 
 
-def _run(scenario: Scenario, outcome: RunOutcome, tmp: Path, errors: _Errors) -> None:
-    loop = VirtualTimeLoop()
-    install_task_factory(loop)
-    unhandled: list[str] = []
-
-    def on_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        exc = context.get("exception")
-        unhandled.append(f"{context.get('message')}: {exc!r}")
-
-    loop.set_exception_handler(on_exception)
-
-    def trace(line: str) -> None:
-        outcome.trace.append(f"{loop.time():10.3f} {line}")
+def _run(scenario: Scenario, harness: Harness, tmp: Path) -> None:
+    outcome, loop, trace = harness.outcome, harness.loop, harness.trace
 
     network = Network(random.Random(f"{scenario.seed}:wire"), scenario.network, trace)
     store_faults = StoreFaultSource(scenario.store_faults, random.Random(f"{scenario.seed}:disk"))
@@ -262,7 +299,7 @@ def _run(scenario: Scenario, outcome: RunOutcome, tmp: Path, errors: _Errors) ->
     async def main() -> None:
         for node in nodes.values():
             node.start()
-        faults = [asyncio.create_task(_restart(nodes[r.node], r)) for r in scenario.restarts]
+        faults = [asyncio.create_task(restart_later(nodes[r.node], r)) for r in scenario.restarts]
         faults += [asyncio.create_task(_jump(nodes[j.node], j)) for j in scenario.clock_jumps]
         await asyncio.sleep(scenario.heal_at)
         network.faulty = False
@@ -287,31 +324,25 @@ def _run(scenario: Scenario, outcome: RunOutcome, tmp: Path, errors: _Errors) ->
     outcome.virtual_seconds = loop.time()
     outcome.deliveries = len(network.deliveries)
     outcome.violations += check(scenario.tasks, nodes)
-    for node in nodes.values():
-        if node.incarnation is not None and node.incarnation.serving:
-            held = held_while_quiet(node.name, node.incarnation.peer.protocol)
-            if held is not None:
-                outcome.violations.append(f"held_only_while_committing: {held}")
-    outcome.ends = {plan.task_id: _state_of(nodes[plan.requester], plan) for plan in scenario.tasks}
+    harness.check_quiet(nodes.values())
+    outcome.ends = {
+        plan.task_id: final_state(nodes[plan.requester], plan.key) for plan in scenario.tasks
+    }
     for node in nodes.values():
         node.kill()
     if scenario.store == "sqlite":
         outcome.violations += check(scenario.tasks, nodes, from_files=True)
-    outcome.violations += [f"unhandled_exception: {line}" for line in unhandled]
-    outcome.violations += [
-        f"no_error_logged: {event}" for event in errors.events if event not in EXPECTED_ERRORS
-    ]
-    _close(loop)
+    harness.finish()
 
 
-def _state_of(node: Node, plan: TaskPlan) -> str:
-    from synapse.simulation.invariants import stored_record
-
-    rec = stored_record(node, plan.key)
+def final_state(node: Any, key: TaskKey) -> str:
+    """The state `node` keeps of task `key` ("absent" if none)."""
+    rec = stored_record(node, key)
     return rec.state.value if rec is not None else "absent"
 
 
-async def _restart(node: Node, restart: Restart) -> None:
+async def restart_later(node: Node, restart: Restart) -> None:
+    """Kill `node` at `restart.at`, and start it again `restart.down_for` later."""
     await asyncio.sleep(max(0.0, restart.at - asyncio.get_running_loop().time()))
     if node.incarnation is None:
         return
@@ -369,7 +400,7 @@ def _unsettled(nodes: dict[str, Node], scenario: Scenario) -> str:
     return "; ".join(parts)
 
 
-def _close(loop: VirtualTimeLoop) -> None:
+def close_loop(loop: VirtualTimeLoop) -> None:
     pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for task in pending:
         task.cancel()
@@ -379,4 +410,17 @@ def _close(loop: VirtualTimeLoop) -> None:
     loop.close()
 
 
-__all__ = ["ClockJump", "Restart", "RunOutcome", "Scenario", "simulate"]
+__all__ = [
+    "EXPECTED_ERRORS",
+    "ClockJump",
+    "Errors",
+    "Harness",
+    "Restart",
+    "RunOutcome",
+    "Scenario",
+    "close_loop",
+    "draw_task",
+    "final_state",
+    "restart_later",
+    "simulate",
+]
