@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import random
 import tempfile
 from collections.abc import Mapping
@@ -218,7 +217,7 @@ class SimulatedReplicas(Replicas):
     def __init__(self, *args: Any, network: Network, rng: random.Random, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.network = network
-        self.rng = rng
+        self.jitter = rng.random
 
     async def _forward(self, url: str, inbound: Inbound, headers: Mapping[str, str]) -> StoredReply:
         out = {h: headers[h] for h in ("Content-Type", "X-Synapse-Signature") if h in headers}
@@ -234,19 +233,6 @@ class SimulatedReplicas(Replicas):
         passed = {h: v for h, v in got.items() if h in _PASSED_HEADERS and v is not None}
         self.forwarded += 1
         return StoredReply.of(status, body, passed)
-
-    async def _lease_loop(self) -> None:
-        own = self.ownership
-        while True:
-            await asyncio.sleep(own.ttl / 3 * self.rng.uniform(0.8, 1.0))
-            try:
-                keep = self.protocol.live_task_keys()
-                await own.renew(keep)
-                taken = await own.take_over_expired()
-                if taken.tasks:
-                    self.protocol.restore(taken)
-            except Exception as exc:  # the database is down: try again next round
-                logging.getLogger("synapse.simulation").info("renewal failed: %r", exc)
 
 
 class _Balancer:

@@ -111,6 +111,8 @@ class Replicas:
         self._session: aiohttp.ClientSession | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self.forwarded = 0
+        #: A number in [0, 1) for each renewal's jitter (a seeded one in the simulation).
+        self.jitter: Callable[[], float] = random.random
         server.route = self.route
         # A lease found lost (a fenced-out write, a renewal, a refused claim): the task's
         # handler and deliveries stop here. Each POST of a callback claims its outbox row.
@@ -284,7 +286,7 @@ class Replicas:
         while True:
             # A third of the TTL between renewals (jittered so replicas do not march in step):
             # two renewals may fail before the leases run out.
-            await asyncio.sleep(own.ttl / 3 * random.uniform(0.8, 1.0))
+            await asyncio.sleep(own.ttl / 3 * (0.8 + 0.2 * self.jitter()))
             try:
                 keep = self.protocol.live_task_keys()
                 await own.renew(keep)  # lost leases are let go through `on_lost`
