@@ -39,7 +39,7 @@ import itertools
 import random
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -197,17 +197,7 @@ def _task_between(rng: random.Random, n: int) -> TaskPlan:
     plan = draw_task(rng, n)
     requester = rng.choice((SINGLE, AGENT, SINGLE))
     executor = AGENT if requester == SINGLE else SINGLE
-    return TaskPlan(
-        requester=requester,
-        executor=executor,
-        task_id=f"{requester}-task-{n}",
-        task_type=plan.task_type,
-        submit_at=plan.submit_at,
-        script=plan.script,
-        answer_after=plan.answer_after,
-        approve=plan.approve,
-        cancel_at=plan.cancel_at,
-    )
+    return replace(plan, requester=requester, executor=executor, task_id=f"{requester}-task-{n}")
 
 
 class SimulatedReplicas(Replicas):
