@@ -31,7 +31,7 @@ from typing import Any
 from synapse.model.invariants import applied_once, history_in_the_table, records_agree
 from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.states import Event
-from synapse.simulation.peers import Answer, Node, TaskPlan
+from synapse.simulation.peers import Node, TakenAnswer, TaskPlan
 from synapse.store.sqlite import read_task
 from synapse.types import TaskState
 
@@ -128,7 +128,9 @@ _ANSWERS = frozenset(
 )
 
 
-def answers_kept_once(answers: Iterable[Answer], key: TaskKey, r: TaskRecord | None) -> str | None:
+def answers_kept_once(
+    answers: Iterable[TakenAnswer], key: TaskKey, r: TaskRecord | None
+) -> str | None:
     """A question of the executor's gets at most one answer, and an answer a person was told
     was taken (however many fronts they used at once) is the one the requester keeps."""
     history = r.history if r is not None else []

@@ -145,7 +145,7 @@ class ScriptedHandler:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class TakenAnswer:
     """An answer a person was told was taken: the task, the question's message id, and
     the answer's event (info provided, approve, reject)."""
 
@@ -225,7 +225,7 @@ class Node:
     #: The other replicas of its agent: its person answers through two of them at once.
     siblings: list[Node] = field(default_factory=list)
     #: Every answer a person was told was taken (the call returned), by any incarnation.
-    answers: list[Answer] = field(default_factory=list)
+    answers: list[TakenAnswer] = field(default_factory=list)
 
     @property
     def process(self) -> Incarnation | None:
@@ -471,7 +471,7 @@ class Incarnation:
             except (LocalProtocolError, RemoteProtocolError, NotReady) as exc:
                 self.node.trace(f"{front.node.name} could not {what} {key.task_id}: {exc}")
                 return
-            self.node.answers.append(Answer(key, question, event))
+            self.node.answers.append(TakenAnswer(key, question, event))
             self.node.trace(f"{front.node.name}#{front.number} person: {event.value} {key.task_id}")
 
         await asyncio.gather(answer(self, decisions[0]), answer(other, decisions[1]))
@@ -523,12 +523,12 @@ __all__ = [
     "EPOCH",
     "JOB",
     "RESUMABLE_JOB",
-    "Answer",
     "Effect",
     "Incarnation",
     "Node",
     "Script",
     "ScriptedHandler",
+    "TakenAnswer",
     "TaskPlan",
     "first_final",
     "install_task_factory",

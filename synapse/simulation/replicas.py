@@ -50,9 +50,9 @@ from synapse.simulation.invariants import check
 from synapse.simulation.loop import Stalled, VirtualTimeLoop
 from synapse.simulation.network import Network, NetworkFaults
 from synapse.simulation.peers import (
-    Answer,
     Incarnation,
     Node,
+    TakenAnswer,
     TaskPlan,
 )
 from synapse.simulation.run import (
@@ -263,7 +263,7 @@ class _Agent:
     announced: dict[TaskKey, Any]
     effects: list[Any]
     submitted: dict[TaskKey, TaskPlan]
-    answers: list[Answer]
+    answers: list[TakenAnswer]
     path: None = None
     incarnation: None = None
 
@@ -314,7 +314,7 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
     announced: dict[TaskKey, Any] = {}
     effects: list[Any] = []
     submitted: dict[TaskKey, TaskPlan] = {}
-    answers: list[Answer] = []
+    answers: list[TakenAnswer] = []
     beta_plans = [p for p in scenario.tasks if p.requester == AGENT]
     replicas: list[Node] = []
 
