@@ -207,7 +207,12 @@ class Delivering(RuntimeBase):
                         from_state=before,
                         to_state=rec.state.value if rec is not None else None,
                     )
-                if self._removal_committed_now(queue):
+                if not queue or self.delivery_gate is not None:
+                    # Delivered is delivered: the outbox entry's removal is not left to
+                    # whichever commit comes next (a restart would send it again meanwhile).
+                    # Between replicas, the task's next message is not even claimable until
+                    # this one's row is gone from the database (an idle replica may make no
+                    # other commit for as long as it stays idle).
                     with contextlib.suppress(StoreUnavailable):
                         await self._commit()
         finally:
@@ -217,14 +222,6 @@ class Delivering(RuntimeBase):
                 self._queues.pop(key, None)
                 if key in self._finals:
                     self._evict(key)
-
-    def _removal_committed_now(self, queue: TaskQueue[_Queued]) -> bool:
-        """Whether the removal of a message just delivered is committed now, not left to
-        whichever commit comes next: when its task has nothing more to send (delivered is
-        delivered: a restart would send it again meanwhile), and always between replicas
-        (the task's next message is not claimable until this one's row is gone from the
-        database, and an idle replica may make no other commit for as long as it is idle)."""
-        return not queue or self.delivery_gate is not None
 
     async def _commit_patiently(self) -> None:
         """Commit, waiting out a store that cannot write (it logs the failure episode once);
