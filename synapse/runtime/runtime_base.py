@@ -361,8 +361,9 @@ class RuntimeBase:
         #: How often each task was let go to another replica (`release`): a change decided
         #: before one and stored after it was dropped by the store's fencing.
         self._releases: dict[TaskKey, int] = {}
-        #: Every task let go (`release`), in order: an announcement held for a commit
-        #: leaves out the tasks let go after its step (`_announce_kept`).
+        #: The tasks let go (`release`) while announcements wait for a commit, in order: an
+        #: announcement leaves out the tasks let go after its step (`_announce_kept`).
+        #: Emptied whenever no announcement waits (no position in it is held then).
         self._released: list[TaskKey] = []
         self._commits_started = 0
         self._commits_done = 0
@@ -495,7 +496,8 @@ class RuntimeBase:
         self._waiters.pop(key, None)
         self.engine.release(key)
         self._releases[key] = self._releases.get(key, 0) + 1
-        self._released.append(key)
+        if self._unannounced:
+            self._released.append(key)
 
     async def _store_commit(self, discard_after: int | None) -> None:
         # A store written before `discard_after` existed takes no argument.
@@ -616,6 +618,8 @@ class RuntimeBase:
                 held.popleft()[1]()
             except Exception as exc:  # telling is no part of the commit: it never undoes it
                 log.error("announce_failed", error=repr(exc), exc_info=exc)
+        if not held:
+            self._released.clear()
 
     async def _announce_when_durable(self) -> None:
         """Make sure a commit comes for every held announcement: a commit under way (a
