@@ -32,6 +32,7 @@ from typing import Any
 import psycopg
 
 from synapse.simulation.stores import StoreFaultSource
+from synapse.store.base import StoreUnavailable
 from synapse.store.postgres import PostgresStore, apply_migrations
 
 #: How long a statement waits for a row lock before it is run again (real milliseconds:
@@ -196,8 +197,6 @@ class SimulatedPostgresStore(PostgresStore):
 
     async def commit(self, *, discard_after: int | None = None) -> None:
         if self.fenced:
-            from synapse.store.base import StoreUnavailable
-
             raise StoreUnavailable("the process was killed")
         await super().commit(discard_after=discard_after)
 
@@ -217,7 +216,6 @@ class Databases:
         self.server_url = server_url
         self.prefix = prefix
         self.template = f"{prefix}_template"
-        self._made: list[str] = []
         with psycopg.connect(server_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.template}"'.encode())
             conn.execute(f'CREATE DATABASE "{self.template}"'.encode())
@@ -233,7 +231,6 @@ class Databases:
         with psycopg.connect(self.server_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"'.encode())
-        self._made.append(name)
         return self._url(name)
 
     def drop(self, url: str) -> None:
