@@ -20,6 +20,7 @@ from synapse.p2p.engine import (
     Validation,
 )
 from synapse.runtime.delivering import Delivering
+from synapse.runtime.following import HandleFollower
 from synapse.runtime.handler import (
     ResumableHandler,
 )
@@ -61,6 +62,10 @@ from synapse.types import (
 class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
     """The protocol handler of one peer (specs/protocol.md, 'Peer interfaces and configuration'),
     transport-independent."""
+
+    #: The handles of tasks let go to another replica, followed until they end (made when
+    #: the first is let go).
+    _follower: HandleFollower | None = None
 
     async def handle_message(
         self,
@@ -359,8 +364,18 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
             now,
         )
 
+    def release(self, key: TaskKey) -> None:
+        super().release(key)
+        # A handle here still waits for the task's outcome: it learns it from the store.
+        if key in self._handles:
+            if self._follower is None:
+                self._follower = HandleFollower(self, self._handles)
+            self._follower.let_go(key, self.config.lease_ttl / 5)
+
     async def close(self) -> None:
         self._closed = True
+        if self._follower is not None:
+            await self._follower.close()
         tasks = [*self._running.values(), *self._workers.values(), *self._background]
         if self._announcer is not None:
             tasks.append(self._announcer)

@@ -358,12 +358,13 @@ class RuntimeBase:
         #: looks through (a final task still delivering its last callback is evicted by
         #: its delivery worker, not rescanned at every commit).
         self._finals_awaiting_commit: dict[TaskKey, int] = {}
-        #: How often each task was let go to another replica (`release`): a change decided
-        #: before one and stored after it was dropped by the store's fencing.
+        #: When each task was last let go (`release`), numbered: a change decided before
+        #: and stored after was fenced out. Forgotten by the thousand (a missing task reads
+        #: as the last forgetting's number: a check made before it fails, safely).
         self._releases: dict[TaskKey, int] = {}
-        #: The tasks let go (`release`) while announcements wait for a commit, in order: an
-        #: announcement leaves out the tasks let go after its step (`_announce_kept`).
-        #: Emptied whenever no announcement waits (no position in it is held then).
+        self._release_number = self._releases_floor = 0
+        #: The tasks let go while announcements wait for a commit, in order: one leaves out
+        #: those let go after its step (`_announce_kept`). Emptied when none waits.
         self._released: list[TaskKey] = []
         self._commits_started = 0
         self._commits_done = 0
@@ -495,7 +496,11 @@ class RuntimeBase:
         self._finals_awaiting_commit.pop(key, None)
         self._waiters.pop(key, None)
         self.engine.release(key)
-        self._releases[key] = self._releases.get(key, 0) + 1
+        self._release_number += 1
+        if len(self._releases) >= 1000:
+            self._releases.clear()
+            self._releases_floor = self._release_number
+        self._releases[key] = self._release_number
         if self._unannounced:
             self._released.append(key)
 
@@ -717,10 +722,10 @@ class RuntimeBase:
             rec = self.engine.get(key)
             if rec is not None and not rec.is_final:
                 raise _elsewhere()
-        return key, self._releases.get(key, 0)
+        return key, self._releases.get(key, self._releases_floor)
 
     def _still_held(self, key: TaskKey, releases: int) -> None:
-        if self._releases.get(key, 0) != releases:
+        if self._releases.get(key, self._releases_floor) != releases:
             raise _elsewhere()
 
     def _hold(self, key: TaskKey) -> asyncio.Future[None]:

@@ -187,6 +187,23 @@ def held_while_quiet(name: str, protocol: Any) -> str | None:
     return None
 
 
+def handles_settled(name: str, handles: Mapping[TaskKey, Any], stored: Any) -> list[str]:
+    """Every handle a live process returned for a task that ended is settled, with the
+    outcome the store keeps (whichever process ended the task: a replica that let it go
+    learns it from the store)."""
+    found = []
+    for key, handle in handles.items():
+        rec = stored(key)
+        if rec is None or not rec.is_final:
+            continue
+        kept = rec.state.value
+        if not handle.settled:
+            found.append(f"{name}: {key.task_id} never settled (stored {kept})")
+        elif handle.state is not rec.state:
+            found.append(f"{name}: {key.task_id} says {handle.state.value}, stored {kept}")
+    return found
+
+
 def check(
     plans: Iterable[TaskPlan], nodes: Mapping[str, Node], *, from_files: bool = False
 ) -> list[str]:

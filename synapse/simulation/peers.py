@@ -280,6 +280,8 @@ class Incarnation:
         self.paused = False
         self.parked: list[Parked] = []
         self.tasks: set[asyncio.Task[Any]] = set()
+        #: The handles `submit` returned here: each must settle while this process lives.
+        self.handles: dict[TaskKey, TaskHandle] = {}
         self.context = contextvars.copy_context()
         self.context.run(CURRENT.set, self)
         self._wake = asyncio.Event()
@@ -350,7 +352,7 @@ class Incarnation:
         if plan.key in self.node.submitted:
             return
         try:
-            await self.peer.submit(
+            handle = await self.peer.submit(
                 plan.executor,
                 plan.task_type,
                 {**plan.script.payload()},
@@ -364,6 +366,7 @@ class Incarnation:
                 self.node.submitted[plan.key] = plan
             return
         self.node.submitted[plan.key] = plan
+        self.handles[plan.key] = handle
         self.node.trace(f"{self.node.name}#{self.number} submitted {plan.task_id}")
 
     async def _person(self) -> None:

@@ -397,6 +397,8 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
         deadline = loop.time() + SETTLE_LIMIT
         while loop.time() < deadline and not _settled(single, replicas, scenario, agent):  # noqa: ASYNC110
             await asyncio.sleep(30.0)
+        # A replica that let a task go reads its outcome for the handle every TTL / 5.
+        await asyncio.sleep(TTL)
         if not _settled(single, replicas, scenario, agent):
             outcome.violations.append(
                 f"every_task_ends: {SETTLE_LIMIT:g} s after the faults stopped, "
@@ -411,7 +413,10 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
     outcome.deliveries = len(network.deliveries)
     nodes: dict[str, Any] = {SINGLE: single, AGENT: agent}
     outcome.violations += check(scenario.tasks, nodes)
-    harness.check_quiet([single, *replicas])
+    harness.check_quiet(
+        [single, *replicas],
+        lambda node, key: _record(single, agent, SINGLE if node is single else AGENT, key),
+    )
     outcome.ends = {
         plan.task_id: final_state(single if plan.requester == SINGLE else agent, plan.key)
         for plan in scenario.tasks

@@ -16,14 +16,20 @@ import hashlib
 import logging
 import random
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey
-from synapse.simulation.invariants import check, held_while_quiet, stored_record
+from synapse.simulation.invariants import (
+    check,
+    handles_settled,
+    held_while_quiet,
+    stored_record,
+)
 from synapse.simulation.loop import Stalled, VirtualTimeLoop
 from synapse.simulation.network import CURRENT, Network, NetworkFaults
 from synapse.simulation.peers import (
@@ -238,13 +244,18 @@ class Harness:
             synapse_log.removeHandler(self.errors)
             synapse_log.propagate = saved
 
-    def check_quiet(self, nodes: Iterable[Node]) -> None:
-        """`held_only_while_committing` over the processes serving at the end."""
+    def check_quiet(self, nodes: Iterable[Node], stored: Callable[[Node, TaskKey], Any]) -> None:
+        """`held_only_while_committing` and `handles_settle` over the processes serving at
+        the end (`stored`: a task's record as the node's agent stores it)."""
         for node in nodes:
-            if node.incarnation is not None and node.incarnation.serving:
-                held = held_while_quiet(node.name, node.incarnation.peer.protocol)
+            inc = node.incarnation
+            if inc is not None and inc.serving:
+                held = held_while_quiet(node.name, inc.peer.protocol)
                 if held is not None:
                     self.outcome.violations.append(f"held_only_while_committing: {held}")
+                name = f"{node.name}#{inc.number}"
+                unsettled = handles_settled(name, inc.handles, partial(stored, node))
+                self.outcome.violations += [f"handles_settle: {line}" for line in unsettled]
 
     def finish(self) -> None:
         """The loop's unhandled exceptions and the errors logged are violations; the loop
@@ -324,7 +335,7 @@ def _run(scenario: Scenario, harness: Harness, tmp: Path) -> None:
     outcome.virtual_seconds = loop.time()
     outcome.deliveries = len(network.deliveries)
     outcome.violations += check(scenario.tasks, nodes)
-    harness.check_quiet(nodes.values())
+    harness.check_quiet(nodes.values(), stored_record)
     outcome.ends = {
         plan.task_id: final_state(nodes[plan.requester], plan.key) for plan in scenario.tasks
     }
