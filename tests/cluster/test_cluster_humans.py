@@ -231,6 +231,29 @@ async def test_a_link_and_a_console_decision_reach_the_replica_holding_the_task(
     assert first_ended["state"] == "completed"
 
 
+async def test_every_replicas_console_lists_the_questions_the_other_holds(
+    deployment: Deployment,
+) -> None:
+    """A person signed in at either replica (the balancer chooses) sees every question
+    waiting for them, not only those of the tasks that replica holds."""
+    d = deployment
+    task_id = await d.submit(0)
+    await d.links(task_id)  # asked: the task waits for a person, held by replica 0
+    async with httpx.AsyncClient(timeout=10) as http:
+        for replica in (0, 1):
+            listed = await http.get(f"{d.base(replica)}/console/api/tasks", headers=bearer("bob"))
+            assert listed.status_code == 200, listed.text
+            rows = {row["task_id"]: row for row in listed.json()["tasks"]}
+            assert rows[task_id]["state"] == "need_human", (replica, rows)
+            assert rows[task_id]["waiting_for_person"], rows[task_id]
+            waiting = await http.get(
+                f"{d.base(replica)}/console/api/tasks",
+                params={"state": "need_human"},
+                headers=bearer("bob"),
+            )
+            assert task_id in {row["task_id"] for row in waiting.json()["tasks"]}, replica
+
+
 async def test_two_fronts_at_once_on_two_replicas_decide_once(deployment: Deployment) -> None:
     """The link (approve) at one replica and the console (reject) at the other, at the same
     moment: both reach the holder's one gate, one decides, the other is told it came too

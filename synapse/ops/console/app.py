@@ -423,11 +423,16 @@ class Console(RuntimeListener):
             r for r in self.protocol.view.records() if state is None or r.state.value == state
         ]
         # Finished tasks leave memory for the store (docs/durability.md): the newest of them.
-        finished = FINAL_STATES if state is None else FINAL_STATES & {TaskState(state)}
-        if finished:
-            held = {r.key for r in records}
+        # Between replicas, the live tasks the others hold are there too, as last committed
+        # (a person at any replica sees every question; what they answer goes to the holder).
+        stored = FINAL_STATES if self.peer.task_owners is None else frozenset(TaskState)
+        wanted = stored if state is None else stored & {TaskState(state)}
+        held = {r.key for r in records}
+        for states in (wanted - FINAL_STATES, wanted & FINAL_STATES):
+            if not states:
+                continue
             rows = self.protocol.store.list_tasks(
-                limit=LIST_LIMIT, where=TaskFilter(states=frozenset(finished))
+                limit=LIST_LIMIT, where=TaskFilter(states=frozenset(states))
             )
             for row in rows:
                 rec = self.protocol.view.get(row.key) if row.key not in held else None
