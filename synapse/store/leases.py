@@ -438,7 +438,8 @@ class Ownership:
 
         Only leases held when the renewal starts are judged: one claimed meanwhile is not in
         the UPDATE's snapshot yet, and one claimed less than a TTL ago may belong to a
-        message still being processed (its task not in `keep` yet).
+        message still being processed (its task not in `keep` yet) or to a first write not
+        committed yet (its row not there yet).
         """
         now = self.clock()
         before = dict(self.held)
@@ -500,7 +501,10 @@ class Ownership:
         lost = {
             key
             for key, epoch in before.items()
-            if key not in release and (key, epoch) not in still and self.held.get(key) == epoch
+            if key not in release
+            and (key, epoch) not in still
+            and self.held.get(key) == epoch
+            and not self._maybe_unwritten(key, epoch, now)
         }
         for key in lost:
             self._forget(key)
@@ -514,6 +518,14 @@ class Ownership:
                 tasks=sorted(key.task_id for key in lost)[:20],
             )
         return lost
+
+    def _maybe_unwritten(self, key: TaskKey, epoch: int, now: float) -> bool:
+        """Whether a lease the renewal did not find may be one whose row is not written yet:
+        one claimed by the first write of a task this replica creates has no row until that
+        write commits, which may be under way. Judged once a TTL has passed since the claim
+        (before that, another replica takes it over only with a clock ahead of ours, and
+        the fence keeps our writes out meanwhile)."""
+        return epoch == 1 and now - self.claimed_at.get(key, 0.0) <= self.ttl
 
     async def release_all(self) -> None:
         """On a clean stop: hand every lease back at once (no TTL to wait for)."""

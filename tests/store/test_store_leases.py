@@ -231,3 +231,39 @@ async def test_a_task_just_claimed_is_looked_up_without_a_statement(pair) -> Non
     stored = a.store.get_task(key)
     assert stored is not None and stored.state.value == "executing"
     assert statements  # read from the database now
+
+
+async def test_a_renewal_during_a_new_tasks_first_commit_keeps_its_lease(pair) -> None:  # type: ignore[no-untyped-def]
+    """A task this replica creates (a submit, an A2A message) takes its lease with its first
+    write. A renewal that runs while that write is buffered or committing finds no row yet:
+    the lease is not lost (it was let go, and the task handed to another replica a TTL
+    later, its stream at this replica left waiting)."""
+    (a, b), clock = pair
+    lost: list[TaskKey] = []
+    a.on_lost = lost.append
+    duo = Duo(MemoryStore(), a.store)
+    key = duo.submit()  # buffered: the lease is claimed by this write's commit
+    assert a.held == {key: 1}
+    assert await a.renew({key}) == set()  # the renewal's tick comes first
+    assert lost == [] and a.held == {key: 1}
+    await a.store.commit()
+    clock.now += 5
+    assert await a.renew({key}) == set()  # now its row is there, and renewed
+    clock.now += 8  # past the first expiry: renewed, so not taken over
+    assert await b.take_over(key) is None
+    assert a.held == {key: 1} and lost == []
+
+
+async def test_a_new_tasks_lease_whose_first_commit_never_came_is_let_go_after_a_ttl(pair) -> None:  # type: ignore[no-untyped-def]
+    """The other side of the rule above: a claim whose write was never committed (the
+    commit failed, or was discarded) is judged lost once a TTL has passed."""
+    (a, _), clock = pair
+    lost: list[TaskKey] = []
+    a.on_lost = lost.append
+    duo = Duo(MemoryStore(), a.store)
+    key = duo.submit()
+    a.store.discard(0)  # the write is undone before any commit
+    assert await a.renew({key}) == set()
+    clock.now += 11
+    assert await a.renew({key}) == {key}
+    assert lost == [key] and key not in a.held
