@@ -118,8 +118,14 @@ async def test_a_stream_cut_with_its_replica_resumes_on_another(
 ) -> None:
     cluster = await a2a_cluster(make_cluster)
     first, second = cluster.replicas
-    started = await stream_events(
-        first, "SendStreamingMessage", {"message": message("m-stream-1", 10)["message"]}, limit=3
+    started = await asyncio.wait_for(
+        stream_events(
+            first,
+            "SendStreamingMessage",
+            {"message": message("m-stream-1", 10)["message"]},
+            limit=3,
+        ),
+        60,
     )
     task_id = started[0][1]["task"]["id"]
     last_id = started[-1][0]
