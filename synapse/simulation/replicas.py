@@ -64,7 +64,7 @@ from synapse.simulation.run import (
     final_state,
     restart_later,
 )
-from synapse.simulation.shared import Databases, SimulatedPostgresStore
+from synapse.simulation.shared import Databases, SimulatedPostgresStore, rows
 from synapse.simulation.stores import StoreFaults, StoreFaultSource
 from synapse.store.leases import DEFAULT_LEASE_TTL, Ownership
 from synapse.transport.inbound import Inbound
@@ -345,7 +345,7 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
             answers_for=beta_plans,
             answers=answers,
         )
-        node.wire = _wiring(node, network)
+        node.wire = _wiring(node, network, url, outcome.violations)
         node.partners = [(SINGLE, single.url, secret)]
         # Each task of the agent's is submitted at one replica (its person's front).
         node.plans = [p for i, p in enumerate(beta_plans) if i % len(scenario.replicas) == index]
@@ -427,9 +427,10 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
     harness.finish()
 
 
-def _wiring(node: Node, network: Network) -> Any:
+def _wiring(node: Node, network: Network, url: str, violations: list[str]) -> Any:
     """What `enable_replicas` does for `synapse serve`, with the node's clock, a replica
-    id per incarnation, and forwarding over the simulated network."""
+    id per incarnation, and forwarding over the simulated network; each lease the replica
+    finds lost is checked against the database (`leases_lost_only_when_taken`)."""
 
     def wire(incarnation: Incarnation) -> None:
         peer = incarnation.peer
@@ -458,6 +459,16 @@ def _wiring(node: Node, network: Network) -> Any:
             )
             replicas.start()
             peer.task_owners = replicas
+            own, release = made[-1], made[-1].on_lost
+            assert release is not None
+
+            def on_lost(key: TaskKey) -> None:
+                taken = lost_though_held(url, own.replica_id, key)
+                if taken is not None:
+                    violations.append(f"leases_lost_only_when_taken: {taken}")
+                release(key)
+
+            own.on_lost = on_lost
 
         peer.protocol_hooks.append(on_protocol)
         peer.server_hooks.append(on_server)
@@ -476,6 +487,25 @@ async def _pause(loop: VirtualTimeLoop, node: Node, pause: Pause) -> None:
     if incarnation.alive:
         node.trace(f"{node.name}#{incarnation.number} resumed")
     loop.resume(incarnation)
+
+
+def lost_though_held(url: str, replica_id: str, key: TaskKey) -> str | None:
+    """Why a lease `replica_id` found lost is in fact still its own, or None: the database
+    names it the holder, or holds neither the lease nor the task (a first write of the task
+    not committed yet). A lease lost for real has another holder, or was given back by
+    another replica once the task ended there (the task is stored then)."""
+    found = rows(
+        url,
+        "SELECT holder, (SELECT count(*) FROM tasks WHERE requester = %s AND task_id = %s) "
+        "FROM (VALUES (1)) v LEFT JOIN leases l ON l.requester = %s AND l.task_id = %s",
+        (key.requester, key.task_id, key.requester, key.task_id),
+    )
+    holder, tasks = found[0]
+    if holder == replica_id:
+        return f"{replica_id} let {key.task_id} go while the database names it the holder"
+    if holder is None and not tasks:
+        return f"{replica_id} let {key.task_id} go before its first write was stored"
+    return None
 
 
 def _settled(single: Node, replicas: list[Node], scenario: ReplicaScenario, agent: _Agent) -> bool:
