@@ -79,6 +79,10 @@ class RuntimeListener:
         """Tasks were taken back from the store: at start, or taken over from a replica
         that stopped renewing their leases (what plans work for a task looks again)."""
 
+    def on_released(self, key: TaskKey) -> None:
+        """Replicas: another replica took task `key` over, and this one let it go (what
+        follows the task here reads it from the shared store from now on)."""
+
     def on_nack_sent(self, error: NackError) -> None:
         """The server answered a POST with a nack (any refusal, authenticated or not)."""
 
@@ -222,6 +226,9 @@ class Listeners(list[RuntimeListener], RuntimeListener):
 
     def on_restored(self, keys: tuple[TaskKey, ...]) -> None:
         self._tell("on_restored", keys)
+
+    def on_released(self, key: TaskKey) -> None:
+        self._tell("on_released", key)
 
     def on_nack_sent(self, error: NackError) -> None:
         self._tell("on_nack_sent", error)

@@ -366,6 +366,7 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
 
     def release(self, key: TaskKey) -> None:
         super().release(key)
+        self.listeners.on_released(key)
         # A handle here still waits for the task's outcome: it learns it from the store.
         if key in self._handles:
             if self._follower is None:

@@ -47,6 +47,11 @@ class RuntimeView:
         """The task's record: in memory, or (if it finished) the store's."""
         return self._engine.get(key)
 
+    def holds(self, key: TaskKey) -> bool:
+        """Whether task `key` is in memory here (in flight, or finished and not let go yet);
+        between replicas, False for one another replica works on."""
+        return key in self._engine.tasks
+
     def records(self) -> list[TaskRecord]:
         """The records held in memory (the live tasks, and finished ones not yet evicted),
         as a list taken now: the runtime may change its tasks while the caller reads."""

@@ -144,3 +144,28 @@ async def test_a_stream_cut_with_its_replica_resumes_on_another(
     assert states[-1] == "TASK_STATE_COMPLETED", states
     artifacts = [r["artifactUpdate"]["artifact"] for _, r in resumed if "artifactUpdate" in r]
     assert any("done after 10 steps" in json.dumps(a) for a in artifacts), resumed
+
+
+async def test_a_replica_that_does_not_hold_a_task_follows_it_to_its_end(
+    make_cluster: ClusterFactory,
+) -> None:
+    """Behind a balancer, a client reads a task, or follows its stream, at whichever replica
+    its request reaches. A replica that does not hold the task (another one runs it) tells
+    its progress as the store has it, and the stream there ends with the task; it never
+    keeps telling a state the task has left."""
+    cluster = await a2a_cluster(make_cluster)
+    first, second = cluster.replicas
+    sent = await call(first, "SendMessage", message("m-elsewhere-1", 8))
+    task_id = sent["result"]["task"]["id"]
+    seen = await call(second, "GetTask", {"id": task_id})  # read at the other replica
+    assert seen["result"]["status"]["state"] != "TASK_STATE_COMPLETED"
+    followed = await asyncio.wait_for(stream_events(second, "SubscribeToTask", {"id": task_id}), 60)
+    states = [
+        (r.get("statusUpdate") or r.get("task") or {}).get("status", {}).get("state")
+        for _, r in followed
+    ]
+    assert states[-1] == "TASK_STATE_COMPLETED", states
+    again = await call(second, "GetTask", {"id": task_id})
+    assert again["result"]["status"]["state"] == "TASK_STATE_COMPLETED", again
+    artifacts = json.dumps(again["result"].get("artifacts"))
+    assert "done after 8 steps" in artifacts, again

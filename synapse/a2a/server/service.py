@@ -41,6 +41,7 @@ from synapse.a2a.errors import (
 )
 from synapse.a2a.server import follow_ups, related
 from synapse.a2a.server.direct import DirectStream, direct_answer
+from synapse.a2a.server.elsewhere import ViewFollower
 from synapse.a2a.server.extensions import ACTIVE_EXTENSIONS, Extensions
 from synapse.a2a.server.push import (
     MAX_PUSH_URL,
@@ -169,6 +170,8 @@ class A2AService:
         self._rebuilt = False
         #: New messages by (principal, messageId): a retry gets the task its first started.
         self.sent = SentMessages(self.config.dedup_window)
+        #: Replicas: views of tasks another replica holds, kept in step with the store.
+        self.elsewhere = ViewFollower(self, self.config.lease_ttl / 5)
 
     # --- wiring -------------------------------------------------------------------------------
 
@@ -197,6 +200,7 @@ class A2AService:
             task.close_streams()
 
     async def close(self) -> None:
+        await self.elsewhere.close()
         await self.pusher.close()
 
     @property
@@ -665,6 +669,8 @@ class A2AService:
         self._equip(view, view.extensions)
         if not view.is_terminal:
             self.tasks[key.task_id] = view  # callbacks will move it on
+            if not self._protocol.view.holds(key):  # ... at the replica holding it
+                self.elsewhere.follow(view)
         return view
 
     def _equip(self, view: A2ATask, active: tuple[str, ...]) -> None:
@@ -754,6 +760,11 @@ class _ViewEviction(RuntimeListener):
     def on_evicted(self, key: TaskKey) -> None:
         if key.requester.startswith(REQUESTER_PREFIX):
             self.server.evicted(key)
+
+    def on_released(self, key: TaskKey) -> None:
+        view = self.server.tasks.get(key.task_id)
+        if view is not None and view.key == key:
+            self.server.elsewhere.follow(view)  # its callbacks go to its new holder
 
 
 class _RequesterSink:
