@@ -370,8 +370,8 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
         # A handle here still waits for the task's outcome: it learns it from the store.
         if key in self._handles:
             if self._follower is None:
-                self._follower = HandleFollower(self, self._handles)
-            self._follower.let_go(key, self.config.lease_ttl / 5)
+                self._follower = HandleFollower(self, self._handles, self.config.lease_ttl / 5)
+            self._follower.let_go(key)
 
     async def close(self) -> None:
         self._closed = True

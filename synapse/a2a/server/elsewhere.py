@@ -14,12 +14,11 @@ then moved by its callbacks, as any other.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Protocol
 
 from synapse.a2a.server.view import A2ATask, view_of_record
 from synapse.p2p.engine import TaskKey
+from synapse.runtime.following import StoreFollower
 from synapse.runtime.protocol import P2PProtocol
 from synapse.store.base import StoreUnavailable
 
@@ -53,31 +52,19 @@ def catch_up(view: A2ATask, fresh: A2ATask) -> bool:
     return changed
 
 
-class ViewFollower:
+class ViewFollower(StoreFollower[A2ATask]):
     """The views of tasks this replica does not hold, followed in the store."""
 
     def __init__(self, service: ViewsHost, interval: float) -> None:
+        super().__init__(interval)
         self._service = service
-        self.interval = interval
-        self._followed: dict[TaskKey, A2ATask] = {}
         #: The stored record each view was last brought to: (state, updated at, entries).
         self._seen: dict[TaskKey, tuple[object, ...]] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def followed(self) -> frozenset[TaskKey]:
-        return frozenset(self._followed)
 
     def follow(self, view: A2ATask) -> None:
         """Keep `view` in step with the store while another replica holds its task."""
-        if view.is_terminal:
-            return
-        self._followed[view.key] = view
-        if self._task is None:
-            with contextlib.suppress(RuntimeError):  # no loop running: nothing to follow
-                self._task = asyncio.get_running_loop().create_task(
-                    self._follow(), name="synapse-a2a-follow"
-                )
+        if not view.is_terminal:
+            self._follow_one(view.key, view)
 
     def refresh(self) -> None:
         """One pass: each followed view caught up with its stored record."""
@@ -101,20 +88,5 @@ class ViewFollower:
                 if view.is_terminal and not held:
                     self._service.evicted(key)  # as a task finished here leaves memory
 
-    async def _follow(self) -> None:
-        try:
-            while self._followed:
-                await asyncio.sleep(self.interval)
-                self.refresh()
-        finally:
-            self._task = None
 
-    async def close(self) -> None:
-        task = self._task
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-
-__all__ = ["ViewFollower", "catch_up"]
+__all__ = ["ViewFollower", "ViewsHost", "catch_up"]
