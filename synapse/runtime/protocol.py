@@ -92,6 +92,8 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
                 await self.settled(key)
         mark = self.store.mark()
         checkpoint = self.engine.checkpoint(message) if commit else None
+        # Replicas: a task let go while this message's commit is awaited stays let go.
+        released = self.releases_of(checkpoint.key) if checkpoint and checkpoint.key else 0
         try:
             step = self.engine.receive(message, self.clock())
         except NackError as exc:
@@ -134,6 +136,11 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
                 if not committing:
                     self.store.discard(mark)
                 self.engine.rollback(checkpoint, after)
+                if key is not None and self.releases_of(key) != released:
+                    # Let go meanwhile (its lease found lost): the rollback put back the
+                    # record as it was before the message, which must not come back to life
+                    # here (its handle, timers and answers would act on a stale copy).
+                    self.engine.release(key)
                 if isinstance(exc, FencedOut):
                     # Another replica owns these tasks now. (Not `key`: the hold on the
                     # message's own task is released below, whichever tasks were lost.)

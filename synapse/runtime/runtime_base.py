@@ -491,10 +491,8 @@ class RuntimeBase:
             task = registry.pop(key, None)
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
-        self._queues.pop(key, None)
-        self._finals.pop(key, None)
-        self._finals_awaiting_commit.pop(key, None)
-        self._waiters.pop(key, None)
+        for kept in (self._queues, self._finals, self._finals_awaiting_commit, self._waiters):
+            kept.pop(key, None)
         self.engine.release(key)
         self._release_number += 1
         if len(self._releases) >= 1000:
@@ -722,10 +720,13 @@ class RuntimeBase:
             rec = self.engine.get(key)
             if rec is not None and not rec.is_final:
                 raise _elsewhere()
-        return key, self._releases.get(key, self._releases_floor)
+        return key, self.releases_of(key)
+
+    def releases_of(self, key: TaskKey) -> int:  # the number of its last release here
+        return self._releases.get(key, self._releases_floor)
 
     def _still_held(self, key: TaskKey, releases: int) -> None:
-        if self._releases.get(key, self._releases_floor) != releases:
+        if self.releases_of(key) != releases:
             raise _elsewhere()
 
     def _hold(self, key: TaskKey) -> asyncio.Future[None]:

@@ -218,6 +218,39 @@ async def test_a_refused_cancel_leaves_a_task_its_handler_finished_meanwhile_fin
     await store.close()
 
 
+async def test_a_task_let_go_during_a_failed_commit_is_not_brought_back(tmp_path: Path) -> None:
+    """Replicas: a message's commit fails (the database is locked) after its task was let go
+    meanwhile (its lease found lost by a renewal). Undoing the message must not put the task
+    back in memory: a stale copy there would take a person's answers, fire timers and keep
+    its handle waiting while another replica runs the task."""
+    db = tmp_path / "e.sqlite"
+    r = Engine(agent_id=R_ID, endpoint=R_URL)
+    partner = Partner(r)
+    store = GatedStore(db)
+    e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, handler=Handler(), sender=partner, store=store)
+    key = TaskKey(R_ID, "t")
+    async with e:
+        asked = request(r, "t")
+        reply = await e.handle_message(asked)
+        r.on_reply(asked, reply, T0)
+        await eventually(lambda: len(partner.received) == 1, timeout=20)
+        await e.commit()
+        (cancel,) = r.handle(Cancel(key, reason="changed my mind"), T0).outgoing
+        with write_lock(db):
+            store.gate.clear()
+            store.at_gate.clear()
+            refused = asyncio.create_task(e.handle_message(cancel.message))
+            await eventually(store.at_gate.is_set, timeout=20)
+            e.release(key)  # meanwhile the renewal finds the lease lost
+            store.gate.set()
+            with pytest.raises(NotReady):
+                await refused
+        assert not e.view.holds(key)
+        assert e.get_task_status("t", R_ID) is not TaskState.CANCELLED
+        assert e.engine.active_executor_tasks() == 0
+    await store.close()
+
+
 class Executor:
     """`agent-e` as a sans-IO engine: confirms the requester's POSTs, keeps them."""
 
