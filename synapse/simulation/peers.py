@@ -36,6 +36,7 @@ from synapse.runtime.protocol import P2PProtocol
 from synapse.runtime.runtime_base import TaskHandle
 from synapse.simulation.loop import Parked
 from synapse.simulation.network import CURRENT, Network
+from synapse.simulation.people import EVERYONE, decided, enable_people
 from synapse.simulation.stores import (
     SimulatedMemoryStore,
     SimulatedSqliteStore,
@@ -46,6 +47,7 @@ from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.transport.server import SynapseServer
 from synapse.types import (
+    DecidedBy,
     LocalProtocolError,
     MissingField,
     NotReady,
@@ -226,6 +228,10 @@ class Node:
     siblings: list[Node] = field(default_factory=list)
     #: Every answer a person was told was taken (the call returned), by any incarnation.
     answers: list[TakenAnswer] = field(default_factory=list)
+    #: People answer this agent's questions through the humans service
+    #: (`synapse.simulation.people`): the notifications it sent, (task id, reviewer).
+    #: None: no humans service, the person answers as the agent.
+    notified: list[tuple[str, str]] | None = None
 
     @property
     def process(self) -> Incarnation | None:
@@ -312,6 +318,7 @@ class Incarnation:
         )
         self.peer.protocol_hooks.append(self._wire_protocol)
         self.peer.server_hooks.append(self._wire_server)
+        self.humans = None if node_.notified is None else enable_people(self.peer, node_.notified)
         if node_.wire is not None:
             node_.wire(self)
 
@@ -336,6 +343,8 @@ class Incarnation:
 
     async def _run(self) -> None:
         await self.peer.start()
+        if self.humans is not None:
+            await self.humans.start()
         self.serving = True
         self.node.trace(f"{self.node.name}#{self.number} started")
         person = self.spawn(self._person())
@@ -456,28 +465,37 @@ class Incarnation:
         other = self.node.rng.choice(others) if others else self
         flip = self.node.rng.random() < 0.5
         decisions = (plan.approve, plan.approve != flip)
+        # Through the humans service, each front's answer is one reviewer's, routed or not.
+        people = self.node.notified is not None
+        who = [self.node.rng.choice(EVERYONE) if people else "" for _ in decisions]
 
-        async def answer(front: Incarnation, approve: bool) -> None:
+        async def answer(front: Incarnation, approve: bool, who: str) -> None:
             handle = self._holder_handle(front, key)
             if handle is None:
                 return
+            by = DecidedBy(user_id=who) if who else None
             try:
                 if what == TaskState.INFO_NEEDED.value:
                     event = Event.SEND_TASK_INFO_PROVIDED
-                    await handle.provide_info({"detail": "x", "more": "y"})
+                    told = await handle.provide_info({"detail": "x", "more": "y"}, provided_by=who)
                 elif approve:
                     event = Event.SEND_HUMAN_APPROVE
-                    await handle.approve()
+                    told = await handle.approve(decided_by=by)
                 else:
                     event = Event.SEND_HUMAN_REJECT
-                    await handle.reject("no")
+                    told = await handle.reject("no", decided_by=by)
             except (LocalProtocolError, RemoteProtocolError, NotReady) as exc:
                 self.node.trace(f"{front.node.name} could not {what} {key.task_id}: {exc}")
+                return
+            if not decided(told):  # one of a quorum, recorded: not the question's answer
+                self.node.trace(f"{front.node.name}#{front.number} {who}: {told}")
                 return
             self.node.answers.append(TakenAnswer(key, question, event))
             self.node.trace(f"{front.node.name}#{front.number} person: {event.value} {key.task_id}")
 
-        await asyncio.gather(answer(self, decisions[0]), answer(other, decisions[1]))
+        await asyncio.gather(
+            answer(self, decisions[0], who[0]), answer(other, decisions[1], who[1])
+        )
 
     async def answer(self, body: bytes, headers: CIMultiDict[str]) -> StoredReply:
         """A POST's reply, as the peer's transport server judges it."""

@@ -55,6 +55,7 @@ from synapse.simulation.peers import (
     TakenAnswer,
     TaskPlan,
 )
+from synapse.simulation.people import decided_only_by_routed
 from synapse.simulation.run import (
     SETTLE_LIMIT,
     Harness,
@@ -316,6 +317,7 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
     submitted: dict[TaskKey, TaskPlan] = {}
     answers: list[TakenAnswer] = []
     beta_plans = [p for p in scenario.tasks if p.requester == AGENT]
+    notified: list[tuple[str, str]] = []  # what the humans service of any replica sent
     replicas: list[Node] = []
 
     def store_for(node: Node, number: int) -> SimulatedPostgresStore:
@@ -343,6 +345,7 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
             submitted=submitted,
             endpoint=f"http://{AGENT}.test/synapse/callback",
             answers_for=beta_plans,
+            notified=notified,
             answers=answers,
         )
         node.wire = _wiring(node, network, url, outcome.violations)
@@ -413,6 +416,11 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
     outcome.deliveries = len(network.deliveries)
     nodes: dict[str, Any] = {SINGLE: single, AGENT: agent}
     outcome.violations += check(scenario.tasks, nodes)
+    for plan in scenario.tasks:
+        if plan.requester == AGENT:
+            wrong = decided_only_by_routed(agent.reader.get_task(plan.key))
+            if wrong is not None:
+                outcome.violations.append(f"decided_only_by_routed: {wrong}")
     harness.check_quiet(
         [single, *replicas],
         lambda node, key: _record(single, agent, SINGLE if node is single else AGENT, key),

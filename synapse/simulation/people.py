@@ -1,0 +1,138 @@
+"""People in the simulation with replicas: the humans service (`synapse.humans`) on every
+replica of the requester, its routes, escalation and quorum, and people answering through
+its one gate at two replicas at once.
+
+Each replica runs `Humans` with `PEOPLE`: a question of `beta`'s goes first to alice and
+bob, and after `ESCALATE_AFTER` seconds without a decision to carol as well; an approval
+takes two of them (a quorum), a rejection one; dave is a reviewer of the agent whom no route
+sends a question to. Notifications are not sent but kept (`SimulatedHumans.sent`): the
+audit entries the service commits for them (queued, notified) are the real ones, so that a
+replica taking a question over knows who was told.
+
+The person at the requester answers as one of the four, chosen by the seed, through two
+replicas at once (a front that does not hold the task passes the answer to the one that
+does). The invariant `decided_only_by_routed` reads the stored record at the end: every
+answer the question counted came from someone it was routed to by then (a reviewer of the
+first level, or one it had been queued for), an approval was sent only with a quorum of
+distinct approvers, and each question got at most one decision (`answers_kept_once`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from synapse.humans.config import Channel, HumansConfig, Level, NotifyRoute, Person
+from synapse.humans.question import APPROVAL, QUEUED, REJECTION, OpenQuestion
+from synapse.humans.service import Humans
+from synapse.p2p.engine import TaskRecord
+from synapse.p2p.states import Event
+from synapse.transport.peer import Peer
+
+#: Who answers `beta`'s questions, and how (see the module's docstring).
+FIRST_LEVEL = ("alice", "bob")
+SECOND_LEVEL = ("carol",)
+NOT_ROUTED = ("dave",)
+QUORUM = 2
+ESCALATE_AFTER = 120.0
+PEOPLE = HumansConfig(
+    link_secret=b"simulation-link-secret-0123456789",
+    routes=(
+        NotifyRoute(
+            "beta-questions",
+            levels=(
+                Level(FIRST_LEVEL, ("inbox",), within=ESCALATE_AFTER),
+                Level(SECOND_LEVEL, ("inbox",)),
+            ),
+            quorum=QUORUM,
+        ),
+    ),
+    reviewers={name: Person(name) for name in (*FIRST_LEVEL, *SECOND_LEVEL, *NOT_ROUTED)},
+    channels={"inbox": Channel("inbox", "email")},
+    public_url="http://beta.test",
+)
+
+
+#: Whom the person at the requester answers as, chosen by the seed for each front.
+EVERYONE = (*FIRST_LEVEL, *SECOND_LEVEL, *NOT_ROUTED)
+
+
+def decided(told: str) -> bool:
+    """Whether what an answer's front was told says it decided the question (not one
+    approval of a quorum, recorded: "your approval is recorded (1 of 2)")."""
+    return "recorded" not in told
+
+
+class SimulatedHumans(Humans):
+    """`Humans` whose notifications are kept, not sent (see the module's docstring)."""
+
+    def __init__(self, peer: Peer, config: HumansConfig, sent: list[tuple[str, str]]) -> None:
+        super().__init__(peer, config)
+        self.sent = sent
+
+    async def start(self) -> None:
+        await super().start()
+        # Notifications are kept, not sent: no HTTP session (a killed process, which closes
+        # nothing, would leave it open).
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _send(self, question: OpenQuestion, detail: Mapping[str, Any]) -> None:
+        self.sent.append((question.rec.task_id, str(detail["reviewer"])))
+
+
+def enable_people(peer: Peer, sent: list[tuple[str, str]]) -> SimulatedHumans:
+    """What `enable_humans` does, with `SimulatedHumans` and without the link pages."""
+    humans = SimulatedHumans(peer, PEOPLE, sent)
+    peer.protocol_hooks.append(humans.bind)
+    return humans
+
+
+def decided_only_by_routed(rec: TaskRecord | None) -> str | None:
+    """Every answer a question of `rec` counted came from someone it was routed to by then,
+    and an approval was sent only with a quorum of distinct approvers (None: it holds)."""
+    if rec is None:
+        return None
+    told: dict[str, set[str]] = {}
+    approvals: dict[str, set[str]] = {}
+    for entry in rec.audit:
+        question = str(entry.detail.get("question", ""))
+        reviewer = str(entry.detail.get("reviewer", ""))
+        if entry.action == QUEUED:
+            told.setdefault(question, set()).add(reviewer)
+        elif entry.action in (APPROVAL, REJECTION):
+            routed = set(FIRST_LEVEL) | told.get(question, set())
+            if reviewer not in routed:
+                return (
+                    f"{rec.task_id}: {reviewer} answered question {question}, "
+                    f"routed to {sorted(routed)} only"
+                )
+            if entry.action == APPROVAL:
+                approvals.setdefault(question, set()).add(reviewer)
+    asked = ""
+    for t in rec.history:
+        if t.event is Event.RECV_TASK_NEED_HUMAN:
+            asked = t.message_id or ""  # the question's id is its message's
+        elif t.event is Event.SEND_HUMAN_APPROVE:
+            counted = len(approvals.get(asked, ()))
+            if counted < QUORUM:
+                return (
+                    f"{rec.task_id}: question {asked} approved with {counted} "
+                    f"approval(s) of {QUORUM}"
+                )
+    return None
+
+
+__all__ = [
+    "EVERYONE",
+    "FIRST_LEVEL",
+    "NOT_ROUTED",
+    "PEOPLE",
+    "QUORUM",
+    "SECOND_LEVEL",
+    "SimulatedHumans",
+    "decided",
+    "decided_only_by_routed",
+    "enable_people",
+]
