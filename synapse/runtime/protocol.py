@@ -136,7 +136,7 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
                 if not committing:
                     self.store.discard(mark)
                 self.engine.rollback(checkpoint, after)
-                if key is not None and self.releases_of(key) != released:
+                if key is not None and self._let_go_since(key, released):
                     # Let go meanwhile (its lease found lost): the rollback put back the
                     # record as it was before the message, which must not come back to life
                     # here (its handle, timers and answers would act on a stale copy).
@@ -370,6 +370,10 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
             self.config.outbox_grace if outbox_grace is None else outbox_grace,
             now,
         )
+
+    def _let_go_since(self, key: TaskKey, released: int) -> bool:
+        """Whether task `key` was let go since `releases_of(key)` was `released`."""
+        return self.releases_of(key) != released
 
     def release(self, key: TaskKey) -> None:
         super().release(key)

@@ -18,8 +18,9 @@ clock, a lossy network, seeded faults. The faults of a replica run:
   apart;
 - the database failing or crawling (a statement's round trip, a transaction that cannot
   begin), the network losing, delaying and duplicating POSTs;
-- a person at the replicated requester who answers a question through two replicas at once
-  (a front that is not the task's holder finds no handle there, and goes to the holder).
+- people at the replicated requester who answer a question through two replicas at once
+  (a front that is not the task's holder finds no handle there, and goes to the holder), as
+  reviewers of the humans service, routed to the question or not (`synapse.simulation.people`).
 
 The invariants are those of every run (`synapse.simulation.invariants`), read from the shared
 database for the replicated agent, and with the agent's ledgers (messages acknowledged,

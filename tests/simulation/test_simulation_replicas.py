@@ -90,7 +90,7 @@ FOUND: dict[str, list[int]] = {
     # Found by this simulation (the fix came with it): a paused replica resumed, gave a task
     # up as silent and told its user "failed", while the task's lease had been lost and the
     # database kept the other replica's "completed".
-    "announced": [49],
+    "announced": [137, 148],
     "held": [1295],
     # Found by this simulation (the fix came with it): a person's handle at the replica a
     # task was submitted through waited for ever once another replica took the task over
@@ -100,6 +100,10 @@ FOUND: dict[str, list[int]] = {
     # cluster test had hung on it first): a renewal running while a new task's first write
     # was committing let the task go (5 of the first 60 seeds, seed 5 among CI's 12).
     "first_write": [5, 33],
+    # Found by this simulation with people (the fix came with it): a message whose commit
+    # failed after its task was let go put the task back in memory, and the stale copy
+    # kept the task's handle there waiting (1 of the first 60 seeds).
+    "brought_back": [1],
 }
 
 
@@ -142,6 +146,13 @@ def renewal_judges_unwritten_leases(monkeypatch: pytest.MonkeyPatch) -> None:
     """The lease renewal before the fix: a lease it did not find was lost, even one whose
     row the task's first write, still committing, had yet to write."""
     monkeypatch.setattr(Ownership, "_maybe_unwritten", lambda self, key, epoch, now: False)
+
+
+@pytest.fixture
+def rollback_brings_back_tasks_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime before the fix: undoing a message whose commit failed put its task back
+    in memory even when the task was let go to another replica meanwhile."""
+    monkeypatch.setattr(P2PProtocol, "_let_go_since", lambda self, key, released: False)
 
 
 @pytest.mark.parametrize("seed", sorted({s for seeds in FOUND.values() for s in seeds}))
@@ -188,3 +199,10 @@ def test_a_new_tasks_lease_let_go_during_its_first_commit_is_found(
     assert any(v.startswith("leases_lost_only_when_taken") for v in outcome.violations), (
         outcome.violations
     )
+
+
+@pytest.mark.usefixtures("rollback_brings_back_tasks_let_go")
+@pytest.mark.parametrize("seed", FOUND["brought_back"])
+def test_a_task_let_go_brought_back_by_a_rollback_is_found(seed: int, databases: Any) -> None:
+    outcome = run(seed, databases)
+    assert any(v.startswith("handles_settle") for v in outcome.violations), outcome.violations
