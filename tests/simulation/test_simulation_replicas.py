@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import headstart
@@ -83,31 +84,7 @@ def test_replica_scenarios_cover_every_fault() -> None:
 
 # --- the defects, found again without their fixes ------------------------------------------
 
-#: Seeds that find each replica defect with its fix taken out. (A callback's removal left to
-#: the next commit, the lease model's second defect, only delays a callback here: the next
-#: message to the replica commits the removal. docs/verification.md says more.)
-FOUND: dict[str, list[int]] = {
-    # Found by this simulation (the fix came with it): a paused replica resumed, gave a task
-    # up as silent and told its user "failed", while the task's lease had been lost and the
-    # database kept the other replica's "completed".
-    "announced": [137, 148],
-    "held": [1295],
-    # Found by this simulation (the fix came with it): a person's handle at the replica a
-    # task was submitted through waited for ever once another replica took the task over
-    # and ended it (2 of CI's 12 seeds, 12 of the first 60, find it).
-    "handles": [1, 3],
-    # Found by this simulation once it checked each lost lease against the database (a
-    # cluster test had hung on it first): a renewal running while a new task's first write
-    # was committing let the task go (5 of the first 60 seeds, seed 5 among CI's 12).
-    "first_write": [5, 33],
-    # Found by this simulation with people (the fix came with it): a message whose commit
-    # failed after its task was let go put the task back in memory, and the stale copy
-    # kept the task's handle there waiting (1 of the first 60 seeds).
-    "brought_back": [1],
-}
 
-
-@pytest.fixture
 def announced_though_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime before the fix: a step held for its commit is announced once the commit
     is done, even if its task was let go meanwhile (its writes dropped by the fence)."""
@@ -116,7 +93,6 @@ def announced_though_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-@pytest.fixture
 def fenced_out_keeps_its_task_held(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime before the fix: a message whose commit was fenced out let go of the tasks
     lost with a loop that reused the name of the message's own task, so the hold released at
@@ -134,75 +110,72 @@ def fenced_out_keeps_its_task_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(RuntimeBase, "_release_hold", old)
 
 
-@pytest.fixture
 def handles_left_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime before the fix: a task let go to another replica leaves its handle here
     waiting, unfollowed."""
     monkeypatch.setattr(P2PProtocol, "release", RuntimeBase.release)
 
 
-@pytest.fixture
 def renewal_judges_unwritten_leases(monkeypatch: pytest.MonkeyPatch) -> None:
     """The lease renewal before the fix: a lease it did not find was lost, even one whose
     row the task's first write, still committing, had yet to write."""
     monkeypatch.setattr(Ownership, "_maybe_unwritten", lambda self, key, epoch, now: False)
 
 
-@pytest.fixture
 def rollback_brings_back_tasks_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime before the fix: undoing a message whose commit failed put its task back
     in memory even when the task was let go to another replica meanwhile."""
     monkeypatch.setattr(P2PProtocol, "_let_go_since", lambda self, key, released: False)
 
 
-@pytest.mark.parametrize("seed", sorted({s for seeds in FOUND.values() for s in seeds}))
+@dataclass(frozen=True)
+class Defect:
+    """A replica defect: what puts it back, the invariant that finds it, the seeds that do."""
+
+    put_back: Callable[[pytest.MonkeyPatch], None]
+    invariant: str
+    seeds: tuple[int, ...]
+
+
+#: Each replica defect, found again with its fix taken out. (A callback's removal left to
+#: the next commit, the lease model's second defect, only delays a callback here: the next
+#: message to the replica commits the removal. docs/verification.md says more.)
+DEFECTS = {
+    # Found by this simulation (the fix came with it): a paused replica resumed, gave a task
+    # up as silent and told its user "failed", while the task's lease had been lost and the
+    # database kept the other replica's "completed".
+    "announced": Defect(announced_though_let_go, "announced_outcomes_are_kept", (137, 148)),
+    # The lease model's third defect: a hold nobody releases, seen once the run is quiet
+    # (and any later message about the task would wait on it for ever).
+    "held": Defect(fenced_out_keeps_its_task_held, "held_only_while_committing", (1295,)),
+    # Found by this simulation (the fix came with it): a person's handle at the replica a
+    # task was submitted through waited for ever once another replica took the task over
+    # and ended it (2 of CI's 12 seeds, 12 of the first 60, find it).
+    "handles": Defect(handles_left_waiting, "handles_settle", (1, 3)),
+    # Found by this simulation once it checked each lost lease against the database (a
+    # cluster test had hung on it first): a renewal running while a new task's first write
+    # was committing let the task go (5 of the first 60 seeds, seed 5 among CI's 12).
+    "first_write": Defect(renewal_judges_unwritten_leases, "leases_lost_only_when_taken", (5, 33)),
+    # Found by this simulation with people (the fix came with it): a message whose commit
+    # failed after its task was let go put the task back in memory, and the stale copy
+    # kept the task's handle there waiting (1 of the first 60 seeds).
+    "brought_back": Defect(rollback_brings_back_tasks_let_go, "handles_settle", (1,)),
+}
+
+
+@pytest.mark.parametrize("seed", sorted({s for d in DEFECTS.values() for s in d.seeds}))
 def test_the_seeds_that_find_replica_defects_hold(seed: int, databases: Any) -> None:
     outcome = run(seed, databases)
     assert outcome.ok, "\n".join(outcome.violations)
 
 
-@pytest.mark.usefixtures("fenced_out_keeps_its_task_held")
-@pytest.mark.parametrize("seed", FOUND["held"])
-def test_a_fenced_out_commit_keeping_its_task_held_is_found(seed: int, databases: Any) -> None:
-    """A hold nobody releases: seen once the run is quiet (and any later message about the
-    task would wait on it for ever, turning in circles)."""
-    outcome = run(seed, databases)
-    assert any(v.startswith("held_only_while_committing") for v in outcome.violations), (
-        outcome.violations
-    )
-
-
-@pytest.mark.usefixtures("announced_though_let_go")
-@pytest.mark.parametrize("seed", FOUND["announced"])
-def test_announcing_a_task_let_go_is_found(seed: int, databases: Any) -> None:
-    outcome = run(seed, databases)
-    assert any(v.startswith("announced_outcomes_are_kept") for v in outcome.violations), (
-        outcome.violations
-    )
-
-
-@pytest.mark.usefixtures("handles_left_waiting")
-@pytest.mark.parametrize("seed", FOUND["handles"])
-def test_a_handle_left_waiting_at_a_replica_that_let_its_task_go_is_found(
-    seed: int, databases: Any
+@pytest.mark.parametrize(
+    ("name", "seed"), [(name, seed) for name, d in DEFECTS.items() for seed in d.seeds]
+)
+def test_each_replica_defect_is_found_without_its_fix(
+    name: str, seed: int, databases: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    defect = DEFECTS[name]
+    defect.put_back(monkeypatch)
     outcome = run(seed, databases)
-    assert any(v.startswith("handles_settle") for v in outcome.violations), outcome.violations
-
-
-@pytest.mark.usefixtures("renewal_judges_unwritten_leases")
-@pytest.mark.parametrize("seed", FOUND["first_write"])
-def test_a_new_tasks_lease_let_go_during_its_first_commit_is_found(
-    seed: int, databases: Any
-) -> None:
-    outcome = run(seed, databases)
-    assert any(v.startswith("leases_lost_only_when_taken") for v in outcome.violations), (
-        outcome.violations
-    )
-
-
-@pytest.mark.usefixtures("rollback_brings_back_tasks_let_go")
-@pytest.mark.parametrize("seed", FOUND["brought_back"])
-def test_a_task_let_go_brought_back_by_a_rollback_is_found(seed: int, databases: Any) -> None:
-    outcome = run(seed, databases)
-    assert any(v.startswith("handles_settle") for v in outcome.violations), outcome.violations
+    assert any(v.startswith(defect.invariant) for v in outcome.violations), outcome.violations

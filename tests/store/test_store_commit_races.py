@@ -11,7 +11,9 @@ second final callback with another id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,37 @@ def request(r: Engine, task_id: str) -> Message:
     return out.message
 
 
+async def cancel_of_a_running_task(
+    e: P2PProtocol, r: Engine, partner: Partner, key: TaskKey
+) -> Message:
+    """Task `key` requested of `e` and running (its progress durable): the requester's
+    cancel of it."""
+    asked = request(r, key.task_id)
+    reply = await e.handle_message(asked)
+    r.on_reply(asked, reply, T0)
+    await eventually(lambda: len(partner.received) == 1, timeout=20)
+    await e.commit()
+    (cancel,) = r.handle(Cancel(key, reason="changed my mind"), T0).outgoing
+    return cancel.message
+
+
+@contextlib.asynccontextmanager
+async def refused_at_the_gate(
+    e: P2PProtocol, store: GatedStore, db: Path, message: Message
+) -> AsyncIterator[None]:
+    """`message` handled by `e`, its commit held at the store's gate while the caller acts,
+    then let go on to fail (the database locked): the message is refused, retryable."""
+    with write_lock(db):
+        store.gate.clear()
+        store.at_gate.clear()
+        refused = asyncio.create_task(e.handle_message(message))
+        await eventually(store.at_gate.is_set, timeout=20)
+        yield
+        store.gate.set()
+        with pytest.raises(NotReady):
+            await refused
+
+
 async def test_a_refused_message_keeps_the_writes_others_made_during_its_commit(
     tmp_path: Path,
 ) -> None:
@@ -189,22 +222,10 @@ async def test_a_refused_cancel_leaves_a_task_its_handler_finished_meanwhile_fin
     e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, handler=handler, sender=partner, store=store)
     key = TaskKey(R_ID, "t")
     async with e:
-        asked = request(r, "t")
-        reply = await e.handle_message(asked)
-        r.on_reply(asked, reply, T0)
-        await eventually(lambda: len(partner.received) == 1, timeout=20)
-        await e.commit()
-        (cancel,) = r.handle(Cancel(key, reason="changed my mind"), T0).outgoing
-        with write_lock(db):
-            store.gate.clear()
-            store.at_gate.clear()
-            refused = asyncio.create_task(e.handle_message(cancel.message))
-            await eventually(store.at_gate.is_set, timeout=20)
+        cancel = await cancel_of_a_running_task(e, r, partner, key)
+        async with refused_at_the_gate(e, store, db, cancel):
             handler.release.set()
             await eventually(handler.returned.is_set, timeout=20)
-            store.gate.set()
-            with pytest.raises(NotReady):
-                await refused
         # The cancel was refused: the handler's completion stands, and is delivered.
         await eventually(lambda: bool(partner.finals("t")), timeout=20)
         await eventually(lambda: key not in e._queues, timeout=20)
@@ -230,21 +251,9 @@ async def test_a_task_let_go_during_a_failed_commit_is_not_brought_back(tmp_path
     e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, handler=Handler(), sender=partner, store=store)
     key = TaskKey(R_ID, "t")
     async with e:
-        asked = request(r, "t")
-        reply = await e.handle_message(asked)
-        r.on_reply(asked, reply, T0)
-        await eventually(lambda: len(partner.received) == 1, timeout=20)
-        await e.commit()
-        (cancel,) = r.handle(Cancel(key, reason="changed my mind"), T0).outgoing
-        with write_lock(db):
-            store.gate.clear()
-            store.at_gate.clear()
-            refused = asyncio.create_task(e.handle_message(cancel.message))
-            await eventually(store.at_gate.is_set, timeout=20)
+        cancel = await cancel_of_a_running_task(e, r, partner, key)
+        async with refused_at_the_gate(e, store, db, cancel):
             e.release(key)  # meanwhile the renewal finds the lease lost
-            store.gate.set()
-            with pytest.raises(NotReady):
-                await refused
         assert not e.view.holds(key)
         assert e.get_task_status("t", R_ID) is not TaskState.CANCELLED
         assert e.engine.active_executor_tasks() == 0
