@@ -228,10 +228,9 @@ class Node:
     siblings: list[Node] = field(default_factory=list)
     #: Every answer a person was told was taken (the call returned), by any incarnation.
     answers: list[TakenAnswer] = field(default_factory=list)
-    #: People answer this agent's questions through the humans service
-    #: (`synapse.simulation.people`): the notifications it sent, (task id, reviewer).
-    #: None: no humans service, the person answers as the agent.
-    notified: list[tuple[str, str]] | None = None
+    #: People answer this agent's questions as reviewers of the humans service
+    #: (`synapse.simulation.people`); False: no humans service, the person is the agent.
+    people: bool = False
 
     @property
     def process(self) -> Incarnation | None:
@@ -318,7 +317,7 @@ class Incarnation:
         )
         self.peer.protocol_hooks.append(self._wire_protocol)
         self.peer.server_hooks.append(self._wire_server)
-        self.humans = None if node_.notified is None else enable_people(self.peer, node_.notified)
+        self.humans = enable_people(self.peer) if node_.people else None
         if node_.wire is not None:
             node_.wire(self)
 
@@ -466,8 +465,7 @@ class Incarnation:
         flip = self.node.rng.random() < 0.5
         decisions = (plan.approve, plan.approve != flip)
         # Through the humans service, each front's answer is one reviewer's, routed or not.
-        people = self.node.notified is not None
-        who = [self.node.rng.choice(EVERYONE) if people else "" for _ in decisions]
+        who = [self.node.rng.choice(EVERYONE) if self.node.people else "" for _ in decisions]
 
         async def answer(front: Incarnation, approve: bool, who: str) -> None:
             handle = self._holder_handle(front, key)

@@ -5,9 +5,9 @@ its one gate at two replicas at once.
 Each replica runs `Humans` with `PEOPLE`: a question of `beta`'s goes first to alice and
 bob, and after `ESCALATE_AFTER` seconds without a decision to carol as well; an approval
 takes two of them (a quorum), a rejection one; dave is a reviewer of the agent whom no route
-sends a question to. Notifications are not sent but kept (`SimulatedHumans.sent`): the
-audit entries the service commits for them (queued, notified) are the real ones, so that a
-replica taking a question over knows who was told.
+sends a question to. Notifications are not sent (`SimulatedHumans`), but the audit entries
+the service commits for them (queued, notified) are the real ones, so that a replica taking
+a question over knows who was told.
 
 The person at the requester answers as one of the four, chosen by the seed, through two
 replicas at once (a front that does not hold the task passes the answer to the one that
@@ -64,27 +64,23 @@ def decided(told: str) -> bool:
 
 
 class SimulatedHumans(Humans):
-    """`Humans` whose notifications are kept, not sent (see the module's docstring)."""
-
-    def __init__(self, peer: Peer, config: HumansConfig, sent: list[tuple[str, str]]) -> None:
-        super().__init__(peer, config)
-        self.sent = sent
+    """`Humans` whose notifications go nowhere (see the module's docstring)."""
 
     async def start(self) -> None:
         await super().start()
-        # Notifications are kept, not sent: no HTTP session (a killed process, which closes
-        # nothing, would leave it open).
+        # Nothing is sent: no HTTP session (a killed process, which closes nothing, would
+        # leave it open).
         if self._session is not None:
             await self._session.close()
             self._session = None
 
     async def _send(self, question: OpenQuestion, detail: Mapping[str, Any]) -> None:
-        self.sent.append((question.rec.task_id, str(detail["reviewer"])))
+        pass  # delivered, as far as the service knows: it commits `human.notified`
 
 
-def enable_people(peer: Peer, sent: list[tuple[str, str]]) -> SimulatedHumans:
+def enable_people(peer: Peer) -> SimulatedHumans:
     """What `enable_humans` does, with `SimulatedHumans` and without the link pages."""
-    humans = SimulatedHumans(peer, PEOPLE, sent)
+    humans = SimulatedHumans(peer, PEOPLE)
     peer.protocol_hooks.append(humans.bind)
     return humans
 

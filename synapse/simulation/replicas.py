@@ -318,7 +318,6 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
     submitted: dict[TaskKey, TaskPlan] = {}
     answers: list[TakenAnswer] = []
     beta_plans = [p for p in scenario.tasks if p.requester == AGENT]
-    notified: list[tuple[str, str]] = []  # what the humans service of any replica sent
     replicas: list[Node] = []
 
     def store_for(node: Node, number: int) -> SimulatedPostgresStore:
@@ -346,7 +345,7 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
             submitted=submitted,
             endpoint=f"http://{AGENT}.test/synapse/callback",
             answers_for=beta_plans,
-            notified=notified,
+            people=True,
             answers=answers,
         )
         node.wire = _wiring(node, network, url, outcome.violations)
