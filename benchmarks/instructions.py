@@ -181,7 +181,7 @@ def _toggle(pid: int, state: str) -> None:
 def _by_library(out: Path) -> Counter[str]:
     """Self instructions per named library (callgrind_annotate's per-function lines)."""
     text = subprocess.run(
-        ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(out)],
+        ["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", str(out)],
         check=True,
         capture_output=True,
         text=True,
