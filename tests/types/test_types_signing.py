@@ -218,3 +218,19 @@ def test_a_signature_does_not_leak_state_into_the_next() -> None:
         hmac_signature("k" * 65, b"x")
         == "sha256=" + hmac.new(b"k" * 65, b"x", "sha256").hexdigest()
     )
+
+
+def test_many_secrets_sign_as_hmac_does_and_the_keyed_table_stays_bounded() -> None:
+    """The keyed SHA-256 states are kept per secret as configured (`str` and `bytes` apart,
+    long keys hashed first): each signature is still HMAC-SHA256's, past the table's size."""
+    from synapse.types import signing
+
+    secrets: list[str | bytes] = [f"secret-{n}" for n in range(signing._KEYED_MAX + 44)]
+    secrets += [b"bytes-secret", "k" * 200, b"\xff" * 64, ""]
+    for secret in secrets * 2:
+        key = secret.encode() if isinstance(secret, str) else secret
+        want = "sha256=" + hmac.new(key, BODY, hashlib.sha256).hexdigest()
+        assert hmac_signature(secret, BODY) == want
+        assert len(signing._keyed_states) <= signing._KEYED_MAX
+    assert verify_header_signature(["k" * 200], BODY, hmac_signature("k" * 200, BODY))
+    assert not verify_header_signature(["k" * 199], BODY, hmac_signature("k" * 200, BODY))
