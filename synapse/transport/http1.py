@@ -47,9 +47,8 @@ MAX_HEAD = 64 * 1024
 _CRLF = b"\r\n"
 _END_OF_HEAD = b"\r\n\r\n"
 _NO_BODY_STATUSES = frozenset({204, 304})
-_TOKEN_CHARS = frozenset(
-    b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-)
+_TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_TOKEN_CHARS = frozenset(_TOKEN_BYTES)
 
 
 class MalformedResponse(SynapseException):
@@ -120,14 +119,57 @@ def _target(url: str) -> _Target | None:
 
 
 def _header_lines(headers: Mapping[str, str]) -> bytes:
-    lines = []
+    # Checked all at once (a POST's few headers are nearly always fine): every name a token,
+    # and no CR, LF or NUL but the line ends written here. Anything else is looked at header
+    # by header, for the error that names it.
+    text = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+    names = "".join(headers).encode("latin-1", "replace")
+    if (
+        "" not in headers
+        and not names.translate(None, _TOKEN_BYTES)
+        and text.count("\r") == len(headers)
+        and text.count("\n") == len(headers)
+        and "\x00" not in text
+    ):
+        return text.encode("latin-1")
     for name, value in headers.items():
         if not name or not name.isascii() or not _TOKEN_CHARS.issuperset(name.encode()):
             raise ValueError(f"invalid HTTP header name {name!r}")
         if "\r" in value or "\n" in value or "\x00" in value:
             raise ValueError(f"invalid value for HTTP header {name!r}")
-        lines.append(f"{name}: {value}\r\n")
-    return "".join(lines).encode("latin-1")
+    return text.encode("latin-1")
+
+
+def _response_headers(fields: bytes) -> dict[str, str]:
+    """The header lines of a response head (after its status line) by lower-cased name; a
+    repeated header's values joined with ", "."""
+    headers: dict[str, str] = {}
+    names = []
+    # One decoding for the whole head (Latin-1 maps every byte to one character), one check
+    # of every name; a line a name cannot be read from is found again below for the error.
+    for line in fields.decode("latin-1").split("\r\n") if fields else ():
+        name, colon, value = line.partition(":")
+        if not colon or not name:
+            break
+        names.append(name)
+        key = name.lower()
+        text = value.strip(" \t")
+        if key in headers:
+            if key == "content-length":
+                if headers[key] != text:
+                    raise MalformedResponse("conflicting Content-Length headers")
+                continue
+            headers[key] = f"{headers[key]}, {text}"
+        else:
+            headers[key] = text
+    else:
+        if not "".join(names).encode("latin-1").translate(None, _TOKEN_BYTES):
+            return headers
+    for raw_line in fields.split(_CRLF):
+        raw_name, colon, _ = raw_line.partition(b":")
+        if not colon or not raw_name or not _TOKEN_CHARS.issuperset(raw_name):
+            raise MalformedResponse(f"bad header line {raw_line[:80]!r}")
+    raise AssertionError("unreachable: a line was found wrong above")
 
 
 class _Connection(asyncio.Protocol):
@@ -343,29 +385,15 @@ class _Connection(asyncio.Protocol):
 
     def _start(self, head: bytes) -> bool:
         """Read a response head; True if it was an interim (1xx) response."""
-        lines = head.split(_CRLF)
-        version, _, rest = lines[0].partition(b" ")
+        status_line, _, fields = head.partition(_CRLF)
+        version, _, rest = status_line.partition(b" ")
         code, _, _reason = rest.partition(b" ")
         if version not in (b"HTTP/1.1", b"HTTP/1.0") or len(code) != 3 or not code.isdigit():
-            raise MalformedResponse(f"bad status line {lines[0][:80]!r}")
+            raise MalformedResponse(f"bad status line {status_line[:80]!r}")
         status = int(code)
         if status < 100:
             raise MalformedResponse(f"bad status {status}")
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or not _TOKEN_CHARS.issuperset(name):
-                raise MalformedResponse(f"bad header line {line[:80]!r}")
-            key = name.decode("ascii").lower()
-            text = value.strip(b" \t").decode("latin-1")
-            if key in headers:
-                if key == "content-length":
-                    if headers[key] != text:
-                        raise MalformedResponse("conflicting Content-Length headers")
-                    continue
-                headers[key] = f"{headers[key]}, {text}"
-            else:
-                headers[key] = text
+        headers = _response_headers(fields)
         if 100 <= status < 200:
             if status == 101:
                 raise MalformedResponse("unexpected 101 Switching Protocols")

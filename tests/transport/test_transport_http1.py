@@ -201,8 +201,27 @@ async def test_a_body_over_the_limit_is_refused_with_its_status(reply: bytes) ->
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nNo colon here\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nNoColon\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n: nameless\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-\xe9t\xe9: 1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Fine: 1\r\nX(bad): 1\r\n\r\n",
     ],
-    ids=["version", "status", "header-name", "two-lengths", "negative", "te", "chunk", "101"],
+    ids=[
+        "version",
+        "status",
+        "header-name",
+        "two-lengths",
+        "negative",
+        "te",
+        "chunk",
+        "101",
+        "no-colon",
+        "no-colon-token",
+        "empty-name",
+        "latin-1-name",
+        "late-bad-name",
+    ],
 )
 async def test_framing_that_cannot_be_trusted_is_refused(reply: bytes) -> None:
     async with scripted(lambda n, _: reply) as s, open_pool() as pool:
@@ -283,14 +302,27 @@ def test_only_plain_http_ascii_urls_without_credentials_are_served() -> None:
     assert not pool.supports("http://127.0.0.1:99999/cb")
 
 
-def test_a_header_value_cannot_inject_lines() -> None:
+@pytest.mark.parametrize(
+    ("headers", "error"),
+    [
+        ({"X": "a\r\nEvil: 1"}, "invalid value"),
+        ({"X": "a\nEvil: 1"}, "invalid value"),
+        ({"X": "a\rb"}, "invalid value"),
+        ({"X": "a\x00b"}, "invalid value"),
+        ({"Fine": "1", "X": "ok\r\n"}, "invalid value"),
+        ({"": "x"}, "invalid HTTP header name"),
+        ({"Bad Name": "x"}, "invalid HTTP header name"),
+        ({"Bad:Name": "x"}, "invalid HTTP header name"),
+        ({"X-\u00e9": "x"}, "invalid HTTP header name"),
+        ({"X-\u20ac": "x"}, "invalid HTTP header name"),
+    ],
+)
+def test_a_header_cannot_inject_lines_or_bad_names(headers: dict[str, str], error: str) -> None:
     pool = Http1Pool()
 
     async def go() -> None:
-        with pytest.raises(ValueError, match="invalid value"):
-            await pool.post(
-                "http://127.0.0.1:9/cb", b"", {"X": "a\r\nEvil: 1"}, timeout=1, max_body=10
-            )
+        with pytest.raises(ValueError, match=error):
+            await pool.post("http://127.0.0.1:9/cb", b"", headers, timeout=1, max_body=10)
 
     asyncio.run(go())
 
