@@ -166,8 +166,8 @@ def _response_headers(fields: bytes) -> dict[str, str]:
         if not "".join(names).encode("latin-1").translate(None, _TOKEN_BYTES):
             return headers
     for raw_line in fields.split(_CRLF):
-        raw_name, colon, _ = raw_line.partition(b":")
-        if not colon or not raw_name or not _TOKEN_CHARS.issuperset(raw_name):
+        raw_name, raw_colon, _ = raw_line.partition(b":")
+        if not raw_colon or not raw_name or not _TOKEN_CHARS.issuperset(raw_name):
             raise MalformedResponse(f"bad header line {raw_line[:80]!r}")
     raise AssertionError("unreachable: a line was found wrong above")
 
