@@ -82,6 +82,7 @@ _UNCOUNTED = 64 * 1024
 LINGER = 1.0
 _END_OF_HEAD = b"\r\n\r\n"
 _LEAN_CONNECTION = frozenset({b"close", b"keep-alive"})
+_LEAN_OPTIONS = frozenset({"close", "keep-alive"})
 #: What the head of a plain callback POST is made of: visible ASCII, space, tab, CR LF.
 _PLAIN_HEAD = bytes(range(0x20, 0x7F)) + b"\t\r\n"
 _TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -89,6 +90,7 @@ _TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKL
 _LENGTH_DIGITS = 18
 #: Request headers whose presence sends the request to aiohttp.
 _NOT_HERE = frozenset({b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"})
+_NOT_HERE_TEXT = frozenset(name.decode("ascii") for name in _NOT_HERE)
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 #: What stops reading at the front of the buffer besides a refusal.
 _HAND_OVER: Final = "hand over"
@@ -192,50 +194,51 @@ def plain_callback_head(raw: bytes, route: CallbackRoute) -> _Head | None:
     """
     if not raw.startswith(route.plain_request_line) or raw.translate(None, _PLAIN_HEAD):
         return None
-    lines = raw.split(b"\r\n")
-    breaks = len(lines) - 1
-    if breaks > MAX_HEADERS or raw.count(b"\r") != breaks or raw.count(b"\n") != breaks:
+    breaks = raw.count(b"\r")
+    if breaks > MAX_HEADERS or raw.count(b"\n") != breaks or raw.count(b"\r\n") != breaks:
         return None  # a bare CR or LF
+    # Plain ASCII (checked above): one decoding for the whole head. What each line needs is
+    # taken apart here; what holds of all of them is checked once, after.
+    lines = raw.decode("ascii").split("\r\n")
+    del lines[0]
     pairs = []
-    seen: set[bytes] = set()
-    length = -1
-    close = False
-    hosts = 0
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        key = name.lower()
-        if (
-            not colon
-            or not name
-            or name.translate(None, _TOKEN_BYTES)
-            or key in seen
-            or key in _NOT_HERE
-            or len(line) > PLAIN_FIELD
-        ):
+    fields = {}
+    names = []
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon:
             return None
-        seen.add(key)
-        value = value.strip(b" \t")
-        if key == b"content-length":
-            if not value.isdigit() or len(value) > _LENGTH_DIGITS:
-                return None
-            length = int(value)
-        elif key == b"host":
-            hosts += 1
-        elif key == b"connection":
-            options = {option.strip().lower() for option in value.split(b",")}
-            if not options <= _LEAN_CONNECTION:
-                return None
-            close = b"close" in options
-        elif key == b"content-type":
-            media = value.partition(b";")[0].strip().lower()
-            if media != b"application/json" and not media.endswith(b"+json"):
-                return None
-        elif key == b"expect":
-            return None
-        pairs.append((name.decode("ascii"), value.decode("ascii")))
-    if hosts != 1 or length < 0 or length > route.max_body:
+        value = value.strip(" \t")
+        names.append(name)
+        fields[name.lower()] = value
+        pairs.append((name, value))
+    if (
+        len(fields) != breaks  # a header given twice
+        or "" in fields
+        or "host" not in fields
+        or not _NOT_HERE_TEXT.isdisjoint(fields)
+        or "".join(names).encode("ascii").translate(None, _TOKEN_BYTES)
+        or max(map(len, lines)) > PLAIN_FIELD
+    ):
         return None
-    return _Head(CIMultiDict(pairs), length, close)
+    length = fields.get("content-length")
+    if length is None or not length.isdigit() or len(length) > _LENGTH_DIGITS:
+        return None
+    close = False
+    connection = fields.get("connection")
+    if connection is not None:
+        options = {option.strip().lower() for option in connection.split(",")}
+        if not options <= _LEAN_OPTIONS:
+            return None
+        close = "close" in options
+    media = fields.get("content-type")
+    if media is not None:
+        media = media.partition(";")[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
+            return None
+    if int(length) > route.max_body:
+        return None
+    return _Head(CIMultiDict(pairs), int(length), close)
 
 
 class _Request:

@@ -34,6 +34,7 @@ from synapse.transport.admission import (
     MAX_FIELD,
     MAX_HEADERS,
     PARSER_LIMITS,
+    PLAIN_FIELD,
     Head,
     check_head,
     check_request,
@@ -366,6 +367,80 @@ def test_the_plain_callback_fast_path_judges_as_the_table(raw: bytes) -> None:
     assert headers is not None, head
     assert list(headers.items()) == list(fast.headers.items())
     assert (fast.length, fast.close) == (full.content_length, b"close" in full.connection)
+
+
+def line_by_line(
+    raw: bytes, route: CallbackRoute
+) -> tuple[list[tuple[str, str]], int, bool] | None:
+    """The plain callback head read one line at a time, every check on every line: the
+    reference the one-pass reading (`plain_callback_head`) must agree with exactly."""
+    if not raw.startswith(route.plain_request_line) or raw.translate(None, PLAIN_HEAD_BYTES):
+        return None
+    lines = raw.split(b"\r\n")
+    breaks = len(lines) - 1
+    if breaks > MAX_HEADERS or raw.count(b"\r") != breaks or raw.count(b"\n") != breaks:
+        return None
+    pairs, seen, length, close, hosts = [], set(), -1, False, 0
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        key = name.lower()
+        if (
+            not colon
+            or not name
+            or name.translate(None, TOKEN_BYTES)
+            or key in seen
+            or key in {b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"}
+            or len(line) > PLAIN_FIELD
+        ):
+            return None
+        seen.add(key)
+        value = value.strip(b" \t")
+        if key == b"content-length":
+            if not value.isdigit() or len(value) > 18:
+                return None
+            length = int(value)
+        elif key == b"host":
+            hosts += 1
+        elif key == b"connection":
+            options = {option.strip().lower() for option in value.split(b",")}
+            if not options <= {b"close", b"keep-alive"}:
+                return None
+            close = b"close" in options
+        elif key == b"content-type":
+            media = value.partition(b";")[0].strip().lower()
+            if media != b"application/json" and not media.endswith(b"+json"):
+                return None
+        pairs.append((name.decode("ascii"), value.decode("ascii")))
+    if hosts != 1 or length < 0 or length > route.max_body:
+        return None
+    return pairs, length, close
+
+
+PLAIN_HEAD_BYTES = bytes(range(0x20, 0x7F)) + b"\t\r\n"
+TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@settings(
+    max_examples=int(1500 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(st.one_of(heads(), plain_heads()))
+def test_the_plain_callback_fast_path_reads_every_head_as_line_by_line(raw: bytes) -> None:
+    """The one-pass reading serves exactly the heads a line-by-line reading serves, with the
+    same headers, length and `close`; and the usual callback head is one of them."""
+    head = raw[: raw.find(b"\r\n\r\n")] if b"\r\n\r\n" in raw else raw
+    route = CallbackRoute(
+        PATH,
+        lambda *a: None,  # type: ignore[arg-type, return-value]
+        max_body=MAX_BODY,
+        limits=HttpLimits(),
+        timeout_reply=lambda: StoredReply.of(408, b"{}", {}),
+    )
+    fast = plain_callback_head(head, route)
+    want = line_by_line(head, route)
+    got = None if fast is None else (list(fast.headers.items()), fast.length, fast.close)
+    assert got == want, head
+    usual = f"POST {PATH} HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nConnection: close"
+    assert plain_callback_head(usual.encode(), route) is not None
 
 
 # --- over real sockets: one corpus, two peers ----------------------------------------------------
