@@ -203,13 +203,11 @@ def plain_callback_head(raw: bytes, route: CallbackRoute) -> _Head | None:
     del lines[0]
     pairs = []
     fields = {}
-    names = []
     for line in lines:
         name, colon, value = line.partition(":")
         if not colon:
             return None
         value = value.strip(" \t")
-        names.append(name)
         fields[name.lower()] = value
         pairs.append((name, value))
     if (
@@ -217,12 +215,12 @@ def plain_callback_head(raw: bytes, route: CallbackRoute) -> _Head | None:
         or "" in fields
         or "host" not in fields
         or not _NOT_HERE_TEXT.isdisjoint(fields)
-        or "".join(names).encode("ascii").translate(None, _TOKEN_BYTES)
+        or "".join(fields).encode("ascii").translate(None, _TOKEN_BYTES)  # a token in any case
         or max(map(len, lines)) > PLAIN_FIELD
     ):
         return None
-    length = fields.get("content-length")
-    if length is None or not length.isdigit() or len(length) > _LENGTH_DIGITS:
+    length = fields.get("content-length", "")
+    if not length.isdigit() or len(length) > _LENGTH_DIGITS or int(length) > route.max_body:
         return None
     close = False
     connection = fields.get("connection")
@@ -236,8 +234,6 @@ def plain_callback_head(raw: bytes, route: CallbackRoute) -> _Head | None:
         media = media.partition(";")[0].strip().lower()
         if media != "application/json" and not media.endswith("+json"):
             return None
-    if int(length) > route.max_body:
-        return None
     return _Head(CIMultiDict(pairs), int(length), close)
 
 
