@@ -14,7 +14,6 @@ import threading
 import time
 from bisect import bisect_left
 from collections import Counter as Tally
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from synapse.runtime.listener import RuntimeListener
 from synapse.transport.http1_server import LEAN_CALLBACKS
-from synapse.types import Message, MessageType, Nack, NackError
+from synapse.types import Message, Nack, NackError
 
 if TYPE_CHECKING:
     from synapse.p2p.engine import TaskKey, Transition
@@ -184,18 +183,6 @@ class _FlushTallies(Collector):
         return iter(())
 
 
-#: Exchanges tracked at once; past it the oldest are forgotten (a ping that raised, say).
-_TRACKED = 10_000
-
-
-def _remember(
-    table: OrderedDict[str, MessageType], message_id: str, message_type: MessageType
-) -> None:
-    table[message_id] = message_type
-    if len(table) > _TRACKED:
-        table.popitem(last=False)
-
-
 class _RuntimeGauges(Collector):
     """Gauges read from the runtime when Prometheus scrapes."""
 
@@ -328,9 +315,6 @@ class PeerMetrics(RuntimeListener):
         self._handlers = _Observations(self.handler_seconds, HANDLER_BUCKETS)
         self._http = _Observations(self.http_seconds, LATENCY_BUCKETS)
         tallies += (self._commits, self._handlers, self._http)
-        #: Message id → type of exchanges still waiting for their reply.
-        self._received_types: OrderedDict[str, MessageType] = OrderedDict()
-        self._sent_types: OrderedDict[str, MessageType] = OrderedDict()
 
     # --- RuntimeListener --------------------------------------------------------------------
 
@@ -338,7 +322,6 @@ class PeerMetrics(RuntimeListener):
         self._transitions(transition.role, transition.from_state, transition.to_state)
 
     def on_refused(self, message: Message, error: NackError) -> None:
-        self._received_types.pop(message.id, None)
         self._received(message.message_type, "refused")
 
     def on_handler_done(
@@ -347,7 +330,6 @@ class PeerMetrics(RuntimeListener):
         self._handlers(seconds, task_type, outcome)
 
     def on_delivery_failed(self, message: Message, partner: str, error: DeliveryError) -> None:
-        self._sent_types.pop(message.id, None)
         self._sent(message.message_type, "failed")
 
     def on_dead_letter(self, message: Message, partner: str, reason: str) -> None:
@@ -357,20 +339,16 @@ class PeerMetrics(RuntimeListener):
         self._commits(seconds, "ok" if error is None else "error")
 
     def on_message(self, event: MessageEvent) -> None:
-        # A reply names what it answers by `reply_to`: pair the halves of each exchange.
-        message = event.message
+        # A reply's event names the message it answers: each exchange is counted once, by
+        # the type of its request, when its reply crosses.
         direction = event.direction
-        if direction == "in":
-            _remember(self._received_types, message.id, message.message_type)
-        elif direction == "reply_out":
+        if direction == "reply_out":
             # The answer to an accepted message (a refusal raises and goes to `on_refused`).
-            request_type = self._received_types.pop(message.reply_to or "", None)
-            if request_type is not None:
-                self._received(request_type, "accepted")
-        elif direction == "out":
-            _remember(self._sent_types, message.id, message.message_type)
-        else:  # reply_in
-            sent_type = self._sent_types.pop(message.reply_to or "", None) or "unknown"
+            if event.answering is not None:
+                self._received(event.answering.message_type, "accepted")
+        elif direction == "reply_in":
+            sent_type = event.answering.message_type if event.answering is not None else "unknown"
+            message = event.message
             if isinstance(message, Nack):
                 self._nacks_received(message.payload.code)
                 self._sent(sent_type, "refused")

@@ -190,7 +190,7 @@ class Delivering(RuntimeBase):
                 queue.answered(queued)
                 self.store.remove_outbox(out.message.id)
                 self._partner_heard(out.partner)  # its other tasks' parked messages go on
-                self._observe("reply_in", reply, out.partner)
+                self._observe("reply_in", reply, out.partner, out.message)
                 if key in self._committing:  # judged on what holds (see `settled`)
                     await self.settled(key)
                 if debug:
@@ -275,7 +275,7 @@ class Delivering(RuntimeBase):
         except DeliveryError as exc:
             self.listeners.on_delivery_failed(out.message, out.partner, exc)
             return  # a missed heartbeat: the engine notices the silence
-        self._observe("reply_in", reply, out.partner)
+        self._observe("reply_in", reply, out.partner, out.message)
         if isinstance(reply, Heartbeat):
             self._partner_heard(out.partner)
         self.apply(self.engine.on_reply(out.message, reply, self.clock()))

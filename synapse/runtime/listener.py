@@ -42,6 +42,8 @@ class MessageEvent(msgspec.Struct, frozen=True, gc=False):
     message: Message
     #: The agent id of the other side.
     partner: str
+    #: For a reply (`reply_in`, `reply_out`): the message it answers.
+    answering: Message | None = None
 
 
 class RuntimeListener:

@@ -157,7 +157,7 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
             finally:
                 if held is not None and key is not None:
                     self._release_hold(key, held)
-        self._observe("reply_out", step.reply, message.sender_id)
+        self._observe("reply_out", step.reply, message.sender_id, message)
         # Any authenticated message proves the partner alive, not only a heartbeat: what
         # waits to be delivered to it goes on now (the engine, hearing it, stops the
         # heartbeats that would otherwise have woken those deliveries).
@@ -301,7 +301,7 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
         self._observe("out", message, partner)
         reply = await sender.send_callback(partner, message)
         self._partner_heard(partner)  # a reply: the partner is alive
-        self._observe("reply_in", reply, partner)
+        self._observe("reply_in", reply, partner, message)
         self.apply(self.engine.on_reply(message, reply, self.clock()))
         return reply
 

@@ -38,9 +38,7 @@ from synapse.p2p.engine import (
 )
 from synapse.p2p.states import Event
 from synapse.runtime.answers import AnswerGate, BasicGate, Front, TaskAnswer
-from synapse.runtime.handler import (
-    TaskHandler,
-)
+from synapse.runtime.handler import TaskHandler
 from synapse.runtime.listener import Direction, Listeners, MessageEvent
 from synapse.runtime.sender import CallbackSender, DeliveryError
 from synapse.runtime.stream import EventStream
@@ -748,9 +746,11 @@ class RuntimeBase:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _observe(self, direction: Direction, message: Message, partner: str) -> None:
-        if self.listeners:
-            self.listeners.on_message(MessageEvent(direction, message, partner))
+    def _observe(
+        self, direction: Direction, message: Message, partner: str, *answering: Message
+    ) -> None:
+        if self.listeners:  # `answering`: for a reply, the message it answers
+            self.listeners.on_message(MessageEvent(direction, message, partner, *answering))
 
     @property
     def handler(self) -> TaskHandler | None:

@@ -36,9 +36,11 @@ class Duck:
 
     def __init__(self) -> None:
         self.messages: list[str] = []
+        self.events: list[MessageEvent] = []
 
     def on_message(self, event: MessageEvent) -> None:
         self.messages.append(f"{event.direction} {event.message.type.value}")
+        self.events.append(event)
 
 
 class Failing(RuntimeListener):
@@ -62,6 +64,15 @@ async def test_listeners_are_told_what_they_implement(pair: Pair) -> None:
         ("executing", "completed"),
     ]
     assert "in p2p:task_request" in duck.messages and "reply_in p2p:task_ack" in duck.messages
+    # A reply's event names the message it answers (the exchange's two halves pair up); a
+    # message's event names none.
+    for event in duck.events:
+        if event.direction in ("reply_in", "reply_out"):
+            assert event.answering is not None and event.message.reply_to == event.answering.id
+        else:
+            assert event.answering is None
+    answered = {e.answering.type.value for e in duck.events if e.answering is not None}
+    assert answered == {"p2p:task_request", "p2p:task_status_update", "p2p:task_complete"}
     # A listener added later (the list changed) is told too, its instance's own method included.
     listeners.append(late)
     handle = await pair.r.submit(E, "echo", {"text": "again"})
