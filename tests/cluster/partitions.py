@@ -9,14 +9,17 @@ own, joined to this one by three veth pairs, each on a bridge of its own:
 - `partner`: the replica reaches the requester (here) on it, for its callbacks.
 
 A fault cuts one of them (the bridge's port set down: packets are dropped, nothing is
-refused, as in a real partition), pauses a replica past the lease's TTL (SIGSTOP, SIGCONT),
-kills and restarts one, or restarts PostgreSQL (`-m fast` or `-m immediate`) while stored
-tasks are looked up (answers, cancels). The schedule is drawn from a seed: which faults,
-on which replica, for how long. One replica's clock is also off for the whole run (through
-libfaketime, seeded apart from the schedule): ahead or behind by a fraction of the lease's
-TTL, it judges the others' leases by its own time, and writes its own by it. Meanwhile the
-requester runs the mixed workload of `workload.py`; once the faults stop and everything is
-healed, its history checker reads both sides.
+refused, as in a real partition), cuts the replicas from each other alone (their ports on
+the balancer's bridge isolated: each still reaches nginx, the database and the requester,
+but a message forwarded to the replica that holds its task goes nowhere), pauses a replica
+past the lease's TTL (SIGSTOP, SIGCONT), kills and restarts one, or restarts PostgreSQL
+(`-m fast` or `-m immediate`) while stored tasks are looked up (answers, cancels). The
+schedule is drawn from a seed: which faults, on which replica, for how long. One replica's
+clock is also off for the whole run (through libfaketime, seeded apart from the schedule):
+ahead or behind by a fraction of the lease's TTL, it judges the others' leases by its own
+time, and writes its own by it. Meanwhile the requester runs the mixed workload of
+`workload.py`; once the faults stop and everything is healed, its history checker reads
+both sides.
 
 Short runs are in CI (`test_cluster_partitions.py`); long ones by hand, as root:
 
@@ -138,9 +141,29 @@ class Network:
         ip("link", "set", "dev", self.port_of(index, link), "up")
         self.cut.discard((index, link))
 
+    def isolate_replicas(self) -> None:
+        """Cut the replicas from each other, and from nothing else: their ports on the
+        balancer's bridge isolated, which forwards no frame between two isolated ports
+        (nginx, on the bridge itself, still reaches every one)."""
+        for index in range(self.replicas):
+            self._isolated(index, "on")
+        self.cut.add((-1, "replicas"))
+
+    def rejoin_replicas(self) -> None:
+        for index in range(self.replicas):
+            self._isolated(index, "off")
+        self.cut.discard((-1, "replicas"))
+
+    def _isolated(self, index: int, state: str) -> None:
+        port = self.port_of(index, "balancer")
+        ip("link", "set", "dev", port, "type", "bridge_slave", "isolated", state)
+
     def heal_all(self) -> None:
         for index, link in list(self.cut):
-            self.heal(index, link)
+            if link == "replicas":
+                self.rejoin_replicas()
+            else:
+                self.heal(index, link)
 
     def close(self) -> None:
         for ns in self.made_namespaces:
@@ -158,7 +181,7 @@ class Network:
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # partition, pause, kill, db-restart
+    kind: str  # partition, isolate, pause, kill, db-restart
     replica: int = 0
     link: str = ""
     seconds: float = 0.0
@@ -167,6 +190,8 @@ class Fault:
     def __str__(self) -> str:
         if self.kind == "partition":
             return f"cut e{self.replica + 1}'s {self.link} link {self.seconds:.1f} s"
+        if self.kind == "isolate":
+            return f"cut the replicas from each other {self.seconds:.1f} s"
         if self.kind == "pause":
             return f"pause e{self.replica + 1} {self.seconds:.1f} s"
         if self.kind == "kill":
@@ -199,6 +224,12 @@ def schedule(seed: int, seconds: float, replicas: int, lease_ttl: float) -> list
             length = 2.0
             faults.append(Fault(kind, mode=rng.choice(["fast", "immediate"])))
         total += length + 1.0
+    # The replicas cut from each other alone: drawn from a stream of its own, so that the
+    # other faults of a seed stay as they were before this kind existed.
+    apart = random.Random(seed ^ 0x150)
+    if apart.random() < 0.7:
+        length = apart.uniform(0.3, 3.0) * lease_ttl
+        faults.insert(apart.randrange(len(faults) + 1), Fault("isolate", seconds=length))
     return faults
 
 
@@ -246,6 +277,10 @@ async def inject(
             network.partition(fault.replica, fault.link)
             await asyncio.sleep(fault.seconds)  # the fault's own length
             network.heal(fault.replica, fault.link)
+        elif fault.kind == "isolate":
+            network.isolate_replicas()
+            await asyncio.sleep(fault.seconds)
+            network.rejoin_replicas()
         elif fault.kind == "pause":
             replica.signal(signal.SIGSTOP)
             await asyncio.sleep(fault.seconds)
