@@ -37,7 +37,7 @@ async def test_partitions_pauses_kills_and_database_restarts_lose_and_double_not
     print(
         f"partitions, seed {seed}: {outcome.run.tasks} tasks in {outcome.run.elapsed:.0f} s "
         f"under {len(outcome.faults)} faults ({'; '.join(map(str, outcome.faults))}), "
-        f"{outcome.skew}: "
+        f"{outcome.skew}, {outcome.forwards_failed} forwards failed: "
         f"{len(outcome.found)} anomalies; {dict(outcome.run.states())}"
     )
     assert outcome.found == []
