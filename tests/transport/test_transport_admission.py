@@ -344,12 +344,8 @@ def test_the_lean_door_refuses_and_serves_what_aiohttp_would(raw: bytes) -> None
     assert agree(lean, aio), (lean, aio, raw[:300])
 
 
-@settings(
-    max_examples=int(1500 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-@given(st.one_of(heads(), plain_heads()))
-def test_the_plain_callback_fast_path_judges_as_the_table(raw: bytes) -> None:
-    """What the lean door serves in one pass, the whole table admits and serves alike."""
+def head_and_route(raw: bytes) -> tuple[bytes, CallbackRoute]:
+    """The head of `raw` (up to its blank line), and the callback route it is read for."""
     head = raw[: raw.find(b"\r\n\r\n")] if b"\r\n\r\n" in raw else raw
     route = CallbackRoute(
         PATH,
@@ -358,6 +354,16 @@ def test_the_plain_callback_fast_path_judges_as_the_table(raw: bytes) -> None:
         limits=HttpLimits(),
         timeout_reply=lambda: StoredReply.of(408, b"{}", {}),
     )
+    return head, route
+
+
+@settings(
+    max_examples=int(1500 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(st.one_of(heads(), plain_heads()))
+def test_the_plain_callback_fast_path_judges_as_the_table(raw: bytes) -> None:
+    """What the lean door serves in one pass, the whole table admits and serves alike."""
+    head, route = head_and_route(raw)
     fast = plain_callback_head(head, route)
     if fast is None:
         return
@@ -427,14 +433,7 @@ TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLM
 def test_the_plain_callback_fast_path_reads_every_head_as_line_by_line(raw: bytes) -> None:
     """The one-pass reading serves exactly the heads a line-by-line reading serves, with the
     same headers, length and `close`; and the usual callback head is one of them."""
-    head = raw[: raw.find(b"\r\n\r\n")] if b"\r\n\r\n" in raw else raw
-    route = CallbackRoute(
-        PATH,
-        lambda *a: None,  # type: ignore[arg-type, return-value]
-        max_body=MAX_BODY,
-        limits=HttpLimits(),
-        timeout_reply=lambda: StoredReply.of(408, b"{}", {}),
-    )
+    head, route = head_and_route(raw)
     fast = plain_callback_head(head, route)
     want = line_by_line(head, route)
     got = None if fast is None else (list(fast.headers.items()), fast.length, fast.close)
