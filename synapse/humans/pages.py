@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -170,6 +172,16 @@ class PagesHost(HumansHost, Protocol):
     def question_of(self, rec: TaskRecord) -> OpenQuestion | None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class LinkAnswer:
+    """What an answer through a link got: 200 and what was said, or a refusal's status and
+    reason (`back`: a value of the form to correct, so the page links back to it)."""
+
+    status: int
+    text: str
+    back: bool = False
+
+
 class LinkPages:
     def __init__(self, humans: PagesHost) -> None:
         self.humans = humans
@@ -177,9 +189,9 @@ class LinkPages:
         #: and what they lead to are one step, so two clicks at once never both count.
         self._answering = asyncio.Lock()
 
-    def _open(self, request: web.Request) -> tuple[Link, OpenQuestion]:
+    def _open(self, token: str) -> tuple[Link, OpenQuestion]:
         humans = self.humans
-        link = humans.links.read(request.match_info["token"], humans.clock())
+        link = humans.links.read(token, humans.clock())
         rec = humans.record(link.task_id)
         if rec is None:
             raise LinkRefused(404, "this task is not known here (any more)")
@@ -219,7 +231,7 @@ class LinkPages:
         if (elsewhere := await self._at_owner(request)) is not None:
             return elsewhere
         try:
-            link, question = self._open(request)
+            link, question = self._open(request.match_info["token"])
         except LinkRefused as exc:
             return _refused(exc.status, exc.reason)
         viewed = any(e.detail.get("nonce") == link.nonce for e in question.entries(VIEWED))
@@ -246,14 +258,26 @@ class LinkPages:
         if (elsewhere := await self._at_owner(request)) is not None:
             return elsewhere
         form = await request.post()
+        answered = await self.answer(request.match_info["token"], form)
+        if answered.status == 200:
+            return _page("Done", f"<p class=notice>{_e(answered.text)}</p>")
+        refused = _refused(answered.status, answered.text, request.path if answered.back else None)
+        if answered.status == 503:
+            refused.headers["Retry-After"] = "2"
+        return refused
+
+    async def answer(self, token: str, form: Mapping[str, Any]) -> LinkAnswer:
+        """A person's answer through the link `token`, with the fields of its `form`: what
+        was said (200), or why nothing was decided. The page's `decide`, once the request is
+        read and at the replica that holds the task (the simulation calls it directly)."""
         async with self._answering:
             try:
-                link, question = self._open(request)
+                link, question = self._open(token)
             except LinkRefused as exc:
-                return _refused(exc.status, exc.reason)
+                return LinkAnswer(exc.status, exc.reason)
             decision = str(form.get("decision", ""))
             if link.action != "form" and decision != link.action:
-                return _refused(400, f"this link can only {link.action}")
+                return LinkAnswer(400, f"this link can only {link.action}")
             fields: dict[str, Any] = {}
             if link.action == "form":
                 like = _proposed(question)
@@ -263,13 +287,13 @@ class LinkPages:
                         fields[field] = _value(str(raw), like.get(field))
             handle = self.humans.protocol.handle(question.rec.key)
             if handle is None:
-                return _refused(404, "this task is not known here (any more)")
+                return LinkAnswer(404, "this task is not known here (any more)")
             by = DecidedBy(user_id=link.reviewer)
             notes, reason = str(form.get("notes", "")), str(form.get("reason", ""))
             try:
                 if question.kind == "need_info":
                     if decision != "provide":
-                        return _refused(400, "this question asks for information: provide it")
+                        return LinkAnswer(400, "this question asks for information: provide it")
                     said = await handle.provide_info(
                         fields,
                         notes or None,
@@ -278,7 +302,7 @@ class LinkPages:
                         link=link.nonce,
                     )
                 elif decision not in ("approve", "reject"):
-                    return _refused(400, "the decision is approve or reject")
+                    return LinkAnswer(400, "the decision is approve or reject")
                 else:
                     said = await handle.decide(
                         DecisionAction(decision),
@@ -290,15 +314,12 @@ class LinkPages:
                         link=link.nonce,
                     )
             except AnswerRefused as exc:
-                back = request.path if exc.status == 400 else None  # a value to correct
-                return _refused(exc.status, exc.reason, back)
+                return LinkAnswer(exc.status, exc.reason, back=exc.status == 400)  # to correct
             except LocalProtocolError as exc:  # answered meanwhile (the console, a time-out)
-                return _refused(409, f"this question was answered already: {exc}")
+                return LinkAnswer(409, f"this question was answered already: {exc}")
             except NackError as exc:  # the task moved to another replica meanwhile
-                refused = _refused(503, f"nothing was decided: {exc.message}")
-                refused.headers["Retry-After"] = "2"
-                return refused
-        return _page("Done", f"<p class=notice>{_e(said)}</p>")
+                return LinkAnswer(503, f"nothing was decided: {exc.message}")
+        return LinkAnswer(200, said)
 
 
 def _proposed(question: OpenQuestion) -> dict[str, Any]:
@@ -341,4 +362,4 @@ def add_routes(app: web.Application, humans: PagesHost) -> None:
     app.router.add_post(f"{path}/links/{{token}}", pages.decide)
 
 
-__all__ = ["HEADERS", "LinkPages", "PagesHost", "add_routes"]
+__all__ = ["HEADERS", "LinkAnswer", "LinkPages", "PagesHost", "add_routes"]
