@@ -172,6 +172,12 @@ class PagesHost(HumansHost, Protocol):
     def question_of(self, rec: TaskRecord) -> OpenQuestion | None: ...
 
 
+def issued_for(link: Link, question: OpenQuestion) -> bool:
+    """Whether `link` was issued for `question` (a link of an earlier question of the same
+    task, answered long ago, decides nothing now)."""
+    return link.question == question.id
+
+
 @dataclass(frozen=True, slots=True)
 class LinkAnswer:
     """What an answer through a link got: 200 and what was said, or a refusal's status and
@@ -198,7 +204,7 @@ class LinkPages:
         question = humans.question_of(rec)
         if question is None:
             raise LinkRefused(409, _closed(rec))
-        if link.question != question.id:
+        if not issued_for(link, question):
             raise LinkRefused(409, "this link was for another question, answered already")
         if not is_reviewer(humans.config, link.reviewer):
             raise LinkRefused(403, "this link's reviewer is not (or no longer) a reviewer here")
@@ -362,4 +368,4 @@ def add_routes(app: web.Application, humans: PagesHost) -> None:
     app.router.add_post(f"{path}/links/{{token}}", pages.decide)
 
 
-__all__ = ["HEADERS", "LinkAnswer", "LinkPages", "PagesHost", "add_routes"]
+__all__ = ["HEADERS", "LinkAnswer", "LinkPages", "PagesHost", "add_routes", "issued_for"]
