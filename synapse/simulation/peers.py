@@ -26,6 +26,7 @@ from typing import Any
 
 from multidict import CIMultiDict
 
+from synapse.humans.decisions import told
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import TaskKey, TaskRecord, Transition, Validation
@@ -36,7 +37,7 @@ from synapse.runtime.protocol import P2PProtocol
 from synapse.runtime.runtime_base import TaskHandle
 from synapse.simulation.loop import Parked
 from synapse.simulation.network import CURRENT, Network
-from synapse.simulation.people import EVERYONE, decided, enable_people
+from synapse.simulation.people import EVERYONE, answer_by_link, decided, enable_people
 from synapse.simulation.stores import (
     SimulatedMemoryStore,
     SimulatedSqliteStore,
@@ -231,6 +232,9 @@ class Node:
     #: People answer this agent's questions as reviewers of the humans service
     #: (`synapse.simulation.people`); False: no humans service, the person is the agent.
     people: bool = False
+    #: In some seeds, the stream that sends people's answers through signed links
+    #: (`synapse.simulation.people.links_in`); None: never.
+    links: random.Random | None = None
 
     @property
     def process(self) -> Incarnation | None:
@@ -317,7 +321,10 @@ class Incarnation:
         )
         self.peer.protocol_hooks.append(self._wire_protocol)
         self.peer.server_hooks.append(self._wire_server)
-        self.humans = enable_people(self.peer) if node_.people else None
+        # With links, the people have addresses: a question is then queued to them, and a
+        # link is theirs to open (without, a seed runs as it did before links).
+        mailed = node_.links is not None
+        self.humans = enable_people(self.peer, mailed=mailed) if node_.people else None
         if node_.wire is not None:
             node_.wire(self)
 
@@ -437,15 +444,15 @@ class Incarnation:
             return
         self.node.trace(f"{self.node.name}#{self.number} person: {what} {key.task_id}")
 
-    def _holder_handle(self, front: Incarnation, key: TaskKey) -> TaskHandle | None:
-        """Where a person's answer given at `front` lands: the task's handle at the replica
-        holding it (a replica that does not hold the task passes the answer on to the one
-        that does; a paused one answers nothing)."""
+    def _holder(self, front: Incarnation, key: TaskKey) -> Incarnation | None:
+        """Where a person's answer given at `front` lands: the replica holding the task (a
+        replica that does not hold the task passes the answer on to the one that does; a
+        paused one answers nothing)."""
         for inc in [front, *(n.incarnation for n in self.node.siblings)]:
-            if inc is not None and inc.serving and not inc.paused:
-                handle = inc.peer.protocol.handle(key)
-                if handle is not None:
-                    return handle
+            if inc is None or not inc.serving or inc.paused:
+                continue
+            if inc.peer.protocol.handle(key) is not None:
+                return inc
         return None
 
     async def _answer_at_two_fronts(self, key: TaskKey, what: str, plan: TaskPlan) -> None:
@@ -468,8 +475,13 @@ class Incarnation:
         who = [self.node.rng.choice(EVERYONE) if self.node.people else "" for _ in decisions]
 
         async def answer(front: Incarnation, approve: bool, who: str) -> None:
-            handle = self._holder_handle(front, key)
-            if handle is None:
+            holder = self._holder(front, key)
+            handle = holder.peer.protocol.handle(key) if holder is not None else None
+            if holder is None or handle is None:
+                return
+            links = self.node.links
+            by_link = links is not None and holder.humans is not None and links.random() < 0.75
+            if by_link and await self._answer_by_link(holder, key, question, what, approve, who):
                 return
             by = DecidedBy(user_id=who) if who else None
             try:
@@ -494,6 +506,34 @@ class Incarnation:
         await asyncio.gather(
             answer(self, decisions[0], who[0]), answer(other, decisions[1], who[1])
         )
+
+    async def _answer_by_link(
+        self, holder: Incarnation, key: TaskKey, question: str, what: str, approve: bool, who: str
+    ) -> bool:
+        """The person's answer to `question` (its message's id) through a link of `who`'s, at
+        the replica holding the task; False if `who` has no link to answer with (never told
+        of this question). A quarter of the links are one told of another question, answered
+        long ago."""
+        assert holder.humans is not None and self.node.links is not None
+        stale = self.node.links.random() < 0.25
+        handle = holder.peer.protocol.handle(key)
+        asked = holder.humans.question_of(handle.record) if handle is not None else None
+        if asked is None or (not stale and who not in told(asked)):
+            return False
+        if what == TaskState.INFO_NEEDED.value:
+            decision, event = "provide", Event.SEND_TASK_INFO_PROVIDED
+        elif approve:
+            decision, event = "approve", Event.SEND_HUMAN_APPROVE
+        else:
+            decision, event = "reject", Event.SEND_HUMAN_REJECT
+        got = await answer_by_link(holder.humans, key, asked.id, who, decision, stale=stale)
+        where = f"{holder.node.name}#{holder.number} {who} by link{' (stale)' if stale else ''}"
+        if got.status != 200 or not decided(got.text):
+            self.node.trace(f"{where}: {got.status} {got.text}")
+            return True
+        self.node.answers.append(TakenAnswer(key, question, event))
+        self.node.trace(f"{where}: {event.value} {key.task_id}")
+        return True
 
     async def answer(self, body: bytes, headers: CIMultiDict[str]) -> StoredReply:
         """A POST's reply, as the peer's transport server judges it."""

@@ -11,21 +11,28 @@ a question over knows who was told.
 
 The person at the requester answers as one of the four, chosen by the seed, through two
 replicas at once (a front that does not hold the task passes the answer to the one that
-does). The invariant `decided_only_by_routed` reads the stored record at the end: every
-answer the question counted came from someone it was routed to by then (a reviewer of the
-first level, or one it had been queued for), an approval was sent only with a quorum of
-distinct approvers, and each question got at most one decision (`answers_kept_once`).
+does). In half the seeds (`links_in`), each of those answers is given through a signed link
+half the time, as the link's page takes it (`LinkPages.answer`: the link read and checked,
+then the same gate); a quarter of those links were issued for another question (one
+answered long ago), which must decide nothing. The invariant `decided_only_by_routed` reads
+the stored record at the end: every answer the question counted came from someone it was
+routed to by then (a reviewer of the first level, or one it had been queued for), an
+approval was sent only with a quorum of distinct approvers, every link used decided only the
+question it was issued for, and each question got at most one decision
+(`answers_kept_once`).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from typing import Any
 
 from synapse.humans.config import Channel, HumansConfig, Level, NotifyRoute, Person
-from synapse.humans.question import APPROVAL, QUEUED, REJECTION, OpenQuestion
+from synapse.humans.pages import LinkAnswer, LinkPages
+from synapse.humans.question import APPROVAL, LINK_USED, QUEUED, REJECTION, OpenQuestion
 from synapse.humans.service import Humans
-from synapse.p2p.engine import TaskRecord
+from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.states import Event
 from synapse.transport.peer import Peer
 
@@ -53,6 +60,20 @@ PEOPLE = HumansConfig(
 )
 
 
+#: `PEOPLE` with an address each, for the seeds with links: notifications are then queued to
+#: them (and go nowhere), which is what makes a link theirs to open.
+MAILED = HumansConfig(
+    link_secret=PEOPLE.link_secret,
+    routes=PEOPLE.routes,
+    reviewers={
+        name: Person(name, email=f"{name}@beta.test")
+        for name in (*FIRST_LEVEL, *SECOND_LEVEL, *NOT_ROUTED)
+    },
+    channels=PEOPLE.channels,
+    public_url=PEOPLE.public_url,
+)
+
+
 #: Whom the person at the requester answers as, chosen by the seed for each front.
 EVERYONE = (*FIRST_LEVEL, *SECOND_LEVEL, *NOT_ROUTED)
 
@@ -64,7 +85,12 @@ def decided(told: str) -> bool:
 
 
 class SimulatedHumans(Humans):
-    """`Humans` whose notifications go nowhere (see the module's docstring)."""
+    """`Humans` whose notifications go nowhere (see the module's docstring), and whose link
+    pages are called directly (`pages.answer`)."""
+
+    def __init__(self, peer: Peer, config: HumansConfig) -> None:
+        super().__init__(peer, config)
+        self.pages = LinkPages(self)
 
     async def start(self) -> None:
         await super().start()
@@ -78,18 +104,72 @@ class SimulatedHumans(Humans):
         pass  # delivered, as far as the service knows: it commits `human.notified`
 
 
-def enable_people(peer: Peer) -> SimulatedHumans:
-    """What `enable_humans` does, with `SimulatedHumans` and without the link pages."""
-    humans = SimulatedHumans(peer, PEOPLE)
+def enable_people(peer: Peer, *, mailed: bool = False) -> SimulatedHumans:
+    """What `enable_humans` does, with `SimulatedHumans` and without the link pages' HTTP
+    routes; `mailed`: the people have addresses (`MAILED`)."""
+    humans = SimulatedHumans(peer, MAILED if mailed else PEOPLE)
     peer.protocol_hooks.append(humans.bind)
     return humans
 
 
+def links_in(seed: int) -> random.Random | None:
+    """The stream of a replica seed's link answers, in about half the seeds; None in the
+    others, which run exactly as they did before links were in the simulation. Which half is
+    the stream's first draw; stream 640 was chosen among those whose half leaves out the
+    seeds recorded before links existed (1, 3, 5, 33, 137, 148, 1295: each finds a defect
+    with its fix taken out) and takes six of CI's twelve."""
+    rng = random.Random(f"replicas:{seed}:links:640")
+    return rng if rng.random() < 0.5 else None
+
+
+def _nonce(question: str, reviewer: str, action: str) -> str:
+    """A link's nonce, naming the question it was issued for (the invariant reads it)."""
+    return f"{question}/{reviewer}/{action}"
+
+
+async def answer_by_link(
+    humans: SimulatedHumans,
+    key: TaskKey,
+    question: str,
+    reviewer: str,
+    decision: str,
+    *,
+    stale: bool,
+) -> LinkAnswer:
+    """`reviewer` answers `question` of `key`'s task with `decision` (approve, reject,
+    provide) through a link of theirs, as its page takes it; `stale`: the link was issued
+    for another question of the task, answered long ago."""
+    issued_for = f"{question}-earlier" if stale else question
+    action = "form" if decision == "provide" else decision
+    token = humans.links.sign(
+        key.task_id,
+        action,  # type: ignore[arg-type]
+        reviewer,
+        humans.clock() + 3600,
+        nonce=_nonce(issued_for, reviewer, action),
+        question=issued_for,
+    )
+    form = {"decision": decision}
+    if decision == "provide":
+        form |= {"field:detail": "x", "field:more": "y"}
+    return await humans.pages.answer(token, form)
+
+
 def decided_only_by_routed(rec: TaskRecord | None) -> str | None:
     """Every answer a question of `rec` counted came from someone it was routed to by then,
-    and an approval was sent only with a quorum of distinct approvers (None: it holds)."""
+    an approval was sent only with a quorum of distinct approvers, and every link used
+    answered the question it was issued for (None: it holds)."""
     if rec is None:
         return None
+    for entry in rec.audit:
+        if entry.action == LINK_USED:
+            question = str(entry.detail.get("question", ""))
+            issued_for = str(entry.detail.get("nonce", "")).split("/")[0]
+            if issued_for != question:
+                return (
+                    f"{rec.task_id}: a link issued for question {issued_for} answered "
+                    f"question {question}"
+                )
     told: dict[str, set[str]] = {}
     approvals: dict[str, set[str]] = {}
     for entry in rec.audit:
@@ -123,12 +203,15 @@ def decided_only_by_routed(rec: TaskRecord | None) -> str | None:
 __all__ = [
     "EVERYONE",
     "FIRST_LEVEL",
+    "MAILED",
     "NOT_ROUTED",
     "PEOPLE",
     "QUORUM",
     "SECOND_LEVEL",
     "SimulatedHumans",
+    "answer_by_link",
     "decided",
     "decided_only_by_routed",
     "enable_people",
+    "links_in",
 ]

@@ -56,7 +56,7 @@ from synapse.simulation.peers import (
     TakenAnswer,
     TaskPlan,
 )
-from synapse.simulation.people import decided_only_by_routed
+from synapse.simulation.people import decided_only_by_routed, links_in
 from synapse.simulation.run import (
     SETTLE_LIMIT,
     Harness,
@@ -319,6 +319,7 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
     answers: list[TakenAnswer] = []
     beta_plans = [p for p in scenario.tasks if p.requester == AGENT]
     replicas: list[Node] = []
+    links = links_in(seed)
 
     def store_for(node: Node, number: int) -> SimulatedPostgresStore:
         return SimulatedPostgresStore(
@@ -346,6 +347,7 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
             endpoint=f"http://{AGENT}.test/synapse/callback",
             answers_for=beta_plans,
             people=True,
+            links=links,
             answers=answers,
         )
         node.wire = _wiring(node, network, url, outcome.violations)

@@ -128,6 +128,14 @@ def rollback_brings_back_tasks_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(P2PProtocol, "_let_go_since", lambda self, key, released: False)
 
 
+def links_for_any_question(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The link pages before links named their question: a link of an earlier question of
+    the task, answered long ago, decided the question open now."""
+    from synapse.humans import pages
+
+    monkeypatch.setattr(pages, "issued_for", lambda link, question: True)
+
+
 @dataclass(frozen=True)
 class Defect:
     """A replica defect: what puts it back, the invariant that finds it, the seeds that do."""
@@ -160,6 +168,10 @@ DEFECTS = {
     # failed after its task was let go put the task back in memory, and the stale copy
     # kept the task's handle there waiting (1 of the first 60 seeds).
     "brought_back": Defect(rollback_brings_back_tasks_let_go, "handles_settle", (1,)),
+    # Found before by a review, on real replicas; here once people answer through links (in
+    # the seeds `links_in` gives them, a quarter of them links of an earlier question): a
+    # link decided a question it was not issued for (2 of the first 34 seeds with links).
+    "link_question": Defect(links_for_any_question, "decided_only_by_routed", (48, 59)),
 }
 
 
