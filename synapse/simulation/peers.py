@@ -512,8 +512,8 @@ class Incarnation:
     ) -> bool:
         """The person's answer to `question` (its message's id) through a link of `who`'s, at
         the replica holding the task; False if `who` has no link to answer with (never told
-        of this question). A quarter of the links are one told of another question, answered
-        long ago."""
+        of this question). A quarter of the links are those of another question of the task,
+        answered long ago."""
         assert holder.humans is not None and self.node.links is not None
         stale = self.node.links.random() < 0.25
         handle = holder.peer.protocol.handle(key)
