@@ -127,7 +127,8 @@ class Head(msgspec.Struct, frozen=True, gc=False):
 
 
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-_TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#: The bytes of an HTTP token (RFC 9110 `tchar`): header names, methods.
+TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #: Visible ASCII: what a request target is made of.
 _VISIBLE = bytes(range(0x21, 0x7F))
 #: What a head may hold: visible characters, obs-text, space, tab, and CR LF ending lines.
@@ -217,7 +218,7 @@ def _check_request_line(line: bytes) -> tuple[bytes, bytes, bytes] | NotAdmitted
 
 
 def _is_token(value: bytes) -> bool:
-    return bool(value) and not value.translate(None, _TOKEN_BYTES)
+    return bool(value) and not value.translate(None, TOKEN_BYTES)
 
 
 def _header(line: bytes) -> tuple[bytes, bytes] | NotAdmitted:
@@ -428,6 +429,7 @@ __all__ = [
     "MAX_HEADERS",
     "PARSER_LIMITS",
     "RULES",
+    "TOKEN_BYTES",
     "Head",
     "NotAdmitted",
     "admission_middleware",

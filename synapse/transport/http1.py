@@ -47,6 +47,8 @@ MAX_HEAD = 64 * 1024
 _CRLF = b"\r\n"
 _END_OF_HEAD = b"\r\n\r\n"
 _NO_BODY_STATUSES = frozenset({204, 304})
+#: The bytes of an HTTP token (as `synapse.transport.admission.TOKEN_BYTES`, which this client
+#: does not import: the admission table loads aiohttp's server).
 _TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _TOKEN_CHARS = frozenset(_TOKEN_BYTES)
 

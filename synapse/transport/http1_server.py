@@ -59,6 +59,7 @@ from synapse.runtime.listener import Listeners
 from synapse.transport.admission import (
     MAX_HEADERS,
     PLAIN_FIELD,
+    TOKEN_BYTES,
     Head,
     NotAdmitted,
     check_head,
@@ -85,7 +86,6 @@ _LEAN_CONNECTION = frozenset({b"close", b"keep-alive"})
 _LEAN_OPTIONS = frozenset({"close", "keep-alive"})
 #: What the head of a plain callback POST is made of: visible ASCII, space, tab, CR LF.
 _PLAIN_HEAD = bytes(range(0x20, 0x7F)) + b"\t\r\n"
-_TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #: Digits of a plain callback's `Content-Length` (the body limit has fewer).
 _LENGTH_DIGITS = 18
 #: Request headers whose presence sends the request to aiohttp.
@@ -215,7 +215,7 @@ def plain_callback_head(raw: bytes, route: CallbackRoute) -> _Head | None:
         or "" in fields
         or "host" not in fields
         or not _NOT_HERE_TEXT.isdisjoint(fields)
-        or "".join(fields).encode("ascii").translate(None, _TOKEN_BYTES)  # a token in any case
+        or "".join(fields).encode("ascii").translate(None, TOKEN_BYTES)  # a token in any case
         or max(map(len, lines)) > PLAIN_FIELD
     ):
         return None
