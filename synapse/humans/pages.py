@@ -248,7 +248,14 @@ class LinkPages:
                 "reviewer": link.reviewer,
                 "link": link.action,
             }
-            await self.humans.protocol.note_task(question.rec.key, VIEWED, detail, link.reviewer)
+            try:
+                await self.humans.protocol.note_task(
+                    question.rec.key, VIEWED, detail, link.reviewer
+                )
+            except NackError:  # the task moved to another replica meanwhile: ask again there
+                refused = _refused(503, "this task moved meanwhile: reload the page")
+                refused.headers["Retry-After"] = "1"
+                return refused
         title = {
             "approve": "Approve this decision?",
             "reject": "Reject this decision?",

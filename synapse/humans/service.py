@@ -45,7 +45,7 @@ from synapse.p2p.states import Role
 from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.protocol import P2PProtocol
 from synapse.transport.peer import Peer
-from synapse.types import TaskState
+from synapse.types import NackError, TaskState
 
 log = get_logger("synapse.humans")
 
@@ -318,11 +318,22 @@ class Humans(RuntimeListener):
             )
         else:
             self._backoff.pop(notification, None)
-            await self.protocol.note_task(
-                question.rec.key,
-                NOTIFIED,
-                {"question": question.id, "key": notification, "channel": detail["channel"]},
-            )
+            try:
+                await self.protocol.note_task(
+                    question.rec.key,
+                    NOTIFIED,
+                    {"question": question.id, "key": notification, "channel": detail["channel"]},
+                )
+            except NackError as exc:
+                # Another replica took the task over while this one sent: the replica that
+                # holds it reads the notification queued and not recorded sent, and sends it
+                # again (the same links: a copy, not a second set).
+                log.info(
+                    "human_notification_unrecorded",
+                    task_id=question.rec.task_id,
+                    key=notification,
+                    reason=exc.message,
+                )
         finally:
             self._sending.pop(notification, None)
             self._wake.set()  # a failure plans its retry; a success may end a wait

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -39,6 +40,7 @@ from synapse.p2p.audit import verify_chain
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.runtime_base import Outcome
+from synapse.store import SqliteStore, TaskStore
 from synapse.transport.peer import Peer
 from synapse.types import MessageType, TaskState
 
@@ -97,24 +99,29 @@ class Setup:
 
 
 @asynccontextmanager
-async def peers(route: NotifyRoute, smtp: SmtpServer, hooks: HookReceiver) -> AsyncIterator[Setup]:
+async def peers(
+    route: NotifyRoute, smtp: SmtpServer, hooks: HookReceiver, store: TaskStore | None = None
+) -> AsyncIterator[Setup]:
     config = HumansConfig(
         link_secret=LINK_KEY,
         routes=(route,),
         reviewers=REVIEWERS,
         channels=channels(smtp, hooks),
     )
-    async with humans_pair(config) as setup:
+    async with humans_pair(config, store=store) as setup:
         yield setup
 
 
 @asynccontextmanager
 async def humans_pair(
-    config: HumansConfig, setup_requester: Callable[[Peer], object] = lambda _peer: None
+    config: HumansConfig,
+    setup_requester: Callable[[Peer], object] = lambda _peer: None,
+    *,
+    store: TaskStore | None = None,
 ) -> AsyncIterator[Setup]:
     """agent-r with `config`'s people (and whatever `setup_requester` adds), asking
     agent-e, whose handler is `ApprovalHandler`; both stopped at the end."""
-    requester = Peer("agent-r", config=CONFIG)
+    requester = Peer("agent-r", config=CONFIG, store=store)
     humans = enable_humans(requester, config)
     setup_requester(requester)
     executor = Peer("agent-e", handler=ApprovalHandler(), config=CONFIG)
@@ -584,3 +591,49 @@ async def test_what_a_reviewer_reads_for_a_decision(smtp: SmtpServer, hooks: Hoo
         approved = await post(form, decision="approve", **{"field:style": "ink"})
         assert approved.status_code == 200
         assert output(await handle.result(timeout=10))["approved"]["style"] == "ink"
+
+
+def _delivering(task_id: str) -> list[asyncio.Task[Any]]:
+    """The notification deliveries of task `task_id` in flight (`Humans._deliver`)."""
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith(f"synapse-humans {task_id}/")]
+
+
+async def test_a_notification_sent_while_the_task_moved_to_another_replica_ends_quietly(
+    smtp: SmtpServer, hooks: HookReceiver, tmp_path: Path
+) -> None:
+    """A replica sends a notification; meanwhile another replica takes the task over. The
+    send is not recorded here (the task is not this replica's any more: the holder sends it
+    again, the same links), and the delivery ends without an error nobody reads (it raised
+    `agent_not_ready` into a task nobody awaited: the replica simulation found it)."""
+    route = NotifyRoute(name="r", levels=(Level(reviewers=("alice",), channels=("hook",)),))
+    answer = asyncio.Event()
+    hooks.hold.append(answer)
+    async with peers(route, smtp, hooks, SqliteStore(tmp_path / "r.db")) as setup:
+        handle = await setup.requester.submit("agent-e", "portrait_review", {})
+        await hooks.wait(1, "/generic")  # sent, not yet answered
+        (delivery,) = _delivering(handle.task_id)
+        setup.requester.protocol.release(handle.key)  # as a replica losing the lease does
+        answer.set()
+        await asyncio.wait_for(delivery, 10)  # ends, and raises nothing
+        stored = setup.requester.store.get_task(handle.key)
+        assert stored is not None
+        assert "human.notified" not in actions(list(stored.audit))
+
+
+async def test_a_link_opened_as_its_task_moves_to_another_replica_asks_to_reload(
+    smtp: SmtpServer, hooks: HookReceiver, tmp_path: Path
+) -> None:
+    """Opening a link records who viewed it in the task's audit trail; a task another
+    replica took over meanwhile cannot be written here: 503 with Retry-After, not a 500."""
+    level = Level(reviewers=("alice",), channels=("mail",))
+    store = SqliteStore(tmp_path / "r.db")
+    async with peers(NotifyRoute(name="r", levels=(level,)), smtp, hooks, store) as setup:
+        handle = await setup.requester.submit("agent-e", "portrait_review", {})
+        (mail,) = await smtp.box.wait(1)
+        setup.requester.protocol.release(handle.key)
+        page = await get(links_of(mail)["approve"])
+        assert page.status_code == 503, page.text
+        assert page.headers["Retry-After"] == "1"
+        stored = setup.requester.store.get_task(handle.key)
+        assert stored is not None
+        assert "human.viewed" not in actions(list(stored.audit))
