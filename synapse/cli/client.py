@@ -22,6 +22,7 @@ from synapse.cli.security_settings import tls_config
 from synapse.cli.settings import NO_SECRET, Missing, PeerEntry, Settings, callback_url
 from synapse.p2p.config import P2PConfig
 from synapse.runtime.sender import DeliveryError
+from synapse.store import StoreInUse, StoreUnavailable
 from synapse.transport.client import SenderMode
 from synapse.transport.partners import Partner, same_endpoint
 from synapse.transport.peer import Peer
@@ -124,9 +125,14 @@ def client_setup(settings: Settings, *, listen_required: bool) -> ClientSetup:
 
 
 async def start_peer(peer: Peer, listen: tuple[str, int] | None) -> None:
-    """Start `peer`; a port in use or a bad address is a usage error, not a traceback."""
+    """Start `peer`; a port in use, a bad address or a store another process serves is a
+    usage error, not a traceback."""
     try:
         await peer.start()
+    except (StoreInUse, StoreUnavailable) as exc:
+        with contextlib.suppress(Exception):
+            await peer.close(0)
+        raise CliError(f"cannot serve the store: {exc}") from exc
     except OSError as exc:
         with contextlib.suppress(Exception):
             await peer.close(0)

@@ -118,6 +118,7 @@ class SimulatedSqliteStore(SqliteStore):
         self._writing = None
         self._conn.close()
         self._reader.close()
+        self._release_hold()  # the system lets go of a dead process's locks
 
     async def commit(self, *, discard_after: int | None = None) -> None:
         if self.fenced:

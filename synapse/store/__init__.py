@@ -10,6 +10,7 @@ from synapse.store.base import (
     TaskStore,
 )
 from synapse.store.dedup import DurableDedupStore
+from synapse.store.holding import StoreInUse
 from synapse.store.memory import MemoryStore
 from synapse.store.sqlite import SqliteStore
 
@@ -43,6 +44,7 @@ __all__ = [
     "OutboxItem",
     "Snapshot",
     "SqliteStore",
+    "StoreInUse",
     "StoreUnavailable",
     "TaskStore",
     "is_postgres_url",

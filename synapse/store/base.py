@@ -132,6 +132,14 @@ class TaskStore(Protocol):
     #: True if what is committed survives a restart.
     durable: bool
 
+    def hold(self) -> None:
+        """Make this process the one that serves the store, or raise
+        `synapse.store.holding.StoreInUse` naming the one that does (a peer calls it as it
+        starts, before `load`; tools that only read or repair a store do not). Replicas of
+        one agent share a store that can take them, each holding it alongside the others.
+        Let go by `close`, or when the process ends. Idempotent."""
+        ...
+
     def load(self) -> Snapshot:
         """The live tasks and the outbox (once, at start-up, before any write; may be
         called in a worker thread)."""

@@ -22,6 +22,7 @@ from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import Engine, Step, TaskKey, TaskRecord
 from synapse.p2p.states import Role
 from synapse.store.base import DeadLetter, DedupEntry, OutboxItem, TaskFilter, TaskStore
+from synapse.store.holding import StoreInUse
 from synapse.store.memory import MemoryStore
 from synapse.types import (
     Message,
@@ -362,6 +363,22 @@ async def check_purge_removes_old_finished_work_and_expired_dedup_only(
         assert removed >= 1
 
 
+async def check_one_process_holds_the_store_at_a_time(backend: StoreBackend) -> None:
+    """A second store on the location is refused the hold (`StoreInUse`) while the first has
+    it, and gets it once the first is closed: two processes never serve one store."""
+    first, second = backend.open(), backend.open()
+    first.hold()
+    first.hold()  # idempotent
+    try:
+        second.hold()
+    except StoreInUse:
+        pass
+    else:
+        raise AssertionError("a second store on the location was given the hold")
+    await backend.reopen(first)
+    second.hold()
+
+
 @dataclass(frozen=True)
 class StoreCheck:
     """One requirement of a backend: `run(backend)` raises AssertionError if it is not met."""
@@ -386,6 +403,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     StoreCheck("sequence numbers", check_next_seq_increases_and_continues_after_a_restart),
     StoreCheck("dedup", check_dedup_entries_round_trip_replace_and_delete, durable_only=True),
     StoreCheck("purge", check_purge_removes_old_finished_work_and_expired_dedup_only),
+    StoreCheck("one holder", check_one_process_holds_the_store_at_a_time, durable_only=True),
 )
 
 

@@ -196,6 +196,9 @@ class MemoryStore:
     async def commit(self, *, discard_after: int | None = None) -> None:
         self._since_commit.clear()
 
+    def hold(self) -> None:
+        pass  # nothing outlives the process: nobody else can serve it
+
     async def close(self) -> None:
         pass
 

@@ -49,6 +49,7 @@ from synapse.store.base import (
     TaskFilter,
     TaskRow,
 )
+from synapse.store.holding import StoreInUse, take_database_hold
 from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
 from synapse.store.pgbatch import DELETE_DELIVERED, INSERT_TRANSITIONS, Op, send_batch
 from synapse.store.shared import Fence, Tag
@@ -249,6 +250,9 @@ class PostgresStore(OutboxMaintenance):
         #: Set by `Ownership` too: what `load()` returns at start-up when replicas share
         #: the database (the tasks this process took over, not every live task).
         self.load_override: Callable[[], Snapshot] | None = None
+        #: How this process holds the database (`hold`): None before it does, "shared" as
+        #: one of the agent's replicas, "exclusive" as the only process serving it.
+        self._holding: str | None = None
 
     # --- connections ------------------------------------------------------------------------
 
@@ -269,7 +273,30 @@ class PostgresStore(OutboxMaintenance):
             old, self._reader = self._reader, self._connect_reader()
             old.close()
             log.warning("postgres_reconnected", connection="lookups")
+            if self._holding is not None:
+                # The hold was the lost session's: take it again, or say loudly that
+                # another process took it meanwhile (this one goes on: stopping here
+                # would not undo what the other did while both served).
+                try:
+                    self._take_hold(self._holding == "shared")
+                except StoreInUse as exc:
+                    log.error("store_in_use", error=str(exc))
         return self._reader
+
+    def hold(self) -> None:
+        """A session advisory lock of the database (`synapse.store.holding`), on the
+        lookups' connection: shared when this process is one of the agent's replicas (its
+        writes fenced by leases), exclusive otherwise; taken again when that connection
+        comes back after a loss."""
+        shared = self.fence is not None
+        with self._lock:
+            if self._holding is None:
+                self._usable_reader()
+                self._take_hold(shared)
+                self._holding = "shared" if shared else "exclusive"
+
+    def _take_hold(self, shared: bool) -> None:
+        take_database_hold(self._reader, shared=shared)
 
     def read_rows(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()

@@ -38,6 +38,7 @@ from synapse.store.base import (
     TaskFilter,
     TaskRow,
 )
+from synapse.store.holding import FileHold
 from synapse.store.sql import OUTBOX_COLUMNS as _OUTBOX_COLUMNS
 from synapse.store.sql import (
     OutboxMaintenance,
@@ -172,8 +173,15 @@ class SqliteStore(OutboxMaintenance):
         self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._run_writer, name="synapse-store", daemon=True)
         self._writer.start()
+        self._hold: FileHold | None = None
 
     # --- reading ----------------------------------------------------------------------------
+
+    def hold(self) -> None:
+        """An exclusive lock on `<file>-lock` (`synapse.store.holding`): a second process
+        serving the file raises `StoreInUse`."""
+        if self._hold is None:
+            self._hold = FileHold(self.path)
 
     def load(self) -> Snapshot:
         with self._lock:
@@ -550,6 +558,12 @@ class SqliteStore(OutboxMaintenance):
                 self._conn.close()
             with self._reading:
                 self._reader.close()
+            self._release_hold()
+
+    def _release_hold(self) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.release()
 
     # --- maintenance (the `synapse outbox` command) -----------------------------------------
 

@@ -320,6 +320,10 @@ class Peer:
                 self._build(
                     self._endpoint or f"{self._scheme}://{self.host}:{self.port}{self.path}"
                 )
+        # One process serves a store (replicas of one agent share theirs: the protocol's
+        # hooks, just run, made this one a replica if it is one): a second process stops
+        # here, before it reads a task (`synapse.store.holding`).
+        await asyncio.to_thread(self.store.hold)
         if self._recovering:
             # Off the loop: the port answers 503 agent_not_ready while the store is read.
             snapshot = await asyncio.to_thread(self.store.load)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import textwrap
@@ -23,6 +24,8 @@ from clikit import (
     serve,
     url,
 )
+
+from synapse.store import SqliteStore
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -235,3 +238,18 @@ def test_serve_usage_errors(args: list[str], message: str) -> None:
     assert status == 2
     [line] = err.splitlines()
     assert line.startswith(f"synapse: {message}"), line
+
+
+def test_synapse_serve_on_a_store_another_process_serves_says_who_and_exits_2(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agent.db"
+    held = SqliteStore(path)
+    held.hold()
+    status, _out, err = run_here(
+        "serve", *executor_args(free_port(), "--port", str(free_port()), "--store", str(path))
+    )
+    assert status == 2
+    assert "cannot serve the store" in err
+    assert f"served by another process (process {os.getpid()} on " in err
+    assert "Traceback" not in err

@@ -1,0 +1,123 @@
+"""One process serves a store: the hold a peer takes on its store as it starts.
+
+Two processes serving one SQLite file (a second `synapse serve` started by mistake, a
+service manager restarting a process that had not died) would each recover the same live
+tasks and run their handlers, each deliver the same outbox, each answer messages about tasks
+the other holds in memory, and overwrite each other's writes: every promise of the runtime
+(one writer of a task, a message applied once, nothing acknowledged lost) assumes one
+process per store. Replicas of one agent share a PostgreSQL store through leases instead
+(`synapse.store.leases`), and a process that is not a replica must not join them.
+
+So a peer holds its store while it runs (`TaskStore.hold`, called before `load`):
+
+- SQLite: an exclusive `flock` on a file beside the store, `<store>-lock`, which names its
+  holder (process id, host, since when). The operating system lets go of it when the process
+  ends, however it ends; the file stays (removing it would let two processes lock two
+  different files of one name). Tools that read or repair a store (`synapse outbox`,
+  `synapse audit`) do not take the hold: they work beside a running peer.
+- PostgreSQL: a session advisory lock of the database, shared by replicas
+  (`synapse serve`, `synapse.transport.replicas`), exclusive for any other process
+  (`synapse mcp`, a `Peer` given a `PostgresStore` without replicas).
+
+A store already held raises `StoreInUse`, which says who holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from synapse.store.base import StoreUnavailable
+from synapse.types.errors import SynapseException
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not a POSIX system: no hold on files there
+    fcntl = None  # type: ignore[assignment]
+
+
+class StoreInUse(SynapseException):
+    """Another process serves this store (the message says which, where it can tell)."""
+
+
+def _lock_path(store: Path) -> Path:
+    return store.with_name(store.name + "-lock")
+
+
+def holder_line() -> str:
+    """Who holds a store: this process, its host, since when (UTC)."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return f"process {os.getpid()} on {socket.gethostname()} since {since}"
+
+
+class FileHold:
+    """An exclusive `flock` on `<store>-lock`, beside an SQLite store, naming its holder."""
+
+    def __init__(self, store: Path) -> None:
+        self.path = _lock_path(store)
+        self._fd: int | None = None
+        if fcntl is None:  # pragma: no cover
+            return
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot open {self.path}: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreInUse(
+                f"store {store} is served by another process ({holder}): one process "
+                "serves an SQLite store at a time (replicas of one agent share a "
+                "PostgreSQL store)"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (holder_line() + "\n").encode(), 0)
+        self._fd = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Let go (the process goes on without serving the store). Idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.ftruncate(fd, 0)  # the holder named no more
+            finally:
+                os.close(fd)
+
+
+#: Key of the advisory lock that processes serving a PostgreSQL store hold ("synapse" in hex,
+#: plus one: the key below it serializes migrations).
+SERVING_LOCK = 0x73796E61707366
+
+
+def take_database_hold(conn: Any, *, shared: bool) -> None:
+    """Take the serving lock on `conn`, a PostgreSQL session in autocommit (a psycopg
+    connection): shared for a replica, exclusive for any other process; `StoreInUse` if
+    held otherwise."""
+    take = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
+    row = conn.execute(f"SELECT {take}(%s)".encode(), (SERVING_LOCK,)).fetchone()
+    if row is not None and row[0]:
+        return
+    if shared:
+        raise StoreInUse(
+            "the PostgreSQL store is served by a process that is not a replica (synapse mcp, "
+            "or a Peer given the store without replicas): replicas cannot join it"
+        )
+    raise StoreInUse(
+        "the PostgreSQL store is served by another process: only the replicas of one agent "
+        "(synapse serve) share one; any other process needs a database of its own"
+    )
+
+
+__all__ = ["SERVING_LOCK", "FileHold", "StoreInUse", "holder_line", "take_database_hold"]

@@ -1,0 +1,173 @@
+"""One process serves a store: a second one (a second `synapse serve` started by mistake, a
+service manager restarting a process that had not died) is refused before it reads a task,
+told who holds the store; replicas of one agent share a PostgreSQL store, and nothing else
+joins them. Tools that read or repair a store work beside the process serving it."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from synapse.cli.main import main
+from synapse.demo.handler import DemoHandler
+from synapse.store import MemoryStore, SqliteStore, StoreInUse
+from synapse.store.holding import SERVING_LOCK
+from synapse.store.postgres import PostgresStore
+from synapse.transport.peer import Peer
+from synapse.types import TaskState
+
+SECRET = "holding-test-secret-0123456789abcdef"
+
+
+async def test_a_second_sqlite_store_on_the_file_is_refused_until_the_first_lets_go(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agent.db"
+    first, second = SqliteStore(path), SqliteStore(path)
+    first.hold()
+    first.hold()  # idempotent
+    with pytest.raises(StoreInUse) as refused:
+        second.hold()
+    assert f"process {os.getpid()} on " in str(refused.value)
+    assert str(path) in str(refused.value)
+    assert (tmp_path / "agent.db-lock").read_text().startswith(f"process {os.getpid()} ")
+    await first.close()
+    second.hold()
+    await second.close()
+
+
+def test_a_killed_holder_lets_go_of_the_store(tmp_path: Path) -> None:
+    """However the serving process ends (SIGKILL here), the system lets go of its lock: the
+    next process serves the store, as a restart after a crash must."""
+    path = tmp_path / "agent.db"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from synapse.store import SqliteStore\n"
+            "SqliteStore(sys.argv[1]).hold()\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)\n",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "held\n"
+        with pytest.raises(StoreInUse, match=f"process {child.pid} on "):
+            SqliteStore(path).hold()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    SqliteStore(path).hold()
+
+
+async def test_a_second_peer_on_the_file_does_not_start_and_the_first_serves_on(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agent.db"
+    async with Peer("agent-e", handler=DemoHandler(), store=SqliteStore(path)) as first:
+        second = Peer("agent-e", handler=DemoHandler(), store=SqliteStore(path))
+        with pytest.raises(StoreInUse):
+            await second.start()
+        await second.close()
+        requester = Peer("agent-r")
+        async with requester:
+            requester.add_partner("agent-e", first.endpoint, (SECRET,))
+            first.add_partner("agent-r", requester.endpoint, (SECRET,))
+            handle = await requester.submit("agent-e", "echo", {"text": "still here"})
+            assert (await handle.result(timeout=10)).state is TaskState.COMPLETED
+    # Closed: the next process serves it, and finds the task.
+    async with Peer("agent-e", store=SqliteStore(path)) as again:
+        stored = again.store.get_task(handle.key)
+        assert stored is not None
+        assert stored.state is TaskState.COMPLETED
+
+
+def test_the_outbox_tool_reads_a_store_a_process_serves(tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+    held = SqliteStore(path)
+    held.hold()
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["outbox", "--store", str(path)], out=out, err=err) == 0, err.getvalue()
+
+
+def test_a_memory_store_holds_nothing() -> None:
+    store = MemoryStore()
+    store.hold()
+    store.hold()
+
+
+# --- PostgreSQL ------------------------------------------------------------------------------
+
+
+class _Replica:
+    """What makes a store a replica's for `hold` (`Ownership` sets the store's fence)."""
+
+    replica_id = "r1"
+
+
+def replica_store(url: str) -> PostgresStore:
+    store = PostgresStore(url)
+    store.fence = _Replica()  # type: ignore[assignment]
+    return store
+
+
+async def test_postgresql_replicas_share_the_store_and_nothing_else_joins_them(
+    pg_url: str,
+) -> None:
+    one, two = replica_store(pg_url), replica_store(pg_url)
+    one.hold()
+    two.hold()  # replicas of one agent
+    alone = PostgresStore(pg_url)
+    with pytest.raises(StoreInUse, match="only the replicas of one agent"):
+        alone.hold()
+    await one.close()
+    with pytest.raises(StoreInUse):
+        alone.hold()  # one replica still serves it
+    await two.close()
+    alone.hold()
+    late_replica = replica_store(pg_url)
+    with pytest.raises(StoreInUse, match="not a replica"):
+        late_replica.hold()
+    second = PostgresStore(pg_url)
+    with pytest.raises(StoreInUse, match="served by another process"):
+        second.hold()
+    for store in (alone, late_replica, second):
+        await store.close()
+
+
+async def test_the_postgresql_hold_is_taken_again_when_its_connection_comes_back(
+    pg_url: str,
+) -> None:
+    """The hold is the session's: a lost connection (a restart of the server, a cut) loses
+    it, and the store takes it again as the connection comes back by itself."""
+    store = PostgresStore(pg_url)
+    store.hold()
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        (pid,) = admin.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = %s",
+            (SERVING_LOCK & 0xFFFFFFFF,),
+        ).fetchone() or (None,)
+        assert pid is not None
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        # A lookup: the connection comes back, and the hold with it.
+        assert store.read_rows("SELECT count(*) FROM tasks") == [(0,)]
+        (holders,) = admin.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s AND granted",
+            (SERVING_LOCK & 0xFFFFFFFF,),
+        ).fetchone() or (0,)
+        assert holders == 1
+    with pytest.raises(StoreInUse):
+        PostgresStore(pg_url).hold()
+    await store.close()
