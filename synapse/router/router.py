@@ -146,6 +146,8 @@ class Router(A2ARouting):
         self._discovered = asyncio.Event()
         self._started_peer = False
         self.refreshes = 0
+        #: Not ready for tasks until a refresh reaches a partner (`_ready_once_reached`).
+        self._waiting_for_pool = True
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -184,9 +186,23 @@ class Router(A2ARouting):
         self._session = aiohttp.ClientSession(connector=connector)
         await self._cancel_orphans()
         await self.refresh()
-        self.peer.protocol.ready = True
+        self._ready_once_reached()
         self._refresh_task = asyncio.create_task(self._refresh_loop(), name="synapse-router")
         log.info("router_started", agent_id=self.peer.agent_id, pool=self.status())
+
+    def _ready_once_reached(self) -> None:
+        """Take tasks once a refresh has reached a partner of the pool. Before, the router
+        knows of no task type: it would refuse every task `capability_lacking`, a final
+        answer, for what is only a pool it cannot reach yet (its partners starting, a network
+        cut as it starts); it answers 503 `agent_not_ready` instead, which requesters retry."""
+        if not self._waiting_for_pool:
+            return  # once only: readiness is the peer's from then on (a drain ends it)
+        members = self.pool.members.values()
+        if not members or any(m.reachable for m in members) or self.plans:
+            self._waiting_for_pool = False
+            self.peer.protocol.ready = True
+        else:  # asked again at the next refresh
+            log.warning("router_pool_unreachable", pool=self.status())
 
     async def _cancel_orphans(self) -> None:
         """Cancel sub-tasks whose original task is over: after a restart with a durable store
@@ -280,6 +296,7 @@ class Router(A2ARouting):
                 await self.refresh(names)
             except Exception as exc:  # one bad partner must not end the refreshes
                 log.exception("route_refresh_failed", error=repr(exc))
+            self._ready_once_reached()
 
     def _abandoned(self, task_id: str) -> bool:
         """A sub-task whose request we answered as unreachable (it ended `rejected`)."""

@@ -15,6 +15,7 @@ from synapse.a2a.server.security import MutualTlsScheme, SecurityPolicy
 from synapse.demo.handler import DemoHandler
 from synapse.router import Router
 from synapse.router.pool import A2APartnerConfig, PoolConfig
+from synapse.runtime.runtime_base import TaskUndeliverable
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.transport.tls import TLSConfig
@@ -52,11 +53,13 @@ async def test_the_router_reaches_an_a2a_agent_over_mutual_tls(
             client.add_partner("hub", hub.endpoint, (SECRET,))
             offers = {m["name"]: m for m in router.status()}
             if not hub_has_tls:
-                # Without our CA and certificate the agent cannot be reached: it offers
-                # nothing, nothing is routed to it.
+                # Without our CA and certificate the agent cannot be reached: the hub,
+                # reaching none of its pool, takes no task (503 agent_not_ready, which a
+                # requester retries), rather than refusing the type for good.
+                assert offers["secure-agent"]["reachable"] is False
                 handle = await client.submit("hub", "echo", {"text": "x"})
-                outcome = await handle.result(timeout=10)
-                assert not outcome.ok
+                with pytest.raises(TaskUndeliverable, match="HTTP 503"):
+                    await handle.result(timeout=10)
                 return
             handle = await client.submit("hub", "echo", {"text": "over mtls"})
             outcome = await handle.result(timeout=10)
