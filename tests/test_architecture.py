@@ -30,7 +30,17 @@ ALLOWED: dict[str, set[str]] = {
     "conformance": {"types", "p2p", "store", "runtime", "transport", "logs"},
     # The model checker explores the sans-IO core only; the simulation runs whole peers.
     "model": {"types", "p2p"},
-    "simulation": {"types", "p2p", "store", "runtime", "transport", "humans", "model", "logs"},
+    "simulation": {
+        "types",
+        "p2p",
+        "store",
+        "runtime",
+        "transport",
+        "humans",
+        "router",
+        "model",
+        "logs",
+    },
     "ops": {"types", "p2p", "store", "runtime", "transport", "logs", "top"},
     "router": {"types", "p2p", "store", "runtime", "transport", "a2a", "logs", "top"},
     # MCP in front of Synapse peers and A2A agents, and MCP tools as a handler.

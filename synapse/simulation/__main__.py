@@ -1,8 +1,9 @@
 """`python -m synapse.simulation [--seeds N | --seed S] [--first F] [--trace]`: run seeds and
 print each failing one with the command that replays it. With `--replicas URL`, the seeds
 are those of one agent run by replicas on a PostgreSQL server (`synapse.simulation.replicas`:
-each seed gets a fresh database there, dropped after). Exit status: 0 every seed held, 1 a
-seed broke an invariant."""
+each seed gets a fresh database there, dropped after). With `--router`, they are those of a
+client's tasks routed by a hub over two spokes (`synapse.simulation.routing`). Exit status:
+0 every seed held, 1 a seed broke an invariant."""
 
 from __future__ import annotations
 
@@ -18,11 +19,17 @@ from synapse.simulation.run import RunOutcome, simulate
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synapse.simulation", description=__doc__)
     which = parser.add_mutually_exclusive_group()
+    kind = parser.add_mutually_exclusive_group()
     which.add_argument("--seed", type=int, help="run this seed only")
     which.add_argument("--seeds", type=int, default=300, help="run this many seeds (300, as CI)")
     parser.add_argument("--first", type=int, default=0, help="the first seed of --seeds (0)")
     parser.add_argument("--trace", action="store_true", help="print each run's events")
-    parser.add_argument(
+    kind.add_argument(
+        "--router",
+        action="store_true",
+        help="run the router seeds: a client's tasks through a hub over two spokes",
+    )
+    kind.add_argument(
         "--replicas",
         metavar="URL",
         help="run the replica seeds on the PostgreSQL server at URL (a database it may "
@@ -40,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
 
         databases = Databases(args.replicas)
         run = partial(simulate_replicas, databases=databases)
+    elif args.router:
+        from synapse.simulation.routing import simulate_router
+
+        run = simulate_router
     for seed in seeds:
         outcome = run(seed)
         virtual += outcome.virtual_seconds
@@ -55,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             replay = outcome.replay_command()
             if args.replicas:
                 replay += f" --replicas {args.replicas}"
+            elif args.router:
+                replay += " --router"
             print(f"  replay: {replay}")
     if args.replicas:
         databases.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import random
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -218,6 +218,9 @@ class Node:
     store_factory: Callable[[Node, int], Any] | None = None
     #: Called with each incarnation's `Peer` before it starts (replicas wire it).
     wire: Callable[[Incarnation], None] | None = None
+    #: Awaited once each incarnation's peer has started, before it serves (a router
+    #: discovers its pool there).
+    after_start: Callable[[Incarnation], Awaitable[None]] | None = None
     #: The ids each incarnation mints (None: per incarnation, named after the node).
     ids: Any = None
     #: The URL its peers call back (None: `url`; a replica's is its agent's balancer).
@@ -351,6 +354,8 @@ class Incarnation:
         await self.peer.start()
         if self.humans is not None:
             await self.humans.start()
+        if self.node.after_start is not None:
+            await self.node.after_start(self)
         self.serving = True
         self.node.trace(f"{self.node.name}#{self.number} started")
         person = self.spawn(self._person())

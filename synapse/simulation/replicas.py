@@ -48,7 +48,7 @@ from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import StoredReply
 from synapse.p2p.engine import TaskKey
 from synapse.simulation.invariants import check
-from synapse.simulation.loop import Stalled, VirtualTimeLoop
+from synapse.simulation.loop import Stalled
 from synapse.simulation.network import Network, NetworkFaults
 from synapse.simulation.peers import (
     Incarnation,
@@ -60,10 +60,12 @@ from synapse.simulation.people import decided_only_by_routed, links_in
 from synapse.simulation.run import (
     SETTLE_LIMIT,
     Harness,
+    Pause,
     Restart,
     RunOutcome,
     draw_task,
     final_state,
+    pause_later,
     restart_later,
 )
 from synapse.simulation.shared import Databases, SimulatedPostgresStore, rows
@@ -81,13 +83,6 @@ from synapse.types.codec import CountingIds
 
 AGENT, SINGLE = "beta", "alpha"
 TTL = DEFAULT_LEASE_TTL
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    at: float
-    replica: str
-    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,7 +387,7 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
             asyncio.create_task(restart_later(everyone[r.node], r)) for r in scenario.restarts
         ]
         faults += [
-            asyncio.create_task(_pause(loop, by_name[p.replica], p)) for p in scenario.pauses
+            asyncio.create_task(pause_later(loop, by_name[p.node], p)) for p in scenario.pauses
         ]
         await asyncio.sleep(scenario.heal_at)
         network.faulty = False
@@ -486,19 +481,6 @@ def _wiring(node: Node, network: Network, url: str, violations: list[str]) -> An
     return wire
 
 
-async def _pause(loop: VirtualTimeLoop, node: Node, pause: Pause) -> None:
-    await asyncio.sleep(max(0.0, pause.at - loop.time()))
-    incarnation = node.incarnation
-    if incarnation is None or incarnation.paused:
-        return
-    incarnation.paused = True
-    node.trace(f"{node.name}#{incarnation.number} paused for {pause.seconds:g} s")
-    await asyncio.sleep(pause.seconds)
-    if incarnation.alive:
-        node.trace(f"{node.name}#{incarnation.number} resumed")
-    loop.resume(incarnation)
-
-
 def lost_though_held(url: str, replica_id: str, key: TaskKey) -> str | None:
     """Why a lease `replica_id` found lost is in fact still its own, or None: the database
     names it the holder, or holds neither the lease nor the task (a first write of the task
@@ -564,4 +546,4 @@ def _unsettled(single: Node, replicas: list[Node], scenario: ReplicaScenario, ag
     return "; ".join(parts)
 
 
-__all__ = ["Pause", "ReplicaScenario", "SimulatedReplicas", "simulate_replicas"]
+__all__ = ["ReplicaScenario", "SimulatedReplicas", "simulate_replicas"]

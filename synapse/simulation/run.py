@@ -55,6 +55,15 @@ class Restart:
 
 
 @dataclass(frozen=True, slots=True)
+class Pause:
+    """SIGSTOP of `node`'s process at `at`, SIGCONT `seconds` later."""
+
+    at: float
+    node: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class ClockJump:
     at: float
     node: str
@@ -362,6 +371,21 @@ async def restart_later(node: Node, restart: Restart) -> None:
     node.start()
 
 
+async def pause_later(loop: VirtualTimeLoop, node: Node, pause: Pause) -> None:
+    """Stop `node`'s process at `pause.at` (nothing of it runs: its callbacks wait, parked),
+    and let it go on `pause.seconds` later."""
+    await asyncio.sleep(max(0.0, pause.at - loop.time()))
+    incarnation = node.incarnation
+    if incarnation is None or incarnation.paused:
+        return
+    incarnation.paused = True
+    node.trace(f"{node.name}#{incarnation.number} paused for {pause.seconds:g} s")
+    await asyncio.sleep(pause.seconds)
+    if incarnation.alive:
+        node.trace(f"{node.name}#{incarnation.number} resumed")
+    loop.resume(incarnation)
+
+
 async def _jump(node: Node, jump: ClockJump) -> None:
     await asyncio.sleep(max(0.0, jump.at - asyncio.get_running_loop().time()))
     node.trace(f"{node.name}'s clock jumps {jump.offset - node.offset:+.1f} s")
@@ -426,12 +450,14 @@ __all__ = [
     "ClockJump",
     "Errors",
     "Harness",
+    "Pause",
     "Restart",
     "RunOutcome",
     "Scenario",
     "close_loop",
     "draw_task",
     "final_state",
+    "pause_later",
     "restart_later",
     "simulate",
 ]
