@@ -23,6 +23,8 @@ and the router's own:
   timed out is never sent to the other spoke while the first may have it), and at most once
   there unless its handler is resumable (once per process then); a task the client sees
   completed ran at a spoke;
+- `routed_tasks_survive_restarts`: a restart of the hub fails no routed task, running or
+  waiting on a question (only a spoke's own interruption, relayed, may fail it);
 - every task ends, the client's and each sub-task at both ends, whatever was killed when.
 """
 
@@ -237,6 +239,7 @@ def _run(scenario: RouterScenario, harness: Harness, tmp: Path) -> None:
     outcome.violations += check(scenario.tasks, {CLIENT: client, HUB: hub})
     outcome.violations += _sub_task_violations(nodes)
     outcome.violations += one_partner_runs_it(nodes)
+    outcome.violations += routed_tasks_survive_restarts(nodes, scenario)
     harness.check_quiet(nodes.values(), _record)
     outcome.ends = {plan.task_id: final_state(client, plan.key) for plan in scenario.tasks}
     for node in nodes.values():
@@ -322,6 +325,35 @@ def one_partner_runs_it(nodes: dict[str, Node]) -> list[str]:
     ]
 
 
+#: How a restart fails a task whose handler cannot resume (`Engine.recover`).
+INTERRUPTED = "interrupted by restart"
+
+
+def routed_tasks_survive_restarts(nodes: dict[str, Node], scenario: RouterScenario) -> list[str]:
+    """The router's handler is resumable: a restart of the hub never fails a routed task,
+    running or waiting on a question (the question still waits, and the answer reaches the
+    spoke that asked). A routed task may fail "interrupted by restart" only as its spoke's
+    sub-task did, relayed."""
+    relayed = set()
+    for spoke, key in _sub_tasks(nodes):
+        rec = _record(spoke, key)
+        parent = _parent(spoke, key)
+        if rec is not None and rec.error is not None and rec.error.message == INTERRUPTED:
+            relayed.add(parent)
+    found = []
+    for plan in scenario.tasks:
+        rec = _record(nodes[HUB], plan.key)
+        if rec is None or rec.error is None or rec.error.message != INTERRUPTED:
+            continue
+        if plan.task_id not in relayed:
+            asked = [t.from_state.value for t in rec.history if t.to_state.is_final]
+            found.append(
+                f"routed_tasks_survive_restarts: the hub's restart failed {plan.task_id} "
+                f"(from {', '.join(asked)})"
+            )
+    return found
+
+
 def _unsettled(nodes: dict[str, Node], scenario: RouterScenario) -> str:
     """What keeps the run from being over ("" once every task has ended at both ends and
     nothing is left to deliver)."""
@@ -352,4 +384,9 @@ def _unsettled(nodes: dict[str, Node], scenario: RouterScenario) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["RouterScenario", "one_partner_runs_it", "simulate_router"]
+__all__ = [
+    "RouterScenario",
+    "one_partner_runs_it",
+    "routed_tasks_survive_restarts",
+    "simulate_router",
+]
