@@ -13,7 +13,10 @@ import contextlib
 import io
 import json
 import os
+import queue
 import re
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -534,10 +537,21 @@ def test_the_replicas_of_deploy_md_start_on_one_database(tmp_path: Path, pg_url:
         pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
         try:
             assert len(pids) == 3
-            listening = 0
-            while listening < 3:  # each replica's first line, once its port answers
-                line = process.stderr.readline()
-                assert line, "a replica exited"
+            # Each replica's first line, once its port answers. Read in a thread, so that a
+            # replica that exits (the other two keep the pipe open) fails the test in a
+            # bounded time instead of leaving it waiting on a line that never comes.
+            said: queue.Queue[str] = queue.Queue()
+            stderr = process.stderr
+            threading.Thread(
+                target=lambda: [said.put(line) for line in stderr], daemon=True
+            ).start()
+            deadline, seen, listening = time.monotonic() + 60, [], 0
+            while listening < 3:
+                try:
+                    line = said.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise AssertionError(f"not three replicas listening in 60 s: {seen}") from None
+                seen.append(line)
                 listening += "listening" in line
             for port in sh.ports.values():
                 url = f"http://127.0.0.1:{port}/healthz"
