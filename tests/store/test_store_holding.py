@@ -171,3 +171,36 @@ async def test_the_postgresql_hold_is_taken_again_when_its_connection_comes_back
     with pytest.raises(StoreInUse):
         PostgresStore(pg_url).hold()
     await store.close()
+
+
+def test_synapse_mcp_on_a_store_another_process_serves_exits_2(tmp_path: Path) -> None:
+    """Two MCP clients that each start `synapse mcp` on one store: the second says who
+    holds it and exits, before it reads a line of MCP."""
+    path = tmp_path / "assistant.db"
+    held = SqliteStore(path)
+    held.hold()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "synapse.cli.main",
+            "mcp",
+            "--as",
+            "assistant",
+            "--store",
+            str(path),
+            "--peer",
+            "partner=http://127.0.0.1:9/synapse/callback",
+            "--secret",
+            SECRET,
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"served by another process (process {os.getpid()} on " in done.stderr
+    assert "Traceback" not in done.stderr
