@@ -59,12 +59,22 @@ class FileHold:
     def __init__(self, store: Path) -> None:
         self.path = _lock_path(store)
         self._fd: int | None = None
+        self._writable = False
         if fcntl is None:  # pragma: no cover
             return
+        writable = True
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise StoreUnavailable(f"cannot open {self.path}: {exc.strerror or exc}") from exc
+            # A lock file that cannot be written (made immutable with the store's files, on
+            # a read-only mount) still locks, opened for reading: the store is then served
+            # read-only, every change refused until the files are fixed, and still by one
+            # process. One that cannot be opened at all means no store can be served here.
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                raise StoreUnavailable(f"cannot open {self.path}: {exc.strerror or exc}") from exc
+            writable = False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -78,9 +88,10 @@ class FileHold:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (holder_line() + "\n").encode(), 0)
-        self._fd = fd
+        if writable:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (holder_line() + "\n").encode(), 0)
+        self._fd, self._writable = fd, writable
 
     @property
     def held(self) -> bool:
@@ -91,7 +102,8 @@ class FileHold:
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
-                os.ftruncate(fd, 0)  # the holder named no more
+                if self._writable:
+                    os.ftruncate(fd, 0)  # the holder named no more
             finally:
                 os.close(fd)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from diskfaults import set_immutable
 
 from synapse.cli.main import main
 from synapse.demo.handler import DemoHandler
@@ -41,6 +42,27 @@ async def test_a_second_sqlite_store_on_the_file_is_refused_until_the_first_lets
     await first.close()
     second.hold()
     await second.close()
+
+
+async def test_a_lock_file_that_cannot_be_written_still_holds_the_store(tmp_path: Path) -> None:
+    """The store's files made immutable (`chattr +i`, as a fault test does to serve a store
+    read-only): the lock file is opened for reading, and still keeps a second holder out."""
+    path = tmp_path / "agent.db"
+    first = SqliteStore(path)
+    first.hold()
+    await first.close()
+    lock = tmp_path / "agent.db-lock"
+    set_immutable([lock], True)
+    try:
+        reader, second = SqliteStore(path), SqliteStore(path)
+        reader.hold()
+        with pytest.raises(StoreInUse):
+            second.hold()
+        await reader.close()
+        second.hold()
+        await second.close()
+    finally:
+        set_immutable([lock], False)
 
 
 def test_a_killed_holder_lets_go_of_the_store(tmp_path: Path) -> None:
