@@ -37,6 +37,7 @@ ALLOWED: dict[str, set[str]] = {
         "runtime",
         "transport",
         "humans",
+        "ops",
         "router",
         "model",
         "logs",

@@ -37,7 +37,14 @@ from synapse.runtime.protocol import P2PProtocol
 from synapse.runtime.runtime_base import TaskHandle
 from synapse.simulation.loop import Parked
 from synapse.simulation.network import CURRENT, Network
-from synapse.simulation.people import EVERYONE, answer_by_link, decided, enable_people
+from synapse.simulation.people import (
+    EVERYONE,
+    answer_by_console,
+    answer_by_link,
+    decided,
+    enable_people,
+    enable_people_console,
+)
 from synapse.simulation.stores import (
     SimulatedMemoryStore,
     SimulatedSqliteStore,
@@ -328,6 +335,12 @@ class Incarnation:
         # link is theirs to open (without, a seed runs as it did before links).
         mailed = node_.links is not None
         self.humans = enable_people(self.peer, mailed=mailed) if node_.people else None
+        # There, too, the answers not given through a link are given on the console.
+        self.console = (
+            enable_people_console(self.peer, self.humans)
+            if self.humans is not None and mailed
+            else None
+        )
         if node_.wire is not None:
             node_.wire(self)
 
@@ -488,6 +501,9 @@ class Incarnation:
             by_link = links is not None and holder.humans is not None and links.random() < 0.75
             if by_link and await self._answer_by_link(holder, key, question, what, approve, who):
                 return
+            if holder.console is not None and who:  # the seeds with links: else the console
+                await self._answer_by_console(holder, key, question, what, approve, who)
+                return
             by = DecidedBy(user_id=who) if who else None
             try:
                 if what == TaskState.INFO_NEEDED.value:
@@ -539,6 +555,27 @@ class Incarnation:
         self.node.answers.append(TakenAnswer(key, question, event))
         self.node.trace(f"{where}: {event.value} {key.task_id}")
         return True
+
+    async def _answer_by_console(
+        self, holder: Incarnation, key: TaskKey, question: str, what: str, approve: bool, who: str
+    ) -> None:
+        """The person's answer to `question` as `who`, on the console of the replica holding
+        the task (the page's own checks: who may see the task, what it waits for, the body;
+        then the same gate)."""
+        assert holder.console is not None
+        if what == TaskState.INFO_NEEDED.value:
+            decision, event = "provide", Event.SEND_TASK_INFO_PROVIDED
+        elif approve:
+            decision, event = "approve", Event.SEND_HUMAN_APPROVE
+        else:
+            decision, event = "reject", Event.SEND_HUMAN_REJECT
+        status, said = await answer_by_console(holder.console, key, who, decision)
+        where = f"{holder.node.name}#{holder.number} {who} on the console"
+        if status != 200 or not decided(said):
+            self.node.trace(f"{where}: {status} {said}")
+            return
+        self.node.answers.append(TakenAnswer(key, question, event))
+        self.node.trace(f"{where}: {event.value} {key.task_id}")
 
     async def answer(self, body: bytes, headers: CIMultiDict[str]) -> StoredReply:
         """A POST's reply, as the peer's transport server judges it."""

@@ -12,7 +12,9 @@ a question over knows who was told.
 The person at the requester answers as one of the four, chosen by the seed, through two
 replicas at once (a front that does not hold the task passes the answer to the one that
 does). In half the seeds (`links_in`), each of those answers is given through a signed link
-half the time, as the link's page takes it (`LinkPages.answer`: the link read and checked,
+three times in four, as the link's page takes it (`LinkPages.answer`: the link read and
+checked, then the same gate), and otherwise on the operator console, as its page posts it
+(`Console.decide`, `Console.provide`: who may see the task, what it waits for, the body;
 then the same gate); a quarter of those links were issued for another question (one
 answered long ago), which must decide nothing. The invariant `decided_only_by_routed` reads
 the stored record at the end: every answer the question counted came from someone it was
@@ -28,10 +30,13 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from aiohttp import web
+
 from synapse.humans.config import Channel, HumansConfig, Level, NotifyRoute, Person
 from synapse.humans.pages import LinkAnswer, LinkPages
 from synapse.humans.question import APPROVAL, LINK_USED, QUEUED, REJECTION, OpenQuestion
 from synapse.humans.service import Humans
+from synapse.ops.console import Console, Reviewer, TokenAuth, enable_console
 from synapse.p2p.engine import TaskKey, TaskRecord
 from synapse.p2p.states import Event
 from synapse.transport.peer import Peer
@@ -110,6 +115,37 @@ def enable_people(peer: Peer, *, mailed: bool = False) -> SimulatedHumans:
     humans = SimulatedHumans(peer, MAILED if mailed else PEOPLE)
     peer.protocol_hooks.append(humans.bind)
     return humans
+
+
+def enable_people_console(peer: Peer, humans: Humans) -> Console:
+    """The operator console on `peer`, its reviewers the people (each signed in with a
+    token of their own), shown what the humans service routes to them, as `synapse serve
+    --console` with people configured runs it; its answers are called directly
+    (`Console.decide`, `Console.provide`), without the HTTP request."""
+    auth = TokenAuth(
+        {f"console-token-of-{name}": Reviewer(name, name.title()) for name in EVERYONE}
+    )
+    console = enable_console(peer, auth)
+    humans.attach_console(console)
+    return console
+
+
+async def answer_by_console(
+    console: Console, key: TaskKey, reviewer: str, decision: str
+) -> tuple[int, str]:
+    """`reviewer` answers the question of `key`'s task with `decision` (approve, reject,
+    provide) on the console, as its page posts it: the HTTP status, and what the answer
+    gate said (or why the console refused)."""
+    who = Reviewer(reviewer, reviewer.title())
+    try:
+        if decision == "provide":
+            view = await console.provide(who, key, {"fields": {"detail": "x", "more": "y"}})
+        else:
+            body = {"action": decision, "rejection_reason": "no" if decision == "reject" else ""}
+            view = await console.decide(who, key, body)
+    except web.HTTPException as exc:
+        return exc.status, exc.text or ""
+    return 200, str(view["said"])
 
 
 def links_in(seed: int) -> random.Random | None:
@@ -209,9 +245,11 @@ __all__ = [
     "QUORUM",
     "SECOND_LEVEL",
     "SimulatedHumans",
+    "answer_by_console",
     "answer_by_link",
     "decided",
     "decided_only_by_routed",
     "enable_people",
+    "enable_people_console",
     "links_in",
 ]

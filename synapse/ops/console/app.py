@@ -140,6 +140,10 @@ _ERRORS: dict[int, type[web.HTTPException]] = {
 }
 
 
+#: The states a decision answers.
+_DECIDING = frozenset({TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING})
+
+
 def _error(status: int, message: str, **extra: Any) -> web.HTTPException:
     """A JSON error the page shows (`{"error": ...}`)."""
     body = json.dumps({"error": message, **extra})
@@ -488,11 +492,10 @@ class Console(RuntimeListener):
         return TaskKey(self.peer.agent_id, request.match_info["task_id"])
 
     def _waiting(
-        self, request: web.Request, states: frozenset[TaskState], reviewer: Reviewer
+        self, key: TaskKey, states: frozenset[TaskState], reviewer: Reviewer
     ) -> TaskHandle:
-        """The handle of our requester task named in the URL, if it is in one of `states`
-        (and `reviewer` may see it)."""
-        key = self._key(request)
+        """The handle of our requester task `key`, if it is in one of `states` (and
+        `reviewer` may see it)."""
         rec = self.protocol.view.get(key)
         handle = self.protocol.handle(key) if rec is not None else None
         if rec is None or handle is None or not self._visible(reviewer, rec):
@@ -527,10 +530,20 @@ class Console(RuntimeListener):
 
     async def api_info(self, request: web.Request) -> web.StreamResponse:
         reviewer = self._require(request, change=True)
-        if (elsewhere := await self._at_owner(request, self._key(request), reviewer)) is not None:
+        key = self._key(request)
+        if (elsewhere := await self._at_owner(request, key, reviewer)) is not None:
             return elsewhere
-        handle = self._waiting(request, frozenset({TaskState.INFO_NEEDED}), reviewer)
-        body = await self._body(request)
+        self._waiting(key, frozenset({TaskState.INFO_NEEDED}), reviewer)  # before the body
+        return web.json_response(await self.provide(reviewer, key, await self._body(request)))
+
+    async def provide(
+        self, reviewer: Reviewer, key: TaskKey, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """`reviewer` provides the information task `key` waits for, as `POST
+        .../info` takes it once the request is read and found to be the holder's: the task's
+        view, with what the answer gate `said`; a refusal is raised as the HTTP error the
+        page shows."""
+        handle = self._waiting(key, frozenset({TaskState.INFO_NEEDED}), reviewer)
         fields, notes = body.get("fields"), body.get("notes")
         if not isinstance(fields, dict):
             raise _error(400, "`fields` must be a JSON object")
@@ -541,7 +554,7 @@ class Console(RuntimeListener):
         if missing:
             raise _error(400, f"missing fields: {', '.join(missing)}", missing=missing)
         try:
-            await handle.provide_info(
+            said = await handle.provide_info(
                 fields, notes or None, provided_by=reviewer.user_id, front="console"
             )
         except AnswerRefused as exc:
@@ -551,16 +564,25 @@ class Console(RuntimeListener):
         except (LocalProtocolError, msgspec.ValidationError) as exc:
             raise _error(409, str(exc)) from exc
         log.info("console_info_provided", task_id=handle.task_id, user_id=reviewer.user_id)
-        return web.json_response(task_view(handle.record, self.protocol.clock(), detail=True))
+        view = task_view(handle.record, self.protocol.clock(), detail=True)
+        return {**view, "said": said}
 
     async def api_decision(self, request: web.Request) -> web.StreamResponse:
         reviewer = self._require(request, change=True)
-        if (elsewhere := await self._at_owner(request, self._key(request), reviewer)) is not None:
+        key = self._key(request)
+        if (elsewhere := await self._at_owner(request, key, reviewer)) is not None:
             return elsewhere
-        handle = self._waiting(
-            request, frozenset({TaskState.NEED_HUMAN, TaskState.HUMAN_DECIDING}), reviewer
-        )
-        body = await self._body(request)
+        self._waiting(key, _DECIDING, reviewer)  # before the body
+        return web.json_response(await self.decide(reviewer, key, await self._body(request)))
+
+    async def decide(
+        self, reviewer: Reviewer, key: TaskKey, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """`reviewer`'s decision on the question task `key` waits on, as `POST .../decision`
+        takes it once the request is read and found to be the holder's: the task's view,
+        with what the answer gate `said`; a refusal is raised as the HTTP error the page
+        shows."""
+        handle = self._waiting(key, _DECIDING, reviewer)
         action = body.get("action")
         approved = body.get("approved_fields", {})
         reason = body.get("rejection_reason", "")
@@ -598,14 +620,14 @@ class Console(RuntimeListener):
             user_id=reviewer.user_id,
         )
         view = task_view(handle.record, self.protocol.clock(), detail=True)
-        return web.json_response({**view, "said": said})
+        return {**view, "said": said}
 
     async def api_deciding(self, request: web.Request) -> web.StreamResponse:
         """A person opened a `task_need_human`: `need_human → human_deciding` (ours only)."""
         reviewer = self._require(request, change=True)
         if (elsewhere := await self._at_owner(request, self._key(request), reviewer)) is not None:
             return elsewhere
-        handle = self._waiting(request, frozenset({TaskState.NEED_HUMAN}), reviewer)
+        handle = self._waiting(self._key(request), frozenset({TaskState.NEED_HUMAN}), reviewer)
         try:
             await handle.start_deciding()
         except LocalProtocolError as exc:
