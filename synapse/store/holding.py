@@ -113,14 +113,22 @@ class FileHold:
 SERVING_LOCK = 0x73796E61707366
 
 
-def take_database_hold(conn: Any, *, shared: bool) -> None:
+def take_database_hold(conn: Any, *, shared: bool, patience: float = 3.0) -> None:
     """Take the serving lock on `conn`, a PostgreSQL session in autocommit (a psycopg
     connection): shared for a replica, exclusive for any other process; `StoreInUse` if
-    held otherwise."""
+    held otherwise for `patience` seconds. (A process that has just died may hold it a
+    moment longer: the server ends its session once it notices the connection closed. A
+    process that stops lets go at once: `let_go_of_database`.)"""
     take = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
-    row = conn.execute(f"SELECT {take}(%s)".encode(), (SERVING_LOCK,)).fetchone()
-    if row is not None and row[0]:
-        return
+    give_up_at, pause = time.monotonic() + patience, 0.05
+    while True:
+        row = conn.execute(f"SELECT {take}(%s)".encode(), (SERVING_LOCK,)).fetchone()
+        if row is not None and row[0]:
+            return
+        if time.monotonic() >= give_up_at:
+            break
+        time.sleep(pause)  # off the event loop: `hold` runs in a worker thread
+        pause = min(pause * 2, 0.5)
     if shared:
         raise StoreInUse(
             "the PostgreSQL store is served by a process that is not a replica (synapse mcp, "
@@ -132,4 +140,17 @@ def take_database_hold(conn: Any, *, shared: bool) -> None:
     )
 
 
-__all__ = ["SERVING_LOCK", "FileHold", "StoreInUse", "holder_line", "take_database_hold"]
+def let_go_of_database(conn: Any) -> None:
+    """Give the serving lock back on `conn`, at once (before its connection closes: the
+    server would otherwise end the session, and the lock with it, a moment later)."""
+    conn.execute(b"SELECT pg_advisory_unlock_all()")
+
+
+__all__ = [
+    "SERVING_LOCK",
+    "FileHold",
+    "StoreInUse",
+    "holder_line",
+    "let_go_of_database",
+    "take_database_hold",
+]

@@ -26,6 +26,7 @@ migrations it lacks, under an advisory lock so that replicas starting together a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import threading
@@ -49,7 +50,7 @@ from synapse.store.base import (
     TaskFilter,
     TaskRow,
 )
-from synapse.store.holding import StoreInUse, take_database_hold
+from synapse.store.holding import StoreInUse, let_go_of_database, take_database_hold
 from synapse.store.migrations import MIGRATION_LOCK, Migration, migrations
 from synapse.store.pgbatch import DELETE_DELIVERED, INSERT_TRANSITIONS, Op, send_batch
 from synapse.store.shared import Fence, Tag
@@ -251,8 +252,10 @@ class PostgresStore(OutboxMaintenance):
         #: the database (the tasks this process took over, not every live task).
         self.load_override: Callable[[], Snapshot] | None = None
         #: How this process holds the database (`hold`): None before it does, "shared" as
-        #: one of the agent's replicas, "exclusive" as the only process serving it.
+        #: one of the agent's replicas, "exclusive" as the only process serving it; and how
+        #: long `hold` waits for a process that has just died to let go.
         self._holding: str | None = None
+        self.patience = 3.0
 
     # --- connections ------------------------------------------------------------------------
 
@@ -274,11 +277,10 @@ class PostgresStore(OutboxMaintenance):
             old.close()
             log.warning("postgres_reconnected", connection="lookups")
             if self._holding is not None:
-                # The hold was the lost session's: take it again, or say loudly that
-                # another process took it meanwhile (this one goes on: stopping here
-                # would not undo what the other did while both served).
+                # The hold was the lost session's: take it again, or say loudly that another
+                # process took it meanwhile (stopping would not undo what the other did).
                 try:
-                    self._take_hold(self._holding == "shared")
+                    take_database_hold(self._reader, shared=self._holding == "shared")
                 except StoreInUse as exc:
                     log.error("store_in_use", error=str(exc))
         return self._reader
@@ -291,12 +293,8 @@ class PostgresStore(OutboxMaintenance):
         shared = self.fence is not None
         with self._lock:
             if self._holding is None:
-                self._usable_reader()
-                self._take_hold(shared)
+                take_database_hold(self._usable_reader(), shared=shared, patience=self.patience)
                 self._holding = "shared" if shared else "exclusive"
-
-    def _take_hold(self, shared: bool) -> None:
-        take_database_hold(self._reader, shared=shared)
 
     def read_rows(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()
@@ -780,6 +778,9 @@ class PostgresStore(OutboxMaintenance):
             if self._pool_opened:
                 await self._pool.close()
             with self._lock:
+                if self._holding is not None and not self._reader.broken:
+                    with contextlib.suppress(psycopg.Error):
+                        let_go_of_database(self._reader)
                 self._reader.close()
 
     # --- maintenance ------------------------------------------------------------------------

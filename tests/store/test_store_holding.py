@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psycopg
@@ -19,7 +20,7 @@ from diskfaults import set_immutable
 from synapse.cli.main import main
 from synapse.demo.handler import DemoHandler
 from synapse.store import MemoryStore, SqliteStore, StoreInUse
-from synapse.store.holding import SERVING_LOCK
+from synapse.store.holding import SERVING_LOCK, take_database_hold
 from synapse.store.postgres import PostgresStore
 from synapse.transport.peer import Peer
 from synapse.types import TaskState
@@ -140,8 +141,16 @@ class _Replica:
 
 
 def replica_store(url: str) -> PostgresStore:
-    store = PostgresStore(url)
+    store = alone_store(url)
     store.fence = _Replica()  # type: ignore[assignment]
+    return store
+
+
+def alone_store(url: str) -> PostgresStore:
+    """A store whose hold gives up at once (3 s by default: a process that has just died
+    may keep the lock a moment)."""
+    store = PostgresStore(url)
+    store.patience = 0.0
     return store
 
 
@@ -151,7 +160,7 @@ async def test_postgresql_replicas_share_the_store_and_nothing_else_joins_them(
     one, two = replica_store(pg_url), replica_store(pg_url)
     one.hold()
     two.hold()  # replicas of one agent
-    alone = PostgresStore(pg_url)
+    alone = alone_store(pg_url)
     with pytest.raises(StoreInUse, match="only the replicas of one agent"):
         alone.hold()
     await one.close()
@@ -162,7 +171,7 @@ async def test_postgresql_replicas_share_the_store_and_nothing_else_joins_them(
     late_replica = replica_store(pg_url)
     with pytest.raises(StoreInUse, match="not a replica"):
         late_replica.hold()
-    second = PostgresStore(pg_url)
+    second = alone_store(pg_url)
     with pytest.raises(StoreInUse, match="served by another process"):
         second.hold()
     for store in (alone, late_replica, second):
@@ -191,7 +200,7 @@ async def test_the_postgresql_hold_is_taken_again_when_its_connection_comes_back
         ).fetchone() or (0,)
         assert holders == 1
     with pytest.raises(StoreInUse):
-        PostgresStore(pg_url).hold()
+        alone_store(pg_url).hold()
     await store.close()
 
 
@@ -226,3 +235,26 @@ def test_synapse_mcp_on_a_store_another_process_serves_exits_2(tmp_path: Path) -
     assert done.returncode == 2, done.stderr
     assert f"served by another process (process {os.getpid()} on " in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_the_postgresql_hold_waits_a_moment_for_a_process_that_just_died(
+    pg_url: str,
+) -> None:
+    """A process that dies lets go of the lock only once the server notices its connection
+    closed; the next process's `hold` waits for that (up to `patience`), instead of being
+    refused by the dead one."""
+    dying = psycopg.connect(pg_url, autocommit=True)
+    take_database_hold(dying, shared=False)
+    timer = threading.Timer(0.5, dying.close)  # the dead process's connection, closed
+    timer.start()
+    try:
+        store = PostgresStore(pg_url)
+        store.hold()  # waits for the lock, then has it
+        with pytest.raises(StoreInUse):
+            alone_store(pg_url).hold()
+        await store.close()
+        last = alone_store(pg_url)
+        last.hold()  # given back at close, at once
+        await last.close()
+    finally:
+        timer.join()
