@@ -541,12 +541,7 @@ class Incarnation:
         asked = holder.humans.question_of(handle.record) if handle is not None else None
         if asked is None or (not stale and who not in told(asked)):
             return False
-        if what == TaskState.INFO_NEEDED.value:
-            decision, event = "provide", Event.SEND_TASK_INFO_PROVIDED
-        elif approve:
-            decision, event = "approve", Event.SEND_HUMAN_APPROVE
-        else:
-            decision, event = "reject", Event.SEND_HUMAN_REJECT
+        decision, event = _decision(what, approve)
         got = await answer_by_link(holder.humans, key, asked.id, who, decision, stale=stale)
         where = f"{holder.node.name}#{holder.number} {who} by link{' (stale)' if stale else ''}"
         if got.status != 200 or not decided(got.text):
@@ -563,12 +558,7 @@ class Incarnation:
         the task (the page's own checks: who may see the task, what it waits for, the body;
         then the same gate)."""
         assert holder.console is not None
-        if what == TaskState.INFO_NEEDED.value:
-            decision, event = "provide", Event.SEND_TASK_INFO_PROVIDED
-        elif approve:
-            decision, event = "approve", Event.SEND_HUMAN_APPROVE
-        else:
-            decision, event = "reject", Event.SEND_HUMAN_REJECT
+        decision, event = _decision(what, approve)
         status, said = await answer_by_console(holder.console, key, who, decision)
         where = f"{holder.node.name}#{holder.number} {who} on the console"
         if status != 200 or not decided(said):
@@ -612,6 +602,16 @@ class Incarnation:
     def record(self, key: TaskKey) -> TaskRecord | None:
         protocol = self.peer.protocol
         return protocol.view.get(key) or protocol.store.get_task(key)
+
+
+def _decision(what: str, approve: bool) -> tuple[str, Event]:
+    """What a person's answer to a question in state `what` is on a page (provide, approve,
+    reject), and the event it sends."""
+    if what == TaskState.INFO_NEEDED.value:
+        return "provide", Event.SEND_TASK_INFO_PROVIDED
+    if approve:
+        return "approve", Event.SEND_HUMAN_APPROVE
+    return "reject", Event.SEND_HUMAN_REJECT
 
 
 def first_final(rec: TaskRecord) -> int | None:
