@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import random
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -365,22 +364,20 @@ def _unsettled(nodes: dict[str, Node], scenario: RouterScenario) -> str:
         if incarnation.peer.protocol.pending_deliveries:
             parts.append(f"{node.name} has messages to deliver")
     client, hub = nodes[CLIENT], nodes[HUB]
-    ends: Callable[[Node, TaskKey], str] = lambda node, key: (  # noqa: E731
-        rec.state.value if (rec := _record(node, key)) is not None else "none"
-    )
     for plan in scenario.tasks:
         if plan.key not in client.submitted:
             parts.append(f"{plan.task_id} not submitted")
             continue
         r, e = _record(client, plan.key), _record(hub, plan.key)
         if r is None or not r.is_final or (e is not None and not e.is_final):
-            parts.append(f"{plan.task_id}: R {ends(client, plan.key)}, E {ends(hub, plan.key)}")
+            parts.append(
+                f"{plan.task_id}: R {final_state(client, plan.key)}, E {final_state(hub, plan.key)}"
+            )
     for spoke, key in _sub_tasks(nodes):
         r, e = _record(hub, key), _record(spoke, key)
         if (r is not None and not r.is_final) or (e is not None and not e.is_final):
-            parts.append(
-                f"sub-task {key.task_id} at {spoke.name}: R {ends(hub, key)}, E {ends(spoke, key)}"
-            )
+            r_end, e_end = final_state(hub, key), final_state(spoke, key)
+            parts.append(f"sub-task {key.task_id} at {spoke.name}: R {r_end}, E {e_end}")
     return "; ".join(parts)
 
 
