@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from benchmarks.ports import free_port as free_port  # re-exported
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -227,12 +228,6 @@ def quiet_structlog() -> Iterator[None]:
 
 
 # --- child processes ----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 class Child:

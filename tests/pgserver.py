@@ -14,7 +14,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from benchmarks.ports import free_port as free_port  # re-exported
 
 INITDB_OPTIONS = ("-E", "UTF8", "--locale=C", "--no-sync")
 INSTALL_HINT = "PostgreSQL server binaries not found: apt-get install postgresql"
@@ -46,12 +47,6 @@ def missing(reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(reason)
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 import select
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.ports import free_port
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "handlers.md").read_text("utf-8")
 
@@ -85,7 +86,7 @@ def test_the_second_terminal_of_the_guide_sends_the_studio_a_poem(tmp_path: Path
         for line in joined.splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    ports = {"8001": str(_free_port()), "8002": str(_free_port())}
+    ports = {"8001": str(free_port()), "8002": str(free_port())}
     for shown, port in ports.items():
         serve_line = serve_line.replace(f":{shown}", f":{port}").replace(f" {shown} ", f" {port} ")
         send_line = send_line.replace(f":{shown}", f":{port}")
@@ -108,13 +109,6 @@ def test_the_second_terminal_of_the_guide_sends_the_studio_a_poem(tmp_path: Path
         serve.terminate()
         serve.wait(10)
     assert (done.returncode, done.stdout) == (0, "a short poem about rain\n"), done.stderr
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _start(argv: list[str], *, cwd: Path) -> subprocess.Popen[str]:

@@ -17,6 +17,7 @@ from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import Message, SendMessageRequest, StreamResponse
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from benchmarks.ports import free_port as free_port  # re-exported
 from synapse.a2a import A2AServer
 from synapse.p2p.config import P2PConfig
 from synapse.transport.peer import Peer
@@ -28,13 +29,6 @@ GRPC_PRESENT = importlib.util.find_spec("grpc") is not None
 SDK_BINDINGS = ["JSONRPC", "HTTP+JSON"] + (["GRPC"] if GRPC_PRESENT else [])
 
 SdkClientFactory = Callable[..., Awaitable[Client]]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def reserved_port() -> socket.socket:

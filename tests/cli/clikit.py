@@ -8,7 +8,6 @@ import io
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,19 +15,13 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from benchmarks.ports import free_port as free_port  # re-exported
+
 SECRET = "cli-test-secret-0123456789abcdef"
 EXECUTOR = "exec"
 REQUESTER = "req"
 #: Every subprocess gets this long at most.
 TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (bind port 0, read it, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def url(port: int) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 from brokenpeers import KIT_ID, SECRET, TARGET_ID, DemoPeer
 
+from benchmarks.ports import free_port
 from synapse.conformance import CHECKS, cli
 
 
@@ -21,12 +21,6 @@ def report_of(out: str) -> dict[str, Any]:
     start = out.index("{\n")
     report: dict[str, Any] = json.loads(out[start:])
     return report
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_the_command_checks_a_running_peer(capsys: pytest.CaptureFixture[str]) -> None:

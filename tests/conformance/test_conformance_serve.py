@@ -6,24 +6,18 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.ports import free_port
 from synapse.conformance import DEFAULT_KIT_ID, run_conformance
 
 AGENT_ID = "agent-serve"
 SECRET = "conformance-serve-secret-0123456"
 READY_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @asynccontextmanager

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -29,6 +28,7 @@ import aiohttp
 from aiohttp import web
 from rawpost import RawReply, sign
 
+from benchmarks.ports import free_ports as free_ports  # re-exported
 from synapse.types import (
     SIGNATURE_HEADER,
     format_timestamp,
@@ -42,20 +42,6 @@ PATH = "/synapse/callback"
 SECRET = "fault-test-secret-0123456789abcd"
 CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=15)
 FINAL = {"completed", "failed", "cancelled", "rejected"}
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct ports free on 127.0.0.1 right now."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def url(port: int) -> str:

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 import textwrap
 import time
@@ -31,6 +30,7 @@ import pytest
 from rawhttp import parse, request
 from rawpost import RawAgent, eventually
 
+from benchmarks.ports import free_port
 from synapse.p2p.config import P2PConfig
 from synapse.transport.guard import HttpLimits
 from synapse.transport.peer import Peer
@@ -43,13 +43,6 @@ TINY = b"POST /synapse/callback HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n
 #: What the server may hold beyond its size at rest while attacked: a body and a head's
 #: worth per connection, the kernel's socket buffers excluded, and room for the allocator.
 RSS_BOUND = 48 * 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def rss(pid: int) -> int:

@@ -9,7 +9,6 @@ import contextlib
 import email
 import email.policy
 import re
-import socket
 import ssl
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -23,17 +22,11 @@ from aiohttp import web
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
+from benchmarks.ports import free_port as free_port  # re-exported
 from synapse.humans import Channel
 
 SMTP_USER, SMTP_PASSWORD = "synapse", "mail-secret"
 LINK = re.compile(r"https?://\S+/humans/links/\S+")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,15 +16,9 @@ from pathlib import Path
 import pytest
 from routerkit import FAST, SECRET, WAIT, CountingHandler, secret_of, until
 
+from benchmarks.ports import free_port
 from synapse.transport.peer import Peer
 from synapse.types import TaskState
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class RouterProcess:

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import datetime
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 import trustme
 
+from benchmarks.ports import free_port as free_port  # re-exported
 from synapse.transport.tls import TLSConfig
 
 #: The audience the tests' issuer mints tokens for (our agent).
 AUDIENCE = "https://agent.test/a2a"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -3,6 +3,7 @@ a free port for the tests that restart a peer on the same one."""
 
 from __future__ import annotations
 
+from benchmarks.ports import free_port as free_port  # re-exported
 from synapse.store.kit import (
     E_ID,
     E_URL,
@@ -16,16 +17,6 @@ from synapse.store.kit import (
     outbox_item,
     save,
 )
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now (to start a peer on the same port again later)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 __all__ = [
     "E_ID",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -14,6 +13,7 @@ import msgspec
 import pytest
 from aiohttp import web
 
+from benchmarks.ports import free_port
 from synapse.logs import capture_events
 from synapse.p2p.config import P2PConfig
 from synapse.transport.client import (
@@ -182,13 +182,6 @@ async def serving(app: web.Application, port: int = 0) -> AsyncIterator[int]:
 
 def endpoint(port: int) -> str:
     return f"http://127.0.0.1:{port}/synapse/callback"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Sleeps:
