@@ -73,14 +73,16 @@ def transition(row: Sequence[Any]) -> Transition:
 
 def transition_row(t: Transition) -> tuple[Any, ...]:
     """The `TRANSITION_COLUMNS` of `t`, to insert."""
+    # str() of these string enums is their value, and costs a third of what `.value` (a
+    # Python-level property) does: this runs for every transition a store writes.
     key = t.key
     return (
         key.requester,
         key.task_id,
-        t.role.value,
-        t.from_state.value,
-        t.to_state.value,
-        t.event.value,
+        str(t.role),
+        str(t.from_state),
+        str(t.to_state),
+        str(t.event),
         t.message_id,
         t.at,
     )

@@ -254,21 +254,26 @@ class SqliteStore(OutboxMaintenance):
 
     def put_task(self, record: TaskRecord, transitions: Sequence[Transition]) -> None:
         blob = encode_record(record)
-        key, role, state, updated = (
-            record.key,
-            record.role.value,
-            record.state.value,
+        key, context = record.key, record.context
+        params = (
+            key.requester,
+            key.task_id,
+            str(record.role),  # the value of a string enum, as in `transition_row`
+            str(record.state),
             record.updated_at,
+            blob,
+            None if context is None else context.session_id,
         )
         rows = [transition_row(t) for t in transitions]
 
         def op(conn: sqlite3.Connection) -> None:
             conn.execute(
-                "INSERT INTO tasks (requester, task_id, role, state, updated_at, record) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (requester, task_id) DO UPDATE SET "
-                "role=excluded.role, state=excluded.state, updated_at=excluded.updated_at, "
-                "record=excluded.record",
-                (key.requester, key.task_id, role, state, updated, blob),
+                "INSERT INTO tasks (requester, task_id, role, state, updated_at, record, "
+                "context_id) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (requester, task_id) "
+                "DO UPDATE SET role=excluded.role, state=excluded.state, "
+                "updated_at=excluded.updated_at, record=excluded.record, "
+                "context_id=excluded.context_id",
+                params,
             )
             if rows:
                 conn.executemany(

@@ -19,7 +19,7 @@ from synapse.store.sql import outbox_item as _item
 from synapse.store.sql import transition as _transition
 from synapse.types import TaskState
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tasks (
@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     state TEXT NOT NULL,
     updated_at REAL NOT NULL,
     record BLOB NOT NULL,
+    context_id TEXT,
     PRIMARY KEY (requester, task_id)
 );
 CREATE TABLE IF NOT EXISTS transitions (
@@ -66,16 +67,18 @@ CREATE TABLE IF NOT EXISTS dedup (
 );
 CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated_at, requester, task_id);
 CREATE INDEX IF NOT EXISTS tasks_by_requester ON tasks (requester, updated_at, task_id);
-CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (requester, {context}, updated_at, task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (requester, context_id, updated_at, task_id);
 CREATE INDEX IF NOT EXISTS tasks_by_task_id ON tasks (task_id);
 CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS NOT NULL;
 """
-#: A task's context (`task_request.context.session_id`, an A2A `contextId`), read from its
-#: record: indexed as this expression (`tasks_by_context`), so that a listing of one context
-#: is a range of an index and the table needs no column (nor files made before a migration).
-CONTEXT_ID = "json_extract(CAST(record AS TEXT), '$.context.session_id')"
-_SCHEMA = _SCHEMA.replace("{context}", CONTEXT_ID)
+#: A task's context (`task_request.context.session_id`, an A2A `contextId`): a column the
+#: store fills from the record as it writes it, indexed (`tasks_by_context`) so that a listing
+#: of one context is a range of an index. Version 2 indexed the expression below instead,
+#: which parsed the record's JSON on every write of a task (a fifth of SQLite's instructions
+#: in an echo task).
+CONTEXT_ID = "context_id"
+_CONTEXT_IN_RECORD = "json_extract(CAST(record AS TEXT), '$.context.session_id')"
 _FINAL_STATES = [state.value for state in TaskState if state.is_final]
 #: A final task, and a live one, as the partial indexes and the queries that use them test it:
 #: comparisons, not `state IN (...)`. SQLite 3.40 builds an ephemeral table for every IN list
@@ -93,11 +96,27 @@ CREATE INDEX IF NOT EXISTS tasks_finished ON tasks (updated_at) WHERE {IS_FINAL}
 CREATE INDEX IF NOT EXISTS tasks_finished_by_role ON tasks (role, state) WHERE {IS_FINAL};
 """
 _SCHEMA += _PARTIAL_INDEXES
+
+
+def _context_column(conn: sqlite3.Connection) -> None:
+    """Version 3: the context id as a column, filled from the records already stored."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(tasks)")}
+    if "context_id" not in columns:
+        conn.execute("ALTER TABLE tasks ADD COLUMN context_id TEXT")
+    conn.execute(f"UPDATE tasks SET context_id = {_CONTEXT_IN_RECORD}")
+    conn.execute("DROP INDEX IF EXISTS tasks_by_context")
+    conn.execute(
+        "CREATE INDEX tasks_by_context ON tasks (requester, context_id, updated_at, task_id)"
+    )
+
+
 #: What brings a file from the version before each to it, in one transaction (`connect`).
 #: 2: the partial indexes test states by comparisons (`IS_FINAL`), not by IN lists.
-_UPGRADES = {
+#: 3: the context id is a column (`CONTEXT_ID`).
+_UPGRADES: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     2: "DROP INDEX IF EXISTS tasks_live; DROP INDEX IF EXISTS tasks_finished; "
     "DROP INDEX IF EXISTS tasks_finished_by_role;" + _PARTIAL_INDEXES,
+    3: _context_column,
 }
 #: Seconds of expiry time per set of the dedup index (`SqliteStore.dedup_known_absent`).
 DEDUP_SLICE = 60.0
@@ -169,9 +188,13 @@ def _upgrade(conn: sqlite3.Connection) -> None:
             if version >= SCHEMA_VERSION:
                 conn.execute("ROLLBACK")
                 return
-            for statement in _UPGRADES[version + 1].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            step = _UPGRADES[version + 1]
+            if callable(step):
+                step(conn)
+            else:
+                for statement in step.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version + 1),)
             )

@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 from storekit import R_ID, T0, Duo, dedup_entry, outbox_item
 
+from synapse.p2p.states import Event, Role
 from synapse.store import SqliteStore, open_store
 from synapse.store.base import DeadLetter, Snapshot
+from synapse.store.kit import record_in
 from synapse.store.memory import MemoryStore
+from synapse.store.sql import TaskFilter
 from synapse.store.sqlite import IS_FINAL, IS_LIVE, SCHEMA_VERSION, read_snapshot
 from synapse.types import TaskState
 
@@ -425,7 +428,7 @@ async def test_a_version_1_file_is_upgraded_with_everything_in_it(db: Path) -> N
 
     again = SqliteStore(db)
     version = again._conn.execute("SELECT value FROM meta WHERE key='schema_version'")
-    assert version.fetchone()[0] == str(SCHEMA_VERSION) == "2"
+    assert version.fetchone()[0] == str(SCHEMA_VERSION) == "3"
     assert ephemeral_tables_per_upsert(again._conn) == 0
     assert [t.key for t in again.load().tasks] == [live]  # the live one, through tasks_live
     assert again.count_finished() == {("requester", TaskState.COMPLETED): 1}
@@ -437,3 +440,54 @@ async def test_a_version_1_file_is_upgraded_with_everything_in_it(db: Path) -> N
             "SELECT name, sql FROM sqlite_master WHERE name LIKE 'tasks_%' AND sql LIKE '% IN %'"
         ).fetchall()
     assert rows == []
+
+
+#: Version 2 indexed a task's context as an expression over its record, with no column.
+V2_CONTEXT = """
+DROP INDEX tasks_by_context;
+ALTER TABLE tasks DROP COLUMN context_id;
+CREATE INDEX tasks_by_context ON tasks
+    (requester, json_extract(CAST(record AS TEXT), '$.context.session_id'), updated_at, task_id);
+UPDATE meta SET value = '2' WHERE key = 'schema_version';
+"""
+
+
+def functions_per_upsert(conn: sqlite3.Connection) -> list[str]:
+    """The SQL functions one task upsert calls (an index over an expression calls its
+    function for the old row and the new)."""
+    program = conn.execute("EXPLAIN " + _UPSERT, ("r", "t", "executor", "idle", 0.0, b"{}"))
+    return [str(row[5]) for row in program if row[1] in ("Function", "PureFunc")]
+
+
+async def test_a_task_write_parses_no_json_and_a_version_2_file_gets_its_context_column(
+    db: Path,
+) -> None:
+    store = SqliteStore(db)
+    assert functions_per_upsert(store._conn) == []
+    for n, context in enumerate(["ctx-a", "ctx-b", None, "ctx-a"]):
+        store.put_task(record_in(n, context, {"text": str(n)}), [])
+    await store.commit()
+    await store.close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.executescript(V2_CONTEXT)
+    assert any("json_extract" in f for f in functions_per_upsert(conn))  # what version 2 paid
+    conn.close()
+
+    again = SqliteStore(db)
+    version = again._conn.execute("SELECT value FROM meta WHERE key='schema_version'")
+    assert version.fetchone()[0] == str(SCHEMA_VERSION) == "3"
+    assert functions_per_upsert(again._conn) == []
+    in_a = TaskFilter(requester=R_ID, context_id="ctx-a")
+    assert [row.key.task_id for row in again.list_tasks(limit=10, where=in_a)] == ["c-3", "c-0"]
+    assert again.count_tasks(TaskFilter(context_id="ctx-b")) == 1
+    assert "INDEX tasks_by_context (requester=? AND context_id=?)" in plan(
+        again._conn, "SELECT task_id FROM tasks WHERE requester = 'r' AND context_id = 'x'"
+    )
+    await again.close()
+
+
+def test_a_state_role_or_event_is_written_as_its_value() -> None:
+    # The stores write str(member) (cheaper than `.value`): the same text, for every member.
+    for enum in (TaskState, Role, Event):
+        for member in enum:
+            assert type(str(member)) is str and str(member) == member.value
