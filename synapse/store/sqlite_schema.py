@@ -20,6 +20,22 @@ from synapse.store.sql import transition as _transition
 from synapse.types import TaskState
 
 SCHEMA_VERSION = 3
+#: A transition's `id` orders a task's history; a new row takes the largest id plus one, so
+#: the history of a task stays in order even where ids of purged rows are used again.
+_TRANSITIONS = """CREATE TABLE IF NOT EXISTS transitions (
+    id INTEGER PRIMARY KEY,
+    requester TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    from_state TEXT NOT NULL,
+    to_state TEXT NOT NULL,
+    event TEXT NOT NULL,
+    message_id TEXT,
+    at REAL NOT NULL
+)"""
+_TRANSITIONS_INDEX = (
+    "CREATE INDEX IF NOT EXISTS transitions_task ON transitions (requester, task_id)"
+)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tasks (
@@ -32,18 +48,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     context_id TEXT,
     PRIMARY KEY (requester, task_id)
 );
-CREATE TABLE IF NOT EXISTS transitions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    requester TEXT NOT NULL,
-    task_id TEXT NOT NULL,
-    role TEXT NOT NULL,
-    from_state TEXT NOT NULL,
-    to_state TEXT NOT NULL,
-    event TEXT NOT NULL,
-    message_id TEXT,
-    at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS transitions_task ON transitions (requester, task_id);
+{transitions};
+{transitions_index};
 CREATE TABLE IF NOT EXISTS outbox (
     seq INTEGER PRIMARY KEY,
     message_id TEXT NOT NULL UNIQUE,
@@ -79,6 +85,9 @@ CREATE INDEX IF NOT EXISTS outbox_dead ON outbox (dead_at) WHERE dead_reason IS 
 #: in an echo task).
 CONTEXT_ID = "context_id"
 _CONTEXT_IN_RECORD = "json_extract(CAST(record AS TEXT), '$.context.session_id')"
+_SCHEMA = _SCHEMA.replace("{transitions}", _TRANSITIONS).replace(
+    "{transitions_index}", _TRANSITIONS_INDEX
+)
 _FINAL_STATES = [state.value for state in TaskState if state.is_final]
 #: A final task, and a live one, as the partial indexes and the queries that use them test it:
 #: comparisons, not `state IN (...)`. SQLite 3.40 builds an ephemeral table for every IN list
@@ -98,8 +107,18 @@ CREATE INDEX IF NOT EXISTS tasks_finished_by_role ON tasks (role, state) WHERE {
 _SCHEMA += _PARTIAL_INDEXES
 
 
-def _context_column(conn: sqlite3.Connection) -> None:
-    """Version 3: the context id as a column, filled from the records already stored."""
+def _version_3(conn: sqlite3.Connection) -> None:
+    """Version 3: the context id as a column, filled from the records already stored, and
+    transitions numbered without AUTOINCREMENT (which updated `sqlite_sequence`, one more
+    b-tree and page, on every write of a transition). Each part is skipped if done."""
+    table = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'transitions'").fetchone()
+    if "AUTOINCREMENT" in table[0].upper():
+        conn.execute(_TRANSITIONS.replace("transitions", "transitions_renumbered", 1))
+        conn.execute("INSERT INTO transitions_renumbered SELECT * FROM transitions ORDER BY id")
+        conn.execute("DROP TABLE transitions")
+        conn.execute("ALTER TABLE transitions_renumbered RENAME TO transitions")
+        conn.execute(_TRANSITIONS_INDEX)
+        conn.execute("DELETE FROM sqlite_sequence WHERE name = 'transitions'")
     columns = {row[1] for row in conn.execute("PRAGMA table_info(tasks)")}
     if "context_id" not in columns:
         conn.execute("ALTER TABLE tasks ADD COLUMN context_id TEXT")
@@ -112,11 +131,11 @@ def _context_column(conn: sqlite3.Connection) -> None:
 
 #: What brings a file from the version before each to it, in one transaction (`connect`).
 #: 2: the partial indexes test states by comparisons (`IS_FINAL`), not by IN lists.
-#: 3: the context id is a column (`CONTEXT_ID`).
+#: 3: the context id is a column (`CONTEXT_ID`); transitions without AUTOINCREMENT.
 _UPGRADES: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     2: "DROP INDEX IF EXISTS tasks_live; DROP INDEX IF EXISTS tasks_finished; "
     "DROP INDEX IF EXISTS tasks_finished_by_role;" + _PARTIAL_INDEXES,
-    3: _context_column,
+    3: _version_3,
 }
 #: Seconds of expiry time per set of the dedup index (`SqliteStore.dedup_known_absent`).
 DEDUP_SLICE = 60.0

@@ -442,14 +442,31 @@ async def test_a_version_1_file_is_upgraded_with_everything_in_it(db: Path) -> N
     assert rows == []
 
 
-#: Version 2 indexed a task's context as an expression over its record, with no column.
+#: Version 2 indexed a task's context as an expression over its record, with no column, and
+#: numbered transitions with AUTOINCREMENT.
 V2_CONTEXT = """
 DROP INDEX tasks_by_context;
 ALTER TABLE tasks DROP COLUMN context_id;
 CREATE INDEX tasks_by_context ON tasks
     (requester, json_extract(CAST(record AS TEXT), '$.context.session_id'), updated_at, task_id);
+CREATE TABLE v2_transitions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, requester TEXT NOT NULL, task_id TEXT NOT NULL,
+    role TEXT NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL, event TEXT NOT NULL,
+    message_id TEXT, at REAL NOT NULL
+);
+INSERT INTO v2_transitions SELECT * FROM transitions;
+DROP TABLE transitions;
+ALTER TABLE v2_transitions RENAME TO transitions;
+CREATE INDEX transitions_task ON transitions (requester, task_id);
 UPDATE meta SET value = '2' WHERE key = 'schema_version';
 """
+
+
+def autoincrement(conn: sqlite3.Connection) -> bool:
+    """Whether a table numbers its rows with AUTOINCREMENT (one more b-tree written, the
+    `sqlite_sequence` table, for every row inserted)."""
+    rows = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table'").fetchall()
+    return any("AUTOINCREMENT" in sql.upper() for (sql,) in rows)
 
 
 def functions_per_upsert(conn: sqlite3.Connection) -> list[str]:
@@ -459,30 +476,45 @@ def functions_per_upsert(conn: sqlite3.Connection) -> list[str]:
     return [str(row[5]) for row in program if row[1] in ("Function", "PureFunc")]
 
 
-async def test_a_task_write_parses_no_json_and_a_version_2_file_gets_its_context_column(
+async def test_a_task_write_parses_no_json_nor_numbers_rows_and_a_version_2_file_is_upgraded(
     db: Path,
 ) -> None:
     store = SqliteStore(db)
-    assert functions_per_upsert(store._conn) == []
+    assert functions_per_upsert(store._conn) == [] and not autoincrement(store._conn)
     for n, context in enumerate(["ctx-a", "ctx-b", None, "ctx-a"]):
         store.put_task(record_in(n, context, {"text": str(n)}), [])
+    duo = Duo(store, MemoryStore())
+    done, live = duo.submit(task_id="t-done"), duo.submit(task_id="t-live")
+    duo.complete(done)
     await store.commit()
-    await store.close()
+    before = await reopened(store)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.executescript(V2_CONTEXT)
     assert any("json_extract" in f for f in functions_per_upsert(conn))  # what version 2 paid
+    assert autoincrement(conn)
     conn.close()
 
     again = SqliteStore(db)
     version = again._conn.execute("SELECT value FROM meta WHERE key='schema_version'")
     assert version.fetchone()[0] == str(SCHEMA_VERSION) == "3"
-    assert functions_per_upsert(again._conn) == []
+    assert functions_per_upsert(again._conn) == [] and not autoincrement(again._conn)
+    assert [t.key for t in again.load().tasks] == [live]
     in_a = TaskFilter(requester=R_ID, context_id="ctx-a")
     assert [row.key.task_id for row in again.list_tasks(limit=10, where=in_a)] == ["c-3", "c-0"]
     assert again.count_tasks(TaskFilter(context_id="ctx-b")) == 1
     assert "INDEX tasks_by_context (requester=? AND context_id=?)" in plan(
         again._conn, "SELECT task_id FROM tasks WHERE requester = 'r' AND context_id = 'x'"
     )
+    assert await reopened(again) == before  # histories and all, in order
+    # A transition written now follows the task's earlier ones.
+    again = SqliteStore(db)
+    record = again.get_task(live)
+    assert record is not None and len(record.history) > 1
+    first = record.history[0]
+    again.put_task(record, [first])
+    await again.commit()
+    after = again.get_task(live)
+    assert after is not None and after.history == [*record.history, first]
     await again.close()
 
 
