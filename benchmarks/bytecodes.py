@@ -83,7 +83,7 @@ def _where(code: CodeType) -> str:
 
 async def _drive(tasks: int, out: Path, serve_args: list[str]) -> None:
     from benchmarks.floor import Requester
-    from benchmarks.instructions import _listening
+    from benchmarks.instructions import _listening, warm_up
 
     requester = Requester(
         argparse.Namespace(secret=SECRET, agent_id="agent-r", port=free_port(), connections=4)
@@ -100,8 +100,7 @@ async def _drive(tasks: int, out: Path, serve_args: list[str]) -> None:
     try:
         await _listening(proc, port, timeout=60)
         url = f"http://{HOST}:{port}/synapse/callback"
-        for _ in range(WARMUP_TASKS):
-            await requester.one(url, "agent-e")
+        await warm_up(requester, url, WARMUP_TASKS)
         proc.send_signal(TOGGLE)
         for _ in range(tasks):
             await requester.one(url, "agent-e")  # checks each task

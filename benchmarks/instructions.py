@@ -135,8 +135,7 @@ async def count(subject: Subject, tasks: int, work: Path) -> dict[str, Any]:
     try:
         await _listening(proc, port, timeout=180)
         url = f"http://{HOST}:{port}/synapse/callback"
-        for _ in range(WARMUP_TASKS):
-            await requester.one(url, "agent-e")
+        await warm_up(requester, url, WARMUP_TASKS)
         _toggle(proc.pid, "on")
         for _ in range(tasks):
             await requester.one(url, "agent-e")  # checks each task: signatures, order, output
@@ -170,6 +169,23 @@ async def _listening(proc: asyncio.subprocess.Process, port: int, timeout: float
         if proc.returncode is not None or time.monotonic() > deadline:
             raise RuntimeError("serve under callgrind did not start listening")
         await asyncio.sleep(0.2)
+
+
+async def warm_up(requester: Any, url: str, tasks: int, timeout: float = 180) -> None:
+    """`tasks` echo tasks, the first tried again while it is refused 503: serve listens
+    before it has held and loaded its store, and answers `agent_not_ready` until then (under
+    callgrind, for seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await requester.one(url, "agent-e")
+            break
+        except RuntimeError as exc:
+            if "HTTP 503" not in str(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+    for _ in range(tasks - 1):
+        await requester.one(url, "agent-e")
 
 
 def _toggle(pid: int, state: str) -> None:
