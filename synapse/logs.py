@@ -186,7 +186,11 @@ def console_line(event: dict[str, Any]) -> str:
     parts = [f"{timestamp} [{level:<9}] {_value(name):<30}"]
     if logger is not None:
         parts.append(f"[{logger}]")
-    parts += [f"{key}={_value(event[key])}" for key in sorted(event)]
+    # _value inlined: this runs for every field of every line.
+    parts += [
+        f"{key}={value}" if isinstance(value := event[key], str) else f"{key}={value!r}"
+        for key in sorted(event)
+    ]
     line = " ".join(parts)
     return f"{line}\n{exception}" if exception else line
 

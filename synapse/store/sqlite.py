@@ -172,6 +172,7 @@ class SqliteStore(OutboxMaintenance):
         self._forming: _Batch | None = None
         self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._run_writer, name="synapse-store", daemon=True)
+        self._writer_running = True
         self._writer.start()
         self._hold: FileHold | None = None
 
@@ -457,7 +458,7 @@ class SqliteStore(OutboxMaintenance):
         return await result
 
     def _launch(self) -> None:  # on the loop
-        if not self._writer.is_alive():
+        if not self._writer_running:  # a flag: Thread.is_alive takes a lock, every commit
             raise RuntimeError(f"{self.path}: the store is closed")
         self._writing, self._forming = self._forming, None
         self._queue.put(self._writing)
@@ -486,13 +487,16 @@ class SqliteStore(OutboxMaintenance):
             self._launch()
 
     def _run_writer(self) -> None:  # the writer thread
-        while (batch := self._queue.get()) is not None:
-            self._write_batch(batch)
-            try:
-                batch.loop.call_soon_threadsafe(self._settle, batch)
-            except RuntimeError:  # its loop is closed: nobody waits for it any more
-                if self._writing is batch:
-                    self._writing = None
+        try:
+            while (batch := self._queue.get()) is not None:
+                self._write_batch(batch)
+                try:
+                    batch.loop.call_soon_threadsafe(self._settle, batch)
+                except RuntimeError:  # its loop is closed: nobody waits for it any more
+                    if self._writing is batch:
+                        self._writing = None
+        finally:
+            self._writer_running = False
 
     def _write_batch(self, batch: _Batch) -> None:  # the writer thread
         commits = batch.commits
