@@ -31,14 +31,14 @@ from synapse.types.codec import (
     EnvelopeHead,
     build_message_now,
     check_version,
-    decode_head,
+    decode_envelope,
     encode_message,
     format_timestamp,
 )
 from synapse.types.enums import REPLY_ONLY_TYPES
 from synapse.types.errors import ErrorCode, RemoteProtocolError, SynapseException
 from synapse.types.ijson import parse_i_json_noting_floats
-from synapse.types.messages import Envelope, Nack, Sender
+from synapse.types.messages import Envelope, Message, Nack, Sender
 from synapse.types.payloads import NackPayload
 from synapse.types.signing import (
     SIGNATURE_HEADER,
@@ -60,7 +60,8 @@ _VERSION = re.compile(r"[0-9]+\.[0-9]+")  # fullmatch: "1.0\n" is not a version
 class Inbound(msgspec.Struct, frozen=True):
     """An authenticated incoming message, ready for deduplication and payload decoding."""
 
-    head: EnvelopeHead
+    #: The envelope (the typed message itself when its payload decoded too).
+    head: EnvelopeHead | Message
     #: The parsed I-JSON value of `body` (a JSON object), unknown members included.
     value: dict[str, Any]
     body: bytes
@@ -69,6 +70,9 @@ class Inbound(msgspec.Struct, frozen=True):
     #: SHA-256 of the envelope's canonical form without `timestamp` and `signature`: equal for
     #: a retry of the same message, different for another message reusing its id.
     fingerprint: bytes
+    #: The typed message, when the whole body decoded as one; None: `decode_typed` judges
+    #: its payload (after authentication, in the order of checks).
+    message: Message | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -227,10 +231,10 @@ def authenticate(
         version = value.get("version") if isinstance(value, dict) else None
         if isinstance(version, str) and _VERSION.fullmatch(version):
             check_version(version)
-        head = decode_head(body)
+        head, message = decode_envelope(body)
     except RemoteProtocolError as exc:
         raise Refused(exc, request_id=request_id, sender_id=sender_id) from None
-    assert isinstance(value, dict)  # decode_head accepted an object
+    assert isinstance(value, dict)  # decode_envelope accepted an object
 
     def refuse(error: RemoteProtocolError, sign_with: Partner | None = None) -> Refused:
         return Refused(error, sign_with, request_id=head.id, sender_id=head.from_.agent_id)
@@ -284,6 +288,7 @@ def authenticate(
         partner=partner,
         signed_by=signed_by,
         fingerprint=message_fingerprint(value, floats=floats),
+        message=message,
     )
 
 

@@ -416,8 +416,10 @@ class SynapseServer:
             self.dedup.stage(inbound.key, staged[0])
 
         debug = _stdlib_log.isEnabledFor(logging.DEBUG)
+        message = inbound.message
         try:
-            message = decode_typed(inbound.body)
+            if message is None:
+                message = decode_typed(inbound.body)
         except RemoteProtocolError as malformed:
             receipt = Receipt(None, malformed, None, None, None)
         else:

@@ -115,6 +115,23 @@ def decode_head(data: bytes) -> EnvelopeHead:
     return head
 
 
+def decode_envelope(data: bytes) -> tuple[EnvelopeHead | Message, Message | None]:
+    """The envelope to check before authentication, and the typed message when all of it
+    decodes: nearly always, and then the head is the message itself, so that the body is
+    decoded once rather than as a head now and as a message after authentication. A body
+    whose payload does not decode gets `decode_head`'s head alone (and its errors, in its
+    order); its payload is judged by `decode_typed` after authentication, as before."""
+    try:
+        message = _message_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return decode_head(data), None
+    # What `decode_head` checks of a head that decodes: its major version (the `Version`
+    # pattern made it MAJOR.MINOR) and an object for the payload (every payload type is one).
+    if not message.version.startswith(_MAJOR_PREFIX):
+        check_version(message.version)
+    return message, message
+
+
 def decode_typed(data: bytes) -> Message:
     """Decode bytes into the typed message without the I-JSON pass (see `decode_message`)."""
     try:
