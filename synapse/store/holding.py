@@ -30,8 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from synapse.logs import get_logger
 from synapse.store.base import StoreUnavailable
 from synapse.types.errors import SynapseException
+
+log = get_logger("synapse.store")
 
 try:
     import fcntl
@@ -140,6 +143,50 @@ def take_database_hold(conn: Any, *, shared: bool, patience: float = 3.0) -> Non
     )
 
 
+class DatabaseHold:
+    """This process's hold of a PostgreSQL store, kept across the loss of its connection.
+
+    The lock is its session's: when that connection is lost (the server restarted, a
+    network cut) so is the lock, and another process may take it before this one is back.
+    The store takes it again on the new connection (`take_again`). While another process
+    holds it, `refused` says so and the store writes nothing, failing its commits as if the
+    database were away (the runtime answers 503 and waits), so that two processes never
+    serve the store at once; it tries again before each transaction, and writes again once
+    the hold is its own. `doubtful` marks a hold whose connection may have been lost without
+    a statement on it noticing yet (a transaction failed for want of the database): the
+    store checks it before its next transaction."""
+
+    def __init__(self) -> None:
+        #: None while not held; True for a replica's shared hold, False for an exclusive one.
+        self.shared: bool | None = None
+        self.refused: StoreInUse | None = None
+        self.doubtful = False
+
+    @property
+    def held(self) -> bool:
+        return self.shared is not None
+
+    def take(self, conn: Any, *, shared: bool, patience: float) -> None:
+        take_database_hold(conn, shared=shared, patience=patience)
+        self.shared = shared
+
+    def take_again(self, conn: Any) -> None:
+        """Take the hold as it was on `conn` (a new connection, or the same one after a
+        refusal), without waiting; on refusal, `refused` says why (logged once)."""
+        if self.shared is None:
+            return
+        try:
+            take_database_hold(conn, shared=self.shared, patience=0)
+        except StoreInUse as exc:
+            if self.refused is None:
+                log.error("store_in_use", error=str(exc), writes="refused until held again")
+            self.refused = exc
+            return
+        if self.refused is not None:
+            log.warning("store_held_again")
+        self.refused = None
+
+
 def let_go_of_database(conn: Any) -> None:
     """Give the serving lock back on `conn`, at once (before its connection closes: the
     server would otherwise end the session, and the lock with it, a moment later)."""
@@ -148,6 +195,7 @@ def let_go_of_database(conn: Any) -> None:
 
 __all__ = [
     "SERVING_LOCK",
+    "DatabaseHold",
     "FileHold",
     "StoreInUse",
     "holder_line",

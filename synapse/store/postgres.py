@@ -50,7 +50,7 @@ from synapse.store.base import (
     TaskFilter,
     TaskRow,
 )
-from synapse.store.holding import StoreInUse, let_go_of_database, take_database_hold
+from synapse.store.holding import DatabaseHold, StoreInUse, let_go_of_database
 from synapse.store.migrations import apply_migrations as apply_migrations
 from synapse.store.migrations import migrate as migrate
 from synapse.store.migrations import migrations
@@ -202,10 +202,10 @@ class PostgresStore(OutboxMaintenance):
         #: Set by `Ownership` too: what `load()` returns at start-up when replicas share
         #: the database (the tasks this process took over, not every live task).
         self.load_override: Callable[[], Snapshot] | None = None
-        #: How this process holds the database (`hold`): None before it does, "shared" as
-        #: one of the agent's replicas, "exclusive" as the only process serving it; and how
-        #: long `hold` waits for a process that has just died to let go.
-        self._holding: str | None = None
+        #: How this process holds the database (`hold`): shared as one of the agent's
+        #: replicas, exclusive as the only process serving it; and how long `hold` waits
+        #: for a process that has just died to let go.
+        self._hold = DatabaseHold()
         self.patience = 3.0
 
     # --- connections ------------------------------------------------------------------------
@@ -227,25 +227,30 @@ class PostgresStore(OutboxMaintenance):
             old, self._reader = self._reader, self._connect_reader()
             old.close()
             log.warning("postgres_reconnected", connection="lookups")
-            if self._holding is not None:
-                # The hold was the lost session's: take it again, or say loudly that another
-                # process took it meanwhile (stopping would not undo what the other did).
-                try:
-                    take_database_hold(self._reader, shared=self._holding == "shared")
-                except StoreInUse as exc:
-                    log.error("store_in_use", error=str(exc))
+            self._hold.take_again(self._reader)  # the lost session's: writes wait for it
         return self._reader
+
+    def _hold_refused(self) -> StoreInUse | None:
+        """Whether another process holds the store now (in a worker thread, before a
+        transaction, when the hold is in doubt or was refused): a statement on the hold's
+        connection opens it again, and takes the hold again, if it was lost."""
+        with contextlib.suppress(psycopg.OperationalError):  # the write will meet it too
+            self.read_rows("SELECT 1")
+            with self._lock:
+                if self._hold.refused is not None:
+                    self._hold.take_again(self._usable_reader())
+            self._hold.doubtful = False
+        return self._hold.refused
 
     def hold(self) -> None:
         """A session advisory lock of the database (`synapse.store.holding`), on the
         lookups' connection: shared when this process is one of the agent's replicas (its
         writes fenced by leases), exclusive otherwise; taken again when that connection
         comes back after a loss."""
-        shared = self.fence is not None
         with self._lock:
-            if self._holding is None:
-                take_database_hold(self._usable_reader(), shared=shared, patience=self.patience)
-                self._holding = "shared" if shared else "exclusive"
+            if not self._hold.held:
+                shared = self.fence is not None
+                self._hold.take(self._usable_reader(), shared=shared, patience=self.patience)
 
     def read_rows(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()
@@ -577,6 +582,10 @@ class PostgresStore(OutboxMaintenance):
         refused: list[bool] = [False] * len(commits)
         dropped: set[Tag] = set()
         try:
+            if batch and (self._hold.doubtful or self._hold.refused is not None):
+                in_use = await asyncio.to_thread(self._hold_refused)
+                if in_use is not None:
+                    raise psycopg.OperationalError(f"writes refused: {in_use}")
             if batch:
                 pool = await self._open_pool()
                 async with pool.connection() as conn:
@@ -585,6 +594,7 @@ class PostgresStore(OutboxMaintenance):
             # The database cannot be reached or written now: nothing of the batch was
             # written. Keep it for the next commit, except what each caller rolls back.
             self._retry = self._retry + [op for c in commits for op in c.ops[: c.keep]]
+            self._hold.doubtful = self._hold.held  # its session may be gone too
             group.settle(StoreUnavailable(f"postgresql: {exc}"))
             return
         except BaseException as exc:
@@ -729,7 +739,7 @@ class PostgresStore(OutboxMaintenance):
             if self._pool_opened:
                 await self._pool.close()
             with self._lock:
-                if self._holding is not None and not self._reader.broken:
+                if self._hold.held and not self._reader.broken:
                     with contextlib.suppress(psycopg.Error):
                         let_go_of_database(self._reader)
                 self._reader.close()

@@ -19,8 +19,9 @@ from diskfaults import set_immutable
 
 from synapse.cli.main import main
 from synapse.demo.handler import DemoHandler
-from synapse.store import MemoryStore, SqliteStore, StoreInUse
+from synapse.store import MemoryStore, SqliteStore, StoreInUse, StoreUnavailable
 from synapse.store.holding import SERVING_LOCK, take_database_hold
+from synapse.store.kit import record_in
 from synapse.store.postgres import PostgresStore
 from synapse.transport.peer import Peer
 from synapse.types import TaskState
@@ -202,6 +203,63 @@ async def test_the_postgresql_hold_is_taken_again_when_its_connection_comes_back
     with pytest.raises(StoreInUse):
         alone_store(pg_url).hold()
     await store.close()
+
+
+async def test_a_store_whose_hold_another_process_took_writes_nothing_until_it_is_back(
+    pg_url: str,
+) -> None:
+    """A restart of the server ends every session of the holder, its hold with them; a
+    process starting then takes the hold. The first must not serve the store beside it: its
+    commits fail as if the database were away, writing nothing, until the other lets go."""
+    first, second = PostgresStore(pg_url), None
+    try:
+        first.hold()
+        first.put_task(record_in(0, None, {"text": "before"}), [])
+        await first.commit()  # its pool has connections now
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            second = alone_store(pg_url)  # a process starting now
+            second.hold()  # the first's session is gone, and its hold with it
+            first.put_task(record_in(1, None, {"text": "beside"}), [])
+            # The first meets its lost connections, then the other's hold; as the runtime
+            # does, it tries again (`_commit_patiently`).
+            assert "served by another process" in await failures_until(first, "another")
+
+            def stored() -> list[str]:
+                rows = admin.execute("SELECT task_id FROM tasks ORDER BY task_id").fetchall()
+                return [task_id for (task_id,) in rows]
+
+            assert stored() == ["c-0"]  # nothing written beside the other process
+            await second.close()  # it lets go: the first writes again, what it kept included
+            await failures_until(first, None)
+            assert stored() == ["c-0", "c-1"]
+        with pytest.raises(StoreInUse):
+            alone_store(pg_url).hold()  # the first holds the store again
+    finally:
+        if second is not None:
+            await second.close()
+        await first.close()
+
+
+async def failures_until(store: PostgresStore, words: str | None) -> str:
+    """Commit until the commit fails saying `words` (None: until it succeeds), at most five
+    times; the last failure's message."""
+    last = ""
+    for _ in range(5):
+        try:
+            await store.commit()
+        except StoreUnavailable as exc:
+            last = str(exc)
+            if words is not None and words in last:
+                return last
+            continue
+        if words is None:
+            return last
+        raise AssertionError(f"committed while another process held the store ({last!r})")
+    raise AssertionError(f"still failing: {last!r}")
 
 
 def test_synapse_mcp_on_a_store_another_process_serves_exits_2(tmp_path: Path) -> None:
