@@ -242,6 +242,14 @@ class PostgresStore(OutboxMaintenance):
             self._hold.doubtful = False
         return self._hold.refused
 
+    async def probe_write(self) -> None:
+        """Raise `StoreUnavailable` while another process holds the store (readiness: a
+        balancer sends this process nothing it may not write). No round trip otherwise."""
+        if self._hold.doubtful or self._hold.refused is not None:
+            in_use = await asyncio.to_thread(self._hold_refused)
+            if in_use is not None:
+                raise StoreUnavailable(f"postgresql: writes refused: {in_use}")
+
     def hold(self) -> None:
         """A session advisory lock of the database (`synapse.store.holding`), on the
         lookups' connection: shared when this process is one of the agent's replicas (its

@@ -233,8 +233,11 @@ async def test_a_store_whose_hold_another_process_took_writes_nothing_until_it_i
                 return [task_id for (task_id,) in rows]
 
             assert stored() == ["c-0"]  # nothing written beside the other process
+            with pytest.raises(StoreUnavailable, match="served by another process"):
+                await first.probe_write()  # /readyz: not ready
             await second.close()  # it lets go: the first writes again, what it kept included
             await failures_until(first, None)
+            await first.probe_write()
             assert stored() == ["c-0", "c-1"]
         with pytest.raises(StoreInUse):
             alone_store(pg_url).hold()  # the first holds the store again
