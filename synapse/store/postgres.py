@@ -258,7 +258,13 @@ class PostgresStore(OutboxMaintenance):
         with self._lock:
             if not self._hold.held:
                 shared = self.fence is not None
-                self._hold.take(self._usable_reader(), shared=shared, patience=self.patience)
+                try:
+                    self._hold.take(self._usable_reader(), shared=shared, patience=self.patience)
+                except psycopg.OperationalError:
+                    if not self._reader.broken:
+                        raise
+                    # Lost since it was opened (a restart of the server): once more, anew.
+                    self._hold.take(self._usable_reader(), shared=shared, patience=self.patience)
 
     def read_rows(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()

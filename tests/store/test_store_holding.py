@@ -205,6 +205,21 @@ async def test_the_postgresql_hold_is_taken_again_when_its_connection_comes_back
     await store.close()
 
 
+async def test_the_postgresql_hold_is_taken_on_a_new_connection_if_the_first_was_lost(
+    pg_url: str,
+) -> None:
+    store = alone_store(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    store.hold()  # its lookups' connection, opened with the store, was lost meanwhile
+    with pytest.raises(StoreInUse):
+        alone_store(pg_url).hold()
+    await store.close()
+
+
 async def test_a_store_whose_hold_another_process_took_writes_nothing_until_it_is_back(
     pg_url: str,
 ) -> None:
