@@ -215,10 +215,6 @@ class Delivering(RuntimeBase):
                     # other commit for as long as it stays idle).
                     with contextlib.suppress(StoreUnavailable):
                         await self._commit()
-        except Exception:
-            # Unforeseen (a store's or a gate's error of another kind): logged, and the
-            # task's messages are not left without a worker (below).
-            log.exception("delivery_worker_failed", task_id=key.task_id, requester=key.requester)
         finally:
             if self._workers.get(key) is asyncio.current_task():
                 self._workers.pop(key, None)
@@ -226,20 +222,6 @@ class Delivering(RuntimeBase):
                 self._queues.pop(key, None)
                 if key in self._finals:
                     self._evict(key)
-            elif (
-                queue
-                and self._queues.get(key) is queue
-                and key not in self._workers
-                and not self._closed
-            ):
-                # Stopped with messages left, the task still ours: a worker starts again
-                # after a pause, rather than leave them queued with nobody to send them.
-                self._workers[key] = asyncio.create_task(self._deliver_later(key))
-
-    async def _deliver_later(self, key: TaskKey) -> None:
-        await asyncio.sleep(_STORE_RETRY_MAX)
-        if key in self._queues:
-            await self._deliver(key)
 
     async def _commit_patiently(self) -> None:
         """Commit, waiting out a store that cannot write (it logs the failure episode once);

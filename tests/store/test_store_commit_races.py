@@ -416,39 +416,3 @@ async def test_an_outcome_of_a_task_let_go_before_its_commit_is_not_announced(
     assert ("lost", TaskState.COMPLETED) not in told.seen
     assert e.get_task_status(kept.task_id, R_ID) is not TaskState.EXECUTING
     await store.close()
-
-
-class FailingOnce(Partner):
-    """A partner whose first `task_complete`, the task's last message (no later one starts a
-    worker), meets an error no delivery expects (not a `DeliveryError`: a store's or a
-    gate's error of another kind, say)."""
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(engine)
-        self.failed: list[Message] = []
-
-    async def send_callback(self, partner: str, message: Message, *, retry: bool = True) -> Message:
-        if message.message_type is MessageType.TASK_COMPLETE and not self.failed:
-            self.failed.append(message)
-            raise RuntimeError("an error no delivery expects")
-        return await super().send_callback(partner, message, retry=retry)
-
-
-async def test_a_delivery_worker_stopped_by_an_unforeseen_error_leaves_no_message_behind(
-    tmp_path: Path,
-) -> None:
-    r = Engine(agent_id=R_ID, endpoint=R_URL)
-    partner = FailingOnce(r)
-    worker = Handler()
-    store = SqliteStore(tmp_path / "e.sqlite")
-    e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, sender=partner, store=store)
-    e.set_task_handler(worker)
-    async with e:
-        asked = request(r, "t")
-        r.on_reply(asked, await e.handle_message(asked), T0)
-        worker.release.set()
-        # The outcome met the error; nothing else about the task is to come.
-        await eventually(lambda: partner.finals("t"), timeout=20)
-        (failed,) = partner.failed
-        assert partner.finals("t") == {failed.id}  # sent again, by a worker started again
-    await store.close()
