@@ -243,8 +243,9 @@ class PostgresStore(OutboxMaintenance):
         return self._hold.refused
 
     async def probe_write(self) -> None:
-        """Raise `StoreUnavailable` while another process holds the store (readiness: a
-        balancer sends this process nothing it may not write). No round trip otherwise."""
+        """Raise `StoreUnavailable` while another process holds the store: before each
+        transaction, and for readiness (a balancer sends this process nothing it may not
+        write). A round trip only while the hold is in doubt or refused."""
         if self._hold.doubtful or self._hold.refused is not None:
             in_use = await asyncio.to_thread(self._hold_refused)
             if in_use is not None:
@@ -596,20 +597,18 @@ class PostgresStore(OutboxMaintenance):
         refused: list[bool] = [False] * len(commits)
         dropped: set[Tag] = set()
         try:
-            if batch and (self._hold.doubtful or self._hold.refused is not None):
-                in_use = await asyncio.to_thread(self._hold_refused)
-                if in_use is not None:
-                    raise psycopg.OperationalError(f"writes refused: {in_use}")
             if batch:
+                await self.probe_write()  # while another process holds the store: refused
                 pool = await self._open_pool()
                 async with pool.connection() as conn:
                     dropped = await self._transaction(conn, batch, spans, refused)
-        except (psycopg.OperationalError, PoolTimeout) as exc:
+        except (psycopg.OperationalError, PoolTimeout, StoreUnavailable) as exc:
             # The database cannot be reached or written now: nothing of the batch was
             # written. Keep it for the next commit, except what each caller rolls back.
             self._retry = self._retry + [op for c in commits for op in c.ops[: c.keep]]
             self._hold.doubtful = self._hold.held  # its session may be gone too
-            group.settle(StoreUnavailable(f"postgresql: {exc}"))
+            unavailable = exc if isinstance(exc, StoreUnavailable) else None
+            group.settle(unavailable or StoreUnavailable(f"postgresql: {exc}"))
             return
         except BaseException as exc:
             self._retry = []  # a statement's own failure (a bug): not retried
