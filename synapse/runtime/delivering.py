@@ -126,6 +126,8 @@ class Delivering(RuntimeBase):
         drops it (`synapse outbox`).
         """
         queue = self._queues[key]
+        claim_delay = _STORE_RETRY_FIRST
+        failed = False
         try:
             while queue and not self._closed:
                 queued = queue.head
@@ -142,7 +144,21 @@ class Delivering(RuntimeBase):
                 if queue.head is not queued:
                     continue  # dropped meanwhile: nothing more about it is sent
                 if self.delivery_gate is not None:
-                    verdict = await self.delivery_gate(queued.item)
+                    try:
+                        verdict = await self.delivery_gate(queued.item)
+                    except Exception as exc:  # the shared store unreachable, say
+                        if self._closed:
+                            raise
+                        # Not a verdict: ask again once the store answers (the worker is
+                        # all that will ever send the task's messages while it holds it).
+                        if claim_delay == _STORE_RETRY_FIRST:
+                            log.warning(
+                                "delivery_claim_failed", message_id=out.message.id, error=repr(exc)
+                            )
+                        await asyncio.sleep(claim_delay)
+                        claim_delay = min(claim_delay * 2, _STORE_RETRY_MAX)
+                        continue
+                    claim_delay = _STORE_RETRY_FIRST
                     if verdict == "lost":
                         self.release(key)
                         return
@@ -215,6 +231,11 @@ class Delivering(RuntimeBase):
                     # other commit for as long as it stays idle).
                     with contextlib.suppress(StoreUnavailable):
                         await self._commit()
+        except Exception:
+            # Unforeseen: logged, and the task's messages are not left queued with nobody to
+            # send them (no later message of the task may come to start a worker).
+            log.exception("delivery_worker_failed", task_id=key.task_id, requester=key.requester)
+            failed = True
         finally:
             if self._workers.get(key) is asyncio.current_task():
                 self._workers.pop(key, None)
@@ -222,6 +243,17 @@ class Delivering(RuntimeBase):
                 self._queues.pop(key, None)
                 if key in self._finals:
                     self._evict(key)
+            elif failed and self._queues.get(key) is queue and key not in self._workers:
+                # Only after an error: a cancelled worker was stopped on purpose (its task
+                # dropped or let go, or the peer closing).
+                self._workers[key] = asyncio.create_task(self._deliver_later(key, queue))
+
+    async def _deliver_later(self, key: TaskKey, queue: TaskQueue[_Queued]) -> None:
+        await asyncio.sleep(_STORE_RETRY_MAX)
+        if self._queues.get(key) is queue and not self._closed:
+            await self._deliver(key)
+        elif self._workers.get(key) is asyncio.current_task():
+            del self._workers[key]
 
     async def _commit_patiently(self) -> None:
         """Commit, waiting out a store that cannot write (it logs the failure episode once);

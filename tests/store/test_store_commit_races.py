@@ -28,7 +28,7 @@ from synapse.runtime.handler import ExecutionContext, Validation
 from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.protocol import P2PProtocol
 from synapse.store import SqliteStore
-from synapse.store.base import FencedOut
+from synapse.store.base import FencedOut, OutboxItem
 from synapse.types import (
     ErrorCode,
     LocalProtocolError,
@@ -415,4 +415,78 @@ async def test_an_outcome_of_a_task_let_go_before_its_commit_is_not_announced(
         await e.commit()
     assert ("lost", TaskState.COMPLETED) not in told.seen
     assert e.get_task_status(kept.task_id, R_ID) is not TaskState.EXECUTING
+    await store.close()
+
+
+class FlakyGate:
+    """Between replicas, the claim of each outbox row before its POST: this one cannot reach
+    the shared store for its first `failures` claims of a `task_complete` (the task's last
+    message: no later one starts a worker)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.failed = 0
+
+    async def __call__(self, item: OutboxItem) -> str:
+        completes = f'"{MessageType.TASK_COMPLETE.value}"'.encode() in item.body
+        if completes and self.failed < self.failures:
+            self.failed += 1
+            raise ConnectionError("the database went away")
+        return "send"
+
+
+async def test_a_claim_that_cannot_reach_the_store_is_asked_again_not_given_up(
+    tmp_path: Path,
+) -> None:
+    r = Engine(agent_id=R_ID, endpoint=R_URL)
+    partner = Partner(r)
+    worker = Handler()
+    store = SqliteStore(tmp_path / "e.sqlite")
+    e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, sender=partner, store=store)
+    e.set_task_handler(worker)
+    gate = FlakyGate(failures=3)
+    e.delivery_gate = gate
+    async with e:
+        asked = request(r, "t")
+        r.on_reply(asked, await e.handle_message(asked), T0)
+        worker.release.set()
+        await eventually(lambda: partner.finals("t"), timeout=20)
+        assert gate.failed == 3
+        assert len(partner.finals("t")) == 1
+    await store.close()
+
+
+class FailingOnce(Partner):
+    """A partner whose first `task_complete` meets an error no delivery expects (not a
+    `DeliveryError`)."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.failed: list[Message] = []
+
+    async def send_callback(self, partner: str, message: Message, *, retry: bool = True) -> Message:
+        if message.message_type is MessageType.TASK_COMPLETE and not self.failed:
+            self.failed.append(message)
+            raise RuntimeError("an error no delivery expects")
+        return await super().send_callback(partner, message, retry=retry)
+
+
+async def test_a_delivery_worker_stopped_by_an_unforeseen_error_leaves_no_message_behind(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = Engine(agent_id=R_ID, endpoint=R_URL)
+    partner = FailingOnce(r)
+    worker = Handler()
+    store = SqliteStore(tmp_path / "e.sqlite")
+    e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, sender=partner, store=store)
+    e.set_task_handler(worker)
+    async with e:
+        asked = request(r, "t")
+        r.on_reply(asked, await e.handle_message(asked), T0)
+        worker.release.set()
+        await eventually(lambda: partner.finals("t"), timeout=20)
+        (failed,) = partner.failed
+        assert partner.finals("t") == {failed.id}  # sent again, by a worker started again
+        await eventually(lambda: e.get_task_status("t", R_ID) is TaskState.COMPLETED, timeout=20)
+    assert "delivery_worker_failed" in caplog.text
     await store.close()
