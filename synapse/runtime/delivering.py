@@ -126,7 +126,7 @@ class Delivering(RuntimeBase):
         drops it (`synapse outbox`).
         """
         queue = self._queues[key]
-        claim_delay = _STORE_RETRY_FIRST
+        claims_failed = 0
         failed = False
         try:
             while queue and not self._closed:
@@ -144,21 +144,11 @@ class Delivering(RuntimeBase):
                 if queue.head is not queued:
                     continue  # dropped meanwhile: nothing more about it is sent
                 if self.delivery_gate is not None:
-                    try:
-                        verdict = await self.delivery_gate(queued.item)
-                    except Exception as exc:  # the shared store unreachable, say
-                        if self._closed:
-                            raise
-                        # Not a verdict: ask again once the store answers (the worker is
-                        # all that will ever send the task's messages while it holds it).
-                        if claim_delay == _STORE_RETRY_FIRST:
-                            log.warning(
-                                "delivery_claim_failed", message_id=out.message.id, error=repr(exc)
-                            )
-                        await asyncio.sleep(claim_delay)
-                        claim_delay = min(claim_delay * 2, _STORE_RETRY_MAX)
-                        continue
-                    claim_delay = _STORE_RETRY_FIRST
+                    verdict = await self._claim(queued.item, claims_failed)
+                    if verdict is None:
+                        claims_failed += 1
+                        continue  # asked again, the task's other checks made again first
+                    claims_failed = 0
                     if verdict == "lost":
                         self.release(key)
                         return
@@ -231,9 +221,7 @@ class Delivering(RuntimeBase):
                     # other commit for as long as it stays idle).
                     with contextlib.suppress(StoreUnavailable):
                         await self._commit()
-        except Exception:
-            # Unforeseen: logged, and the task's messages are not left queued with nobody to
-            # send them (no later message of the task may come to start a worker).
+        except Exception:  # unforeseen (see `_start_again_later`)
             log.exception("delivery_worker_failed", task_id=key.task_id, requester=key.requester)
             failed = True
         finally:
@@ -243,10 +231,33 @@ class Delivering(RuntimeBase):
                 self._queues.pop(key, None)
                 if key in self._finals:
                     self._evict(key)
-            elif failed and self._queues.get(key) is queue and key not in self._workers:
-                # Only after an error: a cancelled worker was stopped on purpose (its task
-                # dropped or let go, or the peer closing).
-                self._workers[key] = asyncio.create_task(self._deliver_later(key, queue))
+            elif failed:
+                self._start_again_later(key, queue)
+
+    async def _claim(self, item: OutboxItem, failed_before: int) -> str | None:
+        """The delivery gate's verdict on `item` (between replicas: its outbox row claimed in
+        the database), or None when the gate could not be asked (the database away): the
+        caller asks again, after a pause that grows with `failed_before`. Not a verdict: the
+        worker is all that will send the task's messages while this replica holds it."""
+        assert self.delivery_gate is not None
+        try:
+            return await self.delivery_gate(item)
+        except Exception as exc:
+            if self._closed:
+                raise
+            if not failed_before:
+                log.warning("delivery_claim_failed", message_id=item.message_id, error=repr(exc))
+            pause = _STORE_RETRY_FIRST * 2 ** min(failed_before, 8)
+            await asyncio.sleep(min(pause, _STORE_RETRY_MAX))
+            return None
+
+    def _start_again_later(self, key: TaskKey, queue: TaskQueue[_Queued]) -> None:
+        """A worker stopped by an error: another starts after a pause, rather than leave the
+        task's messages queued with nobody to send them (no later message of the task may
+        come to start one). Only after an error: a cancelled worker was stopped on purpose
+        (its task dropped or let go, or the peer closing)."""
+        if self._queues.get(key) is queue and key not in self._workers:
+            self._workers[key] = asyncio.create_task(self._deliver_later(key, queue))
 
     async def _deliver_later(self, key: TaskKey, queue: TaskQueue[_Queued]) -> None:
         await asyncio.sleep(_STORE_RETRY_MAX)

@@ -27,6 +27,8 @@ from synapse.runtime.handler import (
 from synapse.runtime.listener import Direction, MessageEvent
 from synapse.runtime.running import HandlerRunning
 from synapse.runtime.runtime_base import (
+    _STORE_RETRY_FIRST,
+    _STORE_RETRY_MAX,
     Outcome,
     Receipt,
     TaskAbandoned,
@@ -253,8 +255,19 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
         return found
 
     async def submit(self, command: Submit) -> TaskHandle:
-        """Request a task (`synapse.p2p.commands.Submit`); the handle follows it to its end."""
-        key, step = self.engine.submit(command, self.clock())
+        """Request a task (`synapse.p2p.commands.Submit`); the handle follows it to its end.
+        A store that cannot be read (to check that the task id is new) is waited out, as one
+        that cannot write is (`apply_durably`)."""
+        delay = _STORE_RETRY_FIRST
+        while True:
+            try:
+                key, step = self.engine.submit(command, self.clock())
+                break
+            except StoreUnavailable:
+                if self._closed:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _STORE_RETRY_MAX)
         handle = TaskHandle(self, key, command.partner)
         self._handles[key] = handle
         await self.apply_durably(step)

@@ -234,7 +234,7 @@ class PostgresStore(OutboxMaintenance):
         """Whether another process holds the store now (in a worker thread, before a
         transaction, when the hold is in doubt or was refused): a statement on the hold's
         connection opens it again, and takes the hold again, if it was lost."""
-        with contextlib.suppress(psycopg.OperationalError):  # the write will meet it too
+        with contextlib.suppress(psycopg.OperationalError, StoreUnavailable):  # so will the write
             self.read_rows("SELECT 1")
             with self._lock:
                 if self._hold.refused is not None:
@@ -272,30 +272,39 @@ class PostgresStore(OutboxMaintenance):
     ) -> list[tuple[Any, ...]]:
         """One statement on the autocommit connection; its rows, if it returns any. A read
         that meets a connection lost since the last one is tried once more on a new one
-        (reads only: a write whose connection broke may or may not have been done)."""
+        (reads only: a write whose connection broke may or may not have been done). Raises
+        `StoreUnavailable` when the database cannot be reached."""
         with self._lock:
             try:
+                try:
+                    cur = self._usable_reader().execute(query.encode(), params)
+                    return cur.fetchall() if cur.description is not None else []
+                except psycopg.OperationalError:
+                    if not self._reader.broken or not _is_read(query):
+                        raise
                 cur = self._usable_reader().execute(query.encode(), params)
                 return cur.fetchall() if cur.description is not None else []
-            except psycopg.OperationalError:
-                if not self._reader.broken or not _is_read(query):
-                    raise
-            cur = self._usable_reader().execute(query.encode(), params)
-            return cur.fetchall() if cur.description is not None else []
+            except psycopg.OperationalError as exc:
+                raise StoreUnavailable(f"the database cannot be reached: {exc}") from exc
 
     async def execute(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """One statement, in autocommit (its own transaction, one round trip: no BEGIN and
         COMMIT of their own), on a pooled connection, without blocking the loop (statements
         that may wait for a row lock must not run on `_read`'s connection: the loop would
-        wait for a transaction that needs the loop to end)."""
-        pool = await self._open_pool()
-        async with pool.connection() as conn:
-            await conn.set_autocommit(True)
-            try:
-                cur = await conn.execute(query.encode(), params)
-                return await cur.fetchall() if cur.description is not None else []
-            finally:
-                await conn.set_autocommit(False)
+        wait for a transaction that needs the loop to end). Raises `StoreUnavailable` when
+        the database cannot be reached."""
+        try:
+            pool = await self._open_pool()
+            async with pool.connection() as conn:
+                await conn.set_autocommit(True)
+                try:
+                    cur = await conn.execute(query.encode(), params)
+                    return await cur.fetchall() if cur.description is not None else []
+                finally:
+                    await conn.set_autocommit(False)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            # The database out of reach (a restart, a network cut): the caller's to wait out.
+            raise StoreUnavailable(f"the database cannot be reached: {exc}") from exc
 
     # --- reading ----------------------------------------------------------------------------
 

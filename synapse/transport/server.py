@@ -342,35 +342,40 @@ class SynapseServer:
             return self._nack_reply(
                 error, head.id, head.from_.agent_id, inbound.partner, {"Retry-After": retry_after}
             )
-        if self.route is not None:
-            routed = await self.route(inbound, headers)
-            if isinstance(routed, NackError):
-                return self._nack_reply(routed, head.id, head.from_.agent_id, inbound.partner)
-            if routed is not None:
-                return routed
-        self._expire(now)
-        await self.dedup.prefetch(inbound.key, now)
-        while True:
-            begun = self.dedup.begin(
-                inbound.key, inbound.fingerprint, now=now, timestamp=head.timestamp
-            )
-            if begun.outcome is DedupOutcome.NEW:
-                break
-            if begun.outcome is DedupOutcome.DUPLICATE:
-                assert begun.reply is not None
-                log.info("message_duplicate", message_id=head.id, sender=head.from_.agent_id)
-                return begun.reply
-            if begun.outcome is DedupOutcome.REUSED:
-                error = RemoteProtocolError(
-                    ErrorCode.INVALID_PARAMS,
-                    f"message id {head.id!r} was already used for another message",
-                    {"reason": "id_reused"},
+        try:
+            if self.route is not None:
+                routed = await self.route(inbound, headers)
+                if isinstance(routed, NackError):
+                    return self._nack_reply(routed, head.id, head.from_.agent_id, inbound.partner)
+                if routed is not None:
+                    return routed
+            self._expire(now)
+            await self.dedup.prefetch(inbound.key, now)
+            while True:
+                begun = self.dedup.begin(
+                    inbound.key, inbound.fingerprint, now=now, timestamp=head.timestamp
                 )
-                return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
-            assert begun.waiter is not None
-            stored = await begun.waiter
-            if stored is not None:
-                return stored
+                if begun.outcome is DedupOutcome.NEW:
+                    break
+                if begun.outcome is DedupOutcome.DUPLICATE:
+                    assert begun.reply is not None
+                    log.info("message_duplicate", message_id=head.id, sender=head.from_.agent_id)
+                    return begun.reply
+                if begun.outcome is DedupOutcome.REUSED:
+                    error = RemoteProtocolError(
+                        ErrorCode.INVALID_PARAMS,
+                        f"message id {head.id!r} was already used for another message",
+                        {"reason": "id_reused"},
+                    )
+                    return self._nack_reply(error, head.id, head.from_.agent_id, inbound.partner)
+                assert begun.waiter is not None
+                stored = await begun.waiter
+                if stored is not None:
+                    return stored
+        except StoreUnavailable as exc:
+            # Where the task is worked on, or whether the message came before, cannot be
+            # read now (the database out of reach): nothing was begun; the sender retries.
+            return self._store_unavailable(exc, inbound)
         try:
             reply = await self._process(inbound)
             storable = is_storable(reply.status)
@@ -388,6 +393,9 @@ class SynapseServer:
                     reply = self._nack_reply(
                         _STORE_UNAVAILABLE, head.id, head.from_.agent_id, inbound.partner
                     )
+        except StoreUnavailable as exc:  # a lookup of the message's task, say
+            self.dedup.abandon(inbound.key)
+            return self._store_unavailable(exc, inbound)
         except Exception as exc:
             # Our bug, but the sender is authenticated: its 503 is addressed and signed.
             self.dedup.abandon(inbound.key)
@@ -401,6 +409,12 @@ class SynapseServer:
         else:
             self.dedup.abandon(inbound.key)
         return reply
+
+    def _store_unavailable(self, exc: StoreUnavailable, inbound: Inbound) -> StoredReply:
+        """The 503 to a message the store could not judge now (nothing of it applied)."""
+        head = inbound.head
+        log.warning("store_unavailable", message_id=head.id, error=str(exc))
+        return self._nack_reply(_STORE_UNAVAILABLE, head.id, head.from_.agent_id, inbound.partner)
 
     async def _process(self, inbound: Inbound) -> StoredReply:
         """The reply to an authenticated message: a 200 is committed with the message's

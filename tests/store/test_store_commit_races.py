@@ -28,7 +28,7 @@ from synapse.runtime.handler import ExecutionContext, Validation
 from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.protocol import P2PProtocol
 from synapse.store import SqliteStore
-from synapse.store.base import FencedOut, OutboxItem
+from synapse.store.base import FencedOut, OutboxItem, StoreUnavailable
 from synapse.types import (
     ErrorCode,
     LocalProtocolError,
@@ -489,4 +489,32 @@ async def test_a_delivery_worker_stopped_by_an_unforeseen_error_leaves_no_messag
         assert partner.finals("t") == {failed.id}  # sent again, by a worker started again
         await eventually(lambda: e.get_task_status("t", R_ID) is TaskState.COMPLETED, timeout=20)
     assert "delivery_worker_failed" in caplog.text
+    await store.close()
+
+
+async def test_a_submit_waits_out_a_store_that_cannot_be_read(tmp_path: Path) -> None:
+    """A submit looks its task id up in the store (a finished task keeps it); a store that
+    cannot be read then (the database out of reach) is waited out, as a commit that fails
+    is, rather than raised to the caller of a call that could not have changed anything."""
+    store = SqliteStore(tmp_path / "e.sqlite")
+    e = P2PProtocol(
+        agent_id=E_ID,
+        endpoint=E_URL,
+        sender=Partner(Engine(agent_id=R_ID, endpoint=R_URL)),
+        store=store,
+    )
+    lookups: list[TaskKey] = []
+
+    def away_twice(key: TaskKey) -> Any:
+        lookups.append(key)
+        if len(lookups) <= 2:
+            raise StoreUnavailable("the database cannot be reached")
+        return store.get_task(key)
+
+    async with e:
+        e.engine.finished_lookup = away_twice
+        handle = await e.submit(Submit(R_ID, "work", {}, task_id="t"))
+        assert handle.key == TaskKey(E_ID, "t")
+        assert len(lookups) == 3
+        assert e.get_task_status("t", E_ID) is not None
     await store.close()

@@ -224,3 +224,32 @@ async def test_every_connection_comes_back_after_the_server_restarts(mode: str) 
         await other.close()
     finally:
         stop_server(server)
+
+
+async def test_a_database_out_of_reach_is_store_unavailable_to_every_caller() -> None:
+    """Lookups (a stored task, a dedup entry, a replica's lease) and single statements (an
+    outbox claim) on a server that went away raise `StoreUnavailable`, which callers wait
+    out (a message is answered 503, a handle's follower reads again later), not a driver
+    error nobody expects: a follower stopped by one left its handles waiting for good."""
+    server = start_server(durable=True)
+    try:
+        url = server.create_database("away")
+        store = PostgresStore(url)
+        duo = Duo(store, MemoryStore())
+        key = duo.submit()
+        await store.commit()
+        assert await store.execute("SELECT 1") == [(1,)]  # the pool's connection is open
+        assert store.get_task(key) is not None  # and the lookups'
+    finally:
+        stop_server(server)
+    with pytest.raises(StoreUnavailable):
+        store.get_task(key)
+    with pytest.raises(StoreUnavailable):
+        store.get_dedup(("agent-r", "m-1"))
+    with pytest.raises(StoreUnavailable):
+        store.read_rows("SELECT count(*) FROM tasks")
+    with pytest.raises(StoreUnavailable):
+        await store.execute("SELECT 1")
+    with pytest.raises(StoreUnavailable):
+        await store.fetch_dedup(("agent-r", "m-1"))
+    await store.close()

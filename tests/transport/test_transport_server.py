@@ -30,6 +30,7 @@ from synapse.p2p.config import P2PConfig
 from synapse.p2p.engine import TaskKey, Validation
 from synapse.runtime.handler import ExecutionContext
 from synapse.runtime.listener import OnMessage
+from synapse.store.base import StoreUnavailable
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
 from synapse.types import (
@@ -876,6 +877,29 @@ async def test_an_internal_failure_is_a_signed_503_and_not_stored(w: World) -> N
     # Not stored: once the bug is gone, the sender's retry is processed.
     w.handler.broken = False
     again = await w.r.post_bytes(body, headers)
+    assert again.status == 200 and again.type == "p2p:task_confirm", again
+
+
+async def test_a_store_that_cannot_be_read_is_a_signed_503_not_an_internal_error(
+    w: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database out of reach when a message needs a lookup (is its task stored?):
+    the sender is told to retry, signed, nothing is applied, and no error is logged (the
+    store's outage is not our bug)."""
+
+    def away(*args: Any) -> None:
+        raise StoreUnavailable("the database cannot be reached")
+
+    # The engine's lookup of tasks it does not hold in memory (the store's `get_task`).
+    monkeypatch.setattr(w.peer.protocol.engine, "finished_lookup", away)
+    body, headers = w.r.sign(w.r.task_request("t-away", "echo", {"text": "x"}))
+    reply = await w.r.post_bytes(body, headers)
+    details = signed(reply, 503, "agent_not_ready", json.loads(body)["id"])
+    assert details["reason"] == "store_unavailable"
+    assert "internal_error" not in caplog.text
+    monkeypatch.undo()
+    assert w.state("t-away") is None
+    again = await w.r.post_bytes(body, headers)  # not stored: the retry is processed
     assert again.status == 200 and again.type == "p2p:task_confirm", again
 
 
