@@ -67,6 +67,8 @@ from synapse.types.codec import CountingIds, decode_typed
 
 #: Where every node's wall clock starts (plus its offset).
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+#: Seconds from a process's failed start (it exits) to its supervisor starting it again.
+RESTART_AFTER_EXIT = 5.0
 #: The task types of the scripted handler: one resumable after a restart, one not.
 JOB, RESUMABLE_JOB = "job", "resumable-job"
 
@@ -245,6 +247,11 @@ class Node:
     #: In some seeds, the stream that sends people's answers through signed links
     #: (`synapse.simulation.people.links_in`); None: never.
     links: random.Random | None = None
+    #: Errors that end a start (the database out of reach): the process exits, and its
+    #: supervisor starts it again `RESTART_AFTER_EXIT` seconds later. Any other is a defect.
+    exits_on: tuple[type[BaseException], ...] = ()
+    #: The incarnation whose start failed and exited, until its supervisor starts another.
+    exited: Incarnation | None = None
 
     @property
     def process(self) -> Incarnation | None:
@@ -270,6 +277,25 @@ class Node:
         incarnation, self.incarnation = self.incarnation, None
         if incarnation is not None:
             incarnation.kill()
+
+    def exit(self, incarnation: Incarnation, why: BaseException) -> None:
+        """`incarnation` could not start and exits; its supervisor (systemd, Kubernetes)
+        starts the process again a little later, unless someone else has meanwhile."""
+        self.trace(f"{self.name}#{incarnation.number} exited: {why}")
+        if self.incarnation is not incarnation:
+            return  # killed meanwhile
+        self.kill()
+        self.exited = incarnation
+
+        def again() -> None:
+            if self.exited is incarnation and self.incarnation is None:
+                self.exited = None
+                self.start()
+
+        # In no incarnation's context: the restart is the supervisor's, not the dead one's.
+        asyncio.get_running_loop().call_later(
+            RESTART_AFTER_EXIT, again, context=contextvars.Context()
+        )
 
 
 class _Watcher(RuntimeListener):
@@ -364,7 +390,11 @@ class Incarnation:
         self.spawn(self._run())
 
     async def _run(self) -> None:
-        await self.peer.start()
+        try:
+            await self.peer.start()
+        except self.node.exits_on as exc:
+            self.node.exit(self, exc)
+            return
         if self.humans is not None:
             await self.humans.start()
         if self.node.after_start is not None:

@@ -18,6 +18,8 @@ clock, a lossy network, seeded faults. The faults of a replica run:
   apart;
 - the database failing or crawling (a statement's round trip, a transaction that cannot
   begin), the network losing, delaying and duplicating POSTs;
+- a replica cut from the database for a while, itself running on (every statement of its,
+  lease renewals, outbox claims and lookups included, fails as on a lost connection);
 - people at the replicated requester who answer a question through two replicas at once
   (a front that is not the task's holder finds no handle there, and goes to the holder), as
   reviewers of the humans service, routed to the question or not (`synapse.simulation.people`).
@@ -43,6 +45,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from synapse.p2p.config import P2PConfig
 from synapse.p2p.dedup import StoredReply
@@ -70,6 +74,7 @@ from synapse.simulation.run import (
 )
 from synapse.simulation.shared import Databases, SimulatedPostgresStore, rows
 from synapse.simulation.stores import StoreFaults, StoreFaultSource
+from synapse.store.base import StoreUnavailable
 from synapse.store.leases import DEFAULT_LEASE_TTL, Ownership
 from synapse.transport.inbound import Inbound
 from synapse.transport.replicas import (
@@ -86,6 +91,16 @@ TTL = DEFAULT_LEASE_TTL
 
 
 @dataclass(frozen=True, slots=True)
+class DatabaseCut:
+    """Replica `node` cut from the database at `at`, for `seconds` (the network between
+    them down; the replica runs on, and reaches its partners)."""
+
+    at: float
+    node: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaScenario:
     """Everything one seed's replica run does (see the module's docstring)."""
 
@@ -99,6 +114,7 @@ class ReplicaScenario:
     #: Each replica's clock against the simulation's (seconds), by replica.
     offsets: tuple[tuple[str, float], ...]
     heal_at: float
+    cuts: tuple[DatabaseCut, ...] = ()
 
     @classmethod
     def draw(cls, seed: int) -> ReplicaScenario:
@@ -161,6 +177,21 @@ class ReplicaScenario:
         skew = rng("clocks")
         offsets = tuple((name, skew.uniform(-0.6, 0.6) * TTL) for name in replicas)
         store_faults = rng("store")
+        # Drawn apart from the other faults: a seed's other faults stay what they were.
+        cut = rng("cuts")
+        cuts = tuple(
+            sorted(
+                (
+                    DatabaseCut(
+                        cut.uniform(0, heal_at),
+                        cut.choice(replicas),
+                        cut.choice((TTL / 2, 1.5 * TTL, 3 * TTL, 30 * TTL)),
+                    )
+                    for _ in range(cut.choice((0, 0, 1, 2)))
+                ),
+                key=lambda c: c.at,
+            )
+        )
         return cls(
             seed=seed,
             replicas=replicas,
@@ -174,6 +205,7 @@ class ReplicaScenario:
             pauses=pauses,
             offsets=offsets,
             heal_at=heal_at,
+            cuts=cuts,
         )
 
     def describe(self) -> str:
@@ -183,7 +215,7 @@ class ReplicaScenario:
             f"{len(self.tasks)} tasks, loss {n.loss:g}, duplicates {n.duplicate:g}, "
             f"late {n.late:g} (≤{n.late_by:g} s), commit failures {self.store_faults.failure:g} "
             f"(≤{self.store_faults.slow:g} s), {len(self.restarts)} kills, "
-            f"{len(self.pauses)} pauses, clocks "
+            f"{len(self.pauses)} pauses, {len(self.cuts)} database cuts, clocks "
             + ", ".join(f"{name} {offset:+.1f} s" for name, offset in self.offsets)
             + f", faults until {self.heal_at:g} s"
         )
@@ -269,10 +301,15 @@ class _Agent:
         return self.reader
 
 
-def simulate_replicas(seed: int, databases: Databases) -> RunOutcome:
+def simulate_replicas(
+    seed: int, databases: Databases, *, scenario: ReplicaScenario | None = None
+) -> RunOutcome:
     """Run replica seed `seed` on a fresh database of `databases` (see the module's
-    docstring)."""
-    scenario = ReplicaScenario.draw(seed)
+    docstring); `scenario`: the seed's, changed (a fault taken out, to replay a run as an
+    earlier draw made it)."""
+    if scenario is None:
+        scenario = ReplicaScenario.draw(seed)
+    assert scenario.seed == seed
     outcome = RunOutcome(scenario)
     harness = Harness(outcome, pauses=True)
     url = databases.fresh(seed)
@@ -316,10 +353,24 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
     replicas: list[Node] = []
     links = links_in(seed)
 
+    cut_off: set[str] = set()  # the replicas cut from the database now
+
     def store_for(node: Node, number: int) -> SimulatedPostgresStore:
         return SimulatedPostgresStore(
-            url, store_faults, name=f"{node.name}#{number}", trace=node.trace
+            url,
+            store_faults,
+            name=f"{node.name}#{number}",
+            trace=node.trace,
+            reachable=lambda: node.name not in cut_off,
         )
+
+    async def cut_later(cut: DatabaseCut) -> None:
+        await asyncio.sleep(max(0.0, cut.at - loop.time()))
+        cut_off.add(cut.node)
+        trace(f"{cut.node} cut from the database for {cut.seconds:g} s")
+        await asyncio.sleep(cut.seconds)
+        cut_off.discard(cut.node)
+        trace(f"{cut.node} reaches the database again")
 
     for index, name in enumerate(scenario.replicas):
         node = Node(
@@ -344,6 +395,8 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
             people=True,
             links=links,
             answers=answers,
+            # A replica started while cut from the database exits (`synapse serve` does).
+            exits_on=(psycopg.OperationalError, StoreUnavailable),
         )
         node.wire = _wiring(node, network, url, outcome.violations)
         node.partners = [(SINGLE, single.url, secret)]
@@ -389,6 +442,7 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
         faults += [
             asyncio.create_task(pause_later(loop, by_name[p.node], p)) for p in scenario.pauses
         ]
+        faults += [asyncio.create_task(cut_later(c)) for c in scenario.cuts]
         await asyncio.sleep(scenario.heal_at)
         network.faulty = False
         store_faults.active = False

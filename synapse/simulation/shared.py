@@ -19,7 +19,9 @@ a lost connection, and the store's own handling retries it (each such case is tr
 
 A kill (`die`) closes the replica's connections: the server rolls back what they had
 open, and nothing the process buffered is written. A pause (`synapse.simulation.loop`)
-leaves them open, locks held, as SIGSTOP does.
+leaves them open, locks held, as SIGSTOP does. A cut from the database (`reachable` false
+for a while) fails every statement and transaction of the replica's, its lookups too, as a
+lost connection does, while the replica itself runs on.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class _Connection:
         await asyncio.sleep(self.store.faults.delay() / 10)
         if self.store.fenced:
             raise psycopg.OperationalError("simulated: the process was killed")
+        self.store.check_reachable()
 
     def run(self, statement: Callable[[], Any]) -> Any:
         try:
@@ -112,6 +115,7 @@ class _Connection:
     async def transaction(self) -> AsyncIterator[None]:
         if self.store.faults.fails():
             raise psycopg.OperationalError("simulated: the database cannot be reached")
+        self.store.check_reachable()
         try:
             yield
         except BaseException:
@@ -163,12 +167,20 @@ class SimulatedPostgresStore(PostgresStore):
     docstring). `name` labels its trace lines."""
 
     def __init__(
-        self, url: str, faults: StoreFaultSource, *, name: str, trace: Callable[[str], None]
+        self,
+        url: str,
+        faults: StoreFaultSource,
+        *,
+        name: str,
+        trace: Callable[[str], None],
+        reachable: Callable[[], bool] = lambda: True,
     ) -> None:
         self.faults = faults
         self.name = name
         self.trace = trace
         self.fenced = False
+        #: False while the process is cut from the database (see `check_reachable`).
+        self.reachable = reachable
         super().__init__(url, apply_schema=False)
         self._sim_pool = _Pool(self)
 
@@ -182,6 +194,18 @@ class SimulatedPostgresStore(PostgresStore):
         conn = super()._connect_reader()
         conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_MS}ms'".encode())
         return conn
+
+    def check_reachable(self) -> None:
+        """A statement (or a transaction's start) while the process is cut from the database
+        fails as a lost connection does. (A real cut may leave a transaction open, its locks
+        held, until the server notices the connection is gone; here it ends at once, rolled
+        back, as when the server does notice.)"""
+        if not self.reachable():
+            raise psycopg.OperationalError("simulated: the database cannot be reached")
+
+    def _usable_reader(self) -> psycopg.Connection[Any]:
+        self.check_reachable()  # the lookups' connection: what a read would meet
+        return super()._usable_reader()
 
     async def _open_pool(self) -> Any:
         return self._sim_pool
