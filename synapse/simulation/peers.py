@@ -50,6 +50,7 @@ from synapse.simulation.stores import (
     SimulatedSqliteStore,
     StoreFaultSource,
 )
+from synapse.store.base import StoreUnavailable
 from synapse.transport.client import HttpClient
 from synapse.transport.partners import Partner
 from synapse.transport.peer import Peer
@@ -67,6 +68,8 @@ from synapse.types.codec import CountingIds, decode_typed
 
 #: Where every node's wall clock starts (plus its offset).
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+#: Seconds before a person tries again an answer or a cancel the store could not take.
+PERSON_RETRY = 10.0
 #: Seconds from a process's failed start (it exits) to its supervisor starting it again.
 RESTART_AFTER_EXIT = 5.0
 #: The task types of the scripted handler: one resumable after a restart, one not.
@@ -452,17 +455,19 @@ class Incarnation:
                 if plan.cancel_at is not None and key not in cancelled:
                     at = plan.submit_at + plan.cancel_at
                     if now >= at:
-                        cancelled.add(key)
-                        await self._act(key, "cancel", plan)
+                        if await self._try_act(key, "cancel", plan):
+                            cancelled.add(key)
+                        else:
+                            due.append(now + PERSON_RETRY)
                         continue
                     due.append(at)
                 if rec.state in (TaskState.INFO_NEEDED, TaskState.NEED_HUMAN):
                     asked = seen.setdefault((key, len(rec.history)), now)
                     at = asked + plan.answer_after
-                    if now >= at:
-                        await self._act(key, rec.state.value, plan)
-                    else:
+                    if now < at:
                         due.append(at)
+                    elif not await self._try_act(key, rec.state.value, plan):
+                        due.append(now + PERSON_RETRY)
             self._wake.clear()
             timeout = max(0.0, min(due) - loop.time()) if due else None
             try:
@@ -470,6 +475,16 @@ class Incarnation:
                     await self._wake.wait()
             except TimeoutError:
                 pass
+
+    async def _try_act(self, key: TaskKey, what: str, plan: TaskPlan) -> bool:
+        """`_act`, unless the store cannot be read now (the page shows an error): False,
+        and the person tries again a little later."""
+        try:
+            await self._act(key, what, plan)
+        except StoreUnavailable as exc:
+            self.node.trace(f"{self.node.name}#{self.number} could not {what} {key.task_id}: {exc}")
+            return False
+        return True
 
     async def _act(self, key: TaskKey, what: str, plan: TaskPlan) -> None:
         if self.node.siblings and what != "cancel":
