@@ -213,12 +213,9 @@ class Delivering(RuntimeBase):
                         from_state=before,
                         to_state=rec.state.value if rec is not None else None,
                     )
-                if not queue or self.delivery_gate is not None:
+                if not queue or self._claimed_in_order:
                     # Delivered is delivered: the outbox entry's removal is not left to
                     # whichever commit comes next (a restart would send it again meanwhile).
-                    # Between replicas, the task's next message is not even claimable until
-                    # this one's row is gone from the database (an idle replica may make no
-                    # other commit for as long as it stays idle).
                     with contextlib.suppress(StoreUnavailable):
                         await self._commit()
         except Exception:  # unforeseen (see `_start_again_later`)
@@ -233,6 +230,13 @@ class Delivering(RuntimeBase):
                     self._evict(key)
             elif failed:
                 self._start_again_later(key, queue)
+
+    @property
+    def _claimed_in_order(self) -> bool:
+        """Between replicas (a delivery gate), a task's next message is not claimable until
+        the row of the one before is gone from the database, so each removal is committed
+        at once: an idle replica may make no other commit for as long as it stays idle."""
+        return self.delivery_gate is not None
 
     async def _claim(self, item: OutboxItem, failed_before: int) -> str | None:
         """The delivery gate's verdict on `item` (between replicas: its outbox row claimed in

@@ -20,6 +20,8 @@ clock, a lossy network, seeded faults. The faults of a replica run:
   begin), the network losing, delaying and duplicating POSTs;
 - a replica cut from the database for a while, itself running on (every statement of its,
   lease renewals, outbox claims and lookups included, fails as on a lost connection);
+- a replica drained from the balancer (a rolling deploy's first step): alive, holding its
+  leases and sending its callbacks, but sent no POST, for a while or to the end of the run;
 - people at the replicated requester who answer a question through two replicas at once
   (a front that is not the task's holder finds no handle there, and goes to the holder), as
   reviewers of the humans service, routed to the question or not (`synapse.simulation.people`).
@@ -91,6 +93,16 @@ TTL = DEFAULT_LEASE_TTL
 
 
 @dataclass(frozen=True, slots=True)
+class Drain:
+    """The balancer sends replica `node` nothing from `at`, for `seconds` (None: to the
+    end of the run); other replicas may still pass it what is its to handle."""
+
+    at: float
+    node: str
+    seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class DatabaseCut:
     """Replica `node` cut from the database at `at`, for `seconds` (the network between
     them down; the replica runs on, and reaches its partners)."""
@@ -115,6 +127,7 @@ class ReplicaScenario:
     offsets: tuple[tuple[str, float], ...]
     heal_at: float
     cuts: tuple[DatabaseCut, ...] = ()
+    drains: tuple[Drain, ...] = ()
 
     @classmethod
     def draw(cls, seed: int) -> ReplicaScenario:
@@ -159,6 +172,7 @@ class ReplicaScenario:
         outage = rng("outages")
         extra_restarts: list[Restart] = []
         extra_pauses: list[Pause] = []
+        handovers: list[tuple[float, str]] = []  # (when alpha is back, the replica gone)
         for _ in range(outage.choice((0, 0, 1, 2, 3))):
             down = outage.choice((60.0, 200.0, 400.0))
             # Some end as the faults stop: what is left to deliver then must go out with no
@@ -172,6 +186,7 @@ class ReplicaScenario:
                 extra_pauses.append(
                     Pause(at + down / 2, replica, outage.choice((3 * TTL, 30 * TTL)))
                 )
+            handovers.append((at + down, replica))
         restarts = tuple(sorted((*restarts, *extra_restarts), key=lambda r: r.at))
         pauses = tuple(sorted((*pauses, *extra_pauses), key=lambda p: p.at))
         skew = rng("clocks")
@@ -192,6 +207,24 @@ class ReplicaScenario:
                 key=lambda c: c.at,
             )
         )
+        # Drawn apart too. Some start as the faults stop and last to the end: a replica
+        # left idle with what it did before (a callback's removal still buffered, say).
+        # And after an outage that handed tasks over, now and then the successor drained
+        # as alpha comes back (the callbacks piled up for it are its to send, unprompted).
+        drain = rng("drains")
+        drained = [
+            Drain(
+                drain.choice((drain.uniform(0, heal_at), heal_at)),
+                drain.choice(replicas),
+                drain.choice((60.0, 600.0, None)),
+            )
+            for _ in range(drain.choice((0, 0, 1)))
+        ]
+        for back, gone in handovers:
+            if drain.random() < 0.5:
+                successor = drain.choice([r for r in replicas if r != gone])
+                drained.append(Drain(back, successor, drain.choice((600.0, None))))
+        drains = tuple(sorted(drained, key=lambda d: d.at))
         return cls(
             seed=seed,
             replicas=replicas,
@@ -206,6 +239,7 @@ class ReplicaScenario:
             offsets=offsets,
             heal_at=heal_at,
             cuts=cuts,
+            drains=drains,
         )
 
     def describe(self) -> str:
@@ -215,7 +249,8 @@ class ReplicaScenario:
             f"{len(self.tasks)} tasks, loss {n.loss:g}, duplicates {n.duplicate:g}, "
             f"late {n.late:g} (≤{n.late_by:g} s), commit failures {self.store_faults.failure:g} "
             f"(≤{self.store_faults.slow:g} s), {len(self.restarts)} kills, "
-            f"{len(self.pauses)} pauses, {len(self.cuts)} database cuts, clocks "
+            f"{len(self.pauses)} pauses, {len(self.cuts)} database cuts, "
+            f"{len(self.drains)} drains, clocks "
             + ", ".join(f"{name} {offset:+.1f} s" for name, offset in self.offsets)
             + f", faults until {self.heal_at:g} s"
         )
@@ -262,6 +297,8 @@ class _Balancer:
         self._url = url
         self.replicas = replicas
         self.rng = rng
+        #: The replicas drained now: sent nothing while another serves.
+        self.drained: set[str] = set()
 
     @property
     def name(self) -> str:
@@ -278,6 +315,10 @@ class _Balancer:
             for n in self.replicas
             if n.incarnation is not None and n.incarnation.serving
         ]
+        if self.drained:
+            # A balancer with nowhere else to send still sends to a drained replica.
+            undrained = [i for i in serving if i.node.name not in self.drained]
+            serving = undrained or serving
         return self.rng.choice(serving) if serving else None
 
 
@@ -404,14 +445,24 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
         node.plans = [p for i, p in enumerate(beta_plans) if i % len(scenario.replicas) == index]
         replicas.append(node)
         network.attach(node)
-    network.attach(
-        _Balancer(
-            AGENT,
-            f"http://{AGENT}.test/synapse/callback",
-            replicas,
-            random.Random(f"replicas:{seed}:balancer"),
-        )
+    balancer = _Balancer(
+        AGENT,
+        f"http://{AGENT}.test/synapse/callback",
+        replicas,
+        random.Random(f"replicas:{seed}:balancer"),
     )
+    network.attach(balancer)
+
+    async def drain_later(drain: Drain) -> None:
+        await asyncio.sleep(max(0.0, drain.at - loop.time()))
+        balancer.drained.add(drain.node)
+        trace(f"{drain.node} drained from the balancer")
+        if drain.seconds is None:
+            return
+        await asyncio.sleep(drain.seconds)
+        balancer.drained.discard(drain.node)
+        trace(f"{drain.node} back in the balancer")
+
     agent = _Agent(
         AGENT,
         # What the checks read: the shared database, through a store of no replica's.
@@ -443,6 +494,7 @@ def _run(scenario: ReplicaScenario, harness: Harness, url: str, tmp: Path) -> No
             asyncio.create_task(pause_later(loop, by_name[p.node], p)) for p in scenario.pauses
         ]
         faults += [asyncio.create_task(cut_later(c)) for c in scenario.cuts]
+        faults += [asyncio.create_task(drain_later(d)) for d in scenario.drains]
         await asyncio.sleep(scenario.heal_at)
         network.faulty = False
         store_faults.active = False

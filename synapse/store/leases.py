@@ -26,7 +26,6 @@ them. So one message of a task is in flight at a time, in order, even while its 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import socket
 import time
@@ -222,18 +221,22 @@ class Ownership:
             # died or froze: the claim expires with its leases); a claim being made, or an
             # older message still to go, is a matter of moments.
             log.info("delivery_waits", message_id=item.message_id, verdict=verdict)
-            if verdict == "behind":
-                # The older message may be one this replica delivered, its row's removal
-                # still buffered here (its commit failed): written by the next commit,
-                # which on an idle replica may never come. Commit now (nothing buffered:
-                # no statement), and the first time ask again at once.
-                with contextlib.suppress(StoreUnavailable):
-                    await self.store.commit()
-                    if not flushed:
-                        flushed = True
-                        continue
+            if verdict == "behind" and await self._flush_removals() and not flushed:
+                flushed = True
+                continue  # the first time, ask again at once
             wait = until - now if verdict == "busy" and until > now else self.ttl / 10
             await asyncio.sleep(min(max(wait, 0.01), self.ttl))
+
+    async def _flush_removals(self) -> bool:
+        """A claim is behind an older message: it may be one this replica delivered, its
+        row's removal still buffered here (its commit failed), written by the next commit,
+        which on an idle replica may never come. Commit now (nothing buffered: no
+        statement); whether it was written."""
+        try:
+            await self.store.commit()
+        except StoreUnavailable:
+            return False
+        return True
 
     # --- the database -----------------------------------------------------------------------
 
