@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -56,6 +55,7 @@ from synapse.store.migrations import migrate as migrate
 from synapse.store.migrations import migrations
 from synapse.store.migrations import schema_version as schema_version
 from synapse.store.pgbatch import DELETE_DELIVERED, INSERT_TRANSITIONS, Op, send_batch
+from synapse.store.pgbatch import Group as _Group
 from synapse.store.shared import Fence, Tag
 from synapse.store.sql import (
     DEDUP_COLUMNS,
@@ -95,56 +95,6 @@ _DEDUP_LOOKUP = f"SELECT {DEDUP_COLUMNS} FROM dedup WHERE sender = %s AND messag
 #: Dedup entries read by the statement that claimed a new task's lease, kept for the lookup
 #: that follows it (a handful at a time: each is taken at once).
 _REMEMBERED_AT_MOST = 1024
-
-
-@dataclasses.dataclass(slots=True)
-class _Commit:
-    """One `commit()` call: its writes, how many of them outlive a failure (the rest the
-    caller rolls back), and the future it awaits (the tasks lost if it was fenced out)."""
-
-    ops: list[_Op]
-    keep: int
-    done: asyncio.Future[frozenset[TaskKey] | None]
-
-
-def _read_outcome(done: asyncio.Future[Any]) -> None:
-    if not done.cancelled():
-        done.exception()
-
-
-@dataclasses.dataclass(slots=True)
-class _Group:
-    """The commits one transaction writes."""
-
-    commits: list[_Commit] = dataclasses.field(default_factory=list)
-
-    def join(self, ops: list[_Op], keep: int) -> asyncio.Future[frozenset[TaskKey] | None]:
-        done: asyncio.Future[frozenset[TaskKey] | None] = asyncio.get_running_loop().create_future()
-        # A caller cancelled while its transaction was written (shielded: the transaction
-        # goes on) never reads how it ended: a failure is then nobody's, and not logged.
-        done.add_done_callback(_read_outcome)
-        self.commits.append(_Commit(ops, keep, done))
-        return done
-
-    def settle(
-        self,
-        error: BaseException | None,
-        lost: Sequence[frozenset[TaskKey] | None] = (),
-    ) -> None:
-        """Each commit's outcome: `error` for all, or its lost tasks (None: written; so for
-        a commit that joined while the transaction was being written, with nothing of its
-        own in it)."""
-        for n, commit in enumerate(self.commits):
-            if commit.done.done():
-                continue
-            if isinstance(error, asyncio.CancelledError):
-                # The writer was cancelled (the process stops): so is each commit's wait, and
-                # a cancelled future, unlike an exception nobody retrieves, logs nothing.
-                commit.done.cancel()
-            elif error is not None:
-                commit.done.set_exception(error)
-            else:
-                commit.done.set_result(lost[n] if n < len(lost) else None)
 
 
 class PostgresStore(OutboxMaintenance):
@@ -646,8 +596,11 @@ class PostgresStore(OutboxMaintenance):
         dropped, and so are the own writes (`spans`) of every commit that had one among them:
         `refused` says which commits."""
         fence = self.fence
+        if fence is None:
+            await self._write_held(conn, batch)
+            return set()
         tags = {op[3] for op in batch if op[3] is not None}
-        if fence is None or not tags:
+        if not tags:
             async with conn.transaction():
                 await send_batch(conn.cursor(), batch)
             return set()
@@ -677,6 +630,22 @@ class PostgresStore(OutboxMaintenance):
             async with conn.pipeline():
                 await send_batch(cur, kept)
         return dropped
+
+    async def _write_held(self, conn: psycopg.AsyncConnection[Any], batch: list[_Op]) -> None:
+        """Write `batch` in one transaction of a store held alone (no replicas, no leases),
+        which commits only while the hold is: its session (the lookups' connection) may have
+        been ended alone, its lock with it, and another process may hold the store now."""
+        holder = self._reader.info.backend_pid if self._hold.held else None
+        try:
+            async with conn.pipeline(), conn.transaction():
+                cur = conn.cursor()
+                if holder is not None:
+                    await cur.execute(_HOLD_ALIVE, (holder,))
+                await send_batch(cur, batch)
+        except psycopg.errors.DivisionByZero as exc:
+            # Checked again (and taken again, if nobody else has it) before the next write.
+            self._hold.doubtful = True
+            raise StoreUnavailable("postgresql: the session holding the store has ended") from exc
 
     def _fence_params(self, tags: set[Tag]) -> tuple[Any, ...]:
         fence = self.fence
@@ -774,6 +743,15 @@ class PostgresStore(OutboxMaintenance):
     def _maintain(self, query: str, params: tuple[Any, ...]) -> int:
         with self._lock:
             return int(self._usable_reader().execute(query.encode(), params).rowcount)
+
+
+#: Aborts a transaction unless session `%s` (the lookups' connection of this store) still
+#: holds an advisory lock: a division by zero, in the same round trip as the writes, where a
+#: function would need a migration of the schema.
+_HOLD_ALIVE = (
+    b"SELECT 1 / (SELECT count(*)::int FROM pg_locks "
+    b"WHERE locktype = 'advisory' AND pid = %s AND granted)"
+)
 
 
 def _is_read(query: str) -> bool:  # tried again, a SELECT does no harm (a sequence may skip)

@@ -262,6 +262,40 @@ async def test_a_store_whose_hold_another_process_took_writes_nothing_until_it_i
         await first.close()
 
 
+async def test_a_store_whose_holding_session_alone_ended_writes_nothing_beside_another(
+    pg_url: str,
+) -> None:
+    """The session holding the store (its lookups' connection) ended alone, its pool's
+    connections alive (an administrator's `pg_terminate_backend`, a proxy closing one idle
+    connection), and another process took the store meanwhile: the first's next write must
+    not commit through its pool as if nothing happened. It fails as if the database were
+    away, and the next ones find the other process's hold."""
+    first, second = PostgresStore(pg_url), None
+    try:
+        first.hold()
+        first.put_task(record_in(0, None, {"text": "before"}), [])
+        await first.commit()  # its pool has a connection now
+        holder = first._reader.info.backend_pid
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (holder,))
+            second = alone_store(pg_url)
+            second.hold()  # the first's hold ended with its session
+            first.put_task(record_in(1, None, {"text": "beside"}), [])
+            with pytest.raises(StoreUnavailable, match="session holding the store"):
+                await first.commit()
+            assert "served by another process" in await failures_until(first, "another")
+            rows = admin.execute("SELECT task_id FROM tasks ORDER BY task_id").fetchall()
+            assert [task_id for (task_id,) in rows] == ["c-0"]
+            await second.close()
+            await failures_until(first, None)  # the first holds the store again, and writes
+            rows = admin.execute("SELECT task_id FROM tasks ORDER BY task_id").fetchall()
+            assert [task_id for (task_id,) in rows] == ["c-0", "c-1"]
+    finally:
+        if second is not None:
+            await second.close()
+        await first.close()
+
+
 async def failures_until(store: PostgresStore, words: str | None) -> str:
     """Commit until the commit fails saying `words` (None: until it succeeds), at most five
     times; the last failure's message."""
