@@ -274,7 +274,9 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
         return handle
 
     def handle(self, key: TaskKey) -> TaskHandle | None:
-        """The handle of a task we requested (made anew for tasks restored at start-up)."""
+        """The handle of a task we requested (made anew for tasks restored at start-up).
+        A task not in memory is read from the store: `StoreUnavailable` if it cannot be read
+        now (a database out of reach; this call cannot wait it out: ask again later)."""
         handle = self._handles.get(key)
         rec = self.engine.get(key)
         if rec is not None and not rec.is_final and key not in self.engine.tasks:
