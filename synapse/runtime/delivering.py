@@ -32,6 +32,16 @@ from synapse.types import (
     encode_message,
 )
 
+#: The longest pause before a delivery worker stopped by errors again and again restarts.
+_RESTART_PAUSE_MAX = 300.0
+
+
+def restart_pause(failures: int) -> float:
+    """Seconds before a task's delivery worker starts again after `failures` workers of the
+    task stopped by an error in a row: 2, 4, 8, ... up to five minutes."""
+    doublings: int = min(max(failures, 1) - 1, 8)
+    return min(_STORE_RETRY_MAX * (1 << doublings), _RESTART_PAUSE_MAX)
+
 
 class Delivering(RuntimeBase):
     """Delivers what the engine says to POST, and runs its timers."""
@@ -117,13 +127,14 @@ class Delivering(RuntimeBase):
             "callbacks_dropped", task_id=key.task_id, requester=key.requester, count=len(dropped)
         )
 
-    async def _deliver(self, key: TaskKey) -> None:
+    async def _deliver(self, key: TaskKey, failures: int = 0) -> None:
         """Deliver `key`'s messages one at a time, in order; each waits for its reply.
 
         A message leaves the outbox only once answered (a refusal is an answer too). When
         retries run out it waits for the partner's next successful heartbeat; past
         `dead_letter_after` it becomes a dead letter, listed until a person retries or
-        drops it (`synapse outbox`).
+        drops it (`synapse outbox`). `failures`: workers of the task stopped by an error in a
+        row, before this one (see `_start_again_later`).
         """
         queue = self._queues[key]
         claims_failed = 0
@@ -194,6 +205,7 @@ class Delivering(RuntimeBase):
                     await self._await_heartbeat(out.partner, timeout=due)
                     continue
                 queue.answered(queued)
+                failures = 0
                 self.store.remove_outbox(out.message.id)
                 self._partner_heard(out.partner)  # its other tasks' parked messages go on
                 self._observe("reply_in", reply, out.partner, out.message)
@@ -229,7 +241,7 @@ class Delivering(RuntimeBase):
                 if key in self._finals:
                     self._evict(key)
             elif failed:
-                self._start_again_later(key, queue)
+                self._start_again_later(key, queue, failures + 1)
 
     @property
     def _claimed_in_order(self) -> bool:
@@ -255,18 +267,24 @@ class Delivering(RuntimeBase):
             await asyncio.sleep(min(pause, _STORE_RETRY_MAX))
             return None
 
-    def _start_again_later(self, key: TaskKey, queue: TaskQueue[_Queued]) -> None:
+    def _start_again_later(self, key: TaskKey, queue: TaskQueue[_Queued], failures: int) -> None:
         """A worker stopped by an error: another starts after a pause, rather than leave the
         task's messages queued with nobody to send them (no later message of the task may
         come to start one). Only after an error: a cancelled worker was stopped on purpose
-        (its task dropped or let go, or the peer closing)."""
+        (its task dropped or let go, or the peer closing). The pause doubles with each
+        worker of the task stopped in a row (an error that comes back every time is logged
+        every five minutes at most), and starts again once a message goes out."""
         if self._queues.get(key) is queue and key not in self._workers:
-            self._workers[key] = asyncio.create_task(self._deliver_later(key, queue))
+            self._workers[key] = asyncio.create_task(
+                self._deliver_later(key, queue, restart_pause(failures), failures)
+            )
 
-    async def _deliver_later(self, key: TaskKey, queue: TaskQueue[_Queued]) -> None:
-        await asyncio.sleep(_STORE_RETRY_MAX)
+    async def _deliver_later(
+        self, key: TaskKey, queue: TaskQueue[_Queued], pause: float, failures: int
+    ) -> None:
+        await asyncio.sleep(pause)
         if self._queues.get(key) is queue and not self._closed:
-            await self._deliver(key)
+            await self._deliver(key, failures)
         elif self._workers.get(key) is asyncio.current_task():
             del self._workers[key]
 

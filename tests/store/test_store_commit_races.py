@@ -24,6 +24,7 @@ from storekit import E_ID, E_URL, R_ID, R_URL, T0
 
 from synapse.p2p.commands import Cancel, RequestInfo, Submit
 from synapse.p2p.engine import Engine, TaskKey, Transition
+from synapse.runtime.delivering import restart_pause
 from synapse.runtime.handler import ExecutionContext, Validation
 from synapse.runtime.listener import RuntimeListener
 from synapse.runtime.protocol import P2PProtocol
@@ -518,3 +519,12 @@ async def test_a_submit_waits_out_a_store_that_cannot_be_read(tmp_path: Path) ->
         assert len(lookups) == 3
         assert e.get_task_status("t", E_ID) is not None
     await store.close()
+
+
+def test_a_worker_stopped_again_and_again_waits_longer_each_time() -> None:
+    """An error that comes back every time a worker starts is not logged every 2 s for the
+    life of the process: the pause doubles, up to five minutes."""
+    pauses = [restart_pause(n) for n in range(1, 12)]
+    assert pauses[:4] == [2.0, 4.0, 8.0, 16.0]
+    assert pauses == sorted(pauses)
+    assert max(pauses) == 300.0
