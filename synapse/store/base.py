@@ -147,11 +147,14 @@ class TaskStore(Protocol):
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
         """A stored task (a finished one the engine let go of), or None. A point lookup,
-        fast enough for the event loop; the record returned is not to be modified."""
+        fast enough for the event loop; the record returned is not to be modified. Raises
+        `StoreUnavailable` when the store cannot be read now (the runtime answers the
+        message that needed it 503, to be retried)."""
         ...
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
-        """The committed dedup entry of `key`, or None (expired entries may be returned)."""
+        """The committed dedup entry of `key`, or None (expired entries may be returned);
+        `StoreUnavailable` when the store cannot be read now."""
         ...
 
     def list_tasks(

@@ -190,7 +190,10 @@ class SqliteStore(OutboxMaintenance):
 
     def get_task(self, key: TaskKey) -> TaskRecord | None:
         with self._reading:
-            return read_task(self._reader, key)
+            try:
+                return read_task(self._reader, key)
+            except sqlite3.OperationalError as exc:  # a disk I/O error, say: retry later
+                raise StoreUnavailable(f"sqlite: cannot read {self.path}: {exc}") from exc
 
     def dedup_known_absent(self, key: DedupKey, now: float) -> bool:
         """True if no entry of `key` unexpired at `now` (`expires_at > now`) can be in the
@@ -218,7 +221,10 @@ class SqliteStore(OutboxMaintenance):
 
     def get_dedup(self, key: DedupKey) -> DedupEntry | None:
         with self._reading:
-            return read_dedup(self._reader, key)
+            try:
+                return read_dedup(self._reader, key)
+            except sqlite3.OperationalError as exc:
+                raise StoreUnavailable(f"sqlite: cannot read {self.path}: {exc}") from exc
 
     def list_tasks(
         self, *, limit: int, before: ListCursor | None = None, where: TaskFilter | None = None

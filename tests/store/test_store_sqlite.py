@@ -12,7 +12,7 @@ from storekit import R_ID, T0, Duo, dedup_entry, outbox_item
 
 from synapse.p2p.states import Event, Role
 from synapse.store import SqliteStore, open_store
-from synapse.store.base import DeadLetter, Snapshot
+from synapse.store.base import DeadLetter, Snapshot, StoreUnavailable
 from synapse.store.kit import record_in
 from synapse.store.memory import MemoryStore
 from synapse.store.sql import TaskFilter
@@ -523,3 +523,27 @@ def test_a_state_role_or_event_is_written_as_its_value() -> None:
     for enum in (TaskState, Role, Event):
         for member in enum:
             assert type(str(member)) is str and str(member) == member.value
+
+
+async def test_a_lookup_the_file_cannot_answer_is_store_unavailable(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that fails for the file's sake (a disk I/O error) is `StoreUnavailable`, as a
+    commit that fails is: a message that needed it is answered 503 and retried, not treated
+    as a bug of ours."""
+    import synapse.store.sqlite as sqlite_store
+
+    store = SqliteStore(db)
+
+    def failing(*args: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(sqlite_store, "read_task", failing)
+    monkeypatch.setattr(sqlite_store, "read_dedup", failing)
+    with pytest.raises(StoreUnavailable, match="disk I/O error"):
+        store.get_task(record_in(0, None, {}).key)
+    with pytest.raises(StoreUnavailable, match="disk I/O error"):
+        store.get_dedup((R_ID, "m-1"))
+    monkeypatch.undo()
+    assert store.get_task(record_in(0, None, {}).key) is None  # the next read answers
+    await store.close()
