@@ -43,10 +43,10 @@ import asyncio
 import itertools
 import random
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -138,33 +138,18 @@ class ReplicaScenario:
         replicas = tuple(f"{AGENT}-{n}" for n in range(1, plan.choice((2, 3, 3)) + 1))
         heal_at = plan.choice((300.0, 900.0, 1800.0))
         tasks = tuple(_task_between(plan, n) for n in range(plan.randint(3, 12)))
-        restarts = tuple(
-            sorted(
-                (
-                    Restart(
-                        plan.uniform(0, heal_at),
-                        # alpha too: while it is down, callbacks to it pile up, and a
-                        # replica killed then leaves a successor several to send.
-                        plan.choice((*replicas, SINGLE)),
-                        plan.choice((0.5, 5.0, 3 * TTL, 60.0, 400.0)),
-                    )
-                    for _ in range(plan.choice((0, 1, 2, 4, 6)))
-                ),
-                key=lambda r: r.at,
-            )
+        # alpha is killed too: while it is down, callbacks to it pile up, and a replica
+        # killed then leaves a successor several to send.
+        restarts = _spread(
+            plan,
+            Restart,
+            heal_at,
+            (*replicas, SINGLE),
+            (0.5, 5.0, 3 * TTL, 60.0, 400.0),
+            (0, 1, 2, 4, 6),
         )
-        pauses = tuple(
-            sorted(
-                (
-                    Pause(
-                        plan.uniform(0, heal_at),
-                        plan.choice(replicas),
-                        plan.choice((TTL / 2, 1.5 * TTL, 3 * TTL, 30 * TTL)),
-                    )
-                    for _ in range(plan.choice((0, 1, 2, 4)))
-                ),
-                key=lambda p: p.at,
-            )
+        pauses = _spread(
+            plan, Pause, heal_at, replicas, (TTL / 2, 1.5 * TTL, 3 * TTL, 30 * TTL), (0, 1, 2, 4)
         )
         # Outages: alpha down for a while (its callbacks pile up at the replicas), and
         # halfway through a replica killed or paused past the TTL, so that a successor takes
@@ -193,19 +178,13 @@ class ReplicaScenario:
         offsets = tuple((name, skew.uniform(-0.6, 0.6) * TTL) for name in replicas)
         store_faults = rng("store")
         # Drawn apart from the other faults: a seed's other faults stay what they were.
-        cut = rng("cuts")
-        cuts = tuple(
-            sorted(
-                (
-                    DatabaseCut(
-                        cut.uniform(0, heal_at),
-                        cut.choice(replicas),
-                        cut.choice((TTL / 2, 1.5 * TTL, 3 * TTL, 30 * TTL)),
-                    )
-                    for _ in range(cut.choice((0, 0, 1, 2)))
-                ),
-                key=lambda c: c.at,
-            )
+        cuts = _spread(
+            rng("cuts"),
+            DatabaseCut,
+            heal_at,
+            replicas,
+            (TTL / 2, 1.5 * TTL, 3 * TTL, 30 * TTL),
+            (0, 0, 1, 2),
         )
         # Drawn apart too. Some start as the faults stop and last to the end: a replica
         # left idle with what it did before (a callback's removal still buffered, say).
@@ -254,6 +233,26 @@ class ReplicaScenario:
             + ", ".join(f"{name} {offset:+.1f} s" for name, offset in self.offsets)
             + f", faults until {self.heal_at:g} s"
         )
+
+
+_Timed = TypeVar("_Timed", Restart, Pause, DatabaseCut)
+
+
+def _spread(
+    rng: random.Random,
+    make: Callable[[float, str, float], _Timed],
+    heal_at: float,
+    nodes: Sequence[str],
+    lengths: Sequence[float],
+    counts: Sequence[int],
+) -> tuple[_Timed, ...]:
+    """A number of faults drawn from `counts`, each at a time before `heal_at`, on one of
+    `nodes`, lasting one of `lengths` (drawn in that order), sorted by time."""
+    faults = [
+        make(rng.uniform(0, heal_at), rng.choice(nodes), rng.choice(lengths))
+        for _ in range(rng.choice(counts))
+    ]
+    return tuple(sorted(faults, key=lambda fault: fault.at))
 
 
 def _task_between(rng: random.Random, n: int) -> TaskPlan:

@@ -436,25 +436,34 @@ class FlakyGate:
         return "send"
 
 
-async def test_a_claim_that_cannot_reach_the_store_is_asked_again_not_given_up(
-    tmp_path: Path,
-) -> None:
-    r = Engine(agent_id=R_ID, endpoint=R_URL)
-    partner = Partner(r)
+@contextlib.asynccontextmanager
+async def one_task_run(
+    tmp_path: Path, partner: Partner, gate: FlakyGate | None = None
+) -> AsyncIterator[P2PProtocol]:
+    """`agent-e` on SQLite, the task `t` requested of it and its handler let go: the caller
+    watches what reaches `partner`."""
     worker = Handler()
     store = SqliteStore(tmp_path / "e.sqlite")
     e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, sender=partner, store=store)
     e.set_task_handler(worker)
-    gate = FlakyGate(failures=3)
     e.delivery_gate = gate
     async with e:
-        asked = request(r, "t")
-        r.on_reply(asked, await e.handle_message(asked), T0)
+        asked = request(partner.engine, "t")
+        partner.engine.on_reply(asked, await e.handle_message(asked), T0)
         worker.release.set()
+        yield e
+    await store.close()
+
+
+async def test_a_claim_that_cannot_reach_the_store_is_asked_again_not_given_up(
+    tmp_path: Path,
+) -> None:
+    partner = Partner(Engine(agent_id=R_ID, endpoint=R_URL))
+    gate = FlakyGate(failures=3)
+    async with one_task_run(tmp_path, partner, gate):
         await eventually(lambda: partner.finals("t"), timeout=20)
         assert gate.failed == 3
         assert len(partner.finals("t")) == 1
-    await store.close()
 
 
 class FailingOnce(Partner):
@@ -475,22 +484,13 @@ class FailingOnce(Partner):
 async def test_a_delivery_worker_stopped_by_an_unforeseen_error_leaves_no_message_behind(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    r = Engine(agent_id=R_ID, endpoint=R_URL)
-    partner = FailingOnce(r)
-    worker = Handler()
-    store = SqliteStore(tmp_path / "e.sqlite")
-    e = P2PProtocol(agent_id=E_ID, endpoint=E_URL, sender=partner, store=store)
-    e.set_task_handler(worker)
-    async with e:
-        asked = request(r, "t")
-        r.on_reply(asked, await e.handle_message(asked), T0)
-        worker.release.set()
+    partner = FailingOnce(Engine(agent_id=R_ID, endpoint=R_URL))
+    async with one_task_run(tmp_path, partner) as e:
         await eventually(lambda: partner.finals("t"), timeout=20)
         (failed,) = partner.failed
         assert partner.finals("t") == {failed.id}  # sent again, by a worker started again
         await eventually(lambda: e.get_task_status("t", R_ID) is TaskState.COMPLETED, timeout=20)
     assert "delivery_worker_failed" in caplog.text
-    await store.close()
 
 
 async def test_a_submit_waits_out_a_store_that_cannot_be_read(tmp_path: Path) -> None:
