@@ -15,12 +15,12 @@ from synapse.p2p.engine import (
     TaskNote,
 )
 from synapse.runtime.runtime_base import (
-    _STORE_RETRY_FIRST,
     _STORE_RETRY_MAX,
     RuntimeBase,
     _Queued,
     log,
     p2p_logger,
+    retry_pause,
 )
 from synapse.runtime.sender import DeliveryError
 from synapse.store.base import (
@@ -39,8 +39,7 @@ _RESTART_PAUSE_MAX = 300.0
 def restart_pause(failures: int) -> float:
     """Seconds before a task's delivery worker starts again after `failures` workers of the
     task stopped by an error in a row: 2, 4, 8, ... up to five minutes."""
-    doublings: int = min(max(failures, 1) - 1, 8)
-    return min(_STORE_RETRY_MAX * (1 << doublings), _RESTART_PAUSE_MAX)
+    return retry_pause(failures, _STORE_RETRY_MAX, _RESTART_PAUSE_MAX)
 
 
 class Delivering(RuntimeBase):
@@ -231,8 +230,11 @@ class Delivering(RuntimeBase):
                     with contextlib.suppress(StoreUnavailable):
                         await self._commit()
         except Exception:  # unforeseen (see `_start_again_later`)
-            log.exception("delivery_worker_failed", task_id=key.task_id, requester=key.requester)
-            failed = True
+            if not self._closed:  # closing: a commit or a claim given up, nothing to redo
+                log.exception(
+                    "delivery_worker_failed", task_id=key.task_id, requester=key.requester
+                )
+                failed = True
         finally:
             if self._workers.get(key) is asyncio.current_task():
                 self._workers.pop(key, None)
@@ -263,8 +265,7 @@ class Delivering(RuntimeBase):
                 raise
             if not failed_before:
                 log.warning("delivery_claim_failed", message_id=item.message_id, error=repr(exc))
-            pause = _STORE_RETRY_FIRST * 2 ** min(failed_before, 8)
-            await asyncio.sleep(min(pause, _STORE_RETRY_MAX))
+            await asyncio.sleep(retry_pause(failed_before + 1))
             return None
 
     def _start_again_later(self, key: TaskKey, queue: TaskQueue[_Queued], failures: int) -> None:
@@ -291,7 +292,7 @@ class Delivering(RuntimeBase):
     async def _commit_patiently(self) -> None:
         """Commit, waiting out a store that cannot write (it logs the failure episode once);
         the delivery worker resumes where it stopped once the store writes again."""
-        delay = _STORE_RETRY_FIRST
+        failures = 0
         while True:
             try:
                 await self._commit()
@@ -299,10 +300,10 @@ class Delivering(RuntimeBase):
             except Exception as exc:  # any store's failure, not only SQLite's
                 if self._closed:
                     raise
-                if delay == _STORE_RETRY_FIRST and not isinstance(exc, StoreUnavailable):
+                failures += 1
+                if failures == 1 and not isinstance(exc, StoreUnavailable):
                     log.error("commit_failed", error=repr(exc))  # SqliteStore logs its own
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _STORE_RETRY_MAX)
+                await asyncio.sleep(retry_pause(failures))
 
     def _dead_letter(self, queue: TaskQueue[_Queued], reason: str) -> None:
         queued = queue.head

@@ -27,8 +27,6 @@ from synapse.runtime.handler import (
 from synapse.runtime.listener import Direction, MessageEvent
 from synapse.runtime.running import HandlerRunning
 from synapse.runtime.runtime_base import (
-    _STORE_RETRY_FIRST,
-    _STORE_RETRY_MAX,
     Outcome,
     Receipt,
     TaskAbandoned,
@@ -36,6 +34,7 @@ from synapse.runtime.runtime_base import (
     TaskUndeliverable,
     _Queued,
     log,
+    retry_pause,
 )
 from synapse.runtime.sender import CallbackSender
 from synapse.runtime.timing import TimerFiring
@@ -258,7 +257,7 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
         """Request a task (`synapse.p2p.commands.Submit`); the handle follows it to its end.
         A store that cannot be read (to check that the task id is new) is waited out, as one
         that cannot write is (`apply_durably`)."""
-        delay = _STORE_RETRY_FIRST
+        failures = 0
         while True:
             try:
                 key, step = self.engine.submit(command, self.clock())
@@ -266,8 +265,8 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
             except StoreUnavailable:
                 if self._closed:
                     raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _STORE_RETRY_MAX)
+                failures += 1
+                await asyncio.sleep(retry_pause(failures))
         handle = TaskHandle(self, key, command.partner)
         self._handles[key] = handle
         await self.apply_durably(step)
