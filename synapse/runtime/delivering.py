@@ -15,12 +15,10 @@ from synapse.p2p.engine import (
     TaskNote,
 )
 from synapse.runtime.runtime_base import (
-    _STORE_RETRY_MAX,
     RuntimeBase,
     _Queued,
     log,
     p2p_logger,
-    retry_pause,
 )
 from synapse.runtime.sender import DeliveryError
 from synapse.store.base import (
@@ -31,6 +29,19 @@ from synapse.types import (
     Heartbeat,
     encode_message,
 )
+
+#: Seconds between commit attempts of a delivery worker while the store cannot write.
+_STORE_RETRY_FIRST, _STORE_RETRY_MAX = 0.05, 2.0
+
+
+def retry_pause(
+    failures: int, first: float = _STORE_RETRY_FIRST, most: float = _STORE_RETRY_MAX
+) -> float:
+    """Seconds to wait after `failures` failed attempts in a row (1 or more) at something
+    the store must do before a caller can go on: `first`, doubling each time, up to `most`."""
+    doublings: int = min(max(failures, 1) - 1, 16)
+    return min(first * (1 << doublings), most)
+
 
 #: The longest pause before a delivery worker stopped by errors again and again restarts.
 _RESTART_PAUSE_MAX = 300.0

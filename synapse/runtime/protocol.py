@@ -19,7 +19,7 @@ from synapse.p2p.engine import (
     TaskKey,
     Validation,
 )
-from synapse.runtime.delivering import Delivering
+from synapse.runtime.delivering import Delivering, retry_pause
 from synapse.runtime.following import HandleFollower
 from synapse.runtime.handler import (
     ResumableHandler,
@@ -34,7 +34,6 @@ from synapse.runtime.runtime_base import (
     TaskUndeliverable,
     _Queued,
     log,
-    retry_pause,
 )
 from synapse.runtime.sender import CallbackSender
 from synapse.runtime.timing import TimerFiring

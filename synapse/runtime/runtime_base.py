@@ -66,18 +66,6 @@ log = get_logger("synapse.p2p")
 #: fields are gathered (asking `log` goes through structlog's method first).
 p2p_logger = logging.getLogger("synapse.p2p")
 
-#: Seconds between commit attempts of a delivery worker while the store cannot write.
-_STORE_RETRY_FIRST, _STORE_RETRY_MAX = 0.05, 2.0
-
-
-def retry_pause(
-    failures: int, first: float = _STORE_RETRY_FIRST, most: float = _STORE_RETRY_MAX
-) -> float:
-    """Seconds to wait after `failures` failed attempts in a row (1 or more) at something
-    the store must do before a caller can go on: `first`, doubling each time, up to `most`."""
-    doublings: int = min(max(failures, 1) - 1, 16)
-    return min(first * (1 << doublings), most)
-
 
 @dataclass(slots=True)
 class _Queued:
