@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import shutil
@@ -66,8 +67,28 @@ INSTALL_HINT = (
 FAKETIME_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 
+#: Numbers the networks made in one process, whose names must differ: the kernel removes a
+#: deleted namespace's veth pairs in the background, so a second network named like the
+#: first could meet the first one's ports still there ("File exists").
+_networks_made = itertools.count()
+
+
+class IpFailed(subprocess.CalledProcessError):
+    """`ip` refused; its own words are in the message, which CalledProcessError leaves out."""
+
+    def __str__(self) -> str:
+        said = (self.stderr or b"").decode(errors="replace").strip()
+        return f"{super().__str__()} ip said: {said or '(nothing)'}"
+
+
 def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+    done = subprocess.run(["ip", *args], capture_output=True, timeout=30, check=False)
+    if done.returncode != 0:
+        raise IpFailed(done.returncode, done.args, done.stdout, done.stderr)
+
+
+def _network_tag() -> str:
+    return f"{os.getpid() % 10000}{next(_networks_made) % 100:02d}"
 
 
 def can_make_namespaces() -> str | None:
@@ -88,7 +109,7 @@ class Network:
     """The namespaces and bridges of one run; `close()` removes them all."""
 
     replicas: int
-    tag: str = field(default_factory=lambda: str(os.getpid() % 100000))
+    tag: str = field(default_factory=_network_tag)
     made_bridges: list[str] = field(default_factory=list)
     made_namespaces: list[str] = field(default_factory=list)
     cut: set[tuple[int, str]] = field(default_factory=set)
@@ -166,9 +187,15 @@ class Network:
                 self.heal(index, link)
 
     def close(self) -> None:
+        for index in range(len(self.made_namespaces)):
+            for link in LINKS:
+                # Deleting one end removes the pair at once; a deleted namespace's pairs
+                # would go only when the kernel gets round to it.
+                with contextlib.suppress(subprocess.CalledProcessError):
+                    ip("link", "del", self.port_of(index, link))
         for ns in self.made_namespaces:
             with contextlib.suppress(subprocess.CalledProcessError):
-                ip("netns", "del", ns)  # its veth pairs go with it
+                ip("netns", "del", ns)
         for bridge in self.made_bridges:
             with contextlib.suppress(subprocess.CalledProcessError):
                 ip("link", "del", bridge)
