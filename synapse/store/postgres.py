@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from synapse.logs import get_logger
@@ -56,6 +57,7 @@ from synapse.store.migrations import migrations
 from synapse.store.migrations import schema_version as schema_version
 from synapse.store.pgbatch import DELETE_DELIVERED, INSERT_TRANSITIONS, Op, send_batch
 from synapse.store.pgbatch import Group as _Group
+from synapse.store.pglink import link_checks
 from synapse.store.shared import Fence, Tag
 from synapse.store.sql import (
     DEDUP_COLUMNS,
@@ -112,6 +114,9 @@ class PostgresStore(OutboxMaintenance):
     ) -> None:
         self.url = url
         self._connect_timeout = int(connect_timeout)
+        #: What every connection connects with: `url`, and a dead link noticed within
+        #: seconds at both ends (`synapse.store.pglink`).
+        self._conninfo = make_conninfo(url, **link_checks(url))
         self._reader = self._connect_reader()
         if apply_schema:
             apply_migrations(self._reader)
@@ -125,7 +130,7 @@ class PostgresStore(OutboxMaintenance):
                 )
         self._lock = threading.Lock()
         self._pool = AsyncConnectionPool(
-            url, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": False}
+            self._conninfo, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": False}
         )
         self._pool_opened = False
         self._pending: list[_Op] = []
@@ -167,7 +172,9 @@ class PostgresStore(OutboxMaintenance):
         return self._pool
 
     def _connect_reader(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.url, autocommit=True, connect_timeout=self._connect_timeout)
+        return psycopg.connect(
+            self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
+        )
 
     def _usable_reader(self) -> psycopg.Connection[Any]:
         """The autocommit connection, opened again if it was lost (the server restarted, a

@@ -1,6 +1,6 @@
 """Replicas in network namespaces under real partitions, pauses, kills and PostgreSQL
 restarts, one replica's clock off (`partitions.py`): a short seeded run, its history
-checked on both sides.
+checked on both sides; and what a cut does to the store's database sessions.
 
 Needs root (network namespaces); without it the test is skipped outside CI, and fails
 under `CI=true`. Longer runs: `python tests/cluster/partitions.py --seeds 0-9`.
@@ -8,6 +8,7 @@ under `CI=true`. Longer runs: `python tests/cluster/partitions.py --seeds 0-9`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -15,8 +16,11 @@ import sys
 import time
 
 import pytest
-from partitions import Network, can_make_namespaces, run_seed
-from pgserver import missing
+from partitions import NETWORKS, Network, can_make_namespaces, run_seed
+from pgserver import PgServer, missing, start_server, stop_server
+
+from synapse.store import StoreInUse
+from synapse.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.slow
 
@@ -96,3 +100,60 @@ def test_cutting_the_replicas_from_each_other_leaves_their_other_links() -> None
             listener.kill()
             listener.wait()
         network.close()
+
+
+#: What the process in the namespace runs: the store, its exclusive hold on the database (a
+#: session's advisory lock, on the lookups' connection), then nothing: the test cuts it off.
+HOLDER = """
+import sys, time
+from synapse.store.postgres import PostgresStore
+store = PostgresStore(sys.argv[1])
+store.hold()
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_session_behind_a_dead_link_is_ended_and_its_hold_let_go() -> None:
+    """A process holding the database is cut from it for good (its link down: nothing is
+    refused, packets go nowhere). The server notices within seconds that the session's
+    client is gone and ends it, so the hold, and any lock the session had, is free for the
+    process that replaces it. With the operating system's defaults the server keeps such a
+    session about two hours, and its replacement is refused all that time."""
+    why_not = can_make_namespaces()
+    if why_not is not None:
+        missing(why_not)
+    network = Network(1)
+    server: PgServer | None = None
+    holder: subprocess.Popen[bytes] | None = None
+    replacement: PostgresStore | None = None
+    try:
+        network.make()
+        server = start_server(trusted=(f"{NETWORKS['database']}.{network.octet}.0/24",))
+        inside = f"{server.user}@{network.host_address('database')}:{server.port}"
+        url = f"postgresql://{inside}/postgres"
+        in_namespace = ["ip", "netns", "exec", network.namespace(0), sys.executable]
+        holder = subprocess.Popen([*in_namespace, "-c", HOLDER, url], stdout=subprocess.PIPE)
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == b"held\n"
+        replacement = PostgresStore(server.url())
+        with pytest.raises(StoreInUse):
+            replacement.hold()  # waits its patience (3 s), then is refused
+        network.partition(0, "database")
+        cut_at = time.monotonic()
+        while True:
+            try:
+                replacement.hold()
+                break
+            except StoreInUse:
+                assert time.monotonic() - cut_at < 60, "the dead link's session is still held"
+        print(f"a session behind a dead link ended in {time.monotonic() - cut_at:.1f} s")
+    finally:
+        if replacement is not None:
+            asyncio.run(replacement.close())
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        network.close()
+        if server is not None:
+            stop_server(server)

@@ -253,3 +253,34 @@ async def test_a_database_out_of_reach_is_store_unavailable_to_every_caller() ->
     with pytest.raises(StoreUnavailable):
         await store.fetch_dedup(("agent-r", "m-1"))
     await store.close()
+
+
+@pytest.mark.parametrize("kind", ["lookups", "writes"])
+async def test_every_connection_asks_both_ends_to_notice_a_dead_link(
+    pg_url: str, kind: str
+) -> None:
+    """The server probes the store's sessions (it ends one whose client is gone in seconds,
+    not after the operating system's two hours), and so does the client; a setting the URL
+    gives itself is kept. (The cut itself: tests/cluster/test_cluster_partitions.py.)"""
+    own = pg_url + "?keepalives_idle=7&options=-c%20tcp_keepalives_interval%3D4"
+    store = PostgresStore(own)
+    show = (
+        "SELECT current_setting('tcp_keepalives_idle'), "
+        "current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count'), "
+        "current_setting('tcp_user_timeout')"
+    )
+    try:
+        if kind == "lookups":
+            rows = store.read_rows(show)
+            client = store._reader.info.get_parameters()
+        else:
+            rows = await store.execute(show)
+            pool = await store._open_pool()
+            async with pool.connection() as conn:
+                client = conn.info.get_parameters()
+        assert rows == [("5", "4", "3", "15000")]  # seconds, seconds, probes, ms
+        assert client["keepalives_idle"] == "7"
+        assert (client["keepalives_interval"], client["keepalives_count"]) == ("2", "3")
+        assert client["tcp_user_timeout"] == "15000"
+    finally:
+        await store.close()
