@@ -57,7 +57,7 @@ from synapse.store.migrations import migrations
 from synapse.store.migrations import schema_version as schema_version
 from synapse.store.pgbatch import DELETE_DELIVERED, INSERT_TRANSITIONS, Op, send_batch
 from synapse.store.pgbatch import Group as _Group
-from synapse.store.pglink import link_checks
+from synapse.store.pglink import client_link_checks, server_link_checks
 from synapse.store.shared import Fence, Tag
 from synapse.store.sql import (
     DEDUP_COLUMNS,
@@ -115,8 +115,8 @@ class PostgresStore(OutboxMaintenance):
         self.url = url
         self._connect_timeout = int(connect_timeout)
         #: What every connection connects with: `url`, and a dead link noticed within
-        #: seconds at both ends (`synapse.store.pglink`).
-        self._conninfo = make_conninfo(url, **link_checks(url))
+        #: seconds, at the client's end here, at the server's by `_check_link`.
+        self._conninfo = make_conninfo(url, **client_link_checks(url))
         self._reader = self._connect_reader()
         if apply_schema:
             apply_migrations(self._reader)
@@ -130,7 +130,12 @@ class PostgresStore(OutboxMaintenance):
                 )
         self._lock = threading.Lock()
         self._pool = AsyncConnectionPool(
-            self._conninfo, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": False}
+            self._conninfo,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            kwargs={"autocommit": False},
+            configure=self._check_link_async,
         )
         self._pool_opened = False
         self._pending: list[_Op] = []
@@ -172,9 +177,22 @@ class PostgresStore(OutboxMaintenance):
         return self._pool
 
     def _connect_reader(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(
+        conn = psycopg.connect(
             self._conninfo, autocommit=True, connect_timeout=self._connect_timeout
         )
+        try:
+            if (check := server_link_checks(self.url, conn.info.server_version)) is not None:
+                conn.execute(check)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _check_link_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """The server's side of `synapse.store.pglink`, on a new connection of the pool."""
+        if (check := server_link_checks(self.url, conn.info.server_version)) is not None:
+            await conn.execute(check)
+            await conn.commit()  # left idle, as the pool wants it
 
     def _usable_reader(self) -> psycopg.Connection[Any]:
         """The autocommit connection, opened again if it was lost (the server restarted, a

@@ -17,6 +17,7 @@ from synapse.store import open_store
 from synapse.store.base import StoreUnavailable
 from synapse.store.memory import MemoryStore
 from synapse.store.migrations import latest_version, migrations
+from synapse.store.pglink import client_link_checks, server_link_checks
 from synapse.store.postgres import PostgresStore, apply_migrations, schema_version
 from synapse.store.shared import SharedStore
 
@@ -284,3 +285,38 @@ async def test_every_connection_asks_both_ends_to_notice_a_dead_link(
         assert client["tcp_user_timeout"] == "15000"
     finally:
         await store.close()
+
+
+def test_the_server_side_is_set_only_where_the_url_and_the_server_leave_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the URL's `options` (or PGOPTIONS) sets is the user's, and `tcp_user_timeout`
+    is asked only of a server that has it (12 and later); the settings go as a statement
+    after connecting, never as `options`, which poolers such as PgBouncer refuse."""
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+    url = "postgresql://u@db:5432/x"
+    assert server_link_checks(url, 150004) == (
+        "SELECT set_config('tcp_keepalives_idle', '5', false), "
+        "set_config('tcp_keepalives_interval', '2', false), "
+        "set_config('tcp_keepalives_count', '3', false), "
+        "set_config('tcp_user_timeout', '15000', false)"
+    )
+    assert "tcp_user_timeout" not in (server_link_checks(url, 110022) or "")
+    own = url + "?options=--tcp-keepalives-idle%3D60%20-c%20tcp_keepalives_count%3D9"
+    assert server_link_checks(own, 150004) == (
+        "SELECT set_config('tcp_keepalives_interval', '2', false), "
+        "set_config('tcp_user_timeout', '15000', false)"
+    )
+    monkeypatch.setenv(
+        "PGOPTIONS",
+        "-c tcp_keepalives_idle=1 -c tcp_keepalives_interval=1 "
+        "-c tcp_keepalives_count=1 -c tcp_user_timeout=1",
+    )
+    assert server_link_checks(url, 150004) is None
+    assert "options" not in client_link_checks(url)
+    assert client_link_checks(url + "?keepalives=0") == {
+        "keepalives_idle": "5",
+        "keepalives_interval": "2",
+        "keepalives_count": "3",
+        "tcp_user_timeout": "15000",
+    }
