@@ -236,14 +236,17 @@ class Engine(Receiving, Commands):
         rec = self.tasks.get(key) if key is not None else None
         return Applied(rec, len(rec.history) if rec is not None else 0)
 
-    def rollback(self, checkpoint: Checkpoint, after: Applied | None = None) -> None:
+    def rollback(self, checkpoint: Checkpoint, after: Applied | None = None) -> bool:
         """Leave the engine as `checkpoint` found it: the task's record and timers, and the
-        partners' state, each put back whole.
+        partners' state, each put back whole. Returns whether the task was put back as it
+        was (False: no task, or one left as something else made it since).
 
         With `after` (`counted` just after `receive`), a task that another step moved since
-        (its handler completed it while the commit was awaited) is left as that step left it,
-        so that what it recorded and queued stays true; the other tasks are never touched."""
+        (its handler completed it while the commit was awaited, or a takeover put the
+        store's copy in its place) is left as that step left it, so that what it recorded
+        and queued stays true; the other tasks are never touched."""
         key = checkpoint.key
+        put_back = False
         if key is not None:
             current = self.tasks.get(key)
             moved = (
@@ -262,8 +265,10 @@ class Engine(Receiving, Commands):
                     if not original.is_final:
                         self._account(original, +1)
                 self._timers.replace_owned(key, checkpoint.timers)
+                put_back = True
         for partner, state in checkpoint.partners.items():
             self._put_partner_state(partner, state)
+        return put_back
 
     def _partner_state(self, partner: str) -> _PartnerState:
         liveness = self._partners.get(partner)

@@ -249,8 +249,23 @@ class Receiving(EngineBase):
         reply: Message = self._reply(type(decision), decision.payload, request, now)
         return reply
 
+    def _moved_by_message(self, key: TaskKey) -> TaskRecord | None:
+        """The task a partner's message moves: held here, or finished (read from the
+        store, answered as it was). A live task the store keeps and this engine does not
+        hold is another process's (a replica's): a copy of it moved here would write a
+        history whose row never moves. The sender retries, and reaches whoever holds it."""
+        rec = self.tasks.get(key)
+        if rec is not None:
+            return rec
+        stored = self.finished_lookup(key)
+        if stored is not None and not stored.is_final:
+            raise NotReady(
+                "the task is not held here; retry later", {"reason": "task_held_elsewhere"}
+            )
+        return stored
+
     def _executor_record(self, message: Message, task_id: str) -> TaskRecord:
-        rec = self.get(TaskKey(message.from_.agent_id, task_id))
+        rec = self._moved_by_message(TaskKey(message.from_.agent_id, task_id))
         if rec is None or rec.role is not Role.EXECUTOR:
             raise _not_found(task_id)
         return rec
@@ -328,7 +343,7 @@ class Receiving(EngineBase):
             self._start(rec, now, step)
 
     def _requester_record(self, message: Message, task_id: str) -> TaskRecord:
-        rec = self.get(TaskKey(self.agent_id, task_id))
+        rec = self._moved_by_message(TaskKey(self.agent_id, task_id))
         if rec is None or rec.role is not Role.REQUESTER or rec.partner != message.sender_id:
             raise _not_found(task_id)
         return rec

@@ -135,11 +135,15 @@ class P2PProtocol(HandlerRunning, Delivering, TimerFiring):
                 # completion, say), and must stay.
                 if not committing:
                     self.store.discard(mark)
-                self.engine.rollback(checkpoint, after)
-                if key is not None and self._let_go_since(key, released):
+                put_back = self.engine.rollback(checkpoint, after)
+                if put_back and key is not None and self._let_go_since(key, released):
                     # Let go meanwhile (its lease found lost): the rollback put back the
                     # record as it was before the message, which must not come back to life
-                    # here (its handle, timers and answers would act on a stale copy).
+                    # here (its handle, timers and answers would act on a stale copy). A
+                    # task taken back meanwhile (restored from the store under a new lease)
+                    # is not put back, and stays: released, it would be held here with no
+                    # record in memory, and its next message moved a copy read from the
+                    # store that was never written back.
                     self.engine.release(key)
                 if isinstance(exc, FencedOut):
                     # Another replica owns these tasks now. (Not `key`: the hold on the
