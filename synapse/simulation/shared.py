@@ -124,7 +124,15 @@ class _Connection:
             raise
         if self.store.fenced:
             raise psycopg.OperationalError("simulated: the process was killed")
-        await self.round_trip()
+        try:
+            await self.round_trip()
+        except psycopg.OperationalError:
+            # The COMMIT met a cut: the transaction ends rolled back, as every transaction a
+            # cut meets does here. Left open, the pooled connection's next transaction would
+            # have gone on inside it and committed both.
+            if not self.store.fenced and not self.conn.closed:
+                self.conn.rollback()
+            raise
         self.conn.commit()
 
     @contextlib.asynccontextmanager

@@ -286,3 +286,43 @@ def test_each_replica_defect_is_found_without_its_fix(
         DEFECTS[other].put_back(monkeypatch)
     outcome = run(seed, databases, first_draw=defect.first_draw)
     assert any(v.startswith(defect.invariant) for v in outcome.violations), outcome.violations
+
+
+async def test_a_commit_that_meets_a_cut_leaves_nothing_open_for_the_next_one(
+    databases: Any,
+) -> None:
+    """The simulation's cut ends a transaction it meets rolled back, its COMMIT included:
+    left open on the pooled connection, the transaction was continued by the next one and
+    committed with it, writes the store had been told failed."""
+    import random
+
+    import psycopg
+
+    from synapse.simulation.shared import SimulatedPostgresStore
+    from synapse.simulation.stores import StoreFaults, StoreFaultSource
+
+    url = databases.fresh(100_000)
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("CREATE TABLE marks (n int)")
+    cut = False
+    store = SimulatedPostgresStore(
+        url,
+        StoreFaultSource(StoreFaults(), random.Random(0)),
+        name="t",
+        trace=lambda line: None,
+        reachable=lambda: not cut,
+    )
+    try:
+        async with store._sim_pool.connection() as conn:
+            with pytest.raises(psycopg.OperationalError):
+                async with conn.transaction():
+                    await conn.execute("INSERT INTO marks VALUES (1)")
+                    cut = True  # the COMMIT goes nowhere
+            cut = False
+            async with conn.transaction():
+                await conn.execute("INSERT INTO marks VALUES (2)")
+        with psycopg.connect(url, autocommit=True) as admin:
+            assert admin.execute("SELECT n FROM marks").fetchall() == [(2,)]
+    finally:
+        await store.close()
+        databases.drop(url)
