@@ -115,7 +115,8 @@ class PostgresStore(OutboxMaintenance):
         self.url = url
         self._connect_timeout = int(connect_timeout)
         #: What every connection connects with: `url`, and a dead link noticed within
-        #: seconds, at the client's end here, at the server's by `_check_link`.
+        #: seconds, at the client's end here (`synapse.store.pglink`); the server's end is
+        #: set on each new connection (`_connect_reader`, `_check_link_async`).
         self._conninfo = make_conninfo(url, **client_link_checks(url))
         self._reader = self._connect_reader()
         if apply_schema:

@@ -125,6 +125,10 @@ class Network:
     def replica_address(self, index: int, link: str) -> str:
         return f"{NETWORKS[link]}.{self.octet}.{10 + index}"
 
+    def subnet(self, link: str) -> str:
+        """`link`'s network, as a server trusts it (pg_hba.conf)."""
+        return f"{NETWORKS[link]}.{self.octet}.0/24"
+
     def namespace(self, index: int) -> str:
         return f"syn{self.tag}-{index}"
 
@@ -372,9 +376,7 @@ async def partitioned_cluster(
         # PostgreSQL's own durability (fsync, synchronous_commit): an immediate restart is a
         # crash, and with synchronous_commit off it loses commits it acknowledged (seed 22
         # finds tasks a requester saw completed gone from the executor's store).
-        server = start_server(
-            durable=durable, trusted=(f"{NETWORKS['database']}.{network.octet}.0/24",)
-        )
+        server = start_server(durable=durable, trusted=(network.subnet("database"),))
         store = server.create_database("partitions")
         config = replica_config(workdir / "replica.toml", lease_ttl, "heartbeat_interval = 1\n")
         executions = workdir / "executions"

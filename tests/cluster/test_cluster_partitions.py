@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from partitions import NETWORKS, Network, can_make_namespaces, run_seed
+from partitions import Network, can_make_namespaces, run_seed
 from pgserver import PgServer, missing, start_server, stop_server
 
 from synapse.store import StoreInUse
@@ -129,7 +129,7 @@ def test_a_session_behind_a_dead_link_is_ended_and_its_hold_let_go() -> None:
     replacement: PostgresStore | None = None
     try:
         network.make()
-        server = start_server(trusted=(f"{NETWORKS['database']}.{network.octet}.0/24",))
+        server = start_server(trusted=(network.subnet("database"),))
         inside = f"{server.user}@{network.host_address('database')}:{server.port}"
         url = f"postgresql://{inside}/postgres"
         in_namespace = ["ip", "netns", "exec", network.namespace(0), sys.executable]
